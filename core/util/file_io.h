@@ -1,0 +1,36 @@
+#pragma once
+// Reading whole files and mapping files read-only into memory.
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+
+#include "util/result.h"
+
+namespace sluice {
+
+Result<std::string> read_text_file(const std::filesystem::path& path);
+
+// A read-only memory map of a whole file; unmapped on destruction. Move-only.
+class MappedFile {
+ public:
+  static Result<MappedFile> open(const std::filesystem::path& path);
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::filesystem::path path_;
+};
+
+}  // namespace sluice
