@@ -1,0 +1,371 @@
+#include "model/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "util/json.h"
+
+namespace sluice {
+namespace {
+
+// Typed reads that tell "absent/null" (use the default) from "present with the wrong type" (an error).
+class Fields {
+ public:
+  Fields(const rapidjson::Value& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  Result<std::optional<long long>> integer(const char* name) const {
+    const auto* v = json::member(object_, name);
+    if (!v) return std::optional<long long>{};
+    if (v->IsInt64()) return std::optional<long long>{v->GetInt64()};
+    // 4096.0 is an integer written by a float-minded tool; 4096.5 is not.
+    if (v->IsDouble() && std::floor(v->GetDouble()) == v->GetDouble() && std::abs(v->GetDouble()) < 9e15)
+      return std::optional<long long>{static_cast<long long>(v->GetDouble())};
+    return wrong(name, "an integer");
+  }
+  Result<std::optional<double>> number(const char* name) const {
+    const auto* v = json::member(object_, name);
+    if (!v) return std::optional<double>{};
+    if (v->IsNumber()) return std::optional<double>{v->GetDouble()};
+    return wrong(name, "a number");
+  }
+  Result<std::optional<bool>> boolean(const char* name) const {
+    const auto* v = json::member(object_, name);
+    if (!v) return std::optional<bool>{};
+    if (v->IsBool()) return std::optional<bool>{v->GetBool()};
+    return wrong(name, "a boolean");
+  }
+  Result<std::optional<std::string>> string(const char* name) const {
+    const auto* v = json::member(object_, name);
+    if (!v) return std::optional<std::string>{};
+    if (v->IsString()) return std::optional<std::string>{std::string(v->GetString(), v->GetStringLength())};
+    return wrong(name, "a string");
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  Error wrong(const char* name, const char* what) const {
+    return make_error(where_ + ": '" + name + "' must be " + what);
+  }
+  const rapidjson::Value& object_;
+  std::string where_;
+};
+
+#define SLUICE_TRY_ASSIGN(lhs, expr)        \
+  auto lhs##_result = (expr);               \
+  if (!lhs##_result) return lhs##_result.error(); \
+  auto lhs = std::move(*lhs##_result)
+
+// eos_token_id: an int or a list of ints; appended to `out` without duplicates.
+Status collect_eos(const rapidjson::Value& doc, const std::string& where, std::vector<int32_t>& out) {
+  const auto* v = json::member(doc, "eos_token_id");
+  if (!v) return {};
+  auto add = [&](const rapidjson::Value& id) -> Status {
+    if (!id.IsInt()) return make_error(where + ": 'eos_token_id' must be an integer or a list of integers");
+    if (std::find(out.begin(), out.end(), id.GetInt()) == out.end()) out.push_back(id.GetInt());
+    return {};
+  };
+  if (v->IsArray()) {
+    for (const auto& id : v->GetArray()) {
+      auto s = add(id);
+      if (!s) return s;
+    }
+    return {};
+  }
+  return add(*v);
+}
+
+Result<RopeScaling> parse_rope_type(const std::string& type, const std::string& where) {
+  if (type == "default" || type.empty()) return RopeScaling::kNone;
+  if (type == "linear") return RopeScaling::kLinear;
+  if (type == "llama3") return RopeScaling::kLlama3;
+  if (type == "yarn") return RopeScaling::kYarn;
+  if (type == "dynamic") return RopeScaling::kDynamic;
+  return make_error(where + ": unsupported rope type '" + type + "' (supported: default, linear, llama3, yarn, dynamic)");
+}
+
+// rope_theta at top level + optional rope_scaling (transformers 4.x), or one rope_parameters object (5.x).
+Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max_position, RopeConfig& rope) {
+  Fields top(doc, where);
+  SLUICE_TRY_ASSIGN(theta, top.number("rope_theta"));
+  SLUICE_TRY_ASSIGN(partial, top.number("partial_rotary_factor"));
+  if (theta) rope.theta = *theta;
+  if (partial) rope.partial_rotary_factor = *partial;
+  rope.original_max_position = max_position;
+
+  const rapidjson::Value* params = json::member(doc, "rope_scaling");
+  std::string params_where = where + ": rope_scaling";
+  if (!params) {
+    params = json::member(doc, "rope_parameters");
+    params_where = where + ": rope_parameters";
+  }
+  if (!params) return {};
+  if (!params->IsObject()) return make_error(params_where + " must be an object");
+  Fields p(*params, params_where);
+  if (const auto* rp = json::member(doc, "rope_parameters"); rp && rp->IsObject()) {
+    // rope_parameters carries theta (and in 5.x partial_rotary_factor) even when rope_scaling is also given.
+    Fields rpf(*rp, where + ": rope_parameters");
+    SLUICE_TRY_ASSIGN(t, rpf.number("rope_theta"));
+    SLUICE_TRY_ASSIGN(prf, rpf.number("partial_rotary_factor"));
+    if (t) rope.theta = *t;
+    if (prf) rope.partial_rotary_factor = *prf;
+  }
+  SLUICE_TRY_ASSIGN(rope_type, p.string("rope_type"));
+  SLUICE_TRY_ASSIGN(legacy_type, p.string("type"));
+  auto scaling = parse_rope_type(rope_type ? *rope_type : legacy_type.value_or("default"), params_where);
+  if (!scaling) return scaling.error();
+  rope.scaling = *scaling;
+
+  SLUICE_TRY_ASSIGN(factor, p.number("factor"));
+  SLUICE_TRY_ASSIGN(low, p.number("low_freq_factor"));
+  SLUICE_TRY_ASSIGN(high, p.number("high_freq_factor"));
+  SLUICE_TRY_ASSIGN(original, p.integer("original_max_position_embeddings"));
+  SLUICE_TRY_ASSIGN(beta_fast, p.number("beta_fast"));
+  SLUICE_TRY_ASSIGN(beta_slow, p.number("beta_slow"));
+  SLUICE_TRY_ASSIGN(attention_factor, p.number("attention_factor"));
+  if (factor) rope.factor = *factor;
+  if (low) rope.low_freq_factor = *low;
+  if (high) rope.high_freq_factor = *high;
+  if (original) rope.original_max_position = static_cast<int>(*original);
+  if (beta_fast) rope.beta_fast = *beta_fast;
+  if (beta_slow) rope.beta_slow = *beta_slow;
+  if (attention_factor) rope.attention_factor = *attention_factor;
+
+  if (rope.scaling != RopeScaling::kNone && !(rope.factor > 0))
+    return make_error(params_where + ": 'factor' must be positive");
+  if (rope.scaling == RopeScaling::kLlama3 && !(rope.high_freq_factor > rope.low_freq_factor))
+    return make_error(params_where + ": llama3 needs high_freq_factor > low_freq_factor");
+  if (rope.original_max_position <= 0) return make_error(params_where + ": original_max_position_embeddings must be positive");
+  return {};
+}
+
+// Sliding window per layer, following transformers: mistral windows every layer when sliding_window is set;
+// qwen2/qwen3 only when use_sliding_window, on layers whose layer_types entry is "sliding_attention"
+// (layer_types defaults to sliding for layers >= max_window_layers).
+Status parse_windows(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  Fields f(doc, where);
+  c.layer_window.assign(c.num_layers, 0);
+  // Absent → transformers' default of 4096; null → no window.
+  const bool window_absent = !doc.HasMember("sliding_window");
+  SLUICE_TRY_ASSIGN(window_opt, f.integer("sliding_window"));
+  const long long window = window_opt.value_or(window_absent ? 4096 : 0);
+  if (window < 0 || window > INT32_MAX) return make_error(where + ": 'sliding_window' out of range");
+
+  if (c.architecture == "mistral") {
+    std::fill(c.layer_window.begin(), c.layer_window.end(), static_cast<int>(window));
+    return {};
+  }
+  if (c.architecture != "qwen2" && c.architecture != "qwen3") return {};
+
+  SLUICE_TRY_ASSIGN(use_sliding, f.boolean("use_sliding_window"));
+  SLUICE_TRY_ASSIGN(max_window_layers, f.integer("max_window_layers"));
+  const bool enabled = use_sliding.value_or(false) && window > 0;
+
+  std::vector<bool> sliding(c.num_layers, false);
+  if (const auto* types = json::member(doc, "layer_types")) {
+    if (!types->IsArray()) return make_error(where + ": 'layer_types' must be a list");
+    if (static_cast<int>(types->Size()) != c.num_layers)
+      return make_error(where + ": 'layer_types' has " + std::to_string(types->Size()) + " entries for " +
+                        std::to_string(c.num_layers) + " layers");
+    for (int i = 0; i < c.num_layers; ++i) {
+      const auto& t = (*types)[i];
+      if (!t.IsString()) return make_error(where + ": 'layer_types' entries must be strings");
+      sliding[i] = std::string_view(t.GetString()) == "sliding_attention";
+    }
+  } else {
+    const long long first = max_window_layers.value_or(28);
+    for (int i = 0; i < c.num_layers; ++i) sliding[i] = i >= first;
+  }
+  if (!enabled) return {};
+  for (int i = 0; i < c.num_layers; ++i)
+    if (sliding[i]) c.layer_window[i] = static_cast<int>(window);
+  return {};
+}
+
+}  // namespace
+
+const std::vector<std::string>& ModelConfig::supported_architectures() {
+  static const std::vector<std::string> kArchitectures = {"llama", "mistral", "qwen2", "qwen3"};
+  return kArchitectures;
+}
+
+Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
+  const auto config_path = model_dir / "config.json";
+  const std::string where = config_path.string();
+  auto parsed = json::parse_file(config_path);
+  if (!parsed) return parsed.error();
+  const rapidjson::Document& doc = *parsed;
+  if (!doc.IsObject()) return make_error(where + ": not a JSON object");
+  Fields f(doc, where);
+  ModelConfig c;
+
+  SLUICE_TRY_ASSIGN(model_type, f.string("model_type"));
+  const auto& supported = supported_architectures();
+  if (!model_type || std::find(supported.begin(), supported.end(), *model_type) == supported.end()) {
+    std::string list;
+    for (const auto& a : supported) list += (list.empty() ? "" : ", ") + a;
+    return make_error(where + ": " +
+                      (model_type ? "unsupported architecture (model_type) '" + *model_type + "'"
+                                  : std::string("'model_type' missing")) +
+                      "; supported: " + list);
+  }
+  c.architecture = *model_type;
+
+  auto required_int = [&](const char* name, int& out) -> Status {
+    auto v = f.integer(name);
+    if (!v) return v.error();
+    if (!*v) return make_error(where + ": '" + name + "' missing");
+    if (**v <= 0 || **v > INT32_MAX) return make_error(where + ": '" + name + "' must be a positive integer, got " + std::to_string(**v));
+    out = static_cast<int>(**v);
+    return {};
+  };
+  for (auto [name, out] : {std::pair<const char*, int*>{"vocab_size", &c.vocab_size},
+                           {"hidden_size", &c.hidden_size},
+                           {"intermediate_size", &c.intermediate_size},
+                           {"num_hidden_layers", &c.num_layers},
+                           {"num_attention_heads", &c.num_heads}}) {
+    auto s = required_int(name, *out);
+    if (!s) return s.error();
+  }
+
+  SLUICE_TRY_ASSIGN(kv_heads, f.integer("num_key_value_heads"));
+  c.num_kv_heads = static_cast<int>(kv_heads.value_or(c.num_heads));
+  if (c.num_kv_heads <= 0) return make_error(where + ": 'num_key_value_heads' must be positive");
+  if (c.num_heads % c.num_kv_heads != 0)
+    return make_error(where + ": num_attention_heads " + std::to_string(c.num_heads) +
+                      " is not divisible by num_key_value_heads " + std::to_string(c.num_kv_heads));
+
+  SLUICE_TRY_ASSIGN(head_dim, f.integer("head_dim"));
+  // transformers' Qwen3Config defaults head_dim to 128 rather than hidden/heads.
+  const long long default_head_dim = c.architecture == "qwen3" ? 128 : c.hidden_size / c.num_heads;
+  const long long hd = head_dim.value_or(default_head_dim);
+  if (hd <= 0 || hd % 2 != 0)
+    return make_error(where + ": head_dim must be positive and even, got " + std::to_string(hd));
+  c.head_dim = static_cast<int>(hd);
+
+  SLUICE_TRY_ASSIGN(max_pos, f.integer("max_position_embeddings"));
+  if (max_pos) {
+    if (*max_pos <= 0) return make_error(where + ": 'max_position_embeddings' must be positive");
+    c.max_position_embeddings = static_cast<int>(*max_pos);
+  }
+  SLUICE_TRY_ASSIGN(eps, f.number("rms_norm_eps"));
+  if (eps) {
+    if (!(*eps > 0)) return make_error(where + ": 'rms_norm_eps' must be positive");
+    c.norm_eps = static_cast<float>(*eps);
+  }
+  SLUICE_TRY_ASSIGN(tie, f.boolean("tie_word_embeddings"));
+  c.tie_word_embeddings = tie.value_or(false);
+  SLUICE_TRY_ASSIGN(act, f.string("hidden_act"));
+  if (act) c.hidden_act = *act;
+
+  SLUICE_TRY_ASSIGN(attention_bias, f.boolean("attention_bias"));
+  SLUICE_TRY_ASSIGN(mlp_bias, f.boolean("mlp_bias"));
+  if (c.architecture == "qwen2") {  // q/k/v always biased, o_proj never
+    c.attention_bias = true;
+    c.attention_out_bias = false;
+  } else {
+    c.attention_bias = attention_bias.value_or(false);
+    c.attention_out_bias = c.attention_bias;
+  }
+  c.mlp_bias = mlp_bias.value_or(false);
+  c.qk_norm = c.architecture == "qwen3";
+
+  if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
+  if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
+    return make_error(where + ": partial_rotary_factor must be in (0, 1]");
+  if (c.rotary_dim() <= 0 || c.rotary_dim() % 2 != 0)
+    return make_error(where + ": rotary dimension " + std::to_string(c.rotary_dim()) + " must be positive and even");
+  if (auto s = parse_windows(doc, where, c); !s) return s.error();
+
+  if (const auto* q = json::member(doc, "quantization")) {
+    if (!q->IsObject()) return make_error(where + ": 'quantization' must be an object");
+    Fields qf(*q, where + ": quantization");
+    SLUICE_TRY_ASSIGN(bits, qf.integer("bits"));
+    SLUICE_TRY_ASSIGN(group, qf.integer("group_size"));
+    if (!bits || *bits <= 0 || *bits > 8) return make_error(where + ": quantization 'bits' must be 1..8");
+    if (group && *group <= 0) return make_error(where + ": quantization 'group_size' must be positive");
+    c.quantization.bits = static_cast<int>(*bits);
+    if (group) c.quantization.group_size = static_cast<int>(*group);
+  }
+
+  if (auto s = collect_eos(doc, where, c.eos_token_ids); !s) return s.error();
+  SLUICE_TRY_ASSIGN(bos, f.integer("bos_token_id"));
+  if (bos) c.bos_token_id = static_cast<int32_t>(*bos);
+
+  const auto gen_path = model_dir / "generation_config.json";
+  std::error_code ec;
+  if (std::filesystem::exists(gen_path, ec)) {
+    auto gen = json::parse_file(gen_path);
+    if (!gen) return gen.error();
+    if (!gen->IsObject()) return make_error(gen_path.string() + ": not a JSON object");
+    if (auto s = collect_eos(*gen, gen_path.string(), c.eos_token_ids); !s) return s.error();
+    if (!c.bos_token_id) {
+      Fields g(*gen, gen_path.string());
+      SLUICE_TRY_ASSIGN(gen_bos, g.integer("bos_token_id"));
+      if (gen_bos) c.bos_token_id = static_cast<int32_t>(*gen_bos);
+    }
+  }
+  return c;
+}
+
+std::vector<float> RopeConfig::inverse_frequencies(int rotary_dim) const {
+  const int half = rotary_dim / 2;
+  std::vector<float> out(half > 0 ? half : 0);
+  const double two_pi = 2.0 * std::numbers::pi;
+
+  // yarn: dimensions whose wavelength fits in the original context more than beta_fast times keep their
+  // frequency (extrapolate), fewer than beta_slow times are divided by factor (interpolate), ramp between.
+  double ramp_low = 0, ramp_high = 0;
+  if (scaling == RopeScaling::kYarn) {
+    auto correction_dim = [&](double rotations) {
+      return rotary_dim * std::log(original_max_position / (rotations * two_pi)) / (2.0 * std::log(theta));
+    };
+    ramp_low = std::max(std::floor(correction_dim(beta_fast)), 0.0);
+    ramp_high = std::min(std::ceil(correction_dim(beta_slow)), static_cast<double>(rotary_dim - 1));
+    if (ramp_low == ramp_high) ramp_high += 0.001;
+  }
+
+  for (int i = 0; i < half; ++i) {
+    const double base = 1.0 / std::pow(theta, (2.0 * i) / rotary_dim);
+    double f = base;
+    switch (scaling) {
+      case RopeScaling::kNone:
+      case RopeScaling::kDynamic:  // identical to default within the original context
+        break;
+      case RopeScaling::kLinear:
+        f = base / factor;
+        break;
+      case RopeScaling::kLlama3: {
+        const double wavelen = two_pi / base;
+        const double low_freq_wavelen = original_max_position / low_freq_factor;
+        const double high_freq_wavelen = original_max_position / high_freq_factor;
+        if (wavelen > low_freq_wavelen) {
+          f = base / factor;
+        } else if (wavelen < high_freq_wavelen) {
+          f = base;
+        } else {
+          const double smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+          f = (1.0 - smooth) * base / factor + smooth * base;
+        }
+        break;
+      }
+      case RopeScaling::kYarn: {
+        const double ramp = std::clamp((i - ramp_low) / (ramp_high - ramp_low), 0.0, 1.0);
+        const double extrapolation = 1.0 - ramp;  // weight of the unscaled frequency
+        f = (base / factor) * (1.0 - extrapolation) + base * extrapolation;
+        break;
+      }
+    }
+    out[i] = static_cast<float>(f);
+  }
+  return out;
+}
+
+float RopeConfig::attention_scaling() const {
+  if (scaling != RopeScaling::kYarn) return 1.0f;
+  if (attention_factor) return static_cast<float>(*attention_factor);
+  if (factor <= 1.0) return 1.0f;
+  return static_cast<float>(0.1 * std::log(factor) + 1.0);
+}
+
+}  // namespace sluice

@@ -1,0 +1,65 @@
+#pragma once
+// A model's description from config.json (+ generation_config.json): the data that makes
+// architectures differ. One forward pass (core/model/forward) serves every architecture.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/result.h"
+
+namespace sluice {
+
+enum class RopeScaling { kNone, kLinear, kLlama3, kYarn, kDynamic };
+
+struct RopeConfig {
+  double theta = 10000.0;
+  RopeScaling scaling = RopeScaling::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;           // llama3
+  double high_freq_factor = 4.0;          // llama3
+  int original_max_position = 8192;       // llama3 / yarn
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  std::optional<double> attention_factor;   // yarn mscale override
+  double partial_rotary_factor = 1.0;     // fraction of head_dim rotated
+  // inv_freq[i] for i < rotary_dim/2, with scaling applied; attention_scaling multiplies cos/sin.
+  std::vector<float> inverse_frequencies(int rotary_dim) const;
+  float attention_scaling() const;
+};
+
+struct QuantizationConfig {  // MLX affine quantization (the quantized-weights issue)
+  int bits = 0;              // 0 = none
+  int group_size = 64;
+};
+
+struct ModelConfig {
+  std::string architecture;        // model_type: llama, qwen2, qwen3, mistral, ...
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int max_position_embeddings = 4096;
+  float norm_eps = 1e-6f;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;     // q/k/v biases (qwen2: true)
+  bool attention_out_bias = false; // o_proj bias
+  bool mlp_bias = false;
+  bool qk_norm = false;            // per-head RMSNorm on q and k (qwen3)
+  std::string hidden_act = "silu";
+  RopeConfig rope;
+  // Sliding-window attention: window in tokens for each layer (0 = full attention).
+  std::vector<int> layer_window;
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id;
+  QuantizationConfig quantization;
+
+  static Result<ModelConfig> load(const std::filesystem::path& model_dir);
+  static const std::vector<std::string>& supported_architectures();
+  int rotary_dim() const { return static_cast<int>(head_dim * rope.partial_rotary_factor); }
+};
+
+}  // namespace sluice
