@@ -1,0 +1,211 @@
+// The reference CPU backend: the plugin entry, device description, memory and batch bookkeeping.
+// The ops live in cpu_ops.cpp, cpu_matmul.cpp and cpu_attention.cpp.
+#include "cpu_backend.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+#include <thread>
+
+#include <cblas.h>
+
+namespace sluice::cpu {
+
+sl_status set_error(sl_error* err, sl_status status, const std::string& message) {
+  if (err) {
+    std::strncpy(err->message, message.c_str(), SL_ERROR_MESSAGE_SIZE - 1);
+    err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
+  }
+  return status;
+}
+
+namespace {
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "CPU";
+}
+
+void copy_str(char* dst, std::size_t size, const std::string& src) {
+  std::strncpy(dst, src.c_str(), size - 1);
+  dst[size - 1] = '\0';
+}
+
+uint32_t device_count() { return 1; }
+
+sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
+  if (index != 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "the CPU backend has one device (0)");
+  sl_device_info info{};
+  info.struct_size = sizeof(info);
+  copy_str(info.name, sizeof(info.name), cpu_model_name());
+  copy_str(info.vendor, sizeof(info.vendor), "host");
+  copy_str(info.driver, sizeof(info.driver), "sluice-cpu");
+  copy_str(info.kind, sizeof(info.kind), "cpu");
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  info.total_memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * page;
+  info.free_memory = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
+  info.max_alloc = info.total_memory;
+  info.compute_units = std::thread::hardware_concurrency();
+  info.caps = SL_CAP_UNIFIED;
+  std::memcpy(out, &info, std::min<std::size_t>(out->struct_size ? out->struct_size : sizeof(info), sizeof(info)));
+  out->struct_size = std::min<uint32_t>(out->struct_size ? out->struct_size : sizeof(info), sizeof(info));
+  return SL_OK;
+}
+
+sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* err) {
+  try {
+    auto be = std::make_unique<sl_backend>();
+    unsigned n = config && config->n_threads ? config->n_threads : std::thread::hardware_concurrency();
+    be->n_threads = n ? n : 1;
+    be->pool = std::make_unique<ThreadPool>(be->n_threads);
+    be->scratch.resize(be->n_threads);
+    openblas_set_num_threads(static_cast<int>(be->n_threads));
+    *out = be.release();
+    return SL_OK;
+  } catch (const std::exception& e) {
+    return set_error(err, SL_ERR_INTERNAL, std::string("cpu backend: ") + e.what());
+  }
+}
+
+void destroy(sl_backend* be) { delete be; }
+
+sl_status get_device_info(const sl_backend* be, sl_device_info* out, sl_error* err) {
+  auto status = device_info(0, out, err);
+  if (status == SL_OK) out->compute_units = be->n_threads;
+  return status;
+}
+
+int supports_op(const sl_backend*, const sl_op_query* q) {
+  if (!q || q->op >= SL_OP_COUNT) return 0;
+  if (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED || q->op == SL_OP_RMS_NORM || q->op == SL_OP_LAYER_NORM) {
+    if (q->weight_bits != 0) return 0;  // quantized weights arrive with the quantized-weights work
+    return q->weight_dtype == SL_DTYPE_F32 || q->weight_dtype == SL_DTYPE_F16 || q->weight_dtype == SL_DTYPE_BF16;
+  }
+  return 1;  // every codec works through encode/decode or its fused hooks
+}
+
+sl_status alloc(sl_backend*, uint64_t bytes, sl_buffer** out, sl_error* err) {
+  auto* b = new (std::nothrow) sl_buffer;
+  if (!b) return set_error(err, SL_ERR_OUT_OF_MEMORY, "out of host memory");
+  // 64-byte alignment keeps vector loads on cache lines.
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+    delete b;
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes");
+  }
+  std::memset(p, 0, bytes);
+  b->data = static_cast<std::byte*>(p);
+  b->bytes = bytes;
+  b->owned = true;
+  *out = b;
+  return SL_OK;
+}
+
+sl_status wrap_host(sl_backend*, const void* host, uint64_t bytes, sl_buffer** out, sl_error* err) {
+  auto* b = new (std::nothrow) sl_buffer;
+  if (!b) return set_error(err, SL_ERR_OUT_OF_MEMORY, "out of host memory");
+  b->data = const_cast<std::byte*>(static_cast<const std::byte*>(host));  // weights are never written
+  b->bytes = bytes;
+  b->owned = false;
+  *out = b;
+  return SL_OK;
+}
+
+void free_buffer(sl_backend*, sl_buffer* b) {
+  if (!b) return;
+  if (b->owned) std::free(b->data);
+  delete b;
+}
+
+sl_status upload(sl_backend*, sl_buffer* dst, uint64_t offset, const void* src, uint64_t bytes, sl_error* err) {
+  if (offset + bytes > dst->bytes) return set_error(err, SL_ERR_INVALID_ARGUMENT, "upload past the buffer's end");
+  std::memcpy(dst->data + offset, src, bytes);
+  return SL_OK;
+}
+
+sl_status download(sl_backend*, const sl_buffer* src, uint64_t offset, void* dst, uint64_t bytes, sl_error* err) {
+  if (offset + bytes > src->bytes) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download past the buffer's end");
+  std::memcpy(dst, src->data + offset, bytes);
+  return SL_OK;
+}
+
+sl_status synchronize(sl_backend*, sl_error*) { return SL_OK; }  // every CPU op is synchronous
+
+sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
+  if (!batch || batch->n_tokens == 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
+  try {
+    be->positions.assign(batch->positions, batch->positions + batch->n_tokens);
+    be->seq_slots.assign(batch->seq_slots, batch->seq_slots + batch->n_tokens);
+    be->n_seqs = batch->n_seqs;
+    be->max_pages = batch->max_pages;
+    be->page_table.assign(batch->page_table, batch->page_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
+    for (uint32_t i = 0; i < batch->n_tokens; ++i) {
+      if (be->seq_slots[i] < 0 || static_cast<uint32_t>(be->seq_slots[i]) >= batch->n_seqs || be->positions[i] < 0)
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "batch token " + std::to_string(i) + " has a bad sequence or position");
+    }
+    return SL_OK;
+  } catch (const std::exception& e) {
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, e.what());
+  }
+}
+
+const sl_backend_api kApi = {
+    sizeof(sl_backend_api),
+    device_count,
+    device_info,
+    create,
+    destroy,
+    get_device_info,
+    supports_op,
+    alloc,
+    wrap_host,
+    free_buffer,
+    upload,
+    download,
+    synchronize,
+    kv_create,
+    kv_destroy,
+    kv_copy_page,
+    begin_batch,
+    embed,
+    rms_norm,
+    layer_norm,
+    matmul,
+    rope,
+    kv_write,
+    attention,
+    gated_activation,
+    add,
+    mul,
+    scale,
+    copy,
+    softmax,
+    topk,
+};
+
+const sl_plugin_descriptor kDescriptor = {
+    sizeof(sl_plugin_descriptor),
+    SL_ABI_MAJOR,
+    SL_PLUGIN_BACKEND,
+    "cpu",
+    "0.1.0",
+    "Reference CPU backend: AVX2 inner loops, OpenBLAS for prefill GEMMs, threads",
+    nullptr,
+    &kApi,
+};
+
+}  // namespace
+}  // namespace sluice::cpu
+
+extern "C" SL_EXPORT const sl_plugin_descriptor* sluice_plugin_entry(void) { return &sluice::cpu::kDescriptor; }

@@ -1,0 +1,71 @@
+#pragma once
+// The CPU backend's objects behind the C handles, and the op entry points shared by its files.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/backend.h"
+#include "thread_pool.h"
+
+struct sl_buffer {
+  std::byte* data = nullptr;
+  uint64_t bytes = 0;
+  bool owned = false;  // false: wraps host memory the caller keeps alive
+};
+
+struct sl_kv_cache {
+  sl_kv_layout layout{};
+  sl_kv_format k_format{};
+  sl_kv_format v_format{};
+  uint64_t page_bytes = 0;   // one page of one layer: K rows of every head, then V rows
+  uint64_t layer_bytes = 0;  // n_pages * page_bytes
+  std::vector<std::byte> storage;
+};
+
+struct sl_backend {
+  std::unique_ptr<sluice::cpu::ThreadPool> pool;
+  unsigned n_threads = 1;
+  // The current batch (copied in begin_batch).
+  std::vector<int32_t> positions;
+  std::vector<int32_t> seq_slots;
+  std::vector<int32_t> page_table;
+  uint32_t n_seqs = 0;
+  uint32_t max_pages = 0;
+  // Scratch reused across calls (weights converted to float32 block by block for prefill GEMMs).
+  std::vector<std::vector<float>> scratch;  // one per thread
+};
+
+namespace sluice::cpu {
+
+inline float* f32(sl_buffer* b) { return reinterpret_cast<float*>(b->data); }
+inline const float* f32(const sl_buffer* b) { return reinterpret_cast<const float*>(b->data); }
+inline const std::byte* weight_data(const sl_weight* w) { return w->data->data + w->offset; }
+
+sl_status set_error(sl_error* err, sl_status status, const std::string& message);
+
+// Row r of a weight as float32 into dst (cols values).
+void weight_row_to_f32(const sl_weight* w, uint32_t r, float* dst);
+bool weight_dtype_supported(const sl_weight* w);
+
+sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
+sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
+sl_status layer_norm(sl_backend*, const sl_buffer*, const sl_weight*, const sl_weight*, sl_buffer*, uint32_t, uint32_t,
+                     float, sl_error*);
+sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
+sl_status rope(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
+sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+sl_status mul(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+sl_status scale(sl_backend*, sl_buffer*, float, uint64_t, sl_error*);
+sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
+sl_status softmax(sl_backend*, sl_buffer*, uint32_t, uint32_t, sl_error*);
+sl_status topk(sl_backend*, const sl_buffer*, uint32_t, uint32_t, uint32_t, int, int, sl_buffer*, sl_buffer*, sl_error*);
+
+sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
+void kv_destroy(sl_backend*, sl_kv_cache*);
+sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
+sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
+sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_attention_params*, sl_buffer*, sl_error*);
+
+}  // namespace sluice::cpu

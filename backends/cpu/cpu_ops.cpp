@@ -1,0 +1,233 @@
+// Elementwise, normalisation, rotary, softmax, routing and embedding ops of the CPU backend.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "cpu_backend.h"
+#include "vec.h"
+
+namespace sluice::cpu {
+
+bool weight_dtype_supported(const sl_weight* w) {
+  return w && w->data && w->bits == 0 &&
+         (w->dtype == SL_DTYPE_F32 || w->dtype == SL_DTYPE_F16 || w->dtype == SL_DTYPE_BF16);
+}
+
+void weight_row_to_f32(const sl_weight* w, uint32_t r, float* dst) {
+  const std::byte* base = weight_data(w);
+  const std::size_t cols = w->cols;
+  switch (w->dtype) {
+    case SL_DTYPE_F32:
+      std::memcpy(dst, base + static_cast<std::size_t>(r) * cols * 4, cols * 4);
+      break;
+    case SL_DTYPE_F16:
+      f16_row_to_f32(reinterpret_cast<const uint16_t*>(base) + static_cast<std::size_t>(r) * cols, dst, cols);
+      break;
+    case SL_DTYPE_BF16:
+      bf16_row_to_f32(reinterpret_cast<const uint16_t*>(base) + static_cast<std::size_t>(r) * cols, dst, cols);
+      break;
+    default:
+      std::fill(dst, dst + cols, 0.0f);
+  }
+}
+
+namespace {
+sl_status bad_weight(sl_error* err, const char* op) {
+  return set_error(err, SL_ERR_UNSUPPORTED, std::string(op) + ": unsupported weight form on the CPU backend");
+}
+}  // namespace
+
+sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
+  if (!weight_dtype_supported(table)) return bad_weight(err, "embed");
+  for (uint32_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= table->rows)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                       "token id " + std::to_string(ids[i]) + " outside the vocabulary of " + std::to_string(table->rows));
+    weight_row_to_f32(table, static_cast<uint32_t>(ids[i]), f32(out) + static_cast<std::size_t>(i) * table->cols);
+  }
+  return SL_OK;
+}
+
+sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
+                   uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  if (!weight_dtype_supported(weight) || weight->cols != dim) return bad_weight(err, "rms_norm");
+  std::vector<float> w(dim);
+  weight_row_to_f32(weight, 0, w.data());
+  for (auto& v : w) v += weight_offset;
+  be->pool->parallel_for(n_rows, 64, [&](std::size_t b, std::size_t e, unsigned) {
+    for (std::size_t r = b; r < e; ++r) {
+      const float* xr = f32(x) + r * dim;
+      float* yr = f32(out) + r * dim;
+      float ss = dot_f32(xr, xr, dim);
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+      for (uint32_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv);
+    }
+  });
+  return SL_OK;
+}
+
+sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, const sl_weight* bias, sl_buffer* out,
+                     uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  if (!weight_dtype_supported(weight) || weight->cols != dim) return bad_weight(err, "layer_norm");
+  std::vector<float> w(dim), b(dim, 0.0f);
+  weight_row_to_f32(weight, 0, w.data());
+  if (bias) {
+    if (!weight_dtype_supported(bias) || bias->cols != dim) return bad_weight(err, "layer_norm bias");
+    weight_row_to_f32(bias, 0, b.data());
+  }
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    const float* xr = f32(x) + static_cast<std::size_t>(r) * dim;
+    float* yr = f32(out) + static_cast<std::size_t>(r) * dim;
+    double mean = 0, var = 0;
+    for (uint32_t i = 0; i < dim; ++i) mean += xr[i];
+    mean /= dim;
+    for (uint32_t i = 0; i < dim; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= dim;
+    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+    for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] - static_cast<float>(mean)) * inv * w[i] + b[i];
+  }
+  return SL_OK;
+}
+
+sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
+               const float* inv_freq, float attention_factor, uint32_t style, sl_error* err) {
+  if (rotary_dim > head_dim || rotary_dim % 2) return set_error(err, SL_ERR_INVALID_ARGUMENT, "rope: bad rotary_dim");
+  const uint32_t half = rotary_dim / 2;
+  const std::size_t n_tokens = be->positions.size();
+  be->pool->parallel_for(n_tokens, 4, [&](std::size_t b, std::size_t e, unsigned) {
+    std::vector<float> cos_v(half), sin_v(half);
+    for (std::size_t t = b; t < e; ++t) {
+      // As the reference computes it: the angle in float32, then cos/sin.
+      const float pos = static_cast<float>(be->positions[t]);
+      for (uint32_t i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq[i];
+        cos_v[i] = std::cos(angle) * attention_factor;
+        sin_v[i] = std::sin(angle) * attention_factor;
+      }
+      for (uint32_t h = 0; h < n_heads; ++h) {
+        float* v = f32(x) + (t * n_heads + h) * head_dim;
+        if (style == SL_ROPE_NEOX) {
+          for (uint32_t i = 0; i < half; ++i) {
+            const float a = v[i], c = v[i + half];
+            v[i] = a * cos_v[i] - c * sin_v[i];
+            v[i + half] = c * cos_v[i] + a * sin_v[i];
+          }
+        } else {
+          for (uint32_t i = 0; i < half; ++i) {
+            const float a = v[2 * i], c = v[2 * i + 1];
+            v[2 * i] = a * cos_v[i] - c * sin_v[i];
+            v[2 * i + 1] = c * cos_v[i] + a * sin_v[i];
+          }
+        }
+      }
+    }
+  });
+  return SL_OK;
+}
+
+sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up,
+                           sl_buffer* out, uint64_t n, sl_error* err) {
+  const float* g = f32(gate);
+  const float* u = f32(up);
+  float* o = f32(out);
+  switch (activation) {
+    case SL_ACT_SILU:
+      be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
+        for (std::size_t i = b; i < e; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      });
+      return SL_OK;
+    case SL_ACT_GELU_TANH:
+      be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
+        constexpr float k = 0.7978845608028654f;  // sqrt(2/pi)
+        for (std::size_t i = b; i < e; ++i) {
+          const float x = g[i];
+          o[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * u[i];
+        }
+      });
+      return SL_OK;
+    case SL_ACT_GELU:
+      be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
+        for (std::size_t i = b; i < e; ++i) o[i] = 0.5f * g[i] * (1.0f + std::erf(g[i] * 0.7071067811865476f)) * u[i];
+      });
+      return SL_OK;
+    default:
+      return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
+  }
+}
+
+sl_status add(sl_backend*, const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error*) {
+  const float* x = f32(a);
+  const float* y = f32(b);
+  float* o = f32(out);
+  for (uint64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+  return SL_OK;
+}
+
+sl_status mul(sl_backend*, const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error*) {
+  const float* x = f32(a);
+  const float* y = f32(b);
+  float* o = f32(out);
+  for (uint64_t i = 0; i < n; ++i) o[i] = x[i] * y[i];
+  return SL_OK;
+}
+
+sl_status scale(sl_backend*, sl_buffer* x, float s, uint64_t n, sl_error*) {
+  float* v = f32(x);
+  for (uint64_t i = 0; i < n; ++i) v[i] *= s;
+  return SL_OK;
+}
+
+sl_status copy(sl_backend*, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
+               sl_error* err) {
+  if ((src_offset + n) * 4 > src->bytes || (dst_offset + n) * 4 > dst->bytes)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy past a buffer's end");
+  std::memmove(f32(dst) + dst_offset, f32(src) + src_offset, n * 4);
+  return SL_OK;
+}
+
+namespace {
+void softmax_row(float* v, std::size_t n) {
+  const float m = *std::max_element(v, v + n);
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) sum += (v[i] = std::exp(v[i] - m));
+  const float inv = 1.0f / sum;
+  for (std::size_t i = 0; i < n; ++i) v[i] *= inv;
+}
+}  // namespace
+
+sl_status softmax(sl_backend*, sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_error*) {
+  for (uint32_t r = 0; r < n_rows; ++r) softmax_row(f32(x) + static_cast<std::size_t>(r) * dim, dim);
+  return SL_OK;
+}
+
+sl_status topk(sl_backend*, const sl_buffer* logits, uint32_t n_rows, uint32_t n_experts, uint32_t k, int softmax_first,
+               int normalize, sl_buffer* ids, sl_buffer* weights, sl_error* err) {
+  if (k == 0 || k > n_experts) return set_error(err, SL_ERR_INVALID_ARGUMENT, "topk: k must be in 1..n_experts");
+  std::vector<float> row(n_experts);
+  std::vector<uint32_t> order(n_experts);
+  auto* out_ids = reinterpret_cast<int32_t*>(ids->data);
+  float* out_w = f32(weights);
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    std::copy_n(f32(logits) + static_cast<std::size_t>(r) * n_experts, n_experts, row.begin());
+    if (softmax_first) softmax_row(row.data(), n_experts);
+    std::iota(order.begin(), order.end(), 0u);
+    // Ties go to the lower expert index, as torch.topk does on CPU.
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](uint32_t a, uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    float* w = out_w + static_cast<std::size_t>(r) * k;
+    for (uint32_t i = 0; i < k; ++i) {
+      out_ids[static_cast<std::size_t>(r) * k + i] = static_cast<int32_t>(order[i]);
+      w[i] = row[order[i]];
+    }
+    if (!softmax_first) softmax_row(w, k);
+    if (normalize) {
+      float sum = 0.0f;
+      for (uint32_t i = 0; i < k; ++i) sum += w[i];
+      for (uint32_t i = 0; i < k; ++i) w[i] /= sum;
+    }
+  }
+  return SL_OK;
+}
+
+}  // namespace sluice::cpu

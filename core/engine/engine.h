@@ -1,0 +1,116 @@
+#pragma once
+// The engine: owns the loaded model, the backend and the KV cache, and runs generation requests on
+// one engine thread. Requests are token-level (the HTTP edge does templates, text and stop strings);
+// results stream back through each request's callback, called on the engine thread.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+#include "util/result.h"
+
+namespace sluice {
+
+class Tokenizer;
+struct ModelConfig;
+
+struct EngineOptions {
+  std::string model_dir;
+  std::string backend = "auto";         // auto | cpu | opencl[:P:D] | path to a backend .so
+  std::string kv_codec = "f16";         // f32 | f16 | plugin name | k=A,v=B
+  std::string expert_store = "resident";
+  std::string plugin_dir;               // "" = next to the executable
+  int threads = 0;                      // 0 = all cores
+  int ctx_size = 0;                     // 0 = the model's max_position_embeddings (capped)
+  int prefill_size = 512;               // prompt tokens per forward pass
+  int parallel = 1;                     // sequences served at once
+  int queue_size = 64;                  // waiting requests before submit() refuses
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* to_string(FinishReason reason);
+
+struct TokenEvent {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<TokenChoice> top_logprobs;  // filled when the request asks for them
+};
+
+struct GenerationStats {
+  int prompt_tokens = 0;
+  int cached_tokens = 0;        // prompt tokens served from the prefix cache
+  int completion_tokens = 0;
+  double queue_ms = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  double prefill_tps() const { return prefill_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prefill_ms : 0; }
+  double decode_tps() const { return decode_ms > 0 && completion_tokens > 1 ? (completion_tokens - 1) * 1000.0 / decode_ms : 0; }
+};
+
+struct GenerationResult {
+  std::vector<int32_t> ids;
+  FinishReason finish = FinishReason::kLength;
+  std::string error;  // when finish == kError
+  GenerationStats stats;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  int max_tokens = 256;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  int top_logprobs = 0;  // alternatives per token to report (0 = none)
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Called on the engine thread for every generated token; return false to stop (the request then
+  // finishes with kStop — the edge uses this for stop strings — or kCancelled if `cancelled` is set).
+  std::function<bool(const TokenEvent&)> on_token;
+  // Called once on the engine thread when the request ends, whatever the reason.
+  std::function<void(const GenerationResult&)> on_done;
+  // Set from any thread to cancel (e.g. the client disconnected); the engine frees the slot promptly.
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+};
+
+struct EngineMetrics {
+  uint64_t requests_total = 0;
+  uint64_t requests_failed = 0;
+  uint64_t prompt_tokens_total = 0;
+  uint64_t cached_tokens_total = 0;
+  uint64_t completion_tokens_total = 0;
+  double prefill_seconds_total = 0;
+  double decode_seconds_total = 0;
+  int queue_depth = 0;
+  int active_sequences = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t kv_bytes_capacity = 0;
+  uint64_t kv_bytes_used = 0;
+  double kv_bytes_per_token = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  // Queues a request; an error (queue full, prompt longer than the context, empty prompt) is
+  // returned at once and no callback is called. Thread-safe.
+  virtual Status submit(std::shared_ptr<GenerationRequest> request) = 0;
+  // Runs a request to completion on the caller's thread's behalf (blocks). Thread-safe.
+  virtual GenerationResult generate(GenerationRequest request) = 0;
+  // Stops the engine thread: waiting and running requests finish as kCancelled.
+  virtual void shutdown() = 0;
+
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual const ModelConfig& model_config() const = 0;
+  virtual std::string model_name() const = 0;     // the model folder's name
+  virtual std::string backend_name() const = 0;   // e.g. "cpu (AMD EPYC ..., 2 threads)"
+  virtual std::vector<int32_t> eos_ids() const = 0;
+  virtual int context_size() const = 0;
+  virtual EngineMetrics metrics() const = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,44 @@
+#pragma once
+// Sampling parameters and the sampler that turns a row of logits into the next token.
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice {
+
+struct SamplingParams {
+  float temperature = 0.6f;     // 0 → greedy (argmax)
+  float top_p = 1.0f;
+  int top_k = 0;                // 0 = off
+  float min_p = 0.0f;           // 0 = off
+  float repeat_penalty = 1.0f;  // llama.cpp/HF style: divides positive logits, multiplies negative
+  float presence_penalty = 0.0f;   // OpenAI: subtract once per token seen in the completion
+  float frequency_penalty = 0.0f;  // OpenAI: subtract per occurrence in the completion
+  std::optional<uint64_t> seed;    // same seed and request → same output
+};
+
+struct TokenChoice {
+  int32_t id = 0;
+  float logprob = 0.0f;  // log-softmax of the raw logits (before penalties and temperature)
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // history: the prompt and the generated ids so far (repeat_penalty looks at all of it;
+  // presence/frequency penalties look at the generated part starting at generated_from).
+  TokenChoice sample(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from);
+  // The n most likely tokens under the raw logits, for logprobs.
+  static std::vector<TokenChoice> top_logprobs(std::span<const float> logits, int n);
+  static float logprob_of(std::span<const float> logits, int32_t id);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+}  // namespace sluice
