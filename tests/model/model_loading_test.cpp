@@ -1,0 +1,578 @@
+// Model loading: safetensors validation (every broken file is built byte by byte in a temp dir),
+// the sharded reference model, the zoo configs, and RoPE inverse-frequency rules.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "reference.h"
+#include "util/file_io.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() / ("sluice_model_test_" + std::to_string(rd()) + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A safetensors file: 8-byte length, the header text, then `data_bytes` bytes of data (value = index).
+std::string safetensors_bytes(const std::string& header, std::size_t data_bytes) {
+  std::string s = le64(header.size()) + header;
+  for (std::size_t i = 0; i < data_bytes; ++i) s.push_back(static_cast<char>(i & 0xff));
+  return s;
+}
+
+std::string open_error(const fs::path& path) {
+  auto r = SafetensorsFile::open(path);
+  EXPECT_FALSE(r.ok()) << "expected " << path << " to be rejected";
+  return r.ok() ? std::string() : r.message();
+}
+
+// ---- safetensors: rejections ----
+
+TEST(SafetensorsFile, RejectsFileShorterThanLengthField) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, std::string("\x10\x00\x00\x00", 4));
+  const auto msg = open_error(path);
+  EXPECT_THAT(msg, HasSubstr("model.safetensors"));
+  EXPECT_THAT(msg, HasSubstr("truncated"));
+}
+
+TEST(SafetensorsFile, RejectsHeaderLongerThanFile) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, le64(1000) + "{\"a\":1}");
+  const auto msg = open_error(path);
+  EXPECT_THAT(msg, HasSubstr("model.safetensors"));
+  EXPECT_THAT(msg, HasSubstr("header length 1000 is longer than the file"));
+}
+
+TEST(SafetensorsFile, RejectsAbsurdHeaderLength) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, le64(1ull << 40) + "{}");
+  EXPECT_THAT(open_error(path), HasSubstr("exceeds"));
+}
+
+TEST(SafetensorsFile, RejectsOverlappingTensors) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, safetensors_bytes(R"({"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]},)"
+                                      R"("a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                                      24));
+  const auto msg = open_error(path);
+  EXPECT_THAT(msg, HasSubstr("model.safetensors"));
+  EXPECT_THAT(msg, HasSubstr("tensor 'b'"));
+  EXPECT_THAT(msg, HasSubstr("overlaps tensor 'a'"));
+}
+
+TEST(SafetensorsFile, RejectsTensorNestedInsideAnother) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  // c lies inside a, after b which ends earlier: the check must compare against the furthest end so far.
+  write_bytes(path, safetensors_bytes(R"({"a":{"dtype":"U8","shape":[32],"data_offsets":[0,32]},)"
+                                      R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]},)"
+                                      R"("c":{"dtype":"U8","shape":[4],"data_offsets":[12,16]}})",
+                                      32));
+  EXPECT_THAT(open_error(path), HasSubstr("overlaps tensor 'a'"));
+}
+
+TEST(SafetensorsFile, RejectsShapeDtypeByteMismatch) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, safetensors_bytes(R"({"x.weight":{"dtype":"F32","shape":[4,4],"data_offsets":[0,60]}})", 64));
+  EXPECT_THAT(open_error(path),
+              HasSubstr("model.safetensors: tensor 'x.weight': shape [4, 4] × F32 = 64 bytes but data_offsets span 60"));
+}
+
+TEST(SafetensorsFile, RejectsOffsetsPastDataArea) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12));
+  const auto msg = open_error(path);
+  EXPECT_THAT(msg, HasSubstr("tensor 'x'"));
+  EXPECT_THAT(msg, HasSubstr("past the data area"));
+}
+
+TEST(SafetensorsFile, RejectsEndBeforeBegin) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, safetensors_bytes(R"({"x":{"dtype":"U8","shape":[0],"data_offsets":[8,4]}})", 12));
+  EXPECT_THAT(open_error(path), HasSubstr("end 4 < begin 8"));
+}
+
+TEST(SafetensorsFile, RejectsNegativeAndOverflowingShapes) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, safetensors_bytes(R"({"neg":{"dtype":"F32","shape":[-1,4],"data_offsets":[0,16]}})", 16));
+  EXPECT_THAT(open_error(path), HasSubstr("tensor 'neg': negative dimension"));
+  write_bytes(path, safetensors_bytes(
+                        R"({"big":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", 16));
+  EXPECT_THAT(open_error(path), HasSubstr("tensor 'big': shape [4294967296, 4294967296] overflows"));
+}
+
+TEST(SafetensorsFile, RejectsMalformedHeaderJson) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, safetensors_bytes(R"({"x":{"dtype":"F32",)", 0));
+  const auto msg = open_error(path);
+  EXPECT_THAT(msg, HasSubstr("model.safetensors header"));
+  EXPECT_THAT(msg, HasSubstr("malformed JSON"));
+}
+
+TEST(SafetensorsFile, RejectsHeaderThatIsNotAnObjectOrHasWrongFieldTypes) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  write_bytes(path, safetensors_bytes("[1,2]", 0));
+  EXPECT_THAT(open_error(path), HasSubstr("header is not a JSON object"));
+  write_bytes(path, safetensors_bytes(R"({"x":{"dtype":"F32","shape":"4","data_offsets":[0,16]}})", 16));
+  EXPECT_THAT(open_error(path), HasSubstr("tensor 'x': 'shape' missing or not an array"));
+  write_bytes(path, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0]}})", 16));
+  EXPECT_THAT(open_error(path), HasSubstr("tensor 'x': 'data_offsets' must be"));
+  write_bytes(path, safetensors_bytes(R"({"__metadata__":{"format":1}})", 0));
+  EXPECT_THAT(open_error(path), HasSubstr("__metadata__"));
+}
+
+TEST(SafetensorsFile, RejectsUnsupportedDtypeNamingTensorAndDtype) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  for (const char* dtype : {"F64", "I64", "F8_E4M3"}) {
+    write_bytes(path, safetensors_bytes(std::string(R"({"lm_head.weight":{"dtype":")") + dtype +
+                                            R"(","shape":[2],"data_offsets":[0,16]}})",
+                                        16));
+    const auto msg = open_error(path);
+    EXPECT_THAT(msg, HasSubstr("tensor 'lm_head.weight'"));
+    EXPECT_THAT(msg, HasSubstr(std::string("unsupported dtype '") + dtype + "'"));
+  }
+}
+
+// ---- safetensors: a valid hand-built file ----
+
+TEST(SafetensorsFile, MapsTensorsInPlaceWithAbsoluteOffsets) {
+  TempDir dir;
+  const auto path = dir.path() / "model.safetensors";
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[4,16]},)"
+      R"("q":{"dtype":"U32","shape":[1],"data_offsets":[0,4]},"e":{"dtype":"I8","shape":[0],"data_offsets":[16,16]}}  )";
+  write_bytes(path, safetensors_bytes(header, 16));
+  auto file = SafetensorsFile::open(path);
+  ASSERT_TRUE(file.ok()) << file.message();
+  ASSERT_EQ(file->tensors().size(), 3u);
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  const auto& w = file->tensors().at("w");
+  EXPECT_EQ(w.dtype, DType::kBF16);
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(w.numel(), 6);
+  EXPECT_EQ(w.bytes, 12u);
+  EXPECT_EQ(w.file_offset, 8 + header.size() + 4);
+  EXPECT_EQ(w.data, file->mapping().data() + w.file_offset);
+  EXPECT_EQ(static_cast<int>(w.data[0]), 4);  // data byte i holds i
+  EXPECT_EQ(file->tensors().at("e").bytes, 0u);
+}
+
+// ---- SafetensorsSet: directories and shards ----
+
+const std::string kShardA = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+const std::string kShardB = R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+
+TEST(SafetensorsSet, RejectsIndexNamingMissingShard) {
+  TempDir dir;
+  write_bytes(dir.path() / "model-1.safetensors", safetensors_bytes(kShardA, 8));
+  write_bytes(dir.path() / "model.safetensors.index.json",
+              R"({"weight_map":{"a":"model-1.safetensors","b":"model-2.safetensors"}})");
+  auto set = SafetensorsSet::open_dir(dir.path());
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.message(), HasSubstr("model.safetensors.index.json"));
+  EXPECT_THAT(set.message(), HasSubstr("shard 'model-2.safetensors' is missing"));
+}
+
+TEST(SafetensorsSet, RejectsShardWithoutTheTensorsTheIndexAssigns) {
+  TempDir dir;
+  write_bytes(dir.path() / "model-1.safetensors", safetensors_bytes(kShardA, 8));
+  write_bytes(dir.path() / "model-2.safetensors", safetensors_bytes(kShardB, 4));
+  write_bytes(dir.path() / "model.safetensors.index.json",
+              R"({"weight_map":{"a":"model-2.safetensors","b":"model-2.safetensors"}})");
+  auto set = SafetensorsSet::open_dir(dir.path());
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.message(), HasSubstr("tensor 'a' is assigned to shard 'model-2.safetensors'"));
+}
+
+TEST(SafetensorsSet, RejectsDuplicateTensorAcrossShards) {
+  TempDir dir;
+  write_bytes(dir.path() / "model-1.safetensors", safetensors_bytes(kShardA, 8));
+  // Shard 2 holds the tensor the index gives it, and a stray second copy of 'a'.
+  write_bytes(dir.path() / "model-2.safetensors",
+              safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                R"("x":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                                12));
+  write_bytes(dir.path() / "model.safetensors.index.json",
+              R"({"weight_map":{"a":"model-1.safetensors","x":"model-2.safetensors"}})");
+  auto set = SafetensorsSet::open_dir(dir.path());
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.message(), HasSubstr("model-2.safetensors"));
+  EXPECT_THAT(set.message(), HasSubstr("duplicate"));
+}
+
+TEST(SafetensorsSet, RejectsMalformedIndexAndEmptyDirectory) {
+  TempDir dir;
+  auto empty = SafetensorsSet::open_dir(dir.path());
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.message(), HasSubstr("no model.safetensors"));
+  write_bytes(dir.path() / "model.safetensors.index.json", R"({"weight_map": {"a": )");
+  auto bad = SafetensorsSet::open_dir(dir.path());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("model.safetensors.index.json: malformed JSON"));
+}
+
+TEST(SafetensorsSet, ShardedSetRecordsFileIndexAndOffsets) {
+  TempDir dir;
+  write_bytes(dir.path() / "model-1.safetensors", safetensors_bytes(kShardA, 8));
+  write_bytes(dir.path() / "model-2.safetensors", safetensors_bytes(kShardB, 4));
+  write_bytes(dir.path() / "model.safetensors.index.json",
+              R"({"metadata":{},"weight_map":{"a":"model-1.safetensors","b":"model-2.safetensors"}})");
+  auto set = SafetensorsSet::open_dir(dir.path());
+  ASSERT_TRUE(set.ok()) << set.message();
+  ASSERT_EQ(set->files().size(), 2u);
+  const auto* b = set->find("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(set->files()[b->file_index].filename(), "model-2.safetensors");
+  EXPECT_EQ(b->file_offset, 8 + kShardB.size());
+  EXPECT_EQ(set->total_bytes(), 12u);
+  EXPECT_EQ(set->find("nope"), nullptr);
+}
+
+// ---- the reference models ----
+
+// Reads the bytes at (file, offset) independently of the mapping, to pin file_index/file_offset.
+std::string read_at(const fs::path& path, uint64_t offset, std::size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string s(n, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(n));
+  return s;
+}
+
+TEST(ReferenceModels, TinyCodeQwen2ShardsLoadCompletely) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/model.safetensors.index.json");
+  const auto dir = test::reference_path("models/tiny-code-qwen2");
+  auto set = SafetensorsSet::open_dir(dir);
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_EQ(set->files().size(), 2u);
+
+  rapidjson::Document index;
+  auto text = read_text_file(dir / "model.safetensors.index.json");
+  ASSERT_TRUE(text.ok());
+  index.Parse(text->c_str());
+  const auto& weight_map = index["weight_map"];
+  EXPECT_EQ(set->tensors().size(), weight_map.MemberCount());
+  for (const auto& m : weight_map.GetObject()) {
+    const auto* t = set->find(m.name.GetString());
+    ASSERT_NE(t, nullptr) << m.name.GetString();
+    EXPECT_EQ(set->files()[t->file_index].filename().string(), m.value.GetString());
+    EXPECT_EQ(t->dtype, DType::kBF16);
+    const std::size_t n = std::min<std::size_t>(t->bytes, 64);
+    EXPECT_EQ(read_at(set->files()[t->file_index], t->file_offset, n),
+              std::string(reinterpret_cast<const char*>(t->data), n))
+        << m.name.GetString();
+  }
+  EXPECT_EQ(set->total_bytes(), index["metadata"]["total_size"].GetUint64());
+  const auto* embed = set->find("model.embed_tokens.weight");
+  ASSERT_NE(embed, nullptr);
+  EXPECT_EQ(embed->shape, (std::vector<int64_t>{8192, 384}));
+  EXPECT_NE(set->find("model.layers.3.self_attn.q_proj.bias"), nullptr);
+}
+
+TEST(ReferenceModels, TinyCodeQwen2ConfigParses) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/config.json");
+  auto c = ModelConfig::load(test::reference_path("models/tiny-code-qwen2"));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->architecture, "qwen2");
+  EXPECT_EQ(c->hidden_size, 384);
+  EXPECT_EQ(c->num_layers, 4);
+  EXPECT_EQ(c->num_heads, 6);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->vocab_size, 8192);
+  EXPECT_EQ(c->intermediate_size, 1024);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_FALSE(c->attention_out_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 10000.0);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
+  EXPECT_EQ(c->layer_window, (std::vector<int>(4, 0)));
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{2}));
+  EXPECT_FALSE(c->bos_token_id.has_value());
+  EXPECT_EQ(c->quantization.bits, 0);
+}
+
+TEST(ReferenceModels, QuantizedConfigReadsTopLevelBitsAndGroup) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/config.json");
+  auto c = ModelConfig::load(test::reference_path("models/tiny-code-qwen2-4bit"));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->quantization.bits, 4);
+  EXPECT_EQ(c->quantization.group_size, 64);
+  auto set = SafetensorsSet::open_dir(test::reference_path("models/tiny-code-qwen2-4bit"));
+  ASSERT_TRUE(set.ok()) << set.message();
+  bool has_u32 = false;
+  for (const auto& [_, t] : set->tensors()) has_u32 |= t.dtype == DType::kU32;
+  EXPECT_TRUE(has_u32);
+}
+
+class ZooModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooModel, WeightsLoadAndConfigMatchesConfigJson) {
+  const std::string rel = "models/zoo/" + GetParam();
+  SLUICE_REQUIRE_REFERENCE(rel + "/config.json");
+  const auto dir = test::reference_path(rel);
+  auto set = SafetensorsSet::open_dir(dir);
+  ASSERT_TRUE(set.ok()) << set.message();
+  EXPECT_FALSE(set->tensors().empty());
+
+  auto c = ModelConfig::load(dir);
+  ASSERT_TRUE(c.ok()) << c.message();
+  auto text = read_text_file(dir / "config.json");
+  ASSERT_TRUE(text.ok());
+  rapidjson::Document j;
+  j.Parse(text->c_str());
+  ASSERT_FALSE(j.HasParseError());
+  EXPECT_EQ(c->architecture, j["model_type"].GetString());
+  EXPECT_EQ(c->vocab_size, j["vocab_size"].GetInt());
+  EXPECT_EQ(c->hidden_size, j["hidden_size"].GetInt());
+  EXPECT_EQ(c->intermediate_size, j["intermediate_size"].GetInt());
+  EXPECT_EQ(c->num_layers, j["num_hidden_layers"].GetInt());
+  EXPECT_EQ(c->num_heads, j["num_attention_heads"].GetInt());
+  EXPECT_EQ(c->num_kv_heads, j["num_key_value_heads"].GetInt());
+  const int head_dim = j.HasMember("head_dim") && j["head_dim"].IsInt()
+                           ? j["head_dim"].GetInt()
+                           : j["hidden_size"].GetInt() / j["num_attention_heads"].GetInt();
+  EXPECT_EQ(c->head_dim, head_dim);
+  EXPECT_EQ(c->max_position_embeddings, j["max_position_embeddings"].GetInt());
+  EXPECT_FLOAT_EQ(c->norm_eps, static_cast<float>(j["rms_norm_eps"].GetDouble()));
+  EXPECT_EQ(c->tie_word_embeddings, j["tie_word_embeddings"].GetBool());
+  EXPECT_DOUBLE_EQ(c->rope.theta, j["rope_parameters"]["rope_theta"].GetDouble());
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
+  EXPECT_EQ(c->hidden_act, j["hidden_act"].GetString());
+  EXPECT_EQ(c->layer_window, std::vector<int>(c->num_layers, 0));  // all have sliding_window null / disabled
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{j["eos_token_id"].GetInt()}));
+  EXPECT_EQ(c->qk_norm, GetParam() == "qwen3");
+  EXPECT_EQ(c->attention_bias, GetParam() == "qwen2");
+
+  // The weights agree with the config where the config says so.
+  const auto* q = set->find("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->shape, (std::vector<int64_t>{c->num_heads * c->head_dim, c->hidden_size}));
+  EXPECT_EQ(set->find("lm_head.weight") == nullptr, c->tie_word_embeddings);
+  EXPECT_EQ(set->find("model.layers.0.self_attn.q_proj.bias") != nullptr, c->attention_bias);
+  EXPECT_EQ(set->find("model.layers.0.self_attn.q_norm.weight") != nullptr, c->qk_norm);
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, ZooModel, ::testing::Values("llama", "qwen2", "qwen3", "mistral"));
+
+// ---- config: rejections and rules, from hand-written config.json files ----
+
+std::string config_json(const std::string& model_type, const std::string& extra = "") {
+  return R"({"model_type":")" + model_type +
+         R"(","vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":4,)"
+         R"("num_attention_heads":4,"num_key_value_heads":2)" +
+         extra + "}";
+}
+
+Result<ModelConfig> load_config(const TempDir& dir, const std::string& config, const std::string& generation = "") {
+  write_bytes(dir.path() / "config.json", config);
+  if (!generation.empty()) write_bytes(dir.path() / "generation_config.json", generation);
+  return ModelConfig::load(dir.path());
+}
+
+TEST(ModelConfig, RejectsUnknownArchitectureListingSupported) {
+  TempDir dir;
+  auto c = load_config(dir, config_json("gpt_neox"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.message(), HasSubstr("config.json"));
+  EXPECT_THAT(c.message(), HasSubstr("unsupported architecture (model_type) 'gpt_neox'"));
+  for (const auto& a : ModelConfig::supported_architectures()) EXPECT_THAT(c.message(), HasSubstr(a));
+}
+
+TEST(ModelConfig, RejectsMalformedConfigJson) {
+  TempDir dir;
+  auto c = load_config(dir, R"({"model_type": "llama", "hidden_size": 64,,})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.message(), HasSubstr("config.json"));
+  EXPECT_THAT(c.message(), HasSubstr("malformed JSON"));
+}
+
+TEST(ModelConfig, RejectsWrongTypesAndBadDimensions) {
+  TempDir dir;
+  auto wrong_type = load_config(dir, config_json("llama", R"(,"rms_norm_eps":"1e-6")"));
+  ASSERT_FALSE(wrong_type.ok());
+  EXPECT_THAT(wrong_type.message(), HasSubstr("'rms_norm_eps' must be a number"));
+  auto indivisible = load_config(dir, config_json("llama").replace(config_json("llama").find("\"num_key_value_heads\":2"),
+                                                                   22, "\"num_key_value_heads\":3"));
+  ASSERT_FALSE(indivisible.ok());
+  EXPECT_THAT(indivisible.message(), HasSubstr("not divisible by num_key_value_heads 3"));
+  auto odd_head = load_config(dir, config_json("llama", R"(,"head_dim":15)"));
+  ASSERT_FALSE(odd_head.ok());
+  EXPECT_THAT(odd_head.message(), HasSubstr("head_dim must be positive and even"));
+  auto zero = load_config(dir, R"({"model_type":"llama","vocab_size":0})");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(zero.message(), HasSubstr("'vocab_size' must be a positive integer"));
+  auto bad_rope = load_config(dir, config_json("llama", R"(,"rope_scaling":{"rope_type":"longrope","factor":2})"));
+  ASSERT_FALSE(bad_rope.ok());
+  EXPECT_THAT(bad_rope.message(), HasSubstr("unsupported rope type 'longrope'"));
+}
+
+TEST(ModelConfig, DefaultsAndEosUnionWithGenerationConfig) {
+  TempDir dir;
+  auto c = load_config(dir, config_json("llama", R"(,"eos_token_id":[7,8],"bos_token_id":1,"rope_theta":500000.0)"),
+                       R"({"eos_token_id":[8,9]})");
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(c->bos_token_id, 1);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 500000.0);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->attention_bias);
+}
+
+TEST(ModelConfig, LlamaAttentionBiasCoversOutputProjection) {
+  TempDir dir;
+  auto c = load_config(dir, config_json("llama", R"(,"attention_bias":true,"mlp_bias":true)"));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->attention_out_bias);
+  EXPECT_TRUE(c->mlp_bias);
+}
+
+TEST(ModelConfig, QwenSlidingWindowFollowsMaxWindowLayersOrLayerTypes) {
+  TempDir dir;
+  auto off = load_config(dir, config_json("qwen2", R"(,"sliding_window":32,"max_window_layers":2)"));
+  ASSERT_TRUE(off.ok()) << off.message();
+  EXPECT_EQ(off->layer_window, (std::vector<int>{0, 0, 0, 0}));  // use_sliding_window absent = false
+  auto by_index = load_config(
+      dir, config_json("qwen2", R"(,"sliding_window":32,"max_window_layers":2,"use_sliding_window":true)"));
+  ASSERT_TRUE(by_index.ok()) << by_index.message();
+  EXPECT_EQ(by_index->layer_window, (std::vector<int>{0, 0, 32, 32}));
+  auto by_type = load_config(dir, config_json("qwen3", R"(,"sliding_window":16,"use_sliding_window":true,)"
+                                                       R"("layer_types":["sliding_attention","full_attention",)"
+                                                       R"("sliding_attention","full_attention"])"));
+  ASSERT_TRUE(by_type.ok()) << by_type.message();
+  EXPECT_EQ(by_type->layer_window, (std::vector<int>{16, 0, 16, 0}));
+  auto mistral = load_config(dir, config_json("mistral", R"(,"sliding_window":4096)"));
+  ASSERT_TRUE(mistral.ok()) << mistral.message();
+  EXPECT_EQ(mistral->layer_window, (std::vector<int>(4, 4096)));
+  auto mistral_null = load_config(dir, config_json("mistral", R"(,"sliding_window":null)"));
+  ASSERT_TRUE(mistral_null.ok()) << mistral_null.message();
+  EXPECT_EQ(mistral_null->layer_window, (std::vector<int>(4, 0)));
+}
+
+TEST(ModelConfig, ParsesRopeScalingFromLegacyAndNewForms) {
+  TempDir dir;
+  auto legacy = load_config(dir, config_json("llama", R"(,"rope_theta":500000.0,"rope_scaling":{"type":"linear","factor":2.0})"));
+  ASSERT_TRUE(legacy.ok()) << legacy.message();
+  EXPECT_EQ(legacy->rope.scaling, RopeScaling::kLinear);
+  EXPECT_DOUBLE_EQ(legacy->rope.factor, 2.0);
+  EXPECT_DOUBLE_EQ(legacy->rope.theta, 500000.0);
+  auto v5 = load_config(dir, config_json("llama", R"(,"rope_parameters":{"rope_theta":500000.0,"rope_type":"llama3",)"
+                                                  R"("factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
+                                                  R"("original_max_position_embeddings":8192})"));
+  ASSERT_TRUE(v5.ok()) << v5.message();
+  EXPECT_EQ(v5->rope.scaling, RopeScaling::kLlama3);
+  EXPECT_DOUBLE_EQ(v5->rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(v5->rope.factor, 8.0);
+  EXPECT_EQ(v5->rope.original_max_position, 8192);
+}
+
+// ---- RoPE inverse frequencies ----
+
+TEST(RopeConfig, Llama3RuleMatchesHandComputedValues) {
+  RopeConfig rope;
+  rope.theta = 500000.0;
+  rope.scaling = RopeScaling::kLlama3;
+  rope.factor = 8.0;
+  rope.low_freq_factor = 1.0;
+  rope.high_freq_factor = 4.0;
+  rope.original_max_position = 8192;
+  const int dim = 128;
+  const auto inv = rope.inverse_frequencies(dim);
+  ASSERT_EQ(inv.size(), 64u);
+
+  // Wavelength 2π/f: below 8192/4 = 2048 unchanged, above 8192/1 = 8192 divided by 8, between blended with
+  // smooth = (8192/wavelength − 1)/(4 − 1): f·((1 − smooth)/8 + smooth).
+  // i = 0: f = 1, wavelength 6.28 → 1.
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  // i = 20: f = 500000^(−40/128) ≈ 0.016560, wavelength ≈ 379 → unchanged.
+  EXPECT_NEAR(inv[20], 0.0165604401, 1e-9);
+  // i = 32: f = 500000^(−1/2) = 1/707.107 = 0.00141421, wavelength = 2π·707.107 = 4442.88 (medium);
+  // smooth = (8192/4442.88 − 1)/3 = 0.281286; f·(0.718714/8 + 0.281286) = 0.00141421·0.371125 = 0.00052485.
+  EXPECT_NEAR(inv[32], 0.00052485, 2e-8);
+  // i = 30: f = 500000^(−60/128) = 0.00213112, wavelength 2948.3 (medium); smooth = 0.592830 → 0.00137189.
+  EXPECT_NEAR(inv[30], 0.00137189, 2e-8);
+  // i = 35: f = 500000^(−70/128) = 0.000764497, wavelength 8218.7 > 8192 → f/8 = 9.55621e-5.
+  EXPECT_NEAR(inv[35], 9.55621e-5, 1e-9);
+  // i = 63: f = 500000^(−126/128) = 2.45514e-6 → f/8 = 3.06893e-7.
+  EXPECT_NEAR(inv[63], 3.06893e-7, 1e-11);
+  EXPECT_FLOAT_EQ(rope.attention_scaling(), 1.0f);
+}
+
+TEST(RopeConfig, DefaultAndLinearAndYarn) {
+  RopeConfig rope;  // theta 10000
+  auto plain = rope.inverse_frequencies(8);
+  ASSERT_EQ(plain.size(), 4u);
+  EXPECT_FLOAT_EQ(plain[1], 0.1f);   // 10000^(−2/8)
+  EXPECT_FLOAT_EQ(plain[2], 0.01f);  // 10000^(−4/8)
+  rope.scaling = RopeScaling::kLinear;
+  rope.factor = 4.0;
+  EXPECT_FLOAT_EQ(rope.inverse_frequencies(8)[2], 0.0025f);
+  rope.scaling = RopeScaling::kDynamic;
+  EXPECT_FLOAT_EQ(rope.inverse_frequencies(8)[2], 0.01f);
+
+  rope.scaling = RopeScaling::kYarn;
+  rope.original_max_position = 4096;
+  EXPECT_NEAR(rope.attention_scaling(), 0.1 * std::log(4.0) + 1.0, 1e-6);
+  const auto yarn = rope.inverse_frequencies(128);
+  EXPECT_FLOAT_EQ(yarn[0], 1.0f);                                      // fast-rotating: extrapolated
+  EXPECT_NEAR(yarn[63], std::pow(10000.0, -126.0 / 128) / 4.0, 1e-12);  // slow: interpolated
+  rope.attention_factor = 1.5;
+  EXPECT_FLOAT_EQ(rope.attention_scaling(), 1.5f);
+}
+
+}  // namespace
+}  // namespace sluice
