@@ -10,7 +10,7 @@
 #include <cblas.h>
 
 #include "cpu_backend.h"
-#include "vec.h"
+#include "util/vec.h"
 
 namespace sluice::cpu {
 namespace {

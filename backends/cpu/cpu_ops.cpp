@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
-#include "vec.h"
+#include "util/vec.h"
 
 namespace sluice::cpu {
 

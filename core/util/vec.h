@@ -1,5 +1,5 @@
 #pragma once
-// Vectorised inner loops of the CPU backend: dot products of a float32 activation with a weight row
+// Vectorised inner loops shared by the CPU backend and host-side codecs: dot products of a float32 activation with a weight row
 // stored as f32, f16 or bf16 (converted in registers, never copied), and row conversions to float32.
 // AVX2+FMA+F16C when the compiler targets them; a portable loop otherwise.
 #include <cstddef>

@@ -1,0 +1,135 @@
+#include "engine/runtime.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace sluice {
+
+Result<BackendChoice> choose_backend(PluginRegistry& registry, const std::string& spec) {
+  if (spec.size() > 3 && spec.ends_with(".so")) {
+    const auto& rec = registry.load_file(spec);
+    if (!rec.loaded) return make_error("backend plugin " + spec + " " + rec.status);
+    if (rec.descriptor->kind != SL_PLUGIN_BACKEND) return make_error(spec + " is a " + rec.kind + " plugin, not a backend");
+    return BackendChoice{rec.name, ""};
+  }
+  if (spec == "auto" || spec.empty()) {
+    // Prefer a device backend that loaded (and whose probe found a device); the CPU otherwise.
+    for (const auto* rec : registry.loaded_of_kind(SL_PLUGIN_BACKEND))
+      if (rec->name != "cpu") return BackendChoice{rec->name, ""};
+    if (registry.find(SL_PLUGIN_BACKEND, "cpu")) return BackendChoice{"cpu", ""};
+    return make_error("no backend plugin loaded (looked for sluice-*.so in the plugin directory; see `sluice plugins`)");
+  }
+  auto colon = spec.find(':');
+  BackendChoice c{spec.substr(0, colon), colon == std::string::npos ? "" : spec.substr(colon + 1)};
+  if (!registry.find(SL_PLUGIN_BACKEND, c.name)) {
+    for (const auto& r : registry.records())
+      if (r.name == c.name && !r.loaded) return make_error("backend '" + c.name + "' is not available: " + r.status);
+    std::string known;
+    for (const auto* r : registry.loaded_of_kind(SL_PLUGIN_BACKEND)) known += (known.empty() ? "" : ", ") + r->name;
+    return make_error("unknown backend '" + c.name + "' (available: " + (known.empty() ? "none" : known) + ")");
+  }
+  return c;
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uint32_t capacity_tokens) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->options_ = options;
+  rt->registry_ = std::make_unique<PluginRegistry>();
+  if (!options.plugin_dir.empty()) {
+    rt->registry_->scan(options.plugin_dir);
+  } else {
+    for (const auto& dir : PluginRegistry::default_dirs()) rt->registry_->scan(dir);
+  }
+
+  auto config = ModelConfig::load(options.model_dir);
+  if (!config) return config.error();
+  rt->config_ = std::move(*config);
+  auto tensors = SafetensorsSet::open_dir(options.model_dir);
+  if (!tensors) return tensors.error();
+  rt->tensors_ = std::make_unique<SafetensorsSet>(std::move(*tensors));
+  auto tok = Tokenizer::load_from_model_dir(options.model_dir);
+  if (!tok) return tok.error();
+  rt->tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
+
+  auto choice = choose_backend(*rt->registry_, options.backend);
+  if (!choice) return choice.error();
+  const auto* rec = rt->registry_->find(SL_PLUGIN_BACKEND, choice->name);
+  const unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads) : std::thread::hardware_concurrency();
+  auto backend = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), choice->name, choice->device, threads);
+  if (!backend) return backend.error();
+  rt->backend_ = std::move(*backend);
+
+  auto model = Transformer::create(rt->config_, *rt->tensors_, *rt->backend_);
+  if (!model) return model.error();
+  rt->model_ = std::move(*model);
+
+  rt->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(rt->config_.max_position_embeddings, 8192);
+  auto codecs = KvCodecChoice::parse(options.kv_codec);
+  if (!codecs) return codecs.error();
+  const uint32_t capacity = capacity_tokens ? capacity_tokens
+                                            : static_cast<uint32_t>(rt->ctx_size_) * static_cast<uint32_t>(std::max(1, options.parallel));
+  auto kv = KvCache::create(*rt->backend_, *rt->registry_, rt->config_, *codecs, capacity);
+  if (!kv) return kv.error();
+  rt->kv_ = std::move(*kv);
+  return rt;
+}
+
+std::string Runtime::model_name() const {
+  auto p = std::filesystem::path(options_.model_dir);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+Status Runtime::ensure_pages(SequenceState& seq, int32_t n_positions) {
+  const uint32_t need = (static_cast<uint32_t>(n_positions) + kv_->page_tokens() - 1) / kv_->page_tokens();
+  if (need <= seq.pages.size()) return {};
+  auto pages = kv_->allocate(need - static_cast<uint32_t>(seq.pages.size()));
+  if (!pages) return pages.error();
+  seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
+  return {};
+}
+
+void Runtime::release(SequenceState& seq) {
+  kv_->release(seq.pages);
+  seq.pages.clear();
+  seq.n_past = 0;
+}
+
+Status Runtime::run(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+  if (tokens.empty()) return make_error("no tokens to run");
+  if (seq.n_past + static_cast<int32_t>(tokens.size()) > ctx_size_)
+    return make_error("context full: " + std::to_string(seq.n_past + tokens.size()) + " tokens exceed the context size " +
+                      std::to_string(ctx_size_));
+  if (auto s = ensure_pages(seq, seq.n_past + static_cast<int32_t>(tokens.size())); !s) return s;
+  const std::size_t chunk = static_cast<std::size_t>(std::max(1, options_.prefill_size));
+  const std::size_t vocab = static_cast<std::size_t>(config_.vocab_size);
+  logits.clear();
+  std::vector<float> part;
+  ForwardBatch batch;
+  for (std::size_t start = 0; start < tokens.size(); start += chunk) {
+    const std::size_t n = std::min(chunk, tokens.size() - start);
+    batch.tokens.assign(tokens.begin() + start, tokens.begin() + start + n);
+    batch.positions.resize(n);
+    batch.seq_slots.assign(n, 0);
+    for (std::size_t i = 0; i < n; ++i) batch.positions[i] = seq.n_past + static_cast<int32_t>(i);
+    batch.n_seqs = 1;
+    batch.max_pages = static_cast<uint32_t>(seq.pages.size());
+    batch.page_table = seq.pages;
+    batch.logit_rows.clear();
+    const bool last_chunk = start + n == tokens.size();
+    if (all_logits) {
+      for (uint32_t i = 0; i < n; ++i) batch.logit_rows.push_back(i);
+    } else if (last_chunk) {
+      batch.logit_rows.push_back(static_cast<uint32_t>(n - 1));
+    }
+    if (auto s = model_->forward(batch, kv_->raw(), part); !s) return s;
+    seq.n_past += static_cast<int32_t>(n);
+    if (all_logits)
+      logits.insert(logits.end(), part.begin(), part.end());
+    else if (last_chunk)
+      logits.assign(part.end() - vocab, part.end());
+  }
+  return {};
+}
+
+}  // namespace sluice

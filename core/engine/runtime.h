@@ -1,0 +1,65 @@
+#pragma once
+// Everything a loaded model needs at run time, opened in order: plugins, backend, model files and
+// configuration, tokenizer, forward pass, KV cache. Shared by the engine (serving, generation) and
+// by tools that drive the forward pass directly (perplexity).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "plugin/backend_handle.h"
+#include "plugin/plugin_registry.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+
+// A sequence's KV pages and how many of its positions are stored.
+struct SequenceState {
+  std::vector<int32_t> pages;
+  int32_t n_past = 0;
+};
+
+class Runtime {
+ public:
+  // capacity_tokens: KV positions to reserve across all sequences (0: ctx_size × parallel).
+  static Result<std::unique_ptr<Runtime>> open(const EngineOptions& options, uint32_t capacity_tokens = 0);
+
+  // Runs tokens for one sequence starting at seq.n_past, growing its pages as needed, in chunks of
+  // prefill_size. all_logits: logits for every token (perplexity) or only the last.
+  Status run(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+  void release(SequenceState& seq);
+  Status ensure_pages(SequenceState& seq, int32_t n_positions);
+
+  const EngineOptions& options() const { return options_; }
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const BackendHandle& backend() const { return *backend_; }
+  Transformer& model() { return *model_; }
+  KvCache& kv() { return *kv_; }
+  const PluginRegistry& plugins() const { return *registry_; }
+  int context_size() const { return ctx_size_; }
+  std::string model_name() const;
+
+ private:
+  EngineOptions options_;
+  std::unique_ptr<PluginRegistry> registry_;
+  ModelConfig config_;
+  std::unique_ptr<SafetensorsSet> tensors_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<BackendHandle> backend_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<KvCache> kv_;
+  int ctx_size_ = 0;
+};
+
+// Resolves --backend: "auto", "cpu", "opencl", "opencl:0:1" (name:device) or a path to a .so.
+struct BackendChoice {
+  std::string name, device;
+};
+Result<BackendChoice> choose_backend(PluginRegistry& registry, const std::string& spec);
+
+}  // namespace sluice

@@ -1,0 +1,239 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sluice {
+namespace {
+
+Result<sl_dtype> backend_dtype(DType d, const std::string& name) {
+  switch (d) {
+    case DType::kF32: return SL_DTYPE_F32;
+    case DType::kF16: return SL_DTYPE_F16;
+    case DType::kBF16: return SL_DTYPE_BF16;
+    default: return make_error("tensor '" + name + "': dtype " + to_string(d) + " cannot be used as a weight");
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+Result<sl_weight> Transformer::bind(const SafetensorsSet& tensors, const std::string& name,
+                                    std::vector<int64_t> shape) const {
+  const TensorInfo* t = tensors.find(name);
+  if (!t) return make_error("model is missing tensor '" + name + "'");
+  if (t->shape != shape)
+    return make_error("tensor '" + name + "' has shape " + shape_text(t->shape) + ", expected " + shape_text(shape));
+  auto dtype = backend_dtype(t->dtype, name);
+  if (!dtype) return dtype.error();
+  sl_weight w{};
+  w.struct_size = sizeof(sl_weight);
+  w.data = file_buffers_[t->file_index].get();
+  w.offset = t->file_offset;
+  w.dtype = *dtype;
+  w.rows = shape.size() == 2 ? static_cast<uint32_t>(shape[0]) : 1;
+  w.cols = static_cast<uint32_t>(shape.back());
+  return w;
+}
+
+Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& config, const SafetensorsSet& tensors,
+                                                         const BackendHandle& backend) {
+  std::unique_ptr<Transformer> m(new Transformer(config, backend));
+  const ModelConfig& c = m->config_;
+
+  // One buffer per file, wrapping its mapping: weights are used in place (zero-copy on the CPU).
+  std::vector<const std::byte*> base(tensors.files().size(), nullptr);
+  std::vector<uint64_t> extent(tensors.files().size(), 0);
+  for (const auto& [name, t] : tensors.tensors()) {
+    base[t.file_index] = t.data - t.file_offset;
+    extent[t.file_index] = std::max(extent[t.file_index], t.file_offset + t.bytes);
+  }
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    if (!base[i]) {
+      m->file_buffers_.emplace_back();
+      continue;
+    }
+    auto buf = backend.wrap_host(base[i], extent[i]);
+    if (!buf) return buf.error();
+    m->file_buffers_.push_back(std::move(*buf));
+  }
+
+  const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
+  auto need = [&](sl_weight& dst, const std::string& name, std::vector<int64_t> shape) -> Status {
+    auto w = m->bind(tensors, name, std::move(shape));
+    if (!w) return w.error();
+    dst = *w;
+    return {};
+  };
+  auto maybe = [&](sl_weight& dst, bool& present, const std::string& name, std::vector<int64_t> shape) -> Status {
+    present = tensors.find(name) != nullptr;
+    return present ? need(dst, name, std::move(shape)) : Status{};
+  };
+#define SLUICE_TRY(expr)             \
+  if (auto s_ = (expr); !s_) return s_.error()
+
+  SLUICE_TRY(need(m->embed_, "model.embed_tokens.weight", {V, H}));
+  SLUICE_TRY(need(m->final_norm_, "model.norm.weight", {H}));
+  if (tensors.find("lm_head.weight") && !c.tie_word_embeddings) {
+    SLUICE_TRY(need(m->lm_head_, "lm_head.weight", {V, H}));
+  } else {
+    m->lm_head_ = m->embed_;  // tied: the output projection reads the embedding table
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    Layer L;
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    SLUICE_TRY(need(L.attn_norm, p + "input_layernorm.weight", {H}));
+    SLUICE_TRY(need(L.q, p + "self_attn.q_proj.weight", {QD, H}));
+    SLUICE_TRY(need(L.k, p + "self_attn.k_proj.weight", {KD, H}));
+    SLUICE_TRY(need(L.v, p + "self_attn.v_proj.weight", {KD, H}));
+    SLUICE_TRY(need(L.o, p + "self_attn.o_proj.weight", {H, QD}));
+    SLUICE_TRY(maybe(L.q_bias, L.has_q_bias, p + "self_attn.q_proj.bias", {QD}));
+    SLUICE_TRY(maybe(L.k_bias, L.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
+    SLUICE_TRY(maybe(L.v_bias, L.has_v_bias, p + "self_attn.v_proj.bias", {KD}));
+    SLUICE_TRY(maybe(L.o_bias, L.has_o_bias, p + "self_attn.o_proj.bias", {H}));
+    if (c.qk_norm) {
+      SLUICE_TRY(need(L.q_norm, p + "self_attn.q_norm.weight", {D}));
+      SLUICE_TRY(need(L.k_norm, p + "self_attn.k_norm.weight", {D}));
+      L.has_qk_norm = true;
+    }
+    SLUICE_TRY(need(L.ffn_norm, p + "post_attention_layernorm.weight", {H}));
+    SLUICE_TRY(need(L.gate, p + "mlp.gate_proj.weight", {F, H}));
+    SLUICE_TRY(need(L.up, p + "mlp.up_proj.weight", {F, H}));
+    SLUICE_TRY(need(L.down, p + "mlp.down_proj.weight", {H, F}));
+    L.window = i < static_cast<int>(c.layer_window.size()) ? static_cast<uint32_t>(c.layer_window[i]) : 0;
+    m->layers_.push_back(L);
+  }
+#undef SLUICE_TRY
+  for (const auto& [name, t] : tensors.tensors()) m->weight_bytes_ += t.bytes;
+  m->inv_freq_ = c.rope.inverse_frequencies(c.rotary_dim());
+  m->rope_factor_ = c.rope.attention_scaling();
+  return m;
+}
+
+Status Transformer::ensure_activations(uint32_t n, uint32_t n_logit_rows) {
+  const ModelConfig& c = config_;
+  auto grow = [&](Buffer& b, uint64_t floats) -> Status {
+    if (b && b.bytes() >= floats * 4) return {};
+    auto nb = backend_.alloc(floats * 4);
+    if (!nb) return nb.error();
+    b = std::move(*nb);
+    return {};
+  };
+  if (n > capacity_tokens_) {
+    const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
+    for (auto [buf, size] : {std::pair{&x_, H}, {&h_, H}, {&q_, QD}, {&k_, KD}, {&v_, KD}, {&attn_, QD}, {&o_, H},
+                             {&gate_, uint64_t(c.intermediate_size)}, {&up_, uint64_t(c.intermediate_size)},
+                             {&act_, uint64_t(c.intermediate_size)}}) {
+      if (auto s = grow(*buf, size * n); !s) return s;
+    }
+    capacity_tokens_ = n;
+  }
+  if (n_logit_rows > capacity_logit_rows_) {
+    if (auto s = grow(last_, uint64_t(c.hidden_size) * n_logit_rows); !s) return s;
+    if (auto s = grow(last_norm_, uint64_t(c.hidden_size) * n_logit_rows); !s) return s;
+    if (auto s = grow(logits_, uint64_t(c.vocab_size) * n_logit_rows); !s) return s;
+    capacity_logit_rows_ = n_logit_rows;
+  }
+  return {};
+}
+
+Status Transformer::run_layer(const Layer& L, uint32_t index, uint32_t n, sl_kv_cache* cache) {
+  const ModelConfig& c = config_;
+  const sl_backend_api* api = backend_.api();
+  sl_backend* be = backend_.raw();
+  sl_error err{};
+  const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads;
+#define SLUICE_CALL(what, call)                                                   \
+  if (auto s_ = backend_.check((call), err, what); !s_) return s_
+
+  SLUICE_CALL("rms_norm", api->rms_norm(be, x_.get(), &L.attn_norm, 0.0f, h_.get(), n, H, c.norm_eps, &err));
+  SLUICE_CALL("matmul q", api->matmul(be, h_.get(), n, &L.q, L.has_q_bias ? &L.q_bias : nullptr, q_.get(), &err));
+  SLUICE_CALL("matmul k", api->matmul(be, h_.get(), n, &L.k, L.has_k_bias ? &L.k_bias : nullptr, k_.get(), &err));
+  SLUICE_CALL("matmul v", api->matmul(be, h_.get(), n, &L.v, L.has_v_bias ? &L.v_bias : nullptr, v_.get(), &err));
+  if (L.has_qk_norm) {
+    SLUICE_CALL("q_norm", api->rms_norm(be, q_.get(), &L.q_norm, 0.0f, q_.get(), n * NH, D, c.norm_eps, &err));
+    SLUICE_CALL("k_norm", api->rms_norm(be, k_.get(), &L.k_norm, 0.0f, k_.get(), n * NKV, D, c.norm_eps, &err));
+  }
+  const uint32_t rot = static_cast<uint32_t>(c.rotary_dim());
+  SLUICE_CALL("rope q", api->rope(be, q_.get(), NH, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
+  SLUICE_CALL("rope k", api->rope(be, k_.get(), NKV, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
+  SLUICE_CALL("kv_write", api->kv_write(be, cache, index, k_.get(), v_.get(), &err));
+  sl_attention_params ap{};
+  ap.struct_size = sizeof(ap);
+  ap.n_heads = NH;
+  ap.n_kv_heads = NKV;
+  ap.head_dim = D;
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ap.window = L.window;
+  SLUICE_CALL("attention", api->attention(be, cache, index, q_.get(), &ap, attn_.get(), &err));
+  SLUICE_CALL("matmul o", api->matmul(be, attn_.get(), n, &L.o, L.has_o_bias ? &L.o_bias : nullptr, o_.get(), &err));
+  SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
+
+  SLUICE_CALL("rms_norm", api->rms_norm(be, x_.get(), &L.ffn_norm, 0.0f, h_.get(), n, H, c.norm_eps, &err));
+  SLUICE_CALL("matmul gate", api->matmul(be, h_.get(), n, &L.gate, nullptr, gate_.get(), &err));
+  SLUICE_CALL("matmul up", api->matmul(be, h_.get(), n, &L.up, nullptr, up_.get(), &err));
+  const uint32_t act = c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_tanh" ? SL_ACT_GELU_TANH
+                       : c.hidden_act == "gelu" ? SL_ACT_GELU : SL_ACT_SILU;
+  SLUICE_CALL("activation", api->gated_activation(be, act, gate_.get(), up_.get(), act_.get(), uint64_t(n) * c.intermediate_size, &err));
+  SLUICE_CALL("matmul down", api->matmul(be, act_.get(), n, &L.down, nullptr, o_.get(), &err));
+  SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
+#undef SLUICE_CALL
+  return {};
+}
+
+Status Transformer::forward(const ForwardBatch& batch, sl_kv_cache* cache, std::vector<float>& logits) {
+  const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
+  if (n == 0) return make_error("forward: empty batch");
+  if (batch.positions.size() != n || batch.seq_slots.size() != n)
+    return make_error("forward: tokens, positions and sequence slots differ in length");
+  for (uint32_t r : batch.logit_rows)
+    if (r >= n) return make_error("forward: logit row out of range");
+  const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
+  if (auto s = ensure_activations(n, std::max(1u, n_logits)); !s) return s;
+
+  const sl_backend_api* api = backend_.api();
+  sl_backend* be = backend_.raw();
+  sl_error err{};
+  sl_batch b{};
+  b.struct_size = sizeof(b);
+  b.n_tokens = n;
+  b.positions = batch.positions.data();
+  b.seq_slots = batch.seq_slots.data();
+  b.n_seqs = batch.n_seqs;
+  b.max_pages = batch.max_pages;
+  b.page_table = batch.page_table.data();
+  if (auto s = backend_.check(api->begin_batch(be, &b, &err), err, "begin_batch"); !s) return s;
+  if (auto s = backend_.check(api->embed(be, &embed_, batch.tokens.data(), n, x_.get(), &err), err, "embed"); !s) return s;
+
+  for (uint32_t i = 0; i < layers_.size(); ++i)
+    if (auto s = run_layer(layers_[i], i, n, cache); !s) return s;
+
+  if (n_logits == 0) {
+    logits.clear();
+    return backend_.synchronize();
+  }
+  const uint32_t H = config_.hidden_size, V = config_.vocab_size;
+  for (uint32_t i = 0; i < n_logits; ++i) {
+    if (auto s = backend_.check(api->copy(be, x_.get(), uint64_t(batch.logit_rows[i]) * H, last_.get(), uint64_t(i) * H, H, &err),
+                                err, "copy");
+        !s)
+      return s;
+  }
+  if (auto s = backend_.check(api->rms_norm(be, last_.get(), &final_norm_, 0.0f, last_norm_.get(), n_logits, H, config_.norm_eps, &err),
+                              err, "final norm");
+      !s)
+    return s;
+  if (auto s = backend_.check(api->matmul(be, last_norm_.get(), n_logits, &lm_head_, nullptr, logits_.get(), &err), err, "lm_head");
+      !s)
+    return s;
+  logits.resize(std::size_t(n_logits) * V);
+  return backend_.download(logits_, 0, logits.data(), logits.size() * 4);
+}
+
+}  // namespace sluice

@@ -1,0 +1,70 @@
+#pragma once
+// C++ side of the backend boundary: an opened backend (RAII over sl_backend) and its buffers.
+// Every call returns a Status carrying the plugin's message; nothing here throws.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "sluice/backend.h"
+#include "util/result.h"
+
+namespace sluice {
+
+class BackendHandle;
+
+// A device buffer; freed through its backend when destroyed.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const BackendHandle* owner, sl_buffer* raw, uint64_t bytes) : owner_(owner), raw_(raw), bytes_(bytes) {}
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  sl_buffer* get() const { return raw_; }
+  uint64_t bytes() const { return bytes_; }
+  explicit operator bool() const { return raw_ != nullptr; }
+
+ private:
+  void reset();
+  const BackendHandle* owner_ = nullptr;
+  sl_buffer* raw_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+class BackendHandle {
+ public:
+  static Result<std::unique_ptr<BackendHandle>> open(const sl_backend_api* api, const std::string& name,
+                                                     const std::string& device, unsigned n_threads);
+  ~BackendHandle();
+  BackendHandle(const BackendHandle&) = delete;
+  BackendHandle& operator=(const BackendHandle&) = delete;
+
+  const sl_backend_api* api() const { return api_; }
+  sl_backend* raw() const { return be_; }
+  const std::string& name() const { return name_; }
+  const sl_device_info& device() const { return device_; }
+  std::string description() const;  // "cpu: AMD EPYC (2 threads)"
+
+  Result<Buffer> alloc(uint64_t bytes) const;
+  Result<Buffer> wrap_host(const void* host, uint64_t bytes) const;
+  Status upload(const Buffer& dst, uint64_t offset, const void* src, uint64_t bytes) const;
+  Status download(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) const;
+  Status synchronize() const;
+  bool supports(const sl_op_query& query) const;
+
+  // Turns a plugin call's status into a Status with the op's name and the plugin's message.
+  Status check(sl_status status, const sl_error& err, const char* what) const;
+
+ private:
+  BackendHandle(const sl_backend_api* api, sl_backend* be, std::string name)
+      : api_(api), be_(be), name_(std::move(name)) {}
+  const sl_backend_api* api_;
+  sl_backend* be_;
+  std::string name_;
+  sl_device_info device_{};
+};
+
+}  // namespace sluice

@@ -1,0 +1,35 @@
+#include "model_options.h"
+
+#include <iostream>
+
+namespace sluice::cli {
+
+void add_model_options(po::options_description& desc, EngineOptions& o) {
+  desc.add_options()
+      ("model", po::value(&o.model_dir)->required(), "model folder (Hugging Face layout)")
+      ("backend", po::value(&o.backend)->default_value("auto"), "auto | cpu | opencl[:P:D] | path/to/plugin.so")
+      ("kv-codec", po::value(&o.kv_codec)->default_value("f16"), "KV cache codec: f32 | f16 | plugin name | k=A,v=B")
+      ("plugin-dir", po::value(&o.plugin_dir), "where to look for sluice-*.so plugins (default: next to the binary)")
+      ("threads", po::value(&o.threads)->default_value(0), "CPU threads (0 = all cores)")
+      ("ctx-size", po::value(&o.ctx_size)->default_value(0), "context size in tokens (0 = the model's, at most 8192)")
+      ("prefill-size", po::value(&o.prefill_size)->default_value(512), "prompt tokens per forward pass");
+}
+
+int parse_or_exit(const char* command, const std::vector<std::string>& args, const po::options_description& desc,
+                  po::variables_map& vm, const char* synopsis) {
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: sluice " << command << " " << synopsis << "\n\n" << desc << "\n";
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "sluice " << command << ": " << e.what() << "\nusage: sluice " << command << " " << synopsis
+              << "\n(--help for all options)\n";
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace sluice::cli
