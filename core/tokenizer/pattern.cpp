@@ -39,8 +39,12 @@ std::vector<Span> Regex::find_all(std::string_view subject) const {
   std::size_t start = 0;
   while (start <= subject.size()) {
     int rc = code_->jit ? pcre2_jit_match(code_->code, bytes, subject.size(), start, PCRE2_NO_UTF_CHECK, data, nullptr)
-                        : pcre2_match(code_->code, bytes, subject.size(), start, PCRE2_NO_UTF_CHECK, data, nullptr);
-    if (rc < 0) break;  // no match (or a resource limit: the rest stays unmatched)
+                        : PCRE2_ERROR_JIT_STACKLIMIT;
+    // The interpreter keeps its backtracking state on the heap, so it takes over where the JIT's
+    // fixed stack runs out (or where JIT compilation was unavailable).
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+      rc = pcre2_match(code_->code, bytes, subject.size(), start, PCRE2_NO_UTF_CHECK, data, nullptr);
+    if (rc < 0) break;  // no further match (or a resource limit: the rest stays unmatched)
     PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
     std::size_t begin = ovector[0], end = ovector[1];
     matches.emplace_back(begin, end);
