@@ -1,0 +1,187 @@
+// Engine behaviour on the bundled model: sampling reproducibility, stopping, cancellation, limits,
+// and bad input refused with a message.
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/kv_cache.h"
+#include "reference.h"
+
+namespace sluice {
+namespace {
+
+std::unique_ptr<Engine> bundled_engine(int queue_size = 64) {
+  EngineOptions o;
+  o.model_dir = test::source_path("models/tiny-code-qwen2").string();
+  o.plugin_dir = test::binary_path("lib").string();
+  o.backend = "cpu";
+  o.threads = 2;
+  o.ctx_size = 256;
+  o.queue_size = queue_size;
+  auto e = Engine::create(o);
+  EXPECT_TRUE(e.ok()) << e.message();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+GenerationRequest request(int max_tokens, float temperature, std::optional<uint64_t> seed) {
+  GenerationRequest r;
+  r.prompt_ids = {826, 1368, 201, 826, 2308, 637, 620, 223};
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.ignore_eos = true;
+  return r;
+}
+
+TEST(Engine, SameSeedSameOutputDifferentSeedDiffers) {
+  auto engine = bundled_engine();
+  ASSERT_TRUE(engine);
+  auto a = engine->generate(request(24, 1.0f, 7));
+  auto b = engine->generate(request(24, 1.0f, 7));
+  auto c = engine->generate(request(24, 1.0f, 8));
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.ids.size(), 24u);
+  EXPECT_NE(a.ids, c.ids);
+}
+
+TEST(Engine, TopKOneSamplingEqualsGreedy) {
+  auto engine = bundled_engine();
+  ASSERT_TRUE(engine);
+  auto greedy = engine->generate(request(16, 0.0f, std::nullopt));
+  auto r = request(16, 0.8f, 3);
+  r.sampling.top_k = 1;
+  EXPECT_EQ(engine->generate(r).ids, greedy.ids);
+}
+
+TEST(Engine, CallbackReturningFalseStopsWithStop) {
+  auto engine = bundled_engine();
+  ASSERT_TRUE(engine);
+  auto r = request(50, 0.0f, std::nullopt);
+  int seen = 0;
+  r.on_token = [&](const TokenEvent&) { return ++seen < 3; };
+  auto result = engine->generate(r);
+  EXPECT_EQ(result.finish, FinishReason::kStop);
+  EXPECT_EQ(result.ids.size(), 3u);
+}
+
+TEST(Engine, CancelledRequestFinishesCancelled) {
+  auto engine = bundled_engine();
+  ASSERT_TRUE(engine);
+  auto r = request(200, 0.0f, std::nullopt);
+  auto flag = r.cancelled;
+  r.on_token = [&](const TokenEvent&) {
+    flag->store(true);
+    return true;
+  };
+  auto result = engine->generate(r);
+  EXPECT_EQ(result.finish, FinishReason::kCancelled);
+  EXPECT_LT(result.ids.size(), 3u);
+}
+
+TEST(Engine, MaxTokensLimitGivesLength) {
+  auto engine = bundled_engine();
+  ASSERT_TRUE(engine);
+  auto result = engine->generate(request(5, 0.0f, std::nullopt));
+  EXPECT_EQ(result.finish, FinishReason::kLength);
+  EXPECT_EQ(result.ids.size(), 5u);
+  EXPECT_EQ(result.stats.completion_tokens, 5);
+  EXPECT_EQ(result.stats.prompt_tokens, 8);
+}
+
+TEST(Engine, BadPromptsAreRefusedWithAMessage) {
+  auto engine = bundled_engine();
+  ASSERT_TRUE(engine);
+  GenerationRequest empty;
+  auto r1 = engine->generate(empty);
+  EXPECT_EQ(r1.finish, FinishReason::kError);
+  EXPECT_NE(r1.error.find("empty"), std::string::npos);
+  auto bad = request(4, 0.0f, std::nullopt);
+  bad.prompt_ids.push_back(999999);
+  auto r2 = engine->generate(bad);
+  EXPECT_EQ(r2.finish, FinishReason::kError);
+  EXPECT_NE(r2.error.find("vocabulary"), std::string::npos);
+  auto too_long = request(4, 0.0f, std::nullopt);
+  too_long.prompt_ids.assign(300, 5);
+  auto r3 = engine->generate(too_long);
+  EXPECT_EQ(r3.finish, FinishReason::kError);
+  EXPECT_NE(r3.error.find("context"), std::string::npos);
+  // And it keeps serving.
+  EXPECT_EQ(engine->generate(request(3, 0.0f, std::nullopt)).ids.size(), 3u);
+}
+
+TEST(Engine, GenerationStopsAtTheContextEnd) {
+  auto engine = bundled_engine();
+  ASSERT_TRUE(engine);
+  auto r = request(1000, 0.0f, std::nullopt);
+  auto result = engine->generate(r);
+  EXPECT_EQ(result.finish, FinishReason::kLength);
+  EXPECT_EQ(result.ids.size(), 256u - 8u);
+}
+
+TEST(Engine, KvPagesReturnAfterRequests) {
+  EngineOptions o;
+  o.model_dir = test::source_path("models/tiny-code-qwen2").string();
+  o.plugin_dir = test::binary_path("lib").string();
+  o.backend = "cpu";
+  o.ctx_size = 64;
+  auto e = Engine::create(o);
+  ASSERT_TRUE(e.ok());
+  // The cache holds exactly one 64-token sequence: repeated full-length requests only fit if every
+  // request gives its pages back.
+  for (int i = 0; i < 5; ++i) EXPECT_EQ((*e)->generate(request(1000, 0.0f, std::nullopt)).ids.size(), 56u);
+}
+
+TEST(Engine, QueueFullIsRefused) {
+  auto engine = bundled_engine(1);
+  ASSERT_TRUE(engine);
+  std::atomic<bool> release{false};
+  auto blocker = std::make_shared<GenerationRequest>(request(100, 0.0f, std::nullopt));
+  blocker->on_token = [&](const TokenEvent&) {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return false;
+  };
+  ASSERT_TRUE(engine->submit(blocker).ok());
+  // Wait until the engine picked it up, then fill the one queue slot.
+  while (engine->metrics().active_sequences == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(engine->submit(std::make_shared<GenerationRequest>(request(2, 0.0f, std::nullopt))).ok());
+  auto refused = engine->submit(std::make_shared<GenerationRequest>(request(2, 0.0f, std::nullopt)));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("queue full"), std::string::npos);
+  release.store(true);
+}
+
+TEST(KvCodecChoice, ParsesSingleAndPairedSpecs) {
+  auto a = KvCodecChoice::parse("f16");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->k_name, "f16");
+  EXPECT_EQ(a->v_name, "f16");
+  auto b = KvCodecChoice::parse("k=turbo4,v=turbo3:seed=5");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->k_name, "turbo4");
+  EXPECT_EQ(b->v_name, "turbo3");
+  EXPECT_EQ(b->v_options, "seed=5");
+  EXPECT_EQ(b->describe(), "k=turbo4,v=turbo3");
+  EXPECT_FALSE(KvCodecChoice::parse("k=f16").ok());
+  EXPECT_FALSE(KvCodecChoice::parse("x=f16,v=f16").ok());
+  EXPECT_FALSE(KvCodecChoice::parse("").ok());
+}
+
+TEST(Engine, UnknownCodecAndBackendAreClearErrors) {
+  EngineOptions o;
+  o.model_dir = test::source_path("models/tiny-code-qwen2").string();
+  o.plugin_dir = test::binary_path("lib").string();
+  o.kv_codec = "nope";
+  auto e = Engine::create(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("unknown KV codec 'nope'"), std::string::npos);
+  o.kv_codec = "f16";
+  o.backend = "warp-drive";
+  auto e2 = Engine::create(o);
+  ASSERT_FALSE(e2.ok());
+  EXPECT_NE(e2.message().find("unknown backend 'warp-drive'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice
