@@ -1,0 +1,141 @@
+#pragma once
+// The value model of the template engine: Python's object model as far as chat templates need it.
+// Lists and dicts are shared by reference (as in Python), so a namespace or list reached through two
+// names is the same object. Strings are UTF-8; lengths and indexing count code points, like Python.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace sluice::chat {
+
+// Raised inside the engine for any template failure; Template::render turns it into a Result error.
+class TemplateError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Value;
+struct ListObject;
+struct DictObject;
+struct Callable;
+class Interpreter;
+
+// Jinja's default Undefined: falsy, prints as "", iterates as empty; most other uses raise with `hint`.
+struct Undefined {
+  std::string hint;     // e.g. "'foo' is undefined" or "'dict object' has no attribute 'x'"
+  bool unsafe = false;  // produced by the sandbox: using it is a SecurityError
+};
+
+using ListPtr = std::shared_ptr<ListObject>;
+using DictPtr = std::shared_ptr<DictObject>;
+using CallablePtr = std::shared_ptr<Callable>;
+
+class Value {
+ public:
+  using Storage = std::variant<Undefined, std::nullptr_t, bool, std::int64_t, double, std::string, ListPtr, DictPtr,
+                               CallablePtr>;
+
+  Value() : v_(Undefined{}) {}
+  Value(Undefined u) : v_(std::move(u)) {}
+  Value(std::nullptr_t) : v_(nullptr) {}
+  Value(bool b) : v_(b) {}
+  Value(int i) : v_(std::int64_t{i}) {}
+  Value(std::int64_t i) : v_(i) {}
+  Value(double d) : v_(d) {}
+  Value(std::string s) : v_(std::move(s)) {}
+  Value(const char* s) : v_(std::string(s)) {}
+  Value(ListPtr l) : v_(std::move(l)) {}
+  Value(DictPtr d) : v_(std::move(d)) {}
+  Value(CallablePtr c) : v_(std::move(c)) {}
+
+  static Value undefined(std::string hint) { return Value(Undefined{std::move(hint)}); }
+  static Value none() { return Value(nullptr); }
+  static Value list(std::vector<Value> items = {});
+  static Value tuple(std::vector<Value> items);
+  static Value dict();
+
+  bool is_undefined() const { return v_.index() == 0; }
+  bool is_none() const { return v_.index() == 1; }
+  bool is_bool() const { return v_.index() == 2; }
+  bool is_int() const { return v_.index() == 3; }  // bool is not counted here (unlike Python's isinstance)
+  bool is_float() const { return v_.index() == 4; }
+  bool is_number() const { return is_int() || is_float() || is_bool(); }
+  bool is_string() const { return v_.index() == 5; }
+  bool is_list() const { return v_.index() == 6; }
+  bool is_dict() const { return v_.index() == 7; }
+  bool is_callable() const { return v_.index() == 8; }
+
+  bool as_bool() const { return std::get<bool>(v_); }
+  std::int64_t as_int() const { return std::get<std::int64_t>(v_); }
+  double as_float() const { return std::get<double>(v_); }
+  const std::string& as_string() const { return std::get<std::string>(v_); }
+  const ListPtr& as_list() const { return std::get<ListPtr>(v_); }
+  const DictPtr& as_dict() const { return std::get<DictPtr>(v_); }
+  const CallablePtr& as_callable() const { return std::get<CallablePtr>(v_); }
+  const Undefined& as_undefined() const { return std::get<Undefined>(v_); }
+
+  // Numeric views (bool counts as int, as in Python).
+  std::int64_t to_int() const;
+  double to_double() const;
+
+  const Storage& storage() const { return v_; }
+
+ private:
+  Storage v_;
+};
+
+struct ListObject {
+  std::vector<Value> items;
+  bool is_tuple = false;  // tuples print as (a, b) and are immutable
+};
+
+// Insertion-ordered mapping (Python dicts keep insertion order; tojson must preserve it).
+struct DictObject {
+  enum class Kind { Dict, Namespace, Loop, Object };
+  std::vector<std::pair<Value, Value>> items;
+  Kind kind = Kind::Dict;
+
+  const Value* find(const Value& key) const;
+  const Value* find(const std::string& key) const;
+  void set(Value key, Value value);
+  bool erase(const Value& key);
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+
+struct Callable {
+  std::string name;
+  std::function<Value(Interpreter&, CallArgs&)> fn;
+  bool is_macro = false;
+};
+
+Value make_callable(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn);
+
+// Python semantics shared by the interpreter, filters and methods.
+bool truthy(const Value& v);
+bool equals(const Value& a, const Value& b);
+int compare(const Value& a, const Value& b);  // <0, 0, >0; throws TemplateError when Python would (TypeError)
+std::string type_name(const Value& v);        // Python's type name: 'str', 'int', 'dict', ...
+std::string to_str(const Value& v);           // str(v): what {{ v }} prints
+std::string to_repr(const Value& v);          // repr(v): how v prints inside a list or dict
+std::string float_repr(double d);             // Python's shortest round-trip float repr ("1.0", "1e-05")
+
+// UTF-8 helpers: Python indexes strings by code point.
+std::vector<std::string> utf8_chars(const std::string& s);
+std::size_t utf8_length(const std::string& s);
+
+// Iterates a value as Python's iter() would (dict → keys, string → characters); undefined → empty.
+std::vector<Value> iterate(const Value& v);
+
+[[noreturn]] void fail(const std::string& message);
+[[noreturn]] void fail_undefined(const Value& v);
+
+}  // namespace sluice::chat
