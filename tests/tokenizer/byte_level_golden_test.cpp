@@ -1,6 +1,8 @@
 // The byte-level BPE tokenizer of the bundled Qwen2-style model against HF tokenizers' output.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "golden.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,8 +39,30 @@ TEST(ByteLevelGolden, RepeatedEncodeIsServedIdenticallyFromTheWordCache) {
     for (const auto& c : test::load_tokenizer_cases(kGolden)) EXPECT_EQ(tok->encode(c.text), c.ids) << "round " << round;
 }
 
-// A megabyte of the golden texts: every piece must still tokenize as in the golden (the pieces are
-// joined at newlines, which the Qwen2 splitter never merges across... so we compare round trips).
+// One Tokenizer shared by several threads (as the server shares it): the word cache must not mix
+// results up.
+TEST(ByteLevelGolden, ConcurrentEncodesFromOneTokenizerMatchHfIds) {
+  SLUICE_REQUIRE_REFERENCE(kGolden);
+  SLUICE_REQUIRE_REFERENCE(kTokenizer);
+  auto tok = Tokenizer::load(test::reference_path(kTokenizer));
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  const Tokenizer& shared = *tok;
+  auto cases = test::load_tokenizer_cases(kGolden);
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round)
+        for (std::size_t i = 0; i < cases.size(); ++i) {
+          const auto& c = cases[(i + static_cast<std::size_t>(t) * 5) % cases.size()];
+          if (shared.encode(c.text) != c.ids) ++mismatches[static_cast<std::size_t>(t)];
+        }
+    });
+  for (auto& thread : threads) thread.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0);
+}
+
+// A megabyte of the golden texts back to back: the fast path for big inputs still round-trips.
 TEST(ByteLevelGolden, MegabyteOfTextRoundTrips) {
   SLUICE_REQUIRE_REFERENCE(kGolden);
   SLUICE_REQUIRE_REFERENCE(kTokenizer);
