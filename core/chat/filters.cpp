@@ -300,6 +300,7 @@ Value select_common(Interpreter& in, const Value& v, CallArgs& args, bool by_att
     test_args.keyword = args.keyword;
   }
   std::vector<Value> out;
+  if (!truthy(v)) return Value::list();  // Jinja guards with `if value:` (so none | select(...) is empty)
   for (auto& item : iterate(v)) {
     Value probe = by_attr ? attr_path(in, item, attr) : item;
     bool ok;
@@ -322,6 +323,7 @@ Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) { return select
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
   std::vector<Value> out;
+  if (!truthy(v)) return Value::list();  // Jinja guards with `if value:`
   const Value* attribute = nullptr;
   const Value* dflt = nullptr;
   for (const auto& [k, val] : args.keyword) {

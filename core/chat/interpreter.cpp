@@ -488,7 +488,8 @@ bool Interpreter::eval_compare(const std::string& op, const Value& a, const Valu
       for (const auto& item : b.as_list()->items)
         if (equals(item, a)) found = true;
     } else if (b.is_undefined()) {
-      fail_undefined(b);
+      if (b.as_undefined().unsafe) fail_undefined(b);
+      found = false;  // Undefined iterates as empty
     } else {
       fail("TypeError: argument of type '" + type_name(b) + "' is not iterable");
     }

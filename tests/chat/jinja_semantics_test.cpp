@@ -31,7 +31,7 @@ TEST(JinjaLoop, LoopVariables) {
   EXPECT_EQ(render_or_error("{% for x in [1,2,3] %}{{ loop.cycle('a','b') }}{% endfor %}"), "aba");
   EXPECT_EQ(render_or_error("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
   EXPECT_EQ(render_or_error("{% for x in range(10) if x is odd %}{% if x > 5 %}{% break %}{% endif %}{{ x }}{{ loop.length }}{% endfor %}"),
-            "151535");
+            "153555");
   EXPECT_EQ(render_or_error("{% for x in range(4) %}{% if x == 1 %}{% continue %}{% endif %}{{ x }}{% endfor %}"), "023");
 }
 
