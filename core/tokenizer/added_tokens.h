@@ -2,10 +2,12 @@
 // Added tokens (tokenizer.json "added_tokens"): strings matched whole in the input before the model
 // sees it, longest match first. Tokens with normalized=false match the raw text; those with
 // normalized=true match each piece after normalization (their content normalized the same way).
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <rapidjson/document.h>

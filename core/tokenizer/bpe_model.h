@@ -1,12 +1,14 @@
 #pragma once
 // The BPE model of tokenizer.json: vocabulary, ranked merges, byte fallback and unknown handling,
 // with a bounded cache of per-word results (real text repeats words constantly).
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <rapidjson/document.h>
