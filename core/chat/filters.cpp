@@ -15,6 +15,7 @@ using Filter = Value (*)(Interpreter&, const Value&, CallArgs&);
 
 std::int64_t py_len(const Value& v) {
   if (v.is_undefined()) return 0;
+  if (v.is_list() && v.as_list()->is_generator) fail("TypeError: object of type 'generator' has no len()");
   if (v.is_string()) return static_cast<std::int64_t>(utf8_length(v.as_string()));
   if (v.is_list()) return static_cast<std::int64_t>(v.as_list()->items.size());
   if (v.is_dict()) return static_cast<std::int64_t>(v.as_dict()->items.size());
@@ -34,6 +35,13 @@ Value attr_path(Interpreter& in, const Value& item, const std::string& path) {
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
+}
+
+// Jinja's map/select/unique/... return generators, not lists.
+Value generator(std::vector<Value> items) {
+  Value v = Value::list(std::move(items));
+  v.as_list()->is_generator = true;
+  return v;
 }
 
 Value fold_case(const Value& v, bool case_sensitive) {
@@ -122,9 +130,14 @@ Value f_replace(Interpreter&, const Value& v, CallArgs& args) {
 
 Value f_list(Interpreter&, const Value& v, CallArgs&) { return Value::list(iterate(v)); }
 Value f_string(Interpreter&, const Value& v, CallArgs&) { return Value(to_str(v)); }
-Value f_safe(Interpreter&, const Value& v, CallArgs&) { return v; }
+Value f_safe(Interpreter&, const Value& v, CallArgs&) {
+  Value out(to_str(v));
+  if (v.is_string()) out = v;
+  return out.mark_safe();
+}
 
 Value f_escape(Interpreter&, const Value& v, CallArgs&) {
+  if (v.is_markup()) return v;
   std::string out;
   for (char c : to_str(v)) {
     switch (c) {
@@ -136,7 +149,7 @@ Value f_escape(Interpreter&, const Value& v, CallArgs&) {
       default: out += c;
     }
   }
-  return Value(std::move(out));
+  return Value(std::move(out)).mark_safe();
 }
 
 // Python's int(str): optional sign, whitespace and underscores between digits.
@@ -257,11 +270,11 @@ Value f_tojson(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 Value f_items(Interpreter&, const Value& v, CallArgs&) {
-  if (v.is_undefined()) return Value::list();
+  if (v.is_undefined()) return generator({});
   if (!v.is_dict()) fail("TypeError: Can only get item pairs from a mapping.");
   std::vector<Value> out;
   for (const auto& [k, val] : v.as_dict()->items) out.push_back(Value::tuple({k, val}));
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 Value f_dictsort(Interpreter&, const Value& v, CallArgs& args) {
@@ -300,7 +313,7 @@ Value select_common(Interpreter& in, const Value& v, CallArgs& args, bool by_att
     test_args.keyword = args.keyword;
   }
   std::vector<Value> out;
-  if (!truthy(v)) return Value::list();  // Jinja guards with `if value:` (so none | select(...) is empty)
+  if (!truthy(v)) return generator({});  // Jinja guards with `if value:` (so none | select(...) is empty)
   for (auto& item : iterate(v)) {
     Value probe = by_attr ? attr_path(in, item, attr) : item;
     bool ok;
@@ -313,7 +326,7 @@ Value select_common(Interpreter& in, const Value& v, CallArgs& args, bool by_att
     }
     if (ok == keep_when) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select_common(in, v, a, false, true); }
@@ -323,7 +336,7 @@ Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) { return select
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
   std::vector<Value> out;
-  if (!truthy(v)) return Value::list();  // Jinja guards with `if value:`
+  if (!truthy(v)) return generator({});  // Jinja guards with `if value:`
   const Value* attribute = nullptr;
   const Value* dflt = nullptr;
   for (const auto& [k, val] : args.keyword) {
@@ -335,7 +348,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
       Value r = attr_path(in, item, to_str(*attribute));
       out.push_back(r.is_undefined() && dflt ? *dflt : r);
     }
-    return Value::list(std::move(out));
+    return generator(std::move(out));
   }
   if (args.positional.empty()) fail("FilterArgumentError: map requires a filter argument");
   std::string name = to_str(args.positional[0]);
@@ -347,7 +360,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
     CallArgs copy = rest;
     out.push_back(call_filter(in, name, item, copy));
   }
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 std::vector<std::string> split_attrs(const Value& attribute) {
@@ -400,7 +413,7 @@ Value f_unique(Interpreter& in, const Value& v, CallArgs& args) {
     seen.push_back(key);
     out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 Value min_max(Interpreter& in, const Value& v, CallArgs& args, bool want_max) {
@@ -446,7 +459,7 @@ Value f_reverse(Interpreter&, const Value& v, CallArgs&) {
   }
   auto items = iterate(v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  return generator(std::move(items));  // reversed(): an iterator
 }
 
 Value f_batch(Interpreter&, const Value& v, CallArgs& args) {

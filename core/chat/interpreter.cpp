@@ -387,6 +387,12 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       bool o = __builtin_add_overflow(a.to_int(), b.to_int(), &r);
       return int_or_float(static_cast<long double>(a.to_int()) + b.to_int(), r, o);
     }
+    if (a.is_string() && b.is_string() && (a.is_markup() || b.is_markup())) {
+      CallArgs none;
+      Value x = a.is_markup() ? a : call_filter(*this, "escape", a, none);
+      Value y = b.is_markup() ? b : call_filter(*this, "escape", b, none);
+      return Value(x.as_string() + y.as_string()).mark_safe();
+    }
     if (a.is_string() && b.is_string()) {
       std::string s = a.as_string() + b.as_string();
       if (s.size() > options_.max_output_bytes) fail("TemplateRuntimeError: string size limit exceeded");

@@ -103,7 +103,7 @@ class JsonWriter {
     else if (v.is_int()) out += std::to_string(v.as_int());
     else if (v.is_float()) out += json_float(v.as_float());
     else if (v.is_string()) append_escaped(out, v.as_string(), o_.ensure_ascii);
-    else if (v.is_list()) {
+    else if (v.is_list() && !v.as_list()->is_generator) {
       const auto& items = v.as_list()->items;
       if (items.empty()) {
         out += "[]";

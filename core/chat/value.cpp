@@ -90,7 +90,7 @@ bool truthy(const Value& v) {
     case 3: return v.as_int() != 0;
     case 4: return v.as_float() != 0.0;
     case 5: return !v.as_string().empty();
-    case 6: return !v.as_list()->items.empty();
+    case 6: return v.as_list()->is_generator || !v.as_list()->items.empty();
     case 7: return v.as_dict()->kind != DictObject::Kind::Dict || !v.as_dict()->items.empty();
     default: return true;
   }
@@ -165,7 +165,7 @@ std::string type_name(const Value& v) {
     case 3: return "int";
     case 4: return "float";
     case 5: return "str";
-    case 6: return v.as_list()->is_tuple ? "tuple" : "list";
+    case 6: return v.as_list()->is_generator ? "generator" : v.as_list()->is_tuple ? "tuple" : "list";
     case 7:
       switch (v.as_dict()->kind) {
         case DictObject::Kind::Namespace: return "Namespace";
@@ -249,6 +249,7 @@ std::string to_repr(const Value& v) {
   if (v.is_undefined()) return "Undefined";
   if (v.is_list()) {
     const auto& l = *v.as_list();
+    if (l.is_generator) return "<generator object>";
     std::string out = l.is_tuple ? "(" : "[";
     for (std::size_t i = 0; i < l.items.size(); ++i) {
       if (i) out += ", ";

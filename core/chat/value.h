@@ -85,13 +85,23 @@ class Value {
 
   const Storage& storage() const { return v_; }
 
+  // Markup (the `safe`/`escape` filters): `markup + str` HTML-escapes the plain side, as
+  // MarkupSafe does, even though autoescaping itself is off.
+  bool is_markup() const { return markup_ && is_string(); }
+  Value& mark_safe() {
+    markup_ = true;
+    return *this;
+  }
+
  private:
   Storage v_;
+  bool markup_ = false;
 };
 
 struct ListObject {
   std::vector<Value> items;
-  bool is_tuple = false;  // tuples print as (a, b) and are immutable
+  bool is_tuple = false;      // tuples print as (a, b) and are immutable
+  bool is_generator = false;  // lazy results of map/select/...: always truthy, no len(), not JSON
 };
 
 // Insertion-ordered mapping (Python dicts keep insertion order; tojson must preserve it).

@@ -111,6 +111,14 @@ TEST(JinjaFilters, CommonFilters) {
             "[('a', 2), ('b', 1)][1, 2]64");
 }
 
+TEST(JinjaFilters, LazyResultsAndMarkupBehaveLikeJinja) {
+  // map/select return generators: always truthy, no len(), not JSON-serializable.
+  EXPECT_EQ(render_or_error("{{ 'y' if [] | select('odd') else 'n' }}{{ [1] | map('string') | list }}"), "y['1']");
+  EXPECT_NE(render_or_error("{{ [1] | map('string') | tojson }}").find("not JSON serializable"), std::string::npos);
+  // Markup + str escapes the plain side.
+  EXPECT_EQ(render_or_error("{{ '<a>' | safe + '<b>' }}|{{ '<c>' ~ ('<d>' | safe) }}"), "<a>&lt;b&gt;|<c><d>");
+}
+
 TEST(JinjaGlobals, StrftimeNowUsesTheInjectedClock) {
   EXPECT_EQ(render_or_error("{{ strftime_now('%Y-%m-%d %H:%M') }}|{{ strftime_now('%d %b %Y') }}"), "2026-11-22 09:30|22 Nov 2026");
 }
