@@ -462,6 +462,12 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    // Bounds native recursion on hostile input such as 100000 nested parentheses.
+    struct Depth {
+      int& d;
+      ~Depth() { --d; }
+    } depth{++nesting_};
+    if (nesting_ > 500) syntax_error("expression nested too deeply");
     int line = cur().line;
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
@@ -730,6 +736,7 @@ class Parser {
   std::size_t pos_ = 0;
   int loop_depth_ = 0;
   bool soft_ = false;
+  int nesting_ = 0;
   std::vector<std::tuple<std::string, bool, int>> pending_unknown_;
 };
 
