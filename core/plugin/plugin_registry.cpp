@@ -92,6 +92,12 @@ const PluginRecord& PluginRegistry::load_file(const std::filesystem::path& path)
     records_.push_back(record);
     return records_.back();
   };
+  // The reason is built (from the descriptor) before the library is unmapped: the argument is
+  // evaluated first, and `d` points into the library.
+  auto refuse = [&](void* h, const std::string& why) -> const PluginRecord& {
+    dlclose(h);
+    return skip(why);
+  };
 
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -100,42 +106,34 @@ const PluginRecord& PluginRegistry::load_file(const std::filesystem::path& path)
   }
   auto entry = reinterpret_cast<sl_plugin_entry_fn>(dlsym(handle, SL_PLUGIN_ENTRY_SYMBOL));
   if (!entry) {
-    dlclose(handle);
-    return skip(std::string("no entry symbol ") + SL_PLUGIN_ENTRY_SYMBOL);
+    return refuse(handle, std::string("no entry symbol ") + SL_PLUGIN_ENTRY_SYMBOL);
   }
   const sl_plugin_descriptor* d = entry();
   if (!d) {
-    dlclose(handle);
-    return skip("entry returned no descriptor");
+    return refuse(handle, "entry returned no descriptor");
   }
   if (d->struct_size < kMinDescriptorSize) {
-    dlclose(handle);
-    return skip("descriptor too small (" + std::to_string(d->struct_size) + " bytes)");
+    return refuse(handle, "descriptor too small (" + std::to_string(d->struct_size) + " bytes)");
   }
   record.kind = kind_name(d->kind);
   if (d->name) record.name = d->name;
   if (d->version) record.version = d->version;
   if (d->abi_major != SL_ABI_MAJOR) {
-    dlclose(handle);
-    return skip("ABI major " + std::to_string(d->abi_major) + ", host needs " + std::to_string(SL_ABI_MAJOR));
+    return refuse(handle, "ABI major " + std::to_string(d->abi_major) + ", host needs " + std::to_string(SL_ABI_MAJOR));
   }
   if (!d->name || !d->api) {
-    dlclose(handle);
-    return skip("descriptor lacks name or function table");
+    return refuse(handle, "descriptor lacks name or function table");
   }
   if (auto why = check_api(d); !why.empty()) {
-    dlclose(handle);
-    return skip(why);
+    return refuse(handle, why);
   }
   if (find(static_cast<sl_plugin_kind>(d->kind), d->name)) {
-    dlclose(handle);
-    return skip(std::string("another ") + record.kind + " named '" + d->name + "' is already loaded");
+    return refuse(handle, std::string("another ") + record.kind + " named '" + d->name + "' is already loaded");
   }
   if (d->probe) {
     sl_error err{};
     if (d->probe(&err) != SL_OK) {
-      dlclose(handle);
-      return skip(std::string("probe failed: ") + (err.message[0] ? err.message : "cannot run here"));
+      return refuse(handle, std::string("probe failed: ") + (err.message[0] ? err.message : "cannot run here"));
     }
   }
   handles_.push_back(handle);
