@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <vector>
 
+#include <cblas.h>
+
 #include "cpu_backend.h"
 #include "util/vec.h"
 
@@ -50,6 +52,102 @@ sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err)
         return set_error(err, SL_ERR_INVALID_ARGUMENT, "page table entry " + std::to_string(table[p]) + " out of range");
   }
   return SL_OK;
+}
+
+
+// Prefill: many queries of one sequence at consecutive positions. Decoding each key once per query
+// would dominate, so K and V of the range are decoded once per KV head and attention runs as two
+// GEMMs per query head and block of queries: S = Q Kᵀ, then O = softmax(S) V, with OpenBLAS.
+struct QueryRun {
+  uint32_t first_token, n_tokens;  // batch rows [first, first + n)
+  int32_t first_pos;               // their positions are first_pos, first_pos + 1, ...
+  int32_t seq;
+};
+
+constexpr uint32_t kMinBlockedRun = 8;      // shorter runs take the per-query path
+constexpr uint32_t kQueryBlock = 128;       // query rows per GEMM (bounds the score matrix)
+
+// Splits the batch into runs of consecutive positions of one sequence.
+std::vector<QueryRun> query_runs(const sl_backend* be) {
+  std::vector<QueryRun> runs;
+  for (uint32_t t = 0; t < be->positions.size(); ++t) {
+    if (!runs.empty()) {
+      auto& r = runs.back();
+      if (r.seq == be->seq_slots[t] && r.first_token + r.n_tokens == t && r.first_pos + static_cast<int32_t>(r.n_tokens) == be->positions[t]) {
+        ++r.n_tokens;
+        continue;
+      }
+    }
+    runs.push_back({t, 1, be->positions[t], be->seq_slots[t]});
+  }
+  return runs;
+}
+
+void decode_range(sl_kv_cache* c, uint32_t layer, const int32_t* table, uint32_t head, int32_t lo, int32_t hi, bool values,
+                  float* dst) {
+  const auto& L = c->layout;
+  const sl_kvcodec_api* api = values ? L.v_api : L.k_api;
+  const sl_kvcodec* codec = values ? L.v_codec : L.k_codec;
+  for (int32_t at = lo; at <= hi;) {
+    const uint32_t page = static_cast<uint32_t>(table[at / L.page_tokens]), slot = at % L.page_tokens;
+    const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(hi - at + 1));
+    const std::byte* rows = values ? v_row(c, layer, page, head, slot) : k_row(c, layer, page, head, slot);
+    api->decode(codec, rows, run, dst + static_cast<std::size_t>(at - lo) * L.head_dim, nullptr);
+    at += static_cast<int32_t>(run);
+  }
+}
+
+void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, const sl_attention_params* p, float* out,
+                const QueryRun& run) {
+  const uint32_t D = p->head_dim, group = p->n_heads / p->n_kv_heads;
+  const int32_t last_pos = run.first_pos + static_cast<int32_t>(run.n_tokens) - 1;
+  const int32_t k_lo = p->window ? std::max<int32_t>(0, run.first_pos - static_cast<int32_t>(p->window) + 1) : 0;
+  const std::size_t nk = static_cast<std::size_t>(last_pos - k_lo + 1);
+  const int32_t* table = be->page_table.data() + static_cast<std::size_t>(run.seq) * be->max_pages;
+  const std::size_t q_stride = static_cast<std::size_t>(p->n_heads) * D;
+  const float* sinks = p->sinks ? f32(p->sinks) : nullptr;
+
+  // One work item per query head; each decodes its KV head's rows (cheap next to the GEMMs).
+  be->pool->parallel_for(p->n_heads, 1, [&](std::size_t hb, std::size_t he, unsigned) {
+    std::vector<float> kf(nk * D), vf(nk * D), scores(static_cast<std::size_t>(std::min(run.n_tokens, kQueryBlock)) * nk);
+    uint32_t decoded_kvh = UINT32_MAX;
+    for (uint32_t h = static_cast<uint32_t>(hb); h < he; ++h) {
+      const uint32_t kvh = h / group;
+      if (kvh != decoded_kvh) {
+        decode_range(c, layer, table, kvh, k_lo, last_pos, false, kf.data());
+        decode_range(c, layer, table, kvh, k_lo, last_pos, true, vf.data());
+        decoded_kvh = kvh;
+      }
+      for (uint32_t q0 = 0; q0 < run.n_tokens; q0 += kQueryBlock) {
+        const uint32_t nq = std::min(kQueryBlock, run.n_tokens - q0);
+        const float* qb = q + (static_cast<std::size_t>(run.first_token + q0)) * q_stride + h * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nk), static_cast<int>(D),
+                    p->scale, qb, static_cast<int>(q_stride), kf.data(), static_cast<int>(D), 0.0f, scores.data(),
+                    static_cast<int>(nk));
+        for (std::size_t i = 0; i < nq; ++i) {
+          const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);
+          const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
+          float* s = scores.data() + i * nk;
+          const std::size_t from = static_cast<std::size_t>(lo - k_lo), to = static_cast<std::size_t>(pos - k_lo) + 1;
+          float m = sinks ? sinks[h] : -INFINITY;
+          for (std::size_t j = from; j < to; ++j) {
+            if (p->softcap > 0) s[j] = std::tanh(s[j] / p->softcap) * p->softcap;
+            m = std::max(m, s[j]);
+          }
+          float sum = sinks ? std::exp(sinks[h] - m) : 0.0f;
+          for (std::size_t j = from; j < to; ++j) sum += (s[j] = std::exp(s[j] - m));
+          const float inv = 1.0f / sum;
+          std::fill(s, s + from, 0.0f);
+          for (std::size_t j = from; j < to; ++j) s[j] *= inv;
+          std::fill(s + to, s + nk, 0.0f);
+        }
+        float* ob = out + (static_cast<std::size_t>(run.first_token + q0)) * q_stride + h * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), static_cast<int>(D), static_cast<int>(nk),
+                    1.0f, scores.data(), static_cast<int>(nk), vf.data(), static_cast<int>(D), 0.0f, ob,
+                    static_cast<int>(q_stride));
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -116,19 +214,34 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
   const uint32_t qstate_bytes = fused_k ? L.k_api->query_state_bytes(L.k_codec) : 0;
   const uint32_t v_domain = fused_v ? std::max(c->v_format.domain_dim, head_dim) : head_dim;
   const float* sinks = p->sinks ? f32(p->sinks) : nullptr;
-  const std::size_t n_items = be->positions.size() * p->n_heads;
+
+  // Long runs of one sequence (prefill chunks) go through the blocked GEMM path; the rest (decode
+  // tokens, short runs) through the per-query path below, which uses the codec's fused hooks.
+  std::vector<uint32_t> single;  // batch rows for the per-query path
+  try {
+    for (const auto& run : query_runs(be)) {
+      if (run.n_tokens >= kMinBlockedRun) {
+        attend_run(be, c, layer, f32(q), p, f32(out), run);
+      } else {
+        for (uint32_t i = 0; i < run.n_tokens; ++i) single.push_back(run.first_token + i);
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, "attention: out of memory for scratch");
+  }
+  const std::size_t n_items = single.size() * p->n_heads;
 
   be->pool->parallel_for(n_items, 1, [&](std::size_t begin, std::size_t end, unsigned) {
     std::vector<float> scores, rows_f32, acc(v_domain);
     std::vector<std::byte> qstate(qstate_bytes);
     for (std::size_t item = begin; item < end; ++item) {
-      const std::size_t t = item / p->n_heads;
+      const std::size_t t = single[item / p->n_heads];
       const uint32_t h = static_cast<uint32_t>(item % p->n_heads), kvh = h / group;
       const int32_t pos = be->positions[t];
       const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
       const std::size_t n = static_cast<std::size_t>(pos - lo + 1);
       const int32_t* table = be->page_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
-      const float* qv = f32(q) + item * head_dim;
+      const float* qv = f32(q) + (t * p->n_heads + h) * head_dim;
       scores.resize(n);
 
       // Scores, one run of contiguous slots (within a page) at a time.
@@ -175,7 +288,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
         }
         at += static_cast<int32_t>(run);
       }
-      float* o = f32(out) + item * head_dim;
+      float* o = f32(out) + (t * p->n_heads + h) * head_dim;
       if (fused_v)
         L.v_api->finish_values(L.v_codec, acc.data(), o);
       else

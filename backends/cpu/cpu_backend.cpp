@@ -70,7 +70,8 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     be->n_threads = n ? n : 1;
     be->pool = std::make_unique<ThreadPool>(be->n_threads);
     be->scratch.resize(be->n_threads);
-    openblas_set_num_threads(static_cast<int>(be->n_threads));
+    // Parallelism comes from our pool; each BLAS call runs on the thread that makes it.
+    openblas_set_num_threads(1);
     *out = be.release();
     return SL_OK;
   } catch (const std::exception& e) {
@@ -129,13 +130,13 @@ void free_buffer(sl_backend*, sl_buffer* b) {
 }
 
 sl_status upload(sl_backend*, sl_buffer* dst, uint64_t offset, const void* src, uint64_t bytes, sl_error* err) {
-  if (offset + bytes > dst->bytes) return set_error(err, SL_ERR_INVALID_ARGUMENT, "upload past the buffer's end");
+  if (!fits(dst->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "upload past the buffer's end");
   std::memcpy(dst->data + offset, src, bytes);
   return SL_OK;
 }
 
 sl_status download(sl_backend*, const sl_buffer* src, uint64_t offset, void* dst, uint64_t bytes, sl_error* err) {
-  if (offset + bytes > src->bytes) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download past the buffer's end");
+  if (!fits(src->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download past the buffer's end");
   std::memcpy(dst, src->data + offset, bytes);
   return SL_OK;
 }

@@ -44,6 +44,9 @@ inline const std::byte* weight_data(const sl_weight* w) { return w->data->data +
 
 sl_status set_error(sl_error* err, sl_status status, const std::string& message);
 
+// Does [offset, offset + count) lie within size? Written so that no sum can wrap around.
+inline bool fits(uint64_t size, uint64_t offset, uint64_t count) { return offset <= size && count <= size - offset; }
+
 // Row r of a weight as float32 into dst (cols values).
 void weight_row_to_f32(const sl_weight* w, uint32_t r, float* dst);
 bool weight_dtype_supported(const sl_weight* w);

@@ -38,24 +38,27 @@ void matvec(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w,
 
 void gemm(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
   const std::size_t n_out = w->rows, cols = w->cols;
-  if (w->dtype == SL_DTYPE_F32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_rows), static_cast<int>(n_out),
-                static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), reinterpret_cast<const float*>(weight_data(w)),
-                static_cast<int>(cols), 0.0f, out, static_cast<int>(n_out));
-    return;
-  }
-  const std::size_t block_rows = std::max<std::size_t>(16, kBlockFloats / cols);
-  std::vector<float>& block = be->scratch[0];
-  block.resize(std::min(block_rows, n_out) * cols);
-  for (std::size_t r0 = 0; r0 < n_out; r0 += block_rows) {
-    const std::size_t rows = std::min(block_rows, n_out - r0);
-    be->pool->parallel_for(rows, 8, [&](std::size_t b, std::size_t e, unsigned) {
-      for (std::size_t r = b; r < e; ++r) weight_row_to_f32(w, static_cast<uint32_t>(r0 + r), block.data() + r * cols);
-    });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_rows), static_cast<int>(rows),
-                static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), block.data(), static_cast<int>(cols), 0.0f,
-                out + r0, static_cast<int>(n_out));
-  }
+  // Each thread takes a range of output features; OpenBLAS runs single-threaded inside it (the
+  // backend sets it so), which keeps one set of threads busy instead of two competing pools.
+  const std::size_t block_rows = std::max<std::size_t>(16, kBlockFloats / cols / be->n_threads);
+  be->pool->parallel_for(n_out, 16, [&](std::size_t b, std::size_t e, unsigned tid) {
+    if (w->dtype == SL_DTYPE_F32) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_rows), static_cast<int>(e - b),
+                  static_cast<int>(cols), 1.0f, x, static_cast<int>(cols),
+                  reinterpret_cast<const float*>(weight_data(w)) + b * cols, static_cast<int>(cols), 0.0f, out + b,
+                  static_cast<int>(n_out));
+      return;
+    }
+    std::vector<float>& block = be->scratch[tid];
+    block.resize(std::min(block_rows, e - b) * cols);
+    for (std::size_t r0 = b; r0 < e; r0 += block_rows) {
+      const std::size_t rows = std::min(block_rows, e - r0);
+      for (std::size_t r = 0; r < rows; ++r) weight_row_to_f32(w, static_cast<uint32_t>(r0 + r), block.data() + r * cols);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_rows), static_cast<int>(rows),
+                  static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), block.data(), static_cast<int>(cols), 0.0f,
+                  out + r0, static_cast<int>(n_out));
+    }
+  });
 }
 
 }  // namespace

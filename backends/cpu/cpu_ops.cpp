@@ -180,7 +180,7 @@ sl_status scale(sl_backend*, sl_buffer* x, float s, uint64_t n, sl_error*) {
 
 sl_status copy(sl_backend*, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
                sl_error* err) {
-  if ((src_offset + n) * 4 > src->bytes || (dst_offset + n) * 4 > dst->bytes)
+  if (!fits(src->bytes / 4, src_offset, n) || !fits(dst->bytes / 4, dst_offset, n))
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy past a buffer's end");
   std::memmove(f32(dst) + dst_offset, f32(src) + src_offset, n * 4);
   return SL_OK;

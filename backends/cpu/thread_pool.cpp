@@ -2,7 +2,25 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SLUICE_PAUSE() _mm_pause()
+#else
+#define SLUICE_PAUSE() std::this_thread::yield()
+#endif
+
 namespace sluice::cpu {
+namespace {
+
+constexpr int kSpinIterations = 4096;  // tens of µs of pause before a worker sleeps
+constexpr uint64_t kFieldMask = (1u << 20) - 1;
+
+uint64_t generation_of(uint64_t w) { return w >> 40; }
+uint64_t next_of(uint64_t w) { return (w >> 20) & kFieldMask; }
+uint64_t count_of(uint64_t w) { return w & kFieldMask; }
+uint64_t make_word(uint64_t gen, uint64_t next, uint64_t count) { return (gen << 40) | (next << 20) | count; }
+
+}  // namespace
 
 ThreadPool::ThreadPool(unsigned n_threads) : n_threads_(std::max(1u, n_threads)) {
   for (unsigned i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
@@ -11,61 +29,74 @@ ThreadPool::ThreadPool(unsigned n_threads) : n_threads_(std::max(1u, n_threads))
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-static void run_chunk(const std::function<void(std::size_t, std::size_t, unsigned)>& fn, std::size_t n,
-                      std::size_t chunks, unsigned index) {
-  if (index >= chunks) return;
-  const std::size_t begin = n * index / chunks, end = n * (index + 1) / chunks;
-  if (begin < end) fn(begin, end, index);
+void ThreadPool::run_chunks(uint64_t generation, unsigned thread_index) {
+  for (;;) {
+    uint64_t w = word_.load(std::memory_order_acquire);
+    if (generation_of(w) != generation || next_of(w) >= count_of(w)) return;
+    if (!word_.compare_exchange_weak(w, w + (1ull << 20), std::memory_order_acq_rel)) continue;
+    // Claimed chunk `next_of(w)` of a job still running: its fields are stable until we finish.
+    const uint64_t chunk = next_of(w), chunks = count_of(w);
+    const std::size_t begin = job_n_ * chunk / chunks, end = job_n_ * (chunk + 1) / chunks;
+    if (begin < end) (*job_)(begin, end, thread_index);
+  }
 }
 
-void ThreadPool::parallel_for(std::size_t n, std::size_t grain,
-                              const std::function<void(std::size_t, std::size_t, unsigned)>& fn) {
+void ThreadPool::parallel_for(std::size_t n, std::size_t grain, const Job& fn) {
   if (n == 0) return;
-  std::size_t chunks = std::min<std::size_t>(n_threads_, (n + std::max<std::size_t>(grain, 1) - 1) / std::max<std::size_t>(grain, 1));
-  if (chunks <= 1 || workers_.empty()) {
+  grain = std::max<std::size_t>(grain, 1);
+  const std::size_t max_chunks = (n + grain - 1) / grain;
+  if (max_chunks <= 1 || workers_.empty()) {
     fn(0, n, 0);
     return;
   }
-  {
+  // A few chunks per thread, so a late or slow thread leaves its share to the others.
+  const std::size_t chunks = std::min<std::size_t>({max_chunks, static_cast<std::size_t>(n_threads_) * 4, kFieldMask});
+  job_ = &fn;
+  job_n_ = n;
+  const uint64_t gen = (generation_of(word_.load()) + 1) & ((1u << 24) - 1);
+  word_.store(make_word(gen, 0, chunks), std::memory_order_release);
+  if (sleeping_.load() > 0) {
     std::lock_guard lock(mutex_);
-    job_ = &fn;
-    job_n_ = n;
-    job_chunks_ = chunks;
-    pending_ = static_cast<unsigned>(workers_.size());
-    ++generation_;
+    wake_.notify_all();
   }
-  wake_.notify_all();
-  run_chunk(fn, n, chunks, 0);
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
+  run_chunks(gen, 0);
+  // Every chunk is claimed; wait only for workers still inside one.
+  for (int spin = 0; active_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations)
+      SLUICE_PAUSE();
+    else
+      std::this_thread::yield();
+  }
 }
 
 void ThreadPool::worker(unsigned index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(std::size_t, std::size_t, unsigned)>* job;
-    std::size_t n, chunks;
-    {
+    int spin = 0;
+    uint64_t w;
+    while (generation_of(w = word_.load(std::memory_order_acquire)) == seen && !stopping_.load(std::memory_order_relaxed)) {
+      if (++spin < kSpinIterations) {
+        SLUICE_PAUSE();
+        continue;
+      }
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      chunks = job_chunks_;
+      sleeping_.fetch_add(1);
+      wake_.wait(lock, [&] { return stopping_.load() || generation_of(word_.load()) != seen; });
+      sleeping_.fetch_sub(1);
+      spin = 0;
     }
-    run_chunk(*job, n, chunks, index);
-    {
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
-    }
+    if (stopping_.load()) return;
+    seen = generation_of(w);
+    // Announce before claiming, so the caller waits for us once we may hold a chunk.
+    active_.fetch_add(1, std::memory_order_acq_rel);
+    run_chunks(seen, index);
+    active_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
