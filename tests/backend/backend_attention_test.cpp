@@ -1,0 +1,381 @@
+// The paged KV cache and attention: several sequences in one batch with their own page tables,
+// positions across several pages, GQA, sliding window, soft-capping and sinks, with each built-in
+// codec — against naive softmax attention over the same (codec-rounded) K and V.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend_fixture.h"
+#include "plugin/builtin_codecs.h"
+
+namespace sluice::test {
+namespace {
+
+constexpr uint32_t kPageTokens = 16;
+constexpr uint32_t kPages = 16;
+constexpr uint32_t kLayers = 2;
+
+struct CodecChoice {
+  const char* name;
+  const sl_kvcodec_api* (*api)();
+};
+const CodecChoice kCodecs[] = {{"f32", builtin_f32_codec}, {"f16", builtin_f16_codec}};
+
+// One codec instance per role, destroyed with the test.
+class CodecPair {
+ public:
+  CodecPair(const sl_kvcodec_api* api, uint32_t head_dim) : api_(api) {
+    sl_error err{};
+    ok_ = api->create(head_dim, SL_KV_KEYS, "", &k_, &err) == SL_OK &&
+          api->create(head_dim, SL_KV_VALUES, "", &v_, &err) == SL_OK;
+  }
+  ~CodecPair() {
+    if (k_) api_->destroy(k_);
+    if (v_) api_->destroy(v_);
+  }
+  CodecPair(const CodecPair&) = delete;
+  CodecPair& operator=(const CodecPair&) = delete;
+  bool ok() const { return ok_; }
+  // What the cache will hold: the value after encode and decode.
+  std::vector<float> stored(const std::vector<float>& values, uint32_t head_dim) const {
+    sl_kv_format f{};
+    f.struct_size = sizeof(f);
+    api_->get_format(k_, &f);
+    const uint32_t n = static_cast<uint32_t>(values.size() / head_dim);
+    std::vector<std::byte> rows(static_cast<std::size_t>(n) * f.row_bytes);
+    std::vector<float> out(values.size());
+    sl_error err{};
+    api_->encode(k_, values.data(), n, rows.data(), &err);
+    api_->decode(k_, rows.data(), n, out.data(), &err);
+    return out;
+  }
+  sl_kv_layout layout(uint32_t n_kv_heads, uint32_t head_dim) const {
+    sl_kv_layout l{};
+    l.struct_size = sizeof(l);
+    l.n_layers = kLayers;
+    l.n_kv_heads = n_kv_heads;
+    l.head_dim = head_dim;
+    l.page_tokens = kPageTokens;
+    l.n_pages = kPages;
+    l.k_api = api_;
+    l.k_codec = k_;
+    l.v_api = api_;
+    l.v_codec = v_;
+    return l;
+  }
+
+ private:
+  const sl_kvcodec_api* api_;
+  sl_kvcodec* k_ = nullptr;
+  sl_kvcodec* v_ = nullptr;
+  bool ok_ = false;
+};
+
+struct AttentionShape {
+  uint32_t n_heads, n_kv_heads, head_dim;
+  uint32_t window;
+  float softcap;
+  bool sinks;
+};
+
+std::string describe(const AttentionShape& s) {
+  return "heads " + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) + " dim " +
+         std::to_string(s.head_dim) + " window " + std::to_string(s.window) + " softcap " +
+         std::to_string(s.softcap) + (s.sinks ? " sinks" : "");
+}
+
+// A sequence's history on the host: K and V of every position as the cache stores them.
+struct Sequence {
+  uint32_t length;
+  std::vector<int32_t> pages;       // its page table row
+  std::vector<float> k, v;          // [length][n_kv_heads][head_dim], codec-rounded
+  std::vector<float> k_raw, v_raw;  // as written
+};
+
+// Naive causal attention of one query head over a sequence's positions 0..pos (within the window).
+std::vector<double> reference_attention(const AttentionShape& s, const Sequence& seq, int32_t pos, uint32_t head,
+                                        const float* q, const std::vector<float>& sinks) {
+  const uint32_t kvh = head / (s.n_heads / s.n_kv_heads);
+  const int32_t lo = s.window ? std::max<int32_t>(0, pos - static_cast<int32_t>(s.window) + 1) : 0;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  std::vector<double> scores;
+  double m = -INFINITY;
+  for (int32_t j = lo; j <= pos; ++j) {
+    double dot = 0;
+    for (uint32_t d = 0; d < s.head_dim; ++d)
+      dot += static_cast<double>(q[d]) * seq.k[(static_cast<std::size_t>(j) * s.n_kv_heads + kvh) * s.head_dim + d];
+    double score = dot * scale;
+    if (s.softcap > 0) score = std::tanh(score / s.softcap) * s.softcap;
+    scores.push_back(score);
+    m = std::max(m, score);
+  }
+  if (s.sinks) m = std::max(m, static_cast<double>(sinks[head]));
+  double sum = s.sinks ? std::exp(sinks[head] - m) : 0.0;
+  for (auto& x : scores) sum += (x = std::exp(x - m));
+  std::vector<double> out(s.head_dim, 0.0);
+  for (int32_t j = lo; j <= pos; ++j)
+    for (uint32_t d = 0; d < s.head_dim; ++d)
+      out[d] += scores[j - lo] / sum * seq.v[(static_cast<std::size_t>(j) * s.n_kv_heads + kvh) * s.head_dim + d];
+  return out;
+}
+
+class KvCache {
+ public:
+  KvCache(const sl_backend_api* api, sl_backend* be, const sl_kv_layout& layout) : api_(api), be_(be) {
+    status_ = api->kv_create(be, &layout, &cache_, &err_);
+  }
+  ~KvCache() {
+    if (cache_) api_->kv_destroy(be_, cache_);
+  }
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+  sl_kv_cache* get() const { return cache_; }
+  sl_status status() const { return status_; }
+  const char* message() const { return err_.message; }
+
+ private:
+  const sl_backend_api* api_;
+  sl_backend* be_;
+  sl_kv_cache* cache_ = nullptr;
+  sl_status status_;
+  sl_error err_{};
+};
+
+class AttentionTest : public BackendOpsTest {
+ protected:
+  // Tokens of a batch: (sequence index, position).
+  using Tokens = std::vector<std::pair<uint32_t, int32_t>>;
+
+  void begin(const std::vector<Sequence>& seqs, const Tokens& tokens, uint32_t max_pages) {
+    std::vector<int32_t> positions, slots, table(seqs.size() * max_pages, -1);
+    for (const auto& [s, pos] : tokens) {
+      slots.push_back(static_cast<int32_t>(s));
+      positions.push_back(pos);
+    }
+    for (std::size_t s = 0; s < seqs.size(); ++s)
+      std::copy(seqs[s].pages.begin(), seqs[s].pages.end(), table.begin() + s * max_pages);
+    begin_batch(positions, slots, static_cast<uint32_t>(seqs.size()), max_pages, table);
+  }
+
+  // Writes the tokens' K and V (raw values) into `layer`.
+  void write(const AttentionShape& s, KvCache& cache, uint32_t layer, const std::vector<Sequence>& seqs,
+             const Tokens& tokens, bool negate = false) {
+    const std::size_t row = static_cast<std::size_t>(s.n_kv_heads) * s.head_dim;
+    std::vector<float> k, v;
+    for (const auto& [si, pos] : tokens) {
+      const auto& seq = seqs[si];
+      for (std::size_t i = 0; i < row; ++i) {
+        k.push_back((negate ? -1 : 1) * seq.k_raw[pos * row + i]);
+        v.push_back((negate ? -1 : 1) * seq.v_raw[pos * row + i]);
+      }
+    }
+    auto dk = upload(k), dv = upload(v);
+    sl_error err{};
+    ASSERT_EQ(api()->kv_write(be(), cache.get(), layer, dk.get(), dv.get(), &err), SL_OK) << err.message;
+  }
+
+  // Runs attention for the tokens and compares each head with the reference.
+  void check_attention(const AttentionShape& s, KvCache& cache, uint32_t layer, const std::vector<Sequence>& seqs,
+                       const Tokens& tokens) {
+    const std::size_t q_row = static_cast<std::size_t>(s.n_heads) * s.head_dim;
+    const auto q = random(tokens.size() * q_row);
+    const auto sinks = random(s.n_heads);
+    auto dq = upload(q), dsinks = upload(sinks), out = zeros(q.size());
+    sl_attention_params p{};
+    p.struct_size = sizeof(p);
+    p.n_heads = s.n_heads;
+    p.n_kv_heads = s.n_kv_heads;
+    p.head_dim = s.head_dim;
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+    p.window = s.window;
+    p.softcap = s.softcap;
+    p.sinks = s.sinks ? dsinks.get() : nullptr;
+    sl_error err{};
+    ASSERT_EQ(api()->attention(be(), cache.get(), layer, dq.get(), &p, out.get(), &err), SL_OK) << err.message;
+    const auto got = download(out, q.size());
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      const auto& [si, pos] = tokens[t];
+      for (uint32_t h = 0; h < s.n_heads; ++h) {
+        const auto ref = reference_attention(s, seqs[si], pos, h, q.data() + t * q_row + h * s.head_dim, sinks);
+        for (uint32_t d = 0; d < s.head_dim; ++d)
+          ASSERT_NEAR(got[t * q_row + h * s.head_dim + d], ref[d], 2e-5 * (1.0 + std::abs(ref[d])))
+              << "token " << t << " (seq " << si << " pos " << pos << ") head " << h << " dim " << d;
+      }
+    }
+  }
+
+  // Sequences of the given lengths with random K/V and page tables drawn from a shuffled pool.
+  std::vector<Sequence> make_sequences(const AttentionShape& s, const CodecPair& codecs,
+                                       const std::vector<uint32_t>& lengths) {
+    std::vector<int32_t> pool(kPages);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng_);
+    std::vector<Sequence> seqs;
+    std::size_t next = 0;
+    for (uint32_t length : lengths) {
+      Sequence seq;
+      seq.length = length;
+      for (uint32_t p = 0; p < (length + kPageTokens - 1) / kPageTokens; ++p) seq.pages.push_back(pool[next++]);
+      seq.k_raw = random(static_cast<std::size_t>(length) * s.n_kv_heads * s.head_dim);
+      seq.v_raw = random(seq.k_raw.size());
+      seq.k = codecs.stored(seq.k_raw, s.head_dim);
+      seq.v = codecs.stored(seq.v_raw, s.head_dim);
+      seqs.push_back(std::move(seq));
+    }
+    return seqs;
+  }
+};
+
+const AttentionShape kShapes[] = {
+    {4, 4, 16, 0, 0.0f, false},   // one query head per KV head
+    {6, 2, 24, 0, 0.0f, false},   // GQA groups of 3, head_dim not a multiple of 16
+    {8, 2, 72, 7, 0.0f, false},   // sliding window inside a page
+    {4, 1, 20, 0, 1.5f, false},   // one KV head, soft-capped scores
+    {6, 3, 16, 20, 0.0f, true},   // sinks, and a window that spans pages
+};
+
+TEST_P(AttentionTest, PrefillAndDecodeOfSeveralSequencesMatchNaiveAttention) {
+  for (const auto& codec : kCodecs) {
+    for (const auto& shape : kShapes) {
+      SCOPED_TRACE(std::string(codec.name) + " " + describe(shape));
+      CodecPair codecs(codec.api(), shape.head_dim);
+      ASSERT_TRUE(codecs.ok());
+      KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim));
+      ASSERT_EQ(cache.status(), SL_OK) << cache.message();
+      const auto seqs = make_sequences(shape, codecs, {37, 5, 50});
+      const uint32_t max_pages = 4;
+
+      // Prefill: every position but the last of each sequence, the sequences interleaved.
+      Tokens prefill, decode;
+      for (uint32_t pos = 0; pos < 50; ++pos)
+        for (uint32_t s = 0; s < seqs.size(); ++s)
+          if (pos + 1 < seqs[s].length) prefill.push_back({s, static_cast<int32_t>(pos)});
+      for (uint32_t s = 0; s < seqs.size(); ++s) decode.push_back({s, static_cast<int32_t>(seqs[s].length - 1)});
+
+      begin(seqs, prefill, max_pages);
+      write(shape, cache, 0, seqs, prefill, /*negate=*/true);  // layer 0 holds other data
+      write(shape, cache, 1, seqs, prefill);
+      check_attention(shape, cache, 1, seqs, prefill);
+      if (HasFatalFailure()) return;
+
+      begin(seqs, decode, max_pages);
+      write(shape, cache, 0, seqs, decode, /*negate=*/true);
+      write(shape, cache, 1, seqs, decode);
+      check_attention(shape, cache, 1, seqs, decode);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_P(AttentionTest, CopiedPagesServeAttentionLikeTheOriginals) {
+  const AttentionShape shape{4, 2, 16, 0, 0.0f, false};
+  CodecPair codecs(builtin_f16_codec(), shape.head_dim);
+  KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim));
+  ASSERT_EQ(cache.status(), SL_OK) << cache.message();
+  auto seqs = make_sequences(shape, codecs, {20});
+  seqs[0].pages = {3, 9};
+  Tokens all;
+  for (int32_t pos = 0; pos < 20; ++pos) all.push_back({0, pos});
+  begin(seqs, all, 2);
+  write(shape, cache, 0, seqs, all);
+  write(shape, cache, 1, seqs, all);
+
+  sl_error err{};
+  ASSERT_EQ(api()->kv_copy_page(be(), cache.get(), 3, 12, &err), SL_OK) << err.message;
+  ASSERT_EQ(api()->kv_copy_page(be(), cache.get(), 9, 0, &err), SL_OK) << err.message;
+  seqs[0].pages = {12, 0};
+  const Tokens last = {{0, 19}, {0, 7}};
+  begin(seqs, last, 2);
+  check_attention(shape, cache, 0, seqs, last);  // every layer is copied
+  check_attention(shape, cache, 1, seqs, last);
+}
+
+TEST_P(AttentionTest, CopyingAPageOutOfRangeIsAnError) {
+  CodecPair codecs(builtin_f32_codec(), 8);
+  KvCache cache(api(), be(), codecs.layout(1, 8));
+  ASSERT_EQ(cache.status(), SL_OK);
+  for (auto [src, dst] : {std::pair{kPages, 0u}, {0u, kPages}}) {
+    sl_error err{};
+    EXPECT_EQ(api()->kv_copy_page(be(), cache.get(), src, dst, &err), SL_ERR_INVALID_ARGUMENT);
+    EXPECT_STRNE(err.message, "");
+  }
+}
+
+TEST_P(AttentionTest, IncompleteLayoutIsRefused) {
+  CodecPair codecs(builtin_f32_codec(), 8);
+  auto layout = codecs.layout(1, 8);
+  layout.page_tokens = 0;
+  sl_kv_cache* cache = nullptr;
+  sl_error err{};
+  EXPECT_EQ(api()->kv_create(be(), &layout, &cache, &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_STRNE(err.message, "");
+  layout = codecs.layout(1, 8);
+  layout.v_codec = nullptr;
+  EXPECT_EQ(api()->kv_create(be(), &layout, &cache, &err), SL_ERR_INVALID_ARGUMENT);
+}
+
+TEST_P(AttentionTest, BadBatchesAreRefused) {
+  const std::vector<int32_t> table = {0};
+  auto try_batch = [&](std::vector<int32_t> positions, std::vector<int32_t> slots) {
+    sl_batch b{};
+    b.struct_size = sizeof(b);
+    b.n_tokens = static_cast<uint32_t>(positions.size());
+    b.positions = positions.data();
+    b.seq_slots = slots.data();
+    b.n_seqs = 1;
+    b.max_pages = 1;
+    b.page_table = table.data();
+    sl_error err{};
+    const auto status = api()->begin_batch(be(), &b, &err);
+    EXPECT_STRNE(err.message, "");
+    return status;
+  };
+  EXPECT_EQ(try_batch({}, {}), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(try_batch({0, 1}, {0, 1}), SL_ERR_INVALID_ARGUMENT);   // slot 1 of 1 sequence
+  EXPECT_EQ(try_batch({0, -1}, {0, 0}), SL_ERR_INVALID_ARGUMENT);  // negative position
+}
+
+TEST_P(AttentionTest, WritesAndAttentionOutsideTheCacheAreErrors) {
+  const AttentionShape shape{4, 2, 8, 0, 0.0f, false};
+  CodecPair codecs(builtin_f32_codec(), shape.head_dim);
+  KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim));
+  ASSERT_EQ(cache.status(), SL_OK);
+  auto kv = zeros(2 * 2 * 8), q = zeros(2 * 4 * 8), out = zeros(2 * 4 * 8);
+  sl_attention_params p{};
+  p.struct_size = sizeof(p);
+  p.n_heads = 4;
+  p.n_kv_heads = 2;
+  p.head_dim = 8;
+  p.scale = 0.35f;
+  sl_error err{};
+
+  begin_batch({0, 1}, {0, 0}, 1, 1, {0});
+  EXPECT_EQ(api()->kv_write(be(), cache.get(), kLayers, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(api()->attention(be(), cache.get(), kLayers, q.get(), &p, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  auto bad = p;
+  bad.n_heads = 5;  // not a multiple of the KV heads
+  EXPECT_EQ(api()->attention(be(), cache.get(), 0, q.get(), &bad, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  bad = p;
+  bad.head_dim = 16;  // not the cache's
+  EXPECT_EQ(api()->attention(be(), cache.get(), 0, q.get(), &bad, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+
+  begin_batch({0, 1}, {0, 0}, 1, 1, {static_cast<int32_t>(kPages)});  // page out of range
+  err = {};
+  EXPECT_EQ(api()->kv_write(be(), cache.get(), 0, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_STRNE(err.message, "");
+  EXPECT_EQ(api()->attention(be(), cache.get(), 0, q.get(), &p, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+
+  begin_batch({0, static_cast<int32_t>(kPageTokens)}, {0, 0}, 1, 1, {0});  // position past the page table
+  err = {};
+  EXPECT_EQ(api()->kv_write(be(), cache.get(), 0, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_STRNE(err.message, "");
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Backend, AttentionTest, ::testing::ValuesIn(backends_under_test()), backend_test_name);
+
+}  // namespace sluice::test
