@@ -92,7 +92,8 @@ void decode_range(sl_kv_cache* c, uint32_t layer, const int32_t* table, uint32_t
     const uint32_t page = static_cast<uint32_t>(table[at / L.page_tokens]), slot = at % L.page_tokens;
     const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(hi - at + 1));
     const std::byte* rows = values ? v_row(c, layer, page, head, slot) : k_row(c, layer, page, head, slot);
-    api->decode(codec, rows, run, dst + static_cast<std::size_t>(at - lo) * L.head_dim, nullptr);
+    sl_error ignored{};  // decode of rows we encoded cannot fail for a well-behaved codec
+    api->decode(codec, rows, run, dst + static_cast<std::size_t>(at - lo) * L.head_dim, &ignored);
     at += static_cast<int32_t>(run);
   }
 }
@@ -120,8 +121,10 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
       }
       for (uint32_t q0 = 0; q0 < run.n_tokens; q0 += kQueryBlock) {
         const uint32_t nq = std::min(kQueryBlock, run.n_tokens - q0);
+        // Keys past the block's last query are masked for every row of it: leave them out.
+        const std::size_t nk_used = static_cast<std::size_t>(run.first_pos + static_cast<int32_t>(q0 + nq) - 1 - k_lo) + 1;
         const float* qb = q + (static_cast<std::size_t>(run.first_token + q0)) * q_stride + h * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nk), static_cast<int>(D),
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nk_used), static_cast<int>(D),
                     p->scale, qb, static_cast<int>(q_stride), kf.data(), static_cast<int>(D), 0.0f, scores.data(),
                     static_cast<int>(nk));
         for (std::size_t i = 0; i < nq; ++i) {
@@ -139,10 +142,10 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
           const float inv = 1.0f / sum;
           std::fill(s, s + from, 0.0f);
           for (std::size_t j = from; j < to; ++j) s[j] *= inv;
-          std::fill(s + to, s + nk, 0.0f);
+          std::fill(s + to, s + nk_used, 0.0f);
         }
         float* ob = out + (static_cast<std::size_t>(run.first_token + q0)) * q_stride + h * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), static_cast<int>(D), static_cast<int>(nk),
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), static_cast<int>(D), static_cast<int>(nk_used),
                     1.0f, scores.data(), static_cast<int>(nk), vf.data(), static_cast<int>(D), 0.0f, ob,
                     static_cast<int>(q_stride));
       }
@@ -234,6 +237,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
   be->pool->parallel_for(n_items, 1, [&](std::size_t begin, std::size_t end, unsigned) {
     std::vector<float> scores, rows_f32, acc(v_domain);
     std::vector<std::byte> qstate(qstate_bytes);
+    sl_error ignored{};  // the ABI never passes a null error
     for (std::size_t item = begin; item < end; ++item) {
       const std::size_t t = single[item / p->n_heads];
       const uint32_t h = static_cast<uint32_t>(item % p->n_heads), kvh = h / group;
@@ -255,7 +259,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
           L.k_api->score_keys(L.k_codec, qstate.data(), rows, c->k_format.row_bytes, run, s);
         } else {
           rows_f32.resize(static_cast<std::size_t>(run) * head_dim);
-          L.k_api->decode(L.k_codec, rows, run, rows_f32.data(), nullptr);
+          L.k_api->decode(L.k_codec, rows, run, rows_f32.data(), &ignored);
           for (uint32_t i = 0; i < run; ++i) s[i] = dot_f32(qv, rows_f32.data() + i * head_dim, head_dim);
         }
         at += static_cast<int32_t>(run);
@@ -283,7 +287,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
           L.v_api->accumulate_values(L.v_codec, rows, c->v_format.row_bytes, run, w, acc.data());
         } else {
           rows_f32.resize(static_cast<std::size_t>(run) * head_dim);
-          L.v_api->decode(L.v_codec, rows, run, rows_f32.data(), nullptr);
+          L.v_api->decode(L.v_codec, rows, run, rows_f32.data(), &ignored);
           for (uint32_t i = 0; i < run; ++i) axpy(w[i], rows_f32.data() + i * head_dim, acc.data(), head_dim);
         }
         at += static_cast<int32_t>(run);

@@ -30,8 +30,26 @@ float dot_weight_row(const sl_weight* w, uint32_t r, const float* x) {
 
 void matvec(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
   const std::size_t n_out = w->rows, cols = w->cols;
-  be->pool->parallel_for(n_out, 16, [&](std::size_t b, std::size_t e, unsigned) {
-    for (std::size_t r = b; r < e; ++r)
+  be->pool->parallel_for(n_out, 64, [&](std::size_t b, std::size_t e, unsigned) {
+    std::size_t r = b;
+#ifdef SLUICE_CPU_AVX2
+    // Four rows at a time where the row length allows whole vectors.
+    if (cols % 8 == 0 && (w->dtype == SL_DTYPE_BF16 || w->dtype == SL_DTYPE_F16)) {
+      const auto* base = reinterpret_cast<const uint16_t*>(weight_data(w));
+      for (; r + 4 <= e; r += 4) {
+        const uint16_t* w0 = base + r * cols;
+        for (uint32_t t = 0; t < n_rows; ++t) {
+          float s[4];
+          if (w->dtype == SL_DTYPE_BF16)
+            dot4_u16<load_bf16x8>(w0, w0 + cols, w0 + 2 * cols, w0 + 3 * cols, x + t * cols, cols, s);
+          else
+            dot4_u16<load_f16x8>(w0, w0 + cols, w0 + 2 * cols, w0 + 3 * cols, x + t * cols, cols, s);
+          for (int k = 0; k < 4; ++k) out[t * n_out + r + k] = s[k];
+        }
+      }
+    }
+#endif
+    for (; r < e; ++r)
       for (uint32_t t = 0; t < n_rows; ++t) out[t * n_out + r] = dot_weight_row(w, static_cast<uint32_t>(r), x + t * cols);
   });
 }

@@ -138,6 +138,27 @@ inline float dot_f16(const uint16_t* w, const float* x, std::size_t n) {
   return sum;
 }
 
+
+#ifdef SLUICE_CPU_AVX2
+// Four weight rows against one activation: the activation is loaded once for four rows and the four
+// horizontal sums are folded together — decode's matvec is bound by this loop. n must be a
+// multiple of 8; callers handle the tail.
+template <__m256 (*Load)(const uint16_t*)>
+inline void dot4_u16(const uint16_t* w0, const uint16_t* w1, const uint16_t* w2, const uint16_t* w3, const float* x,
+                     std::size_t n, float* out) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    a0 = _mm256_fmadd_ps(Load(w0 + i), xv, a0);
+    a1 = _mm256_fmadd_ps(Load(w1 + i), xv, a1);
+    a2 = _mm256_fmadd_ps(Load(w2 + i), xv, a2);
+    a3 = _mm256_fmadd_ps(Load(w3 + i), xv, a3);
+  }
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+#endif
+
 // y += a * x
 inline void axpy(float a, const float* x, float* y, std::size_t n) {
   std::size_t i = 0;
