@@ -1,0 +1,36 @@
+#pragma once
+// What every handler may use: the engine, the options, the chat template, the counters.
+#include <chrono>
+
+#include "engine/engine.h"
+#include "server/chat_prompt.h"
+#include "server/http_policy.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/request_parser.h"
+
+namespace sluice::server {
+
+struct ServerContext {
+  ServerContext(Engine& e, const ServerOptions& o, ChatPrompt c)
+      : engine(e), options(o), chat(std::move(c)), cors(o.cors_origin) {
+    defaults.sampling = default_sampling(o);
+    defaults.max_tokens = o.max_tokens;
+    info.model = e.model_name();
+    info.backend = e.backend_name();
+    info.kv_codec = o.kv_codec;
+    info.expert_store = o.expert_store;
+    info.version = "0.1.0";
+  }
+
+  Engine& engine;
+  const ServerOptions& options;
+  ChatPrompt chat;
+  CorsPolicy cors;
+  RequestDefaults defaults;
+  ServerInfo info;
+  ServerCounters counters;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,131 @@
+#include "server/generation_job.h"
+
+#include <algorithm>
+
+#include "server/api_error.h"
+#include "server/metrics.h"
+#include "server/sse.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::server {
+namespace {
+
+class TokenizerText final : public TokenText {
+ public:
+  TokenizerText(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
+      : tokenizer_(tokenizer), decoder_(tokenizer), eos_(std::move(eos_ids)) {}
+  std::string push(int32_t id) override { return decoder_.push(id); }
+  std::string flush() override { return decoder_.flush(); }
+  std::string piece(int32_t id) override { return tokenizer_.decode(std::vector<int32_t>{id}); }
+  bool is_control(int32_t id) override {
+    return std::find(eos_.begin(), eos_.end(), id) != eos_.end() || tokenizer_.is_special(id);
+  }
+
+ private:
+  const Tokenizer& tokenizer_;
+  StreamingDecoder decoder_;
+  std::vector<int32_t> eos_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenText> make_token_text(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids) {
+  return std::make_unique<TokenizerText>(tokenizer, std::move(eos_ids));
+}
+
+GenerationJob::GenerationJob(JobSpec spec, std::unique_ptr<TokenText> text, std::shared_ptr<ResponseChannel> channel,
+                             ServerCounters* counters)
+    : spec_(std::move(spec)), text_(std::move(text)), channel_(std::move(channel)), counters_(counters),
+      stop_(spec_.stop) {
+  if (counters_) ++counters_->active_generations;
+}
+
+GenerationJob::~GenerationJob() {
+  if (counters_) --counters_->active_generations;
+}
+
+void GenerationJob::attach(GenerationRequest& request) {
+  request.cancelled = channel_->cancelled();
+  request.top_logprobs = spec_.logprobs ? std::max(spec_.top_logprobs, 1) : 0;
+  auto self = shared_from_this();
+  request.on_token = [self](const TokenEvent& event) { return self->on_token(event); };
+  request.on_done = [self](const GenerationResult& result) { self->on_done(result); };
+}
+
+bool GenerationJob::send(std::string event) {
+  if (client_gone_) return false;
+  if (!channel_->send_event(std::move(event))) client_gone_ = true;
+  return !client_gone_;
+}
+
+void GenerationJob::emit(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+  if (!spec_.stream) {
+    full_text_ += text;
+    all_logprobs_.insert(all_logprobs_.end(), logprobs.begin(), logprobs.end());
+    return;
+  }
+  if (!role_sent_) {
+    role_sent_ = true;
+    static const std::string kAssistant = "assistant";
+    if (id().chat) send(sse_event(chunk_json(id(), &kAssistant, "", nullptr, nullptr, spec_.include_usage)));
+    if (!spec_.echo_text.empty()) {
+      send(sse_event(chunk_json(id(), nullptr, spec_.echo_text, nullptr, nullptr, spec_.include_usage)));
+      emitted_bytes_ += spec_.echo_text.size();
+    }
+  }
+  if (text.empty() && logprobs.empty()) return;
+  LogprobsPart part{logprobs, emitted_bytes_};
+  send(sse_event(chunk_json(id(), nullptr, text, nullptr, spec_.logprobs ? &part : nullptr, spec_.include_usage)));
+  emitted_bytes_ += text.size();
+}
+
+bool GenerationJob::on_token(const TokenEvent& event) {
+  if (client_gone_) return false;
+  if (spec_.logprobs) {
+    TokenLogprob lp{text_->piece(event.id), event.logprob, {}};
+    for (int i = 0; i < spec_.top_logprobs && i < static_cast<int>(event.top_logprobs.size()); ++i)
+      lp.top.emplace_back(text_->piece(event.top_logprobs[i].id), event.top_logprobs[i].logprob);
+    pending_logprobs_.push_back(std::move(lp));
+  }
+  std::string piece = text_->is_control(event.id) ? std::string() : text_->push(event.id);
+  std::string safe = stop_.push(piece);
+  if (!safe.empty() || stop_.stopped() || (spec_.stream && !role_sent_)) {
+    emit(safe, pending_logprobs_);
+    pending_logprobs_.clear();
+  }
+  return !stop_.stopped() && !client_gone_;
+}
+
+void GenerationJob::on_done(const GenerationResult& result) {
+  if (!stop_.stopped()) {
+    std::string rest = stop_.push(text_->flush());
+    rest += stop_.flush();
+    if (!rest.empty() || !pending_logprobs_.empty()) emit(rest, pending_logprobs_);
+    pending_logprobs_.clear();
+  }
+  if (result.finish == FinishReason::kError) {
+    ApiError error = ApiError::server_error("generation failed: " + result.error);
+    if (spec_.stream && role_sent_) {
+      send(sse_event(error.to_json()));
+      send(sse_done());
+      channel_->end_stream();
+    } else {
+      channel_->respond(error.status, error.to_json());
+    }
+    return;
+  }
+  const char* finish = stop_.stopped() ? "stop" : finish_reason_name(result.finish);
+  if (!spec_.stream) {
+    LogprobsPart part{all_logprobs_, spec_.echo_text.size()};
+    channel_->respond(200, completion_json(id(), spec_.echo_text + full_text_, finish, result.stats,
+                                           spec_.logprobs ? &part : nullptr));
+    return;
+  }
+  emit("", {});  // role (and echo) if no token came
+  send(sse_event(chunk_json(id(), nullptr, "", finish, nullptr, spec_.include_usage)));
+  if (spec_.include_usage) send(sse_event(usage_chunk_json(id(), result.stats)));
+  send(sse_done());
+  channel_->end_stream();
+}
+
+}  // namespace sluice::server

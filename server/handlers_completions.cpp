@@ -1,0 +1,121 @@
+#include <algorithm>
+
+#include "model/model_config.h"
+#include "server/generation_job.h"
+#include "server/handlers.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::server {
+namespace {
+
+// Validates the prompt against the context, builds the engine request and submits it. Returns the
+// immediate error reply, or nullopt when the answer will come through the channel.
+std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams& params,
+                                      std::vector<int32_t> prompt_ids, JobSpec spec,
+                                      const std::shared_ptr<ResponseChannel>& channel) {
+  const int context = ctx.engine.context_size();
+  const int prompt_tokens = static_cast<int>(prompt_ids.size());
+  if (prompt_tokens == 0) return Reply::error(ApiError::bad_request("the prompt is empty", "prompt"));
+  if (prompt_tokens >= context) {
+    return Reply::error(ApiError{400,
+                                 "the prompt is " + std::to_string(prompt_tokens) + " tokens; the context holds " +
+                                     std::to_string(context),
+                                 "invalid_request_error", "messages", "context_length_exceeded"});
+  }
+  auto request = std::make_shared<GenerationRequest>();
+  request->prompt_ids = std::move(prompt_ids);
+  request->max_tokens = std::max(1, std::min(params.max_tokens, context - prompt_tokens));
+  request->sampling = params.sampling;
+  request->ignore_eos = params.ignore_eos;
+  if (params.timeout_s) {
+    request->deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(*params.timeout_s));
+  }
+  spec.stream = params.stream;
+  spec.include_usage = params.include_usage;
+  spec.logprobs = params.logprobs;
+  spec.top_logprobs = params.top_logprobs;
+  spec.stop = params.stop;
+  auto job = std::make_shared<GenerationJob>(std::move(spec), make_token_text(ctx.engine.tokenizer(), ctx.engine.eos_ids()),
+                                             channel, &ctx.counters);
+  job->attach(*request);
+  if (Status submitted = ctx.engine.submit(std::move(request)); !submitted) {
+    ++ctx.counters.rejected_overloaded;
+    return Reply::error(ApiError::overloaded("the server is busy: " + submitted.message()));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpRequest& req,
+                                             const std::shared_ptr<ResponseChannel>& channel) {
+  auto parsed = parse_chat_request(req.body(), ctx.defaults);
+  if (!parsed) return Reply::error(parsed.error());
+  ChatRequest& chat = *parsed;
+  auto prompt = ctx.chat.render(chat.messages, chat.tools.IsArray() ? &chat.tools : nullptr,
+                                chat.add_generation_prompt.value_or(true));
+  if (!prompt) return Reply::error(ApiError::bad_request("chat template: " + prompt.message(), "messages"));
+  std::vector<int32_t> ids = ctx.engine.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
+  JobSpec spec;
+  spec.identity = make_identity(/*chat=*/true, ctx.info.model);
+  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), channel);
+}
+
+std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
+                                        const std::shared_ptr<ResponseChannel>& channel) {
+  auto parsed = parse_completion_request(req.body(), ctx.defaults);
+  if (!parsed) return Reply::error(parsed.error());
+  TextCompletionRequest& completion = *parsed;
+  const Tokenizer& tok = ctx.engine.tokenizer();
+  std::vector<int32_t> ids;
+  if (completion.prompt_text) {
+    ids = tok.encode(*completion.prompt_text, /*add_special_tokens=*/true);
+  } else {
+    const int vocab = ctx.engine.model_config().vocab_size;
+    for (int32_t id : completion.prompt_ids) {
+      if (id < 0 || (vocab > 0 && id >= vocab))
+        return Reply::error(ApiError::bad_request("prompt token id " + std::to_string(id) + " is outside the vocabulary",
+                                                  "prompt"));
+    }
+    ids = std::move(completion.prompt_ids);
+  }
+  JobSpec spec;
+  spec.identity = make_identity(/*chat=*/false, ctx.info.model);
+  if (completion.echo) spec.echo_text = completion.prompt_text ? *completion.prompt_text : tok.decode(ids);
+  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), channel);
+}
+
+Router make_router(ServerContext& ctx) {
+  using V = http::verb;
+  Router r;
+  auto now = [&ctx](Reply (*f)(ServerContext&)) {
+    return [&ctx, f](const HttpRequest&, const std::shared_ptr<ResponseChannel>&) -> std::optional<Reply> {
+      return f(ctx);
+    };
+  };
+  auto with_body = [&ctx](Reply (*f)(ServerContext&, const HttpRequest&)) {
+    return [&ctx, f](const HttpRequest& req, const std::shared_ptr<ResponseChannel>&) -> std::optional<Reply> {
+      return f(ctx, req);
+    };
+  };
+  auto generate = [&ctx](auto f) {
+    return [&ctx, f](const HttpRequest& req, const std::shared_ptr<ResponseChannel>& ch) { return f(ctx, req, ch); };
+  };
+  r.add(V::get, "/health", now(handle_health));
+  r.add(V::get, "/v1/health", now(handle_health));
+  r.add(V::get, "/v1/models", now(handle_models));
+  r.add(V::get, "/models", now(handle_models));
+  r.add(V::get, "/metrics", now(handle_metrics));
+  r.add(V::post, "/tokenize", with_body(handle_tokenize));
+  r.add(V::post, "/detokenize", with_body(handle_detokenize));
+  r.add(V::post, "/apply-template", with_body(handle_apply_template));
+  r.add(V::post, "/v1/chat/completions", generate(handle_chat_completions));
+  r.add(V::post, "/chat/completions", generate(handle_chat_completions));
+  r.add(V::post, "/v1/completions", generate(handle_completions));
+  r.add(V::post, "/completions", generate(handle_completions));
+  return r;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,82 @@
+#include <chrono>
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "server/handlers.h"
+
+namespace sluice::server {
+namespace {
+
+std::string to_text(const rapidjson::StringBuffer& b) { return {b.GetString(), b.GetSize()}; }
+
+}  // namespace
+
+Reply handle_health(ServerContext& ctx) {
+  const EngineMetrics m = ctx.engine.metrics();
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("status"), w.String("ok");
+  w.Key("model"), w.String(ctx.info.model.c_str());
+  w.Key("backend"), w.String(ctx.info.backend.c_str());
+  w.Key("devices");
+  w.StartArray();
+  w.StartObject();
+  w.Key("name"), w.String(ctx.info.backend.c_str());
+  w.Key("kind"), w.String("cpu");
+  w.EndObject();
+  w.EndArray();
+  w.Key("kv_codec"), w.String(ctx.info.kv_codec.c_str());
+  w.Key("expert_store"), w.String(ctx.info.expert_store.c_str());
+  w.Key("context_size"), w.Int(ctx.engine.context_size());
+  w.Key("slots");
+  w.StartObject();
+  w.Key("parallel"), w.Int(ctx.options.parallel);
+  w.Key("active"), w.Int(m.active_sequences);
+  w.Key("queued"), w.Int(m.queue_depth);
+  w.EndObject();
+  w.Key("memory");
+  w.StartObject();
+  w.Key("weights_bytes"), w.Uint64(m.weight_bytes);
+  w.Key("kv_capacity_bytes"), w.Uint64(m.kv_bytes_capacity);
+  w.Key("kv_used_bytes"), w.Uint64(m.kv_bytes_used);
+  w.Key("kv_bytes_per_token"), w.Double(m.kv_bytes_per_token);
+  w.Key("resident_bytes"), w.Uint64(process_resident_bytes());
+  w.EndObject();
+  w.EndObject();
+  return Reply::json(to_text(buffer));
+}
+
+Reply handle_models(ServerContext& ctx) {
+  const auto created = std::chrono::duration_cast<std::chrono::seconds>(
+      std::chrono::system_clock::now().time_since_epoch()).count();
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("object"), w.String("list");
+  w.Key("data");
+  w.StartArray();
+  w.StartObject();
+  w.Key("id"), w.String(ctx.info.model.c_str());
+  w.Key("object"), w.String("model");
+  w.Key("created"), w.Int64(created);
+  w.Key("owned_by"), w.String("sluice");
+  w.Key("meta");
+  w.StartObject();
+  w.Key("n_ctx"), w.Int(ctx.engine.context_size());
+  w.Key("backend"), w.String(ctx.info.backend.c_str());
+  w.EndObject();
+  w.EndObject();
+  w.EndArray();
+  w.EndObject();
+  return Reply::json(to_text(buffer));
+}
+
+Reply handle_metrics(ServerContext& ctx) {
+  double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
+  return {200, render_metrics(ctx.engine.metrics(), ctx.counters, ctx.info, uptime),
+          "text/plain; version=0.0.4; charset=utf-8"};
+}
+
+}  // namespace sluice::server

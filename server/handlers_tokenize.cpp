@@ -1,0 +1,87 @@
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "model/model_config.h"
+#include "server/handlers.h"
+#include "tokenizer/tokenizer.h"
+#include "util/json.h"
+
+namespace sluice::server {
+namespace {
+
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+std::string to_text(const rapidjson::StringBuffer& b) { return {b.GetString(), b.GetSize()}; }
+void str(Writer& w, const std::string& s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
+
+}  // namespace
+
+Reply handle_tokenize(ServerContext& ctx, const HttpRequest& req) {
+  auto body = parse_body_object(req.body());
+  if (!body) return Reply::error(body.error());
+  auto content = json::string(*body, "content");
+  if (!content) return Reply::error(ApiError::bad_request("content must be a string", "content"));
+  const bool add_special = json::boolean(*body, "add_special").value_or(false);
+  const bool with_pieces = json::boolean(*body, "with_pieces").value_or(false);
+  const Tokenizer& tok = ctx.engine.tokenizer();
+  const std::vector<int32_t> ids = tok.encode(*content, add_special);
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("tokens");
+  w.StartArray();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      w.Int(id);
+      continue;
+    }
+    w.StartObject();
+    w.Key("id"), w.Int(id);
+    w.Key("piece"), str(w, tok.decode(std::vector<int32_t>{id}));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Reply::json(to_text(buffer));
+}
+
+Reply handle_detokenize(ServerContext& ctx, const HttpRequest& req) {
+  auto body = parse_body_object(req.body());
+  if (!body) return Reply::error(body.error());
+  const auto* tokens = json::member(*body, "tokens");
+  if (!tokens || !tokens->IsArray()) return Reply::error(ApiError::bad_request("tokens must be an array", "tokens"));
+  const int vocab = ctx.engine.model_config().vocab_size;
+  std::vector<int32_t> ids;
+  for (const auto& t : tokens->GetArray()) {
+    if (!t.IsInt() || t.GetInt() < 0 || (vocab > 0 && t.GetInt() >= vocab))
+      return Reply::error(ApiError::bad_request("tokens must be token ids below " + std::to_string(vocab), "tokens"));
+    ids.push_back(t.GetInt());
+  }
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("content"), str(w, ctx.engine.tokenizer().decode(ids));
+  w.EndObject();
+  return Reply::json(to_text(buffer));
+}
+
+Reply handle_apply_template(ServerContext& ctx, const HttpRequest& req) {
+  auto body = parse_body_object(req.body());
+  if (!body) return Reply::error(body.error());
+  const auto* messages = json::member(*body, "messages");
+  if (!messages) return Reply::error(ApiError::bad_request("messages is required", "messages"));
+  rapidjson::Document normalized;
+  if (auto err = normalize_messages(*messages, normalized)) return Reply::error(*err);
+  const auto* tools = json::member(*body, "tools");
+  auto prompt = ctx.chat.render(normalized, tools,
+                                json::boolean(*body, "add_generation_prompt").value_or(true));
+  if (!prompt) return Reply::error(ApiError::bad_request("chat template: " + prompt.message(), "messages"));
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("prompt"), str(w, *prompt);
+  w.EndObject();
+  return Reply::json(to_text(buffer));
+}
+
+}  // namespace sluice::server

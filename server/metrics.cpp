@@ -1,0 +1,107 @@
+#include "server/metrics.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace sluice::server {
+namespace {
+
+// Label values escape backslash, quote and newline.
+std::string label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+}  // namespace
+
+void ServerCounters::count_request(std::string_view route, int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{std::string(route), status}];
+}
+
+std::map<std::pair<std::string, int>, uint64_t> ServerCounters::requests() const {
+  std::lock_guard lock(mutex_);
+  return requests_;
+}
+
+uint64_t process_resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages_total = 0, pages_resident = 0;
+  if (!(statm >> pages_total >> pages_resident)) return 0;
+  return pages_resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, const ServerInfo& info,
+                           double uptime_seconds) {
+  std::string out;
+  out += "# HELP sluice_info Build and configuration of this server.\n# TYPE sluice_info gauge\n";
+  out += fmt::format("sluice_info{{version=\"{}\",model=\"{}\",backend=\"{}\",kv_codec=\"{}\",expert_store=\"{}\"}} 1\n",
+                     label(info.version), label(info.model), label(info.backend), label(info.kv_codec),
+                     label(info.expert_store));
+  metric(out, "sluice_uptime_seconds", "gauge", "Seconds since the server started.", uptime_seconds);
+
+  out += "# HELP sluice_http_requests_total HTTP requests answered, by route and status code.\n"
+         "# TYPE sluice_http_requests_total counter\n";
+  for (const auto& [key, count] : c.requests())
+    out += fmt::format("sluice_http_requests_total{{route=\"{}\",code=\"{}\"}} {}\n", label(key.first), key.second,
+                       count);
+  metric(out, "sluice_http_open_connections", "gauge", "Open client connections.",
+         static_cast<double>(c.open_connections.load()));
+  metric(out, "sluice_http_active_generations", "gauge", "Completions being generated or waiting.",
+         static_cast<double>(c.active_generations.load()));
+  metric(out, "sluice_disconnect_cancels_total", "counter", "Generations cancelled because the client disconnected.",
+         static_cast<double>(c.disconnect_cancels.load()));
+  metric(out, "sluice_slow_client_cancels_total", "counter",
+         "Generations cancelled because the client did not read fast enough.",
+         static_cast<double>(c.slow_client_cancels.load()));
+  metric(out, "sluice_rejected_overloaded_total", "counter", "Requests refused with 503 because the queue was full.",
+         static_cast<double>(c.rejected_overloaded.load()));
+
+  metric(out, "sluice_requests_total", "counter", "Generation requests the engine finished.",
+         static_cast<double>(e.requests_total));
+  metric(out, "sluice_requests_failed_total", "counter", "Generation requests that ended in an error.",
+         static_cast<double>(e.requests_failed));
+  metric(out, "sluice_prompt_tokens_total", "counter", "Prompt tokens processed.",
+         static_cast<double>(e.prompt_tokens_total));
+  metric(out, "sluice_cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+         static_cast<double>(e.cached_tokens_total));
+  metric(out, "sluice_completion_tokens_total", "counter", "Tokens generated.",
+         static_cast<double>(e.completion_tokens_total));
+  metric(out, "sluice_prefill_seconds_total", "counter", "Seconds spent in prompt processing.", e.prefill_seconds_total);
+  metric(out, "sluice_decode_seconds_total", "counter", "Seconds spent generating tokens.", e.decode_seconds_total);
+  double prefill_tps = e.prefill_seconds_total > 0
+                           ? (e.prompt_tokens_total - e.cached_tokens_total) / e.prefill_seconds_total : 0;
+  double decode_tps = e.decode_seconds_total > 0 ? e.completion_tokens_total / e.decode_seconds_total : 0;
+  metric(out, "sluice_prefill_tokens_per_second", "gauge", "Average prompt tokens per second of prefill time.",
+         prefill_tps);
+  metric(out, "sluice_decode_tokens_per_second", "gauge", "Average generated tokens per second of decode time.",
+         decode_tps);
+  metric(out, "sluice_queue_depth", "gauge", "Requests waiting for a slot.", e.queue_depth);
+  metric(out, "sluice_active_sequences", "gauge", "Sequences being generated.", e.active_sequences);
+  metric(out, "sluice_weight_bytes", "gauge", "Bytes of model weights.", static_cast<double>(e.weight_bytes));
+  metric(out, "sluice_kv_cache_capacity_bytes", "gauge", "Bytes reserved for the KV cache.",
+         static_cast<double>(e.kv_bytes_capacity));
+  metric(out, "sluice_kv_cache_used_bytes", "gauge", "Bytes of the KV cache in use.",
+         static_cast<double>(e.kv_bytes_used));
+  metric(out, "sluice_kv_cache_bytes_per_token", "gauge", "KV cache bytes per token under the configured codec.",
+         e.kv_bytes_per_token);
+  metric(out, "sluice_process_resident_memory_bytes", "gauge", "Resident memory of the server process.",
+         static_cast<double>(process_resident_bytes()));
+  return out;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,44 @@
+#pragma once
+// The JSON objects of OpenAI's chat and text completion responses (plain and streamed chunks).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace sluice::server {
+
+struct CompletionIdentity {
+  std::string id;        // chatcmpl-... / cmpl-...
+  int64_t created = 0;   // Unix seconds
+  std::string model;
+  bool chat = true;
+};
+
+CompletionIdentity make_identity(bool chat, std::string model);
+
+struct TokenLogprob {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// Chat: {"content":[...]}; text: {"tokens","token_logprobs","top_logprobs","text_offset"}.
+struct LogprobsPart {
+  std::vector<TokenLogprob> tokens;
+  std::size_t text_offset = 0;  // where this part's text starts in the completion (text form)
+};
+
+std::string completion_json(const CompletionIdentity& id, const std::string& text, const char* finish_reason,
+                            const GenerationStats& stats, const LogprobsPart* logprobs);
+// A streamed chunk. Chat: `role` first (delta {role, content:""}), then content deltas; the last
+// carries finish_reason and an empty delta.
+std::string chunk_json(const CompletionIdentity& id, const std::string* role, const std::string& text,
+                       const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage);
+// The final usage chunk (choices: []) for stream_options.include_usage.
+std::string usage_chunk_json(const CompletionIdentity& id, const GenerationStats& stats);
+
+const char* finish_reason_name(FinishReason reason);
+
+}  // namespace sluice::server

@@ -1,0 +1,148 @@
+#include "server/options.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+
+namespace po = boost::program_options;
+
+namespace sluice::server {
+namespace {
+
+po::options_description describe(ServerOptions& o) {
+  po::options_description desc("sluice serve options (also accepted as `name = value` lines in --config FILE)");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "print this help and exit")
+    ("config", po::value(&o.config_file), "read options from FILE; the command line wins")
+    ("model,m", po::value(&o.model), "model folder (config.json, safetensors, tokenizer.json); required")
+    ("host", po::value(&o.host)->default_value(o.host), "address to listen on")
+    ("port", po::value(&o.port)->default_value(o.port), "port to listen on (0 = any free port)")
+    ("backend", po::value(&o.backend)->default_value(o.backend), "auto | cpu | opencl[:P:D]")
+    ("kv-codec", po::value(&o.kv_codec)->default_value(o.kv_codec), "KV cache codec: f32 | f16 | plugin | k=A,v=B")
+    ("expert-store", po::value(&o.expert_store)->default_value(o.expert_store), "where MoE experts live")
+    ("plugin-dir", po::value(&o.plugin_dir), "folder searched for plugins (default: next to the executable)")
+    ("threads", po::value(&o.threads)->default_value(o.threads), "compute threads (0 = all cores)")
+    ("max-tokens", po::value(&o.max_tokens)->default_value(o.max_tokens), "default and ceiling of a request's max_tokens")
+    ("ctx-size", po::value(&o.ctx_size)->default_value(o.ctx_size), "context size in tokens (0 = the model's)")
+    ("prefill-size", po::value(&o.prefill_size)->default_value(o.prefill_size), "prompt tokens per forward pass")
+    ("temp", po::value(&o.temp)->default_value(o.temp), "default temperature")
+    ("top-p", po::value(&o.top_p)->default_value(o.top_p), "default top-p")
+    ("top-k", po::value(&o.top_k)->default_value(o.top_k), "default top-k (0 = off)")
+    ("min-p", po::value(&o.min_p)->default_value(o.min_p), "default min-p (0 = off)")
+    ("repeat-penalty", po::value(&o.repeat_penalty)->default_value(o.repeat_penalty), "default repetition penalty")
+    ("parallel", po::value(&o.parallel)->default_value(o.parallel), "sequences generated at once")
+    ("queue-size", po::value(&o.queue_size)->default_value(o.queue_size), "waiting requests before 503")
+    ("api-key", po::value(&o.api_key), "require `Authorization: Bearer KEY` (not on /health, /metrics)")
+    ("cors", po::value(&o.cors_origin), "allow cross-origin requests from ORIGIN (* for any)")
+    ("mem-limit", po::value(&o.mem_limit), "memory limit, e.g. 8G (not enforced yet: --info reports the fit)")
+    ("gpu-layers", po::value(&o.gpu_layers), "layers on the GPU (not available yet)")
+    ("stream-experts", po::bool_switch(&o.stream_experts), "stream MoE experts from disk (not available yet)")
+    ("turbo-kv", po::bool_switch(&o.turbo_kv), "compressed KV cache preset (not available yet)")
+    ("thinking", po::bool_switch(&o.thinking), "render chat templates with enable_thinking=true")
+    ("info", po::bool_switch(&o.info), "print the memory plan and exit")
+    ("log-level", po::value(&o.log_level)->default_value(o.log_level), "trace | debug | info | warn | error | off")
+    ("body-limit", po::value(&o.body_limit)->default_value(o.body_limit), "largest request body in bytes (413 above)")
+    ("read-timeout", po::value(&o.read_timeout_s)->default_value(o.read_timeout_s), "seconds to read one request")
+    ("idle-timeout", po::value(&o.idle_timeout_s)->default_value(o.idle_timeout_s), "seconds a keep-alive connection may idle")
+    ("write-timeout", po::value(&o.write_timeout_s)->default_value(o.write_timeout_s), "seconds one write may take")
+    ("http-threads", po::value(&o.http_threads)->default_value(o.http_threads), "threads serving HTTP")
+    ("shutdown-grace", po::value(&o.shutdown_grace_s)->default_value(o.shutdown_grace_s), "seconds to wait for in-flight requests on SIGTERM");
+  // clang-format on
+  return desc;
+}
+
+Status validate(const ServerOptions& o) {
+  if (o.model.empty()) return make_error("--model is required (on the command line or in --config)");
+  if (o.port < 0 || o.port > 65535) return make_error("--port must be 0..65535");
+  if (o.max_tokens < 1) return make_error("--max-tokens must be at least 1");
+  if (o.ctx_size < 0) return make_error("--ctx-size must not be negative");
+  if (o.prefill_size < 1) return make_error("--prefill-size must be at least 1");
+  if (o.parallel < 1) return make_error("--parallel must be at least 1");
+  if (o.queue_size < 1) return make_error("--queue-size must be at least 1");
+  if (o.threads < 0) return make_error("--threads must not be negative");
+  if (o.temp < 0) return make_error("--temp must not be negative");
+  if (o.top_p <= 0 || o.top_p > 1) return make_error("--top-p must be in (0, 1]");
+  if (o.top_k < 0) return make_error("--top-k must not be negative");
+  if (o.min_p < 0 || o.min_p > 1) return make_error("--min-p must be in [0, 1]");
+  if (o.repeat_penalty <= 0) return make_error("--repeat-penalty must be positive");
+  if (o.http_threads < 1) return make_error("--http-threads must be at least 1");
+  if (o.body_limit < 1024) return make_error("--body-limit must be at least 1024");
+  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+  bool level_ok = false;
+  for (const char* l : kLevels) level_ok |= o.log_level == l;
+  if (!level_ok) return make_error("--log-level must be one of trace, debug, info, warn, error, off");
+  return {};
+}
+
+}  // namespace
+
+Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args) {
+  ParsedOptions parsed;
+  auto desc = describe(parsed.options);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::ostringstream help;
+      help << "usage: sluice serve --model DIR [options]\n\n" << desc;
+      parsed.help = true;
+      parsed.help_text = help.str();
+      return parsed;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream file(path);
+      if (!file) return make_error("--config: cannot read " + path);
+      // Values already stored from the command line are kept: the command line wins.
+      po::store(po::parse_config_file(file, desc, /*allow_unregistered=*/false), vm);
+    }
+    po::notify(vm);
+    if (vm.count("gpu-layers"))
+      parsed.warnings.push_back("--gpu-layers: GPU offload is not available yet; all layers run on the selected backend");
+    if (parsed.options.stream_experts)
+      parsed.warnings.push_back("--stream-experts: expert streaming is not available yet; use --expert-store");
+    if (parsed.options.turbo_kv)
+      parsed.warnings.push_back("--turbo-kv: the turbo KV preset is not available yet; use --kv-codec");
+    if (!parsed.options.mem_limit.empty())
+      parsed.warnings.push_back("--mem-limit: not enforced yet (see `--info` for whether the plan fits)");
+  } catch (const po::error& e) {
+    return make_error(e.what());
+  }
+  if (auto ok = validate(parsed.options); !ok) return ok.error();
+  return parsed;
+}
+
+Status check_available(const ServerOptions& o) {
+  if (o.backend.rfind("opencl", 0) == 0)
+    return make_error("--backend " + o.backend + ": the OpenCL backend is not available yet (use auto or cpu)");
+  return {};
+}
+
+EngineOptions to_engine_options(const ServerOptions& o) {
+  EngineOptions e;
+  e.model_dir = o.model;
+  e.backend = o.backend;
+  e.kv_codec = o.kv_codec;
+  e.expert_store = o.expert_store;
+  e.plugin_dir = o.plugin_dir;
+  e.threads = o.threads;
+  e.ctx_size = o.ctx_size;
+  e.prefill_size = o.prefill_size;
+  e.parallel = o.parallel;
+  e.queue_size = o.queue_size;
+  return e;
+}
+
+SamplingParams default_sampling(const ServerOptions& o) {
+  SamplingParams s;
+  s.temperature = o.temp;
+  s.top_p = o.top_p;
+  s.top_k = o.top_k;
+  s.min_p = o.min_p;
+  s.repeat_penalty = o.repeat_penalty;
+  return s;
+}
+
+}  // namespace sluice::server

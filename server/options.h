@@ -1,0 +1,68 @@
+#pragma once
+// `sluice serve` options: the same names on the command line and in a config file (`--config FILE`,
+// `name = value` lines); the command line wins. Parsed with Boost.Program_options.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "util/result.h"
+
+namespace sluice::server {
+
+struct ServerOptions {
+  std::string config_file;
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 5413;
+  std::string backend = "auto";
+  std::string kv_codec = "f16";
+  std::string expert_store = "resident";
+  std::string plugin_dir;
+  int threads = 0;
+  int max_tokens = 2048;       // default and ceiling of a request's max_tokens
+  int ctx_size = 0;
+  int prefill_size = 512;
+  float temp = 0.6f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  int parallel = 1;
+  int queue_size = 64;
+  std::string api_key;
+  std::string cors_origin;
+  std::string mem_limit;       // later issue
+  int gpu_layers = -1;         // later issue (-1 = not given)
+  bool stream_experts = false; // later issue
+  bool turbo_kv = false;       // later issue
+  bool thinking = false;
+  bool info = false;
+  std::string log_level = "info";
+  // HTTP limits.
+  std::size_t body_limit = 16u << 20;
+  int read_timeout_s = 30;      // a request's header and body
+  int idle_timeout_s = 60;      // keep-alive connection waiting for the next request
+  int write_timeout_s = 30;     // one write to a client that does not read
+  int http_threads = 2;
+  int shutdown_grace_s = 5;
+};
+
+struct ParsedOptions {
+  ServerOptions options;
+  bool help = false;
+  std::string help_text;
+  std::vector<std::string> warnings;  // accepted options whose feature is not available yet
+};
+
+// Parses arguments (after `serve`) and the config file they name. An error is a usage error (exit 2).
+Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args);
+
+// Options whose feature is not built yet and that would change what the server does: refuse to start.
+// (Options that only tune, e.g. --turbo-kv, produce warnings in ParsedOptions instead.)
+Status check_available(const ServerOptions& options);
+
+EngineOptions to_engine_options(const ServerOptions& options);
+SamplingParams default_sampling(const ServerOptions& options);
+
+}  // namespace sluice::server

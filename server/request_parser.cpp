@@ -1,0 +1,235 @@
+#include "server/request_parser.h"
+
+#include <cmath>
+
+#include "util/json.h"
+
+namespace sluice::server {
+namespace {
+
+using rapidjson::Value;
+
+// Field readers: absent or null → nullopt; present with the wrong type or range → error.
+struct Fields {
+  const Value& obj;
+  std::optional<ApiError> error;
+
+  const Value* get(const char* name) { return json::member(obj, name); }
+
+  std::optional<double> number(const char* name, double lo, double hi) {
+    const Value* v = get(name);
+    if (!v || error) return std::nullopt;
+    if (!v->IsNumber()) return fail(name, std::string(name) + " must be a number");
+    double x = v->GetDouble();
+    if (!std::isfinite(x) || x < lo || x > hi)
+      return fail(name, std::string(name) + " must be between " + fmt(lo) + " and " + fmt(hi));
+    return x;
+  }
+  std::optional<long long> integer(const char* name, long long lo, long long hi) {
+    const Value* v = get(name);
+    if (!v || error) return std::nullopt;
+    if (!v->IsInt64()) return fail(name, std::string(name) + " must be an integer");
+    long long x = v->GetInt64();
+    if (x < lo || x > hi)
+      return fail(name, std::string(name) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    return x;
+  }
+  std::optional<bool> boolean(const char* name) {
+    const Value* v = get(name);
+    if (!v || error) return std::nullopt;
+    if (!v->IsBool()) return fail(name, std::string(name) + " must be a boolean");
+    return v->GetBool();
+  }
+  std::optional<std::string> string(const char* name) {
+    const Value* v = get(name);
+    if (!v || error) return std::nullopt;
+    if (!v->IsString()) return fail(name, std::string(name) + " must be a string");
+    return std::string(v->GetString(), v->GetStringLength());
+  }
+
+  std::nullopt_t fail(const char* param, std::string message) {
+    if (!error) error = ApiError::bad_request(std::move(message), param);
+    return std::nullopt;
+  }
+  static std::string fmt(double x) {
+    std::string s = std::to_string(x);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  }
+};
+
+// Fields both endpoints read. `chat` selects the chat form of logprobs (bool + top_logprobs).
+std::optional<ApiError> parse_common(const Value& body, const RequestDefaults& d, bool chat, CompletionParams& p) {
+  Fields f{body, std::nullopt};
+  p.model = f.string("model").value_or("");
+  p.user = f.string("user").value_or("");
+  p.max_tokens = d.max_tokens;
+  auto max_completion = f.integer("max_completion_tokens", 1, 1LL << 30);
+  auto max_tokens = f.integer("max_tokens", 1, 1LL << 30);
+  if (max_completion) p.max_tokens = static_cast<int>(std::min<long long>(*max_completion, d.max_tokens));
+  else if (max_tokens) p.max_tokens = static_cast<int>(std::min<long long>(*max_tokens, d.max_tokens));
+
+  p.sampling = d.sampling;
+  if (auto v = f.number("temperature", 0, 2)) p.sampling.temperature = static_cast<float>(*v);
+  if (auto v = f.number("top_p", 0, 1)) p.sampling.top_p = *v > 0 ? static_cast<float>(*v) : 1e-6f;
+  if (auto v = f.integer("top_k", 0, 1 << 20)) p.sampling.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0, 1)) p.sampling.min_p = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty", -2, 2)) p.sampling.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.number("frequency_penalty", -2, 2)) p.sampling.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.number("repetition_penalty", 1e-3, 100)) p.sampling.repeat_penalty = static_cast<float>(*v);
+  else if (auto v2 = f.number("repeat_penalty", 1e-3, 100)) p.sampling.repeat_penalty = static_cast<float>(*v2);
+  if (const Value* seed = f.get("seed"); seed && !f.error) {
+    if (seed->IsUint64()) p.sampling.seed = seed->GetUint64();
+    else if (seed->IsInt64()) p.sampling.seed = static_cast<uint64_t>(seed->GetInt64());
+    else f.fail("seed", "seed must be an integer");
+  }
+
+  if (const Value* stop = f.get("stop"); stop && !f.error) {
+    if (stop->IsString()) {
+      if (stop->GetStringLength() > 0) p.stop.emplace_back(stop->GetString(), stop->GetStringLength());
+    } else if (stop->IsArray()) {
+      if (stop->Size() > 16) f.fail("stop", "stop may hold at most 16 strings");
+      for (const auto& s : stop->GetArray()) {
+        if (!s.IsString()) {
+          f.fail("stop", "stop must be a string or an array of strings");
+          break;
+        }
+        if (s.GetStringLength() > 0) p.stop.emplace_back(s.GetString(), s.GetStringLength());
+      }
+    } else {
+      f.fail("stop", "stop must be a string or an array of strings");
+    }
+  }
+
+  if (auto n = f.integer("n", -(1LL << 30), 1LL << 30); n && *n != 1) f.fail("n", "only n = 1 is supported");
+  if (auto best_of = f.integer("best_of", -(1LL << 30), 1LL << 30); best_of && *best_of != 1)
+    f.fail("best_of", "only best_of = 1 is supported");
+  p.stream = f.boolean("stream").value_or(false);
+  if (const Value* so = f.get("stream_options"); so && !f.error) {
+    if (!so->IsObject()) f.fail("stream_options", "stream_options must be an object");
+    else {
+      Fields sf{*so, std::nullopt};
+      p.include_usage = sf.boolean("include_usage").value_or(false);
+      if (sf.error) f.fail("stream_options", "stream_options.include_usage must be a boolean");
+    }
+  }
+
+  if (chat) {
+    p.logprobs = f.boolean("logprobs").value_or(false);
+    p.top_logprobs = static_cast<int>(f.integer("top_logprobs", 0, 20).value_or(0));
+    if (p.top_logprobs > 0 && !p.logprobs && !f.error) f.fail("top_logprobs", "top_logprobs requires logprobs: true");
+  } else if (auto lp = f.integer("logprobs", 0, 20)) {
+    p.logprobs = true;
+    p.top_logprobs = static_cast<int>(*lp);
+  }
+
+  if (const Value* rf = f.get("response_format"); rf && !f.error) {
+    auto type = rf->IsObject() ? json::string(*rf, "type") : std::nullopt;
+    if (!type) f.fail("response_format", "response_format must be an object with a string `type`");
+    else if (*type == "json_object") p.json_object = true;
+    else if (*type == "json_schema")
+      f.fail("response_format", "response_format json_schema is not supported yet (no constrained decoding)");
+    else if (*type != "text")
+      f.fail("response_format", "response_format.type must be text or json_object");
+  }
+  p.ignore_eos = f.boolean("ignore_eos").value_or(false);
+  if (auto t = f.number("timeout", 0.001, 86400.0)) p.timeout_s = *t;
+  return f.error;
+}
+
+bool valid_role(std::string_view role) {
+  return role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool" ||
+         role == "function";
+}
+
+}  // namespace
+
+ApiResult<rapidjson::Document> parse_body_object(std::string_view body) {
+  auto doc = json::parse(body, "request body");
+  if (!doc) return ApiError::bad_request(doc.message());
+  if (!doc->IsObject()) return ApiError::bad_request("request body must be a JSON object");
+  return std::move(*doc);
+}
+
+std::optional<ApiError> normalize_messages(const Value& messages, rapidjson::Document& out) {
+  if (!messages.IsArray() || messages.Empty())
+    return ApiError::bad_request("messages must be a non-empty array", "messages");
+  out.SetArray();
+  auto& alloc = out.GetAllocator();
+  for (rapidjson::SizeType i = 0; i < messages.Size(); ++i) {
+    const Value& m = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.IsObject()) return ApiError::bad_request(where + " must be an object", "messages");
+    auto role = json::string(m, "role");
+    if (!role || !valid_role(*role))
+      return ApiError::bad_request(where + ".role must be system, developer, user, assistant or tool", "messages");
+    Value copy(m, alloc);  // keeps tool_calls, name, tool_call_id, ... for the template
+    const Value* content = json::member(m, "content");
+    if (!content) {
+      // Only an assistant turn that calls tools may have no content.
+      if (*role != "assistant" || !json::member(m, "tool_calls"))
+        return ApiError::bad_request(where + ".content is required", "messages");
+    } else if (content->IsArray()) {
+      std::string text;
+      for (const auto& part : content->GetArray()) {
+        auto type = part.IsObject() ? json::string(part, "type") : std::nullopt;
+        auto part_text = part.IsObject() ? json::string(part, "text") : std::nullopt;
+        if (!type || (*type != "text" && *type != "input_text") || !part_text)
+          return ApiError::bad_request(where + ".content: only text parts are supported", "messages");
+        text += *part_text;
+      }
+      copy["content"].SetString(text.data(), static_cast<rapidjson::SizeType>(text.size()), alloc);
+    } else if (!content->IsString()) {
+      return ApiError::bad_request(where + ".content must be a string or an array of text parts", "messages");
+    }
+    out.PushBack(copy, alloc);
+  }
+  return std::nullopt;
+}
+
+ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDefaults& defaults) {
+  auto doc = parse_body_object(body);
+  if (!doc) return doc.error();
+  ChatRequest req;
+  if (auto err = parse_common(*doc, defaults, /*chat=*/true, req.params)) return *err;
+  const Value* messages = json::member(*doc, "messages");
+  if (!messages) return ApiError::bad_request("messages is required", "messages");
+  if (auto err = normalize_messages(*messages, req.messages)) return *err;
+  if (const Value* tools = json::member(*doc, "tools")) {
+    if (!tools->IsArray()) return ApiError::bad_request("tools must be an array", "tools");
+    req.tools.CopyFrom(*tools, req.tools.GetAllocator());
+  }
+  if (auto agp = json::boolean(*doc, "add_generation_prompt")) req.add_generation_prompt = agp;
+  return req;
+}
+
+ApiResult<TextCompletionRequest> parse_completion_request(std::string_view body, const RequestDefaults& defaults) {
+  auto doc = parse_body_object(body);
+  if (!doc) return doc.error();
+  TextCompletionRequest req;
+  if (auto err = parse_common(*doc, defaults, /*chat=*/false, req.params)) return *err;
+  const Value* prompt = json::member(*doc, "prompt");
+  if (!prompt) return ApiError::bad_request("prompt is required", "prompt");
+  const Value* p = prompt;
+  // A one-element batch ([string] or [[ids]]) is the same as its element; larger batches need n > 1.
+  if (p->IsArray() && p->Size() == 1 && ((*p)[0].IsString() || (*p)[0].IsArray())) p = &(*p)[0];
+  if (p->IsString()) {
+    req.prompt_text = std::string(p->GetString(), p->GetStringLength());
+  } else if (p->IsArray()) {
+    if (p->Empty()) return ApiError::bad_request("prompt must not be empty", "prompt");
+    for (const auto& id : p->GetArray()) {
+      if (!id.IsInt()) {
+        return ApiError::bad_request(
+            "prompt must be a string, an array of token ids, or a one-element batch of either", "prompt");
+      }
+      req.prompt_ids.push_back(id.GetInt());
+    }
+  } else {
+    return ApiError::bad_request("prompt must be a string or an array of token ids", "prompt");
+  }
+  if (auto echo = json::boolean(*doc, "echo")) req.echo = *echo;
+  return req;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,63 @@
+#pragma once
+// OpenAI request bodies → C++ structs, validated at the edge. Unknown fields are ignored; a field of
+// the wrong type or out of range is a 400 naming the field.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <rapidjson/document.h>
+
+#include "engine/sampling.h"
+#include "server/api_error.h"
+
+namespace sluice::server {
+
+// Server-side defaults a request starts from (from the command line / config file).
+struct RequestDefaults {
+  SamplingParams sampling;
+  int max_tokens = 2048;  // default, and the ceiling a request is clamped to
+};
+
+// What chat and text completions share.
+struct CompletionParams {
+  std::string model;
+  int max_tokens = 0;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool json_object = false;     // response_format json_object (not enforced: no constrained decoding yet)
+  bool ignore_eos = false;      // llama.cpp extension
+  std::optional<double> timeout_s;  // Sluice extension: a deadline, seconds from arrival
+  std::string user;
+};
+
+struct ChatRequest {
+  CompletionParams params;
+  // Normalized messages (content flattened to a string) for the template, and `tools` when given.
+  rapidjson::Document messages;
+  rapidjson::Document tools;  // null when absent
+  std::optional<bool> add_generation_prompt;
+};
+
+struct TextCompletionRequest {
+  CompletionParams params;
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_ids;  // when the prompt was an array of token ids
+  bool echo = false;
+};
+
+ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDefaults& defaults);
+ApiResult<TextCompletionRequest> parse_completion_request(std::string_view body, const RequestDefaults& defaults);
+
+// Shared by /apply-template: validates and normalizes an OpenAI `messages` array into `out`.
+std::optional<ApiError> normalize_messages(const rapidjson::Value& messages, rapidjson::Document& out);
+
+// Parses a request body as a JSON object, or the 400 to answer with.
+ApiResult<rapidjson::Document> parse_body_object(std::string_view body);
+
+}  // namespace sluice::server

@@ -1,0 +1,25 @@
+#pragma once
+// How a handler that answers later (a completion) talks back to its connection. The session implements
+// it; every method is thread-safe (the engine thread calls them) and never blocks: work is posted into
+// the connection's strand.
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace sluice::server {
+
+class ResponseChannel {
+ public:
+  virtual ~ResponseChannel() = default;
+  // A complete, non-streamed JSON answer. Ends the exchange.
+  virtual void respond(int status, std::string json_body) = 0;
+  // One server-sent event (already framed). The first call sends the stream's headers. Returns false
+  // when the client is gone or is not reading fast enough (its queue is full): stop generating.
+  virtual bool send_event(std::string event) = 0;
+  // Ends the stream. Ends the exchange.
+  virtual void end_stream() = 0;
+  // Set when the client disconnects; shared with the engine request so generation stops at once.
+  virtual std::shared_ptr<std::atomic<bool>> cancelled() const = 0;
+};
+
+}  // namespace sluice::server

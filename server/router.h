@@ -1,0 +1,55 @@
+#pragma once
+// Method + path → handler. A handler answers at once (a Reply) or later through its ResponseChannel
+// (it returns nullopt after handing the channel to a generation).
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/beast/http.hpp>
+
+#include "server/api_error.h"
+#include "server/response_channel.h"
+
+namespace sluice::server {
+
+namespace http = boost::beast::http;
+using HttpRequest = http::request<http::string_body>;
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+
+  static Reply json(std::string body) { return {200, std::move(body), "application/json"}; }
+  static Reply error(const ApiError& e) { return {e.status, e.to_json(), "application/json"}; }
+};
+
+using Handler = std::function<std::optional<Reply>(const HttpRequest&, const std::shared_ptr<ResponseChannel>&)>;
+
+class Router {
+ public:
+  void add(http::verb method, std::string path, Handler handler);
+
+  struct Match {
+    const Handler* handler = nullptr;  // null → `error` says why (404 or 405)
+    std::optional<ApiError> error;
+    std::string route;                 // the matched path, or "other" (a metrics label)
+  };
+  Match find(http::verb method, std::string_view path) const;
+
+ private:
+  struct Route {
+    http::verb method;
+    std::string path;
+    Handler handler;
+  };
+  std::vector<Route> routes_;
+};
+
+// The path part of a request target ("/v1/models?x=1" → "/v1/models").
+std::string_view target_path(std::string_view target);
+
+}  // namespace sluice::server

@@ -1,0 +1,88 @@
+#include "server/server.h"
+
+#include <csignal>
+
+#include <spdlog/spdlog.h>
+
+#include "server/handlers.h"
+
+namespace sluice::server {
+
+Server::Server(Engine& engine, const ServerOptions& options, ChatPrompt chat)
+    : ctx_(engine, options, std::move(chat)),
+      router_(make_router(ctx_)),
+      ioc_(options.http_threads),
+      signals_(ioc_, SIGINT, SIGTERM),
+      shutdown_timer_(ioc_),
+      listener_(std::make_shared<Listener>(ioc_, ctx_, router_, registry_)) {}
+
+Server::~Server() = default;
+
+Status Server::listen() { return listener_->open(ctx_.options.host, ctx_.options.port); }
+
+tcp::endpoint Server::local_endpoint() const { return listener_->local_endpoint(); }
+
+void Server::request_stop() {
+  net::post(ioc_, [this] { begin_shutdown(); });
+}
+
+void Server::run() {
+  std::function<void(beast::error_code, int)> on_signal = [this, &on_signal](beast::error_code ec, int signo) {
+    if (ec) return;
+    if (shutting_down_) {
+      spdlog::warn("second signal: cancelling in-flight requests now");
+      grace_deadline_ = std::chrono::steady_clock::now();
+    } else {
+      spdlog::info("signal {}: shutting down", signo);
+      begin_shutdown();
+    }
+    signals_.async_wait(on_signal);
+  };
+  signals_.async_wait(on_signal);
+  listener_->start();
+
+  std::vector<std::thread> threads;
+  for (int i = 1; i < ctx_.options.http_threads; ++i) threads.emplace_back([this] { ioc_.run(); });
+  ioc_.run();
+  for (auto& t : threads) t.join();
+
+  // Whatever still runs in the engine ends now; its last callbacks post into the (stopped) context,
+  // which runs briefly once more so connections close cleanly.
+  if (!engine_stopped_) ctx_.engine.shutdown();
+  engine_stopped_ = true;
+  ioc_.restart();
+  registry_.stop_all();
+  ioc_.run_for(std::chrono::seconds(1));
+}
+
+void Server::begin_shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  listener_->stop();
+  registry_.stop_all();
+  const auto now = std::chrono::steady_clock::now();
+  grace_deadline_ = now + std::chrono::seconds(ctx_.options.shutdown_grace_s);
+  hard_deadline_ = grace_deadline_ + std::chrono::seconds(3);
+  poll_shutdown();
+}
+
+void Server::poll_shutdown() {
+  const auto now = std::chrono::steady_clock::now();
+  if (registry_.open_count() == 0 || now >= hard_deadline_) {
+    signals_.cancel();
+    ioc_.stop();
+    return;
+  }
+  if (now >= grace_deadline_ && !engine_stopped_) {
+    spdlog::info("cancelling {} in-flight connection(s)", registry_.open_count());
+    engine_stopped_ = true;
+    ctx_.engine.shutdown();  // running and waiting requests finish as cancelled; streams end with [DONE]
+    hard_deadline_ = now + std::chrono::seconds(3);
+  }
+  shutdown_timer_.expires_after(std::chrono::milliseconds(20));
+  shutdown_timer_.async_wait([this](beast::error_code ec) {
+    if (!ec) poll_shutdown();
+  });
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,49 @@
+#pragma once
+// The HTTP server: a listener, sessions on strands, a pool of I/O threads, and graceful shutdown on
+// SIGINT/SIGTERM (stop accepting; let in-flight requests finish for --shutdown-grace seconds, then
+// cancel them; a second signal cancels at once).
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "server/context.h"
+#include "server/listener.h"
+#include "server/router.h"
+#include "server/session.h"
+
+namespace sluice::server {
+
+class Server {
+ public:
+  Server(Engine& engine, const ServerOptions& options, ChatPrompt chat);
+  ~Server();
+
+  Status listen();                      // binds host:port
+  tcp::endpoint local_endpoint() const; // the bound address (port 0 → the port chosen)
+  // Serves until a signal or request_stop(); returns after the shutdown completes and the engine has
+  // stopped.
+  void run();
+  void request_stop();                  // thread-safe
+
+ private:
+  void begin_shutdown();
+  void poll_shutdown();
+
+  ServerContext ctx_;
+  Router router_;
+  SessionRegistry registry_;
+  net::io_context ioc_;
+  net::signal_set signals_;
+  net::steady_timer shutdown_timer_;
+  std::shared_ptr<Listener> listener_;
+  bool shutting_down_ = false;
+  bool engine_stopped_ = false;
+  std::chrono::steady_clock::time_point grace_deadline_;
+  std::chrono::steady_clock::time_point hard_deadline_;
+};
+
+}  // namespace sluice::server

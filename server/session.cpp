@@ -1,0 +1,330 @@
+#include "server/session.h"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "server/http_policy.h"
+
+namespace sluice::server {
+
+// What the engine thread holds for one exchange: posts everything into the session's strand.
+class SessionChannel final : public ResponseChannel {
+ public:
+  SessionChannel(std::shared_ptr<Session> session, uint64_t exchange)
+      : session_(std::move(session)), exchange_(exchange), cancelled_(session_->cancelled_),
+        gone_(session_->gone_), queued_(session_->queued_bytes_) {}
+
+  void respond(int status, std::string body) override {
+    net::post(session_->stream_.get_executor(), [s = session_, ex = exchange_, status, b = std::move(body)]() mutable {
+      s->deliver_response(ex, status, std::move(b));
+    });
+  }
+
+  bool send_event(std::string event) override {
+    if (gone_->load()) return false;
+    const std::size_t n = event.size();
+    if (queued_->fetch_add(n) + n > Session::kMaxQueuedBytes) {
+      queued_->fetch_sub(n);
+      gone_->store(true);
+      net::post(session_->stream_.get_executor(), [s = session_] { s->client_gone(/*too_slow=*/true); });
+      return false;
+    }
+    net::post(session_->stream_.get_executor(), [s = session_, ex = exchange_, e = std::move(event)]() mutable {
+      s->deliver_event(ex, std::move(e));
+    });
+    return true;
+  }
+
+  void end_stream() override {
+    net::post(session_->stream_.get_executor(), [s = session_, ex = exchange_] { s->deliver_end(ex); });
+  }
+
+  std::shared_ptr<std::atomic<bool>> cancelled() const override { return cancelled_; }
+
+ private:
+  std::shared_ptr<Session> session_;
+  uint64_t exchange_;
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+  std::shared_ptr<std::atomic<bool>> gone_;
+  std::shared_ptr<std::atomic<std::size_t>> queued_;
+};
+
+Session::Session(tcp::socket&& socket, ServerContext& ctx, const Router& router, SessionRegistry& registry)
+    : stream_(std::move(socket)), ctx_(ctx), router_(router), registry_(registry) {
+  ++ctx_.counters.open_connections;
+}
+
+Session::~Session() {
+  registry_.remove(this);
+  --ctx_.counters.open_connections;
+}
+
+void Session::start() {
+  registry_.add(shared_from_this());
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+}
+
+void Session::stop() {
+  net::post(stream_.get_executor(), [self = shared_from_this()] {
+    self->stopping_ = true;
+    if (self->state_ == State::kReading) self->close();
+  });
+}
+
+void Session::do_read() {
+  if (stopping_) return close();
+  state_ = State::kReading;
+  parser_.emplace();
+  parser_->body_limit(ctx_.options.body_limit);
+  parser_->header_limit(64 * 1024);
+  // The idle timeout covers the wait for the next request's header; the read timeout its body.
+  stream_.expires_after(std::chrono::seconds(ctx_.options.idle_timeout_s));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+}
+
+void Session::on_header(beast::error_code ec) {
+  if (ec || parser_->is_done()) return on_body(ec);
+  stream_.expires_after(std::chrono::seconds(ctx_.options.read_timeout_s));
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec2, std::size_t) { self->on_body(ec2); });
+}
+
+void Session::on_body(beast::error_code ec) {
+  stream_.expires_never();
+  if (state_ == State::kClosed) return;
+  if (ec) {
+    keep_alive_ = false;
+    ++exchange_;
+    if (ec == http::error::body_limit) {
+      request_ = {};
+      request_.version(11);
+      return write_reply(Reply::error(ApiError::payload_too_large(ctx_.options.body_limit)), "other");
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+        ec != http::error::end_of_stream && ec != http::error::partial_message) {
+      request_ = {};
+      request_.version(11);
+      return write_reply(Reply::error(ApiError::bad_request("malformed HTTP request: " + ec.message())), "other");
+    }
+    return close();  // end of stream, timeout, reset
+  }
+  request_ = parser_->release();
+  handle();
+}
+
+void Session::handle() {
+  ++exchange_;
+  keep_alive_ = request_.keep_alive() && !stopping_;
+  route_ = "other";
+  const std::string path(target_path(std::string_view(request_.target().data(), request_.target().size())));
+  SPDLOG_DEBUG("{} {}", std::string(request_.method_string()), path);
+
+  if (request_.method() == http::verb::options) {
+    auto res = std::make_shared<http::response<http::string_body>>(ctx_.cors.preflight(request_));
+    ctx_.counters.count_request("preflight", res->result_int());
+    res->keep_alive(keep_alive_);
+    state_ = State::kReplying;
+    reply_ = res;
+    stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
+    http::async_write(stream_, *reply_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->stream_.expires_never();
+      self->reply_.reset();
+      ec ? self->close() : self->finish_exchange();
+    });
+    return;
+  }
+
+  Router::Match match = router_.find(request_.method(), path);
+  if (!is_authorized(request_, path, ctx_.options.api_key)) {
+    return write_reply(Reply::error(ApiError::unauthorized()), match.route);
+  }
+  if (!match.handler) return write_reply(Reply::error(*match.error), match.route);
+
+  route_ = match.route;
+  cancelled_ = std::make_shared<std::atomic<bool>>(false);
+  gone_->store(false);
+  queued_bytes_->store(0);
+  outbox_.clear();
+  head_written_ = writing_ = end_requested_ = false;
+  state_ = State::kWaiting;
+
+  std::optional<Reply> reply;
+  try {
+    reply = (*match.handler)(request_, std::make_shared<SessionChannel>(shared_from_this(), exchange_));
+  } catch (const std::exception& e) {
+    reply = Reply::error(ApiError::server_error(e.what()));
+  }
+  if (reply) return write_reply(*reply, route_);
+  watch_disconnect();
+}
+
+void Session::write_reply(const Reply& reply, const std::string& route) {
+  state_ = State::kReplying;
+  ctx_.counters.count_request(route, reply.status);
+  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status),
+                                                                  request_.version());
+  res->set(http::field::server, "sluice");
+  res->set(http::field::content_type, reply.content_type);
+  if (reply.status == 401) res->set(http::field::www_authenticate, "Bearer");
+  if (reply.status == 405) res->set(http::field::allow, request_.method() == http::verb::get ? "POST" : "GET");
+  ctx_.cors.apply(request_, *res);
+  res->keep_alive(keep_alive_);
+  res->body() = reply.body;
+  res->prepare_payload();
+  reply_ = res;
+  stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
+  http::async_write(stream_, *reply_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    self->stream_.expires_never();
+    self->reply_.reset();
+    ec ? self->close() : self->finish_exchange();
+  });
+}
+
+void Session::finish_exchange() {
+  if (!keep_alive_ || stopping_) return close();
+  do_read();
+}
+
+// While a completion is generated nothing is read, so a client that hangs up would go unnoticed until
+// the first write. Waiting for readability notices it at once: readable with nothing to read is EOF.
+void Session::watch_disconnect() {
+  if (watching_ || state_ == State::kClosed) return;
+  watching_ = true;
+  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+    self->watching_ = false;
+    if (ec == net::error::operation_aborted || self->state_ == State::kClosed) return;
+    if (self->state_ != State::kWaiting && self->state_ != State::kStreaming) return;
+    if (!ec) {
+      beast::error_code avail_ec;
+      if (self->stream_.socket().available(avail_ec) > 0 && !avail_ec) return;  // a pipelined request
+    }
+    self->client_gone(/*too_slow=*/false);
+  });
+}
+
+void Session::client_gone(bool too_slow) {
+  if (state_ != State::kWaiting && state_ != State::kStreaming) return;
+  if (too_slow) ++ctx_.counters.slow_client_cancels;
+  else ++ctx_.counters.disconnect_cancels;
+  SPDLOG_DEBUG("client {}; cancelling its generation", too_slow ? "too slow" : "disconnected");
+  close();
+}
+
+void Session::close() {
+  if (state_ == State::kClosed) return;
+  state_ = State::kClosed;
+  closed_flag_.store(true);
+  gone_->store(true);
+  if (cancelled_) cancelled_->store(true);
+  outbox_.clear();
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.close();
+}
+
+void Session::deliver_response(uint64_t exchange, int status, std::string body) {
+  if (exchange != exchange_ || state_ != State::kWaiting) return;
+  write_reply(Reply{status, std::move(body), "application/json"}, route_);
+}
+
+void Session::deliver_event(uint64_t exchange, std::string event) {
+  if (exchange != exchange_ || (state_ != State::kWaiting && state_ != State::kStreaming)) {
+    queued_bytes_->fetch_sub(event.size());
+    return;
+  }
+  outbox_.push_back(std::move(event));
+  if (state_ == State::kStreaming) return pump();
+
+  state_ = State::kStreaming;
+  ctx_.counters.count_request(route_, 200);
+  stream_head_ = std::make_unique<http::response<http::empty_body>>(http::status::ok, request_.version());
+  stream_head_->set(http::field::server, "sluice");
+  stream_head_->set(http::field::content_type, "text/event-stream");
+  stream_head_->set(http::field::cache_control, "no-cache");
+  stream_head_->set("X-Accel-Buffering", "no");
+  ctx_.cors.apply(request_, *stream_head_);
+  stream_head_->keep_alive(keep_alive_);
+  stream_head_->chunked(true);
+  stream_serializer_ = std::make_unique<http::response_serializer<http::empty_body>>(*stream_head_);
+  writing_ = true;
+  stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
+  http::async_write_header(stream_, *stream_serializer_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    self->stream_.expires_never();
+    self->writing_ = false;
+    if (ec) return self->client_gone(ec == beast::error::timeout);
+    self->head_written_ = true;
+    self->pump();
+  });
+}
+
+void Session::deliver_end(uint64_t exchange) {
+  if (exchange != exchange_) return;
+  if (state_ == State::kWaiting) {  // a stream that never sent an event: answer plainly
+    return write_reply(Reply::error(ApiError::server_error("the generation ended without output")), route_);
+  }
+  if (state_ != State::kStreaming) return;
+  end_requested_ = true;
+  pump();
+}
+
+void Session::pump() {
+  if (state_ != State::kStreaming || !head_written_ || writing_) return;
+  if (!outbox_.empty()) {
+    // Everything queued goes out as one chunk: a client that reads slowly gets fewer, larger writes.
+    in_flight_.clear();
+    for (auto& e : outbox_) in_flight_ += e;
+    outbox_.clear();
+    writing_ = true;
+    stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
+    net::async_write(stream_, http::make_chunk(net::buffer(in_flight_)),
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->stream_.expires_never();
+                       self->writing_ = false;
+                       self->queued_bytes_->fetch_sub(std::min(self->queued_bytes_->load(), self->in_flight_.size()));
+                       if (ec) return self->client_gone(ec == beast::error::timeout);
+                       self->pump();
+                     });
+    return;
+  }
+  if (!end_requested_) return;
+  static const std::string kLastChunk = "0\r\n\r\n";
+  writing_ = true;
+  stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
+  net::async_write(stream_, net::buffer(kLastChunk), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    self->stream_.expires_never();
+    self->writing_ = false;
+    ec ? self->close() : self->finish_exchange();
+  });
+}
+
+void SessionRegistry::add(const std::shared_ptr<Session>& s) {
+  std::lock_guard lock(mutex_);
+  sessions_[s.get()] = s;
+}
+
+void SessionRegistry::remove(Session* s) {
+  std::lock_guard lock(mutex_);
+  sessions_.erase(s);
+}
+
+void SessionRegistry::stop_all() {
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [ptr, weak] : sessions_)
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+  }
+  for (auto& s : live) s->stop();
+}
+
+std::size_t SessionRegistry::open_count() const {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& [ptr, weak] : sessions_)
+    if (auto s = weak.lock(); s && !s->closed()) ++n;
+  return n;
+}
+
+}  // namespace sluice::server
