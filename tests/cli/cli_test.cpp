@@ -1,0 +1,121 @@
+// The `sluice` program as users run it: generate/perplexity JSON output against the goldens, the
+// tokenizer round trip through tokenize/detokenize, and clear errors with the right exit codes.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "reference.h"
+#include "util/json.h"
+
+namespace sluice {
+namespace {
+
+struct Run {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+Run run(const std::string& args, const std::string& stdin_text = "", bool plugin_dir = true) {
+  const auto dir = std::filesystem::temp_directory_path() / ("sluice_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto input = dir / "stdin";
+  std::ofstream(input) << stdin_text;
+  const std::string plugins = plugin_dir ? " --plugin-dir " + test::binary_path("lib").string() : "";
+  const std::string cmd = test::binary_path("bin/sluice").string() + " " + args + plugins + " < " + input.string() + " 2>&1";
+  Run r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of('\n');
+  auto start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+std::string ids_csv(const rapidjson::Value& a) {
+  std::string s;
+  for (const auto& v : a.GetArray()) s += (s.empty() ? "" : ",") + std::to_string(v.GetInt());
+  return s;
+}
+
+TEST(CliGenerate, JsonLastLineHasGoldenGreedyIdsAndStats) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/golden.json");
+  auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  const auto& prompt = (*golden)["prompts"][0];
+  const auto r = run("generate --model " + test::reference_path("models/tiny-code-qwen2").string() + " --prompt-ids " +
+                     ids_csv(prompt["ids"]) + " --max-tokens " + std::to_string(prompt["greedy_ids"].Size()) +
+                     " --ignore-eos --kv-codec f32 --threads 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto doc = json::parse(last_line(r.out), "generate output");
+  ASSERT_TRUE(doc.ok()) << r.out;
+  EXPECT_EQ(ids_csv((*doc)["ids"]), ids_csv(prompt["greedy_ids"]));
+  EXPECT_EQ(ids_csv((*doc)["prompt_ids"]), ids_csv(prompt["ids"]));
+  EXPECT_EQ(std::string((*doc)["text"].GetString()), std::string(prompt["greedy_text"].GetString()));
+  ASSERT_TRUE((*doc).HasMember("stats"));
+  EXPECT_EQ((*doc)["stats"]["completion_tokens"].GetInt(), static_cast<int>(prompt["greedy_ids"].Size()));
+  EXPECT_GT((*doc)["stats"]["decode_tps"].GetDouble(), 0.0);
+}
+
+TEST(CliPerplexity, ScoreAllOverTheHeldOutWindowMatchesTransformers) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/golden.json");
+  auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  const auto& eval = (*golden)["nll_eval"];
+  const auto ids_file = std::filesystem::temp_directory_path() / ("sluice_nll_ids_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(ids_file) << "[" << ids_csv(eval["ids"]) << "]";
+  const auto r = run("perplexity --model " + test::reference_path("models/tiny-code-qwen2").string() + " --ids-file " +
+                     ids_file.string() + " --ctx 1024 --chunks 1 --score all --threads 2 --json");
+  std::filesystem::remove(ids_file);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto doc = json::parse(last_line(r.out), "perplexity output");
+  ASSERT_TRUE(doc.ok()) << r.out;
+  EXPECT_NEAR((*doc)["mean_nll"].GetDouble(), eval["mean_nll"].GetDouble(), 2e-3);
+  EXPECT_EQ((*doc)["tokens_scored"].GetInt(), 1023);
+  EXPECT_NEAR((*doc)["ppl"].GetDouble(), std::exp((*doc)["mean_nll"].GetDouble()), 1e-3);
+  EXPECT_GT((*doc)["stderr"].GetDouble(), 0.0);
+}
+
+TEST(CliTokenize, TokenizeThenDetokenizeRoundTripsOnTheBundledModel) {
+  const std::string model = test::source_path("models/tiny-code-qwen2").string();
+  const std::string text = "def f(x):\n    return x ** 2  # ünïcode ✓\n";
+  const auto t = run("tokenize --model " + model + " --json", text, false);
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  auto doc = json::parse(t.out, "tokenize output");
+  ASSERT_TRUE(doc.ok()) << t.out;
+  ASSERT_GT((*doc)["ids"].Size(), 5u);
+  const auto d = run("detokenize --model " + model, "[" + ids_csv((*doc)["ids"]) + "]", false);
+  ASSERT_EQ(d.exit_code, 0) << d.out;
+  EXPECT_EQ(d.out, text);
+}
+
+TEST(CliErrors, UsageErrorsExitTwoAndRuntimeErrorsExitOneWithMessages) {
+  const auto no_prompt = run("generate --model " + test::source_path("models/tiny-code-qwen2").string());
+  EXPECT_EQ(no_prompt.exit_code, 2);
+  EXPECT_NE(no_prompt.out.find("--prompt"), std::string::npos) << no_prompt.out;
+  const auto missing = run("generate --model /nonexistent/model --prompt hi");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("/nonexistent/model"), std::string::npos) << missing.out;
+  const auto unknown = run("frobnicate", "", false);
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.out.find("unknown command"), std::string::npos);
+  const auto bad_ids = run("generate --model " + test::source_path("models/tiny-code-qwen2").string() + " --prompt-ids 1,x,3");
+  EXPECT_EQ(bad_ids.exit_code, 2);
+  EXPECT_NE(bad_ids.out.find("'x' is not a token id"), std::string::npos) << bad_ids.out;
+}
+
+}  // namespace
+}  // namespace sluice
