@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the OpenAI Node.js SDK for the server's SDK test (tests/server/node/node_modules, ignored by
+# git). Idempotent: does nothing when the locked version is already there. Called by the setup step;
+# without node/npm it says so and succeeds (the SDK test then reports itself skipped).
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  echo "tests/server/node: node/npm not found; the OpenAI SDK test will be skipped" >&2
+  exit 0
+fi
+wanted=$(node -e 'console.log(require("./package-lock.json").packages["node_modules/openai"].version)')
+have=$(node -e 'try{console.log(require("./node_modules/openai/package.json").version)}catch(e){console.log("")}')
+if [ "$wanted" = "$have" ]; then
+  exit 0
+fi
+echo "tests/server/node: installing openai $wanted" >&2
+npm ci --no-audit --no-fund --loglevel=error

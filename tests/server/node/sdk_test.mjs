@@ -1,0 +1,105 @@
+// The official OpenAI Node.js SDK against a running `sluice serve`: chat and completions, plain and
+// streamed. Usage: SLUICE_BASE_URL=http://127.0.0.1:PORT/v1 node sdk_test.mjs
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+
+const baseURL = process.env.SLUICE_BASE_URL;
+if (!baseURL) {
+  console.error("SLUICE_BASE_URL is not set");
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey: process.env.SLUICE_API_KEY ?? "unused", timeout: 60_000, maxRetries: 0 });
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+test("models.list", async () => {
+  const page = await client.models.list();
+  assert.equal(page.data[0].id, "tiny-code-qwen2");
+});
+
+test("chat.completions.create", async () => {
+  const r = await client.chat.completions.create({
+    model: "tiny-code-qwen2",
+    messages: [{ role: "system", content: "You write Python." }, { role: "user", content: "def fib(n):" }],
+    max_tokens: 16,
+    temperature: 0,
+  });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(typeof r.choices[0].message.content, "string");
+  assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+test("chat.completions.create stream with usage", async () => {
+  const stream = await client.chat.completions.create({
+    model: "tiny-code-qwen2",
+    messages: [{ role: "user", content: "import os" }],
+    max_tokens: 16,
+    temperature: 0,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = "", role = null, finish = null, usage = null;
+  const ids = new Set();
+  for await (const chunk of stream) {
+    ids.add(chunk.id);
+    if (chunk.usage) usage = chunk.usage;
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    role ??= choice.delta.role ?? null;
+    text += choice.delta.content ?? "";
+    finish = choice.finish_reason ?? finish;
+  }
+  assert.equal(role, "assistant");
+  assert.equal(ids.size, 1);
+  assert.ok(["stop", "length"].includes(finish));
+  assert.ok(usage && usage.completion_tokens > 0);
+  // The same request unstreamed gives the same text (greedy).
+  const plain = await client.chat.completions.create({
+    model: "tiny-code-qwen2", messages: [{ role: "user", content: "import os" }], max_tokens: 16, temperature: 0,
+  });
+  assert.equal(text, plain.choices[0].message.content);
+});
+
+test("completions.create", async () => {
+  const r = await client.completions.create({ model: "tiny-code-qwen2", prompt: "def add(a, b):", max_tokens: 12, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  assert.equal(typeof r.choices[0].text, "string");
+  assert.ok(r.usage.prompt_tokens > 0);
+});
+
+test("completions.create stream", async () => {
+  const stream = await client.completions.create({
+    model: "tiny-code-qwen2", prompt: "class Stack:", max_tokens: 12, temperature: 0, stream: true,
+  });
+  let text = "", finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.text ?? "";
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  const plain = await client.completions.create({ model: "tiny-code-qwen2", prompt: "class Stack:", max_tokens: 12, temperature: 0 });
+  assert.equal(text, plain.choices[0].text);
+  assert.ok(["stop", "length"].includes(finish));
+});
+
+test("errors surface as APIError with status", async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], n: 2 }),
+    (e) => e instanceof OpenAI.APIError && e.status === 400,
+  );
+});
+
+let failed = 0;
+for (const { name, fn } of tests) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e?.stack ?? e}`);
+  }
+}
+console.log(`${tests.length - failed}/${tests.length} passed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,111 @@
+#include "server/options.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+using namespace sluice::server;
+
+namespace {
+
+std::filesystem::path write_config(const std::string& name, const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".conf");
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST(ServerOptions, DefaultsMatchTheIssue) {
+  auto p = parse_server_options({"--model", "m"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  const auto& o = p->options;
+  EXPECT_EQ(o.host, "127.0.0.1");
+  EXPECT_EQ(o.port, 5413);
+  EXPECT_EQ(o.backend, "auto");
+  EXPECT_EQ(o.max_tokens, 2048);
+  EXPECT_EQ(o.prefill_size, 512);
+  EXPECT_FLOAT_EQ(o.temp, 0.6f);
+  EXPECT_FLOAT_EQ(o.top_p, 1.0f);
+  EXPECT_EQ(o.body_limit, 16u << 20);
+  EXPECT_TRUE(p->warnings.empty());
+}
+
+TEST(ServerOptions, ModelIsRequired) {
+  auto p = parse_server_options({"--port", "1"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.message().find("--model"), std::string::npos);
+}
+
+TEST(ServerOptions, UnknownOptionIsAUsageError) {
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--no-such-option"}).ok());
+}
+
+TEST(ServerOptions, ConfigFileSuppliesValuesAndTheCommandLineWins) {
+  auto path = write_config("sluice-opts", "model = from-config\nport = 6000\ntemp = 0.2\nthinking = true\ncors = *\n");
+  auto p = parse_server_options({"--config", path.string(), "--port", "7000"});
+  std::filesystem::remove(path);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->options.model, "from-config");
+  EXPECT_EQ(p->options.port, 7000);           // command line wins
+  EXPECT_FLOAT_EQ(p->options.temp, 0.2f);     // config beats the default
+  EXPECT_TRUE(p->options.thinking);
+  EXPECT_EQ(p->options.cors_origin, "*");
+}
+
+TEST(ServerOptions, UnknownNameInConfigFileIsAnError) {
+  auto path = write_config("sluice-bad", "model = m\nbogus = 1\n");
+  auto p = parse_server_options({"--config", path.string()});
+  std::filesystem::remove(path);
+  EXPECT_FALSE(p.ok());
+}
+
+TEST(ServerOptions, MissingConfigFileIsAnError) {
+  EXPECT_FALSE(parse_server_options({"--config", "/nonexistent/sluice.conf"}).ok());
+}
+
+TEST(ServerOptions, LaterIssueOptionsAreAcceptedWithAPlainWarning) {
+  auto p = parse_server_options(
+      {"--model", "m", "--gpu-layers", "10", "--stream-experts", "--turbo-kv", "--mem-limit", "8G"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  ASSERT_EQ(p->warnings.size(), 4u);
+  for (const auto& w : p->warnings) EXPECT_NE(w.find("not"), std::string::npos) << w;
+}
+
+TEST(ServerOptions, OpenClBackendRefusesToStart) {
+  auto p = parse_server_options({"--model", "m", "--backend", "opencl:0:0"});
+  ASSERT_TRUE(p.ok());
+  auto status = check_available(p->options);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("not available yet"), std::string::npos);
+  EXPECT_TRUE(check_available(parse_server_options({"--model", "m"})->options).ok());
+}
+
+TEST(ServerOptions, OutOfRangeValuesAreRejected) {
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--port", "70000"}).ok());
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--top-p", "0"}).ok());
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--log-level", "loud"}).ok());
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--port", "abc"}).ok());
+}
+
+TEST(ServerOptions, MapToEngineOptions) {
+  auto p = parse_server_options({"--model", "dir", "--backend", "cpu", "--kv-codec", "f32", "--threads", "3",
+                                 "--ctx-size", "1024", "--prefill-size", "64", "--parallel", "2"});
+  ASSERT_TRUE(p.ok());
+  auto e = to_engine_options(p->options);
+  EXPECT_EQ(e.model_dir, "dir");
+  EXPECT_EQ(e.backend, "cpu");
+  EXPECT_EQ(e.kv_codec, "f32");
+  EXPECT_EQ(e.threads, 3);
+  EXPECT_EQ(e.ctx_size, 1024);
+  EXPECT_EQ(e.prefill_size, 64);
+  EXPECT_EQ(e.parallel, 2);
+}
+
+TEST(ServerOptions, HelpIsRecognized) {
+  auto p = parse_server_options({"--help"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->help);
+  EXPECT_NE(p->help_text.find("--kv-codec"), std::string::npos);
+}

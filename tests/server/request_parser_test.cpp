@@ -1,0 +1,148 @@
+#include "server/request_parser.h"
+
+#include <gtest/gtest.h>
+
+using namespace sluice::server;
+
+namespace {
+
+RequestDefaults defaults() {
+  RequestDefaults d;
+  d.sampling.temperature = 0.6f;
+  d.max_tokens = 100;
+  return d;
+}
+
+const char* kMessages = R"("messages":[{"role":"user","content":"hi"}])";
+
+std::string chat(const std::string& extra) { return std::string("{") + kMessages + (extra.empty() ? "" : "," + extra) + "}"; }
+
+ApiError chat_error(const std::string& extra) {
+  auto r = parse_chat_request(chat(extra), defaults());
+  EXPECT_FALSE(r.ok()) << extra;
+  return r.ok() ? ApiError{} : r.error();
+}
+
+}  // namespace
+
+TEST(ChatRequest, MinimalRequestTakesServerDefaults) {
+  auto r = parse_chat_request(chat(""), defaults());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->params.max_tokens, 100);
+  EXPECT_FLOAT_EQ(r->params.sampling.temperature, 0.6f);
+  EXPECT_FALSE(r->params.stream);
+  ASSERT_TRUE(r->messages.IsArray());
+  EXPECT_STREQ(r->messages[0]["content"].GetString(), "hi");
+}
+
+TEST(ChatRequest, FieldsAreHonoured) {
+  auto r = parse_chat_request(
+      chat(R"("model":"x","max_tokens":7,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,)"
+           R"("presence_penalty":0.5,"frequency_penalty":-0.5,"repetition_penalty":1.1,"seed":42,)"
+           R"("stop":["a","b"],"n":1,"logprobs":true,"top_logprobs":2,"stream":true,)"
+           R"("stream_options":{"include_usage":true},"response_format":{"type":"json_object"},"user":"u",)"
+           R"("some_unknown_field":{"x":1})"),
+      defaults());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& p = r->params;
+  EXPECT_EQ(p.model, "x");
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 0.f);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 0.5f);
+  EXPECT_EQ(p.sampling.top_k, 3);
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(p.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(p.sampling.repeat_penalty, 1.1f);
+  EXPECT_EQ(p.sampling.seed, 42u);
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(p.logprobs);
+  EXPECT_EQ(p.top_logprobs, 2);
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+  EXPECT_TRUE(p.json_object);
+  EXPECT_EQ(p.user, "u");
+}
+
+TEST(ChatRequest, MaxCompletionTokensWinsAndIsClampedToTheServerCeiling) {
+  auto r = parse_chat_request(chat(R"("max_tokens":5,"max_completion_tokens":9)"), defaults());
+  EXPECT_EQ(r->params.max_tokens, 9);
+  auto big = parse_chat_request(chat(R"("max_tokens":100000)"), defaults());
+  EXPECT_EQ(big->params.max_tokens, 100);
+}
+
+TEST(ChatRequest, StopAsAString) {
+  auto r = parse_chat_request(chat(R"("stop":"\n")"), defaults());
+  EXPECT_EQ(r->params.stop, (std::vector<std::string>{"\n"}));
+}
+
+TEST(ChatRequest, ContentAsTextPartsIsFlattened) {
+  auto r = parse_chat_request(
+      R"({"messages":[{"role":"system","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},)"
+      R"({"role":"developer","content":"d"},{"role":"user","content":"u"},{"role":"assistant","content":"x"},)"
+      R"({"role":"tool","content":"t","tool_call_id":"1"}]})",
+      defaults());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_STREQ(r->messages[0]["content"].GetString(), "ab");
+  EXPECT_STREQ(r->messages[4]["tool_call_id"].GetString(), "1");
+}
+
+TEST(ChatRequest, InvalidRequestsAre400WithTheParam) {
+  EXPECT_EQ(chat_error(R"("n":2)").param, "n");
+  EXPECT_EQ(chat_error(R"("temperature":"hot")").param, "temperature");
+  EXPECT_EQ(chat_error(R"("temperature":3)").param, "temperature");
+  EXPECT_EQ(chat_error(R"("max_tokens":0)").param, "max_tokens");
+  EXPECT_EQ(chat_error(R"("stop":[1])").param, "stop");
+  EXPECT_EQ(chat_error(R"("response_format":{"type":"json_schema","json_schema":{}})").param, "response_format");
+  EXPECT_EQ(chat_error(R"("stream":"yes")").param, "stream");
+  EXPECT_EQ(chat_error(R"("top_logprobs":3)").param, "top_logprobs");
+  EXPECT_EQ(chat_error(R"("seed":"x")").param, "seed");
+}
+
+TEST(ChatRequest, BadMessagesAre400) {
+  auto d = defaults();
+  EXPECT_FALSE(parse_chat_request("{}", d).ok());
+  EXPECT_FALSE(parse_chat_request(R"({"messages":[]})", d).ok());
+  EXPECT_FALSE(parse_chat_request(R"({"messages":[{"role":"wizard","content":"x"}]})", d).ok());
+  EXPECT_FALSE(parse_chat_request(R"({"messages":[{"role":"user"}]})", d).ok());
+  EXPECT_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", d).ok());
+  EXPECT_TRUE(parse_chat_request(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[]}]})", d).ok());
+}
+
+TEST(ChatRequest, MalformedJsonIs400) {
+  auto r = parse_chat_request("{not json", defaults());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().status, 400);
+  EXPECT_FALSE(parse_chat_request("[1,2]", defaults()).ok());
+  EXPECT_FALSE(parse_chat_request("", defaults()).ok());
+}
+
+TEST(CompletionRequest, PromptAsStringOrTokenIds) {
+  auto s = parse_completion_request(R"({"prompt":"def f"})", defaults());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s->prompt_text, "def f");
+  auto ids = parse_completion_request(R"({"prompt":[1,2,3]})", defaults());
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  auto batch1 = parse_completion_request(R"({"prompt":[[4,5]]})", defaults());
+  ASSERT_TRUE(batch1.ok());
+  EXPECT_EQ(batch1->prompt_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_FALSE(parse_completion_request(R"({"prompt":["a","b"]})", defaults()).ok());
+  EXPECT_FALSE(parse_completion_request(R"({"prompt":[]})", defaults()).ok());
+  EXPECT_FALSE(parse_completion_request(R"({"prompt":7})", defaults()).ok());
+  EXPECT_FALSE(parse_completion_request(R"({})", defaults()).ok());
+}
+
+TEST(CompletionRequest, LogprobsIsAnIntegerHere) {
+  auto r = parse_completion_request(R"({"prompt":"x","logprobs":3,"echo":true})", defaults());
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->params.logprobs);
+  EXPECT_EQ(r->params.top_logprobs, 3);
+  EXPECT_TRUE(r->echo);
+}
+
+TEST(CompletionRequest, TimeoutBecomesADeadline) {
+  auto r = parse_completion_request(R"({"prompt":"x","timeout":2.5})", defaults());
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(*r->params.timeout_s, 2.5);
+}

@@ -1,0 +1,82 @@
+#include "server/stop_matcher.h"
+
+#include <gtest/gtest.h>
+
+using sluice::server::StopMatcher;
+
+namespace {
+
+// Feeds pieces one by one; returns everything emitted (including the final flush).
+std::string run(StopMatcher& m, const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) out += m.push(p);
+  return out + m.flush();
+}
+
+}  // namespace
+
+TEST(StopMatcher, PassesTextThroughWithoutStops) {
+  StopMatcher m({});
+  EXPECT_EQ(m.push("hello "), "hello ");
+  EXPECT_EQ(m.push("world"), "world");
+  EXPECT_FALSE(m.stopped());
+}
+
+TEST(StopMatcher, StopInsideOnePieceCutsBeforeIt) {
+  StopMatcher m({"\n\n"});
+  EXPECT_EQ(m.push("def f():\n\nx"), "def f():");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.push("more"), "");
+  EXPECT_EQ(m.flush(), "");
+}
+
+TEST(StopMatcher, StopSplitAcrossTokensIsFoundAndNeverEmitted) {
+  StopMatcher m({"END"});
+  EXPECT_EQ(m.push("abc E"), "abc ");  // "E" might start END: held back
+  EXPECT_EQ(m.push("N"), "");
+  EXPECT_EQ(m.push("Dtail"), "");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcher, HeldBackTextIsReleasedWhenItIsNotAStop) {
+  StopMatcher m({"END"});
+  EXPECT_EQ(m.push("xE"), "x");
+  EXPECT_EQ(m.push("Nx"), "ENx");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.push("EN"), "");
+  EXPECT_EQ(m.flush(), "EN");  // generation ended: the held-back text is real output
+}
+
+TEST(StopMatcher, EarliestOfSeveralStopsWins) {
+  StopMatcher m({"world", "lo"});
+  EXPECT_EQ(run(m, {"hel", "lo world"}), "hel");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcher, OverlappingPrefixesHoldTheLongestCandidate) {
+  StopMatcher m({"abab", "b!"});
+  EXPECT_EQ(m.push("xaba"), "x");    // "aba" may become "abab"
+  EXPECT_EQ(m.push("b"), "");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcher, OneCharacterPerPieceStillMatches) {
+  StopMatcher m({"<|im_end|>"});
+  std::string text = "ok<|im_end|>junk";
+  std::string out;
+  for (char c : text) out += m.push(std::string(1, c));
+  EXPECT_EQ(out, "ok");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcher, MultibyteTextIsNeverSplit) {
+  StopMatcher m({"é!"});
+  // "café" then "?" : é (2 bytes) is held as a possible stop start, then released whole.
+  EXPECT_EQ(m.push("caf\xC3\xA9"), "caf");
+  EXPECT_EQ(m.push("?"), "\xC3\xA9?");
+}
+
+TEST(StopMatcher, EmptyStopStringsAreIgnored) {
+  StopMatcher m({"", "x"});
+  EXPECT_EQ(m.push("abc"), "abc");
+}
