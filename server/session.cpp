@@ -1,5 +1,8 @@
 #include "server/session.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 
 #include <spdlog/spdlog.h>
@@ -188,7 +191,8 @@ void Session::finish_exchange() {
 }
 
 // While a completion is generated nothing is read, so a client that hangs up would go unnoticed until
-// the first write. Waiting for readability notices it at once: readable with nothing to read is EOF.
+// the first write. Waiting for readability notices it at once. Readiness can be spurious (the reactor
+// remembers an edge whose bytes an earlier read already took), so a peek decides: 0 bytes is EOF.
 void Session::watch_disconnect() {
   if (watching_ || state_ == State::kClosed) return;
   watching_ = true;
@@ -197,8 +201,10 @@ void Session::watch_disconnect() {
     if (ec == net::error::operation_aborted || self->state_ == State::kClosed) return;
     if (self->state_ != State::kWaiting && self->state_ != State::kStreaming) return;
     if (!ec) {
-      beast::error_code avail_ec;
-      if (self->stream_.socket().available(avail_ec) > 0 && !avail_ec) return;  // a pipelined request
+      char byte;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) return;  // a pipelined request: the next read takes it
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch_disconnect();
     }
     self->client_gone(/*too_slow=*/false);
   });
