@@ -1,0 +1,303 @@
+// The paged KV cache and attention over it.
+//
+// Layout per layer (as the CPU backend's): n_pages pages; a page holds page_tokens positions: the K
+// rows of every KV head ([head][slot]), then the V rows, in the codecs' formats.
+// When both codecs give OpenCL source, the pages live on the device and kv_write/attention are
+// kernels built with that source (kernels_cl/attention.cl). Otherwise the host keeps the layer's
+// pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cl_backend.h"
+
+namespace sluice::ocl {
+namespace {
+
+constexpr uint32_t kAttentionWg = 64;
+
+const char* codec_source(const sl_kvcodec_api* api, const sl_kvcodec* codec) {
+  if (!api || api->struct_size < offsetof(sl_kvcodec_api, opencl_source) + sizeof(void*) || !api->opencl_source) return nullptr;
+  return api->opencl_source(codec);
+}
+
+sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err) {
+  for (std::size_t t = 0; t < be->positions.size(); ++t) {
+    const uint32_t last_page = static_cast<uint32_t>(be->positions[t]) / c->layout.page_tokens;
+    if (last_page >= be->max_pages)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "position " + std::to_string(be->positions[t]) + " beyond the page table");
+    const int32_t* table = be->page_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    for (uint32_t p = 0; p <= last_page; ++p)
+      if (table[p] < 0 || static_cast<uint32_t>(table[p]) >= c->layout.n_pages)
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "page table entry " + std::to_string(table[p]) + " out of range");
+  }
+  return SL_OK;
+}
+
+sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group) {
+  auto it = c->kernels.find(group);
+  if (it != c->kernels.end()) return it->second;
+  const auto& L = c->layout;
+  std::string source = kernel_source("common");
+  source += "\n#define SL_KV_FN(name) sl_k_##name\n";
+  source += codec_source(L.k_api, L.k_codec);
+  source += "\n#undef SL_KV_FN\n#define SL_KV_FN(name) sl_v_##name\n";
+  source += codec_source(L.v_api, L.v_codec);
+  source += "\n#undef SL_KV_FN\n";
+  source += kernel_source("attention");
+  const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
+                              " -DWG=" + std::to_string(kAttentionWg);
+  cl::Program program = build_program(be, source, options);
+  sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"), cl::Kernel(program, "attention"), cl::Kernel(program, "attention_merge")};
+  return c->kernels.emplace(group, std::move(k)).first->second;
+}
+
+std::byte* host_k_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {
+  return c->host_layers[layer].data() + page * c->page_bytes +
+         (static_cast<uint64_t>(head) * c->layout.page_tokens + slot) * c->k_format.row_bytes;
+}
+std::byte* host_v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {
+  const auto& L = c->layout;
+  return c->host_layers[layer].data() + page * c->page_bytes +
+         static_cast<uint64_t>(L.n_kv_heads) * L.page_tokens * c->k_format.row_bytes +
+         (static_cast<uint64_t>(head) * L.page_tokens + slot) * c->v_format.row_bytes;
+}
+
+cl::Buffer& single(const sl_buffer* b) {
+  if (b->chunks.size() != 1) throw std::runtime_error("activation buffer larger than one device allocation");
+  return const_cast<cl::Buffer&>(b->chunks[0]);
+}
+
+// Decode-then-attend on the host, for codecs without OpenCL source.
+sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+                         sl_buffer* out, sl_error* err) {
+  const auto& L = c->layout;
+  const uint32_t D = p->head_dim, group = p->n_heads / p->n_kv_heads;
+  const std::size_t n_tokens = be->positions.size(), row = std::size_t(p->n_heads) * D;
+  std::vector<float> qh(n_tokens * row), oh(n_tokens * row), sinks;
+  be->queue.enqueueReadBuffer(single(q), CL_TRUE, 0, qh.size() * 4, qh.data());
+  if (p->sinks) {
+    sinks.resize(p->n_heads);
+    be->queue.enqueueReadBuffer(single(p->sinks), CL_TRUE, 0, sinks.size() * 4, sinks.data());
+  }
+  std::vector<float> keys, values, scores;
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    const int32_t pos = be->positions[t];
+    const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
+    const std::size_t n = static_cast<std::size_t>(pos - lo + 1);
+    const int32_t* table = be->page_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    for (uint32_t kvh = 0; kvh < L.n_kv_heads; ++kvh) {
+      keys.resize(n * D);
+      values.resize(n * D);
+      for (int32_t at = lo; at <= pos;) {
+        const uint32_t page = static_cast<uint32_t>(table[at / L.page_tokens]), slot = at % L.page_tokens;
+        const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(pos - at + 1));
+        float* kd = keys.data() + static_cast<std::size_t>(at - lo) * D;
+        float* vd = values.data() + static_cast<std::size_t>(at - lo) * D;
+        if (auto s = L.k_api->decode(L.k_codec, host_k_row(c, layer, page, kvh, slot), run, kd, err); s != SL_OK) return s;
+        if (auto s = L.v_api->decode(L.v_codec, host_v_row(c, layer, page, kvh, slot), run, vd, err); s != SL_OK) return s;
+        at += static_cast<int32_t>(run);
+      }
+      for (uint32_t g = 0; g < group; ++g) {
+        const uint32_t h = kvh * group + g;
+        const float* qv = qh.data() + t * row + std::size_t(h) * D;
+        scores.resize(n);
+        float m = sinks.empty() ? -INFINITY : sinks[h];
+        for (std::size_t j = 0; j < n; ++j) {
+          float s = 0.0f;
+          for (uint32_t d = 0; d < D; ++d) s += qv[d] * keys[j * D + d];
+          s *= p->scale;
+          if (p->softcap > 0) s = std::tanh(s / p->softcap) * p->softcap;
+          scores[j] = s;
+          m = std::max(m, s);
+        }
+        float sum = sinks.empty() ? 0.0f : std::exp(sinks[h] - m);
+        for (auto& s : scores) sum += (s = std::exp(s - m));
+        float* o = oh.data() + t * row + std::size_t(h) * D;
+        std::fill(o, o + D, 0.0f);
+        for (std::size_t j = 0; j < n; ++j) {
+          const float w = scores[j] / sum;
+          for (uint32_t d = 0; d < D; ++d) o[d] += w * values[j * D + d];
+        }
+      }
+    }
+  }
+  be->queue.enqueueWriteBuffer(single(out), CL_TRUE, 0, oh.size() * 4, oh.data());
+  return SL_OK;
+}
+
+}  // namespace
+
+bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec) { return codec_source(api, codec) != nullptr; }
+
+sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** out, sl_error* err) {
+  if (!layout || !layout->k_api || !layout->v_api || !layout->k_codec || !layout->v_codec || layout->page_tokens == 0 ||
+      layout->head_dim == 0 || layout->n_kv_heads == 0)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
+  return guarded(err, "kv_create", [&] {
+    auto c = std::make_unique<sl_kv_cache>();
+    c->layout = *layout;
+    c->k_format.struct_size = sizeof(sl_kv_format);
+    c->v_format.struct_size = sizeof(sl_kv_format);
+    layout->k_api->get_format(layout->k_codec, &c->k_format);
+    layout->v_api->get_format(layout->v_codec, &c->v_format);
+    c->page_bytes = static_cast<uint64_t>(layout->n_kv_heads) * layout->page_tokens *
+                    (c->k_format.row_bytes + c->v_format.row_bytes);
+    const uint64_t layer_bytes = c->page_bytes * layout->n_pages;
+    const bool allow_device = be->options.find("host-kv") == std::string::npos;
+    c->on_device = allow_device && codec_has_opencl(layout->k_api, layout->k_codec) &&
+                   codec_has_opencl(layout->v_api, layout->v_codec) && layer_bytes <= be->caps.max_alloc;
+    if (c->on_device) {
+      for (uint32_t l = 0; l < layout->n_layers; ++l) {
+        c->device_layers.emplace_back(be->context, CL_MEM_READ_WRITE, std::max<uint64_t>(layer_bytes, 4));
+        const cl_uchar zero = 0;
+        be->queue.enqueueFillBuffer(c->device_layers.back(), zero, 0, std::max<uint64_t>(layer_bytes, 4));
+      }
+      be->queue.finish();  // out of device memory shows here
+    } else {
+      c->host_layers.assign(layout->n_layers, std::vector<std::byte>(layer_bytes));
+    }
+    *out = c.release();
+    return SL_OK;
+  });
+}
+
+void kv_destroy(sl_backend* be, sl_kv_cache* cache) {
+  if (!cache) return;
+  try {
+    be->queue.finish();
+  } catch (...) {
+  }
+  delete cache;
+}
+
+sl_status kv_copy_page(sl_backend* be, sl_kv_cache* c, uint32_t src, uint32_t dst, sl_error* err) {
+  if (src >= c->layout.n_pages || dst >= c->layout.n_pages)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_copy_page: page out of range");
+  if (src == dst) return SL_OK;
+  return guarded(err, "kv_copy_page", [&] {
+    for (uint32_t l = 0; l < c->layout.n_layers; ++l) {
+      if (c->on_device)
+        be->queue.enqueueCopyBuffer(c->device_layers[l], c->device_layers[l], src * c->page_bytes, dst * c->page_bytes, c->page_bytes);
+      else
+        std::memcpy(c->host_layers[l].data() + dst * c->page_bytes, c->host_layers[l].data() + src * c->page_bytes, c->page_bytes);
+    }
+    return SL_OK;
+  });
+}
+
+sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v, sl_error* err) {
+  const auto& L = c->layout;
+  if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
+  if (auto s = check_pages(be, c, err); s != SL_OK) return s;
+  const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
+  const uint64_t floats = uint64_t(n_tokens) * L.n_kv_heads * L.head_dim;
+  if (k->bytes < floats * 4 || v->bytes < floats * 4) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K/V buffers too small");
+  return guarded(err, "kv_write", [&] {
+    if (c->on_device) {
+      auto& kn = (c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second).kv_write;
+      kn.setArg(0, single(k));
+      kn.setArg(1, single(v));
+      kn.setArg(2, c->device_layers[layer]);
+      kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
+      kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
+      kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
+      kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
+      kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
+      kn.setArg(8, be->d_positions);
+      kn.setArg(9, be->d_seq_slots);
+      kn.setArg(10, be->d_page_table);
+      kn.setArg(11, static_cast<cl_uint>(be->max_pages));
+      kn.setArg(12, static_cast<cl_uint>(n_tokens));
+      launch(be, kn, cl::NDRange(round_up(size_t(n_tokens) * L.n_kv_heads, 64), 2), cl::NDRange(64, 1));
+      return SL_OK;
+    }
+    std::vector<float> kh(floats), vh(floats);
+    be->queue.enqueueReadBuffer(single(k), CL_TRUE, 0, floats * 4, kh.data());
+    be->queue.enqueueReadBuffer(single(v), CL_TRUE, 0, floats * 4, vh.data());
+    for (uint32_t t = 0; t < n_tokens; ++t) {
+      const uint32_t pos = static_cast<uint32_t>(be->positions[t]);
+      const uint32_t page = static_cast<uint32_t>(
+          be->page_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / L.page_tokens]);
+      const uint32_t slot = pos % L.page_tokens;
+      for (uint32_t h = 0; h < L.n_kv_heads; ++h) {
+        const std::size_t src = (std::size_t(t) * L.n_kv_heads + h) * L.head_dim;
+        if (auto s = L.k_api->encode(L.k_codec, kh.data() + src, 1, host_k_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+        if (auto s = L.v_api->encode(L.v_codec, vh.data() + src, 1, host_v_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+      }
+    }
+    return SL_OK;
+  });
+}
+
+sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+                    sl_buffer* out, sl_error* err) {
+  const auto& L = c->layout;
+  if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
+  if (!p || p->n_kv_heads != L.n_kv_heads || p->head_dim != L.head_dim || p->n_kv_heads == 0 || p->n_heads % p->n_kv_heads)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: head shape does not match the KV cache");
+  if (auto s = check_pages(be, c, err); s != SL_OK) return s;
+  const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
+  const uint64_t floats = uint64_t(n_tokens) * p->n_heads * p->head_dim;
+  if (q->bytes < floats * 4 || out->bytes < floats * 4)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: query/output buffers too small");
+  return guarded(err, "attention", [&] {
+    if (!c->on_device) return host_attention(be, c, layer, q, p, out, err);
+    const uint32_t group = p->n_heads / p->n_kv_heads;
+    auto& ks = cache_kernels(be, c, group);
+    // Long histories with few (token, KV head) pairs leave most of a GPU idle: split the keys and merge.
+    int32_t longest = 1;
+    for (uint32_t t = 0; t < n_tokens; ++t) {
+      const int32_t pos = be->positions[t];
+      const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
+      longest = std::max(longest, pos - lo + 1);
+    }
+    const uint64_t groups = uint64_t(n_tokens) * p->n_kv_heads;
+    const uint32_t cu = be->ref.device.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
+    uint32_t splits = 1;
+    if (groups < 2ull * cu) {
+      const uint64_t want = (2ull * cu + groups - 1) / groups;
+      const uint64_t most = std::max<int64_t>(1, longest / (4 * int64_t(kAttentionWg)));
+      splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 64}));
+    }
+    if (splits > 1) {
+      const uint64_t need = floats / p->head_dim * splits * (p->head_dim + 2) * 4;
+      if (be->att_partial_bytes < need) {
+        be->att_partial = cl::Buffer(be->context, CL_MEM_READ_WRITE, need);
+        be->att_partial_bytes = need;
+      }
+    }
+    auto& kn = ks.attention;
+    kn.setArg(0, single(q));
+    kn.setArg(1, single(out));
+    kn.setArg(2, c->device_layers[layer]);
+    kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
+    kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
+    kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
+    kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
+    kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
+    kn.setArg(8, be->d_positions);
+    kn.setArg(9, be->d_seq_slots);
+    kn.setArg(10, be->d_page_table);
+    kn.setArg(11, static_cast<cl_uint>(be->max_pages));
+    kn.setArg(12, p->scale);
+    kn.setArg(13, static_cast<cl_uint>(p->window));
+    kn.setArg(14, p->softcap);
+    kn.setArg(15, p->sinks ? single(p->sinks) : be->d_positions);
+    kn.setArg(16, static_cast<cl_uint>(p->sinks ? 1 : 0));
+    kn.setArg(17, static_cast<cl_uint>(splits));
+    kn.setArg(18, splits > 1 ? be->att_partial : single(out));
+    launch(be, kn, cl::NDRange(size_t(kAttentionWg) * p->n_kv_heads, n_tokens, splits), cl::NDRange(kAttentionWg, 1, 1));
+    if (splits > 1) {
+      auto& mk = ks.merge;
+      mk.setArg(0, be->att_partial);
+      mk.setArg(1, single(out));
+      mk.setArg(2, static_cast<cl_uint>(splits));
+      mk.setArg(3, static_cast<cl_uint>(n_tokens * p->n_heads));
+      launch(be, mk, cl::NDRange(round_up(p->head_dim, 32), size_t(n_tokens) * p->n_heads), cl::NDRange(32, 1));
+    }
+    return SL_OK;
+  });
+}
+
+}  // namespace sluice::ocl

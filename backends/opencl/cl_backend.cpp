@@ -1,0 +1,339 @@
+// The OpenCL backend plugin: entry point, device selection, memory and batch bookkeeping.
+// Ops live in cl_ops.cpp, cl_matmul.cpp and cl_attention.cpp; kernels in kernels_cl/.
+#include "cl_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace sluice::ocl {
+namespace {
+
+// Orders devices for "" (the plugin's best): GPUs first, then the most memory; ties by position.
+std::vector<DeviceRef>::const_iterator best_device(const std::vector<DeviceRef>& devices) {
+  auto score = [](const DeviceRef& r) {
+    const bool gpu = (r.device.getInfo<CL_DEVICE_TYPE>() & CL_DEVICE_TYPE_GPU) != 0;
+    return std::pair<int, uint64_t>{gpu ? 1 : 0, r.device.getInfo<CL_DEVICE_GLOBAL_MEM_SIZE>()};
+  };
+  auto best = devices.begin();
+  for (auto it = devices.begin(); it != devices.end(); ++it)
+    if (score(*it) > score(*best)) best = it;
+  return best;
+}
+
+// "" → best; "P:D" → platform P, device D; "N" → the N-th device in device_info order.
+sl_status select_device(const std::string& spec, DeviceRef* out, sl_error* err) {
+  std::string why;
+  const auto devices = all_devices(&why);
+  if (devices.empty()) return set_error(err, SL_ERR_UNSUPPORTED, "opencl: " + why);
+  if (spec.empty()) {
+    *out = *best_device(devices);
+    return SL_OK;
+  }
+  char* end = nullptr;
+  const unsigned long a = std::strtoul(spec.c_str(), &end, 10);
+  if (end != spec.c_str() && *end == '\0') {
+    if (a >= devices.size())
+      return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                       "opencl: no device " + spec + " (" + std::to_string(devices.size()) + " found; see `sluice devices`)");
+    *out = devices[a];
+    return SL_OK;
+  }
+  if (end != spec.c_str() && *end == ':') {
+    char* end2 = nullptr;
+    const unsigned long b = std::strtoul(end + 1, &end2, 10);
+    if (end2 != end + 1 && *end2 == '\0') {
+      for (const auto& r : devices)
+        if (r.platform_index == a && r.device_index == b) {
+          *out = r;
+          return SL_OK;
+        }
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "opencl: no device " + spec + " (platform:device; see `sluice devices`)");
+    }
+  }
+  return set_error(err, SL_ERR_INVALID_ARGUMENT, "opencl: bad device '" + spec + "' (expected P:D or an index)");
+}
+
+sl_status probe(sl_error* err) {
+  std::string why;
+  if (all_devices(&why).empty()) return set_error(err, SL_ERR_UNSUPPORTED, why);
+  return SL_OK;
+}
+
+uint32_t device_count() {
+  try {
+    return static_cast<uint32_t>(all_devices(nullptr).size());
+  } catch (...) {
+    return 0;
+  }
+}
+
+sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
+  return guarded(err, "device_info", [&] {
+    const auto devices = all_devices(nullptr);
+    if (index >= devices.size())
+      return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                       "opencl: no device " + std::to_string(index) + " (" + std::to_string(devices.size()) + " found)");
+    return describe_device(devices[index], out);
+  });
+}
+
+sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* err) {
+  return guarded(err, "opencl create", [&] {
+    auto be = std::make_unique<sl_backend>();
+    const std::string spec = config && config->device ? config->device : "";
+    if (auto s = select_device(spec, &be->ref, err); s != SL_OK) return s;
+    be->options = config && config->struct_size >= offsetof(sl_backend_config, options) + sizeof(char*) && config->options
+                      ? config->options
+                      : "";
+    be->context = cl::Context(be->ref.device);
+    be->queue = cl::CommandQueue(be->context, be->ref.device);
+    be->caps = device_capabilities(be->ref.device);
+    const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
+    be->use_ptx = be->caps.nvidia && !(portable && *portable && *portable != '0') &&
+                  be->options.find("portable") == std::string::npos;
+    // Build the common programs now: a kernel build error is a clear failure at start, not mid-request.
+    kernel(be.get(), "ops", "add_f32");
+    kernel(be.get(), "matvec", "matvec");
+    *out = be.release();
+    return SL_OK;
+  });
+}
+
+void destroy(sl_backend* be) {
+  if (!be) return;
+  try {
+    be->queue.finish();
+  } catch (...) {
+  }
+  delete be;
+}
+
+sl_status get_device_info(const sl_backend* be, sl_device_info* out, sl_error* err) {
+  return guarded(err, "get_device_info", [&] { return describe_device(be->ref, out); });
+}
+
+int supports_op(const sl_backend*, const sl_op_query* q) {
+  if (!q || q->op >= SL_OP_COUNT) return 0;
+  if (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED) return weight_form_supported(q->weight_dtype, q->weight_bits) ? 1 : 0;
+  if (q->op == SL_OP_RMS_NORM || q->op == SL_OP_LAYER_NORM)
+    return q->weight_bits == 0 && weight_form_supported(q->weight_dtype, 0) ? 1 : 0;
+  return 1;  // every codec: on the device with its OpenCL source, else through the host
+}
+
+// ---- memory ------------------------------------------------------------------------------------
+
+uint64_t chunk_size(const sl_backend* be) {
+  // Whole pages, at most the device's largest allocation (and 1 GiB on CPU devices, where the
+  // limit is often a fraction of memory that several buffers must share).
+  uint64_t limit = be->caps.max_alloc ? be->caps.max_alloc : (uint64_t{1} << 30);
+  if (const char* s = std::getenv("SLUICE_OPENCL_MAX_ALLOC"); s && *s) limit = std::min<uint64_t>(limit, std::strtoull(s, nullptr, 10));
+  return std::max<uint64_t>(4096, limit / 4096 * 4096);
+}
+
+sl_status alloc(sl_backend* be, uint64_t bytes, sl_buffer** out, sl_error* err) {
+  return guarded(err, "alloc", [&] {
+    auto b = std::make_unique<sl_buffer>();
+    b->bytes = bytes;
+    b->chunk_bytes = chunk_size(be);
+    const uint64_t n = std::max<uint64_t>(1, (bytes + b->chunk_bytes - 1) / b->chunk_bytes);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t size = std::max<uint64_t>(4, std::min(b->chunk_bytes, bytes - std::min(bytes, i * b->chunk_bytes)));
+      b->chunks.emplace_back(be->context, CL_MEM_READ_WRITE, size);
+      const cl_uchar zero = 0;
+      be->queue.enqueueFillBuffer(b->chunks.back(), zero, 0, size);
+    }
+    be->queue.finish();  // drivers allocate lazily: surface out-of-memory here, not in a later op
+    *out = b.release();
+    return SL_OK;
+  });
+}
+
+sl_status wrap_host(sl_backend* be, const void* host, uint64_t bytes, sl_buffer** out, sl_error* err) {
+  return guarded(err, "wrap_host", [&] {
+    auto b = std::make_unique<sl_buffer>();
+    b->bytes = bytes;
+    b->host = host;
+    b->chunk_bytes = chunk_size(be);
+    const uint64_t n = std::max<uint64_t>(1, (bytes + b->chunk_bytes - 1) / b->chunk_bytes);
+    auto* base = static_cast<const unsigned char*>(host);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t at = i * b->chunk_bytes;
+      const uint64_t size = std::min(b->chunk_bytes, bytes - std::min(bytes, at));
+      if (size == 0) {
+        b->chunks.emplace_back(be->context, CL_MEM_READ_ONLY, 4);
+        continue;
+      }
+      if (be->caps.unified) {
+        // The device reads host memory: use it in place (weights are never written).
+        b->chunks.emplace_back(be->context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, size,
+                               const_cast<unsigned char*>(base + at));
+      } else {
+        b->chunks.emplace_back(be->context, CL_MEM_READ_ONLY, size);
+        be->queue.enqueueWriteBuffer(b->chunks.back(), CL_TRUE, 0, size, base + at);
+      }
+    }
+    *out = b.release();
+    return SL_OK;
+  });
+}
+
+void free_buffer(sl_backend* be, sl_buffer* b) {
+  if (!b) return;
+  try {
+    be->queue.finish();  // no queued op may still read it
+  } catch (...) {
+  }
+  delete b;
+}
+
+// Calls fn(chunk, offset in chunk, offset in the transfer, bytes) for each chunk piece of a range.
+template <class Fn>
+void for_chunks(const sl_buffer* b, uint64_t offset, uint64_t bytes, Fn&& fn) {
+  uint64_t done = 0;
+  while (done < bytes) {
+    const uint64_t at = offset + done;
+    const uint64_t k = at / b->chunk_bytes, in = at % b->chunk_bytes;
+    const uint64_t n = std::min(bytes - done, b->chunk_bytes - in);
+    fn(b->chunks[k], in, done, n);
+    done += n;
+  }
+}
+
+sl_status upload(sl_backend* be, sl_buffer* dst, uint64_t offset, const void* src, uint64_t bytes, sl_error* err) {
+  if (!fits(dst->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "upload past the buffer's end");
+  if (dst->host) return set_error(err, SL_ERR_INVALID_ARGUMENT, "upload into wrapped host memory");
+  return guarded(err, "upload", [&] {
+    for_chunks(dst, offset, bytes, [&](const cl::Buffer& c, uint64_t in, uint64_t at, uint64_t n) {
+      be->queue.enqueueWriteBuffer(const_cast<cl::Buffer&>(c), CL_TRUE, in, n, static_cast<const unsigned char*>(src) + at);
+    });
+    return SL_OK;
+  });
+}
+
+sl_status download(sl_backend* be, const sl_buffer* src, uint64_t offset, void* dst, uint64_t bytes, sl_error* err) {
+  if (!fits(src->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download past the buffer's end");
+  return guarded(err, "download", [&] {
+    for_chunks(src, offset, bytes, [&](const cl::Buffer& c, uint64_t in, uint64_t at, uint64_t n) {
+      be->queue.enqueueReadBuffer(c, CL_TRUE, in, n, static_cast<unsigned char*>(dst) + at);
+    });
+    return SL_OK;
+  });
+}
+
+sl_status synchronize(sl_backend* be, sl_error* err) {
+  return guarded(err, "synchronize", [&] {
+    be->queue.finish();
+    return SL_OK;
+  });
+}
+
+sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
+  if (!batch || batch->n_tokens == 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
+  return guarded(err, "begin_batch", [&] {
+    be->positions.assign(batch->positions, batch->positions + batch->n_tokens);
+    be->seq_slots.assign(batch->seq_slots, batch->seq_slots + batch->n_tokens);
+    be->n_seqs = batch->n_seqs;
+    be->max_pages = batch->max_pages;
+    be->page_table.assign(batch->page_table, batch->page_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
+    for (uint32_t i = 0; i < batch->n_tokens; ++i) {
+      if (be->seq_slots[i] < 0 || static_cast<uint32_t>(be->seq_slots[i]) >= batch->n_seqs || be->positions[i] < 0)
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "batch token " + std::to_string(i) + " has a bad sequence or position");
+    }
+    upload_batch_vector(be, be->d_positions, be->d_positions_cap, be->positions);
+    upload_batch_vector(be, be->d_seq_slots, be->d_slots_cap, be->seq_slots);
+    upload_batch_vector(be, be->d_page_table, be->d_table_cap, be->page_table);
+    return SL_OK;
+  });
+}
+
+const sl_backend_api kApi = {
+    sizeof(sl_backend_api),
+    device_count,
+    device_info,
+    create,
+    destroy,
+    get_device_info,
+    supports_op,
+    alloc,
+    wrap_host,
+    free_buffer,
+    upload,
+    download,
+    synchronize,
+    kv_create,
+    kv_destroy,
+    kv_copy_page,
+    begin_batch,
+    embed,
+    rms_norm,
+    layer_norm,
+    matmul,
+    rope,
+    kv_write,
+    attention,
+    gated_activation,
+    add,
+    mul,
+    scale,
+    copy,
+    softmax,
+    topk,
+};
+
+const sl_plugin_descriptor kDescriptor = {
+    sizeof(sl_plugin_descriptor),
+    SL_ABI_MAJOR,
+    SL_PLUGIN_BACKEND,
+    "opencl",
+    "0.1.0",
+    "OpenCL backend: our kernels (kernels_cl/), CLBlast GEMMs for prefill, paged KV attention on the device",
+    probe,
+    &kApi,
+};
+
+}  // namespace
+
+void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std::vector<int32_t>& v) {
+  const size_t bytes = std::max<size_t>(4, v.size() * 4);
+  if (cap < bytes) {
+    dst = cl::Buffer(be->context, CL_MEM_READ_ONLY, std::max<size_t>(bytes, 256));
+    cap = std::max<size_t>(bytes, 256);
+  }
+  if (!v.empty()) be->queue.enqueueWriteBuffer(dst, CL_TRUE, 0, v.size() * 4, v.data());
+}
+
+DevPtr read_range(sl_backend* be, sl_buffer* b, uint64_t offset, uint64_t bytes, uint64_t align) {
+  const uint64_t k = offset / b->chunk_bytes, in = offset % b->chunk_bytes;
+  if (in + bytes <= b->chunk_bytes && offset % align == 0 && k < b->chunks.size()) return DevPtr{b->chunks[k], in};
+  auto key = std::make_pair(offset, bytes);
+  auto it = b->views.find(key);
+  if (it != b->views.end()) return DevPtr{it->second, 0};
+  if (bytes > b->chunk_bytes) throw std::runtime_error("a weight range larger than the device's largest allocation");
+  cl::Buffer view(be->context, CL_MEM_READ_ONLY, std::max<uint64_t>(bytes, 4));
+  if (b->host) {
+    be->queue.enqueueWriteBuffer(view, CL_TRUE, 0, bytes, static_cast<const unsigned char*>(b->host) + offset);
+  } else {
+    for_chunks(b, offset, bytes, [&](const cl::Buffer& c, uint64_t in_chunk, uint64_t at, uint64_t n) {
+      be->queue.enqueueCopyBuffer(c, view, in_chunk, at, n);
+    });
+  }
+  b->views.emplace(key, view);
+  return DevPtr{view, 0};
+}
+
+DevPtr write_range(sl_buffer* b, uint64_t offset, uint64_t bytes) {
+  const uint64_t k = offset / b->chunk_bytes, in = offset % b->chunk_bytes;
+  if (k >= b->chunks.size() || in + bytes > b->chunk_bytes)
+    throw std::runtime_error("an activation range that straddles device allocations");
+  return DevPtr{b->chunks[k], in};
+}
+
+void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::NDRange& local) {
+  be->queue.enqueueNDRangeKernel(k, cl::NullRange, global, local);
+}
+
+}  // namespace sluice::ocl
+
+extern "C" SL_EXPORT const sl_plugin_descriptor* sluice_plugin_entry(void) { return &sluice::ocl::kDescriptor; }

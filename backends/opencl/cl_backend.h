@@ -1,0 +1,169 @@
+#pragma once
+// The OpenCL backend's objects behind the C handles, and what its files share.
+// Every entry point catches what it throws (cl::Error, std::exception) and returns a status.
+#define CL_HPP_ENABLE_EXCEPTIONS
+#define CL_HPP_TARGET_OPENCL_VERSION 300
+#define CL_HPP_MINIMUM_OPENCL_VERSION 200
+#include <CL/opencl.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sluice/backend.h"
+
+// Device memory. Buffers larger than the device's largest allocation are split into chunks of
+// chunk_bytes; a range that straddles chunks (or is misaligned for typed access) is served by a
+// read-only contiguous copy made on first use ("view") — only weights are ever read that way.
+struct sl_buffer {
+  uint64_t bytes = 0;
+  uint64_t chunk_bytes = 0;
+  std::vector<cl::Buffer> chunks;
+  const void* host = nullptr;  // wrap_host: the caller's memory (read-only weights)
+  std::map<std::pair<uint64_t, uint64_t>, cl::Buffer> views;
+};
+
+struct sl_kv_cache {
+  sl_kv_layout layout{};
+  sl_kv_format k_format{};
+  sl_kv_format v_format{};
+  uint64_t page_bytes = 0;  // one page of one layer: K rows of every head, then V rows
+  bool on_device = false;   // both codecs give OpenCL source
+  std::vector<cl::Buffer> device_layers;              // on_device: one buffer per layer
+  std::vector<std::vector<std::byte>> host_layers;    // otherwise: the host keeps the KV (codec encode/decode)
+  // kv_write/attention/attention_merge built with the codecs' source, per query heads per KV head.
+  struct Kernels {
+    cl::Kernel kv_write, attention, merge;
+  };
+  std::map<uint32_t, Kernels> kernels;
+};
+
+namespace sluice::ocl {
+
+// A range of device memory a kernel can address: a buffer and a byte offset into it.
+struct DevPtr {
+  cl::Buffer buffer;
+  uint64_t offset = 0;
+};
+
+struct DeviceRef {
+  cl::Platform platform;
+  cl::Device device;
+  uint32_t platform_index = 0, device_index = 0;
+};
+
+// What the kernels may rely on, found at create time.
+struct Capabilities {
+  bool nvidia = false;       // inline PTX accepted (shfl.sync, dp4a, mma.sync)
+  uint32_t sm = 0;           // NVIDIA compute capability ×10, 0 elsewhere
+  bool unified = false;      // host memory is device memory (CPU devices)
+  uint64_t max_alloc = 0;
+  uint64_t local_mem = 0;
+  size_t max_wg = 0;
+};
+
+}  // namespace sluice::ocl
+
+struct sl_backend {
+  sluice::ocl::DeviceRef ref;
+  cl::Context context;
+  cl::CommandQueue queue;
+  sluice::ocl::Capabilities caps;
+  bool use_ptx = false;      // vendor fast paths on (SLUICE_OPENCL_PORTABLE=1 turns them off)
+  std::string options;       // sl_backend_config.options
+  // Programs by name ("ops", "matvec", ...).
+  std::map<std::string, cl::Program> programs;
+  std::map<std::string, cl::Kernel> kernels;
+  // The current batch, on the host and on the device.
+  std::vector<int32_t> positions, seq_slots, page_table;
+  uint32_t n_seqs = 0, max_pages = 0;
+  cl::Buffer d_positions, d_seq_slots, d_page_table;
+  size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0;
+  // Small host inputs kept on the device while unchanged (rope inverse frequencies, embed ids).
+  std::vector<float> inv_freq_host;
+  cl::Buffer d_inv_freq, d_ids;
+  size_t d_ids_cap = 0;
+  // Scratch: float32 weight blocks for prefill GEMMs, attention split partials.
+  cl::Buffer gemm_scratch;
+  uint64_t gemm_scratch_bytes = 0;
+  cl::Buffer att_partial;
+  uint64_t att_partial_bytes = 0;
+  bool clblast_ok = true;    // false after CLBlast failed once on this device: our GEMM kernel instead
+};
+
+namespace sluice::ocl {
+
+sl_status set_error(sl_error* err, sl_status status, const std::string& message);
+// Runs fn, mapping exceptions to a status and message naming `what`.
+template <class Fn>
+sl_status guarded(sl_error* err, const char* what, Fn&& fn);
+sl_status from_cl_error(sl_error* err, const char* what, const cl::Error& e);
+const char* cl_error_name(cl_int code);
+
+inline bool fits(uint64_t size, uint64_t offset, uint64_t count) { return offset <= size && count <= size - offset; }
+
+// Devices.
+std::vector<DeviceRef> all_devices(std::string* why_none);
+sl_status describe_device(const DeviceRef& ref, sl_device_info* out);
+Capabilities device_capabilities(const cl::Device& d);
+
+// Programs: our kernels (kernels_cl/, embedded at build time) plus extra source, built once per
+// process and cached on disk by source hash, options, device and driver.
+cl::Program build_program(sl_backend* be, const std::string& source, const std::string& options);
+cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name);
+std::string kernel_source(const char* name);  // "common", "matvec", ... from kernels_cl/
+std::string program_cache_dir();
+
+// Memory.
+// A device range for reading `bytes` at `offset` (a view when it straddles chunks or is misaligned).
+DevPtr read_range(sl_backend* be, sl_buffer* b, uint64_t offset, uint64_t bytes, uint64_t align = 4);
+// A writable device range: must lie in one chunk.
+DevPtr write_range(sl_buffer* b, uint64_t offset, uint64_t bytes);
+inline DevPtr whole(const sl_buffer* b) { return DevPtr{b->chunks.at(0), 0}; }
+uint64_t weight_bytes(const sl_weight* w);  // bytes of the weight's data
+bool weight_form_supported(uint32_t dtype, uint32_t bits);
+void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std::vector<int32_t>& v);
+
+// Launch helpers.
+inline size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::NDRange& local = cl::NullRange);
+
+// Ops.
+sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
+sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
+sl_status layer_norm(sl_backend*, const sl_buffer*, const sl_weight*, const sl_weight*, sl_buffer*, uint32_t, uint32_t,
+                     float, sl_error*);
+sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
+sl_status rope(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
+sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+sl_status mul(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+sl_status scale(sl_backend*, sl_buffer*, float, uint64_t, sl_error*);
+sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
+sl_status softmax(sl_backend*, sl_buffer*, uint32_t, uint32_t, sl_error*);
+sl_status topk(sl_backend*, const sl_buffer*, uint32_t, uint32_t, uint32_t, int, int, sl_buffer*, sl_buffer*, sl_error*);
+
+sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
+void kv_destroy(sl_backend*, sl_kv_cache*);
+sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
+sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
+sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_attention_params*, sl_buffer*, sl_error*);
+bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec);
+
+template <class Fn>
+sl_status guarded(sl_error* err, const char* what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const cl::Error& e) {
+    return from_cl_error(err, what, e);
+  } catch (const std::bad_alloc&) {
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, std::string(what) + ": out of host memory");
+  } catch (const std::exception& e) {
+    return set_error(err, SL_ERR_DEVICE, std::string(what) + ": " + e.what());
+  }
+}
+
+}  // namespace sluice::ocl

@@ -1,0 +1,262 @@
+// Platforms and devices (enumeration, description, capabilities), errors, and programs: our
+// embedded kernels built once per process and cached on disk by source hash, build options, device
+// and driver version.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <xxhash.h>
+
+#include "cl_backend.h"
+#include "kernels_cl_sources.h"
+
+namespace sluice::ocl {
+
+sl_status set_error(sl_error* err, sl_status status, const std::string& message) {
+  if (err) {
+    std::strncpy(err->message, message.c_str(), SL_ERROR_MESSAGE_SIZE - 1);
+    err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
+  }
+  return status;
+}
+
+const char* cl_error_name(cl_int code) {
+  switch (code) {
+    case CL_DEVICE_NOT_FOUND: return "CL_DEVICE_NOT_FOUND";
+    case CL_DEVICE_NOT_AVAILABLE: return "CL_DEVICE_NOT_AVAILABLE";
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE: return "CL_MEM_OBJECT_ALLOCATION_FAILURE";
+    case CL_OUT_OF_RESOURCES: return "CL_OUT_OF_RESOURCES";
+    case CL_OUT_OF_HOST_MEMORY: return "CL_OUT_OF_HOST_MEMORY";
+    case CL_BUILD_PROGRAM_FAILURE: return "CL_BUILD_PROGRAM_FAILURE";
+    case CL_INVALID_VALUE: return "CL_INVALID_VALUE";
+    case CL_INVALID_BUFFER_SIZE: return "CL_INVALID_BUFFER_SIZE";
+    case CL_INVALID_KERNEL_ARGS: return "CL_INVALID_KERNEL_ARGS";
+    case CL_INVALID_WORK_GROUP_SIZE: return "CL_INVALID_WORK_GROUP_SIZE";
+    case CL_INVALID_ARG_SIZE: return "CL_INVALID_ARG_SIZE";
+    case CL_INVALID_MEM_OBJECT: return "CL_INVALID_MEM_OBJECT";
+    case CL_MEM_COPY_OVERLAP: return "CL_MEM_COPY_OVERLAP";
+    case CL_MISALIGNED_SUB_BUFFER_OFFSET: return "CL_MISALIGNED_SUB_BUFFER_OFFSET";
+    case CL_INVALID_BINARY: return "CL_INVALID_BINARY";
+    case CL_INVALID_PLATFORM: return "CL_INVALID_PLATFORM";
+    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
+    default: return "OpenCL error";
+  }
+}
+
+sl_status from_cl_error(sl_error* err, const char* what, const cl::Error& e) {
+  const cl_int code = e.err();
+  const sl_status status = (code == CL_MEM_OBJECT_ALLOCATION_FAILURE || code == CL_OUT_OF_RESOURCES ||
+                            code == CL_OUT_OF_HOST_MEMORY || code == CL_INVALID_BUFFER_SIZE)
+                               ? SL_ERR_OUT_OF_MEMORY
+                               : SL_ERR_DEVICE;
+  return set_error(err, status,
+                   std::string(what) + ": " + e.what() + " failed with " + cl_error_name(code) + " (" +
+                       std::to_string(code) + ")" + (status == SL_ERR_OUT_OF_MEMORY ? ": out of device memory" : ""));
+}
+
+std::vector<DeviceRef> all_devices(std::string* why_none) {
+  std::vector<DeviceRef> out;
+  std::vector<cl::Platform> platforms;
+  try {
+    cl::Platform::get(&platforms);
+  } catch (const cl::Error& e) {
+    if (why_none) *why_none = std::string("no OpenCL platform (") + cl_error_name(e.err()) + "; is an ICD installed?)";
+    return out;
+  }
+  if (platforms.empty()) {
+    if (why_none) *why_none = "no OpenCL platform";
+    return out;
+  }
+  for (uint32_t p = 0; p < platforms.size(); ++p) {
+    std::vector<cl::Device> devices;
+    try {
+      platforms[p].getDevices(CL_DEVICE_TYPE_ALL, &devices);
+    } catch (const cl::Error&) {
+      continue;  // a platform without devices
+    }
+    for (uint32_t d = 0; d < devices.size(); ++d) out.push_back(DeviceRef{platforms[p], devices[d], p, d});
+  }
+  if (out.empty() && why_none) *why_none = "OpenCL platforms found, but no device on any of them";
+  return out;
+}
+
+Capabilities device_capabilities(const cl::Device& d) {
+  Capabilities c;
+  const std::string vendor = d.getInfo<CL_DEVICE_VENDOR>();
+  const std::string ext = d.getInfo<CL_DEVICE_EXTENSIONS>();
+  c.nvidia = vendor.find("NVIDIA") != std::string::npos && ext.find("cl_nv_device_attribute_query") != std::string::npos;
+  if (c.nvidia) {
+    cl_uint major = 0, minor = 0;
+    // CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV / _MINOR_NV
+    clGetDeviceInfo(d(), 0x4000, sizeof(major), &major, nullptr);
+    clGetDeviceInfo(d(), 0x4001, sizeof(minor), &minor, nullptr);
+    c.sm = major * 10 + minor;
+  }
+  c.unified = d.getInfo<CL_DEVICE_TYPE>() == CL_DEVICE_TYPE_CPU;
+  c.max_alloc = d.getInfo<CL_DEVICE_MAX_MEM_ALLOC_SIZE>();
+  c.local_mem = d.getInfo<CL_DEVICE_LOCAL_MEM_SIZE>();
+  c.max_wg = d.getInfo<CL_DEVICE_MAX_WORK_GROUP_SIZE>();
+  return c;
+}
+
+namespace {
+void copy_str(char* dst, std::size_t size, const std::string& src) {
+  std::strncpy(dst, src.c_str(), size - 1);
+  dst[size - 1] = '\0';
+}
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+}  // namespace
+
+sl_status describe_device(const DeviceRef& ref, sl_device_info* out) {
+  sl_device_info info{};
+  info.struct_size = sizeof(info);
+  const cl::Device& d = ref.device;
+  copy_str(info.name, sizeof(info.name), trim(d.getInfo<CL_DEVICE_NAME>()));
+  copy_str(info.vendor, sizeof(info.vendor), trim(d.getInfo<CL_DEVICE_VENDOR>()));
+  copy_str(info.driver, sizeof(info.driver), trim(d.getInfo<CL_DRIVER_VERSION>()));
+  const auto type = d.getInfo<CL_DEVICE_TYPE>();
+  copy_str(info.kind, sizeof(info.kind), (type & CL_DEVICE_TYPE_GPU) ? "gpu" : (type & CL_DEVICE_TYPE_CPU) ? "cpu" : "accelerator");
+  info.total_memory = d.getInfo<CL_DEVICE_GLOBAL_MEM_SIZE>();
+  info.free_memory = 0;
+  info.max_alloc = d.getInfo<CL_DEVICE_MAX_MEM_ALLOC_SIZE>();
+  info.compute_units = d.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
+  const auto caps = device_capabilities(d);
+  const std::string ext = d.getInfo<CL_DEVICE_EXTENSIONS>();
+  if (ext.find("cl_khr_fp16") != std::string::npos) info.caps |= SL_CAP_F16;
+  if (caps.nvidia && caps.sm >= 61) info.caps |= SL_CAP_INT8_DOT;  // dp4a through inline PTX
+  if (ext.find("cl_khr_integer_dot_product") != std::string::npos) info.caps |= SL_CAP_INT8_DOT;
+  if (caps.nvidia && caps.sm >= 80) info.caps |= SL_CAP_MATRIX;     // mma.sync through inline PTX
+  if (caps.unified) info.caps |= SL_CAP_UNIFIED;
+  const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof(info)) : sizeof(info);
+  std::memcpy(out, &info, size);
+  out->struct_size = size;
+  return SL_OK;
+}
+
+// ---- programs ----------------------------------------------------------------------------------
+
+std::string kernel_source(const char* name) {
+  for (std::size_t i = 0; i < kernels_cl::kSourceCount; ++i)
+    if (std::strcmp(kernels_cl::kSources[i].name, name) == 0) return kernels_cl::kSources[i].text;
+  throw std::runtime_error(std::string("no embedded kernel source '") + name + "'");
+}
+
+std::string program_cache_dir() {
+  if (const char* dir = std::getenv("SLUICE_CACHE_DIR"); dir && *dir) return std::string(dir) + "/opencl";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/sluice/opencl";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/sluice/opencl";
+  return "";
+}
+
+namespace {
+
+std::string cache_key(const cl::Device& d, const cl::Platform& p, const std::string& source, const std::string& options) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0x5c1ce);
+  auto feed = [&](const std::string& s) { XXH64_update(st, s.data(), s.size() + 1); };  // with the NUL: fields stay apart
+  feed(source);
+  feed(options);
+  feed(d.getInfo<CL_DEVICE_NAME>());
+  feed(d.getInfo<CL_DRIVER_VERSION>());
+  feed(p.getInfo<CL_PLATFORM_VERSION>());
+  const auto h = XXH64_digest(st);
+  XXH64_freeState(st);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string build_log(const cl::Program& program, const cl::Device& d) {
+  try {
+    return program.getBuildInfo<CL_PROGRAM_BUILD_LOG>(d);
+  } catch (const cl::Error&) {
+    return "(no build log)";
+  }
+}
+
+[[noreturn]] void build_failed(const cl::Program& program, const cl::Device& d, const cl::Error& e) {
+  std::string log = build_log(program, d);
+  if (log.size() > 700) log = log.substr(0, 700) + "...";
+  throw std::runtime_error(std::string("kernel build failed (") + cl_error_name(e.err()) + "): " + log);
+}
+
+}  // namespace
+
+cl::Program build_program(sl_backend* be, const std::string& source, const std::string& options) {
+  const cl::Device& d = be->ref.device;
+  const std::string dir = program_cache_dir();
+  const std::string key = cache_key(d, be->ref.platform, source, options);
+  const std::filesystem::path file = dir.empty() ? std::filesystem::path() : std::filesystem::path(dir) / (key + ".bin");
+  const bool use_cache = !dir.empty() && std::getenv("SLUICE_OPENCL_NO_CACHE") == nullptr;
+  if (use_cache) {
+    std::ifstream in(file, std::ios::binary);
+    if (in) {
+      std::vector<unsigned char> bin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      try {
+        cl::Program::Binaries bins{bin};
+        cl::Program program(be->context, {d}, bins);
+        program.build({d}, options.c_str());
+        return program;
+      } catch (const cl::Error&) {
+        // A stale or foreign binary: rebuild from source below and overwrite it.
+      }
+    }
+  }
+  cl::Program program(be->context, source);
+  try {
+    program.build({d}, options.c_str());
+  } catch (const cl::Error& e) {
+    build_failed(program, d, e);
+  }
+  if (use_cache) {
+    try {
+      auto bins = program.getInfo<CL_PROGRAM_BINARIES>();
+      if (!bins.empty() && !bins[0].empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(dir, ec);
+        const auto tmp = file.string() + ".tmp" + std::to_string(::getpid());
+        {
+          std::ofstream out(tmp, std::ios::binary);
+          out.write(reinterpret_cast<const char*>(bins[0].data()), static_cast<std::streamsize>(bins[0].size()));
+        }
+        std::filesystem::rename(tmp, file, ec);  // atomic: concurrent processes never read half a file
+        if (ec) std::filesystem::remove(tmp, ec);
+      }
+    } catch (const std::exception&) {
+      // The cache is an optimisation: a read-only home directory costs only build time.
+    }
+  }
+  return program;
+}
+
+cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name) {
+  const std::string key = program + "/" + name;
+  auto it = be->kernels.find(key);
+  if (it != be->kernels.end()) return it->second;
+  auto pit = be->programs.find(program);
+  if (pit == be->programs.end()) {
+    std::string source = kernel_source("common"), options = "-cl-std=CL1.2";
+    if (program == "ops") {
+      source += kernel_source("elementwise") + kernel_source("norms") + kernel_source("rope") + kernel_source("gemm");
+      options += " -DWG=64";
+    } else if (program == "matvec") {
+      source += kernel_source("matvec");
+      options += " -DWG=128 -DTEAM=32 -DMAX_T=8";
+      if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
+    } else {
+      throw std::runtime_error("unknown program " + program);
+    }
+    pit = be->programs.emplace(program, build_program(be, source, options)).first;
+  }
+  return be->kernels.emplace(key, cl::Kernel(pit->second, name)).first->second;
+}
+
+}  // namespace sluice::ocl

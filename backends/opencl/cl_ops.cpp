@@ -1,0 +1,286 @@
+// Elementwise, normalisation, rotary, softmax, routing and embedding ops of the OpenCL backend.
+#include <algorithm>
+#include <cstring>
+
+#include "cl_backend.h"
+
+namespace sluice::ocl {
+
+bool weight_form_supported(uint32_t dtype, uint32_t bits) {
+  if (bits == 0) return dtype == SL_DTYPE_F32 || dtype == SL_DTYPE_F16 || dtype == SL_DTYPE_BF16;
+  return dtype == SL_DTYPE_U32 && bits >= 1 && bits <= 8;
+}
+
+uint64_t weight_bytes(const sl_weight* w) {
+  const uint64_t n = static_cast<uint64_t>(w->rows) * w->cols;
+  if (w->bits) return n * w->bits / 8;
+  return n * (w->dtype == SL_DTYPE_F32 ? 4 : 2);
+}
+
+namespace {
+
+constexpr size_t kLocal = 64;
+
+sl_status bad_weight(sl_error* err, const char* op) {
+  return set_error(err, SL_ERR_UNSUPPORTED, std::string(op) + ": unsupported weight form on the OpenCL backend");
+}
+
+// An unquantized vector weight (norm weight, bias) with at least n values: its device range.
+DevPtr vector_weight(sl_backend* be, const sl_weight* w, uint64_t n) {
+  const uint64_t bytes = n * (w->dtype == SL_DTYPE_F32 ? 4 : 2);
+  return read_range(be, w->data, w->offset, bytes, w->dtype == SL_DTYPE_F32 ? 4 : 2);
+}
+
+bool float_buffer_ok(const sl_buffer* b, uint64_t n) { return b && n <= b->bytes / 4; }
+
+sl_status too_small(sl_error* err, const char* op) {
+  return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": buffer too small for n values");
+}
+
+// A float buffer used whole by a kernel with no offset argument: it must be one allocation.
+cl::Buffer& single(const sl_buffer* b) {
+  if (b->chunks.size() != 1) throw std::runtime_error("activation buffer larger than one device allocation");
+  return const_cast<cl::Buffer&>(b->chunks[0]);
+}
+
+}  // namespace
+
+sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
+  if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed");
+  for (uint32_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= table->rows)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                       "token id " + std::to_string(ids[i]) + " outside the vocabulary of " + std::to_string(table->rows));
+  if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed");
+  if (n == 0) return SL_OK;
+  return guarded(err, "embed", [&] {
+    std::vector<int32_t> v(ids, ids + n);
+    upload_batch_vector(be, be->d_ids, be->d_ids_cap, v);
+    const cl::NDRange global(round_up(table->cols, kLocal), n);
+    if (table->bits == 0) {
+      const DevPtr t = read_range(be, table->data, table->offset, weight_bytes(table), table->dtype == SL_DTYPE_F32 ? 4 : 2);
+      auto& k = kernel(be, "ops", "embed_rows");
+      k.setArg(0, t.buffer);
+      k.setArg(1, static_cast<cl_ulong>(t.offset));
+      k.setArg(2, static_cast<cl_uint>(table->dtype));
+      k.setArg(3, static_cast<cl_uint>(table->cols));
+      k.setArg(4, be->d_ids);
+      k.setArg(5, single(out));
+      launch(be, k, global, cl::NDRange(kLocal, 1));
+    } else {
+      if (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32)
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
+      const uint64_t wpr = uint64_t(table->cols) * table->bits / 32;
+      const uint64_t groups = uint64_t(table->rows) * (table->cols / table->group_size);
+      const uint64_t sb = table->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
+      const DevPtr words = read_range(be, table->data, table->offset, weight_bytes(table), 4);
+      const DevPtr scales = read_range(be, table->scales, table->scales_offset, groups * sb, sb);
+      const DevPtr biases = read_range(be, table->biases, table->biases_offset, groups * sb, sb);
+      auto& k = kernel(be, "ops", "embed_rows_quant");
+      k.setArg(0, words.buffer);
+      k.setArg(1, static_cast<cl_ulong>(words.offset));
+      k.setArg(2, static_cast<cl_ulong>(wpr));
+      k.setArg(3, static_cast<cl_uint>(table->bits));
+      k.setArg(4, scales.buffer);
+      k.setArg(5, static_cast<cl_ulong>(scales.offset));
+      k.setArg(6, biases.buffer);
+      k.setArg(7, static_cast<cl_ulong>(biases.offset));
+      k.setArg(8, static_cast<cl_uint>(table->scale_dtype));
+      k.setArg(9, static_cast<cl_uint>(table->group_size));
+      k.setArg(10, static_cast<cl_uint>(table->cols));
+      k.setArg(11, be->d_ids);
+      k.setArg(12, single(out));
+      launch(be, k, global, cl::NDRange(kLocal, 1));
+    }
+    return SL_OK;
+  });
+}
+
+sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
+                   uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  if (!weight || !weight->data || weight->bits || !weight_form_supported(weight->dtype, 0) || weight->cols != dim)
+    return bad_weight(err, "rms_norm");
+  if (!float_buffer_ok(x, uint64_t(n_rows) * dim) || !float_buffer_ok(out, uint64_t(n_rows) * dim)) return too_small(err, "rms_norm");
+  if (n_rows == 0) return SL_OK;
+  return guarded(err, "rms_norm", [&] {
+    const DevPtr w = vector_weight(be, weight, dim);
+    auto& k = kernel(be, "ops", "rms_norm");
+    k.setArg(0, single(x));
+    k.setArg(1, w.buffer);
+    k.setArg(2, static_cast<cl_ulong>(w.offset));
+    k.setArg(3, static_cast<cl_uint>(weight->dtype));
+    k.setArg(4, weight_offset);
+    k.setArg(5, single(out));
+    k.setArg(6, static_cast<cl_uint>(dim));
+    k.setArg(7, eps);
+    launch(be, k, cl::NDRange(size_t(n_rows) * kLocal), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
+sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, const sl_weight* bias, sl_buffer* out,
+                     uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  if (!weight || !weight->data || weight->bits || !weight_form_supported(weight->dtype, 0) || weight->cols != dim)
+    return bad_weight(err, "layer_norm");
+  if (bias && (!bias->data || bias->bits || !weight_form_supported(bias->dtype, 0) || bias->cols != dim))
+    return bad_weight(err, "layer_norm bias");
+  if (!float_buffer_ok(x, uint64_t(n_rows) * dim) || !float_buffer_ok(out, uint64_t(n_rows) * dim)) return too_small(err, "layer_norm");
+  if (n_rows == 0) return SL_OK;
+  return guarded(err, "layer_norm", [&] {
+    const DevPtr w = vector_weight(be, weight, dim);
+    const DevPtr b = bias ? vector_weight(be, bias, dim) : w;
+    auto& k = kernel(be, "ops", "layer_norm");
+    k.setArg(0, single(x));
+    k.setArg(1, w.buffer);
+    k.setArg(2, static_cast<cl_ulong>(w.offset));
+    k.setArg(3, static_cast<cl_uint>(weight->dtype));
+    k.setArg(4, b.buffer);
+    k.setArg(5, static_cast<cl_ulong>(b.offset));
+    k.setArg(6, static_cast<cl_uint>(bias ? bias->dtype : weight->dtype));
+    k.setArg(7, static_cast<cl_uint>(bias ? 1 : 0));
+    k.setArg(8, single(out));
+    k.setArg(9, static_cast<cl_uint>(dim));
+    k.setArg(10, eps);
+    launch(be, k, cl::NDRange(size_t(n_rows) * kLocal), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
+sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
+               const float* inv_freq, float attention_factor, uint32_t style, sl_error* err) {
+  if (rotary_dim > head_dim || rotary_dim % 2) return set_error(err, SL_ERR_INVALID_ARGUMENT, "rope: bad rotary_dim");
+  const uint32_t half = rotary_dim / 2;
+  const size_t n_tokens = be->positions.size();
+  if (half == 0 || n_tokens == 0) return SL_OK;
+  if (!float_buffer_ok(x, uint64_t(n_tokens) * n_heads * head_dim)) return too_small(err, "rope");
+  return guarded(err, "rope", [&] {
+    // The frequencies rarely change: keep them on the device while they don't.
+    if (be->inv_freq_host.size() != half || std::memcmp(be->inv_freq_host.data(), inv_freq, half * 4) != 0) {
+      be->inv_freq_host.assign(inv_freq, inv_freq + half);
+      be->d_inv_freq = cl::Buffer(be->context, CL_MEM_READ_ONLY, half * 4);
+      be->queue.enqueueWriteBuffer(be->d_inv_freq, CL_TRUE, 0, half * 4, inv_freq);
+    }
+    auto& k = kernel(be, "ops", "rope");
+    k.setArg(0, single(x));
+    k.setArg(1, be->d_positions);
+    k.setArg(2, be->d_inv_freq);
+    k.setArg(3, static_cast<cl_uint>(n_heads));
+    k.setArg(4, static_cast<cl_uint>(head_dim));
+    k.setArg(5, static_cast<cl_uint>(half));
+    k.setArg(6, attention_factor);
+    k.setArg(7, static_cast<cl_uint>(style));
+    launch(be, k, cl::NDRange(half, n_heads, n_tokens));
+    return SL_OK;
+  });
+}
+
+sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up,
+                           sl_buffer* out, uint64_t n, sl_error* err) {
+  if (activation > SL_ACT_GELU) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
+  if (!float_buffer_ok(gate, n) || !float_buffer_ok(up, n) || !float_buffer_ok(out, n)) return too_small(err, "gated_activation");
+  if (n == 0) return SL_OK;
+  return guarded(err, "gated_activation", [&] {
+    auto& k = kernel(be, "ops", "gated_activation");
+    k.setArg(0, single(gate));
+    k.setArg(1, single(up));
+    k.setArg(2, single(out));
+    k.setArg(3, static_cast<cl_ulong>(n));
+    k.setArg(4, static_cast<cl_uint>(activation));
+    launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
+namespace {
+sl_status binary(sl_backend* be, const char* name, const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n,
+                 sl_error* err) {
+  if (!float_buffer_ok(a, n) || !float_buffer_ok(b, n) || !float_buffer_ok(out, n)) return too_small(err, name);
+  if (n == 0) return SL_OK;
+  return guarded(err, name, [&] {
+    auto& k = kernel(be, "ops", name);
+    k.setArg(0, single(a));
+    k.setArg(1, single(b));
+    k.setArg(2, single(out));
+    k.setArg(3, static_cast<cl_ulong>(n));
+    launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+}  // namespace
+
+sl_status add(sl_backend* be, const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err) {
+  return binary(be, "add_f32", a, b, out, n, err);
+}
+
+sl_status mul(sl_backend* be, const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err) {
+  return binary(be, "mul_f32", a, b, out, n, err);
+}
+
+sl_status scale(sl_backend* be, sl_buffer* x, float s, uint64_t n, sl_error* err) {
+  if (!float_buffer_ok(x, n)) return too_small(err, "scale");
+  if (n == 0) return SL_OK;
+  return guarded(err, "scale", [&] {
+    auto& k = kernel(be, "ops", "scale_f32");
+    k.setArg(0, single(x));
+    k.setArg(1, s);
+    k.setArg(2, static_cast<cl_ulong>(n));
+    launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
+sl_status copy(sl_backend* be, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
+               sl_error* err) {
+  if (!fits(src->bytes / 4, src_offset, n) || !fits(dst->bytes / 4, dst_offset, n))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy past a buffer's end");
+  if (n == 0) return SL_OK;
+  return guarded(err, "copy", [&] {
+    const DevPtr s = read_range(be, const_cast<sl_buffer*>(src), src_offset * 4, n * 4);
+    const DevPtr d = write_range(dst, dst_offset * 4, n * 4);
+    const bool overlap = s.buffer() == d.buffer() && s.offset < d.offset + n * 4 && d.offset < s.offset + n * 4;
+    if (overlap) {  // memmove semantics through a temporary
+      cl::Buffer tmp(be->context, CL_MEM_READ_WRITE, n * 4);
+      be->queue.enqueueCopyBuffer(s.buffer, tmp, s.offset, 0, n * 4);
+      be->queue.enqueueCopyBuffer(tmp, d.buffer, 0, d.offset, n * 4);
+    } else {
+      be->queue.enqueueCopyBuffer(s.buffer, d.buffer, s.offset, d.offset, n * 4);
+    }
+    return SL_OK;
+  });
+}
+
+sl_status softmax(sl_backend* be, sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_error* err) {
+  if (!float_buffer_ok(x, uint64_t(n_rows) * dim)) return too_small(err, "softmax");
+  if (n_rows == 0 || dim == 0) return SL_OK;
+  return guarded(err, "softmax", [&] {
+    auto& k = kernel(be, "ops", "softmax_rows");
+    k.setArg(0, single(x));
+    k.setArg(1, static_cast<cl_uint>(dim));
+    launch(be, k, cl::NDRange(size_t(n_rows) * kLocal), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
+sl_status topk(sl_backend* be, const sl_buffer* logits, uint32_t n_rows, uint32_t n_experts, uint32_t k, int softmax_first,
+               int normalize, sl_buffer* ids, sl_buffer* weights, sl_error* err) {
+  if (k == 0 || k > n_experts) return set_error(err, SL_ERR_INVALID_ARGUMENT, "topk: k must be in 1..n_experts");
+  if (!float_buffer_ok(logits, uint64_t(n_rows) * n_experts) || !float_buffer_ok(ids, uint64_t(n_rows) * k) ||
+      !float_buffer_ok(weights, uint64_t(n_rows) * k))
+    return too_small(err, "topk");
+  if (n_rows == 0) return SL_OK;
+  return guarded(err, "topk", [&] {
+    auto& kn = kernel(be, "ops", "topk_rows");
+    kn.setArg(0, single(logits));
+    kn.setArg(1, static_cast<cl_uint>(n_rows));
+    kn.setArg(2, static_cast<cl_uint>(n_experts));
+    kn.setArg(3, static_cast<cl_uint>(k));
+    kn.setArg(4, static_cast<cl_uint>(softmax_first ? 1 : 0));
+    kn.setArg(5, static_cast<cl_uint>(normalize ? 1 : 0));
+    kn.setArg(6, single(ids));
+    kn.setArg(7, single(weights));
+    launch(be, kn, cl::NDRange(round_up(n_rows, kLocal)), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
+}  // namespace sluice::ocl

@@ -1,0 +1,186 @@
+// Attention over the paged KV cache, on the device, for codecs that give OpenCL source.
+//
+// The host prepends the K codec's source with SL_KV_FN(name) defined as sl_k_##name and the V codec's
+// with sl_v_##name; each defines
+//   void  SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint head_dim);
+//   float SL_KV_FN(load)(__global const uchar* row, uint i);      // element i of a stored row
+// Layout of one layer's buffer: n_pages pages; a page holds, for each KV head, page_tokens K rows,
+// then for each KV head page_tokens V rows ([head][slot]), rows in the codec's format.
+//
+// Built with HEAD_DIM, GROUP (query heads per KV head) and WG (work-group size, a power of two).
+
+inline ulong kv_page_of(__global const int* table, uint position, uint page_tokens) {
+  return (ulong)table[position / page_tokens];
+}
+
+// One work-item per (token, KV head, role): encode the row into its page slot.
+__kernel void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
+                       uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
+                       __global const int* positions, __global const int* seq_slots, __global const int* page_table,
+                       uint max_pages, uint n_tokens) {
+  const uint item = get_global_id(0);
+  if (item >= n_tokens * n_kv_heads) return;
+  const uint t = item / n_kv_heads, h = item % n_kv_heads;
+  const uint pos = (uint)positions[t];
+  const ulong page = kv_page_of(page_table + (ulong)seq_slots[t] * max_pages, pos, page_tokens);
+  const uint slot = pos % page_tokens;
+  __global uchar* base = layer + page * page_bytes;
+  if (get_global_id(1) == 0) {
+    sl_k_encode_row(k + (ulong)item * HEAD_DIM, base + ((ulong)h * page_tokens + slot) * k_row_bytes, HEAD_DIM);
+  } else {
+    __global uchar* vbase = base + (ulong)n_kv_heads * page_tokens * k_row_bytes;
+    sl_v_encode_row(v + (ulong)item * HEAD_DIM, vbase + ((ulong)h * page_tokens + slot) * v_row_bytes, HEAD_DIM);
+  }
+}
+
+#define DIMS_PER_ITEM ((HEAD_DIM + WG - 1) / WG)
+
+inline float att_reduce_max(__local float* red, float v) {
+  const uint lid = get_local_id(0);
+  red[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = WG / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] = fmax(red[lid], red[lid + s]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+inline float att_reduce_sum(__local float* red, float v) {
+  const uint lid = get_local_id(0);
+  red[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = WG / 2; s > 0; s >>= 1) {
+    if (lid < s) red[lid] += red[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float r = red[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+// One work-group per (KV head, token, key split): the GROUP query heads that share the KV head attend
+// over keys [lo, pos] (or this split's share of them) in tiles of WG keys with an online softmax:
+// work-item j scores key j of the tile; then each work-item accumulates the weighted values of its
+// dims. With n_splits > 1 each group writes its unnormalised partial (m, l, acc) for attention_merge.
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void attention(__global const float* q, __global float* out, __global const uchar* layer, ulong page_bytes,
+               uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
+               __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
+               uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
+               __global float* partial) {
+  __local float qs[GROUP][HEAD_DIM];
+  __local float p[GROUP][WG];
+  __local float red[WG];
+  const uint kvh = get_group_id(0), t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
+  const uint n_heads = n_kv_heads * GROUP;
+  const int pos = positions[t];
+  const int lo_all = window ? max(0, pos - (int)window + 1) : 0;
+  // This split's key range.
+  const int total = pos - lo_all + 1;
+  const int per_split = (total + (int)n_splits - 1) / (int)n_splits;
+  const int lo = lo_all + (int)split * per_split;
+  const int hi = min(pos, lo + per_split - 1);
+  __global const int* table = page_table + (ulong)seq_slots[t] * max_pages;
+  const ulong v_region = (ulong)n_kv_heads * page_tokens * k_row_bytes;
+
+  for (uint i = lid; i < GROUP * HEAD_DIM; i += WG)
+    qs[i / HEAD_DIM][i % HEAD_DIM] = q[((ulong)t * n_heads + kvh * GROUP + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM];
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  float m[GROUP], l[GROUP], acc[GROUP][DIMS_PER_ITEM];
+  for (uint g = 0; g < GROUP; ++g) {
+    // A sink joins the softmax as one extra logit with no value: start from it (first split only).
+    const bool sink = has_sinks && split == 0;
+    m[g] = sink ? sinks[kvh * GROUP + g] : -INFINITY;
+    l[g] = sink ? 1.0f : 0.0f;
+    for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc[g][d] = 0.0f;
+  }
+
+  for (int tile = lo; tile <= hi; tile += WG) {
+    const int j = tile + (int)lid;
+    float s[GROUP];
+    if (j <= hi) {
+      const ulong page = kv_page_of(table, (uint)j, page_tokens);
+      __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
+      for (uint g = 0; g < GROUP; ++g) s[g] = 0.0f;
+      for (uint d = 0; d < HEAD_DIM; ++d) {
+        const float kv = sl_k_load(krow, d);
+        for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
+      }
+      for (uint g = 0; g < GROUP; ++g) {
+        s[g] *= scale;
+        if (softcap > 0.0f) s[g] = tanh(s[g] / softcap) * softcap;
+      }
+    } else {
+      for (uint g = 0; g < GROUP; ++g) s[g] = -INFINITY;
+    }
+    for (uint g = 0; g < GROUP; ++g) {
+      const float m_new = fmax(m[g], att_reduce_max(red, s[g]));
+      const float e = j <= hi ? exp(s[g] - m_new) : 0.0f;
+      p[g][lid] = e;
+      const float corr = exp(m[g] - m_new);
+      l[g] = l[g] * corr + att_reduce_sum(red, e);
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc[g][d] *= corr;
+      m[g] = m_new;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int n_keys = min(WG, hi - tile + 1);
+    for (int jj = 0; jj < n_keys; ++jj) {
+      const uint key = (uint)(tile + jj);
+      const ulong page = kv_page_of(table, key, page_tokens);
+      __global const uchar* vrow =
+          layer + page * page_bytes + v_region + ((ulong)kvh * page_tokens + key % page_tokens) * v_row_bytes;
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+        const uint dim = lid + d * WG;
+        if (dim < HEAD_DIM) {
+          const float vv = sl_v_load(vrow, dim);
+          for (uint g = 0; g < GROUP; ++g) acc[g][d] += p[g][jj] * vv;
+        }
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+  for (uint g = 0; g < GROUP; ++g) {
+    const ulong head = (ulong)t * n_heads + kvh * GROUP + g;
+    if (n_splits == 1) {
+      const float inv = 1.0f / l[g];
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+        const uint dim = lid + d * WG;
+        if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = acc[g][d] * inv;
+      }
+    } else {
+      // partial: per (head, split): m, l, then HEAD_DIM accumulators.
+      __global float* part = partial + (head * n_splits + split) * (HEAD_DIM + 2);
+      if (lid == 0) {
+        part[0] = m[g];
+        part[1] = l[g];
+      }
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+        const uint dim = lid + d * WG;
+        if (dim < HEAD_DIM) part[2 + dim] = acc[g][d];
+      }
+    }
+  }
+}
+
+// Combines the splits of each (token, head): one work-item per output value.
+__kernel void attention_merge(__global const float* partial, __global float* out, uint n_splits, uint n_rows) {
+  const uint dim = get_global_id(0), head = get_global_id(1);
+  if (dim >= HEAD_DIM || head >= n_rows) return;
+  __global const float* part = partial + (ulong)head * n_splits * (HEAD_DIM + 2);
+  float m = -INFINITY;
+  for (uint s = 0; s < n_splits; ++s) m = fmax(m, part[s * (HEAD_DIM + 2)]);
+  float l = 0.0f, a = 0.0f;
+  for (uint s = 0; s < n_splits; ++s) {
+    __global const float* ps = part + s * (HEAD_DIM + 2);
+    if (ps[1] == 0.0f) continue;  // an empty split
+    const float w = exp(ps[0] - m);
+    l += ps[1] * w;
+    a += ps[2 + dim] * w;
+  }
+  out[(ulong)head * HEAD_DIM + dim] = a / l;
+}

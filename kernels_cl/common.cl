@@ -1,0 +1,35 @@
+// Helpers shared by every Sluice OpenCL program: reading weights of each stored form as float.
+// Weights arrive as a byte pointer plus a form code (sl_dtype); quantized weights are a bit stream of
+// `bits`-bit codes per row (low bits first; for 2/4/8 bits exactly 32/bits codes per uint32 word),
+// with one scale and one bias per group of group_size columns.
+
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+
+inline float bf16_to_float(ushort h) { return as_float(((uint)h) << 16); }
+
+inline float load_value(__global const uchar* base, uint dtype, ulong i) {
+  if (dtype == DT_F32) return ((__global const float*)base)[i];
+  if (dtype == DT_F16) return vload_half(i, (__global const half*)base);
+  return bf16_to_float(((__global const ushort*)base)[i]);
+}
+
+// The code of value `index` in a row of `bits`-bit codes starting at `words`.
+inline uint quant_code(__global const uint* words, ulong index, uint bits) {
+  const ulong bit = index * bits;
+  const ulong w = bit >> 5;
+  const uint shift = (uint)(bit & 31u);
+  uint v = words[w] >> shift;
+  if (shift + bits > 32u) v |= words[w + 1] << (32u - shift);
+  return v & ((1u << bits) - 1u);
+}
+
+// Dequantized element (r, c) of a quantized weight.
+inline float quant_value(__global const uint* words, ulong words_per_row, uint bits, __global const uchar* scales,
+                         __global const uchar* biases, uint scale_dtype, uint groups_per_row, uint group_size, uint r,
+                         uint c) {
+  const uint q = quant_code(words + (ulong)r * words_per_row, c, bits);
+  const ulong g = (ulong)r * groups_per_row + c / group_size;
+  return load_value(scales, scale_dtype, g) * (float)q + load_value(biases, scale_dtype, g);
+}

@@ -1,0 +1,85 @@
+// Elementwise ops on float32 activations, one work-item per value.
+
+__kernel void add_f32(__global const float* a, __global const float* b, __global float* out, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__kernel void mul_f32(__global const float* a, __global const float* b, __global float* out, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i < n) out[i] = a[i] * b[i];
+}
+
+__kernel void scale_f32(__global float* x, float s, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i < n) x[i] = x[i] * s;
+}
+
+// out = act(gate) * up. activation: 0 SiLU, 1 GELU (tanh approximation), 2 GELU (erf).
+__kernel void gated_activation(__global const float* gate, __global const float* up, __global float* out, ulong n,
+                               uint activation) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  const float g = gate[i];
+  float a;
+  if (activation == 0u) {
+    a = g / (1.0f + exp(-g));
+  } else if (activation == 1u) {
+    a = 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  } else {
+    a = 0.5f * g * (1.0f + erf(g * 0.7071067811865476f));
+  }
+  out[i] = a * up[i];
+}
+
+// out[i, :] = table[ids[i], :] for unquantized tables.
+__kernel void embed_rows(__global const uchar* table, ulong t_off, uint dtype, uint cols, __global const int* ids,
+                         __global float* out) {
+  const uint c = get_global_id(0), i = get_global_id(1);
+  if (c >= cols) return;
+  table += t_off;
+  out[(ulong)i * cols + c] = load_value(table, dtype, (ulong)ids[i] * cols + c);
+}
+
+// The same for affine-quantized tables.
+__kernel void embed_rows_quant(__global const uchar* wbase, ulong w_off, ulong words_per_row, uint bits,
+                               __global const uchar* scales, ulong s_off, __global const uchar* biases, ulong b_off,
+                               uint scale_dtype, uint group_size, uint cols, __global const int* ids,
+                               __global float* out) {
+  const uint c = get_global_id(0), i = get_global_id(1);
+  if (c >= cols) return;
+  __global const uint* words = (__global const uint*)(wbase + w_off);
+  scales += s_off;
+  biases += b_off;
+  out[(ulong)i * cols + c] = quant_value(words, words_per_row, bits, scales, biases, scale_dtype, cols / group_size,
+                                         group_size, (uint)ids[i], c);
+}
+
+// Rows of a weight (any unquantized form) to float32: dst[r * cols + c], for the prefill GEMMs.
+__kernel void dequant_rows(__global const uchar* w, ulong w_off, uint dtype, uint cols, __global float* dst) {
+  const uint c = get_global_id(0), r = get_global_id(1);
+  if (c >= cols) return;
+  w += w_off;
+  dst[(ulong)r * cols + c] = load_value(w, dtype, (ulong)r * cols + c);
+}
+
+// Rows of a quantized weight to float32. `words`, `scales`, `biases` point at the block's first row.
+__kernel void dequant_rows_quant(__global const uchar* wbase, ulong w_off, ulong words_per_row, uint bits,
+                                 __global const uchar* scales, ulong s_off, __global const uchar* biases, ulong b_off,
+                                 uint scale_dtype, uint group_size, uint cols, __global float* dst) {
+  const uint c = get_global_id(0), r = get_global_id(1);
+  if (c >= cols) return;
+  __global const uint* words = (__global const uint*)(wbase + w_off);
+  scales += s_off;
+  biases += b_off;
+  dst[(ulong)r * cols + c] =
+      quant_value(words, words_per_row, bits, scales, biases, scale_dtype, cols / group_size, group_size, r, c);
+}
+
+// out[t, r] += bias[r] (after a GEMM).
+__kernel void add_bias(__global float* out, __global const uchar* bias, ulong b_off, uint dtype, uint n_out) {
+  const uint r = get_global_id(0), t = get_global_id(1);
+  if (r >= n_out) return;
+  bias += b_off;
+  out[(ulong)t * n_out + r] += load_value(bias, dtype, r);
+}

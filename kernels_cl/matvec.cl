@@ -1,0 +1,167 @@
+// Matrix-vector products for decode (a few activation rows): out[t, row0 + r] = sum_c x[t, c] * w[r, c].
+// A team of TEAM work-items computes one output row, streaming the weight row once for all n_t
+// (<= MAX_T) activation rows; WG / TEAM rows per work-group. Quantized weights are dequantized in
+// registers: per word, sum(q * x) and sum(x) are formed and scaled once (value = scale * q + bias).
+// The team's partial sums meet in local memory, or through warp shuffles where the host built the
+// program with SLUICE_PTX_SHFL (NVIDIA; TEAM is then the warp, 32).
+
+#ifndef WG
+#define WG 128
+#endif
+#ifndef TEAM
+#define TEAM 32
+#endif
+#ifndef MAX_T
+#define MAX_T 8
+#endif
+#define ROWS_PER_WG (WG / TEAM)
+
+#ifdef SLUICE_PTX_SHFL
+inline float warp_sum(float v) {
+  for (int m = 16; m > 0; m >>= 1) {
+    float o;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
+    v += o;
+  }
+  return v;
+}
+#endif
+
+// Sums acc[t] over the team; lane 0 of each team writes the row's outputs.
+inline void team_finish(float* acc, uint n_t, __local float* red, uint row, uint rows, __global float* out,
+                        uint out_stride, uint row0, __global const uchar* bias, uint bias_dtype, uint has_bias) {
+  const uint lid = get_local_id(0), lane = lid % TEAM;
+#ifdef SLUICE_PTX_SHFL
+  for (uint t = 0; t < MAX_T; ++t)
+    if (t < n_t) acc[t] = warp_sum(acc[t]);
+#else
+  for (uint t = 0; t < MAX_T; ++t) red[t * WG + lid] = acc[t];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = TEAM / 2; s > 0; s >>= 1) {
+    if (lane < s)
+      for (uint t = 0; t < MAX_T; ++t)
+        if (t < n_t) red[t * WG + lid] += red[t * WG + lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (uint t = 0; t < MAX_T; ++t) acc[t] = red[t * WG + lid];
+#endif
+  if (lane == 0 && row < rows) {
+    const float b = has_bias ? load_value(bias, bias_dtype, row0 + row) : 0.0f;
+    for (uint t = 0; t < MAX_T; ++t)
+      if (t < n_t) out[(ulong)t * out_stride + row0 + row] = acc[t] + b;
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void matvec(__global const uchar* wbase, ulong w_off, uint dtype, uint rows, uint cols, __global const float* x,
+            uint n_t, __global float* out, uint out_stride, uint row0, __global const uchar* bias, ulong bias_off,
+            uint bias_dtype, uint has_bias) {
+  __local float red[MAX_T * WG];
+  const uint lid = get_local_id(0), lane = lid % TEAM;
+  const uint row = get_group_id(0) * ROWS_PER_WG + lid / TEAM;
+  float acc[MAX_T];
+  for (uint t = 0; t < MAX_T; ++t) acc[t] = 0.0f;
+  if (row < rows) {
+    __global const uchar* w = wbase + w_off;
+    const ulong base = (ulong)row * cols;
+    if (dtype != DT_F32 && cols % 8u == 0u) {
+      __global const uint* wr = (__global const uint*)(w + base * 2);
+      for (uint i = lane; i < cols / 8u; i += TEAM) {
+        const uint4 p = vload4(i, wr);
+        float8 wv;
+        if (dtype == DT_BF16) {
+          wv = (float8)(as_float(p.s0 << 16), as_float(p.s0 & 0xffff0000u), as_float(p.s1 << 16),
+                        as_float(p.s1 & 0xffff0000u), as_float(p.s2 << 16), as_float(p.s2 & 0xffff0000u),
+                        as_float(p.s3 << 16), as_float(p.s3 & 0xffff0000u));
+        } else {
+          wv = vload_half8(i, (__global const half*)(w + base * 2));
+        }
+        for (uint t = 0; t < MAX_T; ++t) {
+          if (t >= n_t) break;
+          const float8 xv = vload8(i, x + (ulong)t * cols);
+          const float8 pr = wv * xv;
+          acc[t] += (pr.s0 + pr.s1) + (pr.s2 + pr.s3) + (pr.s4 + pr.s5) + (pr.s6 + pr.s7);
+        }
+      }
+    } else if (dtype == DT_F32 && cols % 4u == 0u) {
+      __global const float* wr = (__global const float*)(w + base * 4);
+      for (uint i = lane; i < cols / 4u; i += TEAM) {
+        const float4 wv = vload4(i, wr);
+        for (uint t = 0; t < MAX_T; ++t) {
+          if (t >= n_t) break;
+          const float4 pr = wv * vload4(i, x + (ulong)t * cols);
+          acc[t] += (pr.s0 + pr.s1) + (pr.s2 + pr.s3);
+        }
+      }
+    } else {
+      for (uint c = lane; c < cols; c += TEAM) {
+        const float wv = load_value(w, dtype, base + c);
+        for (uint t = 0; t < MAX_T; ++t) {
+          if (t >= n_t) break;
+          acc[t] += wv * x[(ulong)t * cols + c];
+        }
+      }
+    }
+  }
+  team_finish(acc, n_t, red, row, rows, out, out_stride, row0, bias + bias_off, bias_dtype, has_bias);
+}
+
+// One quantized row, a word at a time, for BITS dividing 32 and groups of whole words.
+inline void quant_row_words(__global const uint* wr, uint words, __global const uchar* sr, __global const uchar* br,
+                            uint scale_dtype, uint group_size, __global const float* x, uint cols, uint n_t,
+                            float* acc, const uint BITS) {
+  const uint per_word = 32u / BITS, mask = (1u << BITS) - 1u;
+  for (uint i = get_local_id(0) % TEAM; i < words; i += TEAM) {
+    const uint word = wr[i];
+    const uint c0 = i * per_word, g = c0 / group_size;
+    const float s = load_value(sr, scale_dtype, g), b = load_value(br, scale_dtype, g);
+    for (uint t = 0; t < MAX_T; ++t) {
+      if (t >= n_t) break;
+      __global const float* xt = x + (ulong)t * cols + c0;
+      float qx = 0.0f, sx = 0.0f;
+      for (uint k = 0; k < per_word; ++k) {
+        const float xv = xt[k];
+        qx += (float)((word >> (k * BITS)) & mask) * xv;
+        sx += xv;
+      }
+      acc[t] += s * qx + b * sx;
+    }
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void matvec_quant(__global const uchar* wbase, ulong w_off, uint bits, ulong words_per_row, __global const uchar* sbase,
+                  ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
+                  uint cols, __global const float* x, uint n_t, __global float* out, uint out_stride, uint row0,
+                  __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias) {
+  __local float red[MAX_T * WG];
+  const uint lid = get_local_id(0), lane = lid % TEAM;
+  const uint row = get_group_id(0) * ROWS_PER_WG + lid / TEAM;
+  float acc[MAX_T];
+  for (uint t = 0; t < MAX_T; ++t) acc[t] = 0.0f;
+  if (row < rows) {
+    __global const uint* wr = (__global const uint*)(wbase + w_off) + (ulong)row * words_per_row;
+    const uint groups = cols / group_size;
+    const uint ssize = scale_dtype == DT_F32 ? 4u : 2u;
+    __global const uchar* sr = sbase + s_off + (ulong)row * groups * ssize;
+    __global const uchar* br = bbase + b_off + (ulong)row * groups * ssize;
+    const bool whole_words = (32u % bits == 0u) && (group_size % (32u / bits) == 0u);
+    if (whole_words && bits == 4u) {
+      quant_row_words(wr, (uint)words_per_row, sr, br, scale_dtype, group_size, x, cols, n_t, acc, 4u);
+    } else if (whole_words && bits == 8u) {
+      quant_row_words(wr, (uint)words_per_row, sr, br, scale_dtype, group_size, x, cols, n_t, acc, 8u);
+    } else if (whole_words && bits == 2u) {
+      quant_row_words(wr, (uint)words_per_row, sr, br, scale_dtype, group_size, x, cols, n_t, acc, 2u);
+    } else {
+      for (uint c = lane; c < cols; c += TEAM) {
+        const uint g = c / group_size;
+        const float wv = load_value(sr, scale_dtype, g) * (float)quant_code(wr, c, bits) + load_value(br, scale_dtype, g);
+        for (uint t = 0; t < MAX_T; ++t) {
+          if (t >= n_t) break;
+          acc[t] += wv * x[(ulong)t * cols + c];
+        }
+      }
+    }
+  }
+  team_finish(acc, n_t, red, row, rows, out, out_stride, row0, bias + bias_off, bias_dtype, has_bias);
+}
