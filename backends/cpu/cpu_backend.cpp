@@ -90,7 +90,10 @@ sl_status get_device_info(const sl_backend* be, sl_device_info* out, sl_error* e
 int supports_op(const sl_backend*, const sl_op_query* q) {
   if (!q || q->op >= SL_OP_COUNT) return 0;
   if (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED || q->op == SL_OP_RMS_NORM || q->op == SL_OP_LAYER_NORM) {
-    if (q->weight_bits != 0) return 0;  // quantized weights arrive with the quantized-weights work
+    if (q->weight_bits != 0)  // affine-quantized (MLX layout): matmul and embedding lookups
+      return (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED) &&
+             (q->weight_bits == 2 || q->weight_bits == 3 || q->weight_bits == 4 || q->weight_bits == 5 ||
+              q->weight_bits == 6 || q->weight_bits == 8);
     return q->weight_dtype == SL_DTYPE_F32 || q->weight_dtype == SL_DTYPE_F16 || q->weight_dtype == SL_DTYPE_BF16;
   }
   return 1;  // every codec works through encode/decode or its fused hooks

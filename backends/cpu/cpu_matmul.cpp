@@ -10,6 +10,7 @@
 #include <cblas.h>
 
 #include "cpu_backend.h"
+#include "quant_kernels.h"
 #include "util/vec.h"
 
 namespace sluice::cpu {
@@ -83,12 +84,17 @@ void gemm(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, f
 
 sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
                  sl_buffer* out, sl_error* err) {
-  if (!weight_dtype_supported(w))
-    return set_error(err, SL_ERR_UNSUPPORTED, "matmul: quantized or unknown weight dtype on the CPU backend");
+  if (w && w->bits) {
+    if (const char* why = quant_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string("matmul: ") + why);
+  } else if (!weight_dtype_supported(w)) {
+    return set_error(err, SL_ERR_UNSUPPORTED, "matmul: unknown weight dtype on the CPU backend");
+  }
   if (static_cast<uint64_t>(n_rows) * w->cols * 4 > x->bytes || static_cast<uint64_t>(n_rows) * w->rows * 4 > out->bytes)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul: activation buffers too small for the shapes");
   try {
-    if (n_rows <= kMatvecMaxRows)
+    if (n_rows <= kMatvecMaxRows && w->bits)
+      quant_matvec(be, f32(x), n_rows, w, f32(out));
+    else if (n_rows <= kMatvecMaxRows)
       matvec(be, f32(x), n_rows, w, f32(out));
     else
       gemm(be, f32(x), n_rows, w, f32(out));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "quant_kernels.h"
 #include "util/vec.h"
 
 namespace sluice::cpu {
@@ -15,6 +16,7 @@ bool weight_dtype_supported(const sl_weight* w) {
 }
 
 void weight_row_to_f32(const sl_weight* w, uint32_t r, float* dst) {
+  if (w->bits) return quant_row_to_f32(quant_view(w), r, dst);  // checked by the op that calls
   const std::byte* base = weight_data(w);
   const std::size_t cols = w->cols;
   switch (w->dtype) {
@@ -39,7 +41,11 @@ sl_status bad_weight(sl_error* err, const char* op) {
 }  // namespace
 
 sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
-  if (!weight_dtype_supported(table)) return bad_weight(err, "embed");
+  if (table && table->bits) {
+    if (const char* why = quant_weight_problem(table); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string("embed: ") + why);
+  } else if (!weight_dtype_supported(table)) {
+    return bad_weight(err, "embed");
+  }
   for (uint32_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= table->rows)
       return set_error(err, SL_ERR_INVALID_ARGUMENT,

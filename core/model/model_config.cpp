@@ -75,6 +75,47 @@ Status collect_eos(const rapidjson::Value& doc, const std::string& where, std::v
   return add(*v);
 }
 
+// MLX's quantization block: defaults plus per-module overrides (an object, or false = not quantized).
+Status parse_quantization(const rapidjson::Value& q, const std::string& where, QuantizationConfig& out) {
+  if (!q.IsObject()) return make_error(where + " must be an object");
+  auto read = [](const rapidjson::Value& v, const std::string& at, bool need_bits) -> Result<ModuleQuantization> {
+    Fields f(v, at);
+    SLUICE_TRY_ASSIGN(bits, f.integer("bits"));
+    SLUICE_TRY_ASSIGN(group, f.integer("group_size"));
+    SLUICE_TRY_ASSIGN(mode, f.string("mode"));
+    if (mode && *mode != "affine")
+      return make_error(at + ": mode '" + *mode + "' is not supported (only MLX affine quantization)");
+    if ((need_bits || bits) && (!bits || !(*bits == 2 || *bits == 3 || *bits == 4 || *bits == 5 || *bits == 6 || *bits == 8)))
+      return make_error(at + ": 'bits' must be one of 2, 3, 4, 5, 6, 8");
+    if (group && (*group <= 0 || *group > 1024 || *group % 32 != 0))
+      return make_error(at + ": 'group_size' must be a multiple of 32 (MLX uses 32, 64 or 128)");
+    ModuleQuantization m;
+    m.bits = bits ? static_cast<int>(*bits) : 0;
+    if (group) m.group_size = static_cast<int>(*group);
+    return m;
+  };
+  auto defaults = read(q, where, true);
+  if (!defaults) return defaults.error();
+  out.bits = defaults->bits;
+  out.group_size = defaults->group_size;
+  for (auto it = q.MemberBegin(); it != q.MemberEnd(); ++it) {
+    const std::string key(it->name.GetString(), it->name.GetStringLength());
+    if (key == "bits" || key == "group_size" || key == "mode") continue;
+    if (it->value.IsBool() && !it->value.GetBool()) {
+      out.overrides[key] = ModuleQuantization{0, out.group_size};
+    } else if (it->value.IsObject()) {
+      auto m = read(it->value, where + ": '" + key + "'", false);
+      if (!m) return m.error();
+      if (!json::member(it->value, "bits")) m->bits = out.bits;
+      if (!json::member(it->value, "group_size")) m->group_size = out.group_size;
+      out.overrides[key] = *m;
+    } else {
+      return make_error(where + ": '" + key + "' must be an object {bits, group_size} or false");
+    }
+  }
+  return {};
+}
+
 Result<RopeScaling> parse_rope_type(const std::string& type, const std::string& where) {
   if (type == "default" || type.empty()) return RopeScaling::kNone;
   if (type == "linear") return RopeScaling::kLinear;
@@ -278,14 +319,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (auto s = parse_windows(doc, where, c); !s) return s.error();
 
   if (const auto* q = json::member(doc, "quantization")) {
-    if (!q->IsObject()) return make_error(where + ": 'quantization' must be an object");
-    Fields qf(*q, where + ": quantization");
-    SLUICE_TRY_ASSIGN(bits, qf.integer("bits"));
-    SLUICE_TRY_ASSIGN(group, qf.integer("group_size"));
-    if (!bits || *bits <= 0 || *bits > 8) return make_error(where + ": quantization 'bits' must be 1..8");
-    if (group && *group <= 0) return make_error(where + ": quantization 'group_size' must be positive");
-    c.quantization.bits = static_cast<int>(*bits);
-    if (group) c.quantization.group_size = static_cast<int>(*group);
+    if (auto s = parse_quantization(*q, where + ": quantization", c.quantization); !s) return s.error();
   }
 
   if (auto s = collect_eos(doc, where, c.eos_token_ids); !s) return s.error();

@@ -3,6 +3,7 @@
 // architectures differ. One forward pass (core/model/forward) serves every architecture.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,9 +29,22 @@ struct RopeConfig {
   float attention_scaling() const;
 };
 
-struct QuantizationConfig {  // MLX affine quantization (the quantized-weights issue)
-  int bits = 0;              // 0 = none
+struct ModuleQuantization {
+  int bits = 0;  // 0 = kept in floating point
   int group_size = 64;
+};
+
+// MLX affine quantization: `quantization` {bits, group_size, [mode: "affine"], and per-module overrides
+// "<module path>": {bits, group_size} or false}. Whether a module is quantized at all is decided by
+// the checkpoint (its `.scales` tensor); this says with which bits and group size.
+struct QuantizationConfig {
+  int bits = 0;  // 0 = none
+  int group_size = 64;
+  std::map<std::string, ModuleQuantization> overrides;  // module path ("model.layers.0.mlp.gate") -> form
+  ModuleQuantization for_module(const std::string& module) const {
+    auto it = overrides.find(module);
+    return it != overrides.end() ? it->second : ModuleQuantization{bits, group_size};
+  }
 };
 
 struct ModelConfig {

@@ -27,6 +27,8 @@ Result<sl_weight> Transformer::bind(const SafetensorsSet& tensors, const std::st
                                     std::vector<int64_t> shape) const {
   const TensorInfo* t = tensors.find(name);
   if (!t) return make_error("model is missing tensor '" + name + "'");
+  const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+  if (tensors.find(module + ".scales")) return bind_quantized(tensors, module, *t, shape);
   if (t->shape != shape)
     return make_error("tensor '" + name + "' has shape " + shape_text(t->shape) + ", expected " + shape_text(shape));
   auto dtype = backend_dtype(t->dtype, name);
@@ -38,6 +40,76 @@ Result<sl_weight> Transformer::bind(const SafetensorsSet& tensors, const std::st
   w.dtype = *dtype;
   w.rows = shape.size() == 2 ? static_cast<uint32_t>(shape[0]) : 1;
   w.cols = static_cast<uint32_t>(shape.back());
+  return w;
+}
+
+// An MLX affine-quantized module: `weight` U32 [rows, cols * bits / 32], `scales` and `biases`
+// [rows, cols / group_size] in f32/f16/bf16. Bits and group size come from the config's quantization
+// block (per-module override first); where it has none they are read off the shapes.
+Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, const std::string& module,
+                                              const TensorInfo& t, const std::vector<int64_t>& shape) const {
+  const std::string wname = module + ".weight", sname = module + ".scales", bname = module + ".biases";
+  const TensorInfo* sc = tensors.find(sname);
+  const TensorInfo* bi = tensors.find(bname);
+  if (shape.size() != 2) return make_error("tensor '" + sname + "': a vector weight cannot be quantized");
+  if (!bi) return make_error("tensor '" + sname + "' exists but '" + bname + "' is missing");
+  if (t.dtype != DType::kU32)
+    return make_error("tensor '" + wname + "' has scales, so it must be U32 packed words, not " + to_string(t.dtype));
+  const int64_t rows = shape[0], cols = shape[1];
+  if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] <= 0)
+    return make_error("tensor '" + wname + "' has shape " + shape_text(t.shape) + ", expected [" + std::to_string(rows) +
+                      ", cols * bits / 32] packing " + shape_text(shape));
+  if (sc->shape.size() != 2 || sc->shape[0] != rows || sc->shape[1] <= 0)
+    return make_error("tensor '" + sname + "' has shape " + shape_text(sc->shape) + ", expected [" +
+                      std::to_string(rows) + ", groups per row]");
+  ModuleQuantization q = config_.quantization.for_module(module);
+  if (q.bits == 0) {  // no config entry: read the form off the shapes
+    if ((t.shape[1] * 32) % cols != 0 || cols % sc->shape[1] != 0)
+      return make_error("tensor '" + wname + "': shapes " + shape_text(t.shape) + " and " + shape_text(sc->shape) +
+                        " do not describe a quantization of " + shape_text(shape));
+    q.bits = static_cast<int>(t.shape[1] * 32 / cols);
+    q.group_size = static_cast<int>(cols / sc->shape[1]);
+  }
+  const bool bits_ok = q.bits == 2 || q.bits == 3 || q.bits == 4 || q.bits == 5 || q.bits == 6 || q.bits == 8;
+  if (!bits_ok) return make_error("tensor '" + wname + "': " + std::to_string(q.bits) + "-bit quantization is not supported (2, 3, 4, 5, 6, 8)");
+  if (q.group_size <= 0 || cols % q.group_size != 0 || (int64_t(q.group_size) * q.bits) % 32 != 0)
+    return make_error("tensor '" + wname + "': group size " + std::to_string(q.group_size) + " does not divide " +
+                      std::to_string(cols) + " columns into whole words");
+  const std::vector<int64_t> packed{rows, cols * q.bits / 32}, params{rows, cols / q.group_size};
+  if (t.shape != packed)
+    return make_error("tensor '" + wname + "' has shape " + shape_text(t.shape) + ", expected " + shape_text(packed) +
+                      " for " + std::to_string(q.bits) + "-bit " + shape_text(shape));
+  if (sc->shape != params)
+    return make_error("tensor '" + sname + "' has shape " + shape_text(sc->shape) + ", expected " + shape_text(params) +
+                      " for group size " + std::to_string(q.group_size));
+  if (bi->shape != params)
+    return make_error("tensor '" + bname + "' has shape " + shape_text(bi->shape) + ", expected " + shape_text(params));
+  if (sc->dtype != bi->dtype)
+    return make_error("tensor '" + bname + "' is " + to_string(bi->dtype) + " but '" + sname + "' is " + to_string(sc->dtype));
+  auto sdtype = backend_dtype(sc->dtype, sname);
+  if (!sdtype) return sdtype.error();
+  sl_weight w{};
+  w.struct_size = sizeof(sl_weight);
+  w.data = file_buffers_[t.file_index].get();
+  w.offset = t.file_offset;
+  w.dtype = SL_DTYPE_U32;
+  w.rows = static_cast<uint32_t>(rows);
+  w.cols = static_cast<uint32_t>(cols);
+  w.bits = static_cast<uint32_t>(q.bits);
+  w.group_size = static_cast<uint32_t>(q.group_size);
+  w.scale_dtype = *sdtype;
+  w.scales = file_buffers_[sc->file_index].get();
+  w.scales_offset = sc->file_offset;
+  w.biases = file_buffers_[bi->file_index].get();
+  w.biases_offset = bi->file_offset;
+  sl_op_query query{};
+  query.struct_size = sizeof(query);
+  query.op = wname == "model.embed_tokens.weight" ? SL_OP_EMBED : SL_OP_MATMUL;
+  query.weight_dtype = SL_DTYPE_U32;
+  query.weight_bits = w.bits;
+  if (!backend_.supports(query))
+    return make_error("tensor '" + wname + "': backend '" + backend_.name() + "' does not run " +
+                      std::to_string(q.bits) + "-bit weights");
   return w;
 }
 

@@ -50,6 +50,8 @@ class Transformer {
 
   Transformer(const ModelConfig& config, const BackendHandle& backend) : config_(config), backend_(backend) {}
   Result<sl_weight> bind(const SafetensorsSet& tensors, const std::string& name, std::vector<int64_t> shape) const;
+  Result<sl_weight> bind_quantized(const SafetensorsSet& tensors, const std::string& module, const TensorInfo& weight,
+                                   const std::vector<int64_t>& shape) const;
   Status ensure_activations(uint32_t n_tokens, uint32_t n_logit_rows);
   Status run_layer(const Layer& layer, uint32_t index, uint32_t n, sl_kv_cache* cache);
 

@@ -16,5 +16,8 @@ int run_tokenize(const Args& args);       // cmd_tokenize.cpp
 int run_detokenize(const Args& args);     // cmd_tokenize.cpp
 int run_chat_template(const Args& args);  // cmd_chat_template.cpp
 int run_plugins(const Args& args);        // cmd_plugins.cpp
+int run_quantize(const Args& args);       // cmd_quantize.cpp
+int run_make_model(const Args& args);     // cmd_make_model.cpp
+int run_info(const Args& args);           // cmd_info.cpp
 
 }  // namespace sluice::cli

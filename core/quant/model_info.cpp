@@ -1,0 +1,104 @@
+#include "quant/model_info.h"
+
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "plugin/builtin_codecs.h"
+#include "plugin/plugin_registry.h"
+#include "util/json.h"
+
+namespace sluice::quant {
+namespace {
+
+int int_field(const rapidjson::Value& doc, const char* name, int fallback = 0) {
+  const auto* v = json::member(doc, name);
+  return v && v->IsInt() ? v->GetInt() : fallback;
+}
+
+// The codec's row size for one head vector, or 0 when it cannot be made for this head_dim.
+double row_bytes(const sl_kvcodec_api* api, uint32_t head_dim, sl_kv_role role, double* bits) {
+  if (!api || !api->create || !api->get_format || !api->destroy) return 0;
+  sl_kvcodec* codec = nullptr;
+  sl_error err{};
+  if (api->create(head_dim, role, "", &codec, &err) != SL_OK || !codec) return 0;
+  sl_kv_format f{};
+  f.struct_size = sizeof(f);
+  api->get_format(codec, &f);
+  api->destroy(codec);
+  if (bits) *bits = f.bits_per_value;
+  return f.row_bytes;
+}
+
+}  // namespace
+
+Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRegistry* registry) {
+  auto doc = json::parse_file(dir / "config.json");
+  if (!doc) return doc.error();
+  if (!doc->IsObject()) return make_error((dir / "config.json").string() + ": not a JSON object");
+  ModelInfo m;
+  if (const auto* t = json::member(*doc, "model_type"); t && t->IsString()) m.architecture = t->GetString();
+  m.layers = int_field(*doc, "num_hidden_layers");
+  m.hidden = int_field(*doc, "hidden_size");
+  m.heads = int_field(*doc, "num_attention_heads");
+  m.kv_heads = int_field(*doc, "num_key_value_heads", m.heads);
+  m.head_dim = int_field(*doc, "head_dim", m.heads ? m.hidden / m.heads : 0);
+  m.vocab = int_field(*doc, "vocab_size");
+  m.ffn = int_field(*doc, "intermediate_size");
+  m.experts = int_field(*doc, "num_experts", int_field(*doc, "num_local_experts"));
+  m.experts_per_token = int_field(*doc, "num_experts_per_tok");
+  if (const auto* t = json::member(*doc, "tie_word_embeddings"); t && t->IsBool()) m.tied = t->GetBool();
+
+  auto cfg = ModelConfig::load(dir);  // for per-module quantization; absent for unsupported architectures
+  QuantizationConfig qc;
+  if (cfg) qc = cfg->quantization;
+
+  auto set = SafetensorsSet::open_dir(dir);
+  if (!set) return set.error();
+  m.files = static_cast<int>(set->files().size());
+  const auto& all = set->tensors();
+  for (const auto& [name, t] : all) {
+    ++m.tensors;
+    m.bytes += t.bytes;
+    if (name.ends_with(".scales") || name.ends_with(".biases")) {
+      const std::string module = name.substr(0, name.size() - 7);
+      if (all.count(module + ".weight") && all.count(module + ".scales")) {
+        m.quantized_bytes += t.bytes;
+        continue;  // quantization parameters, not model parameters
+      }
+    }
+    uint64_t n = static_cast<uint64_t>(t.numel());
+    const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
+    const auto sc = module.empty() ? all.end() : all.find(module + ".scales");
+    if (sc != all.end() && t.dtype == DType::kU32 && !t.shape.empty() && !sc->second.shape.empty()) {
+      ModuleQuantization q = qc.for_module(module);
+      const uint64_t packed = static_cast<uint64_t>(t.shape.back()), groups = static_cast<uint64_t>(sc->second.shape.back());
+      if (q.bits == 0 && q.group_size > 0) q.bits = static_cast<int>(packed * 32 / (groups * q.group_size));
+      if (q.bits <= 0) return make_error("tensor '" + name + "': cannot tell its bits (no quantization block)");
+      const uint64_t cols = packed * 32 / static_cast<uint64_t>(q.bits);
+      n = n / packed * cols;
+      m.quantized_params += n;
+      m.quantized_bytes += t.bytes;
+      ++m.forms[std::to_string(q.bits) + "-bit g" + std::to_string(cols / groups)];
+    } else if (t.shape.size() >= 2) {
+      ++m.forms[to_string(t.dtype)];
+    }
+    m.params += n;
+    if (name.find("switch_mlp") != std::string::npos || name.find(".experts.") != std::string::npos) m.expert_params += n;
+  }
+
+  // KV cache: K and V rows of every layer and KV head.
+  const uint32_t hd = static_cast<uint32_t>(m.head_dim);
+  auto add_codec = [&](const std::string& name, const sl_kvcodec_api* api) {
+    double bits = 0, vbits = 0;
+    const double k = row_bytes(api, hd, SL_KV_KEYS, &bits), v = row_bytes(api, hd, SL_KV_VALUES, &vbits);
+    if (k <= 0 || v <= 0) return;
+    m.kv.push_back({name, (bits + vbits) / 2, static_cast<uint64_t>((k + v) * m.layers * m.kv_heads)});
+  };
+  add_codec("f32", builtin_f32_codec());
+  add_codec("f16", builtin_f16_codec());
+  if (registry)
+    for (const auto* rec : registry->loaded_of_kind(SL_PLUGIN_KVCODEC))
+      add_codec(rec->name, static_cast<const sl_kvcodec_api*>(rec->descriptor->api));
+  return m;
+}
+
+}  // namespace sluice::quant

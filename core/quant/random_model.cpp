@@ -1,0 +1,289 @@
+#include "quant/random_model.h"
+
+#include <cmath>
+
+#include "quant/affine.h"
+#include "quant/quantizer.h"
+
+namespace sluice::quant {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// The generated value distribution of a tensor: uniform on [-a, a] (a = sqrt(3) * std), or a constant.
+struct Init {
+  float half_width = 0.0f;
+  float constant = 0.0f;
+};
+
+Init init_for(const ModelPreset& p, const TensorPlan& t) {
+  const std::string& n = t.name;
+  if (t.shape.size() == 1 && n.ends_with("norm.weight")) return {0.0f, 1.0f};
+  auto uniform = [](double std) { return Init{static_cast<float>(std * std::sqrt(3.0)), 0.0f}; };
+  if (t.shape.size() == 1) return uniform(0.02);  // linear biases
+  if (n.find("embed_tokens") != std::string::npos) return uniform(0.02);
+  const double fan_in = static_cast<double>(t.shape.back());
+  double std = 1.0 / std::sqrt(fan_in);
+  if (n.find("o_proj") != std::string::npos || n.find("down_proj") != std::string::npos)
+    std /= std::sqrt(2.0 * p.layers);
+  return uniform(std);
+}
+
+// Values [begin, begin + n) of a tensor's stream.
+void generate(uint64_t key, Init init, uint64_t begin, std::size_t n, float* out) {
+  if (init.half_width == 0.0f) {
+    std::fill(out, out + n, init.constant);
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint64_t r = splitmix64(key + begin + i);
+    const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
+    out[i] = (2.0f * u - 1.0f) * init.half_width;
+  }
+}
+
+rapidjson::Document preset_config(const ModelPreset& p) {
+  rapidjson::Document d(rapidjson::kObjectType);
+  auto& a = d.GetAllocator();
+  rapidjson::Value archs(rapidjson::kArrayType);
+  archs.PushBack(rapidjson::Value(p.architecture.c_str(), a), a);
+  d.AddMember("architectures", archs, a);
+  d.AddMember("model_type", rapidjson::Value(p.model_type.c_str(), a), a);
+  d.AddMember("hidden_size", p.hidden, a);
+  d.AddMember("intermediate_size", p.ffn, a);
+  d.AddMember("num_hidden_layers", p.layers, a);
+  d.AddMember("num_attention_heads", p.heads, a);
+  d.AddMember("num_key_value_heads", p.kv_heads, a);
+  d.AddMember("head_dim", p.head_dim, a);
+  d.AddMember("vocab_size", p.vocab, a);
+  d.AddMember("max_position_embeddings", p.max_positions, a);
+  d.AddMember("rms_norm_eps", 1e-6, a);
+  d.AddMember("rope_theta", p.rope_theta, a);
+  d.AddMember("tie_word_embeddings", p.tied, a);
+  d.AddMember("hidden_act", "silu", a);
+  if (p.qkv_bias && p.model_type != "qwen2") d.AddMember("attention_bias", true, a);  // qwen2 implies it
+  d.AddMember("torch_dtype", "bfloat16", a);
+  d.AddMember("bos_token_id", rapidjson::Value(rapidjson::kNullType), a);
+  d.AddMember("eos_token_id", 2, a);  // the bundled tokenizer's <|im_end|>
+  if (p.experts > 0) {
+    d.AddMember("num_experts", p.experts, a);
+    d.AddMember("num_experts_per_tok", p.experts_per_token, a);
+    d.AddMember("moe_intermediate_size", p.expert_ffn, a);
+    d.AddMember("norm_topk_prob", true, a);
+    d.AddMember("decoder_sparse_step", 1, a);
+    d.AddMember("mlp_only_layers", rapidjson::Value(rapidjson::kArrayType), a);
+  }
+  rapidjson::Value made(rapidjson::kObjectType);
+  made.AddMember("preset", rapidjson::Value(p.name.c_str(), a), a);
+  made.AddMember("note", "random weights; token ids past the bundled tokenizer's 8192 have no text", a);
+  d.AddMember("sluice_make_model", made, a);
+  return d;
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = [] {
+    std::vector<ModelPreset> v;
+    ModelPreset p;
+    // Tiny shapes for tests: seconds to write and run.
+    p = {};
+    p.name = "tiny-qwen2"; p.model_type = "qwen2"; p.architecture = "Qwen2ForCausalLM";
+    p.description = "test size: hidden 64, 2 layers, 4/2 heads, FFN 128, vocab 8192, tied";
+    p.hidden = 64; p.layers = 2; p.heads = 4; p.kv_heads = 2; p.head_dim = 16; p.ffn = 128; p.vocab = 8192;
+    p.tied = true; p.qkv_bias = true; p.max_positions = 4096;
+    v.push_back(p);
+    p = {};
+    p.name = "tiny-qwen3-moe"; p.model_type = "qwen3_moe"; p.architecture = "Qwen3MoeForCausalLM";
+    p.description = "test size MoE: hidden 64, 2 layers, 4/2 heads, 16 experts top-4, expert FFN 32";
+    p.hidden = 64; p.layers = 2; p.heads = 4; p.kv_heads = 2; p.head_dim = 16; p.ffn = 128; p.vocab = 8192;
+    p.qk_norm = true; p.experts = 16; p.experts_per_token = 4; p.expert_ffn = 32; p.max_positions = 2048;
+    v.push_back(p);
+    p = {};
+    p.name = "qwen2-0.5b"; p.model_type = "qwen2"; p.architecture = "Qwen2ForCausalLM";
+    p.description = "Qwen2-0.5B shape: hidden 896, 24 layers, 14/2 heads, FFN 4864, vocab 151936, tied";
+    p.hidden = 896; p.layers = 24; p.heads = 14; p.kv_heads = 2; p.head_dim = 64; p.ffn = 4864; p.vocab = 151936;
+    p.tied = true; p.qkv_bias = true; p.rope_theta = 1000000.0;
+    v.push_back(p);
+    p = {};
+    p.name = "llama3-8b"; p.model_type = "llama"; p.architecture = "LlamaForCausalLM";
+    p.description = "Llama-3-8B shape: hidden 4096, 32 layers, 32/8 heads, FFN 14336, vocab 128256";
+    p.hidden = 4096; p.layers = 32; p.heads = 32; p.kv_heads = 8; p.head_dim = 128; p.ffn = 14336; p.vocab = 128256;
+    p.rope_theta = 500000.0; p.max_positions = 8192;
+    v.push_back(p);
+    p = {};
+    p.name = "qwen3-30b-a3b"; p.model_type = "qwen3_moe"; p.architecture = "Qwen3MoeForCausalLM";
+    p.description = "Qwen3-30B-A3B shape: 48 layers, hidden 2048, 32/4 heads, head_dim 128, 128 experts top-8, expert FFN 768";
+    p.hidden = 2048; p.layers = 48; p.heads = 32; p.kv_heads = 4; p.head_dim = 128; p.ffn = 6144; p.vocab = 151936;
+    p.qk_norm = true; p.experts = 128; p.experts_per_token = 8; p.expert_ffn = 768; p.rope_theta = 1000000.0;
+    p.max_positions = 40960;
+    v.push_back(p);
+    return v;
+  }();
+  return presets;
+}
+
+const ModelPreset* find_preset(const std::string& name) {
+  for (const auto& p : model_presets())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<TensorPlan> preset_tensors(const ModelPreset& p) {
+  const int64_t H = p.hidden, D = p.head_dim, QD = int64_t(p.heads) * D, KD = int64_t(p.kv_heads) * D;
+  std::vector<TensorPlan> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape) { t.push_back({std::move(name), DType::kBF16, std::move(shape)}); };
+  add("model.embed_tokens.weight", {p.vocab, H});
+  for (int i = 0; i < p.layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    add(l + "input_layernorm.weight", {H});
+    add(l + "self_attn.q_proj.weight", {QD, H});
+    add(l + "self_attn.k_proj.weight", {KD, H});
+    add(l + "self_attn.v_proj.weight", {KD, H});
+    add(l + "self_attn.o_proj.weight", {H, QD});
+    if (p.qkv_bias) {
+      add(l + "self_attn.q_proj.bias", {QD});
+      add(l + "self_attn.k_proj.bias", {KD});
+      add(l + "self_attn.v_proj.bias", {KD});
+    }
+    if (p.qk_norm) {
+      add(l + "self_attn.q_norm.weight", {D});
+      add(l + "self_attn.k_norm.weight", {D});
+    }
+    add(l + "post_attention_layernorm.weight", {H});
+    if (p.experts > 0) {
+      const int64_t E = p.experts, F = p.expert_ffn;
+      add(l + "mlp.gate.weight", {E, H});
+      add(l + "mlp.switch_mlp.gate_proj.weight", {E, F, H});
+      add(l + "mlp.switch_mlp.up_proj.weight", {E, F, H});
+      add(l + "mlp.switch_mlp.down_proj.weight", {E, H, F});
+    } else {
+      add(l + "mlp.gate_proj.weight", {p.ffn, H});
+      add(l + "mlp.up_proj.weight", {p.ffn, H});
+      add(l + "mlp.down_proj.weight", {H, p.ffn});
+    }
+  }
+  add("model.norm.weight", {H});
+  if (!p.tied) add("lm_head.weight", {p.vocab, H});
+  return t;
+}
+
+Result<uint64_t> make_model(const MakeModelOptions& o) {
+  const ModelPreset* p = find_preset(o.preset);
+  if (!p) {
+    std::string names;
+    for (const auto& q : model_presets()) names += (names.empty() ? "" : ", ") + q.name;
+    return make_error("unknown preset '" + o.preset + "' (presets: " + names + ")");
+  }
+  if (o.bits && !supported_bits(o.bits)) return make_error("--bits must be one of 2, 3, 4, 5, 6, 8");
+  if (o.bits && !supported_group(o.group_size)) return make_error("--group-size must be 32, 64 or 128");
+  if (!std::filesystem::is_regular_file(o.tokenizer_from / "tokenizer.json"))
+    return make_error("no tokenizer.json in " + o.tokenizer_from.string() + " (--tokenizer-from)");
+
+  struct Job {
+    TensorPlan source;
+    bool quantize = false;
+    QuantForm form;
+  };
+  std::vector<Job> jobs;
+  std::vector<TensorPlan> plan;
+  std::map<std::string, QuantForm> overrides;
+  for (auto& t : preset_tensors(*p)) {
+    Job j;
+    j.source = t;
+    j.quantize = o.bits > 0 && t.shape.size() >= 2 && t.shape.back() % o.group_size == 0;
+    j.form = {o.bits, o.group_size};
+    if (j.quantize && router_weight(t.name)) {
+      j.form.bits = 8;
+      overrides[t.name.substr(0, t.name.size() - 7)] = j.form;
+    }
+    if (j.quantize) {
+      const std::string module = t.name.substr(0, t.name.size() - 7);
+      std::vector<int64_t> packed = t.shape, params = t.shape;
+      packed.back() = t.shape.back() * j.form.bits / 32;
+      params.back() = t.shape.back() / j.form.group_size;
+      plan.push_back({module + ".weight", DType::kU32, packed});
+      plan.push_back({module + ".scales", DType::kBF16, params});
+      plan.push_back({module + ".biases", DType::kBF16, params});
+    } else {
+      plan.push_back(t);
+    }
+    jobs.push_back(std::move(j));
+  }
+  uint64_t total = 0;
+  for (const auto& t : plan) total += t.bytes();
+  auto writer = SafetensorsWriter::create(o.output, std::move(plan), o.max_shard_bytes);
+  if (!writer) return writer.error();
+
+  ProgressBar progress(total, o.quiet);
+  uint64_t done = 0;
+  constexpr std::size_t kRowsValues = 1u << 22;  // values generated per step
+  std::vector<float> vals, scales, biases;
+  std::vector<uint32_t> words;
+  std::vector<std::byte> out;
+  for (const Job& j : jobs) {
+    const TensorPlan& t = j.source;
+    const uint64_t key = splitmix64(o.seed ^ name_hash(t.name));
+    const Init init = init_for(*p, t);
+    const std::size_t cols = static_cast<std::size_t>(t.shape.back());
+    std::size_t rows = 1;
+    for (std::size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= static_cast<std::size_t>(t.shape[d]);
+    const std::size_t step = std::max<std::size_t>(1, kRowsValues / cols);
+    if (!j.quantize) {
+      for (std::size_t r0 = 0; r0 < rows; r0 += step) {
+        const std::size_t nr = std::min(step, rows - r0);
+        vals.resize(nr * cols);
+        generate(key, init, uint64_t(r0) * cols, nr * cols, vals.data());
+        out.resize(vals.size() * 2);
+        store_as(DType::kBF16, vals.data(), vals.size(), out.data());
+        if (auto s = writer->append(out); !s) return s.error();
+        progress.update(done += out.size(), t.name);
+      }
+      continue;
+    }
+    const std::size_t groups = cols / j.form.group_size, wpr = cols * j.form.bits / 32;
+    scales.resize(rows * groups);
+    biases.resize(rows * groups);
+    for (std::size_t r0 = 0; r0 < rows; r0 += step) {
+      const std::size_t nr = std::min(step, rows - r0);
+      vals.resize(nr * cols);
+      generate(key, init, uint64_t(r0) * cols, nr * cols, vals.data());
+      // Values as bf16 would hold them, so a quantized model equals `quantize` of the bf16 one.
+      for (auto& v : vals) v = round_to(DType::kBF16, v);
+      words.resize(nr * wpr);
+      for (std::size_t r = 0; r < nr; ++r)
+        quantize_row(vals.data() + r * cols, cols, j.form.bits, j.form.group_size, DType::kBF16, words.data() + r * wpr,
+                     scales.data() + (r0 + r) * groups, biases.data() + (r0 + r) * groups);
+      if (auto s = writer->append(std::as_bytes(std::span(words))); !s) return s.error();
+      progress.update(done += words.size() * 4, t.name);
+    }
+    for (const auto* v : {&scales, &biases}) {
+      out.resize(v->size() * 2);
+      store_as(DType::kBF16, v->data(), v->size(), out.data());
+      if (auto s = writer->append(out); !s) return s.error();
+      progress.update(done += out.size(), t.name);
+    }
+  }
+  if (auto s = writer->finish(); !s) return s.error();
+  auto config = preset_config(*p);
+  if (o.bits) set_quantization(config, {o.bits, o.group_size}, overrides);
+  if (auto s = write_json(config, o.output / "config.json"); !s) return s.error();
+  if (auto c = copy_tokenizer_files(o.tokenizer_from, o.output, false); !c) return c.error();
+  char line[160];
+  std::snprintf(line, sizeof(line), "%s: %.3f GB written to %s", p->name.c_str(), total / 1e9, o.output.string().c_str());
+  progress.finish(line);
+  return total;
+}
+
+}  // namespace sluice::quant

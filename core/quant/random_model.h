@@ -1,0 +1,52 @@
+#pragma once
+// `sluice make-model`: random-weight models of real shapes, written straight to disk — in bf16, or
+// already quantized (MLX affine) when bits are given, with no full-precision intermediate.
+//
+// Weights are uniform with the standard deviation a trained model's initialisation would use:
+// 1/sqrt(fan_in) for projections into a layer, that divided by sqrt(2 * layers) for the projections
+// back into the residual stream (o_proj, down_proj), 0.02 for the embedding and biases, 1 for norms.
+// Every layer's update is then O(1/sqrt(layers)) against a residual stream of O(1), so activations
+// stay finite and of unit scale through all layers. Each tensor's values come from a counter-based
+// generator keyed by (seed, tensor name): the same seed gives the same files.
+//
+// MoE presets are written in MLX's stacked layout: `mlp.switch_mlp.{gate,up,down}_proj.weight`
+// [experts, out, in] and the router `mlp.gate.weight` (8 bits when quantized, as mlx-lm does).
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "quant/model_files.h"
+#include "quant/safetensors_writer.h"
+#include "util/result.h"
+
+namespace sluice::quant {
+
+struct ModelPreset {
+  std::string name, model_type, architecture, description;
+  int hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+  bool tied = false, qkv_bias = false, qk_norm = false;
+  int experts = 0, experts_per_token = 0, expert_ffn = 0;  // MoE when experts > 0
+  double rope_theta = 10000.0;
+  int max_positions = 32768;
+};
+
+const std::vector<ModelPreset>& model_presets();
+const ModelPreset* find_preset(const std::string& name);
+
+struct MakeModelOptions {
+  std::string preset;
+  std::filesystem::path output;
+  int bits = 0;  // 0: bf16
+  int group_size = 64;
+  uint64_t seed = 0;
+  std::filesystem::path tokenizer_from;  // folder with tokenizer.json (and template)
+  uint64_t max_shard_bytes = SafetensorsWriter::kDefaultShardBytes;
+  bool quiet = false;
+};
+
+// The tensors a preset has, in HF/MLX naming, unquantized shapes.
+std::vector<TensorPlan> preset_tensors(const ModelPreset& p);
+Result<uint64_t> make_model(const MakeModelOptions& options);  // returns bytes written
+
+}  // namespace sluice::quant

@@ -1,0 +1,367 @@
+// sluice quantize / make-model / info as libraries: the quantizer reproduces MLX's files, the
+// generator's models run with finite logits and are deterministic, MoE files have MLX's stacked layout,
+// and malformed quantized files are clear errors naming the tensor.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/perplexity.h"
+#include "engine/runtime.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "quant/model_files.h"
+#include "quant/model_info.h"
+#include "quant/quantizer.h"
+#include "quant/random_model.h"
+#include "reference.h"
+#include "util/json.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() / ("sluice-quant-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    fs::remove_all(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+  static inline int counter_ = 0;
+};
+
+std::vector<int32_t> ints(const rapidjson::Value& a) {
+  std::vector<int32_t> out;
+  for (const auto& v : a.GetArray()) out.push_back(v.GetInt());
+  return out;
+}
+
+EngineOptions options_for(const fs::path& dir) {
+  EngineOptions o;
+  o.model_dir = dir.string();
+  o.plugin_dir = test::binary_path("lib").string();
+  o.backend = "cpu";
+  o.kv_codec = "f32";
+  o.threads = 2;
+  o.ctx_size = 1024;
+  return o;
+}
+
+fs::path tokenizer_dir() { return test::reference_path("models/tiny-code-qwen2"); }
+
+// Every tensor of a and b: same names, dtypes, shapes; returns the names whose bytes differ.
+std::vector<std::string> differing_tensors(const fs::path& a, const fs::path& b) {
+  auto sa = SafetensorsSet::open_dir(a);
+  auto sb = SafetensorsSet::open_dir(b);
+  EXPECT_TRUE(sa.ok() && sb.ok());
+  std::vector<std::string> diff;
+  if (!sa.ok() || !sb.ok()) return {"<open failed>"};
+  EXPECT_EQ(sa->tensors().size(), sb->tensors().size());
+  for (const auto& [name, t] : sa->tensors()) {
+    const TensorInfo* u = sb->find(name);
+    if (!u || u->dtype != t.dtype || u->shape != t.shape || u->bytes != t.bytes ||
+        std::memcmp(u->data, t.data, t.bytes) != 0)
+      diff.push_back(name);
+  }
+  return diff;
+}
+
+class QuantizeMlx : public ::testing::TestWithParam<int> {};
+
+TEST_P(QuantizeMlx, QuantizerReproducesTheMlxCommunityFilesBitForBit) {
+  const int bits = GetParam();
+  const std::string ref = "models/tiny-code-qwen2-" + std::to_string(bits) + "bit";
+  SLUICE_REQUIRE_REFERENCE(ref + "/model.safetensors");
+  TempDir out;
+  quant::QuantizeOptions o;
+  o.input = test::reference_path("models/tiny-code-qwen2");
+  o.output = out.path();
+  o.form = {bits, 64};
+  o.quiet = true;
+  auto r = quant::quantize_model(o);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(r->quantized, 1 + 4 * 7);  // embedding + 7 projections per layer
+  EXPECT_EQ(differing_tensors(out.path(), test::reference_path(ref)), std::vector<std::string>{});
+  auto config = ModelConfig::load(out.path());
+  ASSERT_TRUE(config.ok()) << config.message();
+  EXPECT_EQ(config->quantization.bits, bits);
+  EXPECT_EQ(config->quantization.group_size, 64);
+  EXPECT_TRUE(fs::exists(out.path() / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(out.path() / "chat_template.jinja"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Bits, QuantizeMlx, ::testing::Values(4, 8));
+
+TEST(Quantize, FourBitGroup64ReproducesTheGoldenMeanNll) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/golden.json");
+  TempDir out;
+  quant::QuantizeOptions o;
+  o.input = test::reference_path("models/tiny-code-qwen2");
+  o.output = out.path();
+  o.form = {4, 64};
+  o.quiet = true;
+  ASSERT_TRUE(quant::quantize_model(o).ok());
+  auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2-4bit/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  const auto& eval = (*golden)["nll_eval"];
+  auto rt = Runtime::open(options_for(out.path()), 1024);
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  PerplexityOptions opt;
+  opt.ctx = 1024;
+  opt.chunks = 1;
+  opt.scoring = PerplexityScoring::kAll;
+  auto result = compute_perplexity(**rt, ints(eval["ids"]), opt);
+  ASSERT_TRUE(result.ok()) << result.message();
+  EXPECT_NEAR(result->mean_nll, eval["mean_nll"].GetDouble(), 5e-3);
+}
+
+TEST(Quantize, KeepPatternLeavesMatchingTensorsInFloatingPointAndOtherWidthsRun) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/config.json");
+  for (int bits : {3, 5, 6, 2}) {
+    TempDir out;
+    quant::QuantizeOptions o;
+    o.input = test::reference_path("models/tiny-code-qwen2");
+    o.output = out.path();
+    o.form = {bits, bits == 2 ? 32 : 128};
+    o.keep = {"embed_tokens", "layers\\.0\\.mlp"};
+    o.quiet = true;
+    auto r = quant::quantize_model(o);
+    ASSERT_TRUE(r.ok()) << r.message();
+    auto set = SafetensorsSet::open_dir(out.path());
+    ASSERT_TRUE(set.ok());
+    EXPECT_EQ(set->find("model.embed_tokens.weight")->dtype, DType::kBF16);
+    EXPECT_EQ(set->find("model.embed_tokens.scales"), nullptr);
+    EXPECT_EQ(set->find("model.layers.0.mlp.up_proj.weight")->dtype, DType::kBF16);
+    EXPECT_EQ(set->find("model.layers.1.mlp.up_proj.weight")->dtype, DType::kU32);
+    // The model runs and still predicts: a held-out NLL near the float model's (about 1.76).
+    auto rt = Runtime::open(options_for(out.path()), 512);
+    ASSERT_TRUE(rt.ok()) << rt.message();
+    auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));
+    auto ids = ints((*golden)["nll_eval"]["ids"]);
+    ids.resize(256);
+    PerplexityOptions opt;
+    opt.ctx = 256;
+    opt.chunks = 1;
+    opt.scoring = PerplexityScoring::kAll;
+    auto result = compute_perplexity(**rt, ids, opt);
+    ASSERT_TRUE(result.ok()) << result.message();
+    EXPECT_TRUE(std::isfinite(result->mean_nll));
+    EXPECT_LT(result->mean_nll, bits == 2 ? 8.0 : 4.0) << bits << " bits";
+  }
+}
+
+quant::MakeModelOptions tiny_options(const fs::path& out, int bits, uint64_t seed) {
+  quant::MakeModelOptions o;
+  o.preset = "tiny-qwen2";
+  o.output = out;
+  o.bits = bits;
+  o.seed = seed;
+  o.tokenizer_from = tokenizer_dir();
+  o.quiet = true;
+  return o;
+}
+
+TEST(MakeModel, TinyPresetGeneratesFiniteLogitsInEveryForm) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/tokenizer.json");
+  for (int bits : {0, 4, 8, 3}) {
+    TempDir out;
+    auto r = quant::make_model(tiny_options(out.path(), bits, 7));
+    ASSERT_TRUE(r.ok()) << r.message();
+    auto rt = Runtime::open(options_for(out.path()));
+    ASSERT_TRUE(rt.ok()) << rt.message();
+    SequenceState seq;
+    std::vector<int32_t> tokens = {1, 500, 8000, 42};
+    std::vector<float> logits;
+    for (int step = 0; step < 8; ++step) {
+      ASSERT_TRUE((*rt)->run(seq, tokens, false, logits).ok());
+      ASSERT_EQ(logits.size(), 8192u);
+      float max_abs = 0;
+      for (float v : logits) {
+        ASSERT_TRUE(std::isfinite(v)) << bits << " bits, step " << step;
+        max_abs = std::max(max_abs, std::abs(v));
+      }
+      EXPECT_GT(max_abs, 0.0f);
+      tokens = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    }
+  }
+}
+
+TEST(MakeModel, SameSeedSameFilesOtherSeedOtherWeights) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/tokenizer.json");
+  TempDir a, b, c;
+  ASSERT_TRUE(quant::make_model(tiny_options(a.path(), 4, 11)).ok());
+  ASSERT_TRUE(quant::make_model(tiny_options(b.path(), 4, 11)).ok());
+  ASSERT_TRUE(quant::make_model(tiny_options(c.path(), 4, 12)).ok());
+  EXPECT_EQ(differing_tensors(a.path(), b.path()), std::vector<std::string>{});
+  EXPECT_FALSE(differing_tensors(a.path(), c.path()).empty());
+}
+
+TEST(MakeModel, QuantizedGenerationEqualsQuantizingTheBf16Model) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/tokenizer.json");
+  TempDir direct, bf16, quantized;
+  ASSERT_TRUE(quant::make_model(tiny_options(direct.path(), 4, 3)).ok());
+  ASSERT_TRUE(quant::make_model(tiny_options(bf16.path(), 0, 3)).ok());
+  quant::QuantizeOptions o;
+  o.input = bf16.path();
+  o.output = quantized.path();
+  o.form = {4, 64};
+  o.quiet = true;
+  ASSERT_TRUE(quant::quantize_model(o).ok());
+  EXPECT_EQ(differing_tensors(direct.path(), quantized.path()), std::vector<std::string>{});
+}
+
+TEST(MakeModel, MoePresetHasMlxStackedExpertLayout) {
+  SLUICE_REQUIRE_REFERENCE("models/qwen3_moe-4bit/model.safetensors");
+  TempDir out;
+  auto o = tiny_options(out.path(), 4, 1);
+  o.preset = "tiny-qwen3-moe";
+  o.group_size = 32;
+  ASSERT_TRUE(quant::make_model(o).ok());
+  auto mine = SafetensorsSet::open_dir(out.path());
+  auto mlx = SafetensorsSet::open_dir(test::reference_path("models/qwen3_moe-4bit"));
+  ASSERT_TRUE(mine.ok() && mlx.ok());
+  ASSERT_EQ(mine->tensors().size(), mlx->tensors().size());
+  for (const auto& [name, t] : mlx->tensors()) {
+    const TensorInfo* u = mine->find(name);
+    ASSERT_NE(u, nullptr) << name;
+    EXPECT_EQ(u->shape, t.shape) << name;
+    EXPECT_EQ(u->dtype, t.dtype) << name;
+  }
+  auto doc = json::parse_file(out.path() / "config.json");
+  ASSERT_TRUE(doc.ok());
+  const auto& q = (*doc)["quantization"];
+  EXPECT_EQ(q["model.layers.0.mlp.gate"]["bits"].GetInt(), 8);
+  EXPECT_EQ(q["bits"].GetInt(), 4);
+  EXPECT_EQ(q["group_size"].GetInt(), 32);
+}
+
+TEST(MakeModel, UnknownPresetNamesTheKnownOnes) {
+  TempDir out;
+  auto o = tiny_options(out.path(), 0, 0);
+  o.preset = "gpt-7";
+  auto r = quant::make_model(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("qwen2-0.5b"), std::string::npos) << r.message();
+}
+
+TEST(Info, CountsLogicalParametersBitsPerWeightAndKvBytes) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/model.safetensors");
+  auto full = quant::inspect_model(test::reference_path("models/tiny-code-qwen2"), nullptr);
+  auto q4 = quant::inspect_model(test::reference_path("models/tiny-code-qwen2-4bit"), nullptr);
+  auto q8 = quant::inspect_model(test::reference_path("models/tiny-code-qwen2-8bit"), nullptr);
+  ASSERT_TRUE(full.ok() && q4.ok() && q8.ok()) << full.message() << q4.message() << q8.message();
+  EXPECT_EQ(full->architecture, "qwen2");
+  EXPECT_EQ(q4->params, full->params);
+  EXPECT_EQ(q8->params, full->params);
+  EXPECT_NEAR(full->bits_per_weight(), 16.0, 1e-9);
+  EXPECT_NEAR(q4->quantized_bits_per_weight(), 4.5, 1e-9);  // 4 + (16 + 16) / 64
+  EXPECT_NEAR(q8->quantized_bits_per_weight(), 8.5, 1e-9);
+  EXPECT_EQ(q4->forms.at("4-bit g64"), 29);
+  ASSERT_GE(q4->kv.size(), 2u);
+  EXPECT_EQ(q4->kv[0].name, "f32");
+  EXPECT_EQ(q4->kv[0].bytes_per_token, 4u * 2 * 64 * 2 * 4);  // layers × KV heads × head_dim × (K, V) × 4 B
+  EXPECT_EQ(q4->kv[1].bytes_per_token, 4u * 2 * 64 * 2 * 2);
+}
+
+// ---- malformed quantized files ------------------------------------------------------------------
+
+// A copy of the 4-bit model with one tensor's shape changed (its data cut or zero-padded to fit) and
+// optionally a different quantization block.
+void write_variant(const fs::path& out, const std::string& tensor, std::vector<int64_t> shape, DType dtype,
+                   int config_bits = 4) {
+  const fs::path src = test::reference_path("models/tiny-code-qwen2-4bit");
+  auto set = SafetensorsSet::open_dir(src);
+  ASSERT_TRUE(set.ok());
+  std::vector<quant::TensorPlan> plan;
+  for (const auto& [name, t] : set->tensors())
+    plan.push_back(name == tensor ? quant::TensorPlan{name, dtype, shape} : quant::TensorPlan{name, t.dtype, t.shape});
+  auto w = quant::SafetensorsWriter::create(out, plan);
+  ASSERT_TRUE(w.ok()) << w.message();
+  for (const auto& p : plan) {
+    const TensorInfo* t = set->find(p.name);
+    std::vector<std::byte> bytes(p.bytes(), std::byte{0});
+    std::memcpy(bytes.data(), t->data, std::min<uint64_t>(t->bytes, bytes.size()));
+    ASSERT_TRUE(w->append(bytes).ok());
+  }
+  ASSERT_TRUE(w->finish().ok());
+  auto config = json::parse_file(src / "config.json");
+  ASSERT_TRUE(config.ok());
+  quant::set_quantization(*config, {config_bits, 64}, {});
+  ASSERT_TRUE(quant::write_json(*config, out / "config.json").ok());
+  ASSERT_TRUE(quant::copy_tokenizer_files(src, out).ok());
+}
+
+std::string open_error(const fs::path& dir) {
+  auto rt = Runtime::open(options_for(dir));
+  return rt.ok() ? "" : rt.message();
+}
+
+TEST(MalformedQuantized, ScalesOfTheWrongShapeNameTheTensor) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/model.safetensors");
+  TempDir out;
+  write_variant(out.path(), "model.layers.1.self_attn.q_proj.scales", {384, 5}, DType::kBF16);
+  const std::string e = open_error(out.path());
+  EXPECT_NE(e.find("model.layers.1.self_attn.q_proj.scales"), std::string::npos) << e;
+}
+
+TEST(MalformedQuantized, PackedWordsOfTheWrongWidthNameTheTensor) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/model.safetensors");
+  TempDir out;
+  write_variant(out.path(), "model.layers.2.mlp.down_proj.weight", {384, 96}, DType::kU32);
+  const std::string e = open_error(out.path());
+  EXPECT_NE(e.find("model.layers.2.mlp.down_proj.weight"), std::string::npos) << e;
+}
+
+TEST(MalformedQuantized, FloatWeightBesideScalesIsAnError) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/model.safetensors");
+  TempDir out;
+  write_variant(out.path(), "model.layers.0.self_attn.k_proj.weight", {128, 96}, DType::kBF16);
+  const std::string e = open_error(out.path());
+  EXPECT_NE(e.find("model.layers.0.self_attn.k_proj.weight"), std::string::npos) << e;
+}
+
+TEST(MalformedQuantized, UnsupportedBitsAreAClearError) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/model.safetensors");
+  TempDir out;
+  write_variant(out.path(), "model.norm.weight", {384}, DType::kBF16, 7);
+  const std::string e = open_error(out.path());
+  EXPECT_NE(e.find("bits"), std::string::npos) << e;
+}
+
+TEST(MalformedQuantized, ConfigBitsThatDisagreeWithTheShapesNameTheTensor) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/model.safetensors");
+  TempDir out;
+  write_variant(out.path(), "model.norm.weight", {384}, DType::kBF16, 8);  // the files are 4-bit
+  const std::string e = open_error(out.path());
+  EXPECT_NE(e.find("model.embed_tokens.weight"), std::string::npos) << e;
+}
+
+TEST(QuantizationConfig, PerModuleOverridesAndFalseEntriesParse) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  std::ofstream(dir.path() / "config.json") << R"({"model_type":"qwen2","hidden_size":64,"intermediate_size":128,
+    "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,
+    "quantization":{"group_size":32,"bits":4,"model.layers.0.mlp.gate":{"group_size":64,"bits":8},
+                    "lm_head":false}})";
+  auto c = ModelConfig::load(dir.path());
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->quantization.for_module("model.layers.0.mlp.gate").bits, 8);
+  EXPECT_EQ(c->quantization.for_module("model.layers.0.mlp.gate").group_size, 64);
+  EXPECT_EQ(c->quantization.for_module("lm_head").bits, 0);
+  EXPECT_EQ(c->quantization.for_module("model.layers.1.self_attn.q_proj").bits, 4);
+  EXPECT_EQ(c->quantization.for_module("model.layers.1.self_attn.q_proj").group_size, 32);
+}
+
+}  // namespace
+}  // namespace sluice
