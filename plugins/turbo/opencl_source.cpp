@@ -1,0 +1,51 @@
+#include "turbo/opencl_source.h"
+
+#include <cstdio>
+
+#include "kvcodec_turbo_cl.h"  // kKvcodecTurboCl: kernels_cl/kvcodec_turbo.cl as a string
+
+namespace sluice::turbo {
+namespace {
+
+std::string number(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9gf", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string mse_opencl_source(const MseStage& stage, sl_kv_role role) {
+  const auto& blocks = stage.blocks();
+  const std::string prefix = role == SL_KV_KEYS ? "sl_tq_k_" : "sl_tq_v_";
+  std::string s;
+  s += "#define SL_TQ(name) " + prefix + "##name\n";
+  s += "#define SL_TQ_HEAD_DIM " + std::to_string(stage.head_dim()) + "u\n";
+  s += "#define SL_TQ_BITS " + std::to_string(stage.bits()) + "u\n";
+  s += "#define SL_TQ_ROW_BYTES " + std::to_string(stage.row_bytes()) + "u\n";
+  s += "#define SL_TQ_N_BLOCKS " + std::to_string(blocks.size()) + "u\n";
+  auto uints = [&](const char* name, auto get) {
+    s += "__constant uint SL_TQ(" + std::string(name) + ")[" + std::to_string(blocks.size()) + "] = {";
+    for (std::size_t i = 0; i < blocks.size(); ++i) s += (i ? ", " : "") + std::to_string(get(blocks[i])) + "u";
+    s += "};\n";
+  };
+  uints("block_offset", [](const MseBlock& b) { return b.offset; });
+  uints("block_size", [](const MseBlock& b) { return b.n; });
+  uints("block_byte", [](const MseBlock& b) { return b.byte_offset; });
+  s += "__constant float SL_TQ(codebook)[" + std::to_string(blocks.size() * 16) + "] = {";
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    for (uint32_t k = 0; k < 16; ++k) s += (i + k ? ", " : "") + number(blocks[i].lut.entries[k]);
+  s += "};\n__constant float SL_TQ(signs)[" + std::to_string(stage.head_dim()) + "] = {";
+  bool first = true;
+  for (const auto& b : blocks)
+    for (float v : b.rotation.scaled_signs()) {
+      s += (first ? "" : ", ") + number(v);
+      first = false;
+    }
+  s += "};\n";
+  s += kKvcodecTurboCl;
+  s += "\n#undef SL_TQ\n#undef SL_TQ_HEAD_DIM\n#undef SL_TQ_BITS\n#undef SL_TQ_ROW_BYTES\n#undef SL_TQ_N_BLOCKS\n";
+  return s;
+}
+
+}  // namespace sluice::turbo
