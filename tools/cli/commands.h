@@ -19,5 +19,7 @@ int run_plugins(const Args& args);        // cmd_plugins.cpp
 int run_quantize(const Args& args);       // cmd_quantize.cpp
 int run_make_model(const Args& args);     // cmd_make_model.cpp
 int run_info(const Args& args);           // cmd_info.cpp
+int run_devices(const Args& args);        // cmd_devices.cpp
+int run_conformance(const Args& args);    // cmd_conformance.cpp
 
 }  // namespace sluice::cli

@@ -26,6 +26,8 @@ const Command kCommands[] = {
     {"quantize", sluice::cli::run_quantize, "quantize a model folder to MLX affine 2-8 bits"},
     {"make-model", sluice::cli::run_make_model, "write a random-weight model of a real shape"},
     {"info", sluice::cli::run_info, "architecture, parameters, bits per weight, KV bytes per token"},
+    {"devices", sluice::cli::run_devices, "list compute devices of every backend plugin"},
+    {"conformance", sluice::cli::run_conformance, "check a backend plugin's ops against reference math"},
 };
 
 void print_usage() {

@@ -1,0 +1,648 @@
+#include "conformance/conformance.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "plugin/builtin_codecs.h"
+#include "util/vec.h"
+
+namespace sluice::conformance {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float round_to(float v, sl_dtype d) {
+  if (d == SL_DTYPE_F16) return cpu::f16_to_f32(cpu::f32_to_f16(v));
+  if (d == SL_DTYPE_BF16) return cpu::bf16_to_f32(to_bf16(v));
+  return v;
+}
+
+const char* form_name(sl_dtype d, uint32_t bits) {
+  static const char* q[] = {"q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"};
+  if (bits) return q[bits];
+  return d == SL_DTYPE_F32 ? "f32" : d == SL_DTYPE_F16 ? "f16" : "bf16";
+}
+
+// A failure inside a case: stops that op's remaining cases.
+struct CaseFailed {
+  std::string what;
+};
+
+// One weight on the backend with the float values the reference uses.
+struct Weight {
+  std::vector<float> values;  // [rows * cols], exactly as the backend should see them
+  Buffer data, scales, biases;
+  sl_weight w{};
+};
+
+class Runner {
+ public:
+  Runner(const BackendHandle& be, const Options& o) : be_(be), opt_(o), rng_(o.seed) {}
+
+  std::vector<OpResult> results;
+
+  // Runs body(cases) for one result row; body calls check() for each value.
+  void op(const std::string& name, const sl_op_query* query, const std::function<void()>& body) {
+    OpResult r;
+    r.op = name;
+    if (query && !be_.supports(*query)) {
+      r.status = "skipped: unsupported";
+      results.push_back(r);
+      return;
+    }
+    current_ = &r;
+    const auto t0 = Clock::now();
+    try {
+      body();
+      r.status = r.worst_ratio <= 1.0 ? "pass" : "FAIL";
+    } catch (const CaseFailed& f) {
+      r.status = "FAIL";
+      if (r.detail.empty()) r.detail = f.what;
+    }
+    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    current_ = nullptr;
+    results.push_back(r);
+  }
+
+  void new_case(const std::string& what) {
+    ++current_->cases;
+    case_ = what;
+  }
+
+  void check(double got, double ref, double bound, const std::string& where) {
+    const double e = std::abs(got - ref);
+    current_->max_error = std::max(current_->max_error, std::isnan(got) ? INFINITY : e);
+    const double ratio = std::isnan(got) ? INFINITY : e / bound;
+    if (ratio > current_->worst_ratio) current_->worst_ratio = ratio;
+    if (!(ratio <= 1.0) && current_->detail.empty())
+      current_->detail = case_ + ", " + where + ": got " + std::to_string(got) + ", want " + std::to_string(ref);
+  }
+
+  void expect_ok(const Status& s, const char* what) {
+    if (!s) throw CaseFailed{case_ + ": " + what + ": " + s.message()};
+  }
+  void expect_ok(sl_status s, const sl_error& err, const char* what) {
+    if (s != SL_OK) throw CaseFailed{case_ + ": " + what + ": " + err.message};
+  }
+
+  std::vector<float> random(std::size_t n, float stddev = 1.0f, float mean = 0.0f) {
+    std::normal_distribution<float> d(mean, stddev);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng_);
+    return v;
+  }
+
+  Buffer upload_bytes(const void* p, std::size_t bytes) {
+    auto b = be_.alloc(std::max<std::size_t>(bytes, 4));
+    expect_ok(b ? Status{} : Status(b.error()), "alloc");
+    expect_ok(be_.upload(*b, 0, p, bytes), "upload");
+    return std::move(*b);
+  }
+  Buffer upload(const std::vector<float>& v) { return upload_bytes(v.data(), v.size() * 4); }
+  Buffer zeros(std::size_t n) { return upload(std::vector<float>(n, 0.0f)); }
+  std::vector<float> download(const Buffer& b, std::size_t n) {
+    std::vector<float> out(n);
+    expect_ok(be_.download(b, 0, out.data(), n * 4), "download");
+    return out;
+  }
+
+  Weight weight(sl_dtype dtype, uint32_t rows, uint32_t cols, float stddev = 0.5f, float mean = 0.0f) {
+    Weight w;
+    w.values = random(std::size_t(rows) * cols, stddev, mean);
+    for (auto& v : w.values) v = round_to(v, dtype);
+    if (dtype == SL_DTYPE_F32) {
+      w.data = upload(w.values);
+    } else {
+      std::vector<uint16_t> h(w.values.size());
+      for (std::size_t i = 0; i < h.size(); ++i) h[i] = dtype == SL_DTYPE_F16 ? cpu::f32_to_f16(w.values[i]) : to_bf16(w.values[i]);
+      w.data = upload_bytes(h.data(), h.size() * 2);
+    }
+    w.w.struct_size = sizeof(sl_weight);
+    w.w.data = w.data.get();
+    w.w.dtype = dtype;
+    w.w.rows = rows;
+    w.w.cols = cols;
+    return w;
+  }
+
+  // Affine-quantized: random codes, bf16 scales and biases; values = scale * q + bias.
+  Weight quant_weight(uint32_t bits, uint32_t group, uint32_t rows, uint32_t cols) {
+    Weight w;
+    const uint32_t groups = cols / group;
+    std::uniform_int_distribution<uint32_t> code(0, (1u << bits) - 1);
+    std::uniform_real_distribution<float> sdist(0.5f / (1u << bits), 2.0f / (1u << bits));
+    std::vector<uint16_t> s(std::size_t(rows) * groups), b(s.size());
+    std::vector<float> sf(s.size()), bf(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      s[i] = to_bf16(sdist(rng_));
+      b[i] = to_bf16(random(1, 0.5f)[0]);
+      sf[i] = cpu::bf16_to_f32(s[i]);
+      bf[i] = cpu::bf16_to_f32(b[i]);
+    }
+    const std::size_t words_per_row = std::size_t(cols) * bits / 32;
+    std::vector<uint32_t> words(rows * words_per_row, 0);
+    w.values.resize(std::size_t(rows) * cols);
+    for (uint32_t r = 0; r < rows; ++r) {
+      for (uint32_t c = 0; c < cols; ++c) {
+        const uint32_t q = code(rng_);
+        const std::size_t bit = std::size_t(c) * bits;
+        uint32_t* row = words.data() + r * words_per_row;
+        row[bit / 32] |= q << (bit % 32);
+        if (bit % 32 + bits > 32) row[bit / 32 + 1] |= q >> (32 - bit % 32);
+        const std::size_t g = std::size_t(r) * groups + c / group;
+        w.values[std::size_t(r) * cols + c] = sf[g] * static_cast<float>(q) + bf[g];
+      }
+    }
+    w.data = upload_bytes(words.data(), words.size() * 4);
+    w.scales = upload_bytes(s.data(), s.size() * 2);
+    w.biases = upload_bytes(b.data(), b.size() * 2);
+    w.w.struct_size = sizeof(sl_weight);
+    w.w.data = w.data.get();
+    w.w.dtype = SL_DTYPE_U32;
+    w.w.rows = rows;
+    w.w.cols = cols;
+    w.w.bits = bits;
+    w.w.group_size = group;
+    w.w.scale_dtype = SL_DTYPE_BF16;
+    w.w.scales = w.scales.get();
+    w.w.biases = w.biases.get();
+    return w;
+  }
+
+  void begin_batch(const std::vector<int32_t>& positions, const std::vector<int32_t>& slots, uint32_t n_seqs,
+                   uint32_t max_pages, const std::vector<int32_t>& table) {
+    sl_batch b{};
+    b.struct_size = sizeof(b);
+    b.n_tokens = static_cast<uint32_t>(positions.size());
+    b.positions = positions.data();
+    b.seq_slots = slots.data();
+    b.n_seqs = n_seqs;
+    b.max_pages = max_pages;
+    b.page_table = table.data();
+    sl_error err{};
+    expect_ok(api()->begin_batch(raw(), &b, &err), err, "begin_batch");
+  }
+
+  const sl_backend_api* api() const { return be_.api(); }
+  sl_backend* raw() const { return be_.raw(); }
+  const Options& options() const { return opt_; }
+  std::mt19937& rng() { return rng_; }
+
+ private:
+  const BackendHandle& be_;
+  Options opt_;
+  std::mt19937 rng_;
+  OpResult* current_ = nullptr;
+  std::string case_;
+};
+
+sl_op_query query(sl_op op, uint32_t dtype = SL_DTYPE_F32, uint32_t bits = 0) {
+  sl_op_query q{};
+  q.struct_size = sizeof(q);
+  q.op = op;
+  q.weight_dtype = dtype;
+  q.weight_bits = bits;
+  return q;
+}
+
+constexpr double kRel = 1e-5, kFloor = 1e-6;
+
+void run_embed(Runner& r) {
+  struct Form {
+    sl_dtype dtype;
+    uint32_t bits;
+  };
+  for (Form f : {Form{SL_DTYPE_F32, 0}, {SL_DTYPE_F16, 0}, {SL_DTYPE_BF16, 0}, {SL_DTYPE_U32, 4}, {SL_DTYPE_U32, 8}, {SL_DTYPE_U32, 3}}) {
+    auto q = query(SL_OP_EMBED, f.dtype, f.bits);
+    r.op(std::string("embed ") + form_name(f.dtype, f.bits), &q, [&] {
+      for (uint32_t cols : {64u, 128u}) {
+        r.new_case("40x" + std::to_string(cols));
+        Weight t = f.bits ? r.quant_weight(f.bits, 32, 40, cols) : r.weight(f.dtype, 40, cols, 1.0f);
+        const std::vector<int32_t> ids = {0, 39, 7, 7, 20};
+        auto out = r.zeros(ids.size() * cols);
+        sl_error err{};
+        r.expect_ok(r.api()->embed(r.raw(), &t.w, ids.data(), 5, out.get(), &err), err, "embed");
+        const auto got = r.download(out, ids.size() * cols);
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          for (uint32_t c = 0; c < cols; ++c) {
+            const double ref = t.values[std::size_t(ids[i]) * cols + c];
+            r.check(got[i * cols + c], ref, kRel * std::abs(ref) + kFloor, "token " + std::to_string(i) + " col " + std::to_string(c));
+          }
+      }
+    });
+  }
+}
+
+void run_norms(Runner& r) {
+  for (sl_dtype d : {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16}) {
+    auto q = query(SL_OP_RMS_NORM, d);
+    r.op(std::string("rms_norm ") + form_name(d, 0), &q, [&] {
+      for (auto [rows, dim] : {std::pair{1u, 7u}, {3u, 64u}, {70u, 33u}, {2u, 1000u}}) {
+        r.new_case(std::to_string(rows) + "x" + std::to_string(dim));
+        Weight w = r.weight(d, 1, dim, 0.5f);
+        const auto x = r.random(std::size_t(rows) * dim, 2.0f, 0.3f);
+        auto in = r.upload(x), out = r.zeros(x.size());
+        sl_error err{};
+        r.expect_ok(r.api()->rms_norm(r.raw(), in.get(), &w.w, 1.0f, out.get(), rows, dim, 1e-6f, &err), err, "rms_norm");
+        const auto got = r.download(out, x.size());
+        for (uint32_t row = 0; row < rows; ++row) {
+          double ss = 0;
+          for (uint32_t i = 0; i < dim; ++i) ss += double(x[row * dim + i]) * x[row * dim + i];
+          const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
+          for (uint32_t i = 0; i < dim; ++i) {
+            const double ref = x[row * dim + i] * inv * (double(w.values[i]) + 1.0);
+            r.check(got[row * dim + i], ref, 2 * kRel * std::abs(ref) + kFloor, "row " + std::to_string(row));
+          }
+        }
+      }
+    });
+    auto ql = query(SL_OP_LAYER_NORM, d);
+    r.op(std::string("layer_norm ") + form_name(d, 0), &ql, [&] {
+      for (auto [rows, dim] : {std::pair{1u, 9u}, {5u, 64u}, {3u, 515u}}) {
+        r.new_case(std::to_string(rows) + "x" + std::to_string(dim));
+        Weight w = r.weight(d, 1, dim, 0.5f, 1.0f), b = r.weight(d, 1, dim, 0.2f);
+        const auto x = r.random(std::size_t(rows) * dim, 1.5f, 3.0f);
+        auto in = r.upload(x), out = r.zeros(x.size());
+        sl_error err{};
+        r.expect_ok(r.api()->layer_norm(r.raw(), in.get(), &w.w, &b.w, out.get(), rows, dim, 1e-5f, &err), err, "layer_norm");
+        const auto got = r.download(out, x.size());
+        for (uint32_t row = 0; row < rows; ++row) {
+          double mean = 0, var = 0;
+          for (uint32_t i = 0; i < dim; ++i) mean += x[row * dim + i];
+          mean /= dim;
+          for (uint32_t i = 0; i < dim; ++i) var += (x[row * dim + i] - mean) * (x[row * dim + i] - mean);
+          const double inv = 1.0 / std::sqrt(var / dim + 1e-5);
+          for (uint32_t i = 0; i < dim; ++i) {
+            const double normed = (x[row * dim + i] - mean) * inv * w.values[i];
+            r.check(got[row * dim + i], normed + b.values[i], 4 * kRel * (std::abs(normed) + 1.0) + kFloor, "row " + std::to_string(row));
+          }
+        }
+      }
+    });
+  }
+}
+
+void run_matmul(Runner& r) {
+  struct Form {
+    sl_dtype dtype;
+    uint32_t bits, group;
+  };
+  std::vector<Form> forms = {{SL_DTYPE_F32, 0, 0}, {SL_DTYPE_F16, 0, 0}, {SL_DTYPE_BF16, 0, 0}};
+  for (uint32_t bits = 2; bits <= 8; ++bits) forms.push_back({SL_DTYPE_U32, bits, bits % 2 ? 32u : 64u});
+  const bool quick = r.options().quick;
+  for (const Form& f : forms) {
+    auto q = query(SL_OP_MATMUL, f.dtype, f.bits);
+    r.op(std::string("matmul ") + form_name(f.dtype, f.bits), &q, [&] {
+      std::vector<std::pair<uint32_t, uint32_t>> shapes =
+          f.bits ? std::vector<std::pair<uint32_t, uint32_t>>{{8, 64}, {33, 128}, {300, 512}}
+                 : std::vector<std::pair<uint32_t, uint32_t>>{{7, 13}, {33, 70}, {300, 1024}};
+      if (!quick) shapes.push_back({1000, 2048});
+      for (auto [out_f, in_f] : shapes) {
+        Weight w = f.bits ? r.quant_weight(f.bits, f.group, out_f, in_f) : r.weight(f.dtype, out_f, in_f);
+        Weight bias = r.weight(SL_DTYPE_F32, 1, out_f, 1.0f);
+        for (uint32_t n_rows : {1u, 3u, 8u, 9u, 40u}) {
+          if (quick && out_f >= 300 && n_rows != 1 && n_rows != 40) continue;
+          const bool with_bias = n_rows % 2 == 1;
+          r.new_case(std::to_string(out_f) + "x" + std::to_string(in_f) + " rows " + std::to_string(n_rows) + (with_bias ? " bias" : ""));
+          const auto x = r.random(std::size_t(n_rows) * in_f);
+          auto in = r.upload(x), out = r.zeros(std::size_t(n_rows) * out_f);
+          sl_error err{};
+          r.expect_ok(r.api()->matmul(r.raw(), in.get(), n_rows, &w.w, with_bias ? &bias.w : nullptr, out.get(), &err), err, "matmul");
+          const auto got = r.download(out, std::size_t(n_rows) * out_f);
+          for (uint32_t t = 0; t < n_rows; ++t)
+            for (uint32_t o = 0; o < out_f; ++o) {
+              double ref = with_bias ? bias.values[o] : 0.0, mag = std::abs(ref);
+              for (uint32_t c = 0; c < in_f; ++c) {
+                const double term = double(x[std::size_t(t) * in_f + c]) * w.values[std::size_t(o) * in_f + c];
+                ref += term;
+                mag += std::abs(term);
+              }
+              r.check(got[std::size_t(t) * out_f + o], ref, 2 * kRel * mag + kFloor, "row " + std::to_string(t) + " out " + std::to_string(o));
+            }
+        }
+      }
+    });
+  }
+}
+
+void run_rope(Runner& r) {
+  auto q = query(SL_OP_ROPE);
+  r.op("rope", &q, [&] {
+    const std::vector<int32_t> positions = {0, 1, 17, 300, 2999};
+    r.begin_batch(positions, std::vector<int32_t>(positions.size(), 0), 1, 1, {0});
+    const uint32_t n_heads = 3, head_dim = 10;
+    for (uint32_t style : {0u, 1u})
+      for (uint32_t rot : {10u, 6u}) {
+        r.new_case("style " + std::to_string(style) + " rotary " + std::to_string(rot));
+        std::vector<float> inv(rot / 2);
+        for (uint32_t i = 0; i < rot / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rot));
+        const auto x = r.random(positions.size() * n_heads * head_dim);
+        auto buf = r.upload(x);
+        sl_error err{};
+        r.expect_ok(r.api()->rope(r.raw(), buf.get(), n_heads, head_dim, rot, inv.data(), 1.1f, style, &err), err, "rope");
+        const auto got = r.download(buf, x.size());
+        for (std::size_t t = 0; t < positions.size(); ++t)
+          for (uint32_t h = 0; h < n_heads; ++h) {
+            const float* v = x.data() + (t * n_heads + h) * head_dim;
+            std::vector<double> ref(v, v + head_dim);
+            for (uint32_t i = 0; i < rot / 2; ++i) {
+              const double angle = static_cast<float>(positions[t]) * inv[i];
+              const double c = std::cos(angle) * 1.1, s = std::sin(angle) * 1.1;
+              const uint32_t a = style == 0 ? i : 2 * i, b = style == 0 ? i + rot / 2 : 2 * i + 1;
+              ref[a] = v[a] * c - v[b] * s;
+              ref[b] = v[b] * c + v[a] * s;
+            }
+            for (uint32_t d = 0; d < head_dim; ++d)
+              r.check(got[(t * n_heads + h) * head_dim + d], ref[d], 4 * kRel * (std::abs(v[d]) + 1.0), "token " + std::to_string(t));
+          }
+      }
+  });
+}
+
+void run_elementwise(Runner& r) {
+  auto qa = query(SL_OP_GATED_ACTIVATION);
+  r.op("gated_activation", &qa, [&] {
+    for (uint32_t act : {0u, 1u, 2u}) {
+      r.new_case("activation " + std::to_string(act));
+      const uint64_t n = 4099;
+      const auto g = r.random(n, 3.0f), u = r.random(n);
+      auto dg = r.upload(g), du = r.upload(u), out = r.zeros(n);
+      sl_error err{};
+      r.expect_ok(r.api()->gated_activation(r.raw(), act, dg.get(), du.get(), out.get(), n, &err), err, "gated_activation");
+      const auto got = r.download(out, n);
+      for (uint64_t i = 0; i < n; ++i) {
+        const double x = g[i];
+        const double a = act == 0 ? x / (1 + std::exp(-x))
+                         : act == 1 ? 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+                                    : 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+        r.check(got[i], a * u[i], 4 * kRel * (std::abs(x * u[i]) + std::abs(a * u[i])) + kFloor, "value " + std::to_string(i));
+      }
+    }
+  });
+  for (const char* name : {"add", "mul", "scale", "copy"}) {
+    auto q = query(std::string(name) == "add" ? SL_OP_ADD : std::string(name) == "mul" ? SL_OP_MUL : std::string(name) == "scale" ? SL_OP_SCALE : SL_OP_COPY);
+    r.op(name, &q, [&] {
+      for (uint64_t n : {1u, 13u, 4099u}) {
+        r.new_case("n " + std::to_string(n));
+        const auto a = r.random(n + 8), b = r.random(n + 8);
+        auto da = r.upload(a), db = r.upload(b), out = r.zeros(n + 8);
+        sl_error err{};
+        const std::string op = name;
+        std::vector<double> ref(n);
+        if (op == "add") {
+          r.expect_ok(r.api()->add(r.raw(), da.get(), db.get(), out.get(), n, &err), err, name);
+          for (uint64_t i = 0; i < n; ++i) ref[i] = a[i] + b[i];
+        } else if (op == "mul") {
+          r.expect_ok(r.api()->mul(r.raw(), da.get(), db.get(), out.get(), n, &err), err, name);
+          for (uint64_t i = 0; i < n; ++i) ref[i] = a[i] * b[i];
+        } else if (op == "scale") {
+          r.expect_ok(r.api()->copy(r.raw(), da.get(), 0, out.get(), 0, n + 8, &err), err, "copy");
+          r.expect_ok(r.api()->scale(r.raw(), out.get(), -0.375f, n, &err), err, name);
+          for (uint64_t i = 0; i < n; ++i) ref[i] = a[i] * -0.375f;
+        } else {
+          r.expect_ok(r.api()->copy(r.raw(), da.get(), 8, out.get(), 0, n, &err), err, name);
+          for (uint64_t i = 0; i < n; ++i) ref[i] = a[i + 8];
+        }
+        const auto got = r.download(out, n);
+        for (uint64_t i = 0; i < n; ++i) r.check(got[i], static_cast<float>(ref[i]), 0.0 + 1e-30, "value " + std::to_string(i));
+      }
+    });
+  }
+  auto qs = query(SL_OP_SOFTMAX);
+  r.op("softmax", &qs, [&] {
+    for (auto [rows, dim] : {std::pair{1u, 1u}, {3u, 7u}, {4u, 129u}, {2u, 5000u}}) {
+      r.new_case(std::to_string(rows) + "x" + std::to_string(dim));
+      const auto x = r.random(std::size_t(rows) * dim, 30.0f, 50.0f);
+      auto buf = r.upload(x);
+      sl_error err{};
+      r.expect_ok(r.api()->softmax(r.raw(), buf.get(), rows, dim, &err), err, "softmax");
+      const auto got = r.download(buf, x.size());
+      for (uint32_t row = 0; row < rows; ++row) {
+        const float* v = x.data() + row * dim;
+        const double m = *std::max_element(v, v + dim);
+        double sum = 0;
+        for (uint32_t i = 0; i < dim; ++i) sum += std::exp(v[i] - m);
+        for (uint32_t i = 0; i < dim; ++i) {
+          const double p = std::exp(v[i] - m) / sum;
+          r.check(got[row * dim + i], p, 1e-5 * p + 1e-7, "row " + std::to_string(row));
+        }
+      }
+    }
+  });
+  auto qk = query(SL_OP_TOPK);
+  r.op("topk", &qk, [&] {
+    for (uint32_t experts : {8u, 61u})
+      for (uint32_t k : {1u, 2u, 6u})
+        for (int softmax_first : {0, 1}) {
+          r.new_case("experts " + std::to_string(experts) + " k " + std::to_string(k) + (softmax_first ? " softmax-first" : ""));
+          const uint32_t rows = 5;
+          const auto logits = r.random(std::size_t(rows) * experts, 2.0f);
+          auto in = r.upload(logits), ids = r.zeros(rows * k), weights = r.zeros(rows * k);
+          sl_error err{};
+          r.expect_ok(r.api()->topk(r.raw(), in.get(), rows, experts, k, softmax_first, 1, ids.get(), weights.get(), &err), err, "topk");
+          const auto idf = r.download(ids, rows * k);
+          const auto w = r.download(weights, rows * k);
+          for (uint32_t row = 0; row < rows; ++row) {
+            const float* l = logits.data() + row * experts;
+            std::vector<int32_t> order(experts);
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+            std::vector<double> ref(k);
+            double sum = 0;
+            for (uint32_t i = 0; i < k; ++i) sum += (ref[i] = std::exp(double(l[order[i]]) - l[order[0]]));
+            for (uint32_t i = 0; i < k; ++i) {
+              int32_t got_id;
+              std::memcpy(&got_id, &idf[row * k + i], 4);
+              r.check(got_id, order[i], 0.5, "row " + std::to_string(row) + " rank id " + std::to_string(i));
+              r.check(w[row * k + i], ref[i] / sum, 1e-5 * ref[i] / sum + 1e-7, "row " + std::to_string(row) + " weight");
+            }
+          }
+        }
+  });
+}
+
+struct AttnShape {
+  uint32_t heads, kv_heads, dim, window;
+  float softcap;
+  bool sinks;
+};
+
+// Writes every position of the sequences (one batch), then attends for `queries` (sequence,
+// position) in a second batch and checks against naive softmax attention over the codec-rounded K, V.
+void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s, const std::vector<uint32_t>& lengths,
+                        uint32_t page_tokens, uint32_t max_pages, const std::vector<int32_t>& table, uint32_t n_pages,
+                        const std::vector<std::pair<uint32_t, int32_t>>& queries) {
+  sl_error err{};
+  sl_kvcodec *kc = nullptr, *vc = nullptr;
+  r.expect_ok(api.create(s.dim, SL_KV_KEYS, "", &kc, &err), err, "codec create");
+  std::unique_ptr<sl_kvcodec, void (*)(sl_kvcodec*)> kguard(kc, api.destroy);
+  r.expect_ok(api.create(s.dim, SL_KV_VALUES, "", &vc, &err), err, "codec create");
+  std::unique_ptr<sl_kvcodec, void (*)(sl_kvcodec*)> vguard(vc, api.destroy);
+  sl_kv_format fmt{};
+  fmt.struct_size = sizeof(fmt);
+  api.get_format(kc, &fmt);
+  sl_kv_layout layout{};
+  layout.struct_size = sizeof(layout);
+  layout.n_layers = 2;
+  layout.n_kv_heads = s.kv_heads;
+  layout.head_dim = s.dim;
+  layout.page_tokens = page_tokens;
+  layout.n_pages = n_pages;
+  layout.k_api = &api;
+  layout.k_codec = kc;
+  layout.v_api = &api;
+  layout.v_codec = vc;
+  sl_kv_cache* cache = nullptr;
+  r.expect_ok(r.api()->kv_create(r.raw(), &layout, &cache, &err), err, "kv_create");
+  std::unique_ptr<sl_kv_cache, std::function<void(sl_kv_cache*)>> cguard(cache, [&](sl_kv_cache* c) { r.api()->kv_destroy(r.raw(), c); });
+  const uint32_t n_seqs = static_cast<uint32_t>(lengths.size());
+  const std::size_t kv_row = std::size_t(s.kv_heads) * s.dim, q_row = std::size_t(s.heads) * s.dim;
+  std::vector<std::vector<float>> kref(n_seqs), vref(n_seqs);
+  std::vector<int32_t> positions, slots;
+  std::vector<float> k_all, v_all;
+  for (uint32_t seq = 0; seq < n_seqs; ++seq) {
+    auto k = r.random(lengths[seq] * kv_row), v = r.random(lengths[seq] * kv_row);
+    k_all.insert(k_all.end(), k.begin(), k.end());
+    v_all.insert(v_all.end(), v.begin(), v.end());
+    std::vector<std::byte> rows(std::size_t(lengths[seq]) * s.kv_heads * fmt.row_bytes);
+    kref[seq].resize(k.size());
+    vref[seq].resize(v.size());
+    api.encode(kc, k.data(), lengths[seq] * s.kv_heads, rows.data(), &err);
+    api.decode(kc, rows.data(), lengths[seq] * s.kv_heads, kref[seq].data(), &err);
+    api.encode(vc, v.data(), lengths[seq] * s.kv_heads, rows.data(), &err);
+    api.decode(vc, rows.data(), lengths[seq] * s.kv_heads, vref[seq].data(), &err);
+    for (uint32_t p = 0; p < lengths[seq]; ++p) {
+      positions.push_back(static_cast<int32_t>(p));
+      slots.push_back(static_cast<int32_t>(seq));
+    }
+  }
+  r.begin_batch(positions, slots, n_seqs, max_pages, table);
+  auto dk = r.upload(k_all), dv = r.upload(v_all);
+  r.expect_ok(r.api()->kv_write(r.raw(), cache, 1, dk.get(), dv.get(), &err), err, "kv_write");
+
+  positions.clear();
+  slots.clear();
+  for (const auto& [seq, pos] : queries) {
+    slots.push_back(static_cast<int32_t>(seq));
+    positions.push_back(pos);
+  }
+  r.begin_batch(positions, slots, n_seqs, max_pages, table);
+  const auto qv = r.random(positions.size() * q_row);
+  const auto sinks = r.random(s.heads);
+  auto dq = r.upload(qv), ds = r.upload(sinks), out = r.zeros(qv.size());
+  sl_attention_params p{};
+  p.struct_size = sizeof(p);
+  p.n_heads = s.heads;
+  p.n_kv_heads = s.kv_heads;
+  p.head_dim = s.dim;
+  p.scale = static_cast<float>(1.0 / std::sqrt(double(s.dim)));
+  p.window = s.window;
+  p.softcap = s.softcap;
+  p.sinks = s.sinks ? ds.get() : nullptr;
+  r.expect_ok(r.api()->attention(r.raw(), cache, 1, dq.get(), &p, out.get(), &err), err, "attention");
+  const auto got = r.download(out, qv.size());
+  const uint32_t group = s.heads / s.kv_heads;
+  for (std::size_t t = 0; t < positions.size(); ++t) {
+    const uint32_t seq = static_cast<uint32_t>(slots[t]);
+    const int32_t pos = positions[t];
+    const int32_t lo = s.window ? std::max<int32_t>(0, pos - int32_t(s.window) + 1) : 0;
+    for (uint32_t h = 0; h < s.heads; ++h) {
+      const uint32_t kvh = h / group;
+      const float* qh = qv.data() + t * q_row + std::size_t(h) * s.dim;
+      std::vector<double> sc;
+      double m = s.sinks ? sinks[h] : -INFINITY;
+      for (int32_t j = lo; j <= pos; ++j) {
+        double dot = 0;
+        for (uint32_t d = 0; d < s.dim; ++d) dot += double(qh[d]) * kref[seq][(std::size_t(j) * s.kv_heads + kvh) * s.dim + d];
+        double score = dot * p.scale;
+        if (s.softcap > 0) score = std::tanh(score / s.softcap) * s.softcap;
+        sc.push_back(score);
+        m = std::max(m, score);
+      }
+      double sum = s.sinks ? std::exp(sinks[h] - m) : 0.0;
+      for (auto& x : sc) sum += (x = std::exp(x - m));
+      for (uint32_t d = 0; d < s.dim; ++d) {
+        double ref = 0, mag = 0;
+        for (int32_t j = lo; j <= pos; ++j) {
+          const double term = sc[j - lo] / sum * vref[seq][(std::size_t(j) * s.kv_heads + kvh) * s.dim + d];
+          ref += term;
+          mag += std::abs(term);
+        }
+        r.check(got[t * q_row + std::size_t(h) * s.dim + d], ref, 1e-4 * (mag + 1.0),
+                "token " + std::to_string(t) + " head " + std::to_string(h));
+      }
+    }
+  }
+}
+
+// A codec table like the built-in one but without OpenCL source: device backends take their host path.
+sl_kvcodec_api without_device_source(const sl_kvcodec_api* api) {
+  sl_kvcodec_api copy = *api;
+  copy.opencl_source = nullptr;
+  return copy;
+}
+
+void run_attention(Runner& r) {
+  struct CodecCase {
+    const char* name;
+    sl_kvcodec_api api;
+  };
+  const CodecCase codecs[] = {{"f32", *builtin_f32_codec()},
+                              {"f16", *builtin_f16_codec()},
+                              {"f16 host codec", without_device_source(builtin_f16_codec())}};
+  const AttnShape shapes[] = {{4, 2, 16, 0, 0, false}, {8, 2, 64, 0, 0, false}, {6, 6, 32, 7, 0, false}, {4, 1, 16, 0, 5.0f, true}};
+  for (const auto& cc : codecs) {
+    sl_op_query q = query(SL_OP_ATTENTION);
+    q.k_api = &cc.api;
+    q.v_api = &cc.api;
+    r.op(std::string("kv_write+attention ") + cc.name, &q, [&] {
+      for (const auto& s : shapes) {
+        const std::string shape = "heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " dim " +
+                                  std::to_string(s.dim) + " window " + std::to_string(s.window) + (s.sinks ? " sinks" : "") +
+                                  (s.softcap > 0 ? " softcap" : "");
+        // Prefill of two sequences (37 and 21 positions, scattered pages) in one batch.
+        r.new_case("prefill " + shape);
+        std::vector<std::pair<uint32_t, int32_t>> all;
+        for (uint32_t seq = 0; seq < 2; ++seq)
+          for (int32_t p = 0; p < (seq ? 21 : 37); ++p) all.push_back({seq, p});
+        attention_scenario(r, cc.api, s, {37, 21}, 16, 4, {5, 0, 9, 2, 7, 11, 3, -1}, 12, all);
+      }
+      // Decode over a long history (the device path may split the keys across work-groups).
+      const uint32_t long_len = r.options().quick ? 700 : 3000, pages = (long_len + 15) / 16;
+      std::vector<int32_t> table(pages);
+      for (uint32_t i = 0; i < pages; ++i) table[i] = static_cast<int32_t>((i * 7) % pages);
+      if (std::gcd(7u, pages) != 1) std::iota(table.begin(), table.end(), 0);
+      for (const auto& s : {AttnShape{8, 2, 64, 0, 0, false}, AttnShape{4, 1, 16, 0, 0, true}}) {
+        r.new_case("decode at " + std::to_string(long_len) + " heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads));
+        attention_scenario(r, cc.api, s, {long_len}, 16, pages, table, pages, {{0, int32_t(long_len) - 1}, {0, int32_t(long_len) / 2}});
+      }
+    });
+  }
+}
+
+}  // namespace
+
+std::vector<OpResult> run_all(const BackendHandle& backend, const Options& options) {
+  Runner r(backend, options);
+  run_embed(r);
+  run_norms(r);
+  run_matmul(r);
+  run_rope(r);
+  run_elementwise(r);
+  run_attention(r);
+  return std::move(r.results);
+}
+
+}  // namespace sluice::conformance
