@@ -148,6 +148,17 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
     c->on_device = allow_device && codec_has_opencl(layout->k_api, layout->k_codec) &&
                    codec_has_opencl(layout->v_api, layout->v_codec) && layer_bytes <= be->caps.max_alloc;
     if (c->on_device) {
+      // The codecs' device functions must follow docs/PLUGINS.md (SL_KV_FN(encode_row), SL_KV_FN(load)):
+      // source that does not build with ours sends this cache to the host path instead of failing later.
+      try {
+        cache_kernels(be, c.get(), 1);
+      } catch (const std::exception& e) {
+        c->on_device = false;
+        c->kernels.clear();
+        c->fallback_reason = e.what();
+      }
+    }
+    if (c->on_device) {
       for (uint32_t l = 0; l < layout->n_layers; ++l) {
         c->device_layers.emplace_back(be->context, CL_MEM_READ_WRITE, std::max<uint64_t>(layer_bytes, 4));
         const cl_uchar zero = 0;

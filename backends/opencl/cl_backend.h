@@ -31,7 +31,8 @@ struct sl_kv_cache {
   sl_kv_format k_format{};
   sl_kv_format v_format{};
   uint64_t page_bytes = 0;  // one page of one layer: K rows of every head, then V rows
-  bool on_device = false;   // both codecs give OpenCL source
+  bool on_device = false;   // both codecs give OpenCL source that builds with our kernels
+  std::string fallback_reason;  // why the host keeps this cache, when it does
   std::vector<cl::Buffer> device_layers;              // on_device: one buffer per layer
   std::vector<std::vector<std::byte>> host_layers;    // otherwise: the host keeps the KV (codec encode/decode)
   // kv_write/attention/attention_merge built with the codecs' source, per query heads per KV head.

@@ -594,6 +594,13 @@ sl_kvcodec_api without_device_source(const sl_kvcodec_api* api) {
   return copy;
 }
 
+// One whose OpenCL source does not follow the contract: device backends must fall back, not fail.
+sl_kvcodec_api with_broken_device_source(const sl_kvcodec_api* api) {
+  sl_kvcodec_api copy = *api;
+  copy.opencl_source = [](const sl_kvcodec*) -> const char* { return "float not_the_contract(void) { return 0.0f; }\n"; };
+  return copy;
+}
+
 void run_attention(Runner& r) {
   struct CodecCase {
     const char* name;
@@ -601,7 +608,8 @@ void run_attention(Runner& r) {
   };
   const CodecCase codecs[] = {{"f32", *builtin_f32_codec()},
                               {"f16", *builtin_f16_codec()},
-                              {"f16 host codec", without_device_source(builtin_f16_codec())}};
+                              {"f16 host codec", without_device_source(builtin_f16_codec())},
+                              {"f16 foreign device source", with_broken_device_source(builtin_f16_codec())}};
   const AttnShape shapes[] = {{4, 2, 16, 0, 0, false}, {8, 2, 64, 0, 0, false}, {6, 6, 32, 7, 0, false}, {4, 1, 16, 0, 5.0f, true}};
   for (const auto& cc : codecs) {
     sl_op_query q = query(SL_OP_ATTENTION);
