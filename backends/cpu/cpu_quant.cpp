@@ -28,9 +28,9 @@ inline __m256 codes8x8(const uint32_t* words) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(words))));
 }
 
-// One weight row against NT activation rows, 4- or 8-bit, group a multiple of 8 columns.
-template <int NT, uint32_t Bits>
-void row_dot_avx2(const QuantView& q, std::size_t r, const float* x, const float* xsum, float* result) {
+// One weight row against NT activation rows, 8-bit, group a multiple of 16 columns.
+template <int NT>
+void row_dot8_avx2(const QuantView& q, std::size_t r, const float* x, const float* xsum, float* result) {
   const uint32_t* w = q.row(r);
   const std::size_t cols = q.cols, G = q.group;
   __m256 total[NT];
@@ -45,14 +45,7 @@ void row_dot_avx2(const QuantView& q, std::size_t r, const float* x, const float
     const std::size_t c0 = g * G;
     const uint32_t* gw = w + g * q.words_per_group;
     for (std::size_t c = 0; c < G; c += 16) {
-      __m256 q0, q1;
-      if constexpr (Bits == 4) {
-        q0 = codes4x8(gw + c / 8);
-        q1 = codes4x8(gw + c / 8 + 1);
-      } else {
-        q0 = codes8x8(gw + c / 4);
-        q1 = codes8x8(gw + c / 4 + 2);
-      }
+      const __m256 q0 = codes8x8(gw + c / 4), q1 = codes8x8(gw + c / 4 + 2);
       for (int t = 0; t < NT; ++t) {
         const float* xt = x + t * cols + c0 + c;
         a0[t] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(xt), a0[t]);
@@ -64,6 +57,45 @@ void row_dot_avx2(const QuantView& q, std::size_t r, const float* x, const float
     for (int t = 0; t < NT; ++t) {
       total[t] = _mm256_fmadd_ps(_mm256_add_ps(a0[t], a1[t]), vs, total[t]);
       bias_part[t] += b * xsum[t * q.groups_per_row + g];
+    }
+  }
+  for (int t = 0; t < NT; ++t) result[t] = hsum(total[t]) + bias_part[t];
+}
+
+// One weight row against NT activation rows, 4-bit. Eight bytes (16 codes) widen to eight 32-bit
+// lanes, each holding an even column's code in its low nibble and the next odd column's in the high
+// one; `xp` is the activation with each run of 16 columns stored evens first, then odds (see
+// permute_for_nibbles), so both halves meet their activations without a shuffle.
+template <int NT>
+void row_dot4_avx2(const QuantView& q, std::size_t r, const float* xp, const float* xsum, float* result) {
+  const auto* w = reinterpret_cast<const uint8_t*>(q.row(r));
+  const std::size_t cols = q.cols, G = q.group;
+  const __m256i low = _mm256_set1_epi32(0xf);
+  __m256 total[NT];
+  float bias_part[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps();
+    bias_part[t] = 0.0f;
+  }
+  for (std::size_t g = 0; g < q.groups_per_row; ++g) {
+    __m256 a0[NT], a1[NT];
+    for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
+    const std::size_t c0 = g * G;
+    for (std::size_t c = c0; c < c0 + G; c += 16) {
+      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + c / 2)));
+      const __m256 even = _mm256_cvtepi32_ps(_mm256_and_si256(b, low));
+      const __m256 odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = xp + t * cols + c;
+        a0[t] = _mm256_fmadd_ps(even, _mm256_loadu_ps(xt), a0[t]);
+        a1[t] = _mm256_fmadd_ps(odd, _mm256_loadu_ps(xt + 8), a1[t]);
+      }
+    }
+    const float s = q.scale(r, g), bias = q.bias(r, g);
+    const __m256 vs = _mm256_set1_ps(s);
+    for (int t = 0; t < NT; ++t) {
+      total[t] = _mm256_fmadd_ps(_mm256_add_ps(a0[t], a1[t]), vs, total[t]);
+      bias_part[t] += bias * xsum[t * q.groups_per_row + g];
     }
   }
   for (int t = 0; t < NT; ++t) result[t] = hsum(total[t]) + bias_part[t];
@@ -144,18 +176,32 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst) {
   }
 }
 
-void quant_matvec_rows(const QuantView& q, const float* x, const float* xsum, uint32_t n_act, std::size_t r0,
-                       std::size_t r1, float* out, std::size_t out_stride) {
+void permute_for_nibbles(const float* x, std::size_t n, float* xp) {
+  for (std::size_t c = 0; c + 16 <= n; c += 16)
+    for (std::size_t k = 0; k < 8; ++k) {
+      xp[c + k] = x[c + 2 * k];
+      xp[c + 8 + k] = x[c + 2 * k + 1];
+    }
+}
+
+void quant_matvec_rows(const QuantView& q, const float* x, const float* xperm, const float* xsum, uint32_t n_act,
+                       std::size_t r0, std::size_t r1, float* out, std::size_t out_stride) {
   float res[4];
   for (std::size_t r = r0; r < r1; ++r) {
 #ifdef SLUICE_CPU_AVX2
-    if (q.bits == 4 || q.bits == 8) {
-      const bool four = q.bits == 4;
+    if (q.bits == 4 && xperm) {
       switch (n_act) {
-        case 1: four ? row_dot_avx2<1, 4>(q, r, x, xsum, res) : row_dot_avx2<1, 8>(q, r, x, xsum, res); break;
-        case 2: four ? row_dot_avx2<2, 4>(q, r, x, xsum, res) : row_dot_avx2<2, 8>(q, r, x, xsum, res); break;
-        case 3: four ? row_dot_avx2<3, 4>(q, r, x, xsum, res) : row_dot_avx2<3, 8>(q, r, x, xsum, res); break;
-        default: four ? row_dot_avx2<4, 4>(q, r, x, xsum, res) : row_dot_avx2<4, 8>(q, r, x, xsum, res); break;
+        case 1: row_dot4_avx2<1>(q, r, xperm, xsum, res); break;
+        case 2: row_dot4_avx2<2>(q, r, xperm, xsum, res); break;
+        case 3: row_dot4_avx2<3>(q, r, xperm, xsum, res); break;
+        default: row_dot4_avx2<4>(q, r, xperm, xsum, res); break;
+      }
+    } else if (q.bits == 8) {
+      switch (n_act) {
+        case 1: row_dot8_avx2<1>(q, r, x, xsum, res); break;
+        case 2: row_dot8_avx2<2>(q, r, x, xsum, res); break;
+        case 3: row_dot8_avx2<3>(q, r, x, xsum, res); break;
+        default: row_dot8_avx2<4>(q, r, x, xsum, res); break;
       }
     } else
 #endif
@@ -177,8 +223,17 @@ void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weigh
       xsum[t * q.groups_per_row + g] = s;
     }
   const float* xs = xsum.data();
+  const float* xp = nullptr;
+#ifdef SLUICE_CPU_AVX2
+  thread_local std::vector<float> xperm;
+  if (q.bits == 4) {
+    xperm.resize(std::size_t(n_act) * q.cols);
+    for (uint32_t t = 0; t < n_act; ++t) permute_for_nibbles(x + std::size_t(t) * q.cols, q.cols, xperm.data() + std::size_t(t) * q.cols);
+    xp = xperm.data();
+  }
+#endif
   be->pool->parallel_for(q.rows, 64, [&](std::size_t b, std::size_t e, unsigned) {
-    quant_matvec_rows(q, x, xs, n_act, b, e, out, q.rows);
+    quant_matvec_rows(q, x, xp, xs, n_act, b, e, out, q.rows);
   });
 }
 

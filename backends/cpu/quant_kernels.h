@@ -87,10 +87,15 @@ QuantView quant_view(const sl_weight* w);
 // Row r dequantized to float32 (cols values).
 void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst);
 
+// x (n values, a multiple of 16) with each run of 16 reordered evens first, then odds: the order in
+// which the 4-bit kernel meets a run's codes.
+void permute_for_nibbles(const float* x, std::size_t n, float* xp);
+
 // out[t, r] = sum_c x[t, c] * w[r, c] for n_act <= 4 activation rows, output rows [r0, r1).
-// xsum[t * groups_per_row + g] holds sum(x[t, group g]).
-void quant_matvec_rows(const QuantView& q, const float* x, const float* xsum, uint32_t n_act, std::size_t r0,
-                       std::size_t r1, float* out, std::size_t out_stride);
+// xsum[t * groups_per_row + g] holds sum(x[t, group g]); xperm is x through permute_for_nibbles for
+// 4-bit weights on AVX2 (else unused, may be null).
+void quant_matvec_rows(const QuantView& q, const float* x, const float* xperm, const float* xsum, uint32_t n_act,
+                       std::size_t r0, std::size_t r1, float* out, std::size_t out_stride);
 // The decode path of matmul for a quantized weight (checked with quant_weight_problem), on the pool.
 void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out);
 
