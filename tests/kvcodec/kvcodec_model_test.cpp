@@ -65,7 +65,7 @@ TEST_P(KvCodecOnModel, GreedyTokensAgreeWithF16) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, KvCodecOnModel,
-                         ::testing::Values(GreedyCase{"q8", 16}, GreedyCase{"turbo4", 8}, GreedyCase{"turbo3", 3},
+                         ::testing::Values(GreedyCase{"q8", 16}, GreedyCase{"q4", 2}, GreedyCase{"turbo4", 8}, GreedyCase{"turbo3", 3},
                                            GreedyCase{"turbo2", 0}, GreedyCase{"turbo-prod", 0},
                                            GreedyCase{"k=turbo4,v=turbo3", 3}, GreedyCase{"k=q8,v=turbo2", 0}),
                          [](const auto& info) {
@@ -106,7 +106,7 @@ TEST_P(KvCodecFusedPath, FusedHooksGiveTheSameNllAsDecodeThenGemm) {
   EXPECT_NEAR(fused, gemm, 1e-3 * gemm) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(All, KvCodecFusedPath, ::testing::Values("q8", "turbo4", "turbo3", "turbo-prod"),
+INSTANTIATE_TEST_SUITE_P(All, KvCodecFusedPath, ::testing::Values("q8", "q4", "turbo4", "turbo3", "turbo-prod"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n)
