@@ -129,6 +129,34 @@ inline void quant_row_words(__global const uint* wr, uint words, __global const 
   }
 }
 
+// 4-bit rows, 32 codes (one uint4) per work-item step: wider loads keep more bytes in flight, which
+// is what decode needs. Requires words_per_row % 4 == 0 and group_size % 32 == 0 (one group per step).
+inline void quant_row_q4x4(__global const uint* wr, uint words, __global const uchar* sr, __global const uchar* br,
+                           uint scale_dtype, uint group_size, __global const float* x, uint cols, uint n_t, float* acc) {
+  for (uint i = get_local_id(0) % TEAM; i < words / 4u; i += TEAM) {
+    const uint4 w4 = vload4(i, wr);
+    const uint c0 = i * 32u, g = c0 / group_size;
+    const float s = load_value(sr, scale_dtype, g), b = load_value(br, scale_dtype, g);
+    const uint wv[4] = {w4.s0, w4.s1, w4.s2, w4.s3};
+    for (uint t = 0; t < MAX_T; ++t) {
+      if (t >= n_t) break;
+      __global const float* xt = x + (ulong)t * cols + c0;
+      float qx = 0.0f, sx = 0.0f;
+      for (uint k = 0; k < 4; ++k) {
+        const float8 xv = vload8(k, xt);
+        const uint w = wv[k];
+        const float8 q = (float8)((float)(w & 15u), (float)((w >> 4) & 15u), (float)((w >> 8) & 15u),
+                                  (float)((w >> 12) & 15u), (float)((w >> 16) & 15u), (float)((w >> 20) & 15u),
+                                  (float)((w >> 24) & 15u), (float)(w >> 28));
+        const float8 p = q * xv;
+        qx += (p.s0 + p.s1) + (p.s2 + p.s3) + (p.s4 + p.s5) + (p.s6 + p.s7);
+        sx += (xv.s0 + xv.s1) + (xv.s2 + xv.s3) + (xv.s4 + xv.s5) + (xv.s6 + xv.s7);
+      }
+      acc[t] += s * qx + b * sx;
+    }
+  }
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void matvec_quant(__global const uchar* wbase, ulong w_off, uint bits, ulong words_per_row, __global const uchar* sbase,
                   ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
@@ -146,7 +174,9 @@ void matvec_quant(__global const uchar* wbase, ulong w_off, uint bits, ulong wor
     __global const uchar* sr = sbase + s_off + (ulong)row * groups * ssize;
     __global const uchar* br = bbase + b_off + (ulong)row * groups * ssize;
     const bool whole_words = (32u % bits == 0u) && (group_size % (32u / bits) == 0u);
-    if (whole_words && bits == 4u) {
+    if (bits == 4u && words_per_row % 4u == 0u && group_size % 32u == 0u) {
+      quant_row_q4x4(wr, (uint)words_per_row, sr, br, scale_dtype, group_size, x, cols, n_t, acc);
+    } else if (whole_words && bits == 4u) {
       quant_row_words(wr, (uint)words_per_row, sr, br, scale_dtype, group_size, x, cols, n_t, acc, 4u);
     } else if (whole_words && bits == 8u) {
       quant_row_words(wr, (uint)words_per_row, sr, br, scale_dtype, group_size, x, cols, n_t, acc, 8u);
