@@ -19,9 +19,9 @@
 #ifdef SLUICE_PTX_SHFL
 inline float warp_sum(float v) {
   for (int m = 16; m > 0; m >>= 1) {
-    float o;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(o) : "f"(v), "r"(m));
-    v += o;
+    int o;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
+    v += as_float(o);
   }
   return v;
 }
