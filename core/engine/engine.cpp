@@ -1,7 +1,13 @@
-// The engine thread: takes requests from a bounded queue and runs them on the runtime, streaming
-// tokens back through each request's callbacks.
+// The engine thread: continuous batching over up to --parallel sequences.
+//
+// Each step fills one batch from every active sequence — one token for each decoding sequence, a
+// chunk of prompt for each prefilling one (whole chunks of --prefill-size, so a prompt is cut the
+// same way whether it runs alone or beside others) — and runs one forward pass. New requests join
+// between steps (reusing any cached prefix of their prompt), finished ones leave and free their
+// pages at once. Results stream back through each request's callbacks on this thread.
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -9,6 +15,7 @@
 #include <thread>
 
 #include "engine/runtime.h"
+#include "engine/sequence.h"
 
 namespace sluice {
 
@@ -25,11 +32,13 @@ const char* to_string(FinishReason reason) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(std::unique_ptr<Runtime> rt, int queue_size) : rt_(std::move(rt)), queue_limit_(queue_size) {
+  EngineImpl(std::unique_ptr<Runtime> rt, const EngineOptions& options)
+      : rt_(std::move(rt)), queue_limit_(options.queue_size), parallel_(std::max(1, options.parallel)),
+        prefill_size_(std::max(1, options.prefill_size)) {
     metrics_.weight_bytes = rt_->model().weight_bytes();
     metrics_.kv_bytes_capacity = rt_->kv().capacity_bytes();
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();
@@ -51,7 +60,7 @@ class EngineImpl final : public Engine {
     std::lock_guard lock(mu_);
     if (stopping_) return make_error("the engine is shutting down");
     if (static_cast<int>(queue_.size()) >= queue_limit_) return make_error("queue full");
-    queue_.push_back(Pending{std::move(req), Clock::now()});
+    queue_.push_back({std::move(req), Clock::now()});
     metrics_.queue_depth = static_cast<int>(queue_.size());
     cv_.notify_one();
     return {};
@@ -78,12 +87,8 @@ class EngineImpl final : public Engine {
   void shutdown() override {
     {
       std::lock_guard lock(mu_);
-      if (stopping_) {
-        if (!thread_.joinable()) return;
-      }
       stopping_ = true;
       for (auto& p : queue_) p.request->cancelled->store(true);
-      if (current_) current_->cancelled->store(true);
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
@@ -108,111 +113,246 @@ class EngineImpl final : public Engine {
 
   void loop() {
     for (;;) {
-      Pending next;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping with nothing left
-        next = std::move(queue_.front());
-        queue_.pop_front();
-        current_ = next.request;
-        metrics_.queue_depth = static_cast<int>(queue_.size());
-        metrics_.active_sequences = 1;
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+        if (stopping_) {
+          for (auto& p : queue_) waiting_cancel_.push_back(std::move(p));
+          queue_.clear();
+        }
       }
-      GenerationResult result = run(*next.request, next.queued_at);
+      // Requests refused while shutting down end as cancelled, outside the lock.
+      for (auto& p : waiting_cancel_) finish_unstarted(p, FinishReason::kCancelled);
+      waiting_cancel_.clear();
+      if (stopping_ && active_.empty()) return;
+      if (stopping_)
+        for (auto& s : active_) s->request->cancelled->store(true);
+      admit();
+      publish_metrics();
+      step();
+      retire();
+      publish_metrics();
+    }
+  }
+
+  // Moves queued requests into free slots, reusing cached prefixes of their prompts.
+  void admit() {
+    while (static_cast<int>(active_.size()) < parallel_) {
+      Pending next;
       {
         std::lock_guard lock(mu_);
-        current_.reset();
-        metrics_.active_sequences = 0;
-        ++metrics_.requests_total;
-        if (result.finish == FinishReason::kError) ++metrics_.requests_failed;
-        metrics_.prompt_tokens_total += result.stats.prompt_tokens;
-        metrics_.completion_tokens_total += result.stats.completion_tokens;
-        metrics_.prefill_seconds_total += result.stats.prefill_ms / 1000.0;
-        metrics_.decode_seconds_total += result.stats.decode_ms / 1000.0;
+        if (queue_.empty() || stopping_) return;
+        next = std::move(queue_.front());
+        queue_.pop_front();
       }
-      if (next.request->on_done) next.request->on_done(result);
+      auto seq = std::make_unique<Sequence>();
+      seq->request = next.request;
+      seq->queued_at = next.queued_at;
+      seq->started_at = Clock::now();
+      seq->tokens = next.request->prompt_ids;
+      seq->n_prompt = seq->tokens.size();
+      seq->sampler = std::make_unique<Sampler>(next.request->sampling);
+      seq->limit = std::min(next.request->max_tokens, rt_->context_size() - static_cast<int>(seq->n_prompt));
+      seq->result.stats.prompt_tokens = static_cast<int>(seq->n_prompt);
+      seq->result.stats.queue_ms = ms_between(next.queued_at, seq->started_at);
+      reuse_prefix(*seq);
+      active_.push_back(std::move(seq));
     }
   }
 
-  bool should_stop(const GenerationRequest& req) const {
-    return req.cancelled->load() || (req.deadline && Clock::now() > *req.deadline);
+  // Takes the longest run of the prompt's full blocks that the prefix cache holds. At least one
+  // prompt token is always left to compute: its logits start the generation.
+  void reuse_prefix(Sequence& seq) {
+    PagePool& pool = rt_->kv().pages();
+    const std::size_t bt = pool.page_tokens();
+    const std::size_t reusable_blocks = (seq.n_prompt - 1) / bt;
+    PagePool::BlockHash h = PagePool::kRootHash;
+    for (std::size_t b = 0; b < reusable_blocks; ++b) {
+      const auto next = PagePool::chain(h, std::span<const int32_t>(seq.tokens.data() + b * bt, bt));
+      auto page = pool.acquire_cached(next);
+      if (!page) break;
+      seq.pages.push_back(*page);
+      h = next;
+    }
+    seq.n_published = seq.pages.size();
+    seq.last_hash = h;
+    seq.n_past = static_cast<int32_t>(seq.pages.size() * bt);
+    seq.result.stats.cached_tokens = seq.n_past;
   }
 
-  GenerationResult run(GenerationRequest& req, Clock::time_point queued_at) {
-    GenerationResult result;
-    result.stats.prompt_tokens = static_cast<int>(req.prompt_ids.size());
-    result.stats.queue_ms = ms_since(queued_at);
-    if (should_stop(req)) {
-      result.finish = FinishReason::kCancelled;
-      return result;
-    }
-    SequenceState seq;
-    struct Release {
-      Runtime& rt;
-      SequenceState& seq;
-      ~Release() { rt.release(seq); }
-    } release{*rt_, seq};
-    {
-      std::lock_guard lock(mu_);
-      metrics_.kv_bytes_used = static_cast<uint64_t>(rt_->kv().bytes_per_token() * req.prompt_ids.size());
-    }
+  bool should_stop(const Sequence& s) const {
+    return s.request->cancelled->load() || (s.request->deadline && Clock::now() > *s.request->deadline);
+  }
 
-    std::vector<float> logits;
-    auto t0 = Clock::now();
-    if (auto s = rt_->run(seq, req.prompt_ids, false, logits); !s) {
-      result.finish = FinishReason::kError;
-      result.error = s.message();
-      return result;
-    }
-    result.stats.prefill_ms = ms_since(t0);
+  void finish(Sequence& s, FinishReason reason, std::string error = {}) {
+    if (s.finished) return;
+    s.finished = true;
+    s.result.finish = reason;
+    s.result.error = std::move(error);
+  }
 
-    const int room = rt_->context_size() - static_cast<int>(req.prompt_ids.size());
-    const int limit = std::min(req.max_tokens, room);
-    Sampler sampler(req.sampling);
-    std::vector<int32_t> history = req.prompt_ids;
+  // One forward pass over every active sequence.
+  void step() {
+    ForwardBatch batch;
+    std::vector<Sequence*> in_batch;     // sequences with tokens in this batch
+    std::vector<uint32_t> chunk_sizes;
+    std::vector<int> logit_index;        // per in_batch entry: its row in logits, or -1
+    const std::size_t budget = static_cast<std::size_t>(prefill_size_) + static_cast<std::size_t>(parallel_);
+    for (auto& sp : active_) {
+      Sequence& s = *sp;
+      if (s.finished) continue;
+      if (should_stop(s)) {
+        finish(s, FinishReason::kCancelled);
+        continue;
+      }
+      const std::size_t pending = s.tokens.size() - static_cast<std::size_t>(s.n_past);
+      const std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
+      // A whole chunk or nothing (the first sequence always gets in): chunking stays deterministic.
+      if (!batch.tokens.empty() && batch.tokens.size() + chunk > budget) continue;
+      if (auto st = rt_->ensure_pages_for(s.pages, s.n_past + static_cast<int32_t>(chunk)); !st) {
+        if (batch.tokens.empty() && active_count() == 1) {
+          finish(s, FinishReason::kError, st.message());
+        }
+        continue;  // waits for pages other sequences will free
+      }
+      const uint32_t slot = static_cast<uint32_t>(in_batch.size());
+      for (std::size_t i = 0; i < chunk; ++i) {
+        batch.tokens.push_back(s.tokens[static_cast<std::size_t>(s.n_past) + i]);
+        batch.positions.push_back(s.n_past + static_cast<int32_t>(i));
+        batch.seq_slots.push_back(static_cast<int32_t>(slot));
+      }
+      const bool needs_logits = static_cast<std::size_t>(s.n_past) + chunk == s.tokens.size();
+      logit_index.push_back(needs_logits ? static_cast<int>(batch.logit_rows.size()) : -1);
+      if (needs_logits) batch.logit_rows.push_back(static_cast<uint32_t>(batch.tokens.size() - 1));
+      in_batch.push_back(&s);
+      chunk_sizes.push_back(static_cast<uint32_t>(chunk));
+    }
+    if (in_batch.empty()) return;
+
+    batch.n_seqs = static_cast<uint32_t>(in_batch.size());
+    batch.max_pages = 0;
+    for (auto* s : in_batch) batch.max_pages = std::max<uint32_t>(batch.max_pages, static_cast<uint32_t>(s->pages.size()));
+    batch.page_table.assign(static_cast<std::size_t>(batch.n_seqs) * batch.max_pages, -1);
+    for (std::size_t i = 0; i < in_batch.size(); ++i)
+      std::copy(in_batch[i]->pages.begin(), in_batch[i]->pages.end(), batch.page_table.begin() + i * batch.max_pages);
+
+    if (auto st = rt_->model().forward(batch, rt_->kv().raw(), logits_); !st) {
+      for (auto* s : in_batch) finish(*s, FinishReason::kError, st.message());
+      return;
+    }
+    const auto now = Clock::now();
+    const std::size_t vocab = static_cast<std::size_t>(rt_->config().vocab_size);
+    for (std::size_t i = 0; i < in_batch.size(); ++i) {
+      Sequence& s = *in_batch[i];
+      s.n_past += static_cast<int32_t>(chunk_sizes[i]);
+      publish_full_blocks(s);
+      if (logit_index[i] < 0) continue;
+      if (!s.decoding) {
+        s.decoding = true;
+        s.decode_started_at = now;
+        s.result.stats.prefill_ms = ms_between(s.started_at, now);
+      }
+      sample(s, std::span<float>(logits_.data() + static_cast<std::size_t>(logit_index[i]) * vocab, vocab));
+    }
+  }
+
+  void sample(Sequence& s, std::span<float> logits) {
+    GenerationRequest& req = *s.request;
+    if (s.result.ids.size() >= static_cast<std::size_t>(std::max(0, s.limit))) {
+      finish(s, FinishReason::kLength);
+      return;
+    }
+    TokenEvent event;
+    if (req.top_logprobs > 0) event.top_logprobs = Sampler::top_logprobs(logits, req.top_logprobs);
+    const TokenChoice choice = s.sampler->sample(logits, s.tokens, s.n_prompt);
+    event.id = choice.id;
+    event.logprob = choice.logprob;
     const auto& eos = rt_->config().eos_token_ids;
-    auto t1 = Clock::now();
-    result.finish = FinishReason::kLength;
-    for (int produced = 0; produced < limit; ++produced) {
-      if (should_stop(req)) {
-        result.finish = FinishReason::kCancelled;
-        break;
-      }
-      TokenEvent event;
-      if (req.top_logprobs > 0) event.top_logprobs = Sampler::top_logprobs(logits, req.top_logprobs);
-      const TokenChoice choice = sampler.sample(logits, history, req.prompt_ids.size());
-      event.id = choice.id;
-      event.logprob = choice.logprob;
-      if (!req.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end()) {
-        result.finish = FinishReason::kStop;
-        break;
-      }
-      result.ids.push_back(choice.id);
-      history.push_back(choice.id);
-      result.stats.completion_tokens = static_cast<int>(result.ids.size());
-      if (req.on_token && !req.on_token(event)) {
-        result.finish = req.cancelled->load() ? FinishReason::kCancelled : FinishReason::kStop;
-        break;
-      }
-      if (produced + 1 == limit) break;  // no forward pass for a token nobody will read
-      const int32_t token = choice.id;
-      if (auto s = rt_->run(seq, std::span<const int32_t>(&token, 1), false, logits); !s) {
-        result.finish = FinishReason::kError;
-        result.error = s.message();
-        break;
-      }
+    if (!req.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end()) {
+      finish(s, FinishReason::kStop);
+      return;
     }
-    result.stats.decode_ms = ms_since(t1);
-    return result;
+    s.result.ids.push_back(choice.id);
+    s.tokens.push_back(choice.id);
+    s.result.stats.completion_tokens = static_cast<int>(s.result.ids.size());
+    if (req.on_token && !req.on_token(event)) {
+      finish(s, req.cancelled->load() ? FinishReason::kCancelled : FinishReason::kStop);
+      return;
+    }
+    if (s.result.ids.size() >= static_cast<std::size_t>(s.limit)) finish(s, FinishReason::kLength);
+  }
+
+  // Publishes every block that is now full of computed positions, so later requests can reuse it.
+  void publish_full_blocks(Sequence& s) {
+    PagePool& pool = rt_->kv().pages();
+    const std::size_t bt = pool.page_tokens();
+    while ((s.n_published + 1) * bt <= static_cast<std::size_t>(s.n_past)) {
+      const std::size_t b = s.n_published;
+      s.last_hash = PagePool::chain(s.last_hash, std::span<const int32_t>(s.tokens.data() + b * bt, bt));
+      pool.publish(s.last_hash, s.pages[b]);
+      ++s.n_published;
+    }
+  }
+
+  // Sequences that finished leave: pages back to the pool, on_done called, slot freed.
+  void retire() {
+    for (auto it = active_.begin(); it != active_.end();) {
+      Sequence& s = **it;
+      if (!s.finished) {
+        ++it;
+        continue;
+      }
+      const auto now = Clock::now();
+      if (s.decoding) s.result.stats.decode_ms = ms_between(s.decode_started_at, now);
+      else s.result.stats.prefill_ms = ms_between(s.started_at, now);
+      rt_->kv().pages().release(s.pages);
+      s.pages.clear();
+      {
+        std::lock_guard lock(mu_);
+        ++metrics_.requests_total;
+        if (s.result.finish == FinishReason::kError) ++metrics_.requests_failed;
+        metrics_.prompt_tokens_total += s.result.stats.prompt_tokens;
+        metrics_.cached_tokens_total += s.result.stats.cached_tokens;
+        metrics_.completion_tokens_total += s.result.stats.completion_tokens;
+        metrics_.prefill_seconds_total += s.result.stats.prefill_ms / 1000.0;
+        metrics_.decode_seconds_total += s.result.stats.decode_ms / 1000.0;
+      }
+      auto req = s.request;
+      GenerationResult result = std::move(s.result);
+      it = active_.erase(it);
+      if (req->on_done) req->on_done(result);
+    }
+  }
+
+  void finish_unstarted(Pending& p, FinishReason reason) {
+    GenerationResult r;
+    r.finish = reason;
+    r.stats.prompt_tokens = static_cast<int>(p.request->prompt_ids.size());
+    if (p.request->on_done) p.request->on_done(r);
+  }
+
+  int active_count() const {
+    return static_cast<int>(std::count_if(active_.begin(), active_.end(), [](const auto& s) { return !s->finished; }));
+  }
+
+  void publish_metrics() {
+    const PagePool& pool = rt_->kv().pages();
+    std::lock_guard lock(mu_);
+    metrics_.queue_depth = static_cast<int>(queue_.size());
+    metrics_.active_sequences = static_cast<int>(active_.size());
+    metrics_.kv_bytes_used = static_cast<uint64_t>(rt_->kv().bytes_per_token() * pool.pages_in_use() * pool.page_tokens());
   }
 
   std::unique_ptr<Runtime> rt_;
   const int queue_limit_;
+  const int parallel_;
+  const int prefill_size_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
-  std::shared_ptr<GenerationRequest> current_;
+  std::vector<Pending> waiting_cancel_;
+  std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only
+  std::vector<float> logits_;
   bool stopping_ = false;
   EngineMetrics metrics_;
   std::thread thread_;
@@ -223,7 +363,7 @@ class EngineImpl final : public Engine {
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   auto rt = Runtime::open(options);
   if (!rt) return rt.error();
-  return std::unique_ptr<Engine>(new EngineImpl(std::move(*rt), options.queue_size));
+  return std::unique_ptr<Engine>(new EngineImpl(std::move(*rt), options));
 }
 
 }  // namespace sluice

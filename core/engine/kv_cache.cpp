@@ -107,9 +107,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const BackendHandle& backend, c
     return s.error();
   kv->bytes_per_token_ = static_cast<double>(config.num_layers) * config.num_kv_heads *
                          (kv->k_->format().row_bytes + kv->v_->format().row_bytes);
-  kv->free_.resize(kv->n_pages_);
-  // Hand out low page numbers first (pop from the back).
-  for (uint32_t i = 0; i < kv->n_pages_; ++i) kv->free_[i] = static_cast<int32_t>(kv->n_pages_ - 1 - i);
+  kv->pool_ = std::make_unique<PagePool>(kv->n_pages_, kPageTokens);
   return kv;
 }
 
@@ -120,19 +118,6 @@ KvCache::~KvCache() {
 std::string KvCache::codec_description() const {
   if (k_->name() == v_->name()) return k_->name();
   return "k=" + k_->name() + ",v=" + v_->name();
-}
-
-Result<std::vector<int32_t>> KvCache::allocate(uint32_t n) {
-  if (n > free_.size())
-    return make_error("KV cache full: need " + std::to_string(n) + " pages, " + std::to_string(free_.size()) + " free");
-  std::vector<int32_t> pages(free_.end() - n, free_.end());
-  free_.resize(free_.size() - n);
-  std::reverse(pages.begin(), pages.end());
-  return pages;
-}
-
-void KvCache::release(const std::vector<int32_t>& pages) {
-  free_.insert(free_.end(), pages.rbegin(), pages.rend());
 }
 
 }  // namespace sluice

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/page_pool.h"
 #include "plugin/backend_handle.h"
 #include "plugin/plugin_registry.h"
 #include "sluice/backend.h"
@@ -53,15 +54,12 @@ class KvCache {
   sl_kv_cache* raw() const { return cache_; }
   uint32_t page_tokens() const { return kPageTokens; }
   uint32_t n_pages() const { return n_pages_; }
-  uint32_t free_pages() const { return static_cast<uint32_t>(free_.size()); }
+  PagePool& pages() { return *pool_; }
+  const PagePool& pages() const { return *pool_; }
   // Bytes of K and V for one token across all layers.
   double bytes_per_token() const { return bytes_per_token_; }
   uint64_t capacity_bytes() const { return static_cast<uint64_t>(bytes_per_token_ * n_pages_ * kPageTokens); }
   std::string codec_description() const;
-
-  // Takes n pages from the free list (error when too few are free).
-  Result<std::vector<int32_t>> allocate(uint32_t n);
-  void release(const std::vector<int32_t>& pages);
 
  private:
   KvCache(const BackendHandle& backend) : backend_(backend) {}
@@ -70,7 +68,7 @@ class KvCache {
   sl_kv_cache* cache_ = nullptr;
   uint32_t n_pages_ = 0;
   double bytes_per_token_ = 0;
-  std::vector<int32_t> free_;
+  std::unique_ptr<PagePool> pool_;
 };
 
 }  // namespace sluice

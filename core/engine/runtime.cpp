@@ -80,17 +80,17 @@ std::string Runtime::model_name() const {
   return p.filename().string();
 }
 
-Status Runtime::ensure_pages(SequenceState& seq, int32_t n_positions) {
+Status Runtime::ensure_pages_for(std::vector<int32_t>& pages, int32_t n_positions) {
   const uint32_t need = (static_cast<uint32_t>(n_positions) + kv_->page_tokens() - 1) / kv_->page_tokens();
-  if (need <= seq.pages.size()) return {};
-  auto pages = kv_->allocate(need - static_cast<uint32_t>(seq.pages.size()));
-  if (!pages) return pages.error();
-  seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
+  if (need <= pages.size()) return {};
+  auto fresh = kv_->pages().allocate(need - static_cast<uint32_t>(pages.size()));
+  if (!fresh) return fresh.error();
+  pages.insert(pages.end(), fresh->begin(), fresh->end());
   return {};
 }
 
 void Runtime::release(SequenceState& seq) {
-  kv_->release(seq.pages);
+  kv_->pages().release(seq.pages);
   seq.pages.clear();
   seq.n_past = 0;
 }

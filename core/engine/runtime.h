@@ -32,7 +32,9 @@ class Runtime {
   // prefill_size. all_logits: logits for every token (perplexity) or only the last.
   Status run(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
   void release(SequenceState& seq);
-  Status ensure_pages(SequenceState& seq, int32_t n_positions);
+  Status ensure_pages(SequenceState& seq, int32_t n_positions) { return ensure_pages_for(seq.pages, n_positions); }
+  // Grows a page list to hold n_positions positions.
+  Status ensure_pages_for(std::vector<int32_t>& pages, int32_t n_positions);
 
   const EngineOptions& options() const { return options_; }
   const ModelConfig& config() const { return config_; }

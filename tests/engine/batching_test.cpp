@@ -1,0 +1,187 @@
+// Continuous batching and prefix reuse: concurrent requests give exactly what each gives alone, a
+// multi-turn conversation reuses its cached prefix, cancellation and bursts give every page back.
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/page_pool.h"
+#include "reference.h"
+#include "util/json.h"
+
+namespace sluice {
+namespace {
+
+std::unique_ptr<Engine> make_engine(int parallel, int ctx = 512, int prefill = 64) {
+  EngineOptions o;
+  o.model_dir = test::source_path("models/tiny-code-qwen2").string();
+  o.plugin_dir = test::binary_path("lib").string();
+  o.backend = "cpu";
+  o.threads = 2;
+  o.ctx_size = ctx;
+  o.parallel = parallel;
+  o.prefill_size = prefill;
+  auto e = Engine::create(o);
+  EXPECT_TRUE(e.ok()) << e.message();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+std::vector<int32_t> prompt_of(int seed, int length) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < length; ++i) ids.push_back(200 + (seed * 977 + i * 131) % 7000);
+  return ids;
+}
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+// Submits all requests at once and waits for every result.
+std::vector<GenerationResult> run_together(Engine& engine, const std::vector<GenerationRequest>& requests) {
+  std::vector<std::future<GenerationResult>> futures;
+  for (const auto& r : requests) futures.push_back(std::async(std::launch::async, [&engine, r] { return engine.generate(r); }));
+  std::vector<GenerationResult> out;
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+TEST(ContinuousBatching, ConcurrentGreedyRequestsMatchTheGoldens) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/golden.json");
+  auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  auto engine = make_engine(4);
+  ASSERT_TRUE(engine);
+  std::vector<GenerationRequest> requests;
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& p : (*golden)["prompts"].GetArray()) {
+    std::vector<int32_t> ids, want;
+    for (const auto& v : p["ids"].GetArray()) ids.push_back(v.GetInt());
+    for (const auto& v : p["greedy_ids"].GetArray()) want.push_back(v.GetInt());
+    requests.push_back(greedy(ids, static_cast<int>(want.size())));
+    expected.push_back(want);
+  }
+  const auto results = run_together(*engine, requests);
+  for (std::size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].ids, expected[i]) << "request " << i;
+}
+
+TEST(ContinuousBatching, SixteenConcurrentRequestsEqualEachAlone) {
+  auto alone = make_engine(1);
+  auto together = make_engine(16);
+  ASSERT_TRUE(alone && together);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 16; ++i) requests.push_back(greedy(prompt_of(i, 5 + i * 9), 12 + i % 5));
+  std::vector<std::vector<int32_t>> solo;
+  for (const auto& r : requests) solo.push_back(alone->generate(r).ids);
+  const auto results = run_together(*together, requests);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(results[i].finish, FinishReason::kLength);
+    EXPECT_EQ(results[i].ids, solo[i]) << "request " << i;
+  }
+}
+
+TEST(PrefixReuse, SecondTurnOfAConversationReusesTheFirst) {
+  auto engine = make_engine(2);
+  ASSERT_TRUE(engine);
+  const auto system_and_turn1 = prompt_of(3, 300);
+  auto first = engine->generate(greedy(system_and_turn1, 20));
+  ASSERT_EQ(first.ids.size(), 20u);
+  EXPECT_EQ(first.stats.cached_tokens, 0);
+  // Turn 2: the whole first exchange, then the new user message.
+  auto turn2 = system_and_turn1;
+  turn2.insert(turn2.end(), first.ids.begin(), first.ids.end());
+  const auto user2 = prompt_of(4, 30);
+  turn2.insert(turn2.end(), user2.begin(), user2.end());
+  auto second = engine->generate(greedy(turn2, 10));
+  // Every full 16-token block of the first request (prompt and answer) is reused.
+  EXPECT_EQ(second.stats.cached_tokens, static_cast<int>((300 + 20 - 1) / 16 * 16));
+  // And the result equals a fresh engine's, which computes everything.
+  auto fresh = make_engine(1);
+  auto reference = fresh->generate(greedy(turn2, 10));
+  EXPECT_EQ(reference.stats.cached_tokens, 0);
+  EXPECT_EQ(second.ids, reference.ids);
+  EXPECT_GT(engine->metrics().cached_tokens_total, 0u);
+}
+
+TEST(PrefixReuse, CachedPrefixCutsPrefillTime) {
+  auto engine = make_engine(1, 2048, 512);
+  ASSERT_TRUE(engine);
+  auto shared = prompt_of(9, 1900);
+  auto a = shared, b = shared;
+  auto tail_a = prompt_of(10, 100), tail_b = prompt_of(11, 100);
+  a.insert(a.end(), tail_a.begin(), tail_a.end());
+  b.insert(b.end(), tail_b.begin(), tail_b.end());
+  auto cold = engine->generate(greedy(a, 1));
+  auto warm = engine->generate(greedy(b, 1));
+  EXPECT_EQ(cold.stats.cached_tokens, 0);
+  EXPECT_EQ(warm.stats.cached_tokens, 1900 / 16 * 16);
+  // 112 tokens to compute instead of 2000: far less work, whatever the machine's load.
+  EXPECT_LT(warm.stats.prefill_ms, cold.stats.prefill_ms * 0.5);
+}
+
+TEST(PagePoolAccounting, CancellingFreesPagesAtOnceAndBurstsReturnToBaseline) {
+  auto engine = make_engine(8, 256);
+  ASSERT_TRUE(engine);
+  const uint64_t baseline = engine->metrics().kv_bytes_used;
+  EXPECT_EQ(baseline, 0u);
+  // A long request, cancelled after a few tokens.
+  auto req = std::make_shared<GenerationRequest>(greedy(prompt_of(1, 100), 200));
+  std::promise<GenerationResult> done;
+  std::atomic<int> seen{0};
+  req->on_token = [&](const TokenEvent&) { return ++seen < 1000; };
+  req->on_done = [&](const GenerationResult& r) { done.set_value(r); };
+  ASSERT_TRUE(engine->submit(req).ok());
+  while (seen.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  req->cancelled->store(true);
+  auto result = done.get_future().get();
+  EXPECT_EQ(result.finish, FinishReason::kCancelled);
+  // Pages of published full blocks stay cached (evictable); nothing else is held.
+  for (int burst = 0; burst < 3; ++burst) {
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 12; ++i) requests.push_back(greedy(prompt_of(100 + burst * 12 + i, 40), 8));
+    for (const auto& r : run_together(*engine, requests)) EXPECT_EQ(r.ids.size(), 8u);
+  }
+  // Give the engine thread a moment to publish its last metrics.
+  for (int i = 0; i < 100 && engine->metrics().active_sequences != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine->metrics().active_sequences, 0);
+  EXPECT_EQ(engine->metrics().kv_bytes_used, baseline);
+}
+
+TEST(PagePoolUnit, SharedBlocksAreRefcountedAndEvictedLeastRecentlyUsedFirst) {
+  PagePool pool(4, 16);
+  EXPECT_EQ(pool.available_pages(), 4u);
+  auto a = pool.allocate(2);
+  ASSERT_TRUE(a.ok());
+  std::vector<int32_t> tokens(16, 7);
+  const auto h1 = PagePool::chain(PagePool::kRootHash, tokens);
+  const auto h2 = PagePool::chain(h1, tokens);
+  EXPECT_NE(h1, h2);  // the same block after a different prefix is a different block
+  pool.publish(h1, (*a)[0]);
+  pool.publish(h2, (*a)[1]);
+  auto again = pool.acquire_cached(h1);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(*again, (*a)[0]);
+  pool.release(*a);                 // the first owner leaves
+  EXPECT_EQ(pool.evictable_pages(), 1u);  // block 2 is only cached; block 1 is still held
+  pool.release(std::vector<int32_t>{*again});
+  EXPECT_EQ(pool.evictable_pages(), 2u);
+  EXPECT_EQ(pool.pages_in_use(), 0u);
+  // Fresh pages come from the free list first, then from the oldest cached block.
+  auto b = pool.allocate(3);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(pool.cached_pages(), 1u);
+  // Block 2's page became evictable first (its only user left before block 1's second user did).
+  EXPECT_FALSE(pool.acquire_cached(h2).has_value());
+  EXPECT_TRUE(pool.acquire_cached(h1).has_value());
+  EXPECT_FALSE(pool.allocate(1).ok());  // everything is held now
+}
+
+}  // namespace
+}  // namespace sluice
