@@ -16,6 +16,7 @@
 
 #include "engine/runtime.h"
 #include "model/safetensors.h"
+#include "util/vec.h"
 
 using namespace sluice;
 
@@ -47,9 +48,9 @@ struct Bandwidth {
   double read_gbs = 0, copy_gbs = 0;
 };
 Bandwidth measure_bandwidth(unsigned n_threads) {
-  const std::size_t n = (512u << 20) / 8;
-  std::vector<uint64_t> a(n, 1), b(n, 0);
-  std::vector<uint64_t> sums(n_threads);
+  const std::size_t n = (512u << 20) / 4;
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  std::vector<float> sums(n_threads);
   Bandwidth bw;
   for (int rep = 0; rep < 5; ++rep) {
     auto t = std::chrono::steady_clock::now();
@@ -57,28 +58,21 @@ Bandwidth measure_bandwidth(unsigned n_threads) {
     for (unsigned k = 0; k < n_threads; ++k)
       threads.emplace_back([&, k] {
         const std::size_t lo = n * k / n_threads, hi = n * (k + 1) / n_threads;
-        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (std::size_t i = lo; i + 4 <= hi; i += 4) {
-          s0 += a[i];
-          s1 += a[i + 1];
-          s2 += a[i + 2];
-          s3 += a[i + 3];
-        }
-        sums[k] = s0 + s1 + s2 + s3;
+        sums[k] = cpu::dot_f32(a.data() + lo, a.data() + lo, hi - lo);  // one vector stream
       });
     for (auto& th : threads) th.join();
-    bw.read_gbs = std::max(bw.read_gbs, n * 8 / seconds_since(t) / 1e9);
+    bw.read_gbs = std::max(bw.read_gbs, n * 4 / seconds_since(t) / 1e9);
     threads.clear();
     t = std::chrono::steady_clock::now();
     for (unsigned k = 0; k < n_threads; ++k)
       threads.emplace_back([&, k] {
         const std::size_t lo = n * k / n_threads, hi = n * (k + 1) / n_threads;
-        std::memcpy(b.data() + lo, a.data() + lo, (hi - lo) * 8);
+        std::memcpy(b.data() + lo, a.data() + lo, (hi - lo) * 4);
       });
     for (auto& th : threads) th.join();
-    bw.copy_gbs = std::max(bw.copy_gbs, 2.0 * n * 8 / seconds_since(t) / 1e9);
+    bw.copy_gbs = std::max(bw.copy_gbs, 2.0 * n * 4 / seconds_since(t) / 1e9);
   }
-  if (sums[0] == 42) std::printf(" ");  // keep the reads
+  if (sums[0] == 42.0f) std::printf(" ");  // keep the reads
   return bw;
 }
 

@@ -9,6 +9,8 @@
 //
 // Kernels never build a dequantized copy: matvec accumulates per group s_qx = sum(q * x) in registers
 // and folds it as scale * s_qx + bias * sum(x), with sum(x) per group computed once per activation row.
+// For 4 and 8 bits on AVX2, s_qx is an exact integer sum of codes times the activation scaled to int16
+// per group (see MatvecActivations); other widths unpack a group to floats.
 #include <cstddef>
 #include <cstdint>
 
@@ -62,7 +64,7 @@ inline uint32_t quant_code(const uint32_t* stream, std::size_t i, uint32_t bits)
   return v & ((1u << bits) - 1u);
 }
 
-// The `count` codes of a bit stream starting at code 0, as floats (count a multiple of 32 / gcd).
+// The `count` codes of a bit stream starting at code 0, as floats (count a multiple of 8).
 inline void unpack_codes(const uint32_t* stream, std::size_t count, uint32_t bits, float* out) {
   switch (bits) {
     case 8:
@@ -74,8 +76,20 @@ inline void unpack_codes(const uint32_t* stream, std::size_t count, uint32_t bit
     case 2:
       for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>((stream[i >> 4] >> ((i & 15) * 2)) & 0x3u);
       return;
-    default:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(quant_code(stream, i, bits));
+    default: {
+      // 3/5/6-bit: a code lies within the 8 bytes from its first byte; read them unaligned while they
+      // stay inside the stream, and finish with the word-wise read.
+      const auto* bytes = reinterpret_cast<const unsigned char*>(stream);
+      const std::size_t stream_bytes = (count * bits + 7) / 8;
+      const uint64_t mask = (1u << bits) - 1u;
+      std::size_t i = 0;
+      for (; i < count && (i * bits >> 3) + 8 <= stream_bytes; ++i) {
+        uint64_t v;
+        std::memcpy(&v, bytes + (i * bits >> 3), 8);
+        out[i] = static_cast<float>((v >> ((i * bits) & 7)) & mask);
+      }
+      for (; i < count; ++i) out[i] = static_cast<float>(quant_code(stream, i, bits));
+    }
   }
 }
 
@@ -87,15 +101,19 @@ QuantView quant_view(const sl_weight* w);
 // Row r dequantized to float32 (cols values).
 void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst);
 
-// x (n values, a multiple of 16) with each run of 16 reordered evens first, then odds: the order in
-// which the 4-bit kernel meets a run's codes.
-void permute_for_nibbles(const float* x, std::size_t n, float* xp);
+// What the matvec kernels read of the activation rows: the floats, each group's sum, and for the
+// 4-/8-bit AVX2 kernels the int16 form (null otherwise) with each group's step.
+struct MatvecActivations {
+  const float* x;
+  const float* xsum;    // [n_act][groups]
+  const int16_t* xq;    // [n_act][cols]: round(x / step), permuted as quantize_activations says
+  const float* step;    // [n_act][groups]: max|x| / 32767 of the group
+};
+void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step);
 
 // out[t, r] = sum_c x[t, c] * w[r, c] for n_act <= 4 activation rows, output rows [r0, r1).
-// xsum[t * groups_per_row + g] holds sum(x[t, group g]); xperm is x through permute_for_nibbles for
-// 4-bit weights on AVX2 (else unused, may be null).
-void quant_matvec_rows(const QuantView& q, const float* x, const float* xperm, const float* xsum, uint32_t n_act,
-                       std::size_t r0, std::size_t r1, float* out, std::size_t out_stride);
+void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
+                       float* out, std::size_t out_stride);
 // The decode path of matmul for a quantized weight (checked with quant_weight_problem), on the pool.
 void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out);
 

@@ -70,6 +70,32 @@ TEST_P(QuantizedGolden, GreedyIdsAndLastLogitsMatchTransformers) {
   }
 }
 
+// The same last-position logits through the decode kernels: the prompt fed one token at a time.
+TEST_P(QuantizedGolden, TokenByTokenDecodeReachesTheSameLastLogits) {
+  const std::string model = GetParam();
+  SLUICE_REQUIRE_REFERENCE("models/" + model + "/golden.json");
+  auto golden = json::parse_file(test::reference_path("models/" + model + "/golden.json"));
+  ASSERT_TRUE(golden.ok()) << golden.message();
+  auto opts = options_for(model);
+  opts.prefill_size = 1;
+  auto rt = Runtime::open(opts);
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  for (const auto& prompt : (*golden)["prompts"].GetArray()) {
+    SequenceState seq;
+    std::vector<float> logits;
+    ASSERT_TRUE((*rt)->run(seq, ints(prompt["ids"]), false, logits).ok());
+    (*rt)->release(seq);
+    const auto& expected = prompt["last_logits"].GetArray();
+    ASSERT_EQ(logits.size(), expected.Size());
+    double max_abs = 0, max_err = 0;
+    for (rapidjson::SizeType i = 0; i < expected.Size(); ++i) {
+      max_abs = std::max(max_abs, std::abs(expected[i].GetDouble()));
+      max_err = std::max(max_err, std::abs(expected[i].GetDouble() - logits[i]));
+    }
+    EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
+  }
+}
+
 TEST_P(QuantizedGolden, HeldOutWindowMeanNllMatchesTransformers) {
   const std::string model = GetParam();
   SLUICE_REQUIRE_REFERENCE("models/" + model + "/golden.json");
