@@ -28,3 +28,6 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The OpenAI Node.js SDK used by the server's end-to-end test (npm registry; locked version).
+bash "$(dirname "$0")/../tests/server/node/install.sh"
