@@ -184,7 +184,7 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
       int16_t* dst = xq + std::size_t(t) * q.cols + g * G;
       float m = 0.0f;
       for (std::size_t i = 0; i < G; ++i) m = std::max(m, std::fabs(xg[i]));
-      const float inv = m > 0.0f ? 32767.0f / m : 0.0f;
+      const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
       step[t * q.groups_per_row + g] = m / 32767.0f;
       const bool quads = q.bits == 4 && G % 64 == 0;
       for (std::size_t i = 0; i < G; ++i) {
@@ -192,7 +192,8 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
         // of 32 as evens then odds.
         const std::size_t j = quads ? (i & ~std::size_t(63)) + (i & 3) * 16 + ((i & 63) >> 2)
                                     : (i & ~std::size_t(31)) + ((i & 1) ? 16 : 0) + ((i & 31) >> 1);
-        dst[j] = static_cast<int16_t>(std::nearbyint(xg[i] * inv));
+        const float v = std::nearbyint(xg[i] * inv);
+        dst[j] = static_cast<int16_t>(v == v ? std::clamp(v, -32767.0f, 32767.0f) : 0.0f);  // NaN/inf: no UB
       }
     }
 }

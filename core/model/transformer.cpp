@@ -102,14 +102,21 @@ Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, con
   w.scales_offset = sc->file_offset;
   w.biases = file_buffers_[bi->file_index].get();
   w.biases_offset = bi->file_offset;
-  sl_op_query query{};
-  query.struct_size = sizeof(query);
-  query.op = wname == "model.embed_tokens.weight" ? SL_OP_EMBED : SL_OP_MATMUL;
-  query.weight_dtype = SL_DTYPE_U32;
-  query.weight_bits = w.bits;
-  if (!backend_.supports(query))
-    return make_error("tensor '" + wname + "': backend '" + backend_.name() + "' does not run " +
-                      std::to_string(q.bits) + "-bit weights");
+  // The backend must run this form for every use: lookups for the embedding, and products for the
+  // projections and for an embedding that doubles as the tied lm_head.
+  const bool embedding = wname == "model.embed_tokens.weight";
+  const bool tied_head = embedding && (config_.tie_word_embeddings || !tensors.find("lm_head.weight"));
+  for (uint32_t op : {uint32_t{SL_OP_EMBED}, uint32_t{SL_OP_MATMUL}}) {
+    if ((op == SL_OP_EMBED) != embedding && !(op == SL_OP_MATMUL && tied_head)) continue;
+    sl_op_query query{};
+    query.struct_size = sizeof(query);
+    query.op = op;
+    query.weight_dtype = SL_DTYPE_U32;
+    query.weight_bits = w.bits;
+    if (!backend_.supports(query))
+      return make_error("tensor '" + wname + "': backend '" + backend_.name() + "' does not run " +
+                        std::to_string(q.bits) + "-bit weights" + (op == SL_OP_EMBED ? " in lookups" : " in matmul"));
+  }
   return w;
 }
 
