@@ -34,9 +34,15 @@ inline Lut make_lut(const float* centroids, uint32_t bits) {
 
 template <int B>
 inline uint32_t load_group(const uint8_t* p) {
-  uint32_t u = 0;
-  std::memcpy(&u, p, B);
-  return u;
+  if constexpr (B == 3) {  // byte-wise: a 3-byte copy into a word then a 4-byte load stalls store forwarding
+    uint16_t lo;
+    std::memcpy(&lo, p, 2);
+    return lo | static_cast<uint32_t>(p[2]) << 16;
+  } else {
+    uint32_t u = 0;
+    std::memcpy(&u, p, B);
+    return u;
+  }
 }
 
 #ifdef SLUICE_CPU_AVX2
