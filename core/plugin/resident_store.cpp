@@ -73,7 +73,7 @@ void get_stats(const sl_expertstore* s, sl_expertstore_stats* out) {
   out->struct_size = std::min<uint32_t>(size, sizeof(sl_expertstore_stats));
 }
 
-const sl_expertstore_api kResident = {sizeof(sl_expertstore_api), create, destroy, acquire, release, nullptr, get_stats};
+const sl_expertstore_api kResident = {sizeof(sl_expertstore_api), create, destroy, acquire, release, nullptr, get_stats, nullptr};
 
 }  // namespace
 

@@ -43,8 +43,20 @@ typedef struct sl_expertstore_stats {
   uint64_t prefetched;      /* experts read ahead of need */
   uint64_t cache_bytes;     /* bytes held now */
   uint64_t budget_bytes;
-  double read_seconds;      /* summed wall time of reads (for bandwidth) */
+  double read_seconds;      /* wall time with at least one read in flight (for bandwidth) */
+  /* --- added in ABI 1.1 --- */
+  double read_p50_us;       /* latency of one read request, percentiles */
+  double read_p99_us;
+  uint64_t evictions;
+  uint32_t direct_io;       /* 1 when reads bypass the page cache (O_DIRECT) */
 } sl_expertstore_stats;
+
+typedef struct sl_expertstore_layer_stats {
+  uint32_t struct_size;
+  uint64_t hits;
+  uint64_t misses;
+  uint64_t bytes_read;
+} sl_expertstore_layer_stats;
 
 typedef struct sl_expertstore_api {
   uint32_t struct_size;
@@ -58,6 +70,8 @@ typedef struct sl_expertstore_api {
   /* A hint: these experts are likely needed soon. May be NULL. */
   void (*prefetch)(sl_expertstore* store, uint32_t layer, const uint32_t* experts, uint32_t n);
   void (*get_stats)(const sl_expertstore* store, sl_expertstore_stats* out);
+  /* --- added in ABI 1.1 (may be absent: check struct_size) --- */
+  void (*get_layer_stats)(const sl_expertstore* store, uint32_t layer, sl_expertstore_layer_stats* out);
 } sl_expertstore_api;
 
 #ifdef __cplusplus
