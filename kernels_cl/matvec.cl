@@ -195,3 +195,91 @@ void matvec_quant(__global const uchar* wbase, ulong w_off, uint bits, ulong wor
   }
   team_finish(acc, n_t, red, row, rows, out, out_stride, row0, bias + bias_off, bias_dtype, has_bias);
 }
+
+// Decode's common case — one activation row, 4-bit weights, groups of 32k columns — with each team
+// computing R4 rows: a work-item loads its 32 activations once per step and applies them to R4 weight
+// rows, so activation traffic (8 bytes per weight byte with one row per team) drops R4-fold and the
+// R4 independent weight loads keep more memory requests in flight.
+#define R4 4
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
+                    ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
+                    uint cols, __global const float* x, __global float* out, uint out_stride, uint row0,
+                    __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias) {
+  __local float red[R4 * WG];
+  const uint lid = get_local_id(0), lane = lid % TEAM;
+  const uint first = (get_group_id(0) * ROWS_PER_WG + lid / TEAM) * R4;
+  const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
+  float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+  __global const uint* w0 = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
+  __global const uchar* s0 = sbase + s_off + (ulong)first * groups * ssize;
+  __global const uchar* b0 = bbase + b_off + (ulong)first * groups * ssize;
+  const uint steps = (uint)(words_per_row / 4u);
+  for (uint i = lane; i < steps; i += TEAM) {
+    const uint c0 = i * 32u, g = c0 / group_size;
+    const float8 x0 = vload8(0, x + c0), x1 = vload8(1, x + c0), x2 = vload8(2, x + c0), x3 = vload8(3, x + c0);
+    const float sx = dot(x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi, (float4)(1.0f));
+#define Q4_ROW(k, accum)                                                                                        \
+    if (first + k < rows) {                                                                                     \
+      const uint4 w4 = vload4(i, w0 + (ulong)k * words_per_row);                                                \
+      const float s = load_value(s0, scale_dtype, (ulong)k * groups + g);                                       \
+      const float b = load_value(b0, scale_dtype, (ulong)k * groups + g);                                       \
+      float8 q;                                                                                                 \
+      float qx = 0.0f;                                                                                          \
+      q = (float8)((float)(w4.s0 & 15u), (float)((w4.s0 >> 4) & 15u), (float)((w4.s0 >> 8) & 15u),             \
+                   (float)((w4.s0 >> 12) & 15u), (float)((w4.s0 >> 16) & 15u), (float)((w4.s0 >> 20) & 15u),   \
+                   (float)((w4.s0 >> 24) & 15u), (float)(w4.s0 >> 28));                                         \
+      q *= x0;                                                                                                  \
+      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
+      q = (float8)((float)(w4.s1 & 15u), (float)((w4.s1 >> 4) & 15u), (float)((w4.s1 >> 8) & 15u),             \
+                   (float)((w4.s1 >> 12) & 15u), (float)((w4.s1 >> 16) & 15u), (float)((w4.s1 >> 20) & 15u),   \
+                   (float)((w4.s1 >> 24) & 15u), (float)(w4.s1 >> 28));                                         \
+      q *= x1;                                                                                                  \
+      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
+      q = (float8)((float)(w4.s2 & 15u), (float)((w4.s2 >> 4) & 15u), (float)((w4.s2 >> 8) & 15u),             \
+                   (float)((w4.s2 >> 12) & 15u), (float)((w4.s2 >> 16) & 15u), (float)((w4.s2 >> 20) & 15u),   \
+                   (float)((w4.s2 >> 24) & 15u), (float)(w4.s2 >> 28));                                         \
+      q *= x2;                                                                                                  \
+      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
+      q = (float8)((float)(w4.s3 & 15u), (float)((w4.s3 >> 4) & 15u), (float)((w4.s3 >> 8) & 15u),             \
+                   (float)((w4.s3 >> 12) & 15u), (float)((w4.s3 >> 16) & 15u), (float)((w4.s3 >> 20) & 15u),   \
+                   (float)((w4.s3 >> 24) & 15u), (float)(w4.s3 >> 28));                                         \
+      q *= x3;                                                                                                  \
+      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
+      accum += s * qx + b * sx;                                                                                 \
+    }
+    Q4_ROW(0, acc0)
+    Q4_ROW(1, acc1)
+    Q4_ROW(2, acc2)
+    Q4_ROW(3, acc3)
+#undef Q4_ROW
+  }
+#ifdef SLUICE_PTX_SHFL
+  acc0 = warp_sum(acc0);
+  acc1 = warp_sum(acc1);
+  acc2 = warp_sum(acc2);
+  acc3 = warp_sum(acc3);
+#else
+  red[0 * WG + lid] = acc0;
+  red[1 * WG + lid] = acc1;
+  red[2 * WG + lid] = acc2;
+  red[3 * WG + lid] = acc3;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = TEAM / 2; s > 0; s >>= 1) {
+    if (lane < s)
+      for (uint k = 0; k < R4; ++k) red[k * WG + lid] += red[k * WG + lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  acc0 = red[0 * WG + lid];
+  acc1 = red[1 * WG + lid];
+  acc2 = red[2 * WG + lid];
+  acc3 = red[3 * WG + lid];
+#endif
+  if (lane == 0) {
+    const float a[R4] = {acc0, acc1, acc2, acc3};
+    for (uint k = 0; k < R4; ++k) {
+      const uint r = first + k;
+      if (r < rows) out[(ulong)row0 + r] = a[k] + (has_bias ? load_value(bias + bias_off, bias_dtype, row0 + r) : 0.0f);
+    }
+  }
+}

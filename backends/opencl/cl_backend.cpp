@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <new>
 
 namespace sluice::ocl {
@@ -88,7 +90,9 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
                       ? config->options
                       : "";
     be->context = cl::Context(be->ref.device);
-    be->queue = cl::CommandQueue(be->context, be->ref.device);
+    const char* profile = std::getenv("SLUICE_OPENCL_PROFILE");
+    be->profile = profile && *profile && *profile != '0';
+    be->queue = cl::CommandQueue(be->context, be->ref.device, be->profile ? CL_QUEUE_PROFILING_ENABLE : 0);
     be->caps = device_capabilities(be->ref.device);
     const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
     be->use_ptx = be->caps.nvidia && !(portable && *portable && *portable != '0') &&
@@ -101,11 +105,31 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
   });
 }
 
+// Kernel time per kernel name, largest first (SLUICE_OPENCL_PROFILE=1).
+void print_profile(sl_backend* be) {
+  std::map<std::string, std::pair<double, uint64_t>> total;
+  double all = 0;
+  for (auto& [name, ev] : be->events) {
+    const double ms = (ev.getProfilingInfo<CL_PROFILING_COMMAND_END>() - ev.getProfilingInfo<CL_PROFILING_COMMAND_START>()) * 1e-6;
+    total[name].first += ms;
+    total[name].second += 1;
+    all += ms;
+  }
+  std::vector<std::pair<std::string, std::pair<double, uint64_t>>> rows(total.begin(), total.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::fprintf(stderr, "opencl profile: %zu launches, %.2f ms of kernel time\n", be->events.size(), all);
+  for (const auto& [name, v] : rows)
+    std::fprintf(stderr, "  %-24s %8llu launches %10.2f ms %8.1f us each\n", name.c_str(), (unsigned long long)v.second, v.first,
+                 v.first * 1e3 / v.second);
+}
+
 void destroy(sl_backend* be) {
   if (!be) return;
   try {
     be->queue.finish();
-  } catch (...) {
+    if (be->profile) print_profile(be);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opencl: at destroy: %s\n", e.what());
   }
   delete be;
 }
@@ -331,7 +355,13 @@ DevPtr write_range(sl_buffer* b, uint64_t offset, uint64_t bytes) {
 }
 
 void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::NDRange& local) {
-  be->queue.enqueueNDRangeKernel(k, cl::NullRange, global, local);
+  if (!be->profile) {
+    be->queue.enqueueNDRangeKernel(k, cl::NullRange, global, local);
+    return;
+  }
+  cl::Event ev;
+  be->queue.enqueueNDRangeKernel(k, cl::NullRange, global, local, nullptr, &ev);
+  be->events.emplace_back(k.getInfo<CL_KERNEL_FUNCTION_NAME>(), ev);
 }
 
 }  // namespace sluice::ocl

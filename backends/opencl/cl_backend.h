@@ -92,6 +92,9 @@ struct sl_backend {
   uint64_t gemm_scratch_bytes = 0;
   cl::Buffer att_partial;
   uint64_t att_partial_bytes = 0;
+  // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
+  bool profile = false;
+  std::vector<std::pair<std::string, cl::Event>> events;
   bool clblast_ok = true;    // false after CLBlast failed once on this device: our GEMM kernel instead
 };
 

@@ -75,6 +75,30 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(12, static_cast<cl_uint>(bias_dtype));
       k.setArg(13, static_cast<cl_uint>(has_bias));
       launch(be, k, global, local);
+    } else if (n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0) {
+      // Decode's common case: R4 rows per team (kernels_cl/matvec.cl).
+      const cl::NDRange g4(size_t((s.rows + kMatvecRowsPerGroup * 4 - 1) / (kMatvecRowsPerGroup * 4)) * 128);
+      auto& k = kernel(be, "matvec", "matvec_q4_rows");
+      k.setArg(0, s.data.buffer);
+      k.setArg(1, static_cast<cl_ulong>(s.data.offset));
+      k.setArg(2, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
+      k.setArg(3, s.scales.buffer);
+      k.setArg(4, static_cast<cl_ulong>(s.scales.offset));
+      k.setArg(5, s.biases.buffer);
+      k.setArg(6, static_cast<cl_ulong>(s.biases.offset));
+      k.setArg(7, static_cast<cl_uint>(w->scale_dtype));
+      k.setArg(8, static_cast<cl_uint>(w->group_size));
+      k.setArg(9, static_cast<cl_uint>(s.rows));
+      k.setArg(10, static_cast<cl_uint>(w->cols));
+      k.setArg(11, single(x));
+      k.setArg(12, single(out));
+      k.setArg(13, static_cast<cl_uint>(w->rows));
+      k.setArg(14, static_cast<cl_uint>(s.r0));
+      k.setArg(15, bias.buffer);
+      k.setArg(16, static_cast<cl_ulong>(bias.offset));
+      k.setArg(17, static_cast<cl_uint>(bias_dtype));
+      k.setArg(18, static_cast<cl_uint>(has_bias));
+      launch(be, k, g4, local);
     } else {
       auto& k = kernel(be, "matvec", "matvec_quant");
       k.setArg(0, s.data.buffer);
