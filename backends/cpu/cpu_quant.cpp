@@ -109,7 +109,7 @@ void row_dot_generic(const QuantView& q, std::size_t r, const float* x, const fl
   const uint32_t* w = q.row(r);
   for (uint32_t t = 0; t < n_act; ++t) result[t] = 0.0f;
   for (std::size_t g = 0; g < q.groups_per_row; ++g) {
-    unpack_codes(w + g * q.words_per_group, q.group, q.bits, codes);
+    unpack_codes(w + g * q.words_per_group, q.group, q.bits, codes, (q.words_per_row - g * q.words_per_group) * 4);
     const float s = q.scale(r, g), b = q.bias(r, g);
     for (uint32_t t = 0; t < n_act; ++t) {
       const float qx = dot_f32(codes, x + t * q.cols + g * q.group, q.group);
@@ -170,7 +170,7 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst) {
       for (; c < q.group; c += 8) _mm256_storeu_ps(out + c, _mm256_fmadd_ps(codes8x8(gw + c / 4), vs, vb));
 #endif
     if (c == 0) {
-      unpack_codes(gw, q.group, q.bits, out);
+      unpack_codes(gw, q.group, q.bits, out, (q.words_per_row - g * q.words_per_group) * 4);
       for (std::size_t i = 0; i < q.group; ++i) out[i] = out[i] * s + b;
     }
   }

@@ -13,6 +13,7 @@
 // per group (see MatvecActivations); other widths unpack a group to floats.
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 #include "sluice/backend.h"
 #include "util/vec.h"
@@ -64,32 +65,64 @@ inline uint32_t quant_code(const uint32_t* stream, std::size_t i, uint32_t bits)
   return v & ((1u << bits) - 1u);
 }
 
-// The `count` codes of a bit stream starting at code 0, as floats (count a multiple of 8).
-inline void unpack_codes(const uint32_t* stream, std::size_t count, uint32_t bits, float* out) {
+#ifdef SLUICE_CPU_AVX2
+// Eight codes of any width 2..8 from the `bits` bytes they fill: the 16 bytes from `p` broadcast to both
+// halves, a byte shuffle puts the two bytes holding code k into 32-bit lane k, then a per-lane shift
+// and mask. Reads 16 bytes from p.
+struct CodeUnpacker {
+  __m256i shuffle, shifts, mask;
+  explicit CodeUnpacker(uint32_t bits) {
+    alignas(32) int8_t ctrl[32];
+    alignas(32) int32_t sh[8];
+    for (int k = 0; k < 8; ++k) {
+      const int bit = k * static_cast<int>(bits), byte = bit / 8;
+      for (int half = 0; half < 2; ++half) {  // lanes 0-3 live in the low 128 bits, 4-7 in the high
+        if ((k < 4) != (half == 0)) continue;
+        int8_t* d = ctrl + half * 16 + (k % 4) * 4;
+        d[0] = static_cast<int8_t>(byte);
+        d[1] = static_cast<int8_t>(byte + 1);
+        d[2] = d[3] = static_cast<int8_t>(0x80);  // zero
+      }
+      sh[k] = bit % 8;
+    }
+    shuffle = _mm256_load_si256(reinterpret_cast<const __m256i*>(ctrl));
+    shifts = _mm256_load_si256(reinterpret_cast<const __m256i*>(sh));
+    mask = _mm256_set1_epi32((1 << bits) - 1);
+  }
+  __m256 eight(const unsigned char* p) const {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, shuffle), shifts), mask));
+  }
+};
+#endif
+
+// The `count` codes of a bit stream starting at code 0, as floats (count a multiple of 8). `readable`:
+// bytes that may be read from `stream` (to the end of its row), which lets the vector path run to
+// within 16 bytes of it.
+inline void unpack_codes(const uint32_t* stream, std::size_t count, uint32_t bits, float* out, std::size_t readable) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(stream);
+  std::size_t i = 0;
+#ifdef SLUICE_CPU_AVX2
+  if (bits != 4 && bits != 8) {
+    static thread_local uint32_t cached_bits = 0;
+    static thread_local CodeUnpacker* unpacker = nullptr;
+    alignas(32) static thread_local unsigned char storage[sizeof(CodeUnpacker)];
+    if (cached_bits != bits) {
+      unpacker = new (storage) CodeUnpacker(bits);
+      cached_bits = bits;
+    }
+    for (; i < count && i / 8 * bits + 16 <= readable; i += 8) _mm256_storeu_ps(out + i, unpacker->eight(bytes + i / 8 * bits));
+  }
+#endif
   switch (bits) {
     case 8:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>((stream[i >> 2] >> ((i & 3) * 8)) & 0xffu);
+      for (; i < count; ++i) out[i] = static_cast<float>((stream[i >> 2] >> ((i & 3) * 8)) & 0xffu);
       return;
     case 4:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>((stream[i >> 3] >> ((i & 7) * 4)) & 0xfu);
+      for (; i < count; ++i) out[i] = static_cast<float>((stream[i >> 3] >> ((i & 7) * 4)) & 0xfu);
       return;
-    case 2:
-      for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>((stream[i >> 4] >> ((i & 15) * 2)) & 0x3u);
-      return;
-    default: {
-      // 3/5/6-bit: a code lies within the 8 bytes from its first byte; read them unaligned while they
-      // stay inside the stream, and finish with the word-wise read.
-      const auto* bytes = reinterpret_cast<const unsigned char*>(stream);
-      const std::size_t stream_bytes = (count * bits + 7) / 8;
-      const uint64_t mask = (1u << bits) - 1u;
-      std::size_t i = 0;
-      for (; i < count && (i * bits >> 3) + 8 <= stream_bytes; ++i) {
-        uint64_t v;
-        std::memcpy(&v, bytes + (i * bits >> 3), 8);
-        out[i] = static_cast<float>((v >> ((i * bits) & 7)) & mask);
-      }
+    default:
       for (; i < count; ++i) out[i] = static_cast<float>(quant_code(stream, i, bits));
-    }
   }
 }
 
