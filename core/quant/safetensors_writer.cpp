@@ -139,6 +139,13 @@ Result<SafetensorsWriter> SafetensorsWriter::create(const std::filesystem::path&
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return make_error("cannot create " + dir.string() + ": " + ec.message());
+  // Weights of an earlier run into the same folder (another shard count) must not survive: a stale
+  // index would point the loader at them.
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("model") && (name.ends_with(".safetensors") || name == "model.safetensors.index.json"))
+      std::filesystem::remove(entry.path(), ec);
+  }
   w.buffer_.reserve(kBufferBytes);
   if (auto s = w.open_shard(0); !s) return s.error();
   // Skip empty tensors at the start.

@@ -207,6 +207,21 @@ TEST(MakeModel, SameSeedSameFilesOtherSeedOtherWeights) {
   EXPECT_FALSE(differing_tensors(a.path(), c.path()).empty());
 }
 
+TEST(MakeModel, RewritingAFolderWithFewerShardsLeavesNoStaleIndex) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/tokenizer.json");
+  TempDir out;
+  auto o = tiny_options(out.path(), 0, 5);
+  o.max_shard_bytes = 400000;  // several shards
+  ASSERT_TRUE(quant::make_model(o).ok());
+  EXPECT_TRUE(fs::exists(out.path() / "model.safetensors.index.json"));
+  o.max_shard_bytes = 0;  // one file
+  ASSERT_TRUE(quant::make_model(o).ok());
+  EXPECT_FALSE(fs::exists(out.path() / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(out.path() / "model-00001-of-00002.safetensors"));
+  auto rt = Runtime::open(options_for(out.path()));
+  EXPECT_TRUE(rt.ok()) << rt.message();
+}
+
 TEST(MakeModel, QuantizedGenerationEqualsQuantizingTheBf16Model) {
   SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/tokenizer.json");
   TempDir direct, bf16, quantized;
