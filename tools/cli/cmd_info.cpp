@@ -59,9 +59,9 @@ int run_info(const Args& args) {
               m->heads, m->kv_heads, m->head_dim, m->ffn, m->vocab, m->tied ? ", tied embeddings" : "");
   if (m->experts)
     std::printf("experts           %d, %d per token\n", m->experts, m->experts_per_token);
-  std::printf("parameters        %.4g M", m->params / 1e6);
-  if (m->experts) std::printf(" (%.4g M active per token)", m->active_params() / 1e6);
-  std::printf("\nweights           %.4g MB in %d tensors, %d file%s\n", m->bytes / 1e6, m->tensors, m->files, m->files == 1 ? "" : "s");
+  std::printf("parameters        %.1f M", m->params / 1e6);
+  if (m->experts) std::printf(" (%.1f M active per token)", m->active_params() / 1e6);
+  std::printf("\nweights           %.1f MB in %d tensors, %d file%s\n", m->bytes / 1e6, m->tensors, m->files, m->files == 1 ? "" : "s");
   std::printf("bits per weight   %.3f overall", m->bits_per_weight());
   if (m->quantized_params) std::printf(", %.3f in the quantized matrices", m->quantized_bits_per_weight());
   std::printf("\nmatrices          ");
