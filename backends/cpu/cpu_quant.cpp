@@ -45,7 +45,7 @@ template <int NT, uint32_t Bits>
 void row_dot_i16(const QuantView& q, std::size_t r, const int16_t* xq, const float* step, const float* xsum,
                  float* result) {
   const auto* w = reinterpret_cast<const uint8_t*>(q.row(r));
-  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row;
+  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row, stride = param_stride(groups);
   __m256 total[NT];
   float bias_part[NT];
   for (int t = 0; t < NT; ++t) {
@@ -62,19 +62,21 @@ void row_dot_i16(const QuantView& q, std::size_t r, const int16_t* xq, const flo
   for (std::size_t g = 0; g < groups; ++g) {
     const std::size_t j = g % 8;
     if (j == 0) {
-      if (g + 8 <= groups) {
+      // Eight at a time also for a row's last few groups, reading the next row's parameters (unused:
+      // the padded activation entries past `groups` are zero) — except on the tensor's last row.
+      if (g + 8 <= groups || (r + 1) * groups + 8 <= std::size_t(q.rows) * groups) {
         const __m256 sv = load_params8(q.scales, q.scale_dtype, pbase + g);
         const __m256 bv = load_params8(q.biases, q.scale_dtype, pbase + g);
         for (int t = 0; t < NT; ++t) {
-          _mm256_store_ps(mult[t], _mm256_mul_ps(sv, _mm256_loadu_ps(step + t * groups + g)));
-          bias_acc[t] = _mm256_fmadd_ps(bv, _mm256_loadu_ps(xsum + t * groups + g), bias_acc[t]);
+          _mm256_store_ps(mult[t], _mm256_mul_ps(sv, _mm256_loadu_ps(step + t * stride + g)));
+          bias_acc[t] = _mm256_fmadd_ps(bv, _mm256_loadu_ps(xsum + t * stride + g), bias_acc[t]);
         }
       } else {
         for (std::size_t k = g; k < groups; ++k) {
           const float sk = q.scale(r, k), bk = q.bias(r, k);
           for (int t = 0; t < NT; ++t) {
-            mult[t][k - g] = sk * step[t * groups + k];
-            bias_part[t] += bk * xsum[t * groups + k];
+            mult[t][k - g] = sk * step[t * stride + k];
+            bias_part[t] += bk * xsum[t * stride + k];
           }
         }
       }
@@ -144,7 +146,7 @@ void row_dot_generic(const QuantView& q, std::size_t r, const float* x, const fl
     const float s = q.scale(r, g), b = q.bias(r, g);
     for (uint32_t t = 0; t < n_act; ++t) {
       const float qx = dot_f32(codes, x + t * q.cols + g * q.group, q.group);
-      result[t] += s * qx + b * xsum[t * q.groups_per_row + g];
+      result[t] += s * qx + b * xsum[t * param_stride(q.groups_per_row) + g];
     }
   }
 }
@@ -216,7 +218,7 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
       float m = 0.0f;
       for (std::size_t i = 0; i < G; ++i) m = std::max(m, std::fabs(xg[i]));
       const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
-      step[t * q.groups_per_row + g] = m / 32767.0f;
+      step[t * param_stride(q.groups_per_row) + g] = m / 32767.0f;
       const bool quads = q.bits == 4 && G % 64 == 0;
       for (std::size_t i = 0; i < G; ++i) {
         // The order the kernels meet the codes in: runs of 64 as four strided quarters (4-bit), or runs
@@ -260,19 +262,20 @@ void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weigh
   const QuantView q = quant_view(w);
   thread_local std::vector<float> xsum, step;
   thread_local std::vector<int16_t> xq;
-  xsum.assign(std::size_t(n_act) * q.groups_per_row, 0.0f);
+  const std::size_t stride = param_stride(q.groups_per_row);
+  xsum.assign(std::size_t(n_act) * stride, 0.0f);  // the padding stays zero
   for (uint32_t t = 0; t < n_act; ++t)
     for (std::size_t g = 0; g < q.groups_per_row; ++g) {
       const float* xg = x + std::size_t(t) * q.cols + g * q.group;
       float s = 0.0f;
       for (uint32_t i = 0; i < q.group; ++i) s += xg[i];
-      xsum[t * q.groups_per_row + g] = s;
+      xsum[t * stride + g] = s;
     }
   MatvecActivations a{x, xsum.data(), nullptr, nullptr};
 #ifdef SLUICE_CPU_AVX2
   if ((q.bits == 4 || q.bits == 8) && q.group % 32 == 0) {
     xq.resize(std::size_t(n_act) * q.cols);
-    step.resize(std::size_t(n_act) * q.groups_per_row);
+    step.assign(std::size_t(n_act) * stride, 0.0f);
     quantize_activations(x, n_act, q, xq.data(), step.data());
     a.xq = xq.data();
     a.step = step.data();

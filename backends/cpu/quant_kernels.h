@@ -136,11 +136,15 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst);
 
 // What the matvec kernels read of the activation rows: the floats, each group's sum, and for the
 // 4-/8-bit AVX2 kernels the int16 form (null otherwise) with each group's step.
+// Rows of per-group values (sums, steps) are padded to a multiple of 8 groups with zeros, so the kernels
+// read them eight at a time.
+inline std::size_t param_stride(std::size_t groups) { return (groups + 7) & ~std::size_t(7); }
+
 struct MatvecActivations {
   const float* x;
-  const float* xsum;    // [n_act][groups]
+  const float* xsum;    // [n_act][param_stride(groups)]
   const int16_t* xq;    // [n_act][cols]: round(x / step), permuted as quantize_activations says
-  const float* step;    // [n_act][groups]: max|x| / 32767 of the group
+  const float* step;    // [n_act][param_stride(groups)]: max|x| / 32767 of the group
 };
 void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step);
 
