@@ -11,16 +11,40 @@
  *   #define SL_TQ_BITS         b (1..4)
  *   #define SL_TQ_ROW_BYTES    bytes of one stored row
  *   #define SL_TQ_N_BLOCKS     rotation blocks (1..4)
+ *   #define SL_TQ_N_ROT        candidate rotations R (1, 2, 4, 8 or 16)
+ *   __constant uint  SL_TQ(n_rot) = R;                 the same, for kernels (the macros are #undef'd)
  *   __constant uint  SL_TQ(block_offset)[N_BLOCKS], SL_TQ(block_size)[N_BLOCKS], SL_TQ(block_byte)[N_BLOCKS];
  *   __constant float SL_TQ(codebook)[N_BLOCKS * 16];  centroids (z units) of each block's codebook
- *   __constant float SL_TQ(signs)[HEAD_DIM];           ±1/√n of the block holding the coordinate
+ *   __constant float SL_TQ(signs)[N_ROT * HEAD_DIM];  [r][i]: ±1/√n of rotation r for coordinate i
  *
- * Row layout, per block: half scale s; then n indices of b bits, index j at bit j·b (little-endian).
- * The reconstruction in the rotated domain is ŷ_j = s · codebook[idx_j]; the original vector is
- * x = D·H·ŷ/√n per block. Attention stays rotated: rotate the query once (rotate_local), score keys
- * with dot(q_rot, ŷ) (score_local), accumulate values as ŷ (value), rotate the output back once
+ * Row layout, per block: a 16-bit header, then n indices of b bits, index j at bit j·b
+ * (little-endian). Header with R = 1: the half scale s. With R > 1: bits 15..4 are bits 14..3 of the
+ * half s (sign and 3 low mantissa bits dropped), bits 3..0 the block's rotation r.
+ * The reconstruction in rotation r's domain is ŷ_j = s · codebook[idx_j]; the original block is
+ * x = D_r·H·ŷ/√n. Attention stays rotated: rotate the query once under every r (rotate_local into
+ * R slots of HEAD_DIM), score keys with dot(q_rot[r_block], ŷ) (score_local), accumulate values as ŷ
+ * into the slot of the block's rotation (value, rotation_of), and rotate each slot back once and sum
  * (unrotate_local).
  */
+
+/* IEEE half bits (sign 0, finite) → float, without cl_khr_fp16. */
+inline float SL_TQ(half_bits)(uint h) {
+  const uint e = (h >> 10) & 31u, m = h & 1023u;
+  if (e == 0u) return (float)m * 5.9604645e-8f;
+  return as_float(((e + 112u) << 23) | (m << 13));
+}
+
+inline uint SL_TQ(header)(__global const uchar* block) { return (uint)block[0] | ((uint)block[1] << 8); }
+
+/* Block b's scale and rotation in a row. */
+inline float SL_TQ(scale_of)(__global const uchar* row, uint b) {
+  __global const uchar* p = row + SL_TQ(block_byte)[b];
+  if (SL_TQ_N_ROT == 1u) return vload_half(0, (__global const half*)p);
+  return SL_TQ(half_bits)((SL_TQ(header)(p) >> 4) << 3);
+}
+inline uint SL_TQ(rotation_of)(__global const uchar* row, uint b) {
+  return SL_TQ_N_ROT == 1u ? 0u : (SL_TQ(header)(row + SL_TQ(block_byte)[b]) & 15u);
+}
 
 /* The block holding coordinate i. */
 inline uint SL_TQ(block_of)(uint i) {
@@ -39,15 +63,16 @@ inline float SL_TQ(value)(__global const uchar* row, uint i) {
   uint word = idx[0];
   if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)idx[1] << 8;
   const uint code = (word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u);
-  return vload_half(0, (__global const half*)p) * SL_TQ(codebook)[b * 16 + code];
+  return SL_TQ(scale_of)(row, b) * SL_TQ(codebook)[b * 16 + code];
 }
 
-/* dot(q_rot, ŷ) for one row, by one work-item. */
-inline float SL_TQ(score_local)(__global const uchar* row, __local const float* q_rot) {
+/* dot(q_rot, ŷ) for one row, by one work-item; q_rot holds N_ROT slots of HEAD_DIM. */
+inline float SL_TQ(score_local)(__global const uchar* row, __local const float* q_rot_all) {
   float sum = 0.0f;
   for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
     __global const uchar* p = row + SL_TQ(block_byte)[b];
     const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
+    __local const float* q_rot = q_rot_all + SL_TQ(rotation_of)(row, b) * SL_TQ_HEAD_DIM;
     float part = 0.0f;
     for (uint g = 0; g < n; g += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
       __global const uchar* q8 = p + 2 + (g / 8) * SL_TQ_BITS;
@@ -56,7 +81,7 @@ inline float SL_TQ(score_local)(__global const uchar* row, __local const float* 
       for (uint l = 0; l < 8; ++l)
         part += q_rot[off + g + l] * SL_TQ(codebook)[b * 16 + ((word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u))];
     }
-    sum += vload_half(0, (__global const half*)p) * part;
+    sum += SL_TQ(scale_of)(row, b) * part;
   }
   return sum;
 }
@@ -79,15 +104,15 @@ inline void SL_TQ(fwht_local)(__local float* v, uint lid, uint lsize) {
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* q (head_dim floats in local memory) → q_rot = H·D·q/√n per block, in place; whole work-group. */
-inline void SL_TQ(rotate_local)(__local float* v, uint lid, uint lsize) {
-  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(signs)[i];
+/* q (head_dim floats in local memory) → H·D_r·q/√n per block, in place; whole work-group. */
+inline void SL_TQ(rotate_local)(__local float* v, uint r, uint lid, uint lsize) {
+  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(signs)[r * SL_TQ_HEAD_DIM + i];
   SL_TQ(fwht_local)(v, lid, lsize);
 }
 
-/* acc (rotated domain) → output = D·H·acc/√n per block, in place; whole work-group. */
-inline void SL_TQ(unrotate_local)(__local float* v, uint lid, uint lsize) {
+/* An accumulator slot of rotation r → D_r·H·acc/√n per block, in place; whole work-group. */
+inline void SL_TQ(unrotate_local)(__local float* v, uint r, uint lid, uint lsize) {
   SL_TQ(fwht_local)(v, lid, lsize);
-  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(signs)[i];
+  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(signs)[r * SL_TQ_HEAD_DIM + i];
   barrier(CLK_LOCAL_MEM_FENCE);
 }

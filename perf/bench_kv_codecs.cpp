@@ -1,6 +1,7 @@
 // bench_kv_codecs: the fused attention hooks of each KV codec in isolation — nanoseconds per cached
 // key for score_keys and per cached value for accumulate_values, over a history of --rows rows in
-// pages of 16 (as the CPU backend calls them), one thread. Also decode (the prefill path) per row.
+// pages of 16 (as the CPU backend calls them), one thread. Also decode (the prefill path) and encode
+// (every new token) per row.
 //
 //   bench_kv_codecs [--plugin-dir build/lib] [--head-dim 64] [--rows 8192] [--codecs f16,q8,q4,turbo4,turbo3]
 #include <algorithm>
@@ -55,8 +56,8 @@ int main(int argc, char** argv) {
   for (auto& v : q) v = g(rng);
   for (auto& v : w) v = std::fabs(g(rng)) / rows;
 
-  std::printf("| codec | bits/value | bytes/row | score_keys ns/key | accumulate_values ns/value | decode ns/row |\n"
-              "| --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| codec | bits/value | bytes/row | score_keys ns/key | accumulate_values ns/value | decode ns/row | encode ns/row |\n"
+              "| --- | --- | --- | --- | --- | --- | --- |\n");
   std::stringstream names(codecs);
   for (std::string name; std::getline(names, name, ',');) {
     const sl_kvcodec_api* api = name == "f16" ? builtin_f16_codec() : name == "f32" ? builtin_f32_codec() : nullptr;
@@ -98,8 +99,10 @@ int main(int argc, char** argv) {
       for (uint32_t at = 0; at < rows; at += page)
         api->decode(vc, vrows.data() + static_cast<std::size_t>(at) * f.row_bytes, page, decoded.data(), &err);
     });
-    std::printf("| %s | %.3g | %u | %.2f | %.2f | %.2f |\n", name.c_str(), f.bits_per_value, f.row_bytes, score_ns / rows,
-                acc_ns / rows, decode_ns / rows);
+    const uint32_t enc_rows = std::min<uint32_t>(rows, 4096);
+    const double encode_ns = best_ns([&] { api->encode(kc, x.data(), enc_rows, krows.data(), &err); }, 3);
+    std::printf("| %s | %.3g | %u | %.2f | %.2f | %.2f | %.0f |\n", name.c_str(), f.bits_per_value, f.row_bytes, score_ns / rows,
+                acc_ns / rows, decode_ns / rows, encode_ns / enc_rows);
     api->destroy(kc);
     api->destroy(vc);
   }

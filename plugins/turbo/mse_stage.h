@@ -17,6 +17,15 @@
 //                    itself, so inner products are not shrunk by the quantizer (the MSE stage
 //                    alone shrinks them by about D_mse: attention logits would lose temperature).
 // Everything after encoding stays in the rotated domain: ⟨q, x̂⟩ = Σ_blocks s·⟨H·D·q/√n, c⟩.
+//
+// Rotation choice (rotations = R > 1): each block has R fixed sign vectors D_0 … D_{R−1}. The encoder
+// quantizes the block under every one and keeps the candidate with the smallest error; its id takes
+// the low 4 bits of the block header and the scale keeps 12 (the f16 pattern without its sign bit
+// and its 3 lowest mantissa bits: 0.2% mean relative error, negligible next to the quantizer's).
+// Same bits per value; on random and on real K/V rows best-of-16 lowers the MSE by ~29% (best-of-4:
+// ~20%). The fused state then holds the query rotated R ways (R × head_dim floats), values
+// accumulate into R rotated accumulators, and finishing rotates each back once and sums them.
+// R = 1 is the paper's quantizer exactly, with a plain f16 scale.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -31,8 +40,8 @@ enum class ScaleMode { kExact, kRaw, kLeastSquares, kUnbiased };
 
 struct MseBlock {
   uint32_t offset, n;     // values [offset, offset + n) of the head vector
-  uint32_t byte_offset;   // of the block's f16 scale in the row; indices follow
-  BlockRotation rotation;
+  uint32_t byte_offset;   // of the block's 16-bit header (scale, rotation id) in the row; indices follow
+  std::vector<BlockRotation> rotations;  // the R candidates
   const CodebookEntry* codebook;
   float boundaries[15];   // midpoints between neighbouring centroids (z units)
   Lut lut;
@@ -40,36 +49,58 @@ struct MseBlock {
 
 class MseStage {
  public:
-  // Throws std::invalid_argument when head_dim is not a positive multiple of 16 or bits ∉ [1, 4].
-  MseStage(uint32_t head_dim, uint32_t bits, uint64_t seed, ScaleMode mode);
+  static constexpr uint32_t kMaxRotations = 16;
+  // Throws std::invalid_argument when head_dim is not a positive multiple of 16 up to 1024, bits ∉
+  // [1, 4] or rotations ∉ {1, 2, 4, 8, 16}.
+  MseStage(uint32_t head_dim, uint32_t bits, uint64_t seed, ScaleMode mode, uint32_t rotations = 1);
 
   uint32_t head_dim() const { return head_dim_; }
   uint32_t bits() const { return bits_; }
+  uint32_t rotations() const { return rotations_; }
   uint32_t row_bytes() const { return row_bytes_; }
   const std::vector<MseBlock>& blocks() const { return blocks_; }
+  // The fused domain: slot r (head_dim floats) holds every block under its candidate rotation r.
+  uint32_t domain_dim() const { return rotations_ * head_dim_; }
 
-  void rotate(const float* x, float* y) const;    // every block forward; may alias
-  void unrotate(const float* y, float* x) const;  // every block inverse; may alias
+  void encode(const float* x, std::byte* row) const;       // picks each block's best rotation
+  void decode(const std::byte* row, float* x) const;       // back to head_dim floats
+  void rotate_all(const float* x, float* domain) const;    // x under every candidate
+  void unrotate_sum(const float* domain, float* x) const;  // Σ_r inverse_r(domain slot r)
+  float dot(const std::byte* row, const float* domain_q) const { return dot_(*this, row, domain_q); }
+  void axpy(float a, const std::byte* row, float* domain_acc) const { axpy_(*this, a, row, domain_acc); }
+
+  // With one rotation (turbo-prod): the rotated domain is head_dim floats.
+  void rotate(const float* x, float* y) const;    // may alias
+  void unrotate(const float* y, float* x) const;  // may alias
   // Encodes a rotated vector; yhat (optional) gets the reconstruction in the rotated domain.
   void encode_rotated(const float* y, std::byte* row, float* yhat) const;
   void reconstruct_rotated(const std::byte* row, float* yhat) const;
-  float dot_rotated(const std::byte* row, const float* q_rot) const { return dot_(*this, row, q_rot); }
-  void axpy_rotated(float a, const std::byte* row, float* acc) const { axpy_(*this, a, row, acc); }
+
+  // A block header: scale and rotation id.
+  struct Header {
+    float scale;
+    uint32_t rotation;
+  };
+  Header header(const std::byte* p) const;
 
  private:
   using DotFn = float (*)(const MseStage&, const std::byte*, const float*);
   using AxpyFn = void (*)(const MseStage&, float, const std::byte*, float*);
-  using UnpackFn = void (*)(const MseStage&, const std::byte*, float*);
+  using UnpackFn = void (*)(float, const uint8_t*, float*, uint32_t, const Lut&);
+  using PackFn = void (*)(const uint8_t*, uint32_t, uint8_t*);
   template <int B> static float dot_impl(const MseStage& s, const std::byte* row, const float* q);
   template <int B> static void axpy_impl(const MseStage& s, float a, const std::byte* row, float* acc);
-  template <int B> static void unpack_impl(const MseStage& s, const std::byte* row, float* y);
+  // Quantizes one rotated block: indices, scale and the squared error of the reconstruction.
+  float quantize_block(const MseBlock& b, const float* y, uint8_t* idx, double* err) const;
+  void write_header(std::byte* p, float scale, uint32_t rotation) const;
 
-  uint32_t head_dim_, bits_, row_bytes_ = 0;
+  uint32_t head_dim_, bits_, rotations_, row_bytes_ = 0;
   ScaleMode mode_;
   std::vector<MseBlock> blocks_;
   DotFn dot_;
   AxpyFn axpy_;
   UnpackFn unpack_;
+  PackFn pack_;
 };
 
 float read_f16(const std::byte* p);

@@ -24,6 +24,8 @@ std::string mse_opencl_source(const MseStage& stage, sl_kv_role role) {
   s += "#define SL_TQ_BITS " + std::to_string(stage.bits()) + "u\n";
   s += "#define SL_TQ_ROW_BYTES " + std::to_string(stage.row_bytes()) + "u\n";
   s += "#define SL_TQ_N_BLOCKS " + std::to_string(blocks.size()) + "u\n";
+  s += "#define SL_TQ_N_ROT " + std::to_string(stage.rotations()) + "u\n";
+  s += "__constant uint SL_TQ(n_rot) = " + std::to_string(stage.rotations()) + "u;\n";
   auto uints = [&](const char* name, auto get) {
     s += "__constant uint SL_TQ(" + std::string(name) + ")[" + std::to_string(blocks.size()) + "] = {";
     for (std::size_t i = 0; i < blocks.size(); ++i) s += (i ? ", " : "") + std::to_string(get(blocks[i])) + "u";
@@ -35,16 +37,17 @@ std::string mse_opencl_source(const MseStage& stage, sl_kv_role role) {
   s += "__constant float SL_TQ(codebook)[" + std::to_string(blocks.size() * 16) + "] = {";
   for (std::size_t i = 0; i < blocks.size(); ++i)
     for (uint32_t k = 0; k < 16; ++k) s += (i + k ? ", " : "") + number(blocks[i].lut.entries[k]);
-  s += "};\n__constant float SL_TQ(signs)[" + std::to_string(stage.head_dim()) + "] = {";
+  s += "};\n__constant float SL_TQ(signs)[" + std::to_string(stage.rotations() * stage.head_dim()) + "] = {";
   bool first = true;
-  for (const auto& b : blocks)
-    for (float v : b.rotation.scaled_signs()) {
-      s += (first ? "" : ", ") + number(v);
-      first = false;
-    }
+  for (uint32_t r = 0; r < stage.rotations(); ++r)
+    for (const auto& b : blocks)
+      for (float v : b.rotations[r].scaled_signs()) {
+        s += (first ? "" : ", ") + number(v);
+        first = false;
+      }
   s += "};\n";
   s += kKvcodecTurboCl;
-  s += "\n#undef SL_TQ\n#undef SL_TQ_HEAD_DIM\n#undef SL_TQ_BITS\n#undef SL_TQ_ROW_BYTES\n#undef SL_TQ_N_BLOCKS\n";
+  s += "\n#undef SL_TQ\n#undef SL_TQ_HEAD_DIM\n#undef SL_TQ_BITS\n#undef SL_TQ_ROW_BYTES\n#undef SL_TQ_N_BLOCKS\n#undef SL_TQ_N_ROT\n";
   return s;
 }
 

@@ -40,44 +40,42 @@ sl_kv_format make_format(uint32_t head_dim, uint32_t row_bytes, const std::vecto
   return f;
 }
 
-// turbo2/3/4: the MSE stage alone. Keys score against the rotated query; values accumulate in the
-// rotated domain and are rotated back once per (token, head) in finish_values.
+// turbo2/3/4: the MSE stage alone. Keys score against the query rotated under each candidate
+// rotation; values accumulate in the rotated domains and are rotated back once per (token, head) in
+// finish_values.
 class TurboMseCodec final : public kvcodec::Codec {
  public:
-  TurboMseCodec(uint32_t head_dim, uint32_t bits, uint64_t seed, ScaleMode mode, sl_kv_role role)
-      : stage_(head_dim, bits, seed, mode), opencl_(mse_opencl_source(stage_, role)) {}
+  TurboMseCodec(uint32_t head_dim, uint32_t bits, uint64_t seed, ScaleMode mode, uint32_t rotations, sl_kv_role role)
+      : stage_(head_dim, bits, seed, mode, rotations), opencl_(mse_opencl_source(stage_, role)) {}
 
-  sl_kv_format format() const override { return make_format(stage_.head_dim(), stage_.row_bytes(), stage_.blocks()); }
+  sl_kv_format format() const override {
+    sl_kv_format f = make_format(stage_.head_dim(), stage_.row_bytes(), stage_.blocks());
+    f.domain_dim = stage_.domain_dim();
+    return f;
+  }
 
   void encode(const float* src, uint32_t n_rows, std::byte* dst) const override {
-    std::array<float, kMaxHeadDim> y;
-    for (uint32_t r = 0; r < n_rows; ++r, src += stage_.head_dim(), dst += stage_.row_bytes()) {
-      stage_.rotate(src, y.data());
-      stage_.encode_rotated(y.data(), dst, nullptr);
-    }
+    for (uint32_t r = 0; r < n_rows; ++r, src += stage_.head_dim(), dst += stage_.row_bytes()) stage_.encode(src, dst);
   }
 
   void decode(const std::byte* src, uint32_t n_rows, float* dst) const override {
-    for (uint32_t r = 0; r < n_rows; ++r, src += stage_.row_bytes(), dst += stage_.head_dim()) {
-      stage_.reconstruct_rotated(src, dst);
-      stage_.unrotate(dst, dst);
-    }
+    for (uint32_t r = 0; r < n_rows; ++r, src += stage_.row_bytes(), dst += stage_.head_dim()) stage_.decode(src, dst);
   }
 
-  uint32_t query_state_bytes() const override { return stage_.head_dim() * 4; }
-  void prepare_query(const float* q, void* state) const override { stage_.rotate(q, static_cast<float*>(state)); }
+  uint32_t query_state_bytes() const override { return stage_.domain_dim() * 4; }
+  void prepare_query(const float* q, void* state) const override { stage_.rotate_all(q, static_cast<float*>(state)); }
 
   void score_keys(const void* state, const std::byte* rows, std::size_t stride, uint32_t n, float* scores) const override {
-    const auto* q_rot = static_cast<const float*>(state);
-    for (uint32_t i = 0; i < n; ++i, rows += stride) scores[i] = stage_.dot_rotated(rows, q_rot);
+    const auto* q = static_cast<const float*>(state);
+    for (uint32_t i = 0; i < n; ++i, rows += stride) scores[i] = stage_.dot(rows, q);
   }
 
   void accumulate_values(const std::byte* rows, std::size_t stride, uint32_t n, const float* w, float* acc) const override {
     for (uint32_t i = 0; i < n; ++i, rows += stride)
-      if (w[i] != 0.0f) stage_.axpy_rotated(w[i], rows, acc);
+      if (w[i] != 0.0f) stage_.axpy(w[i], rows, acc);
   }
 
-  void finish_values(const float* acc, float* out) const override { stage_.unrotate(acc, out); }
+  void finish_values(const float* acc, float* out) const override { stage_.unrotate_sum(acc, out); }
   const std::string& opencl_source() const override { return opencl_; }
 
  private:
@@ -148,7 +146,7 @@ class TurboProdCodec final : public kvcodec::Codec {
     const auto* q_rot = static_cast<const float*>(state);
     const float* sq = q_rot + d_;
     for (uint32_t i = 0; i < n; ++i, rows += stride)
-      scores[i] = stage_.dot_rotated(rows, q_rot) +
+      scores[i] = stage_.dot(rows, q_rot) +
                   read_f16(rows + gamma_at_) * signed_sum(reinterpret_cast<const uint8_t*>(rows + signs_at_), sq, d_, sq[d_]);
   }
 
@@ -186,8 +184,9 @@ class TurboProdCodec final : public kvcodec::Codec {
 std::unique_ptr<kvcodec::Codec> make_mse(uint32_t bits, uint32_t head_dim, sl_kv_role role, kvcodec::Options& o) {
   const uint64_t seed = o.get_u64("seed", kDefaultSeed);
   const ScaleMode mode = parse_scale(o);
+  const int rotations = o.get_int("rot", static_cast<int>(kDefaultRotations), 1, 16);
   try {
-    return std::make_unique<TurboMseCodec>(head_dim, bits, seed, mode, role);
+    return std::make_unique<TurboMseCodec>(head_dim, bits, seed, mode, static_cast<uint32_t>(rotations), role);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("turbo" + std::to_string(bits) + ": " + e.what());
   }

@@ -7,6 +7,8 @@
 // Options (after "name:", items separated by ':' or ';'):
 //   seed=N            the rotation signs' (and QJL matrix's) seed; default kDefaultSeed
 //   norm=exact|raw|ls the block scale (mse_stage.h); default exact
+//   rot=1|2|4|8|16    turbo2/3/4: candidate rotations per block, the encoder keeps the best
+//                     (mse_stage.h); default kDefaultRotations; 1 = the paper's quantizer
 //   bits=2..4         turbo-prod only: total bits per value; default 4 (3-bit MSE + 1-bit QJL)
 #include <memory>
 
@@ -15,6 +17,7 @@
 namespace sluice::turbo {
 
 inline constexpr uint64_t kDefaultSeed = 0x5111CE7u;
+inline constexpr uint32_t kDefaultRotations = 16;
 
 std::unique_ptr<kvcodec::Codec> make_turbo2(uint32_t head_dim, sl_kv_role role, kvcodec::Options& options);
 std::unique_ptr<kvcodec::Codec> make_turbo3(uint32_t head_dim, sl_kv_role role, kvcodec::Options& options);

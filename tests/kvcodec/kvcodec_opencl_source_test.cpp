@@ -18,18 +18,28 @@ namespace sluice {
 namespace {
 
 const char* kCheckKernels = R"CL(
+/* buf: n_rot slots of HEAD_DIM (the rotated query), then one slot of scratch. */
 __kernel void tq_check(__global const uchar* krows, uint k_row_bytes, __global const uchar* vrows, uint v_row_bytes,
                        __global const float* q, uint n_rows, __global float* scores, __global float* decoded,
                        __local float* buf) {
   const uint lid = get_local_id(0), lsize = get_local_size(0), d = HEAD_DIM;
-  for (uint i = lid; i < d; i += lsize) buf[i] = q[i];
-  sl_tq_k_rotate_local(buf, lid, lsize);
+  for (uint r = 0; r < sl_tq_k_n_rot; ++r) {
+    for (uint i = lid; i < d; i += lsize) buf[r * d + i] = q[i];
+    sl_tq_k_rotate_local(buf + r * d, r, lid, lsize);
+  }
   for (uint r = lid; r < n_rows; r += lsize) scores[r] = sl_tq_k_score_local(krows + r * k_row_bytes, buf);
-  for (uint r = 0; r < n_rows; ++r) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint i = lid; i < d; i += lsize) buf[i] = sl_tq_v_value(vrows + r * v_row_bytes, i);
-    sl_tq_v_unrotate_local(buf, lid, lsize);
-    for (uint i = lid; i < d; i += lsize) decoded[r * d + i] = buf[i];
+  __local float* tmp = buf + sl_tq_k_n_rot * d;
+  for (uint row = 0; row < n_rows; ++row) {
+    __global const uchar* v = vrows + row * v_row_bytes;
+    float out[2] = {0.0f, 0.0f};  /* this work-item's coordinates lid and lid + lsize (d <= 2 * lsize) */
+    for (uint r = 0; r < sl_tq_v_n_rot; ++r) {
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (uint i = lid; i < d; i += lsize)
+        tmp[i] = sl_tq_v_rotation_of(v, sl_tq_v_block_of(i)) == r ? sl_tq_v_value(v, i) : 0.0f;
+      sl_tq_v_unrotate_local(tmp, r, lid, lsize);
+      for (uint k = 0, i = lid; i < d; i += lsize, ++k) out[k] += tmp[i];
+    }
+    for (uint k = 0, i = lid; i < d; i += lsize, ++k) decoded[row * d + i] = out[k];
   }
 }
 __kernel void q8_check(__global const uchar* rows, uint row_bytes, uint n_rows, __global float* out) {
@@ -164,8 +174,8 @@ TEST_P(KvCodecOpenClSource, DeviceFunctionsMatchTheHostCodec) {
   clSetKernelArg(kern, 5, sizeof(cl_uint), &n);
   clSetKernelArg(kern, 6, sizeof(cl_mem), &sb);
   clSetKernelArg(kern, 7, sizeof(cl_mem), &db);
-  clSetKernelArg(kern, 8, d * 4, nullptr);
-  cl.run(kern, 32, 32);
+  clSetKernelArg(kern, 8, (16 + 1) * d * 4, nullptr);
+  cl.run(kern, 128, 128);
   const auto scores = cl.read(sb, rows), decoded = cl.read(db, static_cast<std::size_t>(rows) * d);
 
   std::vector<std::byte> state(k.api->query_state_bytes(k.codec));

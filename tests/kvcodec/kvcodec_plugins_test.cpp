@@ -246,6 +246,14 @@ TEST(KvCodecOptions, TurboTakesSeedNormAndProdBits) {
   EXPECT_EQ(a.status(), SL_OK) << a.message();
   Instance bad(t4, 64, SL_KV_KEYS, "norm=maybe");
   EXPECT_EQ(bad.status(), SL_ERR_INVALID_ARGUMENT);
+  Instance three_rotations(t4, 64, SL_KV_KEYS, "rot=3");
+  EXPECT_EQ(three_rotations.status(), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(three_rotations.message().find("rotations"), std::string::npos) << three_rotations.message();
+  // The fused domain holds one rotated copy per candidate; bits per value do not change.
+  Instance one(t4, 64, SL_KV_VALUES, "rot=1"), sixteen(t4, 64, SL_KV_VALUES, "rot=16");
+  EXPECT_EQ(one.format().domain_dim, 64u);
+  EXPECT_EQ(sixteen.format().domain_dim, 16u * 64u);
+  EXPECT_EQ(one.format().row_bytes, sixteen.format().row_bytes);
   Instance p3(prod, 64, SL_KV_KEYS, "bits=3");
   ASSERT_EQ(p3.status(), SL_OK) << p3.message();
   EXPECT_FLOAT_EQ(p3.format().bits_per_value, 3.5f);  // 2-bit MSE + f16 scale, 1-bit signs + f16 norm

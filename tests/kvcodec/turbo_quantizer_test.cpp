@@ -48,7 +48,8 @@ TEST(TurboCodebooks, GaussianLimitMatchesMaxsTable) {
   EXPECT_NEAR(lloyd_max(0, 1).centroids[1], std::sqrt(2 / M_PI), 1e-6);
 }
 
-// D_mse = E‖x − x̂‖² over random unit vectors, d = 128 (one rotation block).
+// D_mse = E‖x − x̂‖² over random unit vectors (d = 128: one rotation block), with one fixed
+// rotation (the paper's quantizer) through the rotated-domain calls.
 double mse_distortion(uint32_t bits, ScaleMode mode, int trials) {
   const uint32_t d = 128;
   MseStage stage(d, bits, kDefaultSeed, mode);
@@ -97,6 +98,47 @@ TEST(TurboMse, NormCorrectionCostsLittleMse) {
     EXPECT_LT(exact, 1.10 * raw) << "b=" << b;
     EXPECT_LE(ls, raw * 1.0001) << "b=" << b;  // least squares is never worse than a fixed scale
   }
+}
+
+// The same through encode/decode, choosing among `rotations` candidates per block.
+double mse_with_rotations(uint32_t d, uint32_t bits, uint32_t rotations, int trials) {
+  MseStage stage(d, bits, kDefaultSeed, ScaleMode::kExact, rotations);
+  std::mt19937 rng(43);
+  std::vector<std::byte> row(stage.row_bytes());
+  std::vector<float> back(d);
+  double sum = 0;
+  for (int t = 0; t < trials; ++t) {
+    const auto x = random_unit(rng, d);
+    stage.encode(x.data(), row.data());
+    stage.decode(row.data(), back.data());
+    for (uint32_t j = 0; j < d; ++j) sum += (x[j] - back[j]) * (x[j] - back[j]);
+  }
+  return sum / trials;
+}
+
+TEST(TurboMse, ChoosingAmongRotationsLowersMseAtTheSameBits) {
+  for (uint32_t d : {64u, 128u})
+    for (uint32_t b : {3u, 4u}) {
+      const double one = mse_with_rotations(d, b, 1, 2000), four = mse_with_rotations(d, b, 4, 2000),
+                   sixteen = mse_with_rotations(d, b, 16, 2000);
+      std::printf("d=%u b=%u: D_mse 1 rotation %.5f, best of 4 %.5f (%+.0f%%), best of 16 %.5f (%+.0f%%)\n", d, b, one, four,
+                  100 * (four / one - 1), sixteen, 100 * (sixteen / one - 1));
+      EXPECT_LT(four, 0.90 * one) << "d=" << d << " b=" << b;
+      EXPECT_LT(sixteen, 0.85 * one) << "d=" << d << " b=" << b;
+      EXPECT_LT(sixteen, four) << "d=" << d << " b=" << b;
+    }
+}
+
+TEST(TurboMse, OneRotationEncodeEqualsTheRotatedDomainPath) {
+  MseStage stage(80, 4, kDefaultSeed, ScaleMode::kExact, 1);
+  std::mt19937 rng(3);
+  const auto x = random_unit(rng, 80);
+  std::vector<float> y(80);
+  std::vector<std::byte> a(stage.row_bytes()), b(stage.row_bytes());
+  stage.encode(x.data(), a.data());
+  stage.rotate(x.data(), y.data());
+  stage.encode_rotated(y.data(), b.data(), nullptr);
+  EXPECT_EQ(a, b);
 }
 
 TEST(TurboMse, RotationIsOrthogonalAndInvertible) {
