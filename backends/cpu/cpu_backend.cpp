@@ -196,6 +196,8 @@ const sl_backend_api kApi = {
     copy,
     softmax,
     topk,
+    gather_rows,
+    scatter_add_rows,
 };
 
 const sl_plugin_descriptor kDescriptor = {

@@ -65,6 +65,9 @@ sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, ui
 sl_status softmax(sl_backend*, sl_buffer*, uint32_t, uint32_t, sl_error*);
 sl_status topk(sl_backend*, const sl_buffer*, uint32_t, uint32_t, uint32_t, int, int, sl_buffer*, sl_buffer*, sl_error*);
 
+sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
+sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);
+
 sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);
 sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);

@@ -341,6 +341,20 @@ class EngineImpl final : public Engine {
     metrics_.queue_depth = static_cast<int>(queue_.size());
     metrics_.active_sequences = static_cast<int>(active_.size());
     metrics_.kv_bytes_used = static_cast<uint64_t>(rt_->kv().bytes_per_token() * pool.pages_in_use() * pool.page_tokens());
+    if (const auto* store = rt_->expert_store()) {  // read here: the store belongs to this thread
+      const auto st = store->stats();
+      metrics_.expert_store = store->name();
+      metrics_.expert_bytes_read = st.bytes_read;
+      metrics_.expert_read_requests = st.read_requests;
+      metrics_.expert_hits = st.hits;
+      metrics_.expert_misses = st.misses;
+      metrics_.expert_prefetched = st.prefetched;
+      metrics_.expert_cache_bytes = st.cache_bytes;
+      metrics_.expert_budget_bytes = st.budget_bytes;
+      metrics_.expert_read_seconds = st.read_seconds;
+      metrics_.expert_read_p50_us = st.read_p50_us;
+      metrics_.expert_read_p99_us = st.read_p99_us;
+    }
   }
 
   std::unique_ptr<Runtime> rt_;

@@ -23,7 +23,8 @@ struct EngineOptions {
   std::string model_dir;
   std::string backend = "auto";         // auto | cpu | opencl[:P:D] | path to a backend .so
   std::string kv_codec = "f16";         // f32 | f16 | plugin name | k=A,v=B
-  std::string expert_store = "resident";
+  std::string expert_store = "resident"; // resident | uring[:options] | plugin name
+  int expert_cache_mb = 0;              // the streaming store's budget (0 = its default)
   std::string plugin_dir;               // "" = next to the executable
   int threads = 0;                      // 0 = all cores
   int ctx_size = 0;                     // 0 = the model's max_position_embeddings (capped)
@@ -89,6 +90,18 @@ struct EngineMetrics {
   uint64_t kv_bytes_capacity = 0;
   uint64_t kv_bytes_used = 0;
   double kv_bytes_per_token = 0;
+  // Mixture-of-Experts models: the expert store's counters (zero for dense models).
+  std::string expert_store;
+  uint64_t expert_bytes_read = 0;     // bytes that really came from the files
+  uint64_t expert_read_requests = 0;
+  uint64_t expert_hits = 0;
+  uint64_t expert_misses = 0;
+  uint64_t expert_prefetched = 0;
+  uint64_t expert_cache_bytes = 0;
+  uint64_t expert_budget_bytes = 0;
+  double expert_read_seconds = 0;
+  double expert_read_p50_us = 0;
+  double expert_read_p99_us = 0;
 };
 
 class Engine {

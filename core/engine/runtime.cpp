@@ -1,5 +1,7 @@
 #include "engine/runtime.h"
 
+#include "plugin/resident_store.h"
+
 #include <algorithm>
 #include <thread>
 
@@ -13,9 +15,21 @@ Result<BackendChoice> choose_backend(PluginRegistry& registry, const std::string
     return BackendChoice{rec.name, ""};
   }
   if (spec == "auto" || spec.empty()) {
-    // Prefer a device backend that loaded (and whose probe found a device); the CPU otherwise.
-    for (const auto* rec : registry.loaded_of_kind(SL_PLUGIN_BACKEND))
-      if (rec->name != "cpu") return BackendChoice{rec->name, ""};
+    // Prefer a backend with a GPU or accelerator (OpenCL on a CPU, e.g. PoCL, is no faster than
+    // the CPU backend); the CPU otherwise.
+    for (const auto* rec : registry.loaded_of_kind(SL_PLUGIN_BACKEND)) {
+      if (rec->name == "cpu") continue;
+      const auto* api = static_cast<const sl_backend_api*>(rec->descriptor->api);
+      const uint32_t n = api->device_count ? api->device_count() : 0;
+      for (uint32_t i = 0; i < n; ++i) {
+        sl_device_info info{};
+        info.struct_size = sizeof(info);
+        sl_error err{};
+        if (api->device_info && api->device_info(i, &info, &err) == SL_OK &&
+            (std::string(info.kind) == "gpu" || std::string(info.kind) == "accelerator"))
+          return BackendChoice{rec->name, ""};
+      }
+    }
     if (registry.find(SL_PLUGIN_BACKEND, "cpu")) return BackendChoice{"cpu", ""};
     return make_error("no backend plugin loaded (looked for sluice-*.so in the plugin directory; see `sluice plugins`)");
   }
@@ -29,6 +43,38 @@ Result<BackendChoice> choose_backend(PluginRegistry& registry, const std::string
     return make_error("unknown backend '" + c.name + "' (available: " + (known.empty() ? "none" : known) + ")");
   }
   return c;
+}
+
+Result<std::unique_ptr<ExpertStoreHandle>> open_expert_store(const PluginRegistry& registry, const std::string& spec,
+                                                             uint64_t budget_bytes, const ExpertLayout& layout,
+                                                             const std::vector<std::filesystem::path>& files) {
+  const auto colon = spec.find(':');
+  const std::string name = spec.substr(0, colon), options = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  const sl_expertstore_api* api = nullptr;
+  if (name == "resident") {
+    api = builtin_resident_store();
+  } else if (const auto* rec = registry.find(SL_PLUGIN_EXPERTSTORE, name)) {
+    api = static_cast<const sl_expertstore_api*>(rec->descriptor->api);
+  } else {
+    std::string known = "resident";
+    for (const auto* r : registry.loaded_of_kind(SL_PLUGIN_EXPERTSTORE)) known += ", " + r->name;
+    return make_error("unknown expert store '" + name + "' (available: " + known + ")");
+  }
+  std::vector<std::string> paths;
+  for (const auto& f : files) paths.push_back(f.string());
+  std::vector<const char*> c_paths;
+  for (const auto& p : paths) c_paths.push_back(p.c_str());
+  sl_expertstore_config cfg{};
+  cfg.struct_size = sizeof(cfg);
+  cfg.n_files = static_cast<uint32_t>(c_paths.size());
+  cfg.files = c_paths.data();
+  cfg.n_layers = layout.n_moe_layers();
+  cfg.n_experts = layout.n_experts();
+  cfg.n_parts = layout.n_parts();
+  cfg.parts = layout.parts().data();
+  cfg.budget_bytes = budget_bytes;
+  cfg.options = options.c_str();
+  return ExpertStoreHandle::open(api, name, cfg);
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uint32_t capacity_tokens) {
@@ -62,6 +108,13 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   auto model = Transformer::create(rt->config_, *rt->tensors_, *rt->backend_);
   if (!model) return model.error();
   rt->model_ = std::move(*model);
+  if (const auto& layout = rt->model_->expert_layout()) {
+    auto store = open_expert_store(*rt->registry_, options.expert_store, static_cast<uint64_t>(options.expert_cache_mb) << 20, *layout,
+                                   rt->tensors_->files());
+    if (!store) return store.error();
+    rt->store_ = std::move(*store);
+    rt->model_->attach_expert_store(rt->store_.get());
+  }
 
   rt->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(rt->config_.max_position_embeddings, 8192);
   auto codecs = KvCodecChoice::parse(options.kv_codec);

@@ -12,6 +12,7 @@
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "plugin/backend_handle.h"
+#include "plugin/expert_store_handle.h"
 #include "plugin/plugin_registry.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,6 +44,7 @@ class Runtime {
   Transformer& model() { return *model_; }
   KvCache& kv() { return *kv_; }
   const PluginRegistry& plugins() const { return *registry_; }
+  ExpertStoreHandle* expert_store() const { return store_.get(); }
   int context_size() const { return ctx_size_; }
   std::string model_name() const;
 
@@ -53,12 +55,18 @@ class Runtime {
   std::unique_ptr<SafetensorsSet> tensors_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<BackendHandle> backend_;
+  std::unique_ptr<ExpertStoreHandle> store_;  // MoE models only; outlives the model that uses it
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<KvCache> kv_;
   int ctx_size_ = 0;
 };
 
 // Resolves --backend: "auto", "cpu", "opencl", "opencl:0:1" (name:device) or a path to a .so.
+// Opens the expert store named by --expert-store ("resident", "uring:direct=0", a plugin name).
+Result<std::unique_ptr<ExpertStoreHandle>> open_expert_store(const PluginRegistry& registry, const std::string& spec,
+                                                             uint64_t budget_bytes, const ExpertLayout& layout,
+                                                             const std::vector<std::filesystem::path>& files);
+
 struct BackendChoice {
   std::string name, device;
 };

@@ -192,7 +192,7 @@ Status parse_windows(const rapidjson::Value& doc, const std::string& where, Mode
   const long long window = window_opt.value_or(window_absent ? 4096 : 0);
   if (window < 0 || window > INT32_MAX) return make_error(where + ": 'sliding_window' out of range");
 
-  if (c.architecture == "mistral") {
+  if (c.architecture == "mistral" || c.architecture == "mixtral") {
     std::fill(c.layer_window.begin(), c.layer_window.end(), static_cast<int>(window));
     return {};
   }
@@ -223,10 +223,51 @@ Status parse_windows(const rapidjson::Value& doc, const std::string& where, Mode
   return {};
 }
 
+// Mixture-of-Experts fields, named as each architecture's transformers config names them.
+Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  const bool mixtral = c.architecture == "mixtral", qwen3_moe = c.architecture == "qwen3_moe", olmoe = c.architecture == "olmoe";
+  if (!mixtral && !qwen3_moe && !olmoe) return {};
+  Fields f(doc, where);
+  SLUICE_TRY_ASSIGN(local_experts, f.integer("num_local_experts"));
+  SLUICE_TRY_ASSIGN(experts, f.integer("num_experts"));
+  SLUICE_TRY_ASSIGN(top_k, f.integer("num_experts_per_tok"));
+  SLUICE_TRY_ASSIGN(moe_ffn, f.integer("moe_intermediate_size"));
+  SLUICE_TRY_ASSIGN(norm, f.boolean("norm_topk_prob"));
+  SLUICE_TRY_ASSIGN(sparse_step, f.integer("decoder_sparse_step"));
+  MoeConfig& m = c.moe;
+  m.n_experts = static_cast<int>(experts.value_or(local_experts.value_or(0)));
+  m.top_k = static_cast<int>(top_k.value_or(0));
+  if (m.n_experts <= 0 || m.top_k <= 0 || m.top_k > m.n_experts)
+    return make_error(where + ": a " + c.architecture + " model needs num_experts (or num_local_experts) > 0 and 0 < num_experts_per_tok <= it");
+  m.expert_intermediate = qwen3_moe ? static_cast<int>(moe_ffn.value_or(0)) : c.intermediate_size;
+  if (m.expert_intermediate <= 0) return make_error(where + ": 'moe_intermediate_size' must be positive");
+  m.normalize_top_k = mixtral ? true : norm.value_or(false);
+  m.sparse_layer.assign(c.num_layers, true);
+  if (qwen3_moe) {
+    const long long step = sparse_step.value_or(1);
+    if (step <= 0) return make_error(where + ": 'decoder_sparse_step' must be positive");
+    std::vector<long long> dense_only;
+    if (const auto* mlp_only = json::member(doc, "mlp_only_layers")) {
+      if (!mlp_only->IsArray()) return make_error(where + ": 'mlp_only_layers' must be a list");
+      for (const auto& v : mlp_only->GetArray()) {
+        if (!v.IsInt64()) return make_error(where + ": 'mlp_only_layers' entries must be integers");
+        dense_only.push_back(v.GetInt64());
+      }
+    }
+    for (int i = 0; i < c.num_layers; ++i)
+      m.sparse_layer[i] = std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() && (i + 1) % step == 0;
+  }
+  if (olmoe) {
+    if (const auto* clip = json::member(doc, "clip_qkv"))
+      return make_error(where + ": 'clip_qkv' (" + std::to_string(clip->IsNumber() ? clip->GetDouble() : 0) + ") is not supported");
+  }
+  return {};
+}
+
 }  // namespace
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
-  static const std::vector<std::string> kArchitectures = {"llama", "mistral", "qwen2", "qwen3"};
+  static const std::vector<std::string> kArchitectures = {"llama", "mistral", "mixtral", "olmoe", "qwen2", "qwen3", "qwen3_moe"};
   return kArchitectures;
 }
 
@@ -309,7 +350,9 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     c.attention_out_bias = c.attention_bias;
   }
   c.mlp_bias = mlp_bias.value_or(false);
-  c.qk_norm = c.architecture == "qwen3";
+  c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3_moe";
+  c.qk_norm_full = c.architecture == "olmoe";
+  if (auto s = parse_moe(doc, where, c); !s) return s.error();
 
   if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
   if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))

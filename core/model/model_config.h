@@ -47,6 +47,18 @@ struct QuantizationConfig {
   }
 };
 
+// Mixture-of-Experts feed-forward blocks (mixtral, qwen3_moe, olmoe). Routing is softmax over the
+// experts, the top k kept, and (normalize_top_k) their weights divided by their sum.
+struct MoeConfig {
+  int n_experts = 0;            // 0: a dense model
+  int top_k = 0;
+  int expert_intermediate = 0;  // each expert's FFN width
+  bool normalize_top_k = false;
+  std::vector<bool> sparse_layer;  // per layer: a MoE block (true) or a dense MLP
+  bool enabled() const { return n_experts > 0; }
+  bool is_sparse(int layer) const { return enabled() && layer < static_cast<int>(sparse_layer.size()) && sparse_layer[layer]; }
+};
+
 struct ModelConfig {
   std::string architecture;        // model_type: llama, qwen2, qwen3, mistral, ...
   int vocab_size = 0;
@@ -62,7 +74,8 @@ struct ModelConfig {
   bool attention_bias = false;     // q/k/v biases (qwen2: true)
   bool attention_out_bias = false; // o_proj bias
   bool mlp_bias = false;
-  bool qk_norm = false;            // per-head RMSNorm on q and k (qwen3)
+  bool qk_norm = false;            // per-head RMSNorm on q and k (qwen3, qwen3_moe)
+  bool qk_norm_full = false;       // RMSNorm over the whole q and k projections (olmoe)
   std::string hidden_act = "silu";
   RopeConfig rope;
   // Sliding-window attention: window in tokens for each layer (0 = full attention).
@@ -70,6 +83,7 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
   QuantizationConfig quantization;
+  MoeConfig moe;
 
   static Result<ModelConfig> load(const std::filesystem::path& model_dir);
   static const std::vector<std::string>& supported_architectures();

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+
+#include "plugin/plugin_registry.h"
 
 namespace sluice {
 namespace {
@@ -180,15 +183,45 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
       SLUICE_TRY(need(L.q_norm, p + "self_attn.q_norm.weight", {D}));
       SLUICE_TRY(need(L.k_norm, p + "self_attn.k_norm.weight", {D}));
       L.has_qk_norm = true;
+    } else if (c.qk_norm_full) {
+      SLUICE_TRY(need(L.q_norm, p + "self_attn.q_norm.weight", {QD}));
+      SLUICE_TRY(need(L.k_norm, p + "self_attn.k_norm.weight", {KD}));
+      L.has_qk_norm = L.qk_norm_full = true;
     }
     SLUICE_TRY(need(L.ffn_norm, p + "post_attention_layernorm.weight", {H}));
-    SLUICE_TRY(need(L.gate, p + "mlp.gate_proj.weight", {F, H}));
-    SLUICE_TRY(need(L.up, p + "mlp.up_proj.weight", {F, H}));
-    SLUICE_TRY(need(L.down, p + "mlp.down_proj.weight", {H, F}));
+    if (c.moe.is_sparse(i)) {
+      const std::string router = p + (c.architecture == "mixtral" ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+      SLUICE_TRY(need(L.router, router, {c.moe.n_experts, H}));
+      L.moe_index = 0;  // set from the layout below
+    } else {
+      SLUICE_TRY(need(L.gate, p + "mlp.gate_proj.weight", {F, H}));
+      SLUICE_TRY(need(L.up, p + "mlp.up_proj.weight", {F, H}));
+      SLUICE_TRY(need(L.down, p + "mlp.down_proj.weight", {H, F}));
+    }
     L.window = i < static_cast<int>(c.layer_window.size()) ? static_cast<uint32_t>(c.layer_window[i]) : 0;
     m->layers_.push_back(L);
   }
 #undef SLUICE_TRY
+  if (c.moe.enabled()) {
+    auto layout = ExpertLayout::find(c, tensors);
+    if (!layout) return layout.error();
+    m->experts_ = std::move(*layout);
+    for (int i = 0; i < c.num_layers; ++i) m->layers_[i].moe_index = m->experts_->moe_layer_of(i);
+    // Expert weights reach the backend as host memory wrapped per use: say so now if it cannot
+    // run their form.
+    for (uint32_t l = 0; l < m->experts_->n_moe_layers(); ++l)
+      for (auto p : {ExpertLayout::kGate, ExpertLayout::kUp, ExpertLayout::kDown}) {
+        const auto& proj = m->experts_->projection(l, p);
+        sl_op_query query{};
+        query.struct_size = sizeof(query);
+        query.op = SL_OP_MATMUL;
+        query.weight_dtype = proj.dtype;
+        query.weight_bits = proj.bits;
+        if (!backend.supports(query))
+          return make_error("backend '" + backend.name() + "' cannot multiply the experts' weights (" +
+                            (proj.bits ? std::to_string(proj.bits) + "-bit" : std::string("this dtype")) + ")");
+      }
+  }
   for (const auto& [name, t] : tensors.tensors()) m->weight_bytes_ += t.bytes;
   m->inv_freq_ = c.rope.inverse_frequencies(c.rotary_dim());
   m->rope_factor_ = c.rope.attention_scaling();
@@ -206,12 +239,16 @@ Status Transformer::ensure_activations(uint32_t n, uint32_t n_logit_rows) {
   };
   if (n > capacity_tokens_) {
     const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
+    const uint64_t ffn = std::max<uint64_t>(c.intermediate_size, c.moe.expert_intermediate);
     for (auto [buf, size] : {std::pair{&x_, H}, {&h_, H}, {&q_, QD}, {&k_, KD}, {&v_, KD}, {&attn_, QD}, {&o_, H},
-                             {&gate_, uint64_t(c.intermediate_size)}, {&up_, uint64_t(c.intermediate_size)},
-                             {&act_, uint64_t(c.intermediate_size)}}) {
+                             {&gate_, ffn}, {&up_, ffn}, {&act_, ffn}, {&expert_in_, H}, {&expert_out_, H}, {&zeros_, H},
+                             {&router_logits_, uint64_t(std::max(1, c.moe.n_experts))}}) {
       if (auto s = grow(*buf, size * n); !s) return s;
     }
     capacity_tokens_ = n;
+    // The MoE output starts from zero rows copied from here.
+    std::vector<float> zero(uint64_t(c.hidden_size) * n, 0.0f);
+    if (auto s = backend_.upload(zeros_, 0, zero.data(), zero.size() * 4); !s) return s;
   }
   if (n_logit_rows > capacity_logit_rows_) {
     if (auto s = grow(last_, uint64_t(c.hidden_size) * n_logit_rows); !s) return s;
@@ -235,7 +272,10 @@ Status Transformer::run_layer(const Layer& L, uint32_t index, uint32_t n, sl_kv_
   SLUICE_CALL("matmul q", api->matmul(be, h_.get(), n, &L.q, L.has_q_bias ? &L.q_bias : nullptr, q_.get(), &err));
   SLUICE_CALL("matmul k", api->matmul(be, h_.get(), n, &L.k, L.has_k_bias ? &L.k_bias : nullptr, k_.get(), &err));
   SLUICE_CALL("matmul v", api->matmul(be, h_.get(), n, &L.v, L.has_v_bias ? &L.v_bias : nullptr, v_.get(), &err));
-  if (L.has_qk_norm) {
+  if (L.qk_norm_full) {
+    SLUICE_CALL("q_norm", api->rms_norm(be, q_.get(), &L.q_norm, 0.0f, q_.get(), n, NH * D, c.norm_eps, &err));
+    SLUICE_CALL("k_norm", api->rms_norm(be, k_.get(), &L.k_norm, 0.0f, k_.get(), n, NKV * D, c.norm_eps, &err));
+  } else if (L.has_qk_norm) {
     SLUICE_CALL("q_norm", api->rms_norm(be, q_.get(), &L.q_norm, 0.0f, q_.get(), n * NH, D, c.norm_eps, &err));
     SLUICE_CALL("k_norm", api->rms_norm(be, k_.get(), &L.k_norm, 0.0f, k_.get(), n * NKV, D, c.norm_eps, &err));
   }
@@ -255,6 +295,11 @@ Status Transformer::run_layer(const Layer& L, uint32_t index, uint32_t n, sl_kv_
   SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
 
   SLUICE_CALL("rms_norm", api->rms_norm(be, x_.get(), &L.ffn_norm, 0.0f, h_.get(), n, H, c.norm_eps, &err));
+  if (L.moe_index >= 0) {
+    if (auto s = run_moe(L, n); !s) return s;
+    SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
+    return {};
+  }
   SLUICE_CALL("matmul gate", api->matmul(be, h_.get(), n, &L.gate, nullptr, gate_.get(), &err));
   SLUICE_CALL("matmul up", api->matmul(be, h_.get(), n, &L.up, nullptr, up_.get(), &err));
   const uint32_t act = c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_tanh" ? SL_ACT_GELU_TANH
@@ -263,6 +308,163 @@ Status Transformer::run_layer(const Layer& L, uint32_t index, uint32_t n, sl_kv_
   SLUICE_CALL("matmul down", api->matmul(be, act_.get(), n, &L.down, nullptr, o_.get(), &err));
   SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
 #undef SLUICE_CALL
+  return {};
+}
+
+// Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
+// over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
+// the architecture says so. Returns, per token, its (expert, weight) pairs.
+Result<std::vector<std::vector<std::pair<uint32_t, float>>>> Transformer::route(const sl_weight& router, uint32_t n) {
+  const auto& moe = config_.moe;
+  const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
+  sl_error err{};
+  if (auto s = backend_.check(backend_.api()->matmul(backend_.raw(), h_.get(), n, &router, nullptr, router_logits_.get(), &err), err,
+                              "router");
+      !s)
+    return s.error();
+  std::vector<float> logits(static_cast<std::size_t>(n) * E);
+  if (auto s = backend_.download(router_logits_, 0, logits.data(), logits.size() * 4); !s) return s.error();
+  std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
+  std::vector<uint32_t> order(E);
+  std::vector<float> p(E);
+  for (uint32_t t = 0; t < n; ++t) {
+    const float* row = logits.data() + static_cast<std::size_t>(t) * E;
+    const float m = *std::max_element(row, row + E);
+    float sum = 0.0f;
+    for (uint32_t e = 0; e < E; ++e) sum += (p[e] = std::exp(row[e] - m));
+    for (uint32_t e = 0; e < E; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), 0u);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](uint32_t a, uint32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top_sum = 0.0f;
+    for (uint32_t i = 0; i < K; ++i) top_sum += p[order[i]];
+    for (uint32_t i = 0; i < K; ++i)
+      routes[t].emplace_back(order[i], moe.normalize_top_k ? p[order[i]] / top_sum : p[order[i]]);
+  }
+  return routes;
+}
+
+Status Transformer::gather_rows(const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst) {
+  const sl_backend_api* api = backend_.api();
+  sl_error err{};
+  if (table_has(api, &sl_backend_api::gather_rows))
+    return backend_.check(api->gather_rows(backend_.raw(), src.get(), rows.data(), static_cast<uint32_t>(rows.size()), dim, dst.get(), &err),
+                          err, "gather_rows");
+  for (std::size_t i = 0; i < rows.size(); ++i)  // a backend without the op: one copy per row
+    if (auto s = backend_.check(api->copy(backend_.raw(), src.get(), uint64_t(rows[i]) * dim, dst.get(), uint64_t(i) * dim, dim, &err), err, "copy");
+        !s)
+      return s;
+  return {};
+}
+
+Status Transformer::scatter_add_rows(const Buffer& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                                     uint32_t dim, const Buffer& dst) {
+  const sl_backend_api* api = backend_.api();
+  sl_error err{};
+  if (table_has(api, &sl_backend_api::scatter_add_rows))
+    return backend_.check(api->scatter_add_rows(backend_.raw(), src.get(), rows.data(), weights.data(), static_cast<uint32_t>(rows.size()), dim,
+                                                dst.get(), &err),
+                          err, "scatter_add_rows");
+  // A backend without the op: through host memory.
+  std::vector<float> s(rows.size() * dim), d(dst.bytes() / 4);
+  if (auto st = backend_.download(src, 0, s.data(), s.size() * 4); !st) return st;
+  if (auto st = backend_.download(dst, 0, d.data(), d.size() * 4); !st) return st;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (uint32_t j = 0; j < dim; ++j) d[std::size_t(rows[i]) * dim + j] += weights[i] * s[i * dim + j];
+  return backend_.upload(dst, 0, d.data(), d.size() * 4);
+}
+
+// A MoE block: route every token, fetch the routed experts from the store (hinting the next MoE
+// layer's likely experts first, so their reads overlap this layer's compute), then for each expert
+// run its gated MLP on the rows routed to it and add the weighted result into o_.
+Status Transformer::run_moe(const Layer& L, uint32_t n) {
+  if (!store_) return make_error("a Mixture-of-Experts model needs an expert store");
+  const ModelConfig& c = config_;
+  const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate;
+  const uint32_t moe_layer = static_cast<uint32_t>(L.moe_index);
+  auto routes = route(L.router, n);
+  if (!routes) return routes.error();
+
+  // Tokens per expert, experts in ascending order.
+  std::vector<std::vector<int32_t>> rows(c.moe.n_experts);
+  std::vector<std::vector<float>> weights(c.moe.n_experts);
+  for (uint32_t t = 0; t < n; ++t)
+    for (auto [e, w] : (*routes)[t]) {
+      rows[e].push_back(static_cast<int32_t>(t));
+      weights[e].push_back(w);
+    }
+  std::vector<uint32_t> used;
+  for (uint32_t e = 0; e < rows.size(); ++e)
+    if (!rows[e].empty()) used.push_back(e);
+
+  // Prefetch: the next MoE layer's router on this layer's input predicts its experts.
+  if (moe_layer + 1 < experts_->n_moe_layers()) {
+    const Layer& next = layers_[static_cast<std::size_t>(experts_->model_layer(moe_layer + 1))];
+    if (auto guess = route(next.router, n); guess) {
+      std::vector<bool> want(c.moe.n_experts, false);
+      for (const auto& r : *guess)
+        for (auto [e, w] : r) want[e] = true;
+      std::vector<uint32_t> hint;
+      for (uint32_t e = 0; e < want.size(); ++e)
+        if (want[e]) hint.push_back(e);
+      store_->prefetch(moe_layer + 1, hint);
+    }
+  }
+
+  std::vector<const void*> parts;
+  if (auto s = store_->acquire(moe_layer, used, parts); !s) return s;
+  struct Release {
+    ExpertStoreHandle* store;
+    uint32_t layer;
+    const std::vector<uint32_t>& experts;
+    ~Release() { store->release(layer, experts); }
+  } release{store_, moe_layer, used};
+
+  sl_error err{};
+  const sl_backend_api* api = backend_.api();
+  sl_backend* be = backend_.raw();
+  if (auto s = backend_.check(api->copy(be, zeros_.get(), 0, o_.get(), 0, uint64_t(n) * H, &err), err, "copy"); !s) return s;
+  const uint32_t per_part = experts_->n_parts() / 3;
+  for (std::size_t i = 0; i < used.size(); ++i) {
+    const uint32_t e = used[i];
+    const uint32_t m = static_cast<uint32_t>(rows[e].size());
+    // Wrap the expert's parts for the backend (zero-copy on the CPU; an upload on a device).
+    std::vector<Buffer> buffers;
+    sl_weight w[3]{};
+    for (uint32_t p = 0; p < 3; ++p) {
+      const auto& proj = experts_->projection(moe_layer, static_cast<ExpertLayout::Projection>(p));
+      for (uint32_t k = 0; k < per_part; ++k) {
+        const uint32_t index = p * per_part + k;
+        auto buf = backend_.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
+        if (!buf) return buf.error();
+        buffers.push_back(std::move(*buf));
+      }
+      sl_weight& wp = w[p];
+      wp.struct_size = sizeof(sl_weight);
+      wp.data = buffers[p * per_part].get();
+      wp.dtype = proj.dtype;
+      wp.rows = proj.rows;
+      wp.cols = proj.cols;
+      if (proj.quantized()) {
+        wp.bits = proj.bits;
+        wp.group_size = proj.group_size;
+        wp.scale_dtype = proj.scale_dtype;
+        wp.scales = buffers[p * per_part + 1].get();
+        wp.biases = buffers[p * per_part + 2].get();
+      }
+    }
+    if (auto s = gather_rows(h_, rows[e], H, expert_in_); !s) return s;
+    if (auto s = backend_.check(api->matmul(be, expert_in_.get(), m, &w[0], nullptr, gate_.get(), &err), err, "expert gate"); !s) return s;
+    if (auto s = backend_.check(api->matmul(be, expert_in_.get(), m, &w[1], nullptr, up_.get(), &err), err, "expert up"); !s) return s;
+    if (auto s = backend_.check(api->gated_activation(be, SL_ACT_SILU, gate_.get(), up_.get(), act_.get(), uint64_t(m) * F, &err), err,
+                                "expert activation");
+        !s)
+      return s;
+    if (auto s = backend_.check(api->matmul(be, act_.get(), m, &w[2], nullptr, expert_out_.get(), &err), err, "expert down"); !s) return s;
+    if (auto s = scatter_add_rows(expert_out_, rows[e], weights[e], H, o_); !s) return s;
+    // The wrapped parts must outlive the ops that read them (asynchronous backends).
+    if (auto s = backend_.synchronize(); !s) return s;
+  }
   return {};
 }
 

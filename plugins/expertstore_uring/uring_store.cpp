@@ -132,10 +132,12 @@ void drop(sl_expertstore* s, uint64_t key) {
   s->cache.erase(it);
 }
 
-// Evicts least recently used unpinned entries until `extra` more bytes fit the budget.
+// Evicts least recently used unpinned entries until `extra` more bytes fit the budget. Entries
+// with reads in flight are never evicted: the kernel is still writing into their buffers.
 void make_room(sl_expertstore* s, uint64_t extra) {
-  while (s->cache_bytes + extra > s->stats.budget_bytes && !s->lru.empty()) {
-    const uint64_t victim = s->lru.front();
+  for (auto it = s->lru.begin(); s->cache_bytes + extra > s->stats.budget_bytes && it != s->lru.end();) {
+    const uint64_t victim = *it++;
+    if (s->cache[victim].pending_reads > 0) continue;
     drop(s, victim);
     ++s->stats.evictions;
   }
@@ -182,6 +184,7 @@ void complete_read(sl_expertstore* s, uint64_t id, int64_t result) {
 
 // Waits for one completion (or all of them, when `all`), accounting the busy time.
 void reap(sl_expertstore* s, bool all) {
+  io_uring_submit(&s->ring);  // queued reads must be in flight before waiting for them
   while (s->in_flight > 0) {
     io_uring_cqe* cqe = nullptr;
     const int rc = io_uring_wait_cqe(&s->ring, &cqe);
@@ -315,42 +318,38 @@ void destroy(sl_expertstore* s) {
   delete s;
 }
 
-// Begins loading the listed experts that are not cached (no waiting). Returns false on failure.
-bool load_missing(sl_expertstore* s, uint32_t layer, const uint32_t* experts, uint32_t n, bool count, std::string& error) {
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint64_t key = key_of(layer, experts[i]);
-    auto it = s->cache.find(key);
-    if (it != s->cache.end()) {
-      if (count) {
-        ++s->stats.hits;
-        ++s->layer_stats[layer].hits;
-      }
-      continue;
-    }
-    if (count) {
-      ++s->stats.misses;
-      ++s->layer_stats[layer].misses;
-    } else {
-      ++s->stats.prefetched;
-    }
-    uint64_t need = 0;
-    for (uint32_t p = 0; p < s->n_parts; ++p) need += part_of(s, layer, experts[i], p).bytes + 2 * kAlign;
-    make_room(s, need);
-    Entry& e = s->cache[key];
-    e.layer = layer;
-    e.expert = experts[i];
-    if (!count) {  // a prefetched entry waits in the LRU (newest) until acquired
-      s->lru.push_back(key);
-      e.lru = std::prev(s->lru.end());
-      e.in_lru = true;
-    }
-    if (!start_reads(s, key, e, error)) {
-      drop(s, key);
-      return false;
-    }
+// Starts reading one expert into a new cache entry. A pinned entry is the caller's (acquire); an
+// unpinned one waits in the LRU, newest, until acquired (prefetch).
+bool load(sl_expertstore* s, uint32_t layer, uint32_t expert, bool pinned, std::string& error) {
+  const uint64_t key = key_of(layer, expert);
+  uint64_t need = 0;
+  for (uint32_t p = 0; p < s->n_parts; ++p) need += part_of(s, layer, expert, p).bytes + 2 * kAlign;
+  make_room(s, need);
+  Entry& e = s->cache[key];
+  e.layer = layer;
+  e.expert = expert;
+  if (pinned) {
+    e.pins = 1;
+  } else {
+    s->lru.push_back(key);
+    e.lru = std::prev(s->lru.end());
+    e.in_lru = true;
   }
-  if (s->ring_ok && s->in_flight > 0) io_uring_submit(&s->ring);
+  if (!start_reads(s, key, e, error)) {
+    if (e.pending_reads == 0) drop(s, key);
+    return false;
+  }
   return true;
+}
+
+void unpin(sl_expertstore* s, uint64_t key) {
+  auto it = s->cache.find(key);
+  if (it == s->cache.end() || it->second.pins == 0) return;
+  if (--it->second.pins == 0) {
+    s->lru.push_back(key);
+    it->second.lru = std::prev(s->lru.end());
+    it->second.in_lru = true;
+  }
 }
 
 sl_status acquire(sl_expertstore* s, uint32_t layer, const uint32_t* experts, uint32_t n, const void** parts_out,
@@ -362,47 +361,62 @@ sl_status acquire(sl_expertstore* s, uint32_t layer, const uint32_t* experts, ui
     // Entries that failed earlier (e.g. a prefetch hit EIO) are retried, not served.
     for (uint32_t i = 0; i < n; ++i) {
       auto it = s->cache.find(key_of(layer, experts[i]));
-      if (it != s->cache.end() && !it->second.error.empty() && it->second.pending_reads == 0) drop(s, it->first);
+      if (it != s->cache.end() && !it->second.error.empty() && it->second.pending_reads == 0 && it->second.pins == 0) drop(s, it->first);
+    }
+    // Pin what is cached first, so that making room for the misses cannot evict it.
+    std::vector<uint32_t> missing;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint64_t key = key_of(layer, experts[i]);
+      auto it = s->cache.find(key);
+      if (it == s->cache.end()) {
+        missing.push_back(experts[i]);
+        continue;
+      }
+      ++s->stats.hits;
+      ++s->layer_stats[layer].hits;
+      if (it->second.in_lru) {
+        s->lru.erase(it->second.lru);
+        it->second.in_lru = false;
+      }
+      ++it->second.pins;
     }
     std::string error;
-    if (!load_missing(s, layer, experts, n, true, error)) return fail(err, SL_ERR_OUT_OF_MEMORY, "uring store: " + error);
+    for (uint32_t e : missing) {
+      ++s->stats.misses;
+      ++s->layer_stats[layer].misses;
+      if (!load(s, layer, e, true, error)) break;
+    }
+    if (s->ring_ok && s->in_flight > 0) io_uring_submit(&s->ring);
     // Wait until every wanted entry has its bytes.
     for (;;) {
       bool waiting = false;
-      for (uint32_t i = 0; i < n && !waiting; ++i) waiting = s->cache[key_of(layer, experts[i])].pending_reads > 0;
+      for (uint32_t i = 0; i < n && !waiting; ++i) {
+        auto it = s->cache.find(key_of(layer, experts[i]));
+        waiting = it != s->cache.end() && it->second.pending_reads > 0;
+      }
       if (!waiting) break;
       reap(s, false);
     }
-    std::string failure;
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint64_t key = key_of(layer, experts[i]);
-      Entry& e = s->cache[key];
-      if (!e.error.empty()) {
-        failure = e.error;
-        continue;
-      }
-      if (e.in_lru) {
-        s->lru.erase(e.lru);
-        e.in_lru = false;
-      }
-      ++e.pins;
-      for (uint32_t p = 0; p < s->n_parts; ++p) parts_out[static_cast<std::size_t>(i) * s->n_parts + p] = e.parts[p];
+    std::string failure = error;
+    for (uint32_t i = 0; i < n && failure.empty(); ++i) {
+      auto it = s->cache.find(key_of(layer, experts[i]));
+      if (it == s->cache.end()) failure = "expert " + std::to_string(experts[i]) + " could not be loaded";
+      else if (!it->second.error.empty()) failure = it->second.error;
     }
     if (!failure.empty()) {
-      // Undo the pins taken, drop the failed entries (a later acquire retries them).
       for (uint32_t i = 0; i < n; ++i) {
         const uint64_t key = key_of(layer, experts[i]);
         auto it = s->cache.find(key);
         if (it == s->cache.end()) continue;
-        if (!it->second.error.empty()) {
-          if (it->second.pins == 0) drop(s, key);
-        } else if (it->second.pins > 0 && --it->second.pins == 0) {
-          s->lru.push_back(key);
-          it->second.lru = std::prev(s->lru.end());
-          it->second.in_lru = true;
-        }
+        const bool failed = !it->second.error.empty();
+        unpin(s, key);
+        if (failed && it->second.pins == 0 && it->second.pending_reads == 0) drop(s, key);
       }
-      return fail(err, SL_ERR_IO, "uring store: " + failure);
+      return fail(err, error.empty() ? SL_ERR_IO : SL_ERR_OUT_OF_MEMORY, "uring store: " + failure);
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      const Entry& e = s->cache.find(key_of(layer, experts[i]))->second;
+      for (uint32_t p = 0; p < s->n_parts; ++p) parts_out[static_cast<std::size_t>(i) * s->n_parts + p] = e.parts[p];
     }
     return SL_OK;
   } catch (const std::bad_alloc&) {
@@ -411,27 +425,20 @@ sl_status acquire(sl_expertstore* s, uint32_t layer, const uint32_t* experts, ui
 }
 
 void release(sl_expertstore* s, uint32_t layer, const uint32_t* experts, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint64_t key = key_of(layer, experts[i]);
-    auto it = s->cache.find(key);
-    if (it == s->cache.end() || it->second.pins == 0) continue;
-    if (--it->second.pins == 0) {
-      s->lru.push_back(key);
-      it->second.lru = std::prev(s->lru.end());
-      it->second.in_lru = true;
-    }
-  }
+  for (uint32_t i = 0; i < n; ++i) unpin(s, key_of(layer, experts[i]));
   make_room(s, 0);
 }
 
 void prefetch(sl_expertstore* s, uint32_t layer, const uint32_t* experts, uint32_t n) {
   if (layer >= s->n_layers) return;
-  std::vector<uint32_t> valid;
-  for (uint32_t i = 0; i < n; ++i)
-    if (experts[i] < s->n_experts) valid.push_back(experts[i]);
   std::string ignored;  // a hint: failures show up at acquire
   try {
-    load_missing(s, layer, valid.data(), static_cast<uint32_t>(valid.size()), false, ignored);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (experts[i] >= s->n_experts || s->cache.count(key_of(layer, experts[i]))) continue;
+      ++s->stats.prefetched;
+      if (!load(s, layer, experts[i], false, ignored)) break;
+    }
+    if (s->ring_ok && s->in_flight > 0) io_uring_submit(&s->ring);
   } catch (const std::bad_alloc&) {
   }
 }

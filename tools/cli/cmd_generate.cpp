@@ -36,6 +36,20 @@ std::string ids_json(const std::vector<int32_t>& ids) {
   return s + "]";
 }
 
+// The expert store's counters, for Mixture-of-Experts models ("" for dense ones).
+std::string expert_stats_json(const EngineMetrics& m) {
+  if (m.expert_store.empty()) return "";
+  std::ostringstream out;
+  const double bandwidth = m.expert_read_seconds > 0 ? m.expert_bytes_read / m.expert_read_seconds : 0;
+  out << ",\"expert_store\":" << json::quote(m.expert_store) << ",\"expert_bytes_read\":" << m.expert_bytes_read
+      << ",\"expert_read_requests\":" << m.expert_read_requests << ",\"expert_hits\":" << m.expert_hits
+      << ",\"expert_misses\":" << m.expert_misses << ",\"expert_prefetched\":" << m.expert_prefetched
+      << ",\"expert_cache_bytes\":" << m.expert_cache_bytes << ",\"expert_budget_bytes\":" << m.expert_budget_bytes
+      << ",\"expert_read_seconds\":" << m.expert_read_seconds << ",\"expert_read_bandwidth\":" << bandwidth
+      << ",\"expert_read_p50_us\":" << m.expert_read_p50_us << ",\"expert_read_p99_us\":" << m.expert_read_p99_us;
+  return out.str();
+}
+
 }  // namespace
 
 int run_generate(const Args& args) {
@@ -112,7 +126,7 @@ int run_generate(const Args& args) {
               << "\",\"stats\":{\"prompt_tokens\":" << st.prompt_tokens << ",\"completion_tokens\":" << st.completion_tokens
               << ",\"prefill_ms\":" << st.prefill_ms << ",\"decode_ms\":" << st.decode_ms
               << ",\"prefill_tps\":" << st.prefill_tps() << ",\"decode_tps\":" << st.decode_tps()
-              << ",\"backend\":" << json::quote((*engine)->backend_name()) << "}}" << std::endl;
+              << ",\"backend\":" << json::quote((*engine)->backend_name()) << expert_stats_json((*engine)->metrics()) << "}}" << std::endl;
   } else {
     std::cout << stream.flush() << std::endl;
     std::fprintf(stderr, "[%d prompt tokens, %.1f tok/s prefill; %d generated, %.1f tok/s decode; %s]\n", st.prompt_tokens,

@@ -12,7 +12,10 @@ void add_model_options(po::options_description& desc, EngineOptions& o) {
       ("plugin-dir", po::value(&o.plugin_dir), "where to look for sluice-*.so plugins (default: next to the binary)")
       ("threads", po::value(&o.threads)->default_value(0), "CPU threads (0 = all cores)")
       ("ctx-size", po::value(&o.ctx_size)->default_value(0), "context size in tokens (0 = the model's, at most 8192)")
-      ("prefill-size", po::value(&o.prefill_size)->default_value(512), "prompt tokens per forward pass");
+      ("prefill-size", po::value(&o.prefill_size)->default_value(512), "prompt tokens per forward pass")
+      ("expert-store", po::value(&o.expert_store)->default_value("resident"),
+       "where MoE experts live: resident | uring[:direct=0,uring=0,qd=N] | plugin name")
+      ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(0), "expert cache budget in MiB for a streaming store (0 = its default)");
 }
 
 int parse_or_exit(const char* command, const std::vector<std::string>& args, const po::options_description& desc,

@@ -221,6 +221,15 @@ typedef struct sl_backend_api {
    * softmax over them. normalize: weights divided by their sum. */
   sl_status (*topk)(sl_backend* be, const sl_buffer* logits, uint32_t n_rows, uint32_t n_experts, uint32_t k,
                     int softmax_first, int normalize, sl_buffer* ids, sl_buffer* weights, sl_error* err);
+
+  /* --- added in ABI 1.1 (may be absent: the host checks struct_size and falls back) ---------- */
+  /* Mixture-of-Experts row movement, rows of dim floats; rows[] and weights[] are host arrays.
+   * gather_rows:      dst[i, :] = src[rows[i], :] for i < n.
+   * scatter_add_rows: dst[rows[i], :] += weights[i] * src[i, :] for i < n, in order of i. */
+  sl_status (*gather_rows)(sl_backend* be, const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim,
+                           sl_buffer* dst, sl_error* err);
+  sl_status (*scatter_add_rows)(sl_backend* be, const sl_buffer* src, const int32_t* rows, const float* weights,
+                                uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err);
 } sl_backend_api;
 
 #ifdef __cplusplus

@@ -1,0 +1,174 @@
+#include "model/expert_layout.h"
+
+#include <numeric>
+
+namespace sluice {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Result<uint32_t> value_dtype(DType d, const std::string& name) {
+  switch (d) {
+    case DType::kF32: return uint32_t{SL_DTYPE_F32};
+    case DType::kF16: return uint32_t{SL_DTYPE_F16};
+    case DType::kBF16: return uint32_t{SL_DTYPE_BF16};
+    default: return make_error("tensor '" + name + "': dtype " + std::string(to_string(d)) + " cannot hold expert weights");
+  }
+}
+
+// One projection of every expert of a layer: the tensors and, for each expert, its slice.
+struct Source {
+  std::vector<const TensorInfo*> weight, scales, biases;  // per expert (stacked: the same tensor E times)
+  bool stacked = false;
+};
+
+// Checks a projection's tensors against its logical shape [rows, cols] and fills its description
+// and every expert's parts.
+Status describe(const ModelConfig& config, const std::string& module_of_expert0, const Source& src, uint32_t rows, uint32_t cols,
+                uint32_t n_experts, ExpertProjection& proj, std::vector<std::array<sl_expert_part, 3>>& parts) {
+  const bool quantized = !src.scales.empty();
+  const TensorInfo* w0 = src.weight[0];
+  const int64_t slices = src.stacked ? n_experts : 1;
+  auto logical = [&](const TensorInfo* t) { return src.stacked ? std::vector<int64_t>(t->shape.begin() + 1, t->shape.end()) : t->shape; };
+  if (src.stacked && (w0->shape.empty() || w0->shape[0] != n_experts))
+    return make_error("tensor '" + w0->name + "' has shape " + shape_text(w0->shape) + ", expected " + std::to_string(n_experts) + " experts first");
+  proj.rows = rows;
+  proj.cols = cols;
+  if (!quantized) {
+    auto dt = value_dtype(w0->dtype, w0->name);
+    if (!dt) return dt.error();
+    proj.dtype = *dt;
+    if (logical(w0) != std::vector<int64_t>{rows, cols})
+      return make_error("tensor '" + w0->name + "' has shape " + shape_text(w0->shape) + ", expected [" + (src.stacked ? std::to_string(n_experts) + ", " : "") +
+                        std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  } else {
+    const TensorInfo* s0 = src.scales[0];
+    if (w0->dtype != DType::kU32) return make_error("tensor '" + w0->name + "' has scales, so it must be U32 packed words");
+    ModuleQuantization q = config.quantization.for_module(module_of_expert0);
+    const auto ws = logical(w0), ss = logical(s0);
+    if (ws.size() != 2 || ss.size() != 2 || ws[0] != rows || ss[0] != rows)
+      return make_error("tensor '" + w0->name + "' has shape " + shape_text(w0->shape) + ", which does not quantize [" + std::to_string(rows) + ", " +
+                        std::to_string(cols) + "]");
+    if (q.bits == 0) {
+      q.bits = static_cast<int>(ws[1] * 32 / cols);
+      q.group_size = static_cast<int>(cols / ss[1]);
+    }
+    if (ws[1] * 32 != static_cast<int64_t>(cols) * q.bits || ss[1] * q.group_size != cols)
+      return make_error("tensor '" + w0->name + "' (" + shape_text(w0->shape) + ") and its scales (" + shape_text(s0->shape) + ") do not match " +
+                        std::to_string(q.bits) + "-bit groups of " + std::to_string(q.group_size) + " over " + std::to_string(cols) + " columns");
+    auto sdt = value_dtype(s0->dtype, s0->name);
+    if (!sdt) return sdt.error();
+    proj.dtype = SL_DTYPE_U32;
+    proj.bits = static_cast<uint32_t>(q.bits);
+    proj.group_size = static_cast<uint32_t>(q.group_size);
+    proj.scale_dtype = *sdt;
+  }
+  for (uint32_t e = 0; e < n_experts; ++e) {
+    const std::size_t i = src.stacked ? 0 : e;
+    auto slice = [&](const TensorInfo* t) {
+      const uint64_t each = t->bytes / static_cast<uint64_t>(slices);
+      const uint64_t index = src.stacked ? e : 0;
+      return sl_expert_part{t->file_index, t->file_offset + index * each, each};
+    };
+    parts[e][0] = slice(src.weight[i]);
+    if (quantized) {
+      parts[e][1] = slice(src.scales[i]);
+      parts[e][2] = slice(src.biases[i]);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+int ExpertLayout::moe_layer_of(int model_layer) const {
+  return model_layer >= 0 && model_layer < static_cast<int>(moe_index_.size()) ? moe_index_[model_layer] : -1;
+}
+
+uint64_t ExpertLayout::total_bytes() const {
+  return std::accumulate(parts_.begin(), parts_.end(), uint64_t{0}, [](uint64_t a, const sl_expert_part& p) { return a + p.bytes; });
+}
+
+uint64_t ExpertLayout::expert_bytes(uint32_t moe_layer) const {
+  uint64_t total = 0;
+  for (uint32_t p = 0; p < n_parts_; ++p) total += part(moe_layer, 0, p).bytes;
+  return total;
+}
+
+Result<ExpertLayout> ExpertLayout::find(const ModelConfig& config, const SafetensorsSet& tensors) {
+  ExpertLayout layout;
+  const auto& moe = config.moe;
+  layout.n_experts_ = static_cast<uint32_t>(moe.n_experts);
+  layout.moe_index_.assign(config.num_layers, -1);
+  const uint32_t H = static_cast<uint32_t>(config.hidden_size), F = static_cast<uint32_t>(moe.expert_intermediate);
+  const bool mixtral = config.architecture == "mixtral";
+  bool first = true;
+  for (int L = 0; L < config.num_layers; ++L) {
+    if (!moe.is_sparse(L)) continue;
+    const std::string prefix = "model.layers." + std::to_string(L) + ".";
+    const std::string stacked_base = prefix + "mlp.switch_mlp.";
+    std::array<Source, 3> sources;
+    std::array<std::string, 3> expert0_module;
+    const char* hf_names[3] = {mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj", mixtral ? "w2" : "down_proj"};
+    const char* mlx_names[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int p = 0; p < 3; ++p) {
+      Source& s = sources[p];
+      const std::string stacked = stacked_base + mlx_names[p];
+      if (const TensorInfo* w = tensors.find(stacked + ".weight")) {
+        s.stacked = true;
+        s.weight.push_back(w);
+        if (const TensorInfo* sc = tensors.find(stacked + ".scales")) {
+          const TensorInfo* bi = tensors.find(stacked + ".biases");
+          if (!bi) return make_error("tensor '" + stacked + ".scales' exists but '" + stacked + ".biases' is missing");
+          s.scales.push_back(sc);
+          s.biases.push_back(bi);
+        }
+        expert0_module[p] = stacked;
+        continue;
+      }
+      for (uint32_t e = 0; e < layout.n_experts_; ++e) {
+        const std::string module = prefix + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") + std::to_string(e) + "." + hf_names[p];
+        const TensorInfo* w = tensors.find(module + ".weight");
+        if (!w) return make_error("model is missing tensor '" + module + ".weight' (and has no stacked '" + stacked + ".weight')");
+        s.weight.push_back(w);
+        if (const TensorInfo* sc = tensors.find(module + ".scales")) {
+          const TensorInfo* bi = tensors.find(module + ".biases");
+          if (!bi) return make_error("tensor '" + module + ".scales' exists but '" + module + ".biases' is missing");
+          s.scales.push_back(sc);
+          s.biases.push_back(bi);
+        } else if (!s.scales.empty()) {
+          return make_error("tensor '" + module + ".weight' has no scales while expert 0's has");
+        }
+        if (e == 0) expert0_module[p] = module;
+      }
+    }
+    const bool quantized = !sources[0].scales.empty();
+    if (quantized != !sources[1].scales.empty() || quantized != !sources[2].scales.empty())
+      return make_error("layer " + std::to_string(L) + ": experts' gate, up and down must all be quantized or none");
+    const uint32_t n_parts = quantized ? 9 : 3;
+    if (first) layout.n_parts_ = n_parts;
+    else if (n_parts != layout.n_parts_) return make_error("layer " + std::to_string(L) + ": experts quantized unlike other layers'");
+    first = false;
+
+    std::array<ExpertProjection, 3> projections;
+    std::array<std::vector<std::array<sl_expert_part, 3>>, 3> parts;
+    const uint32_t rows[3] = {F, F, H}, cols[3] = {H, H, F};
+    for (int p = 0; p < 3; ++p) {
+      parts[p].resize(layout.n_experts_);
+      if (auto s = describe(config, expert0_module[p], sources[p], rows[p], cols[p], layout.n_experts_, projections[p], parts[p]); !s) return s.error();
+    }
+    layout.moe_index_[L] = static_cast<int>(layout.model_layer_.size());
+    layout.model_layer_.push_back(L);
+    layout.projections_.push_back(projections);
+    for (uint32_t e = 0; e < layout.n_experts_; ++e)
+      for (int p = 0; p < 3; ++p)
+        for (uint32_t k = 0; k < n_parts / 3; ++k) layout.parts_.push_back(parts[p][e][k]);
+  }
+  return layout;
+}
+
+}  // namespace sluice

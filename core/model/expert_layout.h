@@ -1,0 +1,58 @@
+#pragma once
+// Where each Mixture-of-Experts expert's weights lie in the model files, in either layout:
+//  - Hugging Face, one tensor per expert: `mlp.experts.{e}.{gate,up,down}_proj` (qwen3_moe, olmoe),
+//    `block_sparse_moe.experts.{e}.{w1,w3,w2}` (mixtral);
+//  - MLX, stacked: `mlp.switch_mlp.{gate,up,down}_proj` of shape [E, ...], expert e at slice e;
+// quantized (`.scales`/`.biases` beside `.weight`) or not. An expert is described as parts (byte
+// ranges) — weight, then scales and biases when quantized, for gate, up and down in that order —
+// which is what the expert store reads and hands back.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "sluice/backend.h"
+#include "sluice/expertstore.h"
+#include "util/result.h"
+
+namespace sluice {
+
+struct ExpertProjection {
+  uint32_t rows = 0, cols = 0;  // logical [out, in]
+  uint32_t dtype = SL_DTYPE_F32;  // of the values, or U32 when quantized
+  uint32_t bits = 0, group_size = 0, scale_dtype = SL_DTYPE_BF16;
+  bool quantized() const { return bits != 0; }
+};
+
+class ExpertLayout {
+ public:
+  enum Projection { kGate = 0, kUp = 1, kDown = 2 };
+
+  static Result<ExpertLayout> find(const ModelConfig& config, const SafetensorsSet& tensors);
+
+  uint32_t n_moe_layers() const { return static_cast<uint32_t>(model_layer_.size()); }
+  uint32_t n_experts() const { return n_experts_; }
+  uint32_t n_parts() const { return n_parts_; }  // 3, or 9 when quantized
+  bool quantized() const { return n_parts_ == 9; }
+  int model_layer(uint32_t moe_layer) const { return model_layer_[moe_layer]; }
+  // The MoE layer index of a model layer, or -1 for a dense one.
+  int moe_layer_of(int model_layer) const;
+  const ExpertProjection& projection(uint32_t moe_layer, Projection p) const { return projections_[moe_layer][p]; }
+  const sl_expert_part& part(uint32_t moe_layer, uint32_t expert, uint32_t part) const {
+    return parts_[(static_cast<std::size_t>(moe_layer) * n_experts_ + expert) * n_parts_ + part];
+  }
+  const std::vector<sl_expert_part>& parts() const { return parts_; }
+  uint64_t total_bytes() const;           // every expert's bytes
+  uint64_t expert_bytes(uint32_t moe_layer) const;  // one expert of that layer
+
+ private:
+  uint32_t n_experts_ = 0, n_parts_ = 3;
+  std::vector<int> model_layer_;
+  std::vector<int> moe_index_;  // per model layer
+  std::vector<std::array<ExpertProjection, 3>> projections_;
+  std::vector<sl_expert_part> parts_;
+};
+
+}  // namespace sluice
