@@ -32,9 +32,14 @@ struct Entry {
   bool in_lru = false;
 };
 
+// One request: a run of an expert's parts that lie back to back in one file (a repacked model has
+// one run per expert), read as a whole.
 struct Read {
   uint64_t key;
-  uint32_t part;
+  uint32_t file;
+  uint64_t offset;        // first byte needed
+  uint64_t needed_end;    // one past the last byte needed
+  uint64_t read_start;    // where the (aligned) read starts
   uint64_t expect;        // bytes asked for
   Clock::time_point start;
 };
@@ -161,20 +166,15 @@ void complete_read(sl_expertstore* s, uint64_t id, int64_t result) {
   if (it == s->cache.end()) return;
   Entry& e = it->second;
   --e.pending_reads;
-  const auto& part = part_of(s, e.layer, e.expert, r.part);
-  const FileInfo& f = s->files[part.file_index];
+  const FileInfo& f = s->files[r.file];
   if (result < 0) {
-    e.error = f.path + ": read of " + std::to_string(r.expect) + " bytes at " + std::to_string(part.offset) + " failed: " +
+    e.error = f.path + ": read of " + std::to_string(r.expect) + " bytes at " + std::to_string(r.offset) + " failed: " +
               std::strerror(static_cast<int>(-result));
-  } else if (static_cast<uint64_t>(result) < r.expect) {
-    // A short read at the end is legitimate only for the aligned tail beyond the file's end.
-    const uint64_t needed_end = part.offset + part.bytes;
-    const uint64_t aligned_start = f.direct ? part.offset / kAlign * kAlign : part.offset;
-    if (aligned_start + static_cast<uint64_t>(result) < needed_end) {
-      const std::string why = file_changed(f);
-      e.error = f.path + ": short read at " + std::to_string(part.offset) + " (" + std::to_string(result) + " of " +
-                std::to_string(r.expect) + " bytes)" + (why.empty() ? "" : ": " + why);
-    }
+  } else if (r.read_start + static_cast<uint64_t>(result) < r.needed_end) {
+    // Short: fine only for the aligned tail past the file's end, never for bytes we need.
+    const std::string why = file_changed(f);
+    e.error = f.path + ": short read at " + std::to_string(r.offset) + " (" + std::to_string(result) + " of " +
+              std::to_string(r.expect) + " bytes)" + (why.empty() ? "" : ": " + why);
   }
   if (result > 0) {
     s->stats.bytes_read += static_cast<uint64_t>(result);
@@ -201,11 +201,27 @@ void reap(sl_expertstore* s, bool all) {
 // Starts reading every part of an entry. With io_uring the reads are queued (submitted by the
 // caller); with pread they complete here.
 bool start_reads(sl_expertstore* s, uint64_t key, Entry& e, std::string& error) {
-  for (uint32_t p = 0; p < s->n_parts; ++p) {
-    const auto& part = part_of(s, e.layer, e.expert, p);
-    const FileInfo& f = s->files[part.file_index];
-    const uint64_t start = f.direct ? part.offset / kAlign * kAlign : part.offset;
-    const uint64_t end = f.direct ? (part.offset + part.bytes + kAlign - 1) / kAlign * kAlign : part.offset + part.bytes;
+  // Parts in file order, so that parts lying back to back become one request.
+  std::vector<uint32_t> order(s->n_parts);
+  for (uint32_t p = 0; p < s->n_parts; ++p) order[p] = p;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const auto &pa = part_of(s, e.layer, e.expert, a), &pb = part_of(s, e.layer, e.expert, b);
+    return pa.file_index != pb.file_index ? pa.file_index < pb.file_index : pa.offset < pb.offset;
+  });
+  e.parts.assign(s->n_parts, nullptr);
+  for (std::size_t i = 0; i < order.size();) {
+    const auto& first = part_of(s, e.layer, e.expert, order[i]);
+    std::size_t j = i + 1;
+    uint64_t run_end = first.offset + first.bytes;
+    while (j < order.size()) {
+      const auto& next = part_of(s, e.layer, e.expert, order[j]);
+      if (next.file_index != first.file_index || next.offset != run_end) break;
+      run_end += next.bytes;
+      ++j;
+    }
+    const FileInfo& f = s->files[first.file_index];
+    const uint64_t start = f.direct ? first.offset / kAlign * kAlign : first.offset;
+    const uint64_t end = f.direct ? (run_end + kAlign - 1) / kAlign * kAlign : run_end;
     const uint64_t len = std::max<uint64_t>(end - start, 1);
     void* buf = nullptr;
     if (posix_memalign(&buf, kAlign, (len + kAlign - 1) / kAlign * kAlign) != 0) {
@@ -213,7 +229,8 @@ bool start_reads(sl_expertstore* s, uint64_t key, Entry& e, std::string& error) 
       return false;
     }
     e.buffers.push_back(buf);
-    e.parts.push_back(static_cast<std::byte*>(buf) + (part.offset - start));
+    for (std::size_t k = i; k < j; ++k)
+      e.parts[order[k]] = static_cast<std::byte*>(buf) + (part_of(s, e.layer, e.expert, order[k]).offset - start);
     e.bytes += len;
     s->cache_bytes += len;
     uint64_t id;
@@ -224,7 +241,7 @@ bool start_reads(sl_expertstore* s, uint64_t key, Entry& e, std::string& error) 
       id = s->reads.size();
       s->reads.emplace_back();
     }
-    s->reads[id] = Read{key, p, len, Clock::now()};
+    s->reads[id] = Read{key, first.file_index, first.offset, run_end, start, len, Clock::now()};
     ++e.pending_reads;
     ++s->stats.read_requests;
     if (s->ring_ok) {
@@ -255,6 +272,7 @@ bool start_reads(sl_expertstore* s, uint64_t key, Entry& e, std::string& error) 
       s->stats.read_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       complete_read(s, id, result);
     }
+    i = j;
   }
   return true;
 }
