@@ -3,7 +3,12 @@
 // account for every byte it read.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "engine/engine.h"
+#include "quant/expert_repack.h"
 #include "reference.h"
 #include "util/json.h"
 
@@ -118,6 +123,51 @@ TEST(MoeStreaming, UnknownStoreIsAClearError) {
   auto engine = Engine::create(o);
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.message().find("unknown expert store 'tape-drive'"), std::string::npos) << engine.message();
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Repacking MLX's stacked experts (9 slices per expert: weight, scales, biases of 3 projections, each
+// in a different tensor) gives one contiguous range per expert: the same outputs, a ninth of the reads.
+TEST(MoeRepack, RepackedModelGivesTheSameIdsWithOneReadPerExpert) {
+  SLUICE_REQUIRE_REFERENCE("models/qwen3_moe-4bit/golden.json");
+  const auto out = std::filesystem::temp_directory_path() / ("sluice_repack_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  auto stats = quant::repack_experts(test::reference_path("models/qwen3_moe-4bit"), out, true);
+  ASSERT_TRUE(stats.ok()) << stats.message();
+  EXPECT_EQ(stats->experts, 2u * 16u);
+  auto golden = json::parse_file(test::reference_path("models/qwen3_moe-4bit/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  uint64_t requests[2] = {0, 0}, reads[2] = {0, 0};
+  for (int repacked = 0; repacked < 2; ++repacked) {
+    EngineOptions o;
+    o.model_dir = repacked ? out.string() : test::reference_path("models/qwen3_moe-4bit").string();
+    o.plugin_dir = test::binary_path("lib").string();
+    o.backend = "cpu";
+    o.kv_codec = "f32";
+    o.ctx_size = 256;
+    o.expert_store = "uring:direct=0";
+    auto engine = Engine::create(o);
+    ASSERT_TRUE(engine.ok()) << engine.message();
+    for (const auto& prompt : (*golden)["prompts"].GetArray()) {
+      GenerationRequest req;
+      req.prompt_ids = ints(prompt["ids"]);
+      req.max_tokens = static_cast<int>(prompt["greedy_ids"].Size());
+      req.sampling.temperature = 0;
+      req.ignore_eos = true;
+      EXPECT_EQ((*engine)->generate(req).ids, ints(prompt["greedy_ids"])) << (repacked ? "repacked" : "stacked");
+    }
+    const auto m = (*engine)->metrics();
+    requests[repacked] = m.expert_read_requests;
+    reads[repacked] = m.expert_misses + m.expert_prefetched;
+  }
+  EXPECT_EQ(requests[0], 9 * reads[0]);  // stacked: weight, scales, biases of gate, up, down apart
+  EXPECT_EQ(requests[1], reads[1]);      // repacked: one request per expert
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace

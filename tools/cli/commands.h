@@ -21,5 +21,6 @@ int run_make_model(const Args& args);     // cmd_make_model.cpp
 int run_info(const Args& args);           // cmd_info.cpp
 int run_devices(const Args& args);        // cmd_devices.cpp
 int run_conformance(const Args& args);    // cmd_conformance.cpp
+int run_repack_experts(const Args& args); // cmd_repack_experts.cpp
 
 }  // namespace sluice::cli

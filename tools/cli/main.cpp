@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"detokenize", sluice::cli::run_detokenize, "JSON array of ids on stdin -> text"},
     {"chat-template", sluice::cli::run_chat_template, "render a chat template from JSON variables on stdin"},
     {"plugins", sluice::cli::run_plugins, "list the plugins found and whether they loaded"},
+    {"repack-experts", sluice::cli::run_repack_experts, "store each MoE expert contiguously (one read per expert)"},
     {"quantize", sluice::cli::run_quantize, "quantize a model folder to MLX affine 2-8 bits"},
     {"make-model", sluice::cli::run_make_model, "write a random-weight model of a real shape"},
     {"info", sluice::cli::run_info, "architecture, parameters, bits per weight, KV bytes per token"},
