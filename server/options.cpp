@@ -1,7 +1,13 @@
 #include "server/options.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+
+#include "server/memory_plan.h"
+#include "turbo/recommended.h"
 
 #include <boost/program_options.hpp>
 
@@ -38,8 +44,10 @@ po::options_description describe(ServerOptions& o) {
     ("cors", po::value(&o.cors_origin), "allow cross-origin requests from ORIGIN (* for any)")
     ("mem-limit", po::value(&o.mem_limit), "memory limit, e.g. 8G (not enforced yet: --info reports the fit)")
     ("gpu-layers", po::value(&o.gpu_layers), "layers on the GPU (not available yet)")
-    ("stream-experts", po::bool_switch(&o.stream_experts), "stream MoE experts from disk (not available yet)")
-    ("turbo-kv", po::bool_switch(&o.turbo_kv), "compressed KV cache preset (not available yet)")
+    ("stream-experts", po::bool_switch(&o.stream_experts),
+     "stream MoE experts from the model files (the uring store, budget from free memory or --mem-limit)")
+    ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(o.expert_cache_mb), "expert cache budget of a streaming store, MiB (0 = derived)")
+    ("turbo-kv", po::bool_switch(&o.turbo_kv), "the recommended compressed KV cache (TurboQuant K/V pair)")
     ("thinking", po::bool_switch(&o.thinking), "render chat templates with enable_thinking=true")
     ("info", po::bool_switch(&o.info), "print the memory plan and exit")
     ("log-level", po::value(&o.log_level)->default_value(o.log_level), "trace | debug | info | warn | error | off")
@@ -101,10 +109,6 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
     po::notify(vm);
     if (vm.count("gpu-layers"))
       parsed.warnings.push_back("--gpu-layers: GPU offload is not available yet; all layers run on the selected backend");
-    if (parsed.options.stream_experts)
-      parsed.warnings.push_back("--stream-experts: expert streaming is not available yet; use --expert-store");
-    if (parsed.options.turbo_kv)
-      parsed.warnings.push_back("--turbo-kv: the turbo KV preset is not available yet; use --kv-codec");
     if (!parsed.options.mem_limit.empty())
       parsed.warnings.push_back("--mem-limit: not enforced yet (see `--info` for whether the plan fits)");
   } catch (const po::error& e) {
@@ -115,10 +119,24 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
 }
 
 Status check_available(const ServerOptions& o) {
-  if (o.backend.rfind("opencl", 0) == 0)
-    return make_error("--backend " + o.backend + ": the OpenCL backend is not available yet (use auto or cpu)");
+  if (o.stream_experts && o.expert_store != "resident" && o.expert_store.rfind("uring", 0) != 0)
+    return make_error("--stream-experts streams through the uring store; it cannot be combined with --expert-store " + o.expert_store);
   return {};
 }
+
+namespace {
+// Half of what the machine can give now (or of --mem-limit): room for experts beside the dense
+// weights, the KV cache and the page cache the reads go through.
+int derived_expert_budget_mb(const ServerOptions& o) {
+  uint64_t available = 0;
+  if (!o.mem_limit.empty()) {
+    if (auto limit = parse_byte_size(o.mem_limit)) available = *limit;
+  } else {
+    available = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  }
+  return static_cast<int>(std::max<uint64_t>(available / 2 >> 20, 64));
+}
+}  // namespace
 
 EngineOptions to_engine_options(const ServerOptions& o) {
   EngineOptions e;
@@ -126,6 +144,12 @@ EngineOptions to_engine_options(const ServerOptions& o) {
   e.backend = o.backend;
   e.kv_codec = o.kv_codec;
   e.expert_store = o.expert_store;
+  e.expert_cache_mb = o.expert_cache_mb;
+  if (o.stream_experts) {
+    if (e.expert_store == "resident") e.expert_store = "uring";
+    if (e.expert_cache_mb == 0) e.expert_cache_mb = derived_expert_budget_mb(o);
+  }
+  if (o.turbo_kv) e.kv_codec = turbo::recommended_turbo_kv();
   e.plugin_dir = o.plugin_dir;
   e.threads = o.threads;
   e.ctx_size = o.ctx_size;

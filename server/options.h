@@ -34,7 +34,8 @@ struct ServerOptions {
   std::string cors_origin;
   std::string mem_limit;       // later issue
   int gpu_layers = -1;         // later issue (-1 = not given)
-  bool stream_experts = false; // later issue
+  bool stream_experts = false; // the uring expert store with a derived budget
+  int expert_cache_mb = 0;
   bool turbo_kv = false;       // later issue
   bool thinking = false;
   bool info = false;
