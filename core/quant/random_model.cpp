@@ -1,5 +1,8 @@
 #include "quant/random_model.h"
 
+#include <functional>
+#include <thread>
+
 #include <cmath>
 
 #include "quant/affine.h"
@@ -38,6 +41,21 @@ Init init_for(const ModelPreset& p, const TensorPlan& t) {
   if (n.find("o_proj") != std::string::npos || n.find("down_proj") != std::string::npos)
     std /= std::sqrt(2.0 * p.layers);
   return uniform(std);
+}
+
+// fn(begin, end) over [0, n) split across the machine's cores.
+void parallel_rows(std::size_t n, const std::function<void(std::size_t, std::size_t)>& fn) {
+  const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 1 || n < 2 * threads) {
+    fn(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t) {
+    const std::size_t b = n * t / threads, e = n * (t + 1) / threads;
+    if (b < e) pool.emplace_back(fn, b, e);
+  }
+  for (auto& th : pool) th.join();
 }
 
 // Values [begin, begin + n) of a tensor's stream.
@@ -244,9 +262,11 @@ Result<uint64_t> make_model(const MakeModelOptions& o) {
       for (std::size_t r0 = 0; r0 < rows; r0 += step) {
         const std::size_t nr = std::min(step, rows - r0);
         vals.resize(nr * cols);
-        generate(key, init, uint64_t(r0) * cols, nr * cols, vals.data());
         out.resize(vals.size() * 2);
-        store_as(DType::kBF16, vals.data(), vals.size(), out.data());
+        parallel_rows(nr, [&](std::size_t b, std::size_t e) {
+          generate(key, init, uint64_t(r0 + b) * cols, (e - b) * cols, vals.data() + b * cols);
+          store_as(DType::kBF16, vals.data() + b * cols, (e - b) * cols, out.data() + b * cols * 2);
+        });
         if (auto s = writer->append(out); !s) return s.error();
         progress.update(done += out.size(), t.name);
       }
@@ -258,13 +278,17 @@ Result<uint64_t> make_model(const MakeModelOptions& o) {
     for (std::size_t r0 = 0; r0 < rows; r0 += step) {
       const std::size_t nr = std::min(step, rows - r0);
       vals.resize(nr * cols);
-      generate(key, init, uint64_t(r0) * cols, nr * cols, vals.data());
-      // Values as bf16 would hold them, so a quantized model equals `quantize` of the bf16 one.
-      for (auto& v : vals) v = round_to(DType::kBF16, v);
       words.resize(nr * wpr);
-      for (std::size_t r = 0; r < nr; ++r)
-        quantize_row(vals.data() + r * cols, cols, j.form.bits, j.form.group_size, DType::kBF16, words.data() + r * wpr,
-                     scales.data() + (r0 + r) * groups, biases.data() + (r0 + r) * groups);
+      // Rows are independent (each value is a function of its index): generate and quantize them on
+      // every core; the bytes are the same whatever the thread count.
+      parallel_rows(nr, [&](std::size_t b, std::size_t e) {
+        generate(key, init, uint64_t(r0 + b) * cols, (e - b) * cols, vals.data() + b * cols);
+        // Values as bf16 would hold them, so a quantized model equals `quantize` of the bf16 one.
+        for (std::size_t i = b * cols; i < e * cols; ++i) vals[i] = round_to(DType::kBF16, vals[i]);
+        for (std::size_t r = b; r < e; ++r)
+          quantize_row(vals.data() + r * cols, cols, j.form.bits, j.form.group_size, DType::kBF16, words.data() + r * wpr,
+                       scales.data() + (r0 + r) * groups, biases.data() + (r0 + r) * groups);
+      });
       if (auto s = writer->append(std::as_bytes(std::span(words))); !s) return s.error();
       progress.update(done += words.size() * 4, t.name);
     }
