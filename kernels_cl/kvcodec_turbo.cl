@@ -1,17 +1,26 @@
-/* TurboQuant MSE-stage KV codec (turbo2/3/4): device functions for attention on the compressed cache.
+/* TurboQuant MSE-stage KV codec (turbo2/3/4): device functions.
  *
- * Not a complete program: the codec instance prepends the definitions below (see
- * docs/PLUGINS-kvcodec.md) and a backend pastes the result into its attention program. The K and
- * V instances each bring their own copy; SL_TQ(name) gives every symbol the instance's prefix
- * (sl_tq_k_ / sl_tq_v_), and the prefix block #undefs its macros after this body.
+ * Not a complete program: the codec instance prepends the definitions below and a backend pastes
+ * the result into its attention program after defining SL_KV_FN(name) (sl_k_##name before the K
+ * codec's source, sl_v_##name before the V codec's; docs/PLUGINS.md). Every symbol here is made
+ * through SL_TQ(name) = SL_KV_FN(tq_##name), so K and V instances coexist; the instance #undefs its
+ * macros after this body.
+ *
+ * The contract of docs/PLUGINS.md (what the OpenCL backend's generic attention uses):
+ *   void  SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n);
+ *   float SL_KV_FN(load)(__global const uchar* row, uint i);   element i, original domain: O(n)
+ * and, for a fused attention kernel (docs/PLUGINS-kvcodec.md), the rotated-domain functions below
+ * (value, score_local, rotate_local, unrotate_local, rotation_of), which never de-rotate a key.
  *
  * Prepended by the instance:
- *   #define SL_TQ(name)        sl_tq_k_##name   (or sl_tq_v_##name)
+ *   #define SL_TQ(name)        SL_KV_FN(tq_##name)
  *   #define SL_TQ_HEAD_DIM     head_dim
  *   #define SL_TQ_BITS         b (1..4)
  *   #define SL_TQ_ROW_BYTES    bytes of one stored row
  *   #define SL_TQ_N_BLOCKS     rotation blocks (1..4)
+ *   #define SL_TQ_MAX_BLOCK    the largest block size
  *   #define SL_TQ_N_ROT        candidate rotations R (1, 2, 4, 8 or 16)
+ *   #define SL_TQ_SCALE_MODE   0 exact, 1 raw, 2 ls, 3 unbiased (mse_stage.h)
  *   __constant uint  SL_TQ(n_rot) = R;                 the same, for kernels (the macros are #undef'd)
  *   __constant uint  SL_TQ(block_offset)[N_BLOCKS], SL_TQ(block_size)[N_BLOCKS], SL_TQ(block_byte)[N_BLOCKS];
  *   __constant float SL_TQ(codebook)[N_BLOCKS * 16];  centroids (z units) of each block's codebook
@@ -19,7 +28,7 @@
  *
  * Row layout, per block: a 16-bit header, then n indices of b bits, index j at bit j·b
  * (little-endian). Header with R = 1: the half scale s. With R > 1: bits 15..4 are bits 14..3 of the
- * half s (sign and 3 low mantissa bits dropped), bits 3..0 the block's rotation r.
+ * half s (sign and 3 low mantissa bits dropped, rounded), bits 3..0 the block's rotation r.
  * The reconstruction in rotation r's domain is ŷ_j = s · codebook[idx_j]; the original block is
  * x = D_r·H·ŷ/√n. Attention stays rotated: rotate the query once under every r (rotate_local into
  * R slots of HEAD_DIM), score keys with dot(q_rot[r_block], ŷ) (score_local), accumulate values as ŷ
@@ -115,4 +124,92 @@ inline void SL_TQ(unrotate_local)(__local float* v, uint r, uint lid, uint lsize
   SL_TQ(fwht_local)(v, lid, lsize);
   for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(signs)[r * SL_TQ_HEAD_DIM + i];
   barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* ---- the docs/PLUGINS.md contract ---------------------------------------------------------- */
+
+/* In-place unnormalised Walsh–Hadamard transform of n (a power of two) private values. */
+inline void SL_TQ(fwht_private)(float* v, uint n) {
+  for (uint h = 1; h < n; h *= 2)
+    for (uint i = 0; i < n; i += 2 * h)
+      for (uint j = i; j < i + h; ++j) {
+        const float a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
+      }
+}
+
+/* One head vector → one row, by one work-item: each block under every candidate rotation, the
+ * smallest error kept (as the host encoder does). */
+void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n_values) {
+  float y[SL_TQ_MAX_BLOCK];
+  uchar idx[SL_TQ_MAX_BLOCK], best_idx[SL_TQ_MAX_BLOCK];
+  const uint levels = 1u << SL_TQ_BITS;
+  for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
+    const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
+    __constant const float* cb = SL_TQ(codebook) + b * 16;
+    float best_err = INFINITY, best_s = 0.0f;
+    uint best_r = 0;
+    for (uint r = 0; r < SL_TQ_N_ROT; ++r) {
+      for (uint j = 0; j < n; ++j) y[j] = src[off + j] * SL_TQ(signs)[r * SL_TQ_HEAD_DIM + off + j];
+      SL_TQ(fwht_private)(y, n);
+      float norm2 = 0.0f;
+      for (uint j = 0; j < n; ++j) norm2 += y[j] * y[j];
+      float s = 0.0f, err = isfinite(norm2) ? norm2 : 0.0f;
+      if (norm2 > 0.0f && isfinite(norm2)) {
+        const float to_z = sqrt((float)n / norm2);
+        float cc = 0.0f, yc = 0.0f;
+        for (uint j = 0; j < n; ++j) {
+          const float z = y[j] * to_z;
+          uint k = 0;
+          while (k + 1 < levels && z > 0.5f * (cb[k] + cb[k + 1])) ++k;
+          idx[j] = (uchar)k;
+          cc += cb[k] * cb[k];
+          yc += cb[k] * y[j];
+        }
+        if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
+        else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
+        else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
+        else s = sqrt(norm2 / cc);
+        err = fmax(0.0f, norm2 - 2.0f * s * yc + s * s * cc);
+      } else {
+        for (uint j = 0; j < n; ++j) idx[j] = 0;
+      }
+      if (r == 0 || err < best_err) {
+        best_err = err;
+        best_s = s;
+        best_r = r;
+        for (uint j = 0; j < n; ++j) best_idx[j] = idx[j];
+      }
+    }
+    __global uchar* p = row + SL_TQ(block_byte)[b];
+    ushort hs;
+    vstore_half_rte(SL_TQ_N_ROT == 1u ? best_s : fmax(best_s, 0.0f), 0, (__private half*)&hs);
+    uint field = hs;
+    if (SL_TQ_N_ROT > 1u) field = (min(((uint)(hs & 0x7fffu) + 4u) >> 3, 0xfffu) << 4) | best_r;
+    p[0] = (uchar)(field & 255u);
+    p[1] = (uchar)(field >> 8);
+    for (uint k = 0; k < n * SL_TQ_BITS / 8; ++k) p[2 + k] = 0;
+    for (uint j = 0; j < n; ++j) {
+      const uint bit = j * SL_TQ_BITS, v = (uint)best_idx[j] << (bit % 8);
+      p[2 + bit / 8] |= (uchar)(v & 255u);
+      if ((bit % 8) + SL_TQ_BITS > 8) p[2 + bit / 8 + 1] |= (uchar)(v >> 8);
+    }
+  }
+}
+
+/* Element i of the row in the original domain: x_i = s_r(i)/√n · Σ_j H_ij · ŷ_j, O(block size). */
+float SL_KV_FN(load)(__global const uchar* row, uint i) {
+  const uint b = SL_TQ(block_of)(i), off = SL_TQ(block_offset)[b], n = SL_TQ(block_size)[b], li = i - off;
+  __global const uchar* p = row + SL_TQ(block_byte)[b] + 2;
+  __constant const float* cb = SL_TQ(codebook) + b * 16;
+  float sum = 0.0f;
+  for (uint j = 0; j < n; ++j) {
+    const uint bit = j * SL_TQ_BITS;
+    uint word = p[bit / 8];
+    if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)p[bit / 8 + 1] << 8;
+    const float c = cb[(word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u)];
+    sum += (popcount(li & j) & 1u) ? -c : c;
+  }
+  return SL_TQ(signs)[SL_TQ(rotation_of)(row, b) * SL_TQ_HEAD_DIM + i] * SL_TQ(scale_of)(row, b) * sum;
 }

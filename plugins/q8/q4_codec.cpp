@@ -17,14 +17,7 @@ constexpr uint32_t kBlock = 32, kBlockBytes = 18;
 
 class Q4Codec final : public Codec {
  public:
-  Q4Codec(uint32_t head_dim, sl_kv_role role)
-      : head_dim_(head_dim), row_bytes_(head_dim / kBlock * kBlockBytes),
-        opencl_("/* q4 (q4_0 layout): blocks of 18 bytes, half d then 16 bytes of nibbles */\n"
-                "inline float sl_q4_" + std::string(role == SL_KV_KEYS ? "k" : "v") +
-                "_value(__global const uchar* row, uint i) {\n"
-                "  __global const uchar* p = row + (i / 32u) * 18u;\n  const uint j = i % 32u;\n"
-                "  const uint b = p[2 + (j % 16u)];\n"
-                "  return vload_half(0, (__global const half*)p) * ((float)((j < 16u ? b : b >> 4) & 15u) - 8.0f);\n}\n") {}
+  explicit Q4Codec(uint32_t head_dim) : head_dim_(head_dim), row_bytes_(head_dim / kBlock * kBlockBytes) {}
 
   sl_kv_format format() const override {
     sl_kv_format f{};
@@ -110,13 +103,39 @@ class Q4Codec final : public Codec {
   }
 
   uint32_t head_dim_, row_bytes_;
-  std::string opencl_;
+  std::string opencl_ = R"CL(
+/* q4 (q4_0 layout): blocks of 18 bytes, half d then 16 bytes; byte j: value j low, value j+16 high. */
+void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n_values) {
+  for (uint at = 0; at < n_values; at += 32u) {
+    __global uchar* p = row + (at / 32u) * 18u;
+    float amax = 0.0f, m = 0.0f;
+    for (uint j = 0; j < 32u; ++j)
+      if (fabs(src[at + j]) > amax) {
+        amax = fabs(src[at + j]);
+        m = src[at + j];
+      }
+    if (!isfinite(amax)) m = 0.0f;
+    vstore_half_rte(m / -8.0f, 0, (__global half*)p);
+    const float d = vload_half(0, (__global const half*)p), inv = d != 0.0f ? 1.0f / d : 0.0f;
+    for (uint j = 0; j < 16u; ++j) {
+      const float lo = rint(src[at + j] * inv) + 8.0f, hi = rint(src[at + j + 16u] * inv) + 8.0f;
+      const uint a = isfinite(lo) ? (uint)clamp(lo, 0.0f, 15.0f) : 8u, b = isfinite(hi) ? (uint)clamp(hi, 0.0f, 15.0f) : 8u;
+      p[2 + j] = (uchar)(a | (b << 4));
+    }
+  }
+}
+float SL_KV_FN(load)(__global const uchar* row, uint i) {
+  __global const uchar* p = row + (i / 32u) * 18u;
+  const uint j = i % 32u, b = p[2 + (j % 16u)];
+  return vload_half(0, (__global const half*)p) * ((float)((j < 16u ? b : b >> 4) & 15u) - 8.0f);
+}
+)CL";
 };
 
-std::unique_ptr<Codec> make_q4(uint32_t head_dim, sl_kv_role role, Options&) {
+std::unique_ptr<Codec> make_q4(uint32_t head_dim, sl_kv_role, Options&) {
   if (head_dim == 0 || head_dim % kBlock != 0 || head_dim > 4096)
     throw std::invalid_argument("q4: head_dim must be a positive multiple of 32 (got " + std::to_string(head_dim) + ")");
-  return std::make_unique<Q4Codec>(head_dim, role);
+  return std::make_unique<Q4Codec>(head_dim);
 }
 
 const sl_kvcodec_api kApi = make_kvcodec_api<make_q4>();

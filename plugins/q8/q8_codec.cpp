@@ -22,7 +22,7 @@ struct Block {
 
 class Q8Codec final : public Codec {
  public:
-  Q8Codec(uint32_t head_dim, sl_kv_role role) : head_dim_(head_dim), opencl_(q8_opencl_source(role)) {
+  explicit Q8Codec(uint32_t head_dim) : head_dim_(head_dim), opencl_(q8_opencl_source()) {
     for (uint32_t at = 0; at < head_dim; at += kBlock) blocks_.push_back({at, std::min(kBlock, head_dim - at)});
     row_bytes_ = static_cast<uint32_t>(blocks_.size()) * 2 + head_dim;
   }
@@ -139,26 +139,38 @@ class Q8Codec final : public Codec {
   std::vector<Block> blocks_;
   std::string opencl_;
 
-  static std::string q8_opencl_source(sl_kv_role role);
+  static std::string q8_opencl_source();
 };
 
-// Device functions for an OpenCL backend (docs/PLUGINS-kvcodec.md), named for the role so that a
-// K and a V instance can share one program.
-std::string Q8Codec::q8_opencl_source(sl_kv_role role) {
-  const std::string name = role == SL_KV_KEYS ? "sl_q8_k_value" : "sl_q8_v_value";
-  return "/* q8 KV codec: rows of [half d][char q[n]] blocks, n = 32 (the last block may be shorter). */\n"
-         "inline float " + name + R"CL((__global const uchar* row, uint i) {
-  const uint blk = i / 32u, j = i % 32u;
-  __global const uchar* p = row + blk * 34u;
-  return vload_half(0, (__global const half*)p) * (float)((__global const char*)(p + 2))[j];
+// OpenCL C for the backend (docs/PLUGINS.md contract): names through SL_KV_FN, so a K and a V
+// instance share one program. Same rounding as encode() (round half to even, f16 round to nearest).
+std::string Q8Codec::q8_opencl_source() {
+  return R"CL(
+/* q8 KV codec: rows of blocks [half d][char q[n]], n = 32 (the last block may be shorter). */
+void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n_values) {
+  for (uint at = 0; at < n_values; at += 32u) {
+    const uint n = min(32u, n_values - at);
+    __global uchar* p = row + (at / 32u) * 34u;
+    float amax = 0.0f;
+    for (uint j = 0; j < n; ++j) amax = fmax(amax, fabs(src[at + j]));
+    if (!isfinite(amax)) amax = 0.0f;
+    vstore_half_rte(amax / 127.0f, 0, (__global half*)p);
+    const float d = vload_half(0, (__global const half*)p), inv = d > 0.0f ? 1.0f / d : 0.0f;
+    __global char* q = (__global char*)(p + 2);
+    for (uint j = 0; j < n; ++j) q[j] = (char)clamp(rint(src[at + j] * inv), -127.0f, 127.0f);
+  }
+}
+float SL_KV_FN(load)(__global const uchar* row, uint i) {
+  __global const uchar* p = row + (i / 32u) * 34u;
+  return vload_half(0, (__global const half*)p) * (float)((__global const char*)(p + 2))[i % 32u];
 }
 )CL";
 }
 
-std::unique_ptr<Codec> make_q8(uint32_t head_dim, sl_kv_role role, Options&) {
+std::unique_ptr<Codec> make_q8(uint32_t head_dim, sl_kv_role, Options&) {
   if (head_dim == 0 || head_dim % 8 != 0 || head_dim > 4096)
     throw std::invalid_argument("q8: head_dim must be a positive multiple of 8 (got " + std::to_string(head_dim) + ")");
-  return std::make_unique<Q8Codec>(head_dim, role);
+  return std::make_unique<Q8Codec>(head_dim);
 }
 
 const sl_kvcodec_api kApi = make_kvcodec_api<make_q8>();

@@ -36,7 +36,7 @@
 
 namespace sluice::turbo {
 
-enum class ScaleMode { kExact, kRaw, kLeastSquares, kUnbiased };
+enum class ScaleMode { kExact = 0, kRaw = 1, kLeastSquares = 2, kUnbiased = 3 };  // values: the OpenCL source's SL_TQ_SCALE_MODE
 
 struct MseBlock {
   uint32_t offset, n;     // values [offset, offset + n) of the head vector
@@ -57,6 +57,7 @@ class MseStage {
   uint32_t head_dim() const { return head_dim_; }
   uint32_t bits() const { return bits_; }
   uint32_t rotations() const { return rotations_; }
+  ScaleMode scale_mode() const { return mode_; }
   uint32_t row_bytes() const { return row_bytes_; }
   const std::vector<MseBlock>& blocks() const { return blocks_; }
   // The fused domain: slot r (head_dim floats) holds every block under its candidate rotation r.

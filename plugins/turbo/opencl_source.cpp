@@ -1,5 +1,6 @@
 #include "turbo/opencl_source.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "kvcodec_turbo_cl.h"  // kKvcodecTurboCl: kernels_cl/kvcodec_turbo.cl as a string
@@ -15,16 +16,19 @@ std::string number(float v) {
 
 }  // namespace
 
-std::string mse_opencl_source(const MseStage& stage, sl_kv_role role) {
+std::string mse_opencl_source(const MseStage& stage) {
   const auto& blocks = stage.blocks();
-  const std::string prefix = role == SL_KV_KEYS ? "sl_tq_k_" : "sl_tq_v_";
   std::string s;
-  s += "#define SL_TQ(name) " + prefix + "##name\n";
+  s += "#define SL_TQ(name) SL_KV_FN(tq_##name)\n";
   s += "#define SL_TQ_HEAD_DIM " + std::to_string(stage.head_dim()) + "u\n";
   s += "#define SL_TQ_BITS " + std::to_string(stage.bits()) + "u\n";
   s += "#define SL_TQ_ROW_BYTES " + std::to_string(stage.row_bytes()) + "u\n";
   s += "#define SL_TQ_N_BLOCKS " + std::to_string(blocks.size()) + "u\n";
   s += "#define SL_TQ_N_ROT " + std::to_string(stage.rotations()) + "u\n";
+  uint32_t max_block = 0;
+  for (const auto& b : blocks) max_block = std::max(max_block, b.n);
+  s += "#define SL_TQ_MAX_BLOCK " + std::to_string(max_block) + "\n";
+  s += "#define SL_TQ_SCALE_MODE " + std::to_string(static_cast<int>(stage.scale_mode())) + "\n";
   s += "__constant uint SL_TQ(n_rot) = " + std::to_string(stage.rotations()) + "u;\n";
   auto uints = [&](const char* name, auto get) {
     s += "__constant uint SL_TQ(" + std::string(name) + ")[" + std::to_string(blocks.size()) + "] = {";
@@ -47,7 +51,8 @@ std::string mse_opencl_source(const MseStage& stage, sl_kv_role role) {
       }
   s += "};\n";
   s += kKvcodecTurboCl;
-  s += "\n#undef SL_TQ\n#undef SL_TQ_HEAD_DIM\n#undef SL_TQ_BITS\n#undef SL_TQ_ROW_BYTES\n#undef SL_TQ_N_BLOCKS\n#undef SL_TQ_N_ROT\n";
+  s += "\n#undef SL_TQ\n#undef SL_TQ_HEAD_DIM\n#undef SL_TQ_BITS\n#undef SL_TQ_ROW_BYTES\n#undef SL_TQ_N_BLOCKS\n#undef SL_TQ_N_ROT\n"
+       "#undef SL_TQ_MAX_BLOCK\n#undef SL_TQ_SCALE_MODE\n";
   return s;
 }
 

@@ -3,11 +3,11 @@
 // definitions, then the device functions of kernels_cl/kvcodec_turbo.cl (embedded at build time).
 #include <string>
 
-#include "sluice/kvcodec.h"
 #include "turbo/mse_stage.h"
 
 namespace sluice::turbo {
 
-std::string mse_opencl_source(const MseStage& stage, sl_kv_role role);
+// Names go through SL_KV_FN (docs/PLUGINS.md), so K and V instances share one program.
+std::string mse_opencl_source(const MseStage& stage);
 
 }  // namespace sluice::turbo

@@ -45,8 +45,8 @@ sl_kv_format make_format(uint32_t head_dim, uint32_t row_bytes, const std::vecto
 // finish_values.
 class TurboMseCodec final : public kvcodec::Codec {
  public:
-  TurboMseCodec(uint32_t head_dim, uint32_t bits, uint64_t seed, ScaleMode mode, uint32_t rotations, sl_kv_role role)
-      : stage_(head_dim, bits, seed, mode, rotations), opencl_(mse_opencl_source(stage_, role)) {}
+  TurboMseCodec(uint32_t head_dim, uint32_t bits, uint64_t seed, ScaleMode mode, uint32_t rotations)
+      : stage_(head_dim, bits, seed, mode, rotations), opencl_(mse_opencl_source(stage_)) {}
 
   sl_kv_format format() const override {
     sl_kv_format f = make_format(stage_.head_dim(), stage_.row_bytes(), stage_.blocks());
@@ -181,12 +181,12 @@ class TurboProdCodec final : public kvcodec::Codec {
   std::string opencl_;
 };
 
-std::unique_ptr<kvcodec::Codec> make_mse(uint32_t bits, uint32_t head_dim, sl_kv_role role, kvcodec::Options& o) {
+std::unique_ptr<kvcodec::Codec> make_mse(uint32_t bits, uint32_t head_dim, kvcodec::Options& o) {
   const uint64_t seed = o.get_u64("seed", kDefaultSeed);
   const ScaleMode mode = parse_scale(o);
   const int rotations = o.get_int("rot", static_cast<int>(kDefaultRotations), 1, 16);
   try {
-    return std::make_unique<TurboMseCodec>(head_dim, bits, seed, mode, static_cast<uint32_t>(rotations), role);
+    return std::make_unique<TurboMseCodec>(head_dim, bits, seed, mode, static_cast<uint32_t>(rotations));
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("turbo" + std::to_string(bits) + ": " + e.what());
   }
@@ -194,9 +194,9 @@ std::unique_ptr<kvcodec::Codec> make_mse(uint32_t bits, uint32_t head_dim, sl_kv
 
 }  // namespace
 
-std::unique_ptr<kvcodec::Codec> make_turbo2(uint32_t d, sl_kv_role role, kvcodec::Options& o) { return make_mse(2, d, role, o); }
-std::unique_ptr<kvcodec::Codec> make_turbo3(uint32_t d, sl_kv_role role, kvcodec::Options& o) { return make_mse(3, d, role, o); }
-std::unique_ptr<kvcodec::Codec> make_turbo4(uint32_t d, sl_kv_role role, kvcodec::Options& o) { return make_mse(4, d, role, o); }
+std::unique_ptr<kvcodec::Codec> make_turbo2(uint32_t d, sl_kv_role, kvcodec::Options& o) { return make_mse(2, d, o); }
+std::unique_ptr<kvcodec::Codec> make_turbo3(uint32_t d, sl_kv_role, kvcodec::Options& o) { return make_mse(3, d, o); }
+std::unique_ptr<kvcodec::Codec> make_turbo4(uint32_t d, sl_kv_role, kvcodec::Options& o) { return make_mse(4, d, o); }
 
 std::unique_ptr<kvcodec::Codec> make_turbo_prod(uint32_t head_dim, sl_kv_role, kvcodec::Options& o) {
   const int bits = o.get_int("bits", 4, 2, 4);

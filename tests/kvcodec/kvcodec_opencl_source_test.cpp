@@ -1,51 +1,67 @@
-// The OpenCL C that the turbo and q8 codecs hand to device backends (docs/PLUGINS-kvcodec.md):
-// a K and a V instance's sources compile together in one program, and the device functions give the
-// host codec's numbers — scores from score_local after rotate_local, and rows rebuilt with value +
-// unrotate_local equal to decode(). Skipped where no OpenCL device exists.
+// The OpenCL C that the q8/q4/turbo codecs hand to device backends, built the way the OpenCL
+// backend builds it (SL_KV_FN = sl_k_ / sl_v_ before the K and V sources; docs/PLUGINS.md): the
+// contract functions give the host codec's numbers — encode_row writes the rows encode() writes,
+// load(row, i) equals decode() — and so do the turbo codecs' fused functions (docs/PLUGINS-kvcodec.md):
+// scores from score_local after rotate_local, rows rebuilt with value + unrotate_local. Skipped where
+// no OpenCL device exists.
 #include <CL/cl.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "plugin/builtin_codecs.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 
 namespace sluice {
 namespace {
 
-const char* kCheckKernels = R"CL(
+const char* kContractKernels = R"CL(
+__kernel void encode_rows(__global const float* x, uint n_rows, __global uchar* krows, uint k_row_bytes,
+                          __global uchar* vrows, uint v_row_bytes) {
+  const uint r = get_global_id(0);
+  if (r >= n_rows) return;
+  sl_k_encode_row(x + r * HEAD_DIM, krows + r * k_row_bytes, HEAD_DIM);
+  sl_v_encode_row(x + r * HEAD_DIM, vrows + r * v_row_bytes, HEAD_DIM);
+}
+__kernel void load_rows(__global const uchar* krows, uint k_row_bytes, __global const uchar* vrows, uint v_row_bytes,
+                        uint n_rows, __global float* kout, __global float* vout) {
+  const uint i = get_global_id(0);
+  if (i >= n_rows * HEAD_DIM) return;
+  kout[i] = sl_k_load(krows + (i / HEAD_DIM) * k_row_bytes, i % HEAD_DIM);
+  vout[i] = sl_v_load(vrows + (i / HEAD_DIM) * v_row_bytes, i % HEAD_DIM);
+}
+)CL";
+
+const char* kFusedKernels = R"CL(
 /* buf: n_rot slots of HEAD_DIM (the rotated query), then one slot of scratch. */
 __kernel void tq_check(__global const uchar* krows, uint k_row_bytes, __global const uchar* vrows, uint v_row_bytes,
                        __global const float* q, uint n_rows, __global float* scores, __global float* decoded,
                        __local float* buf) {
   const uint lid = get_local_id(0), lsize = get_local_size(0), d = HEAD_DIM;
-  for (uint r = 0; r < sl_tq_k_n_rot; ++r) {
+  for (uint r = 0; r < sl_k_tq_n_rot; ++r) {
     for (uint i = lid; i < d; i += lsize) buf[r * d + i] = q[i];
-    sl_tq_k_rotate_local(buf + r * d, r, lid, lsize);
+    sl_k_tq_rotate_local(buf + r * d, r, lid, lsize);
   }
-  for (uint r = lid; r < n_rows; r += lsize) scores[r] = sl_tq_k_score_local(krows + r * k_row_bytes, buf);
-  __local float* tmp = buf + sl_tq_k_n_rot * d;
+  for (uint r = lid; r < n_rows; r += lsize) scores[r] = sl_k_tq_score_local(krows + r * k_row_bytes, buf);
+  __local float* tmp = buf + sl_k_tq_n_rot * d;
   for (uint row = 0; row < n_rows; ++row) {
     __global const uchar* v = vrows + row * v_row_bytes;
     float out[2] = {0.0f, 0.0f};  /* this work-item's coordinates lid and lid + lsize (d <= 2 * lsize) */
-    for (uint r = 0; r < sl_tq_v_n_rot; ++r) {
+    for (uint r = 0; r < sl_v_tq_n_rot; ++r) {
       barrier(CLK_LOCAL_MEM_FENCE);
       for (uint i = lid; i < d; i += lsize)
-        tmp[i] = sl_tq_v_rotation_of(v, sl_tq_v_block_of(i)) == r ? sl_tq_v_value(v, i) : 0.0f;
-      sl_tq_v_unrotate_local(tmp, r, lid, lsize);
+        tmp[i] = sl_v_tq_rotation_of(v, sl_v_tq_block_of(i)) == r ? sl_v_tq_value(v, i) : 0.0f;
+      sl_v_tq_unrotate_local(tmp, r, lid, lsize);
       for (uint k = 0, i = lid; i < d; i += lsize, ++k) out[k] += tmp[i];
     }
     for (uint k = 0, i = lid; i < d; i += lsize, ++k) decoded[row * d + i] = out[k];
   }
-}
-__kernel void q8_check(__global const uchar* rows, uint row_bytes, uint n_rows, __global float* out) {
-  const uint i = get_global_id(0);
-  if (i < n_rows * HEAD_DIM) out[i] = sl_q8_k_value(rows + (i / HEAD_DIM) * row_bytes, i % HEAD_DIM) +
-                                     0.0f * sl_q8_v_value(rows, 0);
 }
 )CL";
 
@@ -54,9 +70,13 @@ struct Host {
   sl_kvcodec* codec = nullptr;
   sl_kv_format format{};
   Host(const PluginRegistry& reg, const std::string& name, uint32_t d, sl_kv_role role) {
-    const auto* rec = reg.find(SL_PLUGIN_KVCODEC, name);
-    if (!rec) return;
-    api = static_cast<const sl_kvcodec_api*>(rec->descriptor->api);
+    if (name == "f16") {
+      api = builtin_f16_codec();
+    } else {
+      const auto* rec = reg.find(SL_PLUGIN_KVCODEC, name);
+      if (!rec) return;
+      api = static_cast<const sl_kvcodec_api*>(rec->descriptor->api);
+    }
     sl_error err{};
     if (api->create(d, role, "", &codec, &err) != SL_OK) return;
     format.struct_size = sizeof(format);
@@ -116,6 +136,9 @@ class OpenCl {
     ASSERT_EQ(clEnqueueNDRangeKernel(queue_, k, 1, nullptr, &global, local ? &local : nullptr, 0, nullptr, nullptr), CL_SUCCESS);
     clFinish(queue_);
   }
+  void read_bytes(cl_mem m, void* out, std::size_t bytes) {
+    clEnqueueReadBuffer(queue_, m, CL_TRUE, 0, bytes, out, 0, nullptr, nullptr);
+  }
   std::vector<float> read(cl_mem m, std::size_t n) {
     std::vector<float> out(n);
     clEnqueueReadBuffer(queue_, m, CL_TRUE, 0, n * 4, out.data(), 0, nullptr, nullptr);
@@ -145,71 +168,94 @@ struct Pair {
 
 class KvCodecOpenClSource : public ::testing::TestWithParam<Pair> {};
 
+void set_args(cl_kernel k, std::initializer_list<std::pair<std::size_t, const void*>> args) {
+  cl_uint i = 0;
+  for (const auto& [size, value] : args) ASSERT_EQ(clSetKernelArg(k, i++, size, value), CL_SUCCESS) << "argument " << i - 1;
+}
+
 TEST_P(KvCodecOpenClSource, DeviceFunctionsMatchTheHostCodec) {
   PluginRegistry reg;
   reg.scan(test::binary_path("lib"));
   const auto [kname, vname, d] = GetParam();
-  Host k(reg, kname, d, SL_KV_KEYS), v(reg, vname, d, SL_KV_VALUES), q8k(reg, "q8", d, SL_KV_KEYS), q8v(reg, "q8", d, SL_KV_VALUES);
-  ASSERT_TRUE(k.codec && v.codec && q8k.codec && q8v.codec);
+  Host k(reg, kname, d, SL_KV_KEYS), v(reg, vname, d, SL_KV_VALUES);
+  ASSERT_TRUE(k.codec && v.codec);
   OpenCl cl;
   if (!cl.ok()) GTEST_SKIP() << "no OpenCL device";
-  const std::string source = std::string("#define HEAD_DIM ") + std::to_string(d) + "u\n" + k.api->opencl_source(k.codec) +
-                             v.api->opencl_source(v.codec) + q8k.api->opencl_source(q8k.codec) +
-                             q8v.api->opencl_source(q8v.codec) + kCheckKernels;
+  const bool fused = std::string(kname).rfind("turbo", 0) == 0 && std::string(vname).rfind("turbo", 0) == 0;
+  const std::string source = std::string("#define HEAD_DIM ") + std::to_string(d) + "u\n#define SL_KV_FN(name) sl_k_##name\n" +
+                             k.api->opencl_source(k.codec) + "\n#undef SL_KV_FN\n#define SL_KV_FN(name) sl_v_##name\n" +
+                             v.api->opencl_source(v.codec) + "\n#undef SL_KV_FN\n" + kContractKernels +
+                             (fused ? kFusedKernels : "");
   const std::string log = cl.build(source);
   ASSERT_EQ(log, "") << log;
 
   const uint32_t rows = 9;
   const auto x = gaussian(static_cast<std::size_t>(rows) * d, d), q = gaussian(d, d + 1);
   const auto krows = k.encode(x, rows), vrows = v.encode(x, rows);
-  cl_mem kb = cl.buffer(krows.data(), krows.size()), vb = cl.buffer(vrows.data(), vrows.size());
-  cl_mem qb = cl.buffer(q.data(), q.size() * 4), sb = cl.buffer(nullptr, rows * 4), db = cl.buffer(nullptr, rows * d * 4);
-  cl_kernel kern = cl.kernel("tq_check");
   const cl_uint kbytes = k.format.row_bytes, vbytes = v.format.row_bytes, n = rows;
-  clSetKernelArg(kern, 0, sizeof(cl_mem), &kb);
-  clSetKernelArg(kern, 1, sizeof(cl_uint), &kbytes);
-  clSetKernelArg(kern, 2, sizeof(cl_mem), &vb);
-  clSetKernelArg(kern, 3, sizeof(cl_uint), &vbytes);
-  clSetKernelArg(kern, 4, sizeof(cl_mem), &qb);
-  clSetKernelArg(kern, 5, sizeof(cl_uint), &n);
-  clSetKernelArg(kern, 6, sizeof(cl_mem), &sb);
-  clSetKernelArg(kern, 7, sizeof(cl_mem), &db);
-  clSetKernelArg(kern, 8, (16 + 1) * d * 4, nullptr);
-  cl.run(kern, 128, 128);
-  const auto scores = cl.read(sb, rows), decoded = cl.read(db, static_cast<std::size_t>(rows) * d);
-
-  std::vector<std::byte> state(k.api->query_state_bytes(k.codec));
-  k.api->prepare_query(k.codec, q.data(), state.data());
-  std::vector<float> host_scores(rows), host_decoded(static_cast<std::size_t>(rows) * d);
-  k.api->score_keys(k.codec, state.data(), krows.data(), kbytes, rows, host_scores.data());
   sl_error err{};
-  v.api->decode(v.codec, vrows.data(), rows, host_decoded.data(), &err);
-  for (uint32_t r = 0; r < rows; ++r) EXPECT_NEAR(scores[r], host_scores[r], 1e-4 * (1 + std::fabs(host_scores[r]))) << r;
-  for (std::size_t i = 0; i < host_decoded.size(); ++i) EXPECT_NEAR(decoded[i], host_decoded[i], 1e-5) << i;
+  std::vector<float> k_host(static_cast<std::size_t>(rows) * d), v_host(k_host.size());
+  k.api->decode(k.codec, krows.data(), rows, k_host.data(), &err);
+  v.api->decode(v.codec, vrows.data(), rows, v_host.data(), &err);
 
-  const auto q8rows = q8k.encode(x, rows);
-  cl_mem q8b = cl.buffer(q8rows.data(), q8rows.size()), ob = cl.buffer(nullptr, rows * d * 4);
-  cl_kernel q8 = cl.kernel("q8_check");
-  const cl_uint q8bytes = q8k.format.row_bytes;
-  clSetKernelArg(q8, 0, sizeof(cl_mem), &q8b);
-  clSetKernelArg(q8, 1, sizeof(cl_uint), &q8bytes);
-  clSetKernelArg(q8, 2, sizeof(cl_uint), &n);
-  clSetKernelArg(q8, 3, sizeof(cl_mem), &ob);
-  cl.run(q8, rows * d, 0);
-  const auto q8out = cl.read(ob, static_cast<std::size_t>(rows) * d);
-  std::vector<float> q8host(static_cast<std::size_t>(rows) * d);
-  q8k.api->decode(q8k.codec, q8rows.data(), rows, q8host.data(), &err);
-  for (std::size_t i = 0; i < q8host.size(); ++i) EXPECT_EQ(q8out[i], q8host[i]) << i;
+  // encode_row: the device writes the host's rows (turbo: a boundary case may round the other way,
+  // so compare what the rows decode to).
+  cl_mem xb = cl.buffer(x.data(), x.size() * 4), kdev = cl.buffer(nullptr, krows.size()), vdev = cl.buffer(nullptr, vrows.size());
+  cl_kernel enc = cl.kernel("encode_rows");
+  set_args(enc, {{sizeof(cl_mem), &xb}, {sizeof(cl_uint), &n}, {sizeof(cl_mem), &kdev}, {sizeof(cl_uint), &kbytes},
+                 {sizeof(cl_mem), &vdev}, {sizeof(cl_uint), &vbytes}});
+  cl.run(enc, rows, 0);
+  std::vector<std::byte> kdev_rows(krows.size()), vdev_rows(vrows.size());
+  cl.read_bytes(kdev, kdev_rows.data(), kdev_rows.size());
+  cl.read_bytes(vdev, vdev_rows.data(), vdev_rows.size());
+  std::vector<float> k_dev_decoded(k_host.size()), v_dev_decoded(v_host.size());
+  k.api->decode(k.codec, kdev_rows.data(), rows, k_dev_decoded.data(), &err);
+  v.api->decode(v.codec, vdev_rows.data(), rows, v_dev_decoded.data(), &err);
+  int same_rows = 0;
+  for (uint32_t r = 0; r < rows; ++r)
+    same_rows += std::memcmp(kdev_rows.data() + r * kbytes, krows.data() + r * kbytes, kbytes) == 0;
+  EXPECT_GE(same_rows, static_cast<int>(rows) - 1) << kname << ": device rows differ from the host's";
+  for (std::size_t i = 0; i < k_host.size(); ++i) EXPECT_NEAR(k_dev_decoded[i], k_host[i], 0.05 * (1 + std::fabs(x[i]))) << i;
+  for (std::size_t i = 0; i < v_host.size(); ++i) EXPECT_NEAR(v_dev_decoded[i], v_host[i], 0.05 * (1 + std::fabs(x[i]))) << i;
 
-  for (cl_mem m : {kb, vb, qb, sb, db, q8b, ob}) clReleaseMemObject(m);
-  clReleaseKernel(kern);
-  clReleaseKernel(q8);
+  // load: element i of a host-written row equals decode().
+  cl_mem kb = cl.buffer(krows.data(), krows.size()), vb = cl.buffer(vrows.data(), vrows.size());
+  cl_mem ko = cl.buffer(nullptr, k_host.size() * 4), vo = cl.buffer(nullptr, v_host.size() * 4);
+  cl_kernel load = cl.kernel("load_rows");
+  set_args(load, {{sizeof(cl_mem), &kb}, {sizeof(cl_uint), &kbytes}, {sizeof(cl_mem), &vb}, {sizeof(cl_uint), &vbytes},
+                  {sizeof(cl_uint), &n}, {sizeof(cl_mem), &ko}, {sizeof(cl_mem), &vo}});
+  cl.run(load, rows * d, 0);
+  const auto k_loaded = cl.read(ko, k_host.size()), v_loaded = cl.read(vo, v_host.size());
+  for (std::size_t i = 0; i < k_host.size(); ++i) EXPECT_NEAR(k_loaded[i], k_host[i], 1e-5 * (1 + std::fabs(k_host[i]))) << i;
+  for (std::size_t i = 0; i < v_host.size(); ++i) EXPECT_NEAR(v_loaded[i], v_host[i], 1e-5 * (1 + std::fabs(v_host[i]))) << i;
+
+  if (fused) {
+    cl_mem qb = cl.buffer(q.data(), q.size() * 4), sb = cl.buffer(nullptr, rows * 4), db = cl.buffer(nullptr, rows * d * 4);
+    cl_kernel kern = cl.kernel("tq_check");
+    set_args(kern, {{sizeof(cl_mem), &kb}, {sizeof(cl_uint), &kbytes}, {sizeof(cl_mem), &vb}, {sizeof(cl_uint), &vbytes},
+                    {sizeof(cl_mem), &qb}, {sizeof(cl_uint), &n}, {sizeof(cl_mem), &sb}, {sizeof(cl_mem), &db},
+                    {(16 + 1) * d * 4, nullptr}});
+    cl.run(kern, 128, 128);
+    const auto scores = cl.read(sb, rows), decoded = cl.read(db, static_cast<std::size_t>(rows) * d);
+    std::vector<std::byte> state(k.api->query_state_bytes(k.codec));
+    k.api->prepare_query(k.codec, q.data(), state.data());
+    std::vector<float> host_scores(rows);
+    k.api->score_keys(k.codec, state.data(), krows.data(), kbytes, rows, host_scores.data());
+    for (uint32_t r = 0; r < rows; ++r) EXPECT_NEAR(scores[r], host_scores[r], 1e-4 * (1 + std::fabs(host_scores[r]))) << r;
+    for (std::size_t i = 0; i < v_host.size(); ++i) EXPECT_NEAR(decoded[i], v_host[i], 1e-5) << i;
+    for (cl_mem m : {qb, sb, db}) clReleaseMemObject(m);
+    clReleaseKernel(kern);
+  }
+  for (cl_mem m : {xb, kdev, vdev, kb, vb, ko, vo}) clReleaseMemObject(m);
+  clReleaseKernel(enc);
+  clReleaseKernel(load);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, KvCodecOpenClSource,
                          ::testing::Values(Pair{"turbo4", "turbo3", 64}, Pair{"turbo3", "turbo2", 80},
                                            Pair{"turbo4", "turbo4", 96}, Pair{"turbo2", "turbo4", 128},
-                                           Pair{"turbo3", "turbo3", 256}),
+                                           Pair{"turbo3", "turbo3", 256}, Pair{"q8", "q4", 64}, Pair{"q4", "q8", 128},
+                                           Pair{"q8", "q8", 80}, Pair{"turbo4", "f16", 64}),
                          [](const auto& info) {
                            return std::string(info.param.k) + "_" + info.param.v + "_" + std::to_string(info.param.head_dim);
                          });

@@ -269,21 +269,24 @@ TEST(KvCodecOptions, DifferentSeedsGiveDifferentRotations) {
   EXPECT_NE(a.encode(x, 1), b.encode(x, 1));
 }
 
-TEST(KvCodecOpenCl, MseCodecsAndQ8GiveDeviceSourceWithTheirPrefix) {
-  for (const char* name : {"turbo2", "turbo3", "turbo4", "q8"}) {
+TEST(KvCodecOpenCl, BlockAndTurboCodecsGiveSourceForTheBackendContract) {
+  // docs/PLUGINS.md: encode_row and load, named through SL_KV_FN (compiled and checked against the
+  // host codec in kvcodec_opencl_source_test where an OpenCL device exists).
+  for (const char* name : {"turbo2", "turbo3", "turbo4", "q8", "q4"}) {
     const auto* api = api_of(name);
     ASSERT_TRUE(api);
-    Instance k(api, 80, SL_KV_KEYS), v(api, 80, SL_KV_VALUES);
-    const char* ks = api->opencl_source(k.get());
-    const char* vs = api->opencl_source(v.get());
-    ASSERT_NE(ks, nullptr) << name;
-    ASSERT_NE(vs, nullptr) << name;
-    if (std::string(name) != "q8") {
-      EXPECT_NE(std::string(ks).find("sl_tq_k_"), std::string::npos);
-      EXPECT_NE(std::string(vs).find("sl_tq_v_"), std::string::npos);
-      EXPECT_NE(std::string(ks).find("SL_TQ_N_BLOCKS 2u"), std::string::npos);  // 80 = 64 + 16
+    Instance k(api, 96, SL_KV_KEYS);
+    const char* src = api->opencl_source(k.get());
+    ASSERT_NE(src, nullptr) << name;
+    const std::string s(src);
+    EXPECT_NE(s.find("SL_KV_FN(encode_row)"), std::string::npos) << name;
+    EXPECT_NE(s.find("SL_KV_FN(load)"), std::string::npos) << name;
+    if (s.rfind("#define SL_TQ(", 0) == 0) {
+      EXPECT_NE(s.find("SL_TQ_N_BLOCKS 2u"), std::string::npos);  // 96 = 64 + 32
     }
   }
+  Instance prod(api_of("turbo-prod"), 64, SL_KV_KEYS);
+  EXPECT_EQ(api_of("turbo-prod")->opencl_source(prod.get()), nullptr);  // host path on an OpenCL backend
 }
 
 }  // namespace
