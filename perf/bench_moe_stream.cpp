@@ -168,7 +168,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_moe_stream: %s\n", s.message().c_str());
         return 1;
       }
-      token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      // Random-weight models repeat their argmax token, and a repeated token is routed the same way
+      // every time: feed pseudo-random tokens instead, so routing is as varied as real text's.
+      token = static_cast<int32_t>((static_cast<uint64_t>(i + 1) * 2654435761ull) % static_cast<uint64_t>(vocab));
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto after = st ? st->stats() : sl_expertstore_stats{};

@@ -9,17 +9,18 @@
 
 #include "engine/engine.h"
 #include "engine/page_pool.h"
+#include "plugin/plugin_registry.h"
 #include "reference.h"
 #include "util/json.h"
 
 namespace sluice {
 namespace {
 
-std::unique_ptr<Engine> make_engine(int parallel, int ctx = 512, int prefill = 64) {
+std::unique_ptr<Engine> make_engine(int parallel, int ctx = 512, int prefill = 64, const std::string& backend = "cpu") {
   EngineOptions o;
   o.model_dir = test::source_path("models/tiny-code-qwen2").string();
   o.plugin_dir = test::binary_path("lib").string();
-  o.backend = "cpu";
+  o.backend = backend;
   o.threads = 2;
   o.ctx_size = ctx;
   o.parallel = parallel;
@@ -85,6 +86,26 @@ TEST(ContinuousBatching, SixteenConcurrentRequestsEqualEachAlone) {
     EXPECT_EQ(results[i].finish, FinishReason::kLength);
     EXPECT_EQ(results[i].ids, solo[i]) << "request " << i;
   }
+}
+
+// The same on the OpenCL backend (PoCL here, a GPU elsewhere): batched decode runs other kernels
+// than a lone sequence's, and must still give each request exactly its own output.
+TEST(ContinuousBatching, OpenClConcurrentRequestsEqualEachAlone) {
+  {
+    PluginRegistry probe;
+    probe.scan(test::binary_path("lib"));
+    if (!probe.find(SL_PLUGIN_BACKEND, "opencl"))
+      GTEST_SKIP() << "no usable OpenCL backend here (see `sluice plugins`)";
+  }
+  auto alone = make_engine(1, 256, 64, "opencl");
+  auto together = make_engine(4, 256, 64, "opencl");
+  ASSERT_TRUE(alone && together);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(greedy(prompt_of(i, 6 + i * 11), 8));
+  std::vector<std::vector<int32_t>> solo;
+  for (const auto& r : requests) solo.push_back(alone->generate(r).ids);
+  const auto results = run_together(*together, requests);
+  for (std::size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].ids, solo[i]) << "request " << i;
 }
 
 TEST(PrefixReuse, SecondTurnOfAConversationReusesTheFirst) {
