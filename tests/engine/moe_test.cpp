@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "engine/engine.h"
 #include "quant/expert_repack.h"
@@ -168,6 +170,63 @@ TEST(MoeRepack, RepackedModelGivesTheSameIdsWithOneReadPerExpert) {
   EXPECT_EQ(requests[0], 9 * reads[0]);  // stacked: weight, scales, biases of gate, up, down apart
   EXPECT_EQ(requests[1], reads[1]);      // repacked: one request per expert
   std::filesystem::remove_all(out);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A model file truncated under a running engine: requests that need the lost experts fail with a
+// message naming the file, the engine keeps serving, and once the file is whole again requests
+// succeed. (A repacked copy puts every expert after the dense tensors, so only experts are cut.)
+TEST(MoeStreaming, TruncatedModelFileFailsRequestsButNotTheEngine) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo/qwen3_moe/golden.json");
+  const auto dir = std::filesystem::temp_directory_path() / ("sluice_cut_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(quant::repack_experts(test::reference_path("models/zoo/qwen3_moe"), dir, true).ok());
+  const auto file = dir / "model.safetensors";
+  const auto whole = std::filesystem::file_size(file);
+  std::string original;
+  {
+    std::ifstream in(file, std::ios::binary);
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EngineOptions o;
+  o.model_dir = dir.string();
+  o.plugin_dir = test::binary_path("lib").string();
+  o.backend = "cpu";
+  o.ctx_size = 128;
+  o.expert_store = "uring:direct=0";
+  o.expert_cache_mb = 0;
+  auto engine = Engine::create(o);
+  ASSERT_TRUE(engine.ok()) << engine.message();
+  auto golden = json::parse_file(test::reference_path("models/zoo/qwen3_moe/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  GenerationRequest req;
+  req.prompt_ids = ints((*golden)["prompts"][1]["ids"]);
+  req.max_tokens = 4;
+  req.sampling.temperature = 0;
+  req.ignore_eos = true;
+
+  // Layer 1's 16 experts (12288 bytes each) are the file's last bytes: cut them all off.
+  std::filesystem::resize_file(file, whole - 16 * 12288);
+  for (int i = 0; i < 2; ++i) {
+    auto failed = (*engine)->generate(req);
+    EXPECT_EQ(failed.finish, FinishReason::kError);
+    EXPECT_NE(failed.error.find("short read"), std::string::npos) << failed.error;
+    EXPECT_NE(failed.error.find(file.string()), std::string::npos) << failed.error;
+  }
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << original;
+  }
+  auto ok = (*engine)->generate(req);
+  EXPECT_EQ(ok.finish, FinishReason::kLength) << ok.error;
+  EXPECT_EQ(ok.ids.size(), 4u);
+  engine->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
