@@ -108,7 +108,8 @@ TEST_P(BuiltinCodec, EncodeDecodeRoundTrips) {
   }
 }
 
-TEST_P(BuiltinCodec, HasAllFusedHooksAndNoOpenClSource) {
+// Both hooks sets: fused CPU attention, and OpenCL source so device backends attend natively.
+TEST_P(BuiltinCodec, HasAllFusedHooksAndOpenClSource) {
   const auto* api = GetParam().api();
   EXPECT_EQ(api->struct_size, sizeof(sl_kvcodec_api));
   EXPECT_NE(api->query_state_bytes, nullptr);
@@ -116,7 +117,14 @@ TEST_P(BuiltinCodec, HasAllFusedHooksAndNoOpenClSource) {
   EXPECT_NE(api->score_keys, nullptr);
   EXPECT_NE(api->accumulate_values, nullptr);
   EXPECT_NE(api->finish_values, nullptr);
-  EXPECT_EQ(api->opencl_source, nullptr);
+  ASSERT_NE(api->opencl_source, nullptr);
+  sl_kvcodec* codec = nullptr;
+  sl_error err{};
+  ASSERT_EQ(api->create(64, SL_KV_KEYS, "", &codec, &err), SL_OK) << err.message;
+  const char* source = api->opencl_source(codec);
+  ASSERT_NE(source, nullptr);
+  EXPECT_NE(std::string(source).find("SL_KV_FN"), std::string::npos);  // the docs/PLUGINS.md contract
+  api->destroy(codec);
 }
 
 // The fused hooks must agree with decode-then-dot on the same stored rows, including rows laid out
