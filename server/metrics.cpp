@@ -101,6 +101,20 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          e.kv_bytes_per_token);
   metric(out, "sluice_process_resident_memory_bytes", "gauge", "Resident memory of the server process.",
          static_cast<double>(process_resident_bytes()));
+  if (!e.expert_store.empty()) {  // the expert store plugin's counters (Mixture-of-Experts models)
+    metric(out, "sluice_expert_bytes_read_total", "counter", "Expert bytes the store really read from the model files.",
+           static_cast<double>(e.expert_bytes_read));
+    metric(out, "sluice_expert_read_requests_total", "counter", "Read requests the expert store issued.",
+           static_cast<double>(e.expert_read_requests));
+    metric(out, "sluice_expert_hits_total", "counter", "Expert acquisitions served from memory.", static_cast<double>(e.expert_hits));
+    metric(out, "sluice_expert_misses_total", "counter", "Expert acquisitions that had to read.", static_cast<double>(e.expert_misses));
+    metric(out, "sluice_expert_prefetched_total", "counter", "Experts read ahead of need.", static_cast<double>(e.expert_prefetched));
+    metric(out, "sluice_expert_cache_bytes", "gauge", "Bytes the expert cache holds.", static_cast<double>(e.expert_cache_bytes));
+    metric(out, "sluice_expert_cache_budget_bytes", "gauge", "The expert cache's byte budget.", static_cast<double>(e.expert_budget_bytes));
+    metric(out, "sluice_expert_read_seconds_total", "counter", "Time with expert reads in flight.", e.expert_read_seconds);
+    metric(out, "sluice_expert_read_latency_p50_seconds", "gauge", "Median latency of one expert read.", e.expert_read_p50_us / 1e6);
+    metric(out, "sluice_expert_read_latency_p99_seconds", "gauge", "99th-percentile latency of one expert read.", e.expert_read_p99_us / 1e6);
+  }
   return out;
 }
 

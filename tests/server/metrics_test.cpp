@@ -21,6 +21,10 @@ std::string sample_text() {
   e.decode_seconds_total = 1.5;
   e.queue_depth = 2;
   e.weight_bytes = 1000;
+  e.expert_store = "uring";
+  e.expert_bytes_read = 4096;
+  e.expert_misses = 2;
+  e.expert_hits = 6;
   ServerCounters c;
   c.count_request("/v1/chat/completions", 200);
   c.count_request("/v1/chat/completions", 200);
@@ -30,6 +34,13 @@ std::string sample_text() {
 }
 
 }  // namespace
+
+TEST(Metrics, ExpertStoreCountersAreExported) {
+  const std::string text = sample_text();
+  EXPECT_NE(text.find("sluice_expert_bytes_read_total 4096"), std::string::npos) << text;
+  EXPECT_NE(text.find("sluice_expert_misses_total 2"), std::string::npos);
+  EXPECT_NE(text.find("sluice_expert_hits_total 6"), std::string::npos);
+}
 
 TEST(Metrics, CountsRequestsByRouteAndCode) {
   std::string text = sample_text();
