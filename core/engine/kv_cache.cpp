@@ -19,7 +19,9 @@ std::pair<std::string, std::string> split_options(const std::string& s) {
 Result<KvCodecChoice> KvCodecChoice::parse(const std::string& spec) {
   KvCodecChoice c;
   if (spec.empty()) return make_error("empty --kv-codec");
-  if (spec.find('=') == std::string::npos) {
+  // "k=A,v=B" names each side; anything else is one codec for both, whose options may contain '='
+  // ("turbo4:rot=4").
+  if (!spec.starts_with("k=") && !spec.starts_with("v=")) {
     std::tie(c.k_name, c.k_options) = split_options(spec);
     c.v_name = c.k_name;
     c.v_options = c.k_options;

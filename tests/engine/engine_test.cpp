@@ -163,6 +163,11 @@ TEST(KvCodecChoice, ParsesSingleAndPairedSpecs) {
   EXPECT_EQ(b->v_name, "turbo3");
   EXPECT_EQ(b->v_options, "seed=5");
   EXPECT_EQ(b->describe(), "k=turbo4,v=turbo3");
+  auto c = KvCodecChoice::parse("turbo4:rot=4");  // options with '=' on a single codec
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->k_name, "turbo4");
+  EXPECT_EQ(c->k_options, "rot=4");
+  EXPECT_EQ(c->v_options, "rot=4");
   EXPECT_FALSE(KvCodecChoice::parse("k=f16").ok());
   EXPECT_FALSE(KvCodecChoice::parse("x=f16,v=f16").ok());
   EXPECT_FALSE(KvCodecChoice::parse("").ok());
