@@ -23,6 +23,8 @@ Result<KvCodecChoice> KvCodecChoice::parse(const std::string& spec) {
   // ("turbo4:rot=4").
   if (!spec.starts_with("k=") && !spec.starts_with("v=")) {
     std::tie(c.k_name, c.k_options) = split_options(spec);
+    if (c.k_name.find_first_of("=,") != std::string::npos)
+      return make_error("--kv-codec '" + spec + "': expected NAME[:options] or k=NAME,v=NAME");
     c.v_name = c.k_name;
     c.v_options = c.k_options;
     return c;
