@@ -23,13 +23,13 @@ case "${1:-}" in
     ( time timeout 330 sluice make-model --preset qwen3-30b-a3b --bits 4 --out /tmp/q30 ) > "$OUT/make_model.txt" 2>&1
     sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
     log bench_moe_stream stacked
-    timeout 200 $B/bench_moe_stream --model /tmp/q30 --backend cpu --threads 16 --plugin-dir $B --budgets 0,25,50 --tg 24 \
+    timeout 200 $B/bench_moe_stream --model /tmp/q30 --backend cpu --threads 16 --plugin-dir $B --budgets 0,25,50 --tg 24 --cold-prompt 256 \
       --ceiling-seconds 4 > "$OUT/moe_stream.txt" 2>&1
     log repack
     ( time timeout 150 sluice repack-experts --model /tmp/q30 --out /tmp/q30r --quiet ) > "$OUT/repack.txt" 2>&1
     rm -rf /tmp/q30; sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
     log bench_moe_stream repacked
-    timeout 150 $B/bench_moe_stream --model /tmp/q30r --backend cpu --threads 16 --plugin-dir $B --budgets 25,50 --tg 24 \
+    timeout 150 $B/bench_moe_stream --model /tmp/q30r --backend cpu --threads 16 --plugin-dir $B --budgets 25,50 --tg 24 --cold-prompt 256 \
       --ceiling-seconds 4 > "$OUT/moe_stream_repacked.txt" 2>&1
     log end ;;
   *) echo "usage: $0 batching|moe" >&2; exit 2 ;;
