@@ -65,7 +65,10 @@ int main(int argc, char** argv) {
     }
     // Decode: tg single tokens from `depth`.
     std::vector<int32_t> one(1, id(rng));
-    (*rt)->run(seq, one, false, logits);  // warm-up (programs built, buffers sized)
+    if (auto s = (*rt)->run(seq, one, false, logits); !s) {  // warm-up (programs built, buffers sized)
+      std::fprintf(stderr, "bench_depth: %s\n", s.message().c_str());
+      return 1;
+    }
     seq.n_past = depth;
     auto t0 = Clock::now();
     for (int i = 0; i < tg; ++i) {
@@ -80,7 +83,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt(static_cast<std::size_t>(pp));
     for (auto& t : prompt) t = id(rng);
     seq.n_past = depth;
-    (*rt)->run(seq, prompt, false, logits);
+    if (auto s = (*rt)->run(seq, prompt, false, logits); !s) {
+      std::fprintf(stderr, "bench_depth: %s\n", s.message().c_str());
+      return 1;
+    }
     seq.n_past = depth;
     t0 = Clock::now();
     if (auto s = (*rt)->run(seq, prompt, false, logits); !s) {

@@ -304,6 +304,8 @@ const sl_backend_api kApi = {
     copy,
     softmax,
     topk,
+    nullptr,  // gather_rows (ABI 1.1): not yet on the device; the host moves rows with `copy`
+    nullptr,  // scatter_add_rows (ABI 1.1): the host falls back through host memory
 };
 
 const sl_plugin_descriptor kDescriptor = {

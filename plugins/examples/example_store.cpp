@@ -108,7 +108,8 @@ void get_stats(const sl_expertstore* s, sl_expertstore_stats* out) {
   out->struct_size = size;
 }
 
-const sl_expertstore_api kApi = {sizeof(sl_expertstore_api), create, destroy, acquire, release, nullptr, get_stats};
+const sl_expertstore_api kApi = {sizeof(sl_expertstore_api), create, destroy, acquire, release, nullptr, get_stats,
+                                 nullptr /* get_layer_stats: optional (ABI 1.1) */};
 
 const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_EXPERTSTORE,
                                           "example-pread", "0.1.0", "Example expert store: pread on acquire, no cache",

@@ -74,7 +74,9 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
       max_err = std::max(max_err, std::abs(expected[i].GetDouble() - logits[i]));
     }
     // The f16 cache rounds K and V: its logits are held to greedy ids only.
-    if (codec == "f32") EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
+    if (codec == "f32") {
+      EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
+    }
 
     GenerationRequest req;
     req.prompt_ids = ids;
