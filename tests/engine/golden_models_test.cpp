@@ -9,17 +9,13 @@
 #include "engine/engine.h"
 #include "engine/perplexity.h"
 #include "engine/runtime.h"
+#include "golden.h"
 #include "reference.h"
 #include "util/json.h"
 
 namespace sluice {
 namespace {
 
-std::vector<int32_t> ints(const rapidjson::Value& a) {
-  std::vector<int32_t> out;
-  for (const auto& v : a.GetArray()) out.push_back(v.GetInt());
-  return out;
-}
 
 EngineOptions options_for(const std::string& model, const std::string& codec = "f32") {
   EngineOptions o;
@@ -45,7 +41,7 @@ TEST_P(GoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
   ASSERT_TRUE(engine.ok()) << engine.message();
 
   for (const auto& prompt : (*golden)["prompts"].GetArray()) {
-    const auto ids = ints(prompt["ids"]);
+    const auto ids = test::golden_ids(prompt["ids"]);
     // Last-position logits of the prompt.
     SequenceState seq;
     std::vector<float> logits;
@@ -53,11 +49,7 @@ TEST_P(GoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
     (*rt)->release(seq);
     const auto& expected = prompt["last_logits"].GetArray();
     ASSERT_EQ(logits.size(), expected.Size());
-    double max_abs = 0, max_err = 0;
-    for (rapidjson::SizeType i = 0; i < expected.Size(); ++i) {
-      max_abs = std::max(max_abs, std::abs(expected[i].GetDouble()));
-      max_err = std::max(max_err, std::abs(expected[i].GetDouble() - logits[i]));
-    }
+    const auto [max_err, max_abs] = test::logit_distance(logits, prompt["last_logits"]);
     EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
 
     // Greedy continuation, no EOS stop (as the golden was made).
@@ -68,7 +60,7 @@ TEST_P(GoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
     req.ignore_eos = true;
     auto result = (*engine)->generate(req);
     ASSERT_NE(result.finish, FinishReason::kError) << result.error;
-    EXPECT_EQ(result.ids, ints(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
+    EXPECT_EQ(result.ids, test::golden_ids(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
   }
 }
 
@@ -86,7 +78,7 @@ TEST(GoldenPerplexity, HeldOutWindowMeanNllMatchesTransformers) {
   auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));
   ASSERT_TRUE(golden.ok());
   const auto& eval = (*golden)["nll_eval"];
-  const auto ids = ints(eval["ids"]);
+  const auto ids = test::golden_ids(eval["ids"]);
   auto rt = Runtime::open(options_for("tiny-code-qwen2"), 1024);
   ASSERT_TRUE(rt.ok()) << rt.message();
   PerplexityOptions opt;
@@ -107,11 +99,11 @@ TEST(GoldenPerplexity, HalfPrecisionCacheKeepsGreedyIds) {
   ASSERT_TRUE(engine.ok()) << engine.message();
   for (const auto& prompt : (*golden)["prompts"].GetArray()) {
     GenerationRequest req;
-    req.prompt_ids = ints(prompt["ids"]);
+    req.prompt_ids = test::golden_ids(prompt["ids"]);
     req.max_tokens = static_cast<int>(prompt["greedy_ids"].Size());
     req.sampling.temperature = 0;
     req.ignore_eos = true;
-    EXPECT_EQ((*engine)->generate(req).ids, ints(prompt["greedy_ids"]));
+    EXPECT_EQ((*engine)->generate(req).ids, test::golden_ids(prompt["greedy_ids"]));
   }
 }
 

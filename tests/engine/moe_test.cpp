@@ -11,17 +11,13 @@
 
 #include "engine/engine.h"
 #include "quant/expert_repack.h"
+#include "golden.h"
 #include "reference.h"
 #include "util/json.h"
 
 namespace sluice {
 namespace {
 
-std::vector<int32_t> ints(const rapidjson::Value& a) {
-  std::vector<int32_t> out;
-  for (const auto& v : a.GetArray()) out.push_back(v.GetInt());
-  return out;
-}
 
 struct Case {
   std::string model;
@@ -49,13 +45,13 @@ TEST_P(MoeGolden, GreedyIdsMatchTransformers) {
   ASSERT_TRUE(engine.ok()) << engine.message();
   for (const auto& prompt : (*golden)["prompts"].GetArray()) {
     GenerationRequest req;
-    req.prompt_ids = ints(prompt["ids"]);
+    req.prompt_ids = test::golden_ids(prompt["ids"]);
     req.max_tokens = static_cast<int>(prompt["greedy_ids"].Size());
     req.sampling.temperature = 0;
     req.ignore_eos = true;
     auto result = (*engine)->generate(req);
     ASSERT_NE(result.finish, FinishReason::kError) << result.error;
-    EXPECT_EQ(result.ids, ints(prompt["greedy_ids"])) << c.model << " / " << c.store << ": " << prompt["text"].GetString();
+    EXPECT_EQ(result.ids, test::golden_ids(prompt["greedy_ids"])) << c.model << " / " << c.store << ": " << prompt["text"].GetString();
   }
   const auto m = (*engine)->metrics();
   EXPECT_EQ(m.expert_store, c.store.substr(0, c.store.find(':')));
@@ -102,12 +98,12 @@ TEST(MoeStreaming, NearlyEveryExpertStreamsAndEveryByteIsCounted) {
   constexpr uint64_t kExpertBytes = 3 * 32 * 64 * 2;
   const auto& prompt = (*golden)["prompts"][0];
   GenerationRequest req;
-  req.prompt_ids = ints(prompt["ids"]);
+  req.prompt_ids = test::golden_ids(prompt["ids"]);
   req.max_tokens = static_cast<int>(prompt["greedy_ids"].Size());
   req.sampling.temperature = 0;
   req.ignore_eos = true;
   auto result = (*engine)->generate(req);
-  EXPECT_EQ(result.ids, ints(prompt["greedy_ids"]));
+  EXPECT_EQ(result.ids, test::golden_ids(prompt["greedy_ids"]));
   const auto m = (*engine)->metrics();
   EXPECT_GT(m.expert_misses, m.expert_hits / 4);
   EXPECT_EQ(m.expert_bytes_read, (m.expert_misses + m.expert_prefetched) * kExpertBytes);
@@ -157,11 +153,11 @@ TEST(MoeRepack, RepackedModelGivesTheSameIdsWithOneReadPerExpert) {
     ASSERT_TRUE(engine.ok()) << engine.message();
     for (const auto& prompt : (*golden)["prompts"].GetArray()) {
       GenerationRequest req;
-      req.prompt_ids = ints(prompt["ids"]);
+      req.prompt_ids = test::golden_ids(prompt["ids"]);
       req.max_tokens = static_cast<int>(prompt["greedy_ids"].Size());
       req.sampling.temperature = 0;
       req.ignore_eos = true;
-      EXPECT_EQ((*engine)->generate(req).ids, ints(prompt["greedy_ids"])) << (repacked ? "repacked" : "stacked");
+      EXPECT_EQ((*engine)->generate(req).ids, test::golden_ids(prompt["greedy_ids"])) << (repacked ? "repacked" : "stacked");
     }
     const auto m = (*engine)->metrics();
     requests[repacked] = m.expert_read_requests;
@@ -205,7 +201,7 @@ TEST(MoeStreaming, TruncatedModelFileFailsRequestsButNotTheEngine) {
   auto golden = json::parse_file(test::reference_path("models/zoo/qwen3_moe/golden.json"));
   ASSERT_TRUE(golden.ok());
   GenerationRequest req;
-  req.prompt_ids = ints((*golden)["prompts"][1]["ids"]);
+  req.prompt_ids = test::golden_ids((*golden)["prompts"][1]["ids"]);
   req.max_tokens = 4;
   req.sampling.temperature = 0;
   req.ignore_eos = true;

@@ -10,17 +10,13 @@
 #include "engine/engine.h"
 #include "engine/runtime.h"
 #include "plugin/plugin_registry.h"
+#include "golden.h"
 #include "reference.h"
 #include "util/json.h"
 
 namespace sluice {
 namespace {
 
-std::vector<int32_t> ints(const rapidjson::Value& a) {
-  std::vector<int32_t> out;
-  for (const auto& v : a.GetArray()) out.push_back(v.GetInt());
-  return out;
-}
 
 EngineOptions opencl_options(const std::string& model, const std::string& codec) {
   EngineOptions o;
@@ -61,18 +57,14 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
   ASSERT_TRUE(engine.ok()) << engine.message();
 
   for (const auto& prompt : (*golden)["prompts"].GetArray()) {
-    const auto ids = ints(prompt["ids"]);
+    const auto ids = test::golden_ids(prompt["ids"]);
     SequenceState seq;
     std::vector<float> logits;
     ASSERT_TRUE((*rt)->run(seq, ids, false, logits).ok());
     (*rt)->release(seq);
     const auto& expected = prompt["last_logits"].GetArray();
     ASSERT_EQ(logits.size(), expected.Size());
-    double max_abs = 0, max_err = 0;
-    for (rapidjson::SizeType i = 0; i < expected.Size(); ++i) {
-      max_abs = std::max(max_abs, std::abs(expected[i].GetDouble()));
-      max_err = std::max(max_err, std::abs(expected[i].GetDouble() - logits[i]));
-    }
+    const auto [max_err, max_abs] = test::logit_distance(logits, prompt["last_logits"]);
     // The f16 cache rounds K and V: its logits are held to greedy ids only.
     if (codec == "f32") {
       EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
@@ -85,7 +77,7 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
     req.ignore_eos = true;
     auto result = (*engine)->generate(req);
     ASSERT_NE(result.finish, FinishReason::kError) << result.error;
-    EXPECT_EQ(result.ids, ints(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
+    EXPECT_EQ(result.ids, test::golden_ids(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
   }
 }
 

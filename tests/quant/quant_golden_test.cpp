@@ -10,17 +10,13 @@
 #include "engine/engine.h"
 #include "engine/perplexity.h"
 #include "engine/runtime.h"
+#include "golden.h"
 #include "reference.h"
 #include "util/json.h"
 
 namespace sluice {
 namespace {
 
-std::vector<int32_t> ints(const rapidjson::Value& a) {
-  std::vector<int32_t> out;
-  for (const auto& v : a.GetArray()) out.push_back(v.GetInt());
-  return out;
-}
 
 EngineOptions options_for(const std::string& model) {
   EngineOptions o;
@@ -45,18 +41,14 @@ TEST_P(QuantizedGolden, GreedyIdsAndLastLogitsMatchTransformers) {
   auto engine = Engine::create(options_for(model));
   ASSERT_TRUE(engine.ok()) << engine.message();
   for (const auto& prompt : (*golden)["prompts"].GetArray()) {
-    const auto ids = ints(prompt["ids"]);
+    const auto ids = test::golden_ids(prompt["ids"]);
     SequenceState seq;
     std::vector<float> logits;
     ASSERT_TRUE((*rt)->run(seq, ids, false, logits).ok());
     (*rt)->release(seq);
     const auto& expected = prompt["last_logits"].GetArray();
     ASSERT_EQ(logits.size(), expected.Size());
-    double max_abs = 0, max_err = 0;
-    for (rapidjson::SizeType i = 0; i < expected.Size(); ++i) {
-      max_abs = std::max(max_abs, std::abs(expected[i].GetDouble()));
-      max_err = std::max(max_err, std::abs(expected[i].GetDouble() - logits[i]));
-    }
+    const auto [max_err, max_abs] = test::logit_distance(logits, prompt["last_logits"]);
     EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
 
     GenerationRequest req;
@@ -66,7 +58,7 @@ TEST_P(QuantizedGolden, GreedyIdsAndLastLogitsMatchTransformers) {
     req.ignore_eos = true;
     auto result = (*engine)->generate(req);
     ASSERT_NE(result.finish, FinishReason::kError) << result.error;
-    EXPECT_EQ(result.ids, ints(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
+    EXPECT_EQ(result.ids, test::golden_ids(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
   }
 }
 
@@ -83,15 +75,11 @@ TEST_P(QuantizedGolden, TokenByTokenDecodeReachesTheSameLastLogits) {
   for (const auto& prompt : (*golden)["prompts"].GetArray()) {
     SequenceState seq;
     std::vector<float> logits;
-    ASSERT_TRUE((*rt)->run(seq, ints(prompt["ids"]), false, logits).ok());
+    ASSERT_TRUE((*rt)->run(seq, test::golden_ids(prompt["ids"]), false, logits).ok());
     (*rt)->release(seq);
     const auto& expected = prompt["last_logits"].GetArray();
     ASSERT_EQ(logits.size(), expected.Size());
-    double max_abs = 0, max_err = 0;
-    for (rapidjson::SizeType i = 0; i < expected.Size(); ++i) {
-      max_abs = std::max(max_abs, std::abs(expected[i].GetDouble()));
-      max_err = std::max(max_err, std::abs(expected[i].GetDouble() - logits[i]));
-    }
+    const auto [max_err, max_abs] = test::logit_distance(logits, prompt["last_logits"]);
     EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
   }
 }
@@ -108,7 +96,7 @@ TEST_P(QuantizedGolden, HeldOutWindowMeanNllMatchesTransformers) {
   opt.ctx = 1024;
   opt.chunks = 1;
   opt.scoring = PerplexityScoring::kAll;
-  auto result = compute_perplexity(**rt, ints(eval["ids"]), opt);
+  auto result = compute_perplexity(**rt, test::golden_ids(eval["ids"]), opt);
   ASSERT_TRUE(result.ok()) << result.message();
   EXPECT_EQ(result->tokens_scored, static_cast<int64_t>(eval["nll"].Size()));
   EXPECT_NEAR(result->mean_nll, eval["mean_nll"].GetDouble(), 2e-3);

@@ -19,6 +19,7 @@
 #include "quant/model_info.h"
 #include "quant/quantizer.h"
 #include "quant/random_model.h"
+#include "golden.h"
 #include "reference.h"
 #include "util/json.h"
 
@@ -41,11 +42,6 @@ class TempDir {
   static inline int counter_ = 0;
 };
 
-std::vector<int32_t> ints(const rapidjson::Value& a) {
-  std::vector<int32_t> out;
-  for (const auto& v : a.GetArray()) out.push_back(v.GetInt());
-  return out;
-}
 
 EngineOptions options_for(const fs::path& dir) {
   EngineOptions o;
@@ -121,7 +117,7 @@ TEST(Quantize, FourBitGroup64ReproducesTheGoldenMeanNll) {
   opt.ctx = 1024;
   opt.chunks = 1;
   opt.scoring = PerplexityScoring::kAll;
-  auto result = compute_perplexity(**rt, ints(eval["ids"]), opt);
+  auto result = compute_perplexity(**rt, test::golden_ids(eval["ids"]), opt);
   ASSERT_TRUE(result.ok()) << result.message();
   EXPECT_NEAR(result->mean_nll, eval["mean_nll"].GetDouble(), 5e-3);
 }
@@ -148,7 +144,7 @@ TEST(Quantize, KeepPatternLeavesMatchingTensorsInFloatingPointAndOtherWidthsRun)
     auto rt = Runtime::open(options_for(out.path()), 512);
     ASSERT_TRUE(rt.ok()) << rt.message();
     auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));
-    auto ids = ints((*golden)["nll_eval"]["ids"]);
+    auto ids = test::golden_ids((*golden)["nll_eval"]["ids"]);
     ids.resize(256);
     PerplexityOptions opt;
     opt.ctx = 256;
