@@ -106,38 +106,35 @@ inline float dot_f32(const float* a, const float* b, std::size_t n) {
   return sum;
 }
 
-inline float dot_bf16(const uint16_t* w, const float* x, std::size_t n) {
+// A half-width weight row (bf16 or f16) against a float32 activation, converted in registers.
+template <float (*Scalar)(uint16_t)
+#ifdef SLUICE_CPU_AVX2
+          , __m256 (*Load)(const uint16_t*)
+#endif
+          >
+inline float dot_u16(const uint16_t* w, const float* x, std::size_t n) {
   std::size_t i = 0;
   float sum = 0.0f;
 #ifdef SLUICE_CPU_AVX2
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(load_bf16x8(w + i), _mm256_loadu_ps(x + i), acc0);
-    acc1 = _mm256_fmadd_ps(load_bf16x8(w + i + 8), _mm256_loadu_ps(x + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(Load(w + i), _mm256_loadu_ps(x + i), acc0);
+    acc1 = _mm256_fmadd_ps(Load(w + i + 8), _mm256_loadu_ps(x + i + 8), acc1);
   }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(w + i), _mm256_loadu_ps(x + i), acc0);
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(Load(w + i), _mm256_loadu_ps(x + i), acc0);
   sum = hsum(_mm256_add_ps(acc0, acc1));
 #endif
-  for (; i < n; ++i) sum += bf16_to_f32(w[i]) * x[i];
+  for (; i < n; ++i) sum += Scalar(w[i]) * x[i];
   return sum;
 }
 
-inline float dot_f16(const uint16_t* w, const float* x, std::size_t n) {
-  std::size_t i = 0;
-  float sum = 0.0f;
 #ifdef SLUICE_CPU_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(load_f16x8(w + i), _mm256_loadu_ps(x + i), acc0);
-    acc1 = _mm256_fmadd_ps(load_f16x8(w + i + 8), _mm256_loadu_ps(x + i + 8), acc1);
-  }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(w + i), _mm256_loadu_ps(x + i), acc0);
-  sum = hsum(_mm256_add_ps(acc0, acc1));
+inline float dot_bf16(const uint16_t* w, const float* x, std::size_t n) { return dot_u16<bf16_to_f32, load_bf16x8>(w, x, n); }
+inline float dot_f16(const uint16_t* w, const float* x, std::size_t n) { return dot_u16<f16_to_f32, load_f16x8>(w, x, n); }
+#else
+inline float dot_bf16(const uint16_t* w, const float* x, std::size_t n) { return dot_u16<bf16_to_f32>(w, x, n); }
+inline float dot_f16(const uint16_t* w, const float* x, std::size_t n) { return dot_u16<f16_to_f32>(w, x, n); }
 #endif
-  for (; i < n; ++i) sum += f16_to_f32(w[i]) * x[i];
-  return sum;
-}
-
 
 #ifdef SLUICE_CPU_AVX2
 // Four weight rows against one activation: the activation is loaded once for four rows and the four
