@@ -31,6 +31,10 @@ struct EngineOptions {
   int prefill_size = 512;               // prompt tokens per forward pass
   int parallel = 1;                     // sequences served at once
   int queue_size = 64;                  // waiting requests before submit() refuses
+  // Layer partitioning: "" = every layer on the chosen backend, "N" = the first N layers on the
+  // OpenCL/GPU backend and the rest on the CPU, "auto" = as many as fit. Set by `sluice bench
+  // --gpu-layers`; its meaning is implemented by the layer-partitioning work (ignored until then).
+  std::string gpu_layers;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
