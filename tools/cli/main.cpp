@@ -29,6 +29,7 @@ const Command kCommands[] = {
     {"info", sluice::cli::run_info, "architecture, parameters, bits per weight, KV bytes per token"},
     {"devices", sluice::cli::run_devices, "list compute devices of every backend plugin"},
     {"conformance", sluice::cli::run_conformance, "check a backend plugin's ops against reference math"},
+    {"bench", sluice::cli::run_bench, "benchmark matrix (backends, KV codecs, expert stores, contexts), --compare, --server load"},
 };
 
 void print_usage() {
