@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -142,7 +143,8 @@ int run_server_load(const BenchOptions& options) {
       if (const auto* data = json::member(*doc, "data"); data && data->IsArray() && !data->Empty())
         model = json::string((*data)[0], "id").value_or(model);
   }
-  const auto requests = make_load_requests(o.requests, o.shared_prefix_words, o.prompt_words);
+  const uint32_t run = std::random_device{}();
+  const auto requests = make_load_requests(o.requests, o.shared_prefix_words, o.prompt_words, run);
   std::vector<Outcome> outcomes(requests.size());
   const std::string path = o.api == "chat" ? "/v1/chat/completions" : "/v1/completions";
   std::fprintf(stderr, "sluice bench --server %s: model %s, %d clients, %d requests, gen %d, shared prefix %d words\n", o.url.c_str(),
@@ -210,6 +212,7 @@ int run_server_load(const BenchOptions& options) {
   server.AddMember("requests", o.requests, a);
   server.AddMember("gen", o.gen, a);
   server.AddMember("shared_prefix_words", o.shared_prefix_words, a);
+  server.AddMember("run_tag", run, a);
   rapidjson::Value words(rapidjson::kArrayType);
   for (int w : o.prompt_words) words.PushBack(w, a);
   server.AddMember("prompt_words", words, a);

@@ -19,8 +19,9 @@ std::string code_text(int words, int salt) {
 
 }  // namespace
 
-std::vector<LoadRequest> make_load_requests(int n, int shared_prefix_words, const std::vector<int>& prompt_words) {
-  const std::string prefix = shared_prefix_words > 0 ? "# shared context\n" + code_text(shared_prefix_words, 0) : "";
+std::vector<LoadRequest> make_load_requests(int n, int shared_prefix_words, const std::vector<int>& prompt_words, uint32_t run) {
+  const std::string tag = "run " + std::to_string(run);
+  const std::string prefix = shared_prefix_words > 0 ? "# shared context of " + tag + "\n" + code_text(shared_prefix_words, 0) : "";
   std::vector<LoadRequest> out;
   for (int i = 0; i < n; ++i) {
     LoadRequest r;
@@ -29,7 +30,7 @@ std::vector<LoadRequest> make_load_requests(int n, int shared_prefix_words, cons
     r.own_words = prompt_words[static_cast<std::size_t>(i) % prompt_words.size()];
     // "# request i" first: two requests' own parts differ from their first tokens, so only the shared
     // prefix can come from the prompt cache.
-    r.prompt = (r.shared_prefix ? prefix : "") + "# request " + std::to_string(i + 1) + "\n" + code_text(r.own_words, i + 1);
+    r.prompt = (r.shared_prefix ? prefix : "") + "# request " + std::to_string(i + 1) + " of " + tag + "\n" + code_text(r.own_words, i + 1);
     out.push_back(std::move(r));
   }
   return out;

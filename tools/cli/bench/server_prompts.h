@@ -2,6 +2,7 @@
 // The load generator's prompts: deterministic Python-like text (the bundled model is a code model),
 // a long prefix shared by every other request — what a chat's system prompt or earlier turns are to
 // a prompt cache — and a part of its own for each request that shares no page with any other.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,8 @@ struct LoadRequest {
 };
 
 // Request i starts with the shared prefix when i is even (and the prefix is not empty); its own part
-// has prompt_words[i % n] words.
-std::vector<LoadRequest> make_load_requests(int n, int shared_prefix_words, const std::vector<int>& prompt_words);
+// has prompt_words[i % n] words. `run` is written at the start of the prefix and of every own part,
+// so a second run against the same server finds nothing of the first in its prompt cache.
+std::vector<LoadRequest> make_load_requests(int n, int shared_prefix_words, const std::vector<int>& prompt_words, uint32_t run);
 
 }  // namespace sluice::cli::bench

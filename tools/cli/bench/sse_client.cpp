@@ -108,7 +108,9 @@ Status SseClient::post_stream(const std::string& path, const std::string& body, 
     while (!parser.is_done()) {
       parser.get().body().data = chunk;
       parser.get().body().size = sizeof(chunk);
-      http::read(im.socket, im.buffer, parser, ec);
+      // read_some returns with whatever arrived: events are seen when they come, not when the body
+      // buffer is full.
+      http::read_some(im.socket, im.buffer, parser, ec);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) return make_error("reading the stream: " + ec.message());
       const std::size_t n = sizeof(chunk) - parser.get().body().size;

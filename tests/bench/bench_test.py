@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `sluice bench` (run by CTest, one case per test; see CMakeLists.txt)."""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "server"))
+from sluice_server_harness import Server  # noqa: E402
+
+ROW_FIELDS = ["backend", "device", "backend_description", "gpu_layers", "threads", "kv_codec", "expert_store", "expert_budget_mb",
+              "ctx", "gen", "reps", "ttft_ms", "ttft_ms_min", "ttft_ms_max", "prefill_tps", "prefill_tps_min", "prefill_tps_max",
+              "decode_tps", "decode_tps_min", "decode_tps_max", "peak_rss_mb", "device_mem_mb", "kv_bytes", "kv_bytes_per_token",
+              "expert_bytes_read_per_token", "hit_rate", "weight_mb"]
+MACHINE_FIELDS = ["cpu", "cores", "memory_mb", "devices", "commit", "date", "loadavg", "loadavg_end", "kernel", "hostname"]
+MODEL_FIELDS = ["name", "architecture", "layers", "kv_heads", "head_dim", "vocab_size", "experts", "weight_mb"]
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+
+    def run(self, *extra, expect=0, timeout=240):
+        cmd = [self.args.sluice, "bench", *extra]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if expect is not None and p.returncode != expect:
+            raise AssertionError("%s: exit %d, expected %d\nstdout:\n%s\nstderr:\n%s" % (" ".join(cmd), p.returncode, expect, p.stdout, p.stderr))
+        return p
+
+    def matrix(self, name, *extra):
+        out = os.path.join(self.work, name)
+        p = self.run("--model", self.args.model, "--backends", "cpu", "--threads", "2", "--gen", "4", "--reps", "1",
+                     "--json-out", out, *extra)
+        with open(out) as f:
+            return json.load(f), p
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def case_matrix(b):
+    doc, p = b.matrix("smoke.json", "--kv-codecs", "f16,q8", "--ctx", "16,32")
+    for k in MACHINE_FIELDS:
+        check(k in doc["machine"], "machine field %s missing" % k)
+    m = doc["machine"]
+    check(m["cores"] >= 1 and m["memory_mb"] > 0 and m["cpu"], "machine: %r" % m)
+    check(re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", m["commit"]), "commit %r" % m["commit"])
+    check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", m["date"]), "date %r" % m["date"])
+    check(any(d["backend"] == "cpu" for d in m["devices"]), "the CPU backend's device is listed")
+    model = doc["model"]
+    for k in MODEL_FIELDS:
+        check(k in model, "model field %s missing" % k)
+    check(model["name"] == "tiny-code-qwen2" and model["architecture"] == "qwen2" and model["experts"] == 0, "model %r" % model)
+    rows = doc["rows"]
+    check([(r["kv_codec"], r["ctx"]) for r in rows] == [("f16", 16), ("f16", 32), ("q8", 16), ("q8", 32)], "row order: %r" % rows)
+    for r in rows:
+        check("error" not in r, "row failed: %r" % r)
+        for k in ROW_FIELDS:
+            check(k in r, "row field %s missing: %r" % (k, r))
+        check(r["backend"] == "cpu" and r["device"] and r["threads"] == 2 and r["gen"] == 4 and r["reps"] == 1, "row identity %r" % r)
+        for k in ("ttft_ms", "prefill_tps", "decode_tps"):
+            check(r[k] > 0 and r[k + "_min"] <= r[k] <= r[k + "_max"], "%s: %r" % (k, r))
+        # One rep: prefill throughput is exactly the prompt over the time to the first token.
+        check(abs(r["prefill_tps"] - r["ctx"] / (r["ttft_ms"] / 1000)) < 1e-6 * r["prefill_tps"], "prefill_tps vs ttft %r" % r)
+        check(10 < r["peak_rss_mb"] < 4096, "peak RSS %r" % r["peak_rss_mb"])
+        check(r["device_mem_mb"] is None, "the CPU backend has no device memory of its own")
+        check(r["expert_bytes_read_per_token"] is None and r["hit_rate"] is None and r["expert_budget_mb"] is None, "dense model: no expert figures")
+        check(r["kv_bytes"] == int(r["kv_bytes_per_token"] * (r["ctx"] + r["gen"])), "kv_bytes = per token x positions: %r" % r)
+        check(abs(r["weight_mb"] - model["weight_mb"]) < 0.01, "weights %r vs %r" % (r["weight_mb"], model["weight_mb"]))
+    # KV bytes per token from the model's shape: K and V, every layer and KV head, head_dim values.
+    values = 2 * model["layers"] * model["kv_heads"] * model["head_dim"]
+    f16 = [r for r in rows if r["kv_codec"] == "f16"]
+    q8 = [r for r in rows if r["kv_codec"] == "q8"]
+    check(all(r["kv_bytes_per_token"] == values * 2 for r in f16), "f16 is 2 bytes a value")
+    check(all(r["kv_bytes_per_token"] == values * 34 / 32 for r in q8), "q8 is 34 bytes per block of 32 values")
+    check(f16[1]["kv_bytes"] > f16[0]["kv_bytes"], "a longer context holds more KV bytes")
+    # The table on stdout: a header and one line per row, and progress on stderr.
+    lines = [l for l in p.stdout.splitlines() if l.startswith("| cpu |")]
+    check(len(lines) == 4, "markdown rows:\n" + p.stdout)
+    check("[4/4]" in p.stderr and "decode" in p.stderr, "progress on stderr:\n" + p.stderr)
+
+
+def case_compare(b):
+    a_path, b_path = os.path.join(b.work, "a.json"), os.path.join(b.work, "b.json")
+    a, _ = b.matrix("a.json", "--kv-codecs", "f16", "--ctx", "16,32")
+    bb, _ = b.matrix("b.json", "--kv-codecs", "f16;q8", "--ctx", "32")
+    p = b.run("--compare", a_path, b_path)
+    out = p.stdout
+    check("A: " + a_path in out and "B: " + b_path in out, out)
+    matched = [l for l in out.splitlines() if l.startswith("| cpu | all | 2 | f16 | resident | 32 |")]
+    check(len(matched) == 1, "the common row is matched:\n" + out)
+    ra = next(r for r in a["rows"] if r["ctx"] == 32)
+    rb = next(r for r in bb["rows"] if r["ctx"] == 32 and r["kv_codec"] == "f16")
+    want = "%.2f×" % (rb["decode_tps"] / ra["decode_tps"])
+    check(want in matched[0], "decode ratio %s in %s" % (want, matched[0]))
+    check(re.search(r"\| cpu \| all \| 2 \| f16 \| resident \| 16 \| only in A", out), "row only in A:\n" + out)
+    check(re.search(r"\| cpu \| all \| 2 \| q8 \| resident \| 32 \| only in B", out), "row only in B:\n" + out)
+    # A file that is not a result file is a runtime error naming it.
+    bad = os.path.join(b.work, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"x": 1}')
+    p = b.run("--compare", a_path, bad, expect=1)
+    check("bad.json" in p.stderr and "rows" in p.stderr, p.stderr)
+
+
+def case_bad_options(b):
+    m = b.args.model
+    cases = [
+        (["--model", m, "--ctx", "16,abc"], "--ctx: 'abc'"),
+        (["--model", m, "--reps", "0"], "--reps"),
+        (["--model", m, "--gen", "-1"], "--gen"),
+        (["--model", m, "--kv-codecs", "k=q8"], "--kv-codecs"),
+        (["--model", m, "--expert-stores", "uring@0"], "--expert-stores"),
+        (["--model", m, "--expert-stores", "uring@150%"], "--expert-stores"),
+        (["--model", m, "--gpu-layers", "many"], "--gpu-layers: 'many'"),
+        (["--model", m, "--no-such-option"], "no-such-option"),
+        (["--ctx", "16"], "--model DIR is required"),
+        (["--compare", "only-one.json"], "--compare takes two"),
+        (["--server", "ftp://x"], "not an http:// URL"),
+        (["--model", m, "--clients", "3"], "need --server"),
+        (["--server", "http://127.0.0.1:1", "--clients", "0"], "--clients"),
+    ]
+    for args, message in cases:
+        p = b.run(*args, expect=2)
+        check(message in p.stderr and "usage: sluice bench" in p.stderr, "%r: stderr %r" % (args, p.stderr))
+    # A row that cannot run is a runtime failure (exit 1), recorded in the file; the other rows still run.
+    out = os.path.join(b.work, "partial.json")
+    p = b.run("--model", m, "--backends", "cpu,no-such-backend", "--ctx", "8", "--gen", "2", "--json-out", out, expect=1)
+    with open(out) as f:
+        rows = json.load(f)["rows"]
+    check(len(rows) == 2 and "error" not in rows[0] and "no-such-backend" in rows[1].get("error", ""), "rows %r" % rows)
+    check(rows[0]["decode_tps"] > 0, "the good row was measured")
+    check("1 of 2 rows failed" in p.stderr, p.stderr)
+
+
+def case_moe(b):
+    model = os.path.join(b.work, "tiny-moe")
+    mk = subprocess.run([b.args.sluice, "make-model", "--preset", "tiny-qwen3-moe", "--out", model], capture_output=True, text=True)
+    check(mk.returncode == 0, "make-model: " + mk.stderr)
+    out = os.path.join(b.work, "moe.json")
+    b.run("--model", model, "--expert-stores", "resident,uring@50%,uring@1", "--ctx", "8", "--gen", "8", "--threads", "2", "--json-out", out)
+    with open(out) as f:
+        doc = json.load(f)
+    check(doc["model"]["experts"] > 0, "a MoE model")
+    rows = {r["expert_store"]: r for r in doc["rows"]}
+    check(set(rows) == {"resident", "uring@50%", "uring@1"}, "rows %r" % list(rows))
+    res = rows["resident"]
+    check(res["expert_bytes_read_per_token"] == 0 and res["hit_rate"] == 1.0 and res["expert_budget_mb"] is None,
+          "resident reads nothing and always hits: %r" % res)
+    for label in ("uring@50%", "uring@1"):
+        r = rows[label]
+        check(r["expert_budget_mb"] == 1, "budget of %s: %r" % (label, r["expert_budget_mb"]))
+        check(r["expert_bytes_read_per_token"] is not None and r["expert_bytes_read_per_token"] >= 0, "%s bytes %r" % (label, r))
+        check(r["hit_rate"] is not None and 0 <= r["hit_rate"] <= 1, "%s hit rate %r" % (label, r))
+        check(r["decode_tps"] > 0, label)
+
+
+def case_plot(b):
+    py = None
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        if candidate and os.path.exists(candidate) and subprocess.run([candidate, "-c", "import matplotlib"], capture_output=True).returncode == 0:
+            py = candidate
+            break
+    if not py:
+        print("SKIPPED: matplotlib is missing (apt-get install python3-matplotlib)")
+        sys.exit(77)
+    b.matrix("plotme.json", "--kv-codecs", "f16,q8", "--ctx", "8,24")
+    charts = os.path.join(b.work, "charts")
+    p = subprocess.run([py, b.args.plot, os.path.join(b.work, "plotme.json"), "--out", charts], capture_output=True, text=True)
+    check(p.returncode == 0, "plot.py: " + p.stderr)
+    for name in ("plotme_decode.png", "plotme_prefill.png", "plotme_memory.png"):
+        path = os.path.join(charts, name)
+        check(os.path.exists(path), name + " written")
+        with open(path, "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", name + " is a PNG")
+        check(path in p.stdout, "plot.py prints " + name)
+    bad = subprocess.run([py, b.args.plot, b.args.plot], capture_output=True, text=True)
+    check(bad.returncode == 1 and "plot.py" in bad.stderr, "a file that is not JSON is refused: " + bad.stderr)
+
+
+def case_server(b):
+    server = Server(b.args.sluice, b.args.model, "--parallel", "2")
+    try:
+        out = os.path.join(b.work, "server.json")
+        p = b.run("--server", server.base_url, "--clients", "3", "--requests", "8", "--gen", "6", "--prompt-lengths", "8,40",
+                  "--shared-prefix", "160", "--json-out", out)
+        with open(out) as f:
+            doc = json.load(f)
+        check(doc["server"]["model"] == "tiny-code-qwen2" and doc["server"]["clients"] == 3, "server record %r" % doc["server"])
+        rows = {r["class"]: r for r in doc["rows"]}
+        every = rows["all"]
+        check(every["requests"] == 8 and every["errors"] == 0, "all: %r" % every)
+        check(rows["shared_prefix"]["requests"] == 4 and rows["unique"]["requests"] == 4, "classes %r" % rows)
+        check(every["completion_tokens"] == 8 * 6, "every request generated gen tokens (ignore_eos): %r" % every)
+        check(every["aggregate_tps"] > 0 and 0 < every["ttft_p50_ms"] <= every["ttft_p99_ms"], "figures %r" % every)
+        check(abs(every["aggregate_tps"] - every["completion_tokens"] / doc["wall_s"]) < 1e-6 * every["aggregate_tps"], "aggregate = tokens / wall")
+        reqs = doc["requests"]
+        check(len(reqs) == 8 and all("error" not in r and r["completion_tokens"] == 6 and 0 < r["ttft_ms"] <= r["total_ms"] for r in reqs),
+              "requests %r" % reqs)
+        shared = [r for r in reqs if r["shared_prefix"]]
+        unique = [r for r in reqs if not r["shared_prefix"]]
+        check(min(r["prompt_tokens"] for r in shared) > max(r["prompt_tokens"] for r in unique), "the shared prefix is long")
+        # The prefix is computed once: later requests that start with it find it in the prompt cache.
+        check(any(r["cached_tokens"] >= 16 for r in shared), "prefix reuse: %r" % shared)
+        check(all(r["cached_tokens"] == 0 for r in unique), "unique prompts share no page: %r" % unique)
+        # The server's own count agrees with the client's.
+        served = server.metric("sluice_completion_tokens_total")
+        check(served is None or served == 48, "server counted %r tokens" % served)
+        check("| all: 8 |" in p.stdout and "[8/8]" in p.stderr, p.stdout + p.stderr)
+        # A server that is not there: runtime error (exit 1), named.
+        port = server.port
+    finally:
+        server.stop()
+    p = b.run("--server", "http://127.0.0.1:%d" % port, "--requests", "1", expect=1)
+    check("does not answer" in p.stderr, p.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", required=True)
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--plot", required=True)
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    b = Bench(args)
+    globals()["case_" + args.case](b)
+    print("ok: bench %s" % args.case)
+
+
+if __name__ == "__main__":
+    main()
