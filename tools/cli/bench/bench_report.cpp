@@ -1,6 +1,7 @@
 #include "bench_report.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <rapidjson/prettywriter.h>
@@ -26,11 +27,16 @@ Status write_json_file(const std::string& path, const rapidjson::Document& doc) 
   rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buf);
   w.SetIndent(' ', 1);
   doc.Accept(w);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error("cannot write " + path);
+  // Written beside and renamed over: a run killed mid-write leaves the previous whole file.
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) return make_error("cannot write " + tmp);
   out << buf.GetString() << "\n";
   out.close();
-  if (!out) return make_error("writing " + path + " failed");
+  if (!out) return make_error("writing " + tmp + " failed");
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return make_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
   return {};
 }
 

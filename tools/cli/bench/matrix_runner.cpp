@@ -73,6 +73,22 @@ int run_matrix(const BenchOptions& options) {
   doc.AddMember("machine", machine_record(options.plugin_dir, a), a);
   doc.AddMember("model", rapidjson::Value(rapidjson::kNullType), a);
   doc.AddMember("rows", rapidjson::Value(rapidjson::kArrayType), a);
+  doc["machine"].AddMember("loadavg_end", rapidjson::Value(""), a);
+  // The file is rewritten after every row: a run stopped from outside (a time limit) keeps its rows.
+  auto save = [&]() -> bool {
+    // The load during the run, beside the load before it: a busy machine explains noisy figures.
+    std::ifstream load("/proc/loadavg");
+    std::string l1, l5, l15;
+    load >> l1 >> l5 >> l15;
+    doc["machine"]["loadavg_end"].SetString((l1 + " " + l5 + " " + l15).c_str(), a);
+    if (options.json_out.empty()) return true;
+    if (auto s = write_json_file(options.json_out, doc); !s) {
+      std::cerr << "sluice bench: " << s.message() << "\n";
+      return false;
+    }
+    return true;
+  };
+  if (!save()) return 1;
   int failed = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const RowSpec& spec = specs[i];
@@ -93,29 +109,18 @@ int run_matrix(const BenchOptions& options) {
       ++failed;
       std::fprintf(stderr, "      failed: %s\n", error.c_str());
       doc["rows"].PushBack(failed_row(spec, error, a), a);
-      continue;
+    } else {
+      if (doc["model"].IsNull()) doc["model"].CopyFrom(child["model"], a);
+      rapidjson::Value row;
+      row.CopyFrom(child["row"], a);
+      std::fprintf(stderr, "      ttft %s ms, prefill %s tokens/s, decode %s tokens/s, peak RSS %s MB\n", cell(row, "ttft_ms", 1).c_str(),
+                   cell(row, "prefill_tps", 1).c_str(), cell(row, "decode_tps", 2).c_str(), cell(row, "peak_rss_mb", 0).c_str());
+      doc["rows"].PushBack(row, a);
     }
-    if (doc["model"].IsNull()) doc["model"].CopyFrom(child["model"], a);
-    rapidjson::Value row;
-    row.CopyFrom(child["row"], a);
-    std::fprintf(stderr, "      ttft %s ms, prefill %s tokens/s, decode %s tokens/s, peak RSS %s MB\n", cell(row, "ttft_ms", 1).c_str(),
-                 cell(row, "prefill_tps", 1).c_str(), cell(row, "decode_tps", 2).c_str(), cell(row, "peak_rss_mb", 0).c_str());
-    doc["rows"].PushBack(row, a);
+    if (!save()) return 1;
   }
-  // The load during the run, beside the load before it: a busy machine explains noisy figures.
-  std::ifstream load("/proc/loadavg");
-  std::string l1, l5, l15;
-  load >> l1 >> l5 >> l15;
-  const std::string end = l1 + " " + l5 + " " + l15;
-  doc["machine"].AddMember("loadavg_end", rapidjson::Value(end.c_str(), a), a);
   std::cout << markdown_table(doc["rows"]) << std::flush;
-  if (!options.json_out.empty()) {
-    if (auto s = write_json_file(options.json_out, doc); !s) {
-      std::cerr << "sluice bench: " << s.message() << "\n";
-      return 1;
-    }
-    std::fprintf(stderr, "wrote %s\n", options.json_out.c_str());
-  }
+  if (!options.json_out.empty()) std::fprintf(stderr, "wrote %s\n", options.json_out.c_str());
   if (failed > 0) std::fprintf(stderr, "sluice bench: %d of %zu rows failed\n", failed, specs.size());
   return failed > 0 ? 1 : 0;
 }
