@@ -7,17 +7,40 @@
 // Layout of one layer's buffer: n_pages pages; a page holds, for each KV head, page_tokens K rows,
 // then for each KV head page_tokens V rows ([head][slot]), rows in the codec's format.
 //
+// The recent window (sl_kv_layout.recent_window): exact f16 copies of the newest rows, one buffer
+// per layer of n_recent_pages pages, a page = [K, V][KV head][slot][HEAD_DIM] halfs; the batch's
+// recent_table gives each page of positions its recent page (-1 = none). A query at pos reads the
+// keys [att_exact_from, pos] from there.
+//
 // Built with HEAD_DIM, GROUP (query heads per KV head) and WG (work-group size, a power of two).
 
 inline ulong kv_page_of(__global const int* table, uint position, uint page_tokens) {
   return (ulong)table[position / page_tokens];
 }
 
+// The first key a query at pos reads exactly: back from pos through the window while its pages
+// have recent pages (the host keeps them contiguous at the sequence's end); pos + 1 when none.
+inline int att_exact_from(__global const int* recent, uint recent_window, uint page_tokens, int pos, int lo) {
+  if (recent_window == 0u) return pos + 1;
+  const int pt = (int)page_tokens;
+  const int start = max(lo, pos - (int)recent_window + 1);
+  int from = pos + 1;
+  for (int p = pos / pt; p >= 0 && p >= start / pt && recent[p] >= 0; --p) from = max(start, p * pt);
+  return from;
+}
+
+// The exact row of position `position` (kv 0 = K, 1 = V), in recent page `rpage`.
+inline __global const half* att_recent_row(__global const half* recent_layer, int rpage, uint kv, uint n_kv_heads,
+                                          uint kvh, uint page_tokens, uint position) {
+  return recent_layer + ((((ulong)rpage * 2u + kv) * n_kv_heads + kvh) * page_tokens + position % page_tokens) * HEAD_DIM;
+}
+
 // One work-item per (token, KV head, role): encode the row into its page slot.
 __kernel void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
                        uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
                        __global const int* positions, __global const int* seq_slots, __global const int* page_table,
-                       uint max_pages, uint n_tokens) {
+                       uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
+                       uint has_recent) {
   const uint item = get_global_id(0);
   if (item >= n_tokens * n_kv_heads) return;
   const uint t = item / n_kv_heads, h = item % n_kv_heads;
@@ -25,11 +48,20 @@ __kernel void kv_write(__global const float* k, __global const float* v, __globa
   const ulong page = kv_page_of(page_table + (ulong)seq_slots[t] * max_pages, pos, page_tokens);
   const uint slot = pos % page_tokens;
   __global uchar* base = layer + page * page_bytes;
-  if (get_global_id(1) == 0) {
-    sl_k_encode_row(k + (ulong)item * HEAD_DIM, base + ((ulong)h * page_tokens + slot) * k_row_bytes, HEAD_DIM);
+  const uint role = get_global_id(1);
+  __global const float* src = (role == 0 ? k : v) + (ulong)item * HEAD_DIM;
+  if (role == 0) {
+    sl_k_encode_row(src, base + ((ulong)h * page_tokens + slot) * k_row_bytes, HEAD_DIM);
   } else {
     __global uchar* vbase = base + (ulong)n_kv_heads * page_tokens * k_row_bytes;
-    sl_v_encode_row(v + (ulong)item * HEAD_DIM, vbase + ((ulong)h * page_tokens + slot) * v_row_bytes, HEAD_DIM);
+    sl_v_encode_row(src, vbase + ((ulong)h * page_tokens + slot) * v_row_bytes, HEAD_DIM);
+  }
+  if (has_recent) {
+    const int rpage = recent_table[(ulong)seq_slots[t] * max_pages + pos / page_tokens];
+    if (rpage >= 0) {
+      __global half* dst = recent_layer + ((((ulong)rpage * 2u + role) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
+      for (uint d = 0; d < HEAD_DIM; ++d) vstore_half_rte(src[d], d, dst);
+    }
   }
 }
 
@@ -70,7 +102,8 @@ void attention(__global const float* q, __global float* out, __global const ucha
                uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
                __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
                uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
-               __global float* partial) {
+               __global float* partial, __global const half* recent_layer, __global const int* recent_table,
+               uint recent_window) {
   __local float qs[GROUP][HEAD_DIM];
   __local float p[GROUP][WG];
   __local float red[WG];
@@ -84,6 +117,8 @@ void attention(__global const float* q, __global float* out, __global const ucha
   const int lo = lo_all + (int)split * per_split;
   const int hi = min(pos, lo + per_split - 1);
   __global const int* table = page_table + (ulong)seq_slots[t] * max_pages;
+  __global const int* recent = recent_table + (ulong)seq_slots[t] * max_pages;
+  const int exact = att_exact_from(recent, recent_window, page_tokens, pos, lo_all);
   const ulong v_region = (ulong)n_kv_heads * page_tokens * k_row_bytes;
 
   for (uint i = lid; i < GROUP * HEAD_DIM; i += WG)
@@ -106,9 +141,17 @@ void attention(__global const float* q, __global float* out, __global const ucha
       const ulong page = kv_page_of(table, (uint)j, page_tokens);
       __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
       for (uint g = 0; g < GROUP; ++g) s[g] = 0.0f;
-      for (uint d = 0; d < HEAD_DIM; ++d) {
-        const float kv = sl_k_load(krow, d);
-        for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
+      if (j >= exact) {
+        __global const half* kx = att_recent_row(recent_layer, recent[j / (int)page_tokens], 0u, n_kv_heads, kvh, page_tokens, (uint)j);
+        for (uint d = 0; d < HEAD_DIM; ++d) {
+          const float kv = vload_half(d, kx);
+          for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
+        }
+      } else {
+        for (uint d = 0; d < HEAD_DIM; ++d) {
+          const float kv = sl_k_load(krow, d);
+          for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
+        }
       }
       for (uint g = 0; g < GROUP; ++g) {
         s[g] *= scale;
@@ -133,10 +176,12 @@ void attention(__global const float* q, __global float* out, __global const ucha
       const ulong page = kv_page_of(table, key, page_tokens);
       __global const uchar* vrow =
           layer + page * page_bytes + v_region + ((ulong)kvh * page_tokens + key % page_tokens) * v_row_bytes;
+      __global const half* vx =
+          (int)key >= exact ? att_recent_row(recent_layer, recent[key / page_tokens], 1u, n_kv_heads, kvh, page_tokens, key) : 0;
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
         const uint dim = lid + d * WG;
         if (dim < HEAD_DIM) {
-          const float vv = sl_v_load(vrow, dim);
+          const float vv = vx ? vload_half(dim, vx) : sl_v_load(vrow, dim);
           for (uint g = 0; g < GROUP; ++g) acc[g][d] += p[g][jj] * vv;
         }
       }

@@ -213,3 +213,35 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) {
   }
   return SL_TQ(signs)[SL_TQ(rotation_of)(row, b) * SL_TQ_HEAD_DIM + i] * SL_TQ(scale_of)(row, b) * sum;
 }
+
+/* ---- the fused device path (docs/PLUGINS.md): what the OpenCL backend's attention_fused calls -- */
+
+/* The query (in slot 0 of q_slots) under every candidate rotation: slot r = rotation r's domain.
+ * q_slots holds SL_TQ_N_ROT × head_dim floats (the codec's domain_dim); whole work-group. */
+void SL_KV_FN(fused_prepare_query)(__local float* q_slots, uint lid, uint lsize) {
+  for (uint r = 1; r < SL_TQ_N_ROT; ++r)
+    for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) q_slots[r * SL_TQ_HEAD_DIM + i] = q_slots[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint r = 0; r < SL_TQ_N_ROT; ++r) SL_TQ(rotate_local)(q_slots + r * SL_TQ_HEAD_DIM, r, lid, lsize);
+}
+
+/* ⟨q, x̂⟩ of one stored key, by one work-item. */
+float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_slots) {
+  return SL_TQ(score_local)(row, q_slots);
+}
+
+/* acc[slot of coordinate i's block] += w · x̂_i in that rotation's domain; one work-item per i. */
+void SL_KV_FN(fused_accumulate)(__global const uchar* row, uint i, float w, __local float* acc) {
+  acc[SL_TQ(rotation_of)(row, SL_TQ(block_of)(i)) * SL_TQ_HEAD_DIM + i] += w * SL_TQ(value)(row, i);
+}
+
+/* Every slot back to the original domain, summed into acc[0, head_dim); whole work-group. */
+void SL_KV_FN(fused_finish)(__local float* acc, uint lid, uint lsize) {
+  for (uint r = 0; r < SL_TQ_N_ROT; ++r) SL_TQ(unrotate_local)(acc + r * SL_TQ_HEAD_DIM, r, lid, lsize);
+  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) {
+    float sum = acc[i];
+    for (uint r = 1; r < SL_TQ_N_ROT; ++r) sum += acc[r * SL_TQ_HEAD_DIM + i];
+    acc[i] = sum;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include <cblas.h>
@@ -40,16 +41,42 @@ std::byte* v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, u
          (static_cast<uint64_t>(head) * L.page_tokens + slot) * c->v_format.row_bytes;
 }
 
-// Checks that every position the batch touches has a page in range.
+// The recent window's exact row (f16) of a position held in recent page `rpage`; kv 0 = K, 1 = V.
+uint16_t* recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv, uint32_t head, uint32_t slot) {
+  const auto& L = c->layout;
+  const std::size_t page = static_cast<std::size_t>(layer) * L.n_recent_pages + static_cast<std::size_t>(rpage);
+  return c->recent.data() + (((page * 2 + static_cast<std::size_t>(kv)) * L.n_kv_heads + head) * L.page_tokens + slot) * L.head_dim;
+}
+
+bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
+
+// The first key a query at `pos` reads exactly: the window's keys back from pos while their pages
+// have recent pages (the host keeps them contiguous at the sequence's end). pos + 1 when none.
+int32_t exact_from(const sl_backend* be, const sl_kv_cache* c, int32_t seq, int32_t pos, int32_t lo) {
+  if (!keeps_recent(be, c)) return pos + 1;
+  const int32_t pt = static_cast<int32_t>(c->layout.page_tokens);
+  const int32_t start = std::max(lo, pos - static_cast<int32_t>(c->layout.recent_window) + 1);
+  const int32_t* recent = be->recent_table.data() + static_cast<std::size_t>(seq) * be->max_pages;
+  int32_t from = pos + 1;
+  for (int32_t p = pos / pt; p >= 0 && p >= start / pt && recent[p] >= 0; --p) from = std::max(start, p * pt);
+  return from;
+}
+
+// Checks that every position the batch touches has a page (and a recent page, if any) in range.
 sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err) {
   for (std::size_t t = 0; t < be->positions.size(); ++t) {
     const uint32_t last_page = static_cast<uint32_t>(be->positions[t]) / c->layout.page_tokens;
     if (last_page >= be->max_pages)
       return set_error(err, SL_ERR_INVALID_ARGUMENT, "position " + std::to_string(be->positions[t]) + " beyond the page table");
-    const int32_t* table = be->page_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    const std::size_t row = static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    const int32_t* table = be->page_table.data() + row;
     for (uint32_t p = 0; p <= last_page; ++p)
       if (table[p] < 0 || static_cast<uint32_t>(table[p]) >= c->layout.n_pages)
         return set_error(err, SL_ERR_INVALID_ARGUMENT, "page table entry " + std::to_string(table[p]) + " out of range");
+    if (!keeps_recent(be, c)) continue;
+    for (uint32_t p = 0; p <= last_page; ++p)
+      if (be->recent_table[row + p] >= static_cast<int32_t>(c->layout.n_recent_pages))
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "recent table entry " + std::to_string(be->recent_table[row + p]) + " out of range");
   }
   return SL_OK;
 }
@@ -108,15 +135,40 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
   const std::size_t q_stride = static_cast<std::size_t>(p->n_heads) * D;
   const float* sinks = p->sinks ? f32(p->sinks) : nullptr;
 
+  // The recent window: where each query's exact keys start, and the lowest of them.
+  std::vector<int32_t> exact_lo(run.n_tokens);
+  int32_t exact_min = last_pos + 1;
+  for (uint32_t i = 0; i < run.n_tokens; ++i) {
+    const int32_t pos = run.first_pos + static_cast<int32_t>(i);
+    const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
+    exact_lo[i] = exact_from(be, c, run.seq, pos, lo);
+    if (exact_lo[i] <= pos) exact_min = std::min(exact_min, exact_lo[i]);  // pos + 1: none for this query
+  }
+  const bool recent = exact_min <= last_pos;
+  const int32_t* recent_table = recent ? be->recent_table.data() + static_cast<std::size_t>(run.seq) * be->max_pages : nullptr;
+
   // One work item per query head; each decodes its KV head's rows (cheap next to the GEMMs).
   be->pool->parallel_for(p->n_heads, 1, [&](std::size_t hb, std::size_t he, unsigned) {
     std::vector<float> kf(nk * D), vf(nk * D), scores(static_cast<std::size_t>(std::min(run.n_tokens, kQueryBlock)) * nk);
+    std::vector<float> exact_k, exact_v;
     uint32_t decoded_kvh = UINT32_MAX;
     for (uint32_t h = static_cast<uint32_t>(hb); h < he; ++h) {
       const uint32_t kvh = h / group;
       if (kvh != decoded_kvh) {
         decode_range(c, layer, table, kvh, k_lo, last_pos, false, kf.data());
         decode_range(c, layer, table, kvh, k_lo, last_pos, true, vf.data());
+        if (recent) {
+          const std::size_t n_exact = static_cast<std::size_t>(last_pos - exact_min + 1);
+          exact_k.resize(n_exact * D);
+          exact_v.resize(n_exact * D);
+          for (int32_t j = exact_min; j <= last_pos; ++j) {
+            const int32_t rpage = recent_table[j / static_cast<int32_t>(c->layout.page_tokens)];
+            if (rpage < 0) continue;  // below every query's exact range
+            const uint32_t slot = static_cast<uint32_t>(j) % c->layout.page_tokens;
+            f16_row_to_f32(recent_row(c, layer, rpage, 0, kvh, slot), exact_k.data() + static_cast<std::size_t>(j - exact_min) * D, D);
+            f16_row_to_f32(recent_row(c, layer, rpage, 1, kvh, slot), exact_v.data() + static_cast<std::size_t>(j - exact_min) * D, D);
+          }
+        }
         decoded_kvh = kvh;
       }
       for (uint32_t q0 = 0; q0 < run.n_tokens; q0 += kQueryBlock) {
@@ -127,6 +179,13 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nk_used), static_cast<int>(D),
                     p->scale, qb, static_cast<int>(q_stride), kf.data(), static_cast<int>(D), 0.0f, scores.data(),
                     static_cast<int>(nk));
+        // The recent window: each query's newest keys scored from their exact rows instead.
+        for (std::size_t i = 0; recent && i < nq; ++i) {
+          const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);
+          for (int32_t j = exact_lo[q0 + i]; j <= pos; ++j)
+            scores[i * nk + static_cast<std::size_t>(j - k_lo)] =
+                p->scale * dot_f32(qb + i * q_stride, exact_k.data() + static_cast<std::size_t>(j - exact_min) * D, D);
+        }
         for (std::size_t i = 0; i < nq; ++i) {
           const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);
           const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
@@ -148,6 +207,17 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), static_cast<int>(D), static_cast<int>(nk_used),
                     1.0f, scores.data(), static_cast<int>(nk), vf.data(), static_cast<int>(D), 0.0f, ob,
                     static_cast<int>(q_stride));
+        // ... and their values: the GEMM took the decoded rows; add weight × (exact − decoded).
+        for (std::size_t i = 0; recent && i < nq; ++i) {
+          const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);
+          for (int32_t j = exact_lo[q0 + i]; j <= pos; ++j) {
+            const float w = scores[i * nk + static_cast<std::size_t>(j - k_lo)];
+            const float* ve = exact_v.data() + static_cast<std::size_t>(j - exact_min) * D;
+            const float* vd = vf.data() + static_cast<std::size_t>(j - k_lo) * D;
+            float* o = ob + i * q_stride;
+            for (uint32_t d = 0; d < D; ++d) o[d] += w * (ve[d] - vd[d]);
+          }
+        }
       }
     }
   });
@@ -160,7 +230,9 @@ sl_status kv_create(sl_backend*, const sl_kv_layout* layout, sl_kv_cache** out, 
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
   try {
     auto c = std::make_unique<sl_kv_cache>();
-    c->layout = *layout;
+    // An older host's layout is shorter: take what it has; the rest (the recent window) stays 0.
+    std::memcpy(&c->layout, layout, std::min<std::size_t>(layout->struct_size, sizeof(sl_kv_layout)));
+    c->layout.struct_size = sizeof(sl_kv_layout);
     c->k_format.struct_size = sizeof(sl_kv_format);
     c->v_format.struct_size = sizeof(sl_kv_format);
     layout->k_api->get_format(layout->k_codec, &c->k_format);
@@ -169,6 +241,10 @@ sl_status kv_create(sl_backend*, const sl_kv_layout* layout, sl_kv_cache** out, 
                     (c->k_format.row_bytes + c->v_format.row_bytes);
     c->layer_bytes = c->page_bytes * layout->n_pages;
     c->storage.resize(c->layer_bytes * layout->n_layers);
+    if (c->layout.n_recent_pages == 0) c->layout.recent_window = 0;
+    if (c->layout.recent_window > 0)
+      c->recent.resize(static_cast<std::size_t>(layout->n_layers) * c->layout.n_recent_pages * 2 * layout->n_kv_heads *
+                       layout->page_tokens * layout->head_dim);
     *out = c.release();
     return SL_OK;
   } catch (const std::bad_alloc&) {
@@ -199,6 +275,16 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       const std::size_t src = (t * L.n_kv_heads + h) * L.head_dim;
       if (auto s = L.k_api->encode(L.k_codec, f32(k) + src, 1, k_row(c, layer, page, h, slot), err); s != SL_OK) return s;
       if (auto s = L.v_api->encode(L.v_codec, f32(v) + src, 1, v_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+    }
+    const int32_t rpage = keeps_recent(be, c) ? be->recent_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / L.page_tokens] : -1;
+    for (uint32_t h = 0; rpage >= 0 && h < L.n_kv_heads; ++h) {
+      const std::size_t src = (t * L.n_kv_heads + h) * L.head_dim;
+      uint16_t* kd = recent_row(c, layer, rpage, 0, h, slot);
+      uint16_t* vd = recent_row(c, layer, rpage, 1, h, slot);
+      for (uint32_t d = 0; d < L.head_dim; ++d) {
+        kd[d] = f32_to_f16(f32(k)[src + d]);
+        vd[d] = f32_to_f16(f32(v)[src + d]);
+      }
     }
   }
   return SL_OK;
@@ -235,7 +321,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
   const std::size_t n_items = single.size() * p->n_heads;
 
   be->pool->parallel_for(n_items, 1, [&](std::size_t begin, std::size_t end, unsigned) {
-    std::vector<float> scores, rows_f32, acc(v_domain);
+    std::vector<float> scores, rows_f32, acc(v_domain), acc_exact(head_dim), row_exact(head_dim);
     std::vector<std::byte> qstate(qstate_bytes);
     sl_error ignored{};  // the ABI never passes a null error
     for (std::size_t item = begin; item < end; ++item) {
@@ -247,12 +333,18 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       const int32_t* table = be->page_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
       const float* qv = f32(q) + (t * p->n_heads + h) * head_dim;
       scores.resize(n);
+      // Keys [lo, exact) come from the codec's rows, [exact, pos] from the recent window's.
+      const int32_t exact = exact_from(be, c, be->seq_slots[t], pos, lo);
+      const int32_t* recent = exact <= pos ? be->recent_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages : nullptr;
 
       // Scores, one run of contiguous slots (within a page) at a time.
       if (fused_k) L.k_api->prepare_query(L.k_codec, qv, qstate.data());
-      for (int32_t at = lo; at <= pos;) {
+      for (int32_t j = exact; j <= pos; ++j)
+        scores[static_cast<std::size_t>(j - lo)] =
+            dot_f16(recent_row(c, layer, recent[j / L.page_tokens], 0, kvh, j % L.page_tokens), qv, head_dim);
+      for (int32_t at = lo; at < exact;) {
         const uint32_t page = static_cast<uint32_t>(table[at / L.page_tokens]), slot = at % L.page_tokens;
-        const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(pos - at + 1));
+        const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(exact - at));
         const std::byte* rows = k_row(c, layer, page, kvh, slot);
         float* s = scores.data() + (at - lo);
         if (fused_k) {
@@ -278,9 +370,14 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       for (auto& s : scores) s *= inv;
 
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int32_t at = lo; at <= pos;) {
+      std::fill(acc_exact.begin(), acc_exact.end(), 0.0f);
+      for (int32_t j = exact; j <= pos; ++j) {
+        f16_row_to_f32(recent_row(c, layer, recent[j / L.page_tokens], 1, kvh, j % L.page_tokens), row_exact.data(), head_dim);
+        axpy(scores[static_cast<std::size_t>(j - lo)], row_exact.data(), acc_exact.data(), head_dim);
+      }
+      for (int32_t at = lo; at < exact;) {
         const uint32_t page = static_cast<uint32_t>(table[at / L.page_tokens]), slot = at % L.page_tokens;
-        const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(pos - at + 1));
+        const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(exact - at));
         const std::byte* rows = v_row(c, layer, page, kvh, slot);
         const float* w = scores.data() + (at - lo);
         if (fused_v) {
@@ -297,6 +394,8 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
         L.v_api->finish_values(L.v_codec, acc.data(), o);
       else
         std::copy_n(acc.begin(), head_dim, o);
+      if (recent)
+        for (uint32_t d = 0; d < head_dim; ++d) o[d] += acc_exact[d];
     }
   });
   return SL_OK;

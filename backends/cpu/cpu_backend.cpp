@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -154,6 +155,11 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
     be->n_seqs = batch->n_seqs;
     be->max_pages = batch->max_pages;
     be->page_table.assign(batch->page_table, batch->page_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
+    const bool has_recent = batch->struct_size >= offsetof(sl_batch, recent_table) + sizeof(batch->recent_table) && batch->recent_table;
+    if (has_recent)
+      be->recent_table.assign(batch->recent_table, batch->recent_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
+    else
+      be->recent_table.clear();
     for (uint32_t i = 0; i < batch->n_tokens; ++i) {
       if (be->seq_slots[i] < 0 || static_cast<uint32_t>(be->seq_slots[i]) >= batch->n_seqs || be->positions[i] < 0)
         return set_error(err, SL_ERR_INVALID_ARGUMENT, "batch token " + std::to_string(i) + " has a bad sequence or position");

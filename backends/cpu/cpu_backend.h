@@ -21,6 +21,8 @@ struct sl_kv_cache {
   uint64_t page_bytes = 0;   // one page of one layer: K rows of every head, then V rows
   uint64_t layer_bytes = 0;  // n_pages * page_bytes
   std::vector<std::byte> storage;
+  // The recent window's exact rows, f16: [layer][recent page][K, V][head][slot][head_dim].
+  std::vector<uint16_t> recent;
 };
 
 struct sl_backend {
@@ -30,6 +32,7 @@ struct sl_backend {
   std::vector<int32_t> positions;
   std::vector<int32_t> seq_slots;
   std::vector<int32_t> page_table;
+  std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
   uint32_t n_seqs = 0;
   uint32_t max_pages = 0;
   // Scratch reused across calls (weights converted to float32 block by block for prefill GEMMs).

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "cl_backend.h"
+#include "util/vec.h"  // f16 conversions of the recent window on the host path
 
 namespace sluice::ocl {
 namespace {
@@ -21,17 +23,46 @@ const char* codec_source(const sl_kvcodec_api* api, const sl_kvcodec* codec) {
   return api->opencl_source(codec);
 }
 
+// The fused device functions (docs/PLUGINS.md) a codec's source may define, by role.
+bool source_has(const char* source, std::initializer_list<const char*> names) {
+  if (!source) return false;
+  for (const char* n : names)
+    if (!std::strstr(source, n)) return false;
+  return true;
+}
+bool has_fused_keys(const char* source) { return source_has(source, {"SL_KV_FN(fused_prepare_query)", "SL_KV_FN(fused_score)"}); }
+bool has_fused_values(const char* source) { return source_has(source, {"SL_KV_FN(fused_accumulate)", "SL_KV_FN(fused_finish)"}); }
+
+bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
+
 sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err) {
   for (std::size_t t = 0; t < be->positions.size(); ++t) {
     const uint32_t last_page = static_cast<uint32_t>(be->positions[t]) / c->layout.page_tokens;
     if (last_page >= be->max_pages)
       return set_error(err, SL_ERR_INVALID_ARGUMENT, "position " + std::to_string(be->positions[t]) + " beyond the page table");
-    const int32_t* table = be->page_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    const std::size_t row = static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    const int32_t* table = be->page_table.data() + row;
     for (uint32_t p = 0; p <= last_page; ++p)
       if (table[p] < 0 || static_cast<uint32_t>(table[p]) >= c->layout.n_pages)
         return set_error(err, SL_ERR_INVALID_ARGUMENT, "page table entry " + std::to_string(table[p]) + " out of range");
+    if (!keeps_recent(be, c)) continue;
+    for (uint32_t p = 0; p <= last_page; ++p)
+      if (be->recent_table[row + p] >= static_cast<int32_t>(c->layout.n_recent_pages))
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "recent table entry " + std::to_string(be->recent_table[row + p]) + " out of range");
   }
   return SL_OK;
+}
+
+// Query heads per fused work-group: the largest divisor of the group whose local memory fits.
+uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint32_t group) {
+  const uint64_t k_dom = c->k_fused ? c->k_format.domain_dim : 1, v_dom = c->v_fused ? c->v_format.domain_dim : 1;
+  const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
+  for (uint32_t hpw = group; hpw >= 1; --hpw) {
+    if (group % hpw) continue;
+    const uint64_t bytes = 4 * (hpw * (k_dom + v_dom + c->layout.head_dim + kAttentionWg) + kAttentionWg);
+    if (bytes <= budget) return hpw;
+  }
+  return 0;
 }
 
 sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group) {
@@ -45,10 +76,14 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   source += codec_source(L.v_api, L.v_codec);
   source += "\n#undef SL_KV_FN\n";
   source += kernel_source("attention");
+  source += kernel_source("attention_fused");
+  const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
-                              " -DWG=" + std::to_string(kAttentionWg);
+                              " -DWG=" + std::to_string(kAttentionWg) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
+                              " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u));
   cl::Program program = build_program(be, source, options);
-  sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"), cl::Kernel(program, "attention"), cl::Kernel(program, "attention_merge")};
+  sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"), cl::Kernel(program, "attention"), cl::Kernel(program, "attention_merge"),
+                         hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(), hpw};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -56,6 +91,23 @@ std::byte* host_k_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t he
   return c->host_layers[layer].data() + page * c->page_bytes +
          (static_cast<uint64_t>(head) * c->layout.page_tokens + slot) * c->k_format.row_bytes;
 }
+uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv, uint32_t head, uint32_t slot) {
+  const auto& L = c->layout;
+  return c->host_recent[layer].data() +
+         (((static_cast<std::size_t>(rpage) * 2 + static_cast<std::size_t>(kv)) * L.n_kv_heads + head) * L.page_tokens + slot) * L.head_dim;
+}
+
+// The first key a query at `pos` reads exactly (as att_exact_from in kernels_cl/attention.cl).
+int32_t exact_from(const sl_backend* be, const sl_kv_cache* c, int32_t seq, int32_t pos, int32_t lo) {
+  if (!keeps_recent(be, c)) return pos + 1;
+  const int32_t pt = static_cast<int32_t>(c->layout.page_tokens);
+  const int32_t start = std::max(lo, pos - static_cast<int32_t>(c->layout.recent_window) + 1);
+  const int32_t* recent = be->recent_table.data() + static_cast<std::size_t>(seq) * be->max_pages;
+  int32_t from = pos + 1;
+  for (int32_t p = pos / pt; p >= 0 && p >= start / pt && recent[p] >= 0; --p) from = std::max(start, p * pt);
+  return from;
+}
+
 std::byte* host_v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {
   const auto& L = c->layout;
   return c->host_layers[layer].data() + page * c->page_bytes +
@@ -98,6 +150,17 @@ sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const s
         if (auto s = L.v_api->decode(L.v_codec, host_v_row(c, layer, page, kvh, slot), run, vd, err); s != SL_OK) return s;
         at += static_cast<int32_t>(run);
       }
+      // The recent window's keys and values: the exact rows instead of the decoded ones.
+      const int32_t exact = exact_from(be, c, be->seq_slots[t], pos, lo);
+      for (int32_t j = exact; j <= pos; ++j) {
+        const int32_t rpage = be->recent_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + j / L.page_tokens];
+        const uint16_t* kx = host_recent_row(c, layer, rpage, 0, kvh, j % L.page_tokens);
+        const uint16_t* vx = host_recent_row(c, layer, rpage, 1, kvh, j % L.page_tokens);
+        for (uint32_t d = 0; d < D; ++d) {
+          keys[static_cast<std::size_t>(j - lo) * D + d] = sluice::cpu::f16_to_f32(kx[d]);
+          values[static_cast<std::size_t>(j - lo) * D + d] = sluice::cpu::f16_to_f32(vx[d]);
+        }
+      }
       for (uint32_t g = 0; g < group; ++g) {
         const uint32_t h = kvh * group + g;
         const float* qv = qh.data() + t * row + std::size_t(h) * D;
@@ -136,7 +199,11 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
   return guarded(err, "kv_create", [&] {
     auto c = std::make_unique<sl_kv_cache>();
-    c->layout = *layout;
+    // An older host's layout is shorter: take what it has; the rest (the recent window) stays 0.
+    std::memcpy(&c->layout, layout, std::min<std::size_t>(layout->struct_size, sizeof(sl_kv_layout)));
+    c->layout.struct_size = sizeof(sl_kv_layout);
+    if (c->layout.n_recent_pages == 0) c->layout.recent_window = 0;
+    const uint64_t recent_bytes = uint64_t(c->layout.n_recent_pages) * 2 * layout->n_kv_heads * layout->page_tokens * layout->head_dim * 2;
     c->k_format.struct_size = sizeof(sl_kv_format);
     c->v_format.struct_size = sizeof(sl_kv_format);
     layout->k_api->get_format(layout->k_codec, &c->k_format);
@@ -146,7 +213,12 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
     const uint64_t layer_bytes = c->page_bytes * layout->n_pages;
     const bool allow_device = be->options.find("host-kv") == std::string::npos;
     c->on_device = allow_device && codec_has_opencl(layout->k_api, layout->k_codec) &&
-                   codec_has_opencl(layout->v_api, layout->v_codec) && layer_bytes <= be->caps.max_alloc;
+                   codec_has_opencl(layout->v_api, layout->v_codec) && layer_bytes <= be->caps.max_alloc &&
+                   recent_bytes <= be->caps.max_alloc;
+    // The fused path unless the options ask for the generic kernel (tests compare the two).
+    const bool allow_fused = be->options.find("generic-attention") == std::string::npos && !std::getenv("SLUICE_OPENCL_GENERIC_ATTENTION");
+    c->k_fused = allow_fused && has_fused_keys(codec_source(layout->k_api, layout->k_codec));
+    c->v_fused = allow_fused && has_fused_values(codec_source(layout->v_api, layout->v_codec));
     if (c->on_device) {
       // The codecs' device functions must follow docs/PLUGINS.md (SL_KV_FN(encode_row), SL_KV_FN(load)):
       // source that does not build with ours sends this cache to the host path instead of failing later.
@@ -163,10 +235,12 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
         c->device_layers.emplace_back(be->context, CL_MEM_READ_WRITE, std::max<uint64_t>(layer_bytes, 4));
         const cl_uchar zero = 0;
         be->queue.enqueueFillBuffer(c->device_layers.back(), zero, 0, std::max<uint64_t>(layer_bytes, 4));
+        if (recent_bytes) c->recent_layers.emplace_back(be->context, CL_MEM_READ_WRITE, recent_bytes);
       }
       be->queue.finish();  // out of device memory shows here
     } else {
       c->host_layers.assign(layout->n_layers, std::vector<std::byte>(layer_bytes));
+      c->host_recent.assign(layout->n_layers, std::vector<uint16_t>(recent_bytes / 2));
     }
     *out = c.release();
     return SL_OK;
@@ -220,6 +294,10 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       kn.setArg(10, be->d_page_table);
       kn.setArg(11, static_cast<cl_uint>(be->max_pages));
       kn.setArg(12, static_cast<cl_uint>(n_tokens));
+      const bool recent = keeps_recent(be, c);
+      kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
+      kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
+      kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
       launch(be, kn, cl::NDRange(round_up(size_t(n_tokens) * L.n_kv_heads, 64), 2), cl::NDRange(64, 1));
       return SL_OK;
     }
@@ -235,6 +313,17 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
         const std::size_t src = (std::size_t(t) * L.n_kv_heads + h) * L.head_dim;
         if (auto s = L.k_api->encode(L.k_codec, kh.data() + src, 1, host_k_row(c, layer, page, h, slot), err); s != SL_OK) return s;
         if (auto s = L.v_api->encode(L.v_codec, vh.data() + src, 1, host_v_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+      }
+      const int32_t rpage =
+          keeps_recent(be, c) ? be->recent_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / L.page_tokens] : -1;
+      for (uint32_t h = 0; rpage >= 0 && h < L.n_kv_heads; ++h) {
+        const std::size_t src = (std::size_t(t) * L.n_kv_heads + h) * L.head_dim;
+        uint16_t* kd = host_recent_row(c, layer, rpage, 0, h, slot);
+        uint16_t* vd = host_recent_row(c, layer, rpage, 1, h, slot);
+        for (uint32_t d = 0; d < L.head_dim; ++d) {
+          kd[d] = sluice::cpu::f32_to_f16(kh[src + d]);
+          vd[d] = sluice::cpu::f32_to_f16(vh[src + d]);
+        }
       }
     }
     return SL_OK;
@@ -263,7 +352,9 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
       longest = std::max(longest, pos - lo + 1);
     }
-    const uint64_t groups = uint64_t(n_tokens) * p->n_kv_heads;
+    const bool fused = ks.hpw > 0;
+    const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
+    const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
     const uint32_t cu = be->ref.device.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
     uint32_t splits = 1;
     if (groups < 2ull * cu) {
@@ -278,7 +369,8 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
         be->att_partial_bytes = need;
       }
     }
-    auto& kn = ks.attention;
+    auto& kn = fused ? ks.fused : ks.attention;
+    const bool recent = keeps_recent(be, c);
     kn.setArg(0, single(q));
     kn.setArg(1, single(out));
     kn.setArg(2, c->device_layers[layer]);
@@ -298,7 +390,17 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     kn.setArg(16, static_cast<cl_uint>(p->sinks ? 1 : 0));
     kn.setArg(17, static_cast<cl_uint>(splits));
     kn.setArg(18, splits > 1 ? be->att_partial : single(out));
-    launch(be, kn, cl::NDRange(size_t(kAttentionWg) * p->n_kv_heads, n_tokens, splits), cl::NDRange(kAttentionWg, 1, 1));
+    kn.setArg(19, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
+    kn.setArg(20, recent ? be->d_recent_table : be->d_page_table);
+    kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
+    if (fused) {
+      const uint32_t k_dom = c->k_fused ? c->k_format.domain_dim : 1, v_dom = c->v_fused ? c->v_format.domain_dim : 1;
+      kn.setArg(22, cl::Local(size_t(4) * ks.hpw * k_dom));
+      kn.setArg(23, static_cast<cl_uint>(k_dom));
+      kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_dom));
+      kn.setArg(25, static_cast<cl_uint>(v_dom));
+    }
+    launch(be, kn, cl::NDRange(size_t(kAttentionWg) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(kAttentionWg, 1, 1));
     if (splits > 1) {
       auto& mk = ks.merge;
       mk.setArg(0, be->att_partial);

@@ -268,6 +268,13 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
     upload_batch_vector(be, be->d_positions, be->d_positions_cap, be->positions);
     upload_batch_vector(be, be->d_seq_slots, be->d_slots_cap, be->seq_slots);
     upload_batch_vector(be, be->d_page_table, be->d_table_cap, be->page_table);
+    const bool has_recent = batch->struct_size >= offsetof(sl_batch, recent_table) + sizeof(batch->recent_table) && batch->recent_table;
+    if (has_recent) {
+      be->recent_table.assign(batch->recent_table, batch->recent_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
+      upload_batch_vector(be, be->d_recent_table, be->d_recent_cap, be->recent_table);
+    } else {
+      be->recent_table.clear();
+    }
     return SL_OK;
   });
 }

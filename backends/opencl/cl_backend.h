@@ -35,9 +35,15 @@ struct sl_kv_cache {
   std::string fallback_reason;  // why the host keeps this cache, when it does
   std::vector<cl::Buffer> device_layers;              // on_device: one buffer per layer
   std::vector<std::vector<std::byte>> host_layers;    // otherwise: the host keeps the KV (codec encode/decode)
-  // kv_write/attention/attention_merge built with the codecs' source, per query heads per KV head.
+  // The recent window's exact rows (f16 bits): per layer n_recent_pages × [K, V][head][slot][head_dim].
+  std::vector<cl::Buffer> recent_layers;              // on_device
+  std::vector<std::vector<uint16_t>> host_recent;     // host path
+  bool k_fused = false, v_fused = false;  // the codec's source has the fused device functions
+  // kv_write/attention/attention_merge (and attention_fused when a codec has fused functions) built
+  // with the codecs' source, per query heads per KV head. hpw: query heads per fused work-group.
   struct Kernels {
-    cl::Kernel kv_write, attention, merge;
+    cl::Kernel kv_write, attention, merge, fused;
+    uint32_t hpw = 0;  // 0: no fused kernel
   };
   std::map<uint32_t, Kernels> kernels;
 };
@@ -80,9 +86,10 @@ struct sl_backend {
   std::map<std::string, cl::Kernel> kernels;
   // The current batch, on the host and on the device.
   std::vector<int32_t> positions, seq_slots, page_table;
+  std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
   uint32_t n_seqs = 0, max_pages = 0;
-  cl::Buffer d_positions, d_seq_slots, d_page_table;
-  size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0;
+  cl::Buffer d_positions, d_seq_slots, d_page_table, d_recent_table;
+  size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0, d_recent_cap = 0;
   // Small host inputs kept on the device while unchanged (rope inverse frequencies, embed ids).
   std::vector<float> inv_freq_host;
   cl::Buffer d_inv_freq, d_ids;

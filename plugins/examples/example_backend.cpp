@@ -66,6 +66,7 @@ void destroy(sl_backend* be) { delete be; }
 sl_status get_device_info(const sl_backend*, sl_device_info* out, sl_error* err) { return device_info(0, out, err); }
 int supports_op(const sl_backend*, const sl_op_query* q) {
   if (!q || q->op >= SL_OP_COUNT) return 0;
+  if (q->op == SL_OP_KV_RECENT_WINDOW) return 0;  // every key is read through the codec
   if (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED || q->op == SL_OP_RMS_NORM || q->op == SL_OP_LAYER_NORM)
     return q->weight_bits == 0 && q->weight_dtype == SL_DTYPE_F32;
   return 1;

@@ -207,6 +207,36 @@ class AttentionTest : public BackendOpsTest {
     }
   }
 
+  // As check_attention, but token t is checked against its own view of the sequences (mixed_[t]).
+  std::map<std::size_t, std::vector<Sequence>> mixed_;
+  void check_attention_mixed(const AttentionShape& s, KvCache& cache, uint32_t layer, const Tokens& tokens) {
+    const std::size_t q_row = static_cast<std::size_t>(s.n_heads) * s.head_dim;
+    const auto q = random(tokens.size() * q_row);
+    const auto sinks = random(s.n_heads);
+    auto dq = upload(q), dsinks = upload(sinks), out = zeros(q.size());
+    sl_attention_params p{};
+    p.struct_size = sizeof(p);
+    p.n_heads = s.n_heads;
+    p.n_kv_heads = s.n_kv_heads;
+    p.head_dim = s.head_dim;
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+    p.window = s.window;
+    p.softcap = s.softcap;
+    p.sinks = s.sinks ? dsinks.get() : nullptr;
+    sl_error err{};
+    ASSERT_EQ(api()->attention(be(), cache.get(), layer, dq.get(), &p, out.get(), &err), SL_OK) << err.message;
+    const auto got = download(out, q.size());
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      const auto& [si, pos] = tokens[t];
+      for (uint32_t h = 0; h < s.n_heads; ++h) {
+        const auto ref = reference_attention(s, mixed_.at(t)[si], pos, h, q.data() + t * q_row + h * s.head_dim, sinks);
+        for (uint32_t d = 0; d < s.head_dim; ++d)
+          ASSERT_NEAR(got[t * q_row + h * s.head_dim + d], ref[d], 2e-5 * (1.0 + std::abs(ref[d])))
+              << "token " << t << " (seq " << si << " pos " << pos << ") head " << h << " dim " << d;
+      }
+    }
+  }
+
   // Sequences of the given lengths with random K/V and page tables drawn from a shuffled pool.
   std::vector<Sequence> make_sequences(const AttentionShape& s, const CodecPair& codecs,
                                        const std::vector<uint32_t>& lengths) {
@@ -372,6 +402,140 @@ TEST_P(AttentionTest, WritesAndAttentionOutsideTheCacheAreErrors) {
   err = {};
   EXPECT_EQ(api()->kv_write(be(), cache.get(), 0, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
   EXPECT_STRNE(err.message, "");
+}
+
+// ---- the recent window -----------------------------------------------------------------------
+
+// A deliberately coarse codec (steps of 1/4, int8) with host and OpenCL halves, so that a key read
+// from the codec's row and the same key read exactly differ visibly.
+namespace coarse {
+struct Codec {
+  uint32_t head_dim;
+};
+int8_t quantize(float v) { return static_cast<int8_t>(std::clamp(std::nearbyint(v * 4.0f), -127.0f, 127.0f)); }
+sl_status create(uint32_t head_dim, sl_kv_role, const char*, sl_kvcodec** out, sl_error*) {
+  *out = reinterpret_cast<sl_kvcodec*>(new Codec{head_dim});
+  return SL_OK;
+}
+void destroy(sl_kvcodec* c) { delete reinterpret_cast<Codec*>(c); }
+void get_format(const sl_kvcodec* c, sl_kv_format* f) {
+  const uint32_t d = reinterpret_cast<const Codec*>(c)->head_dim;
+  *f = {sizeof(sl_kv_format), d, d, d, d, 8.0f, d};
+}
+sl_status encode(const sl_kvcodec* c, const float* src, uint32_t n, void* dst, sl_error*) {
+  const uint32_t d = reinterpret_cast<const Codec*>(c)->head_dim;
+  for (std::size_t i = 0; i < std::size_t(n) * d; ++i) static_cast<int8_t*>(dst)[i] = quantize(src[i]);
+  return SL_OK;
+}
+sl_status decode(const sl_kvcodec* c, const void* src, uint32_t n, float* dst, sl_error*) {
+  const uint32_t d = reinterpret_cast<const Codec*>(c)->head_dim;
+  for (std::size_t i = 0; i < std::size_t(n) * d; ++i) dst[i] = static_cast<const int8_t*>(src)[i] * 0.25f;
+  return SL_OK;
+}
+const char* opencl_source(const sl_kvcodec*) {
+  return "void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n) {\n"
+         "  for (uint i = 0; i < n; ++i) row[i] = (uchar)(char)clamp(rint(src[i] * 4.0f), -127.0f, 127.0f);\n"
+         "}\n"
+         "float SL_KV_FN(load)(__global const uchar* row, uint i) { return (float)(char)row[i] * 0.25f; }\n";
+}
+const sl_kvcodec_api kApi = {sizeof(sl_kvcodec_api), create, destroy, get_format, encode, decode,
+                             nullptr, nullptr, nullptr, nullptr, nullptr, opencl_source};
+}  // namespace coarse
+
+// The recent window as the ABI defines it: key j of a query at pos is exact when j > pos - window
+// and the pages from j's to pos's all have recent pages. Written out independently of the backends.
+int32_t reference_exact_from(const std::vector<int32_t>& recent, uint32_t window, int32_t pos, int32_t lo) {
+  int32_t from = pos + 1;
+  for (int32_t j = pos; j >= std::max(lo, pos - static_cast<int32_t>(window) + 1); --j) {
+    if (recent[static_cast<std::size_t>(j) / kPageTokens] < 0) break;
+    from = j;
+  }
+  return from;
+}
+
+TEST_P(AttentionTest, RecentWindowKeysAreReadExactly) {
+  if (!api()->supports_op(be(), [] {
+        static sl_op_query q{sizeof(sl_op_query), SL_OP_KV_RECENT_WINDOW, 0, 0, nullptr, nullptr};
+        return &q;
+      }()))
+    GTEST_SKIP() << "backend keeps no recent window";
+  for (uint32_t window : {5u, 20u}) {
+    for (const AttentionShape& shape : {AttentionShape{4, 2, 24, 0, 0.0f, false}, AttentionShape{6, 3, 16, 9, 0.0f, true}}) {
+      SCOPED_TRACE("window " + std::to_string(window) + " " + describe(shape));
+      CodecPair codecs(&coarse::kApi, shape.head_dim);
+      ASSERT_TRUE(codecs.ok());
+      auto layout = codecs.layout(shape.n_kv_heads, shape.head_dim);
+      layout.recent_window = window;
+      layout.n_recent_pages = 8;
+      KvCache cache(api(), be(), layout);
+      ASSERT_EQ(cache.status(), SL_OK) << cache.message();
+      auto seqs = make_sequences(shape, codecs, {50, 37});
+      // Sequence 0's first page has no recent page (a reused prefix: compressed only), the others do.
+      const std::vector<std::vector<int32_t>> recent = {{-1, 3, 0, 6}, {5, 1, 7}};
+      const uint32_t max_pages = 4;
+      std::vector<int32_t> recent_table(seqs.size() * max_pages, -1);
+      for (std::size_t s = 0; s < seqs.size(); ++s) std::copy(recent[s].begin(), recent[s].end(), recent_table.begin() + s * max_pages);
+      // What each query must see: the codec's values, except its window's keys (f16-rounded originals).
+      auto exact_seq = [&](const Sequence& seq, std::size_t si, int32_t pos) {
+        Sequence mixed = seq;
+        const int32_t lo = shape.window ? std::max<int32_t>(0, pos - static_cast<int32_t>(shape.window) + 1) : 0;
+        const std::size_t row = static_cast<std::size_t>(shape.n_kv_heads) * shape.head_dim;
+        for (int32_t j = reference_exact_from(recent[si], window, pos, lo); j <= pos; ++j)
+          for (std::size_t i = 0; i < row; ++i) {
+            mixed.k[j * row + i] = round_to_dtype(seq.k_raw[j * row + i], SL_DTYPE_F16);
+            mixed.v[j * row + i] = round_to_dtype(seq.v_raw[j * row + i], SL_DTYPE_F16);
+          }
+        return mixed;
+      };
+      auto run = [&](const Tokens& tokens) {
+        std::vector<int32_t> positions, slots, table(seqs.size() * max_pages, -1);
+        for (const auto& [si, pos] : tokens) {
+          slots.push_back(static_cast<int32_t>(si));
+          positions.push_back(pos);
+        }
+        for (std::size_t si = 0; si < seqs.size(); ++si) std::copy(seqs[si].pages.begin(), seqs[si].pages.end(), table.begin() + si * max_pages);
+        sl_batch b{};
+        b.struct_size = sizeof(b);
+        b.n_tokens = static_cast<uint32_t>(positions.size());
+        b.positions = positions.data();
+        b.seq_slots = slots.data();
+        b.n_seqs = static_cast<uint32_t>(seqs.size());
+        b.max_pages = max_pages;
+        b.page_table = table.data();
+        b.recent_table = recent_table.data();
+        sl_error err{};
+        ASSERT_EQ(api()->begin_batch(be(), &b, &err), SL_OK) << err.message;
+        write(shape, cache, 1, seqs, tokens);
+        // One query at a time against its own mixed history (check_attention runs them all at once,
+        // each token checked against the reference of its own sequence).
+        for (std::size_t t = 0; t < tokens.size(); ++t) {
+          std::vector<Sequence> view = seqs;
+          view[tokens[t].first] = exact_seq(seqs[tokens[t].first], tokens[t].first, tokens[t].second);
+          mixed_[t] = std::move(view);
+        }
+      };
+      Tokens prefill, decode;
+      for (uint32_t pos = 0; pos < 50; ++pos)
+        for (uint32_t si = 0; si < seqs.size(); ++si)
+          if (pos + 1 < seqs[si].length) prefill.push_back({si, static_cast<int32_t>(pos)});
+      for (uint32_t si = 0; si < seqs.size(); ++si) decode.push_back({si, static_cast<int32_t>(seqs[si].length - 1)});
+      for (const Tokens* tokens : {&prefill, &decode}) {
+        mixed_.clear();
+        run(*tokens);
+        if (HasFatalFailure()) return;
+        check_attention_mixed(shape, cache, 1, *tokens);
+        if (HasFatalFailure()) return;
+      }
+      // A sequence written alone runs in one long run (the CPU's blocked GEMM path).
+      Tokens long_run;
+      for (int32_t pos = 0; pos < 49; ++pos) long_run.push_back({0, pos});
+      mixed_.clear();
+      run(long_run);
+      if (HasFatalFailure()) return;
+      check_attention_mixed(shape, cache, 1, long_run);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 }  // namespace

@@ -87,6 +87,11 @@ typedef struct sl_batch {
   uint32_t n_seqs;
   uint32_t max_pages;        /* columns of page_table */
   const int32_t* page_table; /* [n_seqs][max_pages]: KV page of each run of page_tokens positions */
+  /* --- added in ABI 1.2 (absent when struct_size is smaller: no recent window) ---------------- */
+  /* [n_seqs][max_pages]: the recent page holding exact (f16) K/V rows for each page of positions,
+   * or -1. Attention reads key j of a query at position p exactly when j > p - recent_window and
+   * recent_table has a page for j; kv_write stores the exact rows wherever it has one. NULL = none. */
+  const int32_t* recent_table;
 } sl_batch;
 
 /* Shape of the paged KV cache: n_pages pages, each holding page_tokens positions of every layer. */
@@ -101,6 +106,13 @@ typedef struct sl_kv_layout {
   const sl_kvcodec* k_codec;
   const sl_kvcodec_api* v_api;
   const sl_kvcodec* v_codec;
+  /* --- added in ABI 1.2 (0 when struct_size is smaller) ---------------------------------------- */
+  /* The recent window: the newest recent_window keys before each query are attended exactly, from
+   * f16 copies kept in n_recent_pages recent pages (page_tokens positions of every layer and KV
+   * head, K then V) beside the compressed pages. The host assigns them (sl_batch.recent_table);
+   * only a backend that answers supports_op(SL_OP_KV_RECENT_WINDOW) gets a non-zero window. */
+  uint32_t recent_window;
+  uint32_t n_recent_pages;
 } sl_kv_layout;
 
 typedef struct sl_attention_params {
@@ -140,6 +152,7 @@ typedef enum sl_op {
   SL_OP_COPY,
   SL_OP_SOFTMAX,
   SL_OP_TOPK,
+  SL_OP_KV_RECENT_WINDOW, /* ABI 1.2: the KV cache keeps a recent window exact (sl_kv_layout) */
   SL_OP_COUNT
 } sl_op;
 

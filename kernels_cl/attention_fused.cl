@@ -1,0 +1,177 @@
+// Attention through the codecs' fused device functions (docs/PLUGINS.md, "The fused device path"):
+// keys are scored against the query rotated once into the K codec's domain, values accumulate in
+// the V codec's domain and are mapped back once — no stored row is ever decoded to head_dim floats.
+// A codec without them keeps its role on the generic element loads (SL_KV_FN(load)).
+//
+// Pasted after attention.cl (its helpers), built with HEAD_DIM, GROUP, WG and:
+//   K_FUSED, V_FUSED  1 when the K / V codec's source has the fused functions
+//   HPW               query heads per work-group (a divisor of GROUP): the local memory below is
+//                     HPW × (K domain + V domain) floats, so the host picks HPW to fit the device
+// Local memory arguments: q_slots (HPW × K domain floats: the query under each of the K codec's
+// rotations), acc (HPW × V domain floats: the value accumulators of every V rotation).
+#if K_FUSED || V_FUSED
+
+// One work-group per (HPW query heads of one KV head, token, key split), as `attention` but with
+// HPW heads instead of GROUP: work-item j scores key j of each tile of WG keys; then the tile's
+// values are accumulated, each work-item owning the dims lid, lid + WG, ... of every accumulator.
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void attention_fused(__global const float* q, __global float* out, __global const uchar* layer, ulong page_bytes,
+                     uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
+                     __global const int* positions, __global const int* seq_slots, __global const int* page_table,
+                     uint max_pages, float scale, uint window, float softcap, __global const float* sinks,
+                     uint has_sinks, uint n_splits, __global float* partial, __global const half* recent_layer,
+                     __global const int* recent_table, uint recent_window, __local float* q_slots, uint k_domain,
+                     __local float* acc, uint v_domain) {
+  __local float q_orig[HPW][HEAD_DIM];
+  __local float p[HPW][WG];
+  __local float red[WG];
+  const uint head0 = get_group_id(0) * HPW, t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
+  const uint kvh = head0 / GROUP;
+  const uint n_heads = n_kv_heads * GROUP;
+  const int pos = positions[t];
+  const int lo_all = window ? max(0, pos - (int)window + 1) : 0;
+  const int total = pos - lo_all + 1;
+  const int per_split = (total + (int)n_splits - 1) / (int)n_splits;
+  const int lo = lo_all + (int)split * per_split;
+  const int hi = min(pos, lo + per_split - 1);
+  __global const int* table = page_table + (ulong)seq_slots[t] * max_pages;
+  __global const int* recent = recent_table + (ulong)seq_slots[t] * max_pages;
+  const int exact = att_exact_from(recent, recent_window, page_tokens, pos, lo_all);
+  const ulong v_region = (ulong)n_kv_heads * page_tokens * k_row_bytes;
+
+  for (uint i = lid; i < HPW * HEAD_DIM; i += WG)
+    q_orig[i / HEAD_DIM][i % HEAD_DIM] = q[((ulong)t * n_heads + head0 + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM];
+  barrier(CLK_LOCAL_MEM_FENCE);
+#if K_FUSED
+  for (uint g = 0; g < HPW; ++g) {
+    for (uint i = lid; i < HEAD_DIM; i += WG) q_slots[g * k_domain + i] = q_orig[g][i];
+    sl_k_fused_prepare_query(q_slots + g * k_domain, lid, WG);  // has barriers: every work-item calls it
+  }
+#endif
+#if V_FUSED
+  for (uint i = lid; i < HPW * v_domain; i += WG) acc[i] = 0.0f;
+#endif
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  // Values read in the original domain (the recent window's rows; a V codec without fused functions).
+  float acc_o[HPW][DIMS_PER_ITEM];
+  float m[HPW], l[HPW];
+  for (uint g = 0; g < HPW; ++g) {
+    const bool sink = has_sinks && split == 0;
+    m[g] = sink ? sinks[head0 + g] : -INFINITY;
+    l[g] = sink ? 1.0f : 0.0f;
+    for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] = 0.0f;
+  }
+
+  for (int tile = lo; tile <= hi; tile += WG) {
+    const int j = tile + (int)lid;
+    float s[HPW];
+    if (j <= hi) {
+      if (j >= exact) {
+        __global const half* kx = att_recent_row(recent_layer, recent[j / (int)page_tokens], 0u, n_kv_heads, kvh, page_tokens, (uint)j);
+        for (uint g = 0; g < HPW; ++g) s[g] = 0.0f;
+        for (uint d = 0; d < HEAD_DIM; ++d) {
+          const float kv = vload_half(d, kx);
+          for (uint g = 0; g < HPW; ++g) s[g] += q_orig[g][d] * kv;
+        }
+      } else {
+        const ulong page = kv_page_of(table, (uint)j, page_tokens);
+        __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
+#if K_FUSED
+        for (uint g = 0; g < HPW; ++g) s[g] = sl_k_fused_score(krow, q_slots + g * k_domain);
+#else
+        for (uint g = 0; g < HPW; ++g) s[g] = 0.0f;
+        for (uint d = 0; d < HEAD_DIM; ++d) {
+          const float kv = sl_k_load(krow, d);
+          for (uint g = 0; g < HPW; ++g) s[g] += q_orig[g][d] * kv;
+        }
+#endif
+      }
+      for (uint g = 0; g < HPW; ++g) {
+        s[g] *= scale;
+        if (softcap > 0.0f) s[g] = tanh(s[g] / softcap) * softcap;
+      }
+    } else {
+      for (uint g = 0; g < HPW; ++g) s[g] = -INFINITY;
+    }
+    for (uint g = 0; g < HPW; ++g) {
+      const float m_new = fmax(m[g], att_reduce_max(red, s[g]));
+      const float e = j <= hi ? exp(s[g] - m_new) : 0.0f;
+      p[g][lid] = e;
+      const float corr = exp(m[g] - m_new);
+      l[g] = l[g] * corr + att_reduce_sum(red, e);
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] *= corr;
+#if V_FUSED
+      // Every slot's entries of this work-item's dims (only it ever touches them).
+      if (corr != 1.0f)
+        for (uint slot = 0; slot < v_domain / HEAD_DIM; ++slot)
+          for (uint dim = lid; dim < HEAD_DIM; dim += WG) acc[g * v_domain + slot * HEAD_DIM + dim] *= corr;
+#endif
+      m[g] = m_new;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int n_keys = min(WG, hi - tile + 1);
+    for (int jj = 0; jj < n_keys; ++jj) {
+      const uint key = (uint)(tile + jj);
+      if ((int)key >= exact) {
+        __global const half* vx = att_recent_row(recent_layer, recent[key / page_tokens], 1u, n_kv_heads, kvh, page_tokens, key);
+        for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+          const uint dim = lid + d * WG;
+          if (dim < HEAD_DIM) {
+            const float vv = vload_half(dim, vx);
+            for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g][jj] * vv;
+          }
+        }
+        continue;
+      }
+      const ulong page = kv_page_of(table, key, page_tokens);
+      __global const uchar* vrow =
+          layer + page * page_bytes + v_region + ((ulong)kvh * page_tokens + key % page_tokens) * v_row_bytes;
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+        const uint dim = lid + d * WG;
+        if (dim < HEAD_DIM) {
+#if V_FUSED
+          for (uint g = 0; g < HPW; ++g) sl_v_fused_accumulate(vrow, dim, p[g][jj], acc + g * v_domain);
+#else
+          const float vv = sl_v_load(vrow, dim);
+          for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g][jj] * vv;
+#endif
+        }
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+#if V_FUSED
+  // Back to the original domain once: acc[g][0, HEAD_DIM) then holds the codec's part.
+  for (uint g = 0; g < HPW; ++g) sl_v_fused_finish(acc + g * v_domain, lid, WG);
+  for (uint g = 0; g < HPW; ++g)
+    for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+      const uint dim = lid + d * WG;
+      if (dim < HEAD_DIM) acc_o[g][d] += acc[g * v_domain + dim];
+    }
+#endif
+
+  for (uint g = 0; g < HPW; ++g) {
+    const ulong head = (ulong)t * n_heads + head0 + g;
+    if (n_splits == 1) {
+      const float inv = 1.0f / l[g];
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+        const uint dim = lid + d * WG;
+        if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = acc_o[g][d] * inv;
+      }
+    } else {
+      __global float* part = partial + (head * n_splits + split) * (HEAD_DIM + 2);
+      if (lid == 0) {
+        part[0] = m[g];
+        part[1] = l[g];
+      }
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+        const uint dim = lid + d * WG;
+        if (dim < HEAD_DIM) part[2 + dim] = acc_o[g][d];
+      }
+    }
+  }
+}
+
+#endif
