@@ -96,6 +96,8 @@ sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_w
       quant_matvec(be, f32(x), n_rows, w, f32(out));
     else if (n_rows <= kMatvecMaxRows)
       matvec(be, f32(x), n_rows, w, f32(out));
+    else if (w->bits && quant_gemm_supported(w))
+      quant_gemm(be, f32(x), n_rows, w, f32(out));
     else
       gemm(be, f32(x), n_rows, w, f32(out));
   } catch (const std::bad_alloc&) {

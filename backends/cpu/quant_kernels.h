@@ -154,4 +154,9 @@ void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t 
 // The decode path of matmul for a quantized weight (checked with quant_weight_problem), on the pool.
 void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out);
 
+// The prefill path (quant_gemm.cpp): an int16 GEMM on the packed codes, for the forms it handles
+// (4 and 8 bits, groups a multiple of 32, AVX2); other forms are dequantized for sgemm.
+bool quant_gemm_supported(const sl_weight* w);
+void quant_gemm(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out);
+
 }  // namespace sluice::cpu

@@ -1,0 +1,340 @@
+// The prefill product with 4- and 8-bit affine weights: an integer GEMM on the packed codes.
+//
+// Why integers: on this class of core (Zen 3, and Intel since Haswell) vpmaddwd retires two per cycle
+// like an FMA, but each does 16 multiply-adds (int16 pairs into int32) against an FMA's 8, so a GEMM
+// whose operands are int16 has twice float32's peak. The activation is scaled per group to int16
+// (step = max|x| / 32767, the decode path's form: each value within 1.5e-5 of its group's largest), the
+// codes are small non-negative integers, and Σ q·x over a group is exact in int32; the affine form is
+// folded per group and output row in float: scale · step · Σq·x_int + bias · Σx. No int8 activation
+// (0.4 % steps) is involved, so the results match float math on the dequantized weights to ~1e-5.
+//
+// Layout. Output features are cut into tiles of 16 (two vectors of eight int32 lanes). A tile's weights
+// for a block of kc columns are unpacked once into a panel where each 32-bit lane holds two consecutive
+// columns of one row, [column pair][16 rows][2] (8 KiB for kc = 256: L1), and reused for every token.
+// The micro-kernel takes 4 tokens: per column pair it broadcasts each token's two int16 values into all
+// lanes, and one vpmaddwd per (token, 8 rows) adds both products into that row's lane — no horizontal
+// sums, 8 int32 accumulators, 8 vpmaddwd and 8 vpaddd per 2 columns. After every group (or 128
+// columns, where groups are longer: 64 pairs of 255 × 32767 products still fit in int32) the
+// accumulators are converted and folded into float sums of the tile, kept in L1.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "cpu_backend.h"
+#include "quant_kernels.h"
+
+namespace sluice::cpu {
+
+#ifdef SLUICE_CPU_AVX2
+namespace {
+
+constexpr std::size_t kTileRows = 16;
+constexpr std::size_t kTileTokens = 4;
+constexpr std::size_t kTargetBlockCols = 256;  // columns per panel: 16 rows × 256 int16 = 8 KiB
+constexpr std::size_t kMaxSpan = 128;          // columns between int32 → float folds (overflow bound)
+
+// The activation rows as the kernel reads them.
+struct IntActivations {
+  const int16_t* xq = nullptr;  // [n][cols], round(x / step) of the value's group
+  const float* step = nullptr;  // [n][groups]
+  const float* xsum = nullptr;  // [n][groups]: exact float sums of the group
+  std::size_t cols = 0, groups = 0;
+};
+
+// Row r of the weight, columns [k0, k0 + kc), widened to int16 codes in column order.
+void unpack_row_i16(const QuantView& q, std::size_t r, std::size_t k0, std::size_t kc, int16_t* dst) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(q.row(r));
+  if (q.bits == 4) {
+    const __m128i low = _mm_set1_epi8(0x0f);
+    for (std::size_t c = 0; c < kc; c += 32) {
+      // 16 bytes = 32 codes, column 2i in byte i's low nibble and 2i + 1 in its high nibble.
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + (k0 + c) / 2));
+      const __m128i lo = _mm_and_si128(v, low), hi = _mm_and_si128(_mm_srli_epi16(v, 4), low);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c + 16), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(lo, hi)));
+    }
+  } else {
+    for (std::size_t c = 0; c < kc; c += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
+                          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + k0 + c))));
+  }
+}
+
+// Eight vectors of eight 32-bit lanes transposed: out[j] lane i = in[i] lane j.
+inline void transpose8x8(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3 (h = 0) and 4-7
+    const __m256i* s = t + 4 * h;
+    u[4 * h + 0] = _mm256_unpacklo_epi64(s[0], s[2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(s[0], s[2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(s[1], s[3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(s[1], s[3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+    r[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+  }
+}
+
+// The panel of one tile (rows [r0, r0 + 16), rows past the weight's end zero) for columns [k0, k0 + kc),
+// and its scales and biases as floats, [group in block][16].
+void pack_panel(const QuantView& q, std::size_t r0, std::size_t k0, std::size_t kc, int16_t* rows_tmp, int16_t* panel,
+                float* ps, float* pb) {
+  const std::size_t valid = std::min<std::size_t>(kTileRows, q.rows - r0);
+  for (std::size_t i = 0; i < kTileRows; ++i) {
+    int16_t* dst = rows_tmp + i * kc;
+    if (i < valid)
+      unpack_row_i16(q, r0 + i, k0, kc, dst);
+    else
+      std::memset(dst, 0, kc * sizeof(int16_t));
+  }
+  // [16 rows][kc/2 pairs] of 32-bit lanes → [kc/2 pairs][16 rows], eight by eight.
+  const auto* src = reinterpret_cast<const int32_t*>(rows_tmp);
+  auto* out = reinterpret_cast<int32_t*>(panel);
+  const std::size_t pairs = kc / 2;
+  for (std::size_t half = 0; half < 2; ++half)
+    for (std::size_t p0 = 0; p0 < pairs; p0 += 8) {
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i)
+        v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (half * 8 + i) * pairs + p0));
+      transpose8x8(v);
+      for (int j = 0; j < 8; ++j)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + (p0 + j) * kTileRows + half * 8), v[j]);
+    }
+  const std::size_t g0 = k0 / q.group, ng = kc / q.group;
+  for (std::size_t gi = 0; gi < ng; ++gi)
+    for (std::size_t i = 0; i < kTileRows; ++i) {
+      ps[gi * kTileRows + i] = i < valid ? q.scale(r0 + i, g0 + gi) : 0.0f;
+      pb[gi * kTileRows + i] = i < valid ? q.bias(r0 + i, g0 + gi) : 0.0f;
+    }
+}
+
+// One span of columns (one group, or 128 columns of a longer group) of a tile against NT tokens:
+// c[t][0..16) += step[t] · (scale ⊙ Σ q·x_int) (+ bias ⊙ Σx when the span starts its group).
+struct SpanArgs {
+  const int16_t* panel;  // the span's first column pair
+  const int16_t* x[kTileTokens];  // each token's int16 values at the span's first column
+  std::size_t pairs;
+  const float* scale;  // 16 rows' scales and biases of the span's group
+  const float* bias;
+  const float* step[kTileTokens];  // each token's step and Σx of the group
+  const float* xsum[kTileTokens];
+  bool group_start;
+  float* c;  // [NT][16]
+};
+
+// The inner loop over column pairs, for four tokens (fewer: the unused pointers repeat token 0 and
+// their sums are ignored). Written in assembly because GCC 12 compiled every intrinsic form of it with
+// a register move per accumulator per iteration, or spilled the accumulators to the stack, which made
+// the loop front-end bound at about half of vpmaddwd's two-per-cycle rate.
+inline void pair_loop4(const int16_t* p, const int16_t* const* x, std::size_t pairs, __m256i acc[8]) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  std::size_t i = 0;
+  asm volatile(
+      "1:\n\t"
+      "vmovdqa (%[p]), %%ymm12\n\t"
+      "vmovdqa 32(%[p]), %%ymm13\n\t"
+      "vpbroadcastd (%[x0],%[i],4), %%ymm14\n\t"
+      "vpmaddwd %%ymm14, %%ymm12, %%ymm15\n\t"
+      "vpmaddwd %%ymm14, %%ymm13, %%ymm14\n\t"
+      "vpaddd %%ymm15, %[a0], %[a0]\n\t"
+      "vpaddd %%ymm14, %[a1], %[a1]\n\t"
+      "vpbroadcastd (%[x1],%[i],4), %%ymm14\n\t"
+      "vpmaddwd %%ymm14, %%ymm12, %%ymm15\n\t"
+      "vpmaddwd %%ymm14, %%ymm13, %%ymm14\n\t"
+      "vpaddd %%ymm15, %[a2], %[a2]\n\t"
+      "vpaddd %%ymm14, %[a3], %[a3]\n\t"
+      "vpbroadcastd (%[x2],%[i],4), %%ymm14\n\t"
+      "vpmaddwd %%ymm14, %%ymm12, %%ymm15\n\t"
+      "vpmaddwd %%ymm14, %%ymm13, %%ymm14\n\t"
+      "vpaddd %%ymm15, %[a4], %[a4]\n\t"
+      "vpaddd %%ymm14, %[a5], %[a5]\n\t"
+      "vpbroadcastd (%[x3],%[i],4), %%ymm14\n\t"
+      "vpmaddwd %%ymm14, %%ymm12, %%ymm15\n\t"
+      "vpmaddwd %%ymm14, %%ymm13, %%ymm14\n\t"
+      "vpaddd %%ymm15, %[a6], %[a6]\n\t"
+      "vpaddd %%ymm14, %[a7], %[a7]\n\t"
+      "add $64, %[p]\n\t"
+      "inc %[i]\n\t"
+      "cmp %[n], %[i]\n\t"
+      "jne 1b\n\t"
+      : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5), [a6] "+x"(a6),
+        [a7] "+x"(a7), [p] "+r"(p), [i] "+r"(i)
+      : [x0] "r"(x[0]), [x1] "r"(x[1]), [x2] "r"(x[2]), [x3] "r"(x[3]), [n] "r"(pairs)
+      : "xmm12", "xmm13", "xmm14", "xmm15", "cc", "memory");
+  acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3, acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;
+}
+
+template <std::size_t NT>
+void span_kernel(const SpanArgs& s) {
+  static_assert(NT >= 1 && NT <= 4);
+  const int16_t* x[4] = {s.x[0], NT > 1 ? s.x[1] : s.x[0], NT > 2 ? s.x[2] : s.x[0], NT > 3 ? s.x[3] : s.x[0]};
+  __m256i acc[8];
+  pair_loop4(s.panel, x, s.pairs, acc);
+  const __m256i a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], a4 = acc[4], a5 = acc[5], a6 = acc[6], a7 = acc[7];
+  const __m256 s_lo = _mm256_load_ps(s.scale), s_hi = _mm256_load_ps(s.scale + 8);
+  const __m256 b_lo = _mm256_load_ps(s.bias), b_hi = _mm256_load_ps(s.bias + 8);
+  auto fold = [&](std::size_t t, __m256i lo_i, __m256i hi_i) {
+    const __m256 m = _mm256_broadcast_ss(s.step[t]);
+    float* ct = s.c + t * kTileRows;
+    __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo_i), _mm256_mul_ps(s_lo, m), _mm256_load_ps(ct));
+    __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi_i), _mm256_mul_ps(s_hi, m), _mm256_load_ps(ct + 8));
+    if (s.group_start) {
+      const __m256 xs = _mm256_broadcast_ss(s.xsum[t]);
+      lo = _mm256_fmadd_ps(b_lo, xs, lo);
+      hi = _mm256_fmadd_ps(b_hi, xs, hi);
+    }
+    _mm256_store_ps(ct, lo);
+    _mm256_store_ps(ct + 8, hi);
+  };
+  fold(0, a0, a1);
+  if constexpr (NT > 1) fold(1, a2, a3);
+  if constexpr (NT > 2) fold(2, a4, a5);
+  if constexpr (NT > 3) fold(3, a6, a7);
+}
+
+// c[t][0..16) += the tile's products with NT tokens over the panel's kc columns (starting at column k0).
+template <std::size_t NT>
+void tile_kernel(const int16_t* panel, const float* ps, const float* pb, std::size_t k0, std::size_t kc,
+                 std::size_t group, const IntActivations& a, std::size_t t0, float* c) {
+  const std::size_t span = std::min(group, kMaxSpan);
+  SpanArgs s{};
+  s.pairs = span / 2;
+  s.c = c;
+  std::size_t g = k0 / group, gi = 0, in_group = 0;  // the span's group: global, within the panel; offset in it
+  for (std::size_t s0 = 0; s0 < kc; s0 += span) {
+    s.panel = panel + s0 * kTileRows;  // s0 / 2 pairs of 32 int16
+    for (std::size_t t = 0; t < NT; ++t) {
+      s.x[t] = a.xq + (t0 + t) * a.cols + k0 + s0;
+      s.step[t] = a.step + (t0 + t) * a.groups + g;
+      s.xsum[t] = a.xsum + (t0 + t) * a.groups + g;
+    }
+    s.scale = ps + gi * kTileRows;
+    s.bias = pb + gi * kTileRows;
+    s.group_start = in_group == 0;
+    span_kernel<NT>(s);
+    if ((in_group += span) == group) {
+      in_group = 0;
+      ++g;
+      ++gi;
+    }
+  }
+}
+
+void run_tokens(std::size_t nt, const int16_t* panel, const float* ps, const float* pb, std::size_t k0, std::size_t kc,
+                std::size_t group, const IntActivations& a, std::size_t t0, float* c) {
+  switch (nt) {
+    case 4: return tile_kernel<4>(panel, ps, pb, k0, kc, group, a, t0, c);
+    case 3: return tile_kernel<3>(panel, ps, pb, k0, kc, group, a, t0, c);
+    case 2: return tile_kernel<2>(panel, ps, pb, k0, kc, group, a, t0, c);
+    default: return tile_kernel<1>(panel, ps, pb, k0, kc, group, a, t0, c);
+  }
+}
+
+// Each group of each row to int16 with its own step, plus the group's exact sum.
+void quantize_rows_i16(const float* x, std::size_t t0, std::size_t t1, std::size_t cols, std::size_t group, int16_t* xq,
+                       float* step, float* xsum) {
+  const std::size_t groups = cols / group;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (std::size_t t = t0; t < t1; ++t)
+    for (std::size_t g = 0; g < groups; ++g) {
+      const float* xg = x + t * cols + g * group;
+      int16_t* dst = xq + t * cols + g * group;
+      __m256 mx = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+      for (std::size_t i = 0; i < group; i += 8) {
+        const __m256 v = _mm256_loadu_ps(xg + i);
+        mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
+        sum = _mm256_add_ps(sum, v);
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float m = _mm_cvtss_f32(m4);
+      // A zero, infinite or NaN group gets multiplier 0 (codes 0 or the saturated NaN pattern); its step
+      // carries the inf/NaN into the result as float math would.
+      const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
+      step[t * groups + g] = m / 32767.0f;
+      xsum[t * groups + g] = hsum(sum);
+      const __m256 vi = _mm256_set1_ps(inv);
+      for (std::size_t i = 0; i < group; i += 16) {
+        // Round to nearest (even), as std::nearbyint; |v| <= 32767 so packing never saturates.
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i), vi));
+        const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 8), vi));
+        // packs interleaves 128-bit halves: (a0-3 b0-3 a4-7 b4-7); restore column order.
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
+      }
+    }
+}
+
+}  // namespace
+
+bool quant_gemm_supported(const sl_weight* w) {
+  return (w->bits == 4 || w->bits == 8) && w->group_size % 32 == 0;
+}
+
+void quant_gemm(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out) {
+  const QuantView q = quant_view(w);
+  const std::size_t n = n_act, cols = q.cols, G = q.group, groups = q.groups_per_row, n_out = q.rows;
+  // The activation, quantized once for all output tiles (shared read-only by the pool's threads).
+  static thread_local std::vector<int16_t> xq;
+  static thread_local std::vector<float> step, xsum;
+  xq.resize(n * cols);
+  step.resize(n * groups);
+  xsum.resize(n * groups);
+  // Pointers, not the thread_local names, go into the lambdas: a worker naming them would get its own.
+  const IntActivations a{xq.data(), step.data(), xsum.data(), cols, groups};
+  int16_t* xq_out = xq.data();
+  float* step_out = step.data();
+  float* xsum_out = xsum.data();
+  be->pool->parallel_for(n, 4, [&](std::size_t b, std::size_t e, unsigned) {
+    quantize_rows_i16(x, b, e, cols, G, xq_out, step_out, xsum_out);
+  });
+
+  // Columns per panel: a whole number of groups, about kTargetBlockCols.
+  const std::size_t kc = G * std::max<std::size_t>(1, kTargetBlockCols / G);
+  const std::size_t tiles = (n_out + kTileRows - 1) / kTileRows;
+  be->pool->parallel_for(tiles, 1, [&](std::size_t tb, std::size_t te, unsigned) {
+    struct Scratch {
+      std::vector<int16_t> rows, panel;
+      std::vector<float> ps, pb, c;
+    };
+    static thread_local Scratch s;
+    s.rows.resize(kTileRows * kc);
+    s.panel.resize(kTileRows * kc + 16);  // +16: room to align to 32 bytes
+    s.ps.resize(kTileRows * (kc / G) + 8);
+    s.pb.resize(kTileRows * (kc / G) + 8);
+    s.c.resize(n * kTileRows + 8);
+    auto align32 = [](auto* p) {
+      using T = std::remove_pointer_t<decltype(p)>;
+      return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 31) & ~uintptr_t(31));
+    };
+    int16_t* panel = align32(s.panel.data());
+    float* ps = align32(s.ps.data());
+    float* pb = align32(s.pb.data());
+    float* c = align32(s.c.data());
+    for (std::size_t tile = tb; tile < te; ++tile) {
+      const std::size_t r0 = tile * kTileRows, valid = std::min(kTileRows, n_out - r0);
+      std::fill(c, c + n * kTileRows, 0.0f);
+      for (std::size_t k0 = 0; k0 < cols; k0 += kc) {
+        const std::size_t kb = std::min(kc, cols - k0);
+        pack_panel(q, r0, k0, kb, s.rows.data(), panel, ps, pb);
+        for (std::size_t t0 = 0; t0 < n; t0 += kTileTokens)
+          run_tokens(std::min(kTileTokens, n - t0), panel, ps, pb, k0, kb, G, a, t0, c + t0 * kTileRows);
+      }
+      for (std::size_t t = 0; t < n; ++t) std::memcpy(out + t * n_out + r0, c + t * kTileRows, valid * sizeof(float));
+    }
+  });
+}
+#else
+bool quant_gemm_supported(const sl_weight*) { return false; }
+void quant_gemm(sl_backend*, const float*, uint32_t, const sl_weight*, float*) {}
+#endif
+
+}  // namespace sluice::cpu
