@@ -95,25 +95,34 @@ def line_chart(path, files, data, field, ylabel, title):
 
 
 def memory_chart(path, files, data, title):
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    """Two panels: the row process's peak RSS; the KV cache (solid) and device memory (dashed)."""
+    fig, (rss_ax, kv_ax) = plt.subplots(1, 2, figsize=(12, 5.5))
     plotted = False
     for i, (label, rows) in enumerate(sorted(data.items())):
         color = "C%d" % (i % 10)
-        for field, style, scale, what in (("peak_rss_mb", "-", 1.0, "peak RSS"), ("device_mem_mb", "--", 1.0, "device"),
-                                           ("kv_bytes", ":", 1.0 / (1 << 20), "KV cache")):
-            pts = [(r["ctx"], r[field] * scale) for r in rows if r.get(field) is not None]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color, label=what + ", " + label)
-                plotted = True
+        rss = [(r["ctx"], r["peak_rss_mb"]) for r in rows if r.get("peak_rss_mb") is not None]
+        if rss:
+            rss_ax.plot([p[0] for p in rss], [p[1] for p in rss], "-", marker="o", color=color, label=label)
+            plotted = True
+        kv = [(r["ctx"], r["kv_bytes"] / float(1 << 20)) for r in rows if r.get("kv_bytes") is not None]
+        if kv:
+            kv_ax.plot([p[0] for p in kv], [p[1] for p in kv], "-", marker="o", color=color)
+        dev = [(r["ctx"], r["device_mem_mb"]) for r in rows if r.get("device_mem_mb") is not None]
+        if dev:
+            kv_ax.plot([p[0] for p in dev], [p[1] for p in dev], "--", marker="s", color=color)
     if not plotted:
         plt.close(fig)
         return None
-    ax.set_xlabel("context (prompt tokens before decoding)")
-    ax.set_ylabel("MB")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.set_yscale("symlog", linthresh=1.0)
-    ax.legend(fontsize=7)
+    for ax in (rss_ax, kv_ax):
+        ax.set_xlabel("context (prompt tokens before decoding)")
+        ax.grid(True, alpha=0.3)
+    rss_ax.set_ylabel("peak RSS of the row's process, MB")
+    rss_ax.set_ylim(bottom=0)
+    kv_ax.set_ylabel("MB (log)")
+    kv_ax.set_yscale("log")
+    kv_ax.set_title("KV cache (solid), device memory (dashed)", fontsize=9)
+    rss_ax.legend(fontsize=7)
+    fig.suptitle(title)
     fig.text(0.01, 0.01, subtitle(files), fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.06 * len(files), 1, 1))
     fig.savefig(path, dpi=110)

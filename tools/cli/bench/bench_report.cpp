@@ -80,7 +80,7 @@ std::string markdown_table(const rapidjson::Value& rows) {
     t += "| " + text(r, "backend") + " | " + text(r, "device") + " | " + text(r, "gpu_layers") + " | " + threads + " | " + text(r, "kv_codec") +
          " | " + text(r, "expert_store") + " | " + text(r, "ctx") + " | " + cell(r, "ttft_ms", 1) + " | " + cell(r, "prefill_tps", 1) + " | " +
          cell(r, "decode_tps", 2) + " (" + cell(r, "decode_tps_min", 2) + "–" + cell(r, "decode_tps_max", 2) + ") | " + cell(r, "peak_rss_mb", 0) +
-         " | " + cell(r, "device_mem_mb", 0) + " | " + kv_mb + " | " + expert_mb + " | " + cell(r, "hit_rate", 3) + " |\n";
+         " | " + cell(r, "device_mem_mb", 1) + " | " + kv_mb + " | " + expert_mb + " | " + cell(r, "hit_rate", 3) + " |\n";
   }
   return t;
 }

@@ -2,8 +2,6 @@
 
 #include <sys/utsname.h>
 
-#include <array>
-#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -12,12 +10,7 @@
 #include "plugin/plugin_registry.h"
 #include "sluice/backend.h"
 
-#ifndef SLUICE_GIT_COMMIT
-#define SLUICE_GIT_COMMIT "unknown"
-#endif
-#ifndef SLUICE_SOURCE_TREE
-#define SLUICE_SOURCE_TREE ""
-#endif
+#include "build_commit.h"  // generated at build time (tools/cli/bench/build_commit.cmake)
 
 namespace sluice::cli::bench {
 namespace {
@@ -37,17 +30,6 @@ std::string proc_field(const char* file, const std::string& key) {
     return start == std::string::npos ? "" : line.substr(start);
   }
   return "";
-}
-
-std::string command_output(const std::string& command) {
-  std::string out;
-  if (FILE* p = ::popen(command.c_str(), "r")) {
-    std::array<char, 256> buf{};
-    while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
 }
 
 rapidjson::Value devices(const std::string& plugin_dir, Alloc& a) {
@@ -84,16 +66,13 @@ rapidjson::Value devices(const std::string& plugin_dir, Alloc& a) {
 
 }  // namespace
 
-std::string source_commit() {
-  const std::string tree = SLUICE_SOURCE_TREE;
-  if (!tree.empty()) {
-    const std::string head = command_output("git -C '" + tree + "' rev-parse HEAD 2>/dev/null");
-    if (head.size() == 40) {
-      const std::string dirty = command_output("git -C '" + tree + "' status --porcelain --untracked-files=no 2>/dev/null");
-      return dirty.empty() ? head : head + "-dirty";
-    }
-  }
-  return SLUICE_GIT_COMMIT;
+std::string source_commit() { return SLUICE_BUILD_COMMIT; }
+
+std::string loadavg() {
+  std::ifstream load("/proc/loadavg");
+  std::string l1, l5, l15;
+  load >> l1 >> l5 >> l15;
+  return l1 + " " + l5 + " " + l15;
 }
 
 std::string utc_now() {
@@ -115,10 +94,7 @@ rapidjson::Value machine_record(const std::string& plugin_dir, Alloc& a) {
   m.AddMember("cores", std::thread::hardware_concurrency(), a);
   const std::string mem_kb = proc_field("/proc/meminfo", "MemTotal");
   m.AddMember("memory_mb", mem_kb.empty() ? 0.0 : std::stod(mem_kb) / 1024.0, a);
-  std::ifstream load("/proc/loadavg");
-  std::string l1, l5, l15;
-  load >> l1 >> l5 >> l15;
-  m.AddMember("loadavg", str(l1 + " " + l5 + " " + l15, a), a);
+  m.AddMember("loadavg", str(loadavg(), a), a);
   m.AddMember("devices", devices(plugin_dir, a), a);
   m.AddMember("commit", str(source_commit(), a), a);
   m.AddMember("date", str(utc_now(), a), a);

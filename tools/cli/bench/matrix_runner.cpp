@@ -1,7 +1,6 @@
 #include "matrix_runner.h"
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include <rapidjson/stringbuffer.h>
@@ -77,10 +76,7 @@ int run_matrix(const BenchOptions& options) {
   // The file is rewritten after every row: a run stopped from outside (a time limit) keeps its rows.
   auto save = [&]() -> bool {
     // The load during the run, beside the load before it: a busy machine explains noisy figures.
-    std::ifstream load("/proc/loadavg");
-    std::string l1, l5, l15;
-    load >> l1 >> l5 >> l15;
-    doc["machine"]["loadavg_end"].SetString((l1 + " " + l5 + " " + l15).c_str(), a);
+    doc["machine"]["loadavg_end"].SetString(loadavg().c_str(), a);
     if (options.json_out.empty()) return true;
     if (auto s = write_json_file(options.json_out, doc); !s) {
       std::cerr << "sluice bench: " << s.message() << "\n";

@@ -150,6 +150,9 @@ int run_server_load(const BenchOptions& options) {
   std::fprintf(stderr, "sluice bench --server %s: model %s, %d clients, %d requests, gen %d, shared prefix %d words\n", o.url.c_str(),
                model.c_str(), o.clients, o.requests, o.gen, o.shared_prefix_words);
 
+  // The machine (and its load) before the run; the load after it is added at the end.
+  rapidjson::Document machine_doc;
+  rapidjson::Value machine = machine_record(options.plugin_dir, machine_doc.GetAllocator());
   std::atomic<int> next{0}, finished{0};
   std::atomic<bool> stop_watchdog{false};
   std::mutex progress_mutex;
@@ -203,7 +206,8 @@ int run_server_load(const BenchOptions& options) {
   rapidjson::Document doc(rapidjson::kObjectType);
   auto& a = doc.GetAllocator();
   auto s = [&](const std::string& v) { return rapidjson::Value(v.c_str(), static_cast<rapidjson::SizeType>(v.size()), a); };
-  doc.AddMember("machine", machine_record(options.plugin_dir, a), a);
+  doc.AddMember("machine", rapidjson::Value(machine, a), a);
+  doc["machine"].AddMember("loadavg_end", s(loadavg()), a);
   rapidjson::Value server(rapidjson::kObjectType);
   server.AddMember("url", s(o.url), a);
   server.AddMember("model", s(model), a);
