@@ -59,7 +59,7 @@ def subtitle(files):
     lines = []
     for path, doc in files:
         m = doc.get("machine", {})
-        model = (doc.get("model") or {}).get("name", "?")
+        model = (doc.get("model") or {}).get("name") or (doc.get("server") or {}).get("model", "?")
         lines.append("%s: %s, %s cores, commit %s, %s, load %s" % (
             model, m.get("cpu", "?"), m.get("cores", "?"), str(m.get("commit", "?"))[:10], m.get("date", "?"), m.get("loadavg", "?")))
     return "\n".join(lines)
