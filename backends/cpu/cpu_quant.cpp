@@ -209,7 +209,7 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst) {
   }
 }
 
-void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step) {
+void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step, float* xsum) {
   const std::size_t G = q.group;
   for (uint32_t t = 0; t < n_act; ++t)
     for (std::size_t g = 0; g < q.groups_per_row; ++g) {
@@ -220,6 +220,7 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
       const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
       step[t * param_stride(q.groups_per_row) + g] = m / 32767.0f;
       const bool quads = q.bits == 4 && G % 64 == 0;
+      int32_t total = 0;
       for (std::size_t i = 0; i < G; ++i) {
         // The order the kernels meet the codes in: runs of 64 as four strided quarters (4-bit), or runs
         // of 32 as evens then odds.
@@ -227,7 +228,11 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
                                     : (i & ~std::size_t(31)) + ((i & 1) ? 16 : 0) + ((i & 31) >> 1);
         const float v = std::nearbyint(xg[i] * inv);
         dst[j] = static_cast<int16_t>(v == v ? std::clamp(v, -32767.0f, 32767.0f) : 0.0f);  // NaN/inf: no UB
+        total += dst[j];
       }
+      // The bias term from the same rounded values as the codes' term (see quant_gemm.cpp: it keeps the
+      // error at w · e per value instead of scale·q · e). A zero or non-finite group keeps its float sum.
+      if (inv > 0.0f) xsum[t * param_stride(q.groups_per_row) + g] = float(total) * (m / 32767.0f);
     }
 }
 
@@ -276,7 +281,7 @@ void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weigh
   if ((q.bits == 4 || q.bits == 8) && q.group % 32 == 0) {
     xq.resize(std::size_t(n_act) * q.cols);
     step.assign(std::size_t(n_act) * stride, 0.0f);
-    quantize_activations(x, n_act, q, xq.data(), step.data());
+    quantize_activations(x, n_act, q, xq.data(), step.data(), xsum.data());
     a.xq = xq.data();
     a.step = step.data();
   }

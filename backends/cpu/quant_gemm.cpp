@@ -39,7 +39,7 @@ constexpr std::size_t kMaxSpan = 128;          // columns between int32 → floa
 struct IntActivations {
   const int16_t* xq = nullptr;  // [n][cols], round(x / step) of the value's group
   const float* step = nullptr;  // [n][groups]
-  const float* xsum = nullptr;  // [n][groups]: exact float sums of the group
+  const float* xsum = nullptr;  // [n][groups]: Σ x_int · step of the group
   std::size_t cols = 0, groups = 0;
 };
 
@@ -259,17 +259,27 @@ void quantize_rows_i16(const float* x, std::size_t t0, std::size_t t1, std::size
       // A zero, infinite or NaN group gets multiplier 0 (codes 0 or the saturated NaN pattern); its step
       // carries the inf/NaN into the result as float math would.
       const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
-      step[t * groups + g] = m / 32767.0f;
-      xsum[t * groups + g] = hsum(sum);
       const __m256 vi = _mm256_set1_ps(inv);
+      __m256i isum = _mm256_setzero_si256();
       for (std::size_t i = 0; i < group; i += 16) {
         // Round to nearest (even), as std::nearbyint; |v| <= 32767 so packing never saturates.
         const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i), vi));
         const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 8), vi));
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(a, b));
         // packs interleaves 128-bit halves: (a0-3 b0-3 a4-7 b4-7); restore column order.
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                             _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
       }
+      // The bias term uses the same rounded activation as the codes' term (Σ x_int · step, exact in
+      // int32), so the result is exactly Σ (scale·q + bias) · x_int · step: the rounding error is then
+      // w · e per value. With the float Σx it would be scale·q · e, and scale·q = w − bias can be several
+      // times |w| when the group's bias is large and negative — measured, it doubled the worst error.
+      alignas(32) int32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), isum);
+      int32_t total = 0;
+      for (int32_t v : lanes) total += v;
+      step[t * groups + g] = m / 32767.0f;
+      xsum[t * groups + g] = inv > 0.0f ? float(total) * (m / 32767.0f) : hsum(sum);
     }
 }
 

@@ -146,7 +146,8 @@ struct MatvecActivations {
   const int16_t* xq;    // [n_act][cols]: round(x / step), permuted as quantize_activations says
   const float* step;    // [n_act][param_stride(groups)]: max|x| / 32767 of the group
 };
-void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step);
+// Also replaces each group's xsum by Σ xq · step, the sum of the values the codes' term uses.
+void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step, float* xsum);
 
 // out[t, r] = sum_c x[t, c] * w[r, c] for n_act <= 4 activation rows, output rows [r0, r1).
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
