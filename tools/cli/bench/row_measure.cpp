@@ -176,9 +176,10 @@ Result<rapidjson::Value> measure_row(const RowSpec& spec, Alloc& a, const Progre
   // What the model put in device memory: the weights when the device cannot read host memory (they
   // are copied; a device that can uses the mapped files in place) and the KV cache, which is always
   // allocated on the device. Activation buffers are not counted. The CPU backend has no device
-  // memory apart from the host's (see peak_rss_mb): null.
+  // memory apart from the host's (see peak_rss_mb): null. So is a model split between backends
+  // (--gpu-layers N), whose share of weights and KV cache on the device the runtime does not report.
   std::optional<double> device_mb;
-  if (rt.backend().name() != "cpu") {
+  if (rt.backend().name() != "cpu" && o.gpu_layers.empty()) {
     const bool unified = (dev.caps & SL_CAP_UNIFIED) != 0;
     const uint64_t weights = unified ? 0 : rt.model().weight_bytes();
     device_mb = static_cast<double>(weights + rt.kv().capacity_bytes()) / (1 << 20);
