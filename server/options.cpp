@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/layer_split.h"
 #include "server/memory_plan.h"
 #include "turbo/recommended.h"
 
@@ -43,7 +44,9 @@ po::options_description describe(ServerOptions& o) {
     ("api-key", po::value(&o.api_key), "require `Authorization: Bearer KEY` (not on /health, /metrics)")
     ("cors", po::value(&o.cors_origin), "allow cross-origin requests from ORIGIN (* for any)")
     ("mem-limit", po::value(&o.mem_limit), "memory limit, e.g. 8G (not enforced yet: --info reports the fit)")
-    ("gpu-layers", po::value(&o.gpu_layers), "layers on the GPU (not available yet)")
+    ("gpu-layers", po::value(&o.gpu_layers),
+     "the first N layers on the GPU/OpenCL backend (--backend or --devices), the rest on the CPU; auto: as many as fit")
+    ("devices", po::value(&o.devices), "several offload devices, e.g. opencl:0:0,opencl:0:1: layers split evenly between them")
     ("stream-experts", po::bool_switch(&o.stream_experts),
      "stream MoE experts from the model files (the uring store, budget from free memory or --mem-limit)")
     ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(o.expert_cache_mb), "expert cache budget of a streaming store, MiB (0 = derived)")
@@ -81,6 +84,11 @@ Status validate(const ServerOptions& o) {
   bool level_ok = false;
   for (const char* l : kLevels) level_ok |= o.log_level == l;
   if (!level_ok) return make_error("--log-level must be one of trace, debug, info, warn, error, off");
+  if (auto g = GpuLayers::parse(o.gpu_layers); !g) return g.error();
+  if (!o.devices.empty()) {
+    if (auto d = parse_devices(o.devices); !d) return d.error();
+    if (o.backend != "auto") return make_error("--devices names the backends that run the offloaded layers; drop --backend " + o.backend);
+  }
   return {};
 }
 
@@ -107,8 +115,6 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
       po::store(po::parse_config_file(file, desc, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
-    if (vm.count("gpu-layers"))
-      parsed.warnings.push_back("--gpu-layers: GPU offload is not available yet; all layers run on the selected backend");
     if (!parsed.options.mem_limit.empty())
       parsed.warnings.push_back("--mem-limit: not enforced yet (see `--info` for whether the plan fits)");
   } catch (const po::error& e) {
@@ -150,6 +156,8 @@ EngineOptions to_engine_options(const ServerOptions& o) {
     if (e.expert_cache_mb == 0) e.expert_cache_mb = derived_expert_budget_mb(o);
   }
   if (o.turbo_kv) e.kv_codec = turbo::recommended_turbo_kv();
+  e.gpu_layers = o.gpu_layers;
+  e.devices = o.devices;
   e.plugin_dir = o.plugin_dir;
   e.threads = o.threads;
   e.ctx_size = o.ctx_size;

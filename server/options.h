@@ -33,7 +33,8 @@ struct ServerOptions {
   std::string api_key;
   std::string cors_origin;
   std::string mem_limit;       // later issue
-  int gpu_layers = -1;         // later issue (-1 = not given)
+  std::string gpu_layers;      // "" every layer on --backend, N, or auto (EngineOptions::gpu_layers)
+  std::string devices;         // offload devices, e.g. opencl:0:0,opencl:0:1 (EngineOptions::devices)
   bool stream_experts = false; // the uring expert store with a derived budget
   int expert_cache_mb = 0;
   bool turbo_kv = false;       // later issue

@@ -42,6 +42,8 @@ class EngineImpl final : public Engine {
     metrics_.weight_bytes = rt_->model().weight_bytes();
     metrics_.kv_bytes_capacity = rt_->kv().capacity_bytes();
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();
+    metrics_.kv_recent_window = rt_->kv().recent_window();
+    metrics_.kv_recent_bytes = rt_->kv().recent_bytes();
     thread_ = std::thread([this] { loop(); });
   }
   ~EngineImpl() override { shutdown(); }
@@ -97,7 +99,7 @@ class EngineImpl final : public Engine {
   const Tokenizer& tokenizer() const override { return rt_->tokenizer(); }
   const ModelConfig& model_config() const override { return rt_->config(); }
   std::string model_name() const override { return rt_->model_name(); }
-  std::string backend_name() const override { return rt_->backend().description(); }
+  std::string backend_name() const override { return rt_->placement(); }
   std::vector<int32_t> eos_ids() const override { return rt_->config().eos_token_ids; }
   int context_size() const override { return rt_->context_size(); }
   EngineMetrics metrics() const override {
@@ -177,6 +179,7 @@ class EngineImpl final : public Engine {
     seq.n_published = seq.pages.size();
     seq.last_hash = h;
     seq.n_past = static_cast<int32_t>(seq.pages.size() * bt);
+    seq.first_own = seq.n_past;
     seq.result.stats.cached_tokens = seq.n_past;
   }
 
@@ -215,6 +218,10 @@ class EngineImpl final : public Engine {
         }
         continue;  // waits for pages other sequences will free
       }
+      if (auto st = rt_->kv().update_recent(s.recent, s.first_own, s.n_past, s.n_past + static_cast<int32_t>(chunk)); !st) {
+        finish(s, FinishReason::kError, st.message());
+        continue;
+      }
       const uint32_t slot = static_cast<uint32_t>(in_batch.size());
       for (std::size_t i = 0; i < chunk; ++i) {
         batch.tokens.push_back(s.tokens[static_cast<std::size_t>(s.n_past) + i]);
@@ -235,8 +242,15 @@ class EngineImpl final : public Engine {
     batch.page_table.assign(static_cast<std::size_t>(batch.n_seqs) * batch.max_pages, -1);
     for (std::size_t i = 0; i < in_batch.size(); ++i)
       std::copy(in_batch[i]->pages.begin(), in_batch[i]->pages.end(), batch.page_table.begin() + i * batch.max_pages);
+    if (rt_->kv().recent_window() > 0) {
+      batch.recent_table.assign(batch.page_table.size(), -1);
+      for (std::size_t i = 0; i < in_batch.size(); ++i) {
+        const auto& r = in_batch[i]->recent;
+        std::copy_n(r.begin(), std::min<std::size_t>(r.size(), batch.max_pages), batch.recent_table.begin() + i * batch.max_pages);
+      }
+    }
 
-    if (auto st = rt_->model().forward(batch, rt_->kv().raw(), logits_); !st) {
+    if (auto st = rt_->model().forward(batch, rt_->kv().caches(), logits_); !st) {
       for (auto* s : in_batch) finish(*s, FinishReason::kError, st.message());
       return;
     }
@@ -245,6 +259,7 @@ class EngineImpl final : public Engine {
     for (std::size_t i = 0; i < in_batch.size(); ++i) {
       Sequence& s = *in_batch[i];
       s.n_past += static_cast<int32_t>(chunk_sizes[i]);
+      rt_->kv().trim_recent(s.recent, s.n_past);
       publish_full_blocks(s);
       if (logit_index[i] < 0) continue;
       if (!s.decoding) {
@@ -305,6 +320,7 @@ class EngineImpl final : public Engine {
       const auto now = Clock::now();
       if (s.decoding) s.result.stats.decode_ms = ms_between(s.decode_started_at, now);
       else s.result.stats.prefill_ms = ms_between(s.started_at, now);
+      rt_->kv().release_recent(s.recent);
       rt_->kv().pages().release(s.pages);
       s.pages.clear();
       {

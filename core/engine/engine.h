@@ -23,6 +23,7 @@ struct EngineOptions {
   std::string model_dir;
   std::string backend = "auto";         // auto | cpu | opencl[:P:D] | path to a backend .so
   std::string kv_codec = "f16";         // f32 | f16 | plugin name | k=A,v=B
+  int kv_recent = -1;                   // recent window kept exact, tokens (-1 auto, 0 off)
   std::string expert_store = "resident"; // resident | uring[:options] | plugin name
   int expert_cache_mb = 0;              // the streaming store's budget (0 = its default)
   std::string plugin_dir;               // "" = next to the executable
@@ -31,10 +32,13 @@ struct EngineOptions {
   int prefill_size = 512;               // prompt tokens per forward pass
   int parallel = 1;                     // sequences served at once
   int queue_size = 64;                  // waiting requests before submit() refuses
-  // Layer partitioning: "" = every layer on the chosen backend, "N" = the first N layers on the
-  // OpenCL/GPU backend and the rest on the CPU, "auto" = as many as fit. Set by `sluice bench
-  // --gpu-layers`; its meaning is implemented by the layer-partitioning work (ignored until then).
+  // Layer partitioning (engine/layer_split.h): "" = every layer on the chosen backend, "N" = the
+  // first N layers on the GPU/OpenCL backend (--backend) and the rest on the CPU backend, "auto" =
+  // as many as fit the device's memory with their KV cache at ctx_size.
   std::string gpu_layers;
+  // Several offload devices, e.g. "opencl:0:0,opencl:0:1" (instead of --backend): the offloaded
+  // layers are split evenly between them, in this order; "" = the one --backend.
+  std::string devices;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -94,6 +98,8 @@ struct EngineMetrics {
   uint64_t kv_bytes_capacity = 0;
   uint64_t kv_bytes_used = 0;
   double kv_bytes_per_token = 0;
+  uint32_t kv_recent_window = 0;      // newest keys attended exactly (0: none)
+  uint64_t kv_recent_bytes = 0;       // the recent window's pool of exact rows
   // Mixture-of-Experts models: the expert store's counters (zero for dense models).
   std::string expert_store;
   uint64_t expert_bytes_read = 0;     // bytes that really came from the files

@@ -85,8 +85,20 @@ KvCodec::~KvCodec() {
 
 Result<std::unique_ptr<KvCache>> KvCache::create(const BackendHandle& backend, const PluginRegistry& registry,
                                                  const ModelConfig& config, const KvCodecChoice& choice,
-                                                 uint32_t capacity_tokens) {
-  std::unique_ptr<KvCache> kv(new KvCache(backend));
+                                                 uint32_t capacity_tokens, const RecentWindowSpec& recent) {
+  const KvStage all{&backend, static_cast<uint32_t>(config.num_layers)};
+  return create(std::span<const KvStage>(&all, 1), registry, config, choice, capacity_tokens, recent);
+}
+
+Result<std::unique_ptr<KvCache>> KvCache::create(std::span<const KvStage> stages, const PluginRegistry& registry,
+                                                 const ModelConfig& config, const KvCodecChoice& choice,
+                                                 uint32_t capacity_tokens, const RecentWindowSpec& recent) {
+  std::unique_ptr<KvCache> kv(new KvCache());
+  uint32_t layers = 0;
+  for (const auto& st : stages) layers += st.backend ? st.n_layers : 0;
+  if (stages.empty() || layers != static_cast<uint32_t>(config.num_layers))
+    return make_error("KV cache: the backends' stages hold " + std::to_string(layers) + " layers; the model has " +
+                      std::to_string(config.num_layers));
   auto k = KvCodec::create(registry, choice.k_name, choice.k_options, config.head_dim, SL_KV_KEYS);
   if (!k) return k.error();
   auto v = KvCodec::create(registry, choice.v_name, choice.v_options, config.head_dim, SL_KV_VALUES);
@@ -106,9 +118,49 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const BackendHandle& backend, c
   layout.k_codec = kv->k_->codec();
   layout.v_api = kv->v_->api();
   layout.v_codec = kv->v_->codec();
-  sl_error err{};
-  if (auto s = backend.check(backend.api()->kv_create(backend.raw(), &layout, &kv->cache_, &err), err, "kv_create"); !s)
-    return s.error();
+
+  // The recent window: automatic only where it buys quality (a compressing codec) and the backend
+  // keeps one; asked for explicitly on a backend without it, an error.
+  auto exact = [](const std::string& name) { return name == "f16" || name == "f32"; };
+  sl_op_query q{};
+  q.struct_size = sizeof(q);
+  q.op = SL_OP_KV_RECENT_WINDOW;
+  // Split across backends (--gpu-layers), every one of them must keep it.
+  const BackendHandle* cannot = nullptr;
+  for (const auto& st : stages)
+    if (!cannot && st.backend->api()->supports_op(st.backend->raw(), &q) != 1) cannot = st.backend;
+  const bool backend_can = cannot == nullptr;
+  if (recent.tokens < -1) return make_error("--kv-recent must be -1 (auto), 0 (off) or a number of tokens");
+  if (recent.tokens > 0 && !backend_can)
+    return make_error("--kv-recent " + std::to_string(recent.tokens) + ": backend '" + cannot->name() +
+                      "' cannot keep a recent window (use --kv-recent 0)");
+  if (recent.tokens > 0) {
+    kv->recent_window_ = static_cast<uint32_t>(recent.tokens);
+  } else if (recent.tokens < 0 && backend_can && !(exact(choice.k_name) && exact(choice.v_name))) {
+    kv->recent_window_ = kAutoRecentWindow;
+  }
+  if (kv->recent_window_ > 0) {
+    // Each sequence holds the pages of its window (plus the partial pages at both ends), and one
+    // batch may touch every page of its new positions before the window moves on.
+    const uint32_t window_pages = (kv->recent_window_ + kPageTokens - 1) / kPageTokens + 1;
+    const uint32_t batch_pages = (recent.max_batch_tokens + kPageTokens - 1) / kPageTokens + recent.max_sequences;
+    kv->recent_free_capacity_ = recent.max_sequences * window_pages + batch_pages;
+    for (uint32_t p = kv->recent_free_capacity_; p-- > 0;) kv->recent_free_.push_back(static_cast<int32_t>(p));
+    kv->recent_page_bytes_ = uint64_t(config.num_layers) * config.num_kv_heads * kPageTokens * config.head_dim * 2 * 2;
+  }
+  layout.recent_window = kv->recent_window_;
+  layout.n_recent_pages = kv->recent_free_capacity_;
+  // One storage per stage, holding its layers (the whole layout but n_layers); pages are shared:
+  // page p of a sequence is page p in every stage.
+  for (const auto& st : stages) {
+    layout.n_layers = st.n_layers;
+    sl_kv_cache* cache = nullptr;
+    sl_error err{};
+    if (auto s = st.backend->check(st.backend->api()->kv_create(st.backend->raw(), &layout, &cache, &err), err, "kv_create"); !s)
+      return s.error();
+    kv->backends_.push_back(st.backend);
+    kv->caches_.push_back(cache);
+  }
   kv->bytes_per_token_ = static_cast<double>(config.num_layers) * config.num_kv_heads *
                          (kv->k_->format().row_bytes + kv->v_->format().row_bytes);
   kv->pool_ = std::make_unique<PagePool>(kv->n_pages_, kPageTokens);
@@ -116,7 +168,41 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const BackendHandle& backend, c
 }
 
 KvCache::~KvCache() {
-  if (cache_) backend_.api()->kv_destroy(backend_.raw(), cache_);
+  for (std::size_t i = 0; i < caches_.size(); ++i) backends_[i]->api()->kv_destroy(backends_[i]->raw(), caches_[i]);
+}
+
+Status KvCache::update_recent(std::vector<int32_t>& recent, int32_t first_own, int32_t n_past, int32_t n_end) {
+  if (recent_window_ == 0) return {};
+  const int32_t pt = static_cast<int32_t>(kPageTokens);
+  const std::size_t pages = static_cast<std::size_t>((n_end + pt - 1) / pt);
+  if (recent.size() < pages) recent.resize(pages, -1);
+  trim_recent(recent, n_past);
+  for (int32_t p = std::max(n_past, first_own) / pt; p * pt < n_end; ++p) {
+    if (recent[static_cast<std::size_t>(p)] >= 0) continue;
+    if (recent_free_.empty()) return make_error("recent window: no free recent page (pool of " + std::to_string(recent_free_capacity_) + ")");
+    recent[static_cast<std::size_t>(p)] = recent_free_.back();
+    recent_free_.pop_back();
+  }
+  return {};
+}
+
+void KvCache::trim_recent(std::vector<int32_t>& recent, int32_t n_past) {
+  if (recent_window_ == 0) return;
+  // A query at position >= n_past reads keys down to n_past - window + 1 exactly.
+  const int32_t oldest_needed = n_past - static_cast<int32_t>(recent_window_) + 1;
+  const int32_t pt = static_cast<int32_t>(kPageTokens);
+  for (std::size_t p = 0; p < recent.size(); ++p) {
+    if (recent[p] >= 0 && static_cast<int32_t>(p + 1) * pt - 1 < oldest_needed) {
+      recent_free_.push_back(recent[p]);
+      recent[p] = -1;
+    }
+  }
+}
+
+void KvCache::release_recent(std::vector<int32_t>& recent) {
+  for (int32_t page : recent)
+    if (page >= 0) recent_free_.push_back(page);
+  recent.clear();
 }
 
 std::string KvCache::codec_description() const {

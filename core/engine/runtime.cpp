@@ -97,15 +97,30 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   if (!tok) return tok.error();
   rt->tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
 
-  auto choice = choose_backend(*rt->registry_, options.backend);
-  if (!choice) return choice.error();
-  const auto* rec = rt->registry_->find(SL_PLUGIN_BACKEND, choice->name);
-  const unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads) : std::thread::hardware_concurrency();
-  auto backend = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), choice->name, choice->device, threads);
-  if (!backend) return backend.error();
-  rt->backend_ = std::move(*backend);
+  rt->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(rt->config_.max_position_embeddings, 8192);
+  auto codecs = KvCodecChoice::parse(options.kv_codec);
+  if (!codecs) return codecs.error();
+  const uint32_t capacity = capacity_tokens ? capacity_tokens
+                                            : static_cast<uint32_t>(rt->ctx_size_) * static_cast<uint32_t>(std::max(1, options.parallel));
 
-  auto model = Transformer::create(rt->config_, *rt->tensors_, *rt->backend_);
+  // The backends and the layers each runs (one backend unless --gpu-layers/--devices split them).
+  KvSizing kv_sizing;
+  kv_sizing.capacity_tokens = capacity;
+  if (options.gpu_layers == "auto") {  // sizing the split needs the codecs' row bytes
+    auto k = KvCodec::create(*rt->registry_, codecs->k_name, codecs->k_options, rt->config_.head_dim, SL_KV_KEYS);
+    if (!k) return k.error();
+    auto v = KvCodec::create(*rt->registry_, codecs->v_name, codecs->v_options, rt->config_.head_dim, SL_KV_VALUES);
+    if (!v) return v.error();
+    kv_sizing.bytes_per_token_per_layer = uint64_t(rt->config_.num_kv_heads) * ((*k)->format().row_bytes + (*v)->format().row_bytes);
+  }
+  auto placement = place_layers(*rt->registry_, options, rt->config_, *rt->tensors_, kv_sizing);
+  if (!placement) return placement.error();
+  rt->placement_ = placement->describe();
+  rt->backends_ = std::move(placement->backends);
+  std::vector<StageSpec> stages;
+  for (std::size_t i = 0; i < rt->backends_.size(); ++i) stages.push_back(StageSpec{rt->backends_[i].get(), placement->n_layers[i]});
+
+  auto model = Transformer::create(rt->config_, *rt->tensors_, stages);
   if (!model) return model.error();
   rt->model_ = std::move(*model);
   if (const auto& layout = rt->model_->expert_layout()) {
@@ -116,12 +131,13 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
     rt->model_->attach_expert_store(rt->store_.get());
   }
 
-  rt->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(rt->config_.max_position_embeddings, 8192);
-  auto codecs = KvCodecChoice::parse(options.kv_codec);
-  if (!codecs) return codecs.error();
-  const uint32_t capacity = capacity_tokens ? capacity_tokens
-                                            : static_cast<uint32_t>(rt->ctx_size_) * static_cast<uint32_t>(std::max(1, options.parallel));
-  auto kv = KvCache::create(*rt->backend_, *rt->registry_, rt->config_, *codecs, capacity);
+  RecentWindowSpec recent;
+  recent.tokens = options.kv_recent;
+  recent.max_sequences = static_cast<uint32_t>(std::max(1, options.parallel));
+  recent.max_batch_tokens = static_cast<uint32_t>(std::max(1, options.prefill_size) + std::max(1, options.parallel));
+  std::vector<KvStage> kv_stages;
+  for (const auto& st : stages) kv_stages.push_back(KvStage{st.backend, st.n_layers});
+  auto kv = KvCache::create(kv_stages, *rt->registry_, rt->config_, *codecs, capacity, recent);
   if (!kv) return kv.error();
   rt->kv_ = std::move(*kv);
   return rt;
@@ -143,6 +159,7 @@ Status Runtime::ensure_pages_for(std::vector<int32_t>& pages, int32_t n_position
 }
 
 void Runtime::release(SequenceState& seq) {
+  kv_->release_recent(seq.recent);
   kv_->pages().release(seq.pages);
   seq.pages.clear();
   seq.n_past = 0;
@@ -168,6 +185,12 @@ Status Runtime::run(SequenceState& seq, std::span<const int32_t> tokens, bool al
     batch.n_seqs = 1;
     batch.max_pages = static_cast<uint32_t>(seq.pages.size());
     batch.page_table = seq.pages;
+    if (auto s = kv_->update_recent(seq.recent, 0, seq.n_past, seq.n_past + static_cast<int32_t>(n)); !s) return s;
+    batch.recent_table.clear();
+    if (kv_->recent_window() > 0) {
+      batch.recent_table.assign(seq.pages.size(), -1);
+      std::copy_n(seq.recent.begin(), std::min(seq.recent.size(), seq.pages.size()), batch.recent_table.begin());
+    }
     batch.logit_rows.clear();
     const bool last_chunk = start + n == tokens.size();
     if (all_logits) {
@@ -175,8 +198,9 @@ Status Runtime::run(SequenceState& seq, std::span<const int32_t> tokens, bool al
     } else if (last_chunk) {
       batch.logit_rows.push_back(static_cast<uint32_t>(n - 1));
     }
-    if (auto s = model_->forward(batch, kv_->raw(), part); !s) return s;
+    if (auto s = model_->forward(batch, kv_->caches(), part); !s) return s;
     seq.n_past += static_cast<int32_t>(n);
+    kv_->trim_recent(seq.recent, seq.n_past);
     if (all_logits)
       logits.insert(logits.end(), part.begin(), part.end());
     else if (last_chunk)

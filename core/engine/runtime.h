@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
+#include "engine/placement.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
@@ -21,6 +22,7 @@ namespace sluice {
 // A sequence's KV pages and how many of its positions are stored.
 struct SequenceState {
   std::vector<int32_t> pages;
+  std::vector<int32_t> recent;  // recent-window pages, parallel to pages (KvCache::update_recent)
   int32_t n_past = 0;
 };
 
@@ -40,7 +42,11 @@ class Runtime {
   const EngineOptions& options() const { return options_; }
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const BackendHandle& backend() const { return *backend_; }
+  // The backend of the first layers (the only one unless --gpu-layers/--devices split the model).
+  const BackendHandle& backend() const { return *backends_.front(); }
+  // Every backend the model runs on, and which layers each runs ("cpu: ..." when not split).
+  const std::vector<std::unique_ptr<BackendHandle>>& backends() const { return backends_; }
+  const std::string& placement() const { return placement_; }
   Transformer& model() { return *model_; }
   KvCache& kv() { return *kv_; }
   const PluginRegistry& plugins() const { return *registry_; }
@@ -54,7 +60,8 @@ class Runtime {
   ModelConfig config_;
   std::unique_ptr<SafetensorsSet> tensors_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<BackendHandle> backend_;
+  std::vector<std::unique_ptr<BackendHandle>> backends_;  // one per stage, in layer order
+  std::string placement_;
   std::unique_ptr<ExpertStoreHandle> store_;  // MoE models only; outlives the model that uses it
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<KvCache> kv_;

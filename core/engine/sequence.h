@@ -20,6 +20,8 @@ struct Sequence {
   std::size_t n_prompt = 0;
   std::vector<int32_t> pages;          // KV page of each run of page_tokens positions
   int32_t n_past = 0;                  // positions whose K/V are stored
+  std::vector<int32_t> recent;         // recent-window pages, parallel to pages (KvCache::update_recent)
+  int32_t first_own = 0;               // positions below came from the prefix cache
   int limit = 0;                       // tokens it may still generate in total
   std::unique_ptr<Sampler> sampler;
   GenerationResult result;

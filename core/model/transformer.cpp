@@ -26,20 +26,37 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-Result<sl_weight> Transformer::bind(const SafetensorsSet& tensors, const std::string& name,
+// Where tensor t lies for the stage: its span's buffer and the offset in it. While recording, notes
+// that the stage needs t (and answers no buffer).
+Result<sl_buffer*> Transformer::locate(Stage& st, const TensorInfo& t, uint64_t& offset) const {
+  offset = 0;
+  if (st.recording) {
+    st.used.push_back(&t);
+    return static_cast<sl_buffer*>(nullptr);
+  }
+  for (const auto& s : st.spans)
+    if (s.file == t.file_index && s.begin <= t.file_offset && t.file_offset + t.bytes <= s.end) {
+      offset = t.file_offset - s.begin;
+      return s.buffer.get();
+    }
+  return make_error("tensor '" + t.name + "' was not among the weights wrapped for backend '" + st.backend->name() + "'");
+}
+
+Result<sl_weight> Transformer::bind(const SafetensorsSet& tensors, Stage& st, const std::string& name,
                                     std::vector<int64_t> shape) const {
   const TensorInfo* t = tensors.find(name);
   if (!t) return make_error("model is missing tensor '" + name + "'");
   const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
-  if (tensors.find(module + ".scales")) return bind_quantized(tensors, module, *t, shape);
+  if (tensors.find(module + ".scales")) return bind_quantized(tensors, st, module, *t, shape);
   if (t->shape != shape)
     return make_error("tensor '" + name + "' has shape " + shape_text(t->shape) + ", expected " + shape_text(shape));
   auto dtype = backend_dtype(t->dtype, name);
   if (!dtype) return dtype.error();
   sl_weight w{};
   w.struct_size = sizeof(sl_weight);
-  w.data = file_buffers_[t->file_index].get();
-  w.offset = t->file_offset;
+  auto data = locate(st, *t, w.offset);
+  if (!data) return data.error();
+  w.data = *data;
   w.dtype = *dtype;
   w.rows = shape.size() == 2 ? static_cast<uint32_t>(shape[0]) : 1;
   w.cols = static_cast<uint32_t>(shape.back());
@@ -49,7 +66,7 @@ Result<sl_weight> Transformer::bind(const SafetensorsSet& tensors, const std::st
 // An MLX affine-quantized module: `weight` U32 [rows, cols * bits / 32], `scales` and `biases`
 // [rows, cols / group_size] in f32/f16/bf16. Bits and group size come from the config's quantization
 // block (per-module override first); where it has none they are read off the shapes.
-Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, const std::string& module,
+Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, Stage& st, const std::string& module,
                                               const TensorInfo& t, const std::vector<int64_t>& shape) const {
   const std::string wname = module + ".weight", sname = module + ".scales", bname = module + ".biases";
   const TensorInfo* sc = tensors.find(sname);
@@ -93,62 +110,62 @@ Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, con
   if (!sdtype) return sdtype.error();
   sl_weight w{};
   w.struct_size = sizeof(sl_weight);
-  w.data = file_buffers_[t.file_index].get();
-  w.offset = t.file_offset;
+  auto data = locate(st, t, w.offset);
+  if (!data) return data.error();
+  auto scales = locate(st, *sc, w.scales_offset);
+  if (!scales) return scales.error();
+  auto biases = locate(st, *bi, w.biases_offset);
+  if (!biases) return biases.error();
+  w.data = *data;
   w.dtype = SL_DTYPE_U32;
   w.rows = static_cast<uint32_t>(rows);
   w.cols = static_cast<uint32_t>(cols);
   w.bits = static_cast<uint32_t>(q.bits);
   w.group_size = static_cast<uint32_t>(q.group_size);
   w.scale_dtype = *sdtype;
-  w.scales = file_buffers_[sc->file_index].get();
-  w.scales_offset = sc->file_offset;
-  w.biases = file_buffers_[bi->file_index].get();
-  w.biases_offset = bi->file_offset;
-  // The backend must run this form for every use: lookups for the embedding, and products for the
-  // projections and for an embedding that doubles as the tied lm_head.
+  w.scales = *scales;
+  w.biases = *biases;
+  // The stage's backend must run this form for every use it makes of it: lookups for the embedding
+  // (first stage), products for the projections and for an embedding that doubles as the tied
+  // lm_head (last stage). Sizing a plan (no backend) checks nothing.
   const bool embedding = wname == "model.embed_tokens.weight";
   const bool tied_head = embedding && (config_.tie_word_embeddings || !tensors.find("lm_head.weight"));
+  const bool lookup = embedding && st.embeds, product = !embedding || (tied_head && st.has_head);
   for (uint32_t op : {uint32_t{SL_OP_EMBED}, uint32_t{SL_OP_MATMUL}}) {
-    if ((op == SL_OP_EMBED) != embedding && !(op == SL_OP_MATMUL && tied_head)) continue;
+    if (!st.backend || !(op == SL_OP_EMBED ? lookup : product)) continue;
     sl_op_query query{};
     query.struct_size = sizeof(query);
     query.op = op;
     query.weight_dtype = SL_DTYPE_U32;
     query.weight_bits = w.bits;
-    if (!backend_.supports(query))
-      return make_error("tensor '" + wname + "': backend '" + backend_.name() + "' does not run " +
+    if (!st.backend->supports(query))
+      return make_error("tensor '" + wname + "': backend '" + st.backend->name() + "' does not run " +
                         std::to_string(q.bits) + "-bit weights" + (op == SL_OP_EMBED ? " in lookups" : " in matmul"));
   }
   return w;
 }
 
-Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& config, const SafetensorsSet& tensors,
-                                                         const BackendHandle& backend) {
-  std::unique_ptr<Transformer> m(new Transformer(config, backend));
-  const ModelConfig& c = m->config_;
+namespace {
 
-  // One buffer per file, wrapping its mapping: weights are used in place (zero-copy on the CPU).
-  std::vector<const std::byte*> base(tensors.files().size(), nullptr);
-  std::vector<uint64_t> extent(tensors.files().size(), 0);
-  for (const auto& [name, t] : tensors.tensors()) {
-    base[t.file_index] = t.data - t.file_offset;
-    extent[t.file_index] = std::max(extent[t.file_index], t.file_offset + t.bytes);
-  }
-  for (std::size_t i = 0; i < base.size(); ++i) {
-    if (!base[i]) {
-      m->file_buffers_.emplace_back();
-      continue;
-    }
-    auto buf = backend.wrap_host(base[i], extent[i]);
-    if (!buf) return buf.error();
-    m->file_buffers_.push_back(std::move(*buf));
-  }
+std::string router_name(const ModelConfig& c, int layer) {
+  return "model.layers." + std::to_string(layer) + "." + (c.architecture == "mixtral" ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+}
 
+// "layers 0-15 on opencl", for messages about a stage.
+std::string stage_text(uint32_t first, uint32_t end, const BackendHandle* backend) {
+  return "layers " + std::to_string(first) + "-" + std::to_string(end - 1) + " on " + (backend ? backend->name() : "?");
+}
+
+}  // namespace
+
+// Binds what the stage runs: the embedding (first stage), its layers, the final norm and the LM
+// head (last stage).
+Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
+  const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
   const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
   auto need = [&](sl_weight& dst, const std::string& name, std::vector<int64_t> shape) -> Status {
-    auto w = m->bind(tensors, name, std::move(shape));
+    auto w = bind(tensors, st, name, std::move(shape));
     if (!w) return w.error();
     dst = *w;
     return {};
@@ -160,14 +177,17 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
 #define SLUICE_TRY(expr)             \
   if (auto s_ = (expr); !s_) return s_.error()
 
-  SLUICE_TRY(need(m->embed_, "model.embed_tokens.weight", {V, H}));
-  SLUICE_TRY(need(m->final_norm_, "model.norm.weight", {H}));
-  if (tensors.find("lm_head.weight") && !c.tie_word_embeddings) {
-    SLUICE_TRY(need(m->lm_head_, "lm_head.weight", {V, H}));
-  } else {
-    m->lm_head_ = m->embed_;  // tied: the output projection reads the embedding table
+  if (st.embeds) SLUICE_TRY(need(embed_, "model.embed_tokens.weight", {V, H}));
+  if (st.has_head) {
+    SLUICE_TRY(need(final_norm_, "model.norm.weight", {H}));
+    if (tensors.find("lm_head.weight") && !c.tie_word_embeddings) {
+      SLUICE_TRY(need(lm_head_, "lm_head.weight", {V, H}));
+    } else {
+      SLUICE_TRY(need(lm_head_, "model.embed_tokens.weight", {V, H}));  // tied: the output projection reads the embedding table
+    }
   }
-  for (int i = 0; i < c.num_layers; ++i) {
+  bool any_moe = false;
+  for (int i = static_cast<int>(st.first); i < static_cast<int>(st.end); ++i) {
     Layer L;
     const std::string p = "model.layers." + std::to_string(i) + ".";
     SLUICE_TRY(need(L.attn_norm, p + "input_layernorm.weight", {H}));
@@ -190,36 +210,119 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
     }
     SLUICE_TRY(need(L.ffn_norm, p + "post_attention_layernorm.weight", {H}));
     if (c.moe.is_sparse(i)) {
-      const std::string router = p + (c.architecture == "mixtral" ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
-      SLUICE_TRY(need(L.router, router, {c.moe.n_experts, H}));
-      L.moe_index = 0;  // set from the layout below
+      SLUICE_TRY(need(L.router, router_name(c, i), {c.moe.n_experts, H}));
+      L.moe_index = 0;  // set from the layout once every stage is bound
+      any_moe = true;
     } else {
       SLUICE_TRY(need(L.gate, p + "mlp.gate_proj.weight", {F, H}));
       SLUICE_TRY(need(L.up, p + "mlp.up_proj.weight", {F, H}));
       SLUICE_TRY(need(L.down, p + "mlp.down_proj.weight", {H, F}));
     }
     L.window = i < static_cast<int>(c.layer_window.size()) ? static_cast<uint32_t>(c.layer_window[i]) : 0;
-    m->layers_.push_back(L);
+    layers_[static_cast<std::size_t>(i)] = L;
   }
+  // The prefetch hint across the stage boundary (a plan's footprint counts each layer's own weights).
+  st.has_next_router = false;
+  for (int i = static_cast<int>(st.end); any_moe && st.backend && i < c.num_layers; ++i)
+    if (c.moe.is_sparse(i)) {
+      SLUICE_TRY(need(st.next_router, router_name(c, i), {c.moe.n_experts, H}));
+      st.has_next_router = true;
+      break;
+    }
 #undef SLUICE_TRY
+  return {};
+}
+
+// Wraps the bytes of the tensors the stage needs: tensors that lie back to back in a file become one
+// buffer, from the page below the first (so every tensor keeps the alignment it has in the mapping)
+// to the end of the last. Zero-copy on the CPU; on a GPU only the stage's own weights reach device
+// memory (not whole files, not the routed experts).
+Status Transformer::wrap_spans(Stage& st) {
+  constexpr uint64_t kPage = 4096;
+  auto& used = st.used;
+  std::sort(used.begin(), used.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->file_index != b->file_index ? a->file_index < b->file_index : a->file_offset < b->file_offset;
+  });
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  std::vector<const std::byte*> host;  // the mapping of each span's file
+  for (const TensorInfo* t : used) {
+    const uint64_t begin = t->file_offset / kPage * kPage, end = t->file_offset + t->bytes;
+    if (!st.spans.empty() && st.spans.back().file == t->file_index && begin <= st.spans.back().end) {
+      st.spans.back().end = std::max(st.spans.back().end, end);
+      continue;
+    }
+    st.spans.push_back(WeightSpan{t->file_index, begin, end, {}});
+    host.push_back(t->data - t->file_offset);
+  }
+  for (std::size_t i = 0; i < st.spans.size(); ++i) {
+    auto& s = st.spans[i];
+    auto buf = st.backend->wrap_host(host[i] + s.begin, s.end - s.begin);
+    if (!buf) return buf.error();
+    s.buffer = std::move(*buf);
+  }
+  used.clear();
+  used.shrink_to_fit();
+  st.recording = false;
+  return {};
+}
+
+Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& config, const SafetensorsSet& tensors,
+                                                         const BackendHandle& backend) {
+  const StageSpec all{&backend, static_cast<uint32_t>(std::max(0, config.num_layers))};
+  return create(config, tensors, std::span<const StageSpec>(&all, 1));
+}
+
+Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& config, const SafetensorsSet& tensors,
+                                                         std::span<const StageSpec> specs) {
+  std::unique_ptr<Transformer> m(new Transformer(config));
+  const ModelConfig& c = m->config_;
+  if (specs.empty()) return make_error("no backend to run the model on");
+  uint32_t placed = 0;
+  for (const auto& spec : specs) {
+    if (!spec.backend || spec.n_layers == 0) return make_error("a model stage needs a backend and at least one layer");
+    Stage st;
+    st.backend = spec.backend;
+    st.first = placed;
+    st.end = placed += spec.n_layers;
+    m->stages_.push_back(std::move(st));
+  }
+  if (placed != static_cast<uint32_t>(c.num_layers))
+    return make_error("the stages hold " + std::to_string(placed) + " layers; the model has " + std::to_string(c.num_layers));
+  m->stages_.front().embeds = true;
+  m->stages_.back().has_head = true;
+  m->layers_.resize(static_cast<std::size_t>(c.num_layers));
+
+  // Each stage: record the tensors it needs, wrap their bytes on its backend, bind them there.
+  for (auto& st : m->stages_) {
+    st.recording = true;
+    if (auto s = m->bind_stage(tensors, st); !s) return s.error();
+    if (auto s = m->wrap_spans(st); !s)
+      return make_error(m->stages_.size() > 1 ? stage_text(st.first, st.end, st.backend) + ": " + s.message() : s.message());
+    if (auto s = m->bind_stage(tensors, st); !s) return s.error();
+  }
+
   if (c.moe.enabled()) {
     auto layout = ExpertLayout::find(c, tensors);
     if (!layout) return layout.error();
     m->experts_ = std::move(*layout);
     for (int i = 0; i < c.num_layers; ++i) m->layers_[i].moe_index = m->experts_->moe_layer_of(i);
-    // Expert weights reach the backend as host memory wrapped per use: say so now if it cannot
-    // run their form.
-    for (uint32_t l = 0; l < m->experts_->n_moe_layers(); ++l)
-      for (auto p : {ExpertLayout::kGate, ExpertLayout::kUp, ExpertLayout::kDown}) {
-        const auto& proj = m->experts_->projection(l, p);
-        sl_op_query query{};
-        query.struct_size = sizeof(query);
-        query.op = SL_OP_MATMUL;
-        query.weight_dtype = proj.dtype;
-        query.weight_bits = proj.bits;
-        if (!backend.supports(query))
-          return make_error("backend '" + backend.name() + "' cannot multiply the experts' weights (" +
-                            (proj.bits ? std::to_string(proj.bits) + "-bit" : std::string("this dtype")) + ")");
+    // Expert weights reach the backend as host memory wrapped per use: say so now if a backend that
+    // runs MoE layers cannot run their form.
+    for (const auto& st : m->stages_)
+      for (uint32_t i = st.first; i < st.end; ++i) {
+        const int l = m->layers_[i].moe_index;
+        if (l < 0) continue;
+        for (auto p : {ExpertLayout::kGate, ExpertLayout::kUp, ExpertLayout::kDown}) {
+          const auto& proj = m->experts_->projection(static_cast<uint32_t>(l), p);
+          sl_op_query query{};
+          query.struct_size = sizeof(query);
+          query.op = SL_OP_MATMUL;
+          query.weight_dtype = proj.dtype;
+          query.weight_bits = proj.bits;
+          if (!st.backend->supports(query))
+            return make_error("backend '" + st.backend->name() + "' cannot multiply the experts' weights (" +
+                              (proj.bits ? std::to_string(proj.bits) + "-bit" : std::string("this dtype")) + ")");
+        }
       }
   }
   for (const auto& [name, t] : tensors.tensors()) m->weight_bytes_ += t.bytes;
@@ -228,61 +331,106 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
   return m;
 }
 
-Status Transformer::ensure_activations(uint32_t n, uint32_t n_logit_rows) {
+// The same binding, recorded instead of done: which bytes each part of the model needs.
+Result<WeightFootprint> Transformer::footprint(const ModelConfig& config, const SafetensorsSet& tensors) {
+  Transformer m(config);
+  m.layers_.resize(static_cast<std::size_t>(std::max(0, config.num_layers)));
+  auto bytes_of = [&](uint32_t first, uint32_t end, bool embeds, bool head) -> Result<uint64_t> {
+    Stage st;
+    st.first = first;
+    st.end = end;
+    st.embeds = embeds;
+    st.has_head = head;
+    st.recording = true;
+    if (auto s = m.bind_stage(tensors, st); !s) return s.error();
+    std::sort(st.used.begin(), st.used.end());
+    st.used.erase(std::unique(st.used.begin(), st.used.end()), st.used.end());
+    uint64_t bytes = 0;
+    for (const TensorInfo* t : st.used) bytes += t->bytes;
+    return bytes;
+  };
+  WeightFootprint f;
+  const uint32_t L = static_cast<uint32_t>(m.layers_.size());
+  auto embed = bytes_of(0, 0, true, false);
+  if (!embed) return embed.error();
+  auto head = bytes_of(L, L, false, true);
+  if (!head) return head.error();
+  f.embed_bytes = *embed;
+  f.tied_head = !(tensors.find("lm_head.weight") && !config.tie_word_embeddings);
+  f.head_bytes = *head - (f.tied_head ? f.embed_bytes : 0);
+  for (uint32_t i = 0; i < L; ++i) {
+    auto layer = bytes_of(i, i + 1, false, false);
+    if (!layer) return layer.error();
+    f.layer_bytes.push_back(*layer);
+  }
+  return f;
+}
+
+std::vector<StageSpec> Transformer::stages() const {
+  std::vector<StageSpec> out;
+  for (const auto& st : stages_) out.push_back(StageSpec{st.backend, st.end - st.first});
+  return out;
+}
+
+Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_rows) {
   const ModelConfig& c = config_;
+  const BackendHandle& backend = *st.backend;
+  Activations& a = st.act;
   auto grow = [&](Buffer& b, uint64_t floats) -> Status {
     if (b && b.bytes() >= floats * 4) return {};
-    auto nb = backend_.alloc(floats * 4);
+    auto nb = backend.alloc(floats * 4);
     if (!nb) return nb.error();
     b = std::move(*nb);
     return {};
   };
-  if (n > capacity_tokens_) {
+  if (n > a.capacity_tokens) {
     const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
     const uint64_t ffn = std::max<uint64_t>(c.intermediate_size, c.moe.expert_intermediate);
-    for (auto [buf, size] : {std::pair{&x_, H}, {&h_, H}, {&q_, QD}, {&k_, KD}, {&v_, KD}, {&attn_, QD}, {&o_, H},
-                             {&gate_, ffn}, {&up_, ffn}, {&act_, ffn}, {&expert_in_, H}, {&expert_out_, H}, {&zeros_, H},
-                             {&router_logits_, uint64_t(std::max(1, c.moe.n_experts))}}) {
+    for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, KD}, {&a.attn, QD}, {&a.o, H},
+                             {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
+                             {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))}}) {
       if (auto s = grow(*buf, size * n); !s) return s;
     }
-    capacity_tokens_ = n;
+    a.capacity_tokens = n;
     // The MoE output starts from zero rows copied from here.
     std::vector<float> zero(uint64_t(c.hidden_size) * n, 0.0f);
-    if (auto s = backend_.upload(zeros_, 0, zero.data(), zero.size() * 4); !s) return s;
+    if (auto s = backend.upload(a.zeros, 0, zero.data(), zero.size() * 4); !s) return s;
   }
-  if (n_logit_rows > capacity_logit_rows_) {
-    if (auto s = grow(last_, uint64_t(c.hidden_size) * n_logit_rows); !s) return s;
-    if (auto s = grow(last_norm_, uint64_t(c.hidden_size) * n_logit_rows); !s) return s;
-    if (auto s = grow(logits_, uint64_t(c.vocab_size) * n_logit_rows); !s) return s;
-    capacity_logit_rows_ = n_logit_rows;
+  if (n_logit_rows > a.capacity_logit_rows) {
+    if (auto s = grow(a.last, uint64_t(c.hidden_size) * n_logit_rows); !s) return s;
+    if (auto s = grow(a.last_norm, uint64_t(c.hidden_size) * n_logit_rows); !s) return s;
+    if (auto s = grow(a.logits, uint64_t(c.vocab_size) * n_logit_rows); !s) return s;
+    a.capacity_logit_rows = n_logit_rows;
   }
   return {};
 }
 
-Status Transformer::run_layer(const Layer& L, uint32_t index, uint32_t n, sl_kv_cache* cache) {
+Status Transformer::run_layer(Stage& st, const Layer& L, uint32_t index, uint32_t n, sl_kv_cache* cache) {
   const ModelConfig& c = config_;
-  const sl_backend_api* api = backend_.api();
-  sl_backend* be = backend_.raw();
+  const BackendHandle& backend = *st.backend;
+  Activations& a = st.act;
+  const sl_backend_api* api = backend.api();
+  sl_backend* be = backend.raw();
   sl_error err{};
   const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads;
 #define SLUICE_CALL(what, call)                                                   \
-  if (auto s_ = backend_.check((call), err, what); !s_) return s_
+  if (auto s_ = backend.check((call), err, what); !s_) return s_
 
-  SLUICE_CALL("rms_norm", api->rms_norm(be, x_.get(), &L.attn_norm, 0.0f, h_.get(), n, H, c.norm_eps, &err));
-  SLUICE_CALL("matmul q", api->matmul(be, h_.get(), n, &L.q, L.has_q_bias ? &L.q_bias : nullptr, q_.get(), &err));
-  SLUICE_CALL("matmul k", api->matmul(be, h_.get(), n, &L.k, L.has_k_bias ? &L.k_bias : nullptr, k_.get(), &err));
-  SLUICE_CALL("matmul v", api->matmul(be, h_.get(), n, &L.v, L.has_v_bias ? &L.v_bias : nullptr, v_.get(), &err));
+  SLUICE_CALL("rms_norm", api->rms_norm(be, a.x.get(), &L.attn_norm, 0.0f, a.h.get(), n, H, c.norm_eps, &err));
+  SLUICE_CALL("matmul q", api->matmul(be, a.h.get(), n, &L.q, L.has_q_bias ? &L.q_bias : nullptr, a.q.get(), &err));
+  SLUICE_CALL("matmul k", api->matmul(be, a.h.get(), n, &L.k, L.has_k_bias ? &L.k_bias : nullptr, a.k.get(), &err));
+  SLUICE_CALL("matmul v", api->matmul(be, a.h.get(), n, &L.v, L.has_v_bias ? &L.v_bias : nullptr, a.v.get(), &err));
   if (L.qk_norm_full) {
-    SLUICE_CALL("q_norm", api->rms_norm(be, q_.get(), &L.q_norm, 0.0f, q_.get(), n, NH * D, c.norm_eps, &err));
-    SLUICE_CALL("k_norm", api->rms_norm(be, k_.get(), &L.k_norm, 0.0f, k_.get(), n, NKV * D, c.norm_eps, &err));
+    SLUICE_CALL("q_norm", api->rms_norm(be, a.q.get(), &L.q_norm, 0.0f, a.q.get(), n, NH * D, c.norm_eps, &err));
+    SLUICE_CALL("k_norm", api->rms_norm(be, a.k.get(), &L.k_norm, 0.0f, a.k.get(), n, NKV * D, c.norm_eps, &err));
   } else if (L.has_qk_norm) {
-    SLUICE_CALL("q_norm", api->rms_norm(be, q_.get(), &L.q_norm, 0.0f, q_.get(), n * NH, D, c.norm_eps, &err));
-    SLUICE_CALL("k_norm", api->rms_norm(be, k_.get(), &L.k_norm, 0.0f, k_.get(), n * NKV, D, c.norm_eps, &err));
+    SLUICE_CALL("q_norm", api->rms_norm(be, a.q.get(), &L.q_norm, 0.0f, a.q.get(), n * NH, D, c.norm_eps, &err));
+    SLUICE_CALL("k_norm", api->rms_norm(be, a.k.get(), &L.k_norm, 0.0f, a.k.get(), n * NKV, D, c.norm_eps, &err));
   }
   const uint32_t rot = static_cast<uint32_t>(c.rotary_dim());
-  SLUICE_CALL("rope q", api->rope(be, q_.get(), NH, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
-  SLUICE_CALL("rope k", api->rope(be, k_.get(), NKV, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
-  SLUICE_CALL("kv_write", api->kv_write(be, cache, index, k_.get(), v_.get(), &err));
+  SLUICE_CALL("rope q", api->rope(be, a.q.get(), NH, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
+  SLUICE_CALL("rope k", api->rope(be, a.k.get(), NKV, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
+  SLUICE_CALL("kv_write", api->kv_write(be, cache, index, a.k.get(), a.v.get(), &err));
   sl_attention_params ap{};
   ap.struct_size = sizeof(ap);
   ap.n_heads = NH;
@@ -290,23 +438,23 @@ Status Transformer::run_layer(const Layer& L, uint32_t index, uint32_t n, sl_kv_
   ap.head_dim = D;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
   ap.window = L.window;
-  SLUICE_CALL("attention", api->attention(be, cache, index, q_.get(), &ap, attn_.get(), &err));
-  SLUICE_CALL("matmul o", api->matmul(be, attn_.get(), n, &L.o, L.has_o_bias ? &L.o_bias : nullptr, o_.get(), &err));
-  SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
+  SLUICE_CALL("attention", api->attention(be, cache, index, a.q.get(), &ap, a.attn.get(), &err));
+  SLUICE_CALL("matmul o", api->matmul(be, a.attn.get(), n, &L.o, L.has_o_bias ? &L.o_bias : nullptr, a.o.get(), &err));
+  SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
 
-  SLUICE_CALL("rms_norm", api->rms_norm(be, x_.get(), &L.ffn_norm, 0.0f, h_.get(), n, H, c.norm_eps, &err));
+  SLUICE_CALL("rms_norm", api->rms_norm(be, a.x.get(), &L.ffn_norm, 0.0f, a.h.get(), n, H, c.norm_eps, &err));
   if (L.moe_index >= 0) {
-    if (auto s = run_moe(L, n); !s) return s;
-    SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
+    if (auto s = run_moe(st, L, n); !s) return s;
+    SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
     return {};
   }
-  SLUICE_CALL("matmul gate", api->matmul(be, h_.get(), n, &L.gate, nullptr, gate_.get(), &err));
-  SLUICE_CALL("matmul up", api->matmul(be, h_.get(), n, &L.up, nullptr, up_.get(), &err));
+  SLUICE_CALL("matmul gate", api->matmul(be, a.h.get(), n, &L.gate, nullptr, a.gate.get(), &err));
+  SLUICE_CALL("matmul up", api->matmul(be, a.h.get(), n, &L.up, nullptr, a.up.get(), &err));
   const uint32_t act = c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_tanh" ? SL_ACT_GELU_TANH
                        : c.hidden_act == "gelu" ? SL_ACT_GELU : SL_ACT_SILU;
-  SLUICE_CALL("activation", api->gated_activation(be, act, gate_.get(), up_.get(), act_.get(), uint64_t(n) * c.intermediate_size, &err));
-  SLUICE_CALL("matmul down", api->matmul(be, act_.get(), n, &L.down, nullptr, o_.get(), &err));
-  SLUICE_CALL("residual", api->add(be, x_.get(), o_.get(), x_.get(), uint64_t(n) * H, &err));
+  SLUICE_CALL("activation", api->gated_activation(be, act, a.gate.get(), a.up.get(), a.act.get(), uint64_t(n) * c.intermediate_size, &err));
+  SLUICE_CALL("matmul down", api->matmul(be, a.act.get(), n, &L.down, nullptr, a.o.get(), &err));
+  SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
 #undef SLUICE_CALL
   return {};
 }
@@ -314,16 +462,18 @@ Status Transformer::run_layer(const Layer& L, uint32_t index, uint32_t n, sl_kv_
 // Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
 // over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
 // the architecture says so. Returns, per token, its (expert, weight) pairs.
-Result<std::vector<std::vector<std::pair<uint32_t, float>>>> Transformer::route(const sl_weight& router, uint32_t n) {
+Result<std::vector<std::vector<std::pair<uint32_t, float>>>> Transformer::route(Stage& st, const sl_weight& router, uint32_t n) {
   const auto& moe = config_.moe;
+  const BackendHandle& backend = *st.backend;
+  Activations& a = st.act;
   const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
   sl_error err{};
-  if (auto s = backend_.check(backend_.api()->matmul(backend_.raw(), h_.get(), n, &router, nullptr, router_logits_.get(), &err), err,
+  if (auto s = backend.check(backend.api()->matmul(backend.raw(), a.h.get(), n, &router, nullptr, a.router_logits.get(), &err), err,
                               "router");
       !s)
     return s.error();
   std::vector<float> logits(static_cast<std::size_t>(n) * E);
-  if (auto s = backend_.download(router_logits_, 0, logits.data(), logits.size() * 4); !s) return s.error();
+  if (auto s = backend.download(a.router_logits, 0, logits.data(), logits.size() * 4); !s) return s.error();
   std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
   std::vector<uint32_t> order(E);
   std::vector<float> p(E);
@@ -344,45 +494,47 @@ Result<std::vector<std::vector<std::pair<uint32_t, float>>>> Transformer::route(
   return routes;
 }
 
-Status Transformer::gather_rows(const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst) {
-  const sl_backend_api* api = backend_.api();
+Status Transformer::gather_rows(const BackendHandle& backend, const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst) {
+  const sl_backend_api* api = backend.api();
   sl_error err{};
   if (table_has(api, &sl_backend_api::gather_rows))
-    return backend_.check(api->gather_rows(backend_.raw(), src.get(), rows.data(), static_cast<uint32_t>(rows.size()), dim, dst.get(), &err),
+    return backend.check(api->gather_rows(backend.raw(), src.get(), rows.data(), static_cast<uint32_t>(rows.size()), dim, dst.get(), &err),
                           err, "gather_rows");
   for (std::size_t i = 0; i < rows.size(); ++i)  // a backend without the op: one copy per row
-    if (auto s = backend_.check(api->copy(backend_.raw(), src.get(), uint64_t(rows[i]) * dim, dst.get(), uint64_t(i) * dim, dim, &err), err, "copy");
+    if (auto s = backend.check(api->copy(backend.raw(), src.get(), uint64_t(rows[i]) * dim, dst.get(), uint64_t(i) * dim, dim, &err), err, "copy");
         !s)
       return s;
   return {};
 }
 
-Status Transformer::scatter_add_rows(const Buffer& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+Status Transformer::scatter_add_rows(const BackendHandle& backend, const Buffer& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
                                      uint32_t dim, const Buffer& dst) {
-  const sl_backend_api* api = backend_.api();
+  const sl_backend_api* api = backend.api();
   sl_error err{};
   if (table_has(api, &sl_backend_api::scatter_add_rows))
-    return backend_.check(api->scatter_add_rows(backend_.raw(), src.get(), rows.data(), weights.data(), static_cast<uint32_t>(rows.size()), dim,
+    return backend.check(api->scatter_add_rows(backend.raw(), src.get(), rows.data(), weights.data(), static_cast<uint32_t>(rows.size()), dim,
                                                 dst.get(), &err),
                           err, "scatter_add_rows");
   // A backend without the op: through host memory.
   std::vector<float> s(rows.size() * dim), d(dst.bytes() / 4);
-  if (auto st = backend_.download(src, 0, s.data(), s.size() * 4); !st) return st;
-  if (auto st = backend_.download(dst, 0, d.data(), d.size() * 4); !st) return st;
+  if (auto st = backend.download(src, 0, s.data(), s.size() * 4); !st) return st;
+  if (auto st = backend.download(dst, 0, d.data(), d.size() * 4); !st) return st;
   for (std::size_t i = 0; i < rows.size(); ++i)
     for (uint32_t j = 0; j < dim; ++j) d[std::size_t(rows[i]) * dim + j] += weights[i] * s[i * dim + j];
-  return backend_.upload(dst, 0, d.data(), d.size() * 4);
+  return backend.upload(dst, 0, d.data(), d.size() * 4);
 }
 
 // A MoE block: route every token, fetch the routed experts from the store (hinting the next MoE
 // layer's likely experts first, so their reads overlap this layer's compute), then for each expert
-// run its gated MLP on the rows routed to it and add the weighted result into o_.
-Status Transformer::run_moe(const Layer& L, uint32_t n) {
+// run its gated MLP on the rows routed to it and add the weighted result into a.o.
+Status Transformer::run_moe(Stage& st, const Layer& L, uint32_t n) {
   if (!store_) return make_error("a Mixture-of-Experts model needs an expert store");
   const ModelConfig& c = config_;
+  const BackendHandle& backend = *st.backend;
+  Activations& a = st.act;
   const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate;
   const uint32_t moe_layer = static_cast<uint32_t>(L.moe_index);
-  auto routes = route(L.router, n);
+  auto routes = route(st, L.router, n);
   if (!routes) return routes.error();
 
   // Tokens per expert, experts in ascending order.
@@ -397,10 +549,15 @@ Status Transformer::run_moe(const Layer& L, uint32_t n) {
   for (uint32_t e = 0; e < rows.size(); ++e)
     if (!rows[e].empty()) used.push_back(e);
 
-  // Prefetch: the next MoE layer's router on this layer's input predicts its experts.
+  // Prefetch: the next MoE layer's router on this layer's input predicts its experts (its copy on
+  // this stage's backend when that layer runs on a later stage).
+  const sl_weight* next_router = nullptr;
   if (moe_layer + 1 < experts_->n_moe_layers()) {
-    const Layer& next = layers_[static_cast<std::size_t>(experts_->model_layer(moe_layer + 1))];
-    if (auto guess = route(next.router, n); guess) {
+    const auto next = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
+    next_router = next < st.end ? &layers_[next].router : st.has_next_router ? &st.next_router : nullptr;
+  }
+  if (next_router) {
+    if (auto guess = route(st, *next_router, n); guess) {
       std::vector<bool> want(c.moe.n_experts, false);
       for (const auto& r : *guess)
         for (auto [e, w] : r) want[e] = true;
@@ -421,9 +578,9 @@ Status Transformer::run_moe(const Layer& L, uint32_t n) {
   } release{store_, moe_layer, used};
 
   sl_error err{};
-  const sl_backend_api* api = backend_.api();
-  sl_backend* be = backend_.raw();
-  if (auto s = backend_.check(api->copy(be, zeros_.get(), 0, o_.get(), 0, uint64_t(n) * H, &err), err, "copy"); !s) return s;
+  const sl_backend_api* api = backend.api();
+  sl_backend* be = backend.raw();
+  if (auto s = backend.check(api->copy(be, a.zeros.get(), 0, a.o.get(), 0, uint64_t(n) * H, &err), err, "copy"); !s) return s;
   const uint32_t per_part = experts_->n_parts() / 3;
   for (std::size_t i = 0; i < used.size(); ++i) {
     const uint32_t e = used[i];
@@ -435,7 +592,7 @@ Status Transformer::run_moe(const Layer& L, uint32_t n) {
       const auto& proj = experts_->projection(moe_layer, static_cast<ExpertLayout::Projection>(p));
       for (uint32_t k = 0; k < per_part; ++k) {
         const uint32_t index = p * per_part + k;
-        auto buf = backend_.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
+        auto buf = backend.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
         if (!buf) return buf.error();
         buffers.push_back(std::move(*buf));
       }
@@ -453,33 +610,39 @@ Status Transformer::run_moe(const Layer& L, uint32_t n) {
         wp.biases = buffers[p * per_part + 2].get();
       }
     }
-    if (auto s = gather_rows(h_, rows[e], H, expert_in_); !s) return s;
-    if (auto s = backend_.check(api->matmul(be, expert_in_.get(), m, &w[0], nullptr, gate_.get(), &err), err, "expert gate"); !s) return s;
-    if (auto s = backend_.check(api->matmul(be, expert_in_.get(), m, &w[1], nullptr, up_.get(), &err), err, "expert up"); !s) return s;
-    if (auto s = backend_.check(api->gated_activation(be, SL_ACT_SILU, gate_.get(), up_.get(), act_.get(), uint64_t(m) * F, &err), err,
+    if (auto s = gather_rows(backend, a.h, rows[e], H, a.expert_in); !s) return s;
+    if (auto s = backend.check(api->matmul(be, a.expert_in.get(), m, &w[0], nullptr, a.gate.get(), &err), err, "expert gate"); !s) return s;
+    if (auto s = backend.check(api->matmul(be, a.expert_in.get(), m, &w[1], nullptr, a.up.get(), &err), err, "expert up"); !s) return s;
+    if (auto s = backend.check(api->gated_activation(be, SL_ACT_SILU, a.gate.get(), a.up.get(), a.act.get(), uint64_t(m) * F, &err), err,
                                 "expert activation");
         !s)
       return s;
-    if (auto s = backend_.check(api->matmul(be, act_.get(), m, &w[2], nullptr, expert_out_.get(), &err), err, "expert down"); !s) return s;
-    if (auto s = scatter_add_rows(expert_out_, rows[e], weights[e], H, o_); !s) return s;
+    if (auto s = backend.check(api->matmul(be, a.act.get(), m, &w[2], nullptr, a.expert_out.get(), &err), err, "expert down"); !s) return s;
+    if (auto s = scatter_add_rows(backend, a.expert_out, rows[e], weights[e], H, a.o); !s) return s;
     // The wrapped parts must outlive the ops that read them (asynchronous backends).
-    if (auto s = backend_.synchronize(); !s) return s;
+    if (auto s = backend.synchronize(); !s) return s;
   }
   return {};
 }
 
 Status Transformer::forward(const ForwardBatch& batch, sl_kv_cache* cache, std::vector<float>& logits) {
+  return forward(batch, std::span<sl_kv_cache* const>(&cache, 1), logits);
+}
+
+Status Transformer::forward(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, std::vector<float>& logits) {
   const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
   if (n == 0) return make_error("forward: empty batch");
   if (batch.positions.size() != n || batch.seq_slots.size() != n)
     return make_error("forward: tokens, positions and sequence slots differ in length");
   for (uint32_t r : batch.logit_rows)
     if (r >= n) return make_error("forward: logit row out of range");
+  if (caches.size() != stages_.size())
+    return make_error("forward: the model runs on " + std::to_string(stages_.size()) + " backends and needs one KV cache for each, got " +
+                      std::to_string(caches.size()));
   const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
-  if (auto s = ensure_activations(n, std::max(1u, n_logits)); !s) return s;
+  for (auto& st : stages_)
+    if (auto s = ensure_activations(st, n, st.has_head ? std::max(1u, n_logits) : 0); !s) return s;
 
-  const sl_backend_api* api = backend_.api();
-  sl_backend* be = backend_.raw();
   sl_error err{};
   sl_batch b{};
   b.struct_size = sizeof(b);
@@ -489,32 +652,63 @@ Status Transformer::forward(const ForwardBatch& batch, sl_kv_cache* cache, std::
   b.n_seqs = batch.n_seqs;
   b.max_pages = batch.max_pages;
   b.page_table = batch.page_table.data();
-  if (auto s = backend_.check(api->begin_batch(be, &b, &err), err, "begin_batch"); !s) return s;
-  if (auto s = backend_.check(api->embed(be, &embed_, batch.tokens.data(), n, x_.get(), &err), err, "embed"); !s) return s;
+  if (!batch.recent_table.empty() && batch.recent_table.size() != batch.page_table.size())
+    return make_error("forward: recent table and page table differ in size");
+  b.recent_table = batch.recent_table.empty() ? nullptr : batch.recent_table.data();
+  for (auto& st : stages_)
+    if (auto s = st.backend->check(st.backend->api()->begin_batch(st.backend->raw(), &b, &err), err, "begin_batch"); !s) return s;
+  {
+    const Stage& first = stages_.front();
+    if (auto s = first.backend->check(first.backend->api()->embed(first.backend->raw(), &embed_, batch.tokens.data(), n, first.act.x.get(), &err),
+                                      err, "embed");
+        !s)
+      return s;
+  }
 
-  for (uint32_t i = 0; i < layers_.size(); ++i)
-    if (auto s = run_layer(layers_[i], i, n, cache); !s) return s;
-
+  const uint64_t hidden_bytes = uint64_t(n) * config_.hidden_size * 4;
+  for (std::size_t s = 0; s < stages_.size(); ++s) {
+    Stage& st = stages_[s];
+    if (s > 0) {  // the hidden state moves to the next backend through host memory
+      hidden_.resize(hidden_bytes / 4);
+      if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
+      if (auto r = st.backend->upload(st.act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
+    }
+    for (uint32_t i = st.first; i < st.end; ++i)
+      if (auto r = run_layer(st, layers_[i], i - st.first, n, caches[s]); !r) return r;
+  }
   if (n_logits == 0) {
     logits.clear();
-    return backend_.synchronize();
+    for (const auto& st : stages_)
+      if (auto s = st.backend->synchronize(); !s) return s;
+    return {};
   }
+  return run_head(stages_.back(), batch, logits);
+}
+
+// The final norm and the LM head over the rows that need logits, on the last stage.
+Status Transformer::run_head(Stage& st, const ForwardBatch& batch, std::vector<float>& logits) {
+  const BackendHandle& backend = *st.backend;
+  const sl_backend_api* api = backend.api();
+  sl_backend* be = backend.raw();
+  Activations& a = st.act;
+  sl_error err{};
+  const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
   const uint32_t H = config_.hidden_size, V = config_.vocab_size;
   for (uint32_t i = 0; i < n_logits; ++i) {
-    if (auto s = backend_.check(api->copy(be, x_.get(), uint64_t(batch.logit_rows[i]) * H, last_.get(), uint64_t(i) * H, H, &err),
+    if (auto s = backend.check(api->copy(be, a.x.get(), uint64_t(batch.logit_rows[i]) * H, a.last.get(), uint64_t(i) * H, H, &err),
                                 err, "copy");
         !s)
       return s;
   }
-  if (auto s = backend_.check(api->rms_norm(be, last_.get(), &final_norm_, 0.0f, last_norm_.get(), n_logits, H, config_.norm_eps, &err),
+  if (auto s = backend.check(api->rms_norm(be, a.last.get(), &final_norm_, 0.0f, a.last_norm.get(), n_logits, H, config_.norm_eps, &err),
                               err, "final norm");
       !s)
     return s;
-  if (auto s = backend_.check(api->matmul(be, last_norm_.get(), n_logits, &lm_head_, nullptr, logits_.get(), &err), err, "lm_head");
+  if (auto s = backend.check(api->matmul(be, a.last_norm.get(), n_logits, &lm_head_, nullptr, a.logits.get(), &err), err, "lm_head");
       !s)
     return s;
   logits.resize(std::size_t(n_logits) * V);
-  return backend_.download(logits_, 0, logits.data(), logits.size() * 4);
+  return backend.download(a.logits, 0, logits.data(), logits.size() * 4);
 }
 
 }  // namespace sluice

@@ -1,8 +1,9 @@
 #pragma once
 // The decoder-only transformer, written once for every supported architecture: the differences
 // (biases, q/k norms, rotary variants, sliding windows, tied embeddings) come from ModelConfig and
-// from which tensors the checkpoint has. Weights stay in the memory-mapped safetensors files; the
-// backend sees them through buffers wrapping each file.
+// from which tensors the checkpoint has. Weights stay in the memory-mapped safetensors files; a
+// backend sees them through buffers wrapping the byte ranges of the tensors it runs. The layers may
+// be split across backends in stages (--gpu-layers, --devices): one forward pass, run stage by stage.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,22 +30,49 @@ struct ForwardBatch {
   uint32_t n_seqs = 1;
   uint32_t max_pages = 0;
   std::vector<int32_t> page_table;      // [n_seqs][max_pages]
+  std::vector<int32_t> recent_table;    // [n_seqs][max_pages] recent (exact) pages, -1 none; empty = no window
   std::vector<uint32_t> logit_rows;     // which tokens need logits (e.g. each sequence's last)
+};
+
+// One backend's share of a model split across backends (--gpu-layers, --devices): the next
+// n_layers layers, in order. The first stage also embeds the tokens, the last one runs the final
+// norm and the LM head; the hidden state moves between stages by download and upload.
+struct StageSpec {
+  const BackendHandle* backend = nullptr;
+  uint32_t n_layers = 0;
+};
+
+// Device bytes of the weights each part of the model binds, for sizing --gpu-layers auto. Routed
+// experts are not counted: they come from the expert store, wrapped per use.
+struct WeightFootprint {
+  std::vector<uint64_t> layer_bytes;  // per layer
+  uint64_t embed_bytes = 0;           // the embedding table
+  uint64_t head_bytes = 0;            // the final norm and an untied lm_head
+  bool tied_head = false;             // the head reads the embedding table
 };
 
 class Transformer {
  public:
-  // Binds every tensor the architecture needs (clear error naming a missing or misshapen one).
+  // Binds every tensor the architecture needs (clear error naming a missing or misshapen one), all
+  // layers on one backend.
   static Result<std::unique_ptr<Transformer>> create(const ModelConfig& config, const SafetensorsSet& tensors,
                                                      const BackendHandle& backend);
+  // The same, the layers split across backends in order; the stages' n_layers sum to the model's.
+  static Result<std::unique_ptr<Transformer>> create(const ModelConfig& config, const SafetensorsSet& tensors,
+                                                     std::span<const StageSpec> stages);
+  static Result<WeightFootprint> footprint(const ModelConfig& config, const SafetensorsSet& tensors);
 
-  // Runs the batch; writes logits for batch.logit_rows into `logits` ([rows][vocab]).
+  // Runs the batch; writes logits for batch.logit_rows into `logits` ([rows][vocab]). One KV cache
+  // per stage, each holding that stage's layers (indices from 0); the first form is for one stage.
   Status forward(const ForwardBatch& batch, sl_kv_cache* cache, std::vector<float>& logits);
+  Status forward(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, std::vector<float>& logits);
 
   const ModelConfig& config() const { return config_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes that stay resident: every weight but the routed experts'.
   uint64_t dense_weight_bytes() const { return weight_bytes_ - (experts_ ? experts_->total_bytes() : 0); }
+  // Where the layers run: one StageSpec per backend, in layer order.
+  std::vector<StageSpec> stages() const;
 
   // Mixture-of-Experts models: where the experts lie, and the store that serves them (required
   // before the first forward pass of such a model; the caller keeps it alive).
@@ -62,35 +90,65 @@ class Transformer {
     sl_weight router{};
   };
 
-  Transformer(const ModelConfig& config, const BackendHandle& backend) : config_(config), backend_(backend) {}
-  Result<sl_weight> bind(const SafetensorsSet& tensors, const std::string& name, std::vector<int64_t> shape) const;
-  Result<sl_weight> bind_quantized(const SafetensorsSet& tensors, const std::string& module, const TensorInfo& weight,
+  // Activation buffers on one backend, grown to the largest batch seen.
+  struct Activations {
+    uint32_t capacity_tokens = 0, capacity_logit_rows = 0;
+    Buffer x, h, q, k, v, attn, o, gate, up, act, last, last_norm, logits;
+    Buffer router_logits, expert_in, expert_out, zeros;  // Mixture of Experts
+  };
+
+  // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.
+  struct WeightSpan {
+    uint32_t file = 0;
+    uint64_t begin = 0, end = 0;
+    Buffer buffer;
+  };
+
+  struct Stage {
+    const BackendHandle* backend = nullptr;
+    uint32_t first = 0, end = 0;  // layers [first, end)
+    bool embeds = false, has_head = false;
+    // Binding runs twice: first recording the tensors the stage needs (to wrap only their bytes),
+    // then for real against the spans.
+    bool recording = false;
+    std::vector<const TensorInfo*> used;
+    std::vector<WeightSpan> spans;
+    // The first MoE layer after this stage's, when it lies on a later stage: its router, bound
+    // here too, predicts that layer's experts for the store's prefetch.
+    sl_weight next_router{};
+    bool has_next_router = false;
+    Activations act;
+  };
+
+  explicit Transformer(const ModelConfig& config) : config_(config) {}
+  Status bind_stage(const SafetensorsSet& tensors, Stage& stage);
+  Status wrap_spans(Stage& stage);
+  Result<sl_buffer*> locate(Stage& stage, const TensorInfo& t, uint64_t& offset) const;
+  Result<sl_weight> bind(const SafetensorsSet& tensors, Stage& stage, const std::string& name, std::vector<int64_t> shape) const;
+  Result<sl_weight> bind_quantized(const SafetensorsSet& tensors, Stage& stage, const std::string& module, const TensorInfo& weight,
                                    const std::vector<int64_t>& shape) const;
-  Status ensure_activations(uint32_t n_tokens, uint32_t n_logit_rows);
-  Status run_layer(const Layer& layer, uint32_t index, uint32_t n, sl_kv_cache* cache);
-  // h_ → o_: the routed experts' weighted sum for every token.
-  Status run_moe(const Layer& layer, uint32_t n);
-  Result<std::vector<std::vector<std::pair<uint32_t, float>>>> route(const sl_weight& router, uint32_t n);
-  Status gather_rows(const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst);
-  Status scatter_add_rows(const Buffer& src, const std::vector<int32_t>& rows, const std::vector<float>& weights, uint32_t dim,
-                          const Buffer& dst);
+  Status ensure_activations(Stage& stage, uint32_t n_tokens, uint32_t n_logit_rows);
+  Status run_layer(Stage& stage, const Layer& layer, uint32_t index, uint32_t n, sl_kv_cache* cache);
+  // h → o: the routed experts' weighted sum for every token.
+  Status run_moe(Stage& stage, const Layer& layer, uint32_t n);
+  Result<std::vector<std::vector<std::pair<uint32_t, float>>>> route(Stage& stage, const sl_weight& router, uint32_t n);
+  Status gather_rows(const BackendHandle& be, const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst);
+  Status scatter_add_rows(const BackendHandle& be, const Buffer& src, const std::vector<int32_t>& rows,
+                          const std::vector<float>& weights, uint32_t dim, const Buffer& dst);
+  Status run_head(Stage& stage, const ForwardBatch& batch, std::vector<float>& logits);
 
   ModelConfig config_;
-  const BackendHandle& backend_;
-  std::vector<Buffer> file_buffers_;
+  std::vector<Stage> stages_;
   sl_weight embed_{}, final_norm_{}, lm_head_{};
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;
   float rope_factor_ = 1.0f;
   uint64_t weight_bytes_ = 0;
+  std::vector<float> hidden_;  // the hidden state on its way between stages
 
-  // Activation buffers, grown to the largest batch seen.
-  uint32_t capacity_tokens_ = 0, capacity_logit_rows_ = 0;
-  Buffer x_, h_, q_, k_, v_, attn_, o_, gate_, up_, act_, last_, last_norm_, logits_;
   // Mixture of Experts.
   std::optional<ExpertLayout> experts_;
   ExpertStoreHandle* store_ = nullptr;
-  Buffer router_logits_, expert_in_, expert_out_, zeros_;
 };
 
 }  // namespace sluice

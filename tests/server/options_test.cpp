@@ -66,10 +66,39 @@ TEST(ServerOptions, MissingConfigFileIsAnError) {
 }
 
 TEST(ServerOptions, LaterIssueOptionsAreAcceptedWithAPlainWarning) {
-  auto p = parse_server_options({"--model", "m", "--gpu-layers", "10", "--mem-limit", "8G"});
+  auto p = parse_server_options({"--model", "m", "--mem-limit", "8G"});
   ASSERT_TRUE(p.ok()) << p.message();
-  ASSERT_EQ(p->warnings.size(), 2u);
-  for (const auto& w : p->warnings) EXPECT_NE(w.find("not"), std::string::npos) << w;
+  ASSERT_EQ(p->warnings.size(), 1u);
+  EXPECT_NE(p->warnings[0].find("not"), std::string::npos) << p->warnings[0];
+}
+
+TEST(ServerOptions, GpuLayersAndDevicesReachTheEngineWithoutAWarning) {
+  auto p = parse_server_options({"--model", "m", "--backend", "opencl", "--gpu-layers", "10"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_TRUE(p->warnings.empty());
+  EXPECT_EQ(to_engine_options(p->options).gpu_layers, "10");
+  auto a = parse_server_options({"--model", "m", "--gpu-layers", "auto", "--devices", "opencl:0:0,opencl:0:1"});
+  ASSERT_TRUE(a.ok()) << a.message();
+  const auto e = to_engine_options(a->options);
+  EXPECT_EQ(e.gpu_layers, "auto");
+  EXPECT_EQ(e.devices, "opencl:0:0,opencl:0:1");
+  EXPECT_EQ(to_engine_options(parse_server_options({"--model", "m"})->options).gpu_layers, "");
+}
+
+TEST(ServerOptions, MalformedGpuLayersOrDevicesAreUsageErrors) {
+  for (const char* bad : {"ten", "-1", "3x", "all"}) {
+    auto p = parse_server_options({"--model", "m", "--gpu-layers", bad});
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.message().find("--gpu-layers"), std::string::npos) << p.message();
+  }
+  for (const char* bad : {"opencl:0,,opencl:1", "opencl:0,", "cpu", "auto"}) {
+    auto p = parse_server_options({"--model", "m", "--devices", bad});
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.message().find("--devices"), std::string::npos) << p.message();
+  }
+  auto both = parse_server_options({"--model", "m", "--backend", "opencl:0", "--devices", "opencl:0,opencl:0"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.message().find("--backend"), std::string::npos) << both.message();
 }
 
 TEST(ServerOptions, StreamExpertsSelectsTheUringStoreWithABudget) {

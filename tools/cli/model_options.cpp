@@ -2,13 +2,31 @@
 
 #include <iostream>
 
+#include "engine/layer_split.h"
+
 namespace sluice::cli {
+
+namespace {
+
+// Malformed values are usage errors (exit 2), reported while parsing.
+void check_gpu_layers(const std::string& value) {
+  if (auto g = GpuLayers::parse(value); !g) throw po::error(g.message());
+}
+void check_devices(const std::string& value) {
+  if (auto d = parse_devices(value); !d) throw po::error(d.message());
+}
+
+}  // namespace
 
 void add_model_options(po::options_description& desc, EngineOptions& o) {
   desc.add_options()
       ("model", po::value(&o.model_dir)->required(), "model folder (Hugging Face layout)")
       ("backend", po::value(&o.backend)->default_value("auto"), "auto | cpu | opencl[:P:D] | path/to/plugin.so")
       ("kv-codec", po::value(&o.kv_codec)->default_value("f16"), "KV cache codec: f32 | f16 | plugin name | k=A,v=B")
+      ("gpu-layers", po::value(&o.gpu_layers)->notifier(check_gpu_layers),
+       "the first N layers on the GPU/OpenCL backend (--backend or --devices), the rest on the CPU; auto: as many as fit")
+      ("devices", po::value(&o.devices)->notifier(check_devices),
+       "several offload devices, e.g. opencl:0:0,opencl:0:1: layers split evenly between them")
       ("plugin-dir", po::value(&o.plugin_dir), "where to look for sluice-*.so plugins (default: next to the binary)")
       ("threads", po::value(&o.threads)->default_value(0), "CPU threads (0 = all cores)")
       ("ctx-size", po::value(&o.ctx_size)->default_value(0), "context size in tokens (0 = the model's, at most 8192)")
