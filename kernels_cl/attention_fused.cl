@@ -131,7 +131,10 @@ void attention_fused(__global const float* q, __global float* out, __global cons
         const uint dim = lid + d * WG;
         if (dim < HEAD_DIM) {
 #if V_FUSED
-          for (uint g = 0; g < HPW; ++g) sl_v_fused_accumulate(vrow, dim, p[g][jj], acc + g * v_domain);
+          uint slot;
+          const float vv = sl_v_fused_value(vrow, dim, &slot);  // once for every head of the group
+          __local float* a = acc + slot * HEAD_DIM + dim;
+          for (uint g = 0; g < HPW; ++g) a[g * v_domain] += p[g][jj] * vv;
 #else
           const float vv = sl_v_load(vrow, dim);
           for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g][jj] * vv;

@@ -230,9 +230,18 @@ float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_sl
   return SL_TQ(score_local)(row, q_slots);
 }
 
-/* acc[slot of coordinate i's block] += w · x̂_i in that rotation's domain; one work-item per i. */
-void SL_KV_FN(fused_accumulate)(__global const uchar* row, uint i, float w, __local float* acc) {
-  acc[SL_TQ(rotation_of)(row, SL_TQ(block_of)(i)) * SL_TQ_HEAD_DIM + i] += w * SL_TQ(value)(row, i);
+/* x̂_i in its block's rotated domain, and the accumulator slot it belongs to (the block's rotation). */
+float SL_KV_FN(fused_value)(__global const uchar* row, uint i, uint* slot) {
+  const uint b = SL_TQ(block_of)(i);
+  __global const uchar* p = row + SL_TQ(block_byte)[b];
+  const uint header = SL_TQ(header)(p);
+  *slot = SL_TQ_N_ROT == 1u ? 0u : (header & 15u);
+  const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+  const uint bit = (i - SL_TQ(block_offset)[b]) * SL_TQ_BITS;
+  __global const uchar* idx = p + 2 + bit / 8;
+  uint word = idx[0];
+  if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)idx[1] << 8;
+  return s * SL_TQ(codebook)[b * 16 + ((word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u))];
 }
 
 /* Every slot back to the original domain, summed into acc[0, head_dim); whole work-group. */

@@ -3,6 +3,8 @@
 // forward passes are timed from there, then the sequence is rewound to `depth` and a `pp`-token
 // forward pass is timed. Prints one markdown row per depth and, with --json, one JSON line each.
 //   bench_depth --model DIR [--backend opencl] [--kv-codec f16] [--depths 0,8192,32768] [--pp 512] [--tg 64]
+// The fill writes random K/V into the cache directly (--fill random, the default: decode speed does
+// not depend on the values) or runs the model over random tokens (--fill forward).
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -14,13 +16,65 @@
 
 using namespace sluice;
 
+namespace {
+
+// Fills positions [0, depth) of `seq` with random K/V written straight into every layer of the
+// cache, without forward passes: decode speed depends on how much KV there is, not on its values,
+// and filling 32768 positions through prefill takes minutes on a backend with quadratic prefill
+// attention. The recent window's pages are assigned as a real prefill would.
+Status fill_random(Runtime& rt, SequenceState& seq, int depth, std::mt19937& rng) {
+  const auto& cfg = rt.config();
+  const BackendHandle& be = rt.backend();
+  const int chunk = std::max(1, rt.options().prefill_size);  // the recent pool is sized for one such batch
+  const std::size_t row = static_cast<std::size_t>(cfg.num_kv_heads) * cfg.head_dim;
+  std::normal_distribution<float> n01;
+  std::vector<float> k(chunk * row), v(chunk * row);
+  for (auto& x : k) x = n01(rng);
+  for (auto& x : v) x = n01(rng);
+  auto dk = be.alloc(k.size() * 4), dv = be.alloc(v.size() * 4);
+  if (!dk) return dk.error();
+  if (!dv) return dv.error();
+  if (auto s = be.upload(*dk, 0, k.data(), k.size() * 4); !s) return s;
+  if (auto s = be.upload(*dv, 0, v.data(), v.size() * 4); !s) return s;
+  if (auto s = rt.ensure_pages(seq, depth); !s) return s;
+  for (int start = 0; start < depth; start += chunk) {
+    const int n = std::min(chunk, depth - start);
+    if (auto s = rt.kv().update_recent(seq.recent, 0, start, start + n); !s) return s;
+    std::vector<int32_t> positions(n), slots(n, 0), recent;
+    for (int i = 0; i < n; ++i) positions[i] = start + i;
+    if (rt.kv().recent_window() > 0) {
+      recent.assign(seq.pages.size(), -1);
+      std::copy_n(seq.recent.begin(), std::min(seq.recent.size(), seq.pages.size()), recent.begin());
+    }
+    sl_batch b{};
+    b.struct_size = sizeof(b);
+    b.n_tokens = static_cast<uint32_t>(n);
+    b.positions = positions.data();
+    b.seq_slots = slots.data();
+    b.n_seqs = 1;
+    b.max_pages = static_cast<uint32_t>(seq.pages.size());
+    b.page_table = seq.pages.data();
+    b.recent_table = recent.empty() ? nullptr : recent.data();
+    sl_error err{};
+    if (auto s = be.check(be.api()->begin_batch(be.raw(), &b, &err), err, "begin_batch"); !s) return s;
+    for (uint32_t layer = 0; layer < static_cast<uint32_t>(cfg.num_layers); ++layer)
+      if (auto s = be.check(be.api()->kv_write(be.raw(), rt.kv().raw(), layer, dk->get(), dv->get(), &err), err, "kv_write"); !s)
+        return s;
+    seq.n_past = start + n;
+    rt.kv().trim_recent(seq.recent, seq.n_past);
+  }
+  return be.synchronize();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   EngineOptions o;
   o.backend = "auto";
   o.kv_codec = "f16";
   std::vector<int> depths = {0};
   int pp = 512, tg = 64;
-  bool json = false;
+  bool json = false, fill_forward = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -32,12 +86,16 @@ int main(int argc, char** argv) {
     else if (a == "--pp") pp = std::stoi(next());
     else if (a == "--tg") tg = std::stoi(next());
     else if (a == "--json") json = true;
+    else if (a == "--kv-recent") o.kv_recent = std::stoi(next());
+    else if (a == "--fill") fill_forward = next() == "forward";
     else if (a == "--depths") {
       depths.clear();
       std::stringstream ss(next());
       for (std::string d; std::getline(ss, d, ',');) depths.push_back(std::stoi(d));
     } else {
-      std::fprintf(stderr, "usage: bench_depth --model DIR [--backend B] [--kv-codec C] [--depths 0,8192] [--pp N] [--tg N] [--json]\n");
+      std::fprintf(stderr,
+                   "usage: bench_depth --model DIR [--backend B] [--kv-codec C] [--kv-recent N] [--depths 0,8192] [--pp N] [--tg N]\n"
+                   "                   [--fill random|forward] [--json]\n");
       return 2;
     }
   }
@@ -59,9 +117,12 @@ int main(int argc, char** argv) {
     std::vector<float> logits;
     std::vector<int32_t> fill(static_cast<std::size_t>(depth));
     for (auto& t : fill) t = id(rng);
-    if (depth > 0 && !(*rt)->run(seq, fill, false, logits)) {
-      std::fprintf(stderr, "bench_depth: fill failed\n");
-      return 1;
+    if (depth > 0) {
+      auto filled = fill_forward ? (*rt)->run(seq, fill, false, logits) : fill_random(**rt, seq, depth, rng);
+      if (!filled) {
+        std::fprintf(stderr, "bench_depth: fill failed: %s\n", filled.message().c_str());
+        return 1;
+      }
     }
     // Decode: tg single tokens from `depth`.
     std::vector<int32_t> one(1, id(rng));
@@ -95,11 +156,13 @@ int main(int argc, char** argv) {
     }
     const double pp_s = std::chrono::duration<double>(Clock::now() - t0).count();
     (*rt)->release(seq);
-    std::printf("| %s | %s | %s | %d | %.1f | %.1f |\n", (*rt)->model_name().c_str(), (*rt)->backend().description().c_str(),
-                o.kv_codec.c_str(), depth, pp / pp_s, tg / tg_s);
+    std::printf("| %s | %s | %s (%u exact) | %d | %.1f | %.1f |\n", (*rt)->model_name().c_str(),
+                (*rt)->backend().description().c_str(), o.kv_codec.c_str(), (*rt)->kv().recent_window(), depth, pp / pp_s, tg / tg_s);
     if (json)
-      std::printf("{\"model\":\"%s\",\"depth\":%d,\"pp\":%d,\"prefill_tps\":%.2f,\"tg\":%d,\"decode_tps\":%.2f}\n",
-                  (*rt)->model_name().c_str(), depth, pp, pp / pp_s, tg, tg / tg_s);
+      std::printf("{\"model\":\"%s\",\"kv\":\"%s\",\"kv_recent\":%u,\"kv_bytes_per_token\":%.1f,\"depth\":%d,\"pp\":%d,"
+                  "\"prefill_tps\":%.2f,\"tg\":%d,\"decode_tps\":%.2f}\n",
+                  (*rt)->model_name().c_str(), o.kv_codec.c_str(), (*rt)->kv().recent_window(), (*rt)->kv().bytes_per_token(), depth,
+                  pp, pp / pp_s, tg, tg / tg_s);
     std::fflush(stdout);
   }
   return 0;

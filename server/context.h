@@ -18,8 +18,10 @@ struct ServerContext {
     defaults.max_tokens = o.max_tokens;
     info.model = e.model_name();
     info.backend = e.backend_name();
-    info.kv_codec = o.kv_codec;
-    info.expert_store = o.expert_store;
+    // What the engine runs, after --turbo-kv and --stream-experts are resolved.
+    const EngineOptions resolved = to_engine_options(o);
+    info.kv_codec = resolved.kv_codec;
+    info.expert_store = resolved.expert_store;
     info.version = "0.1.0";
   }
 

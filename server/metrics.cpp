@@ -99,6 +99,10 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          static_cast<double>(e.kv_bytes_used));
   metric(out, "sluice_kv_cache_bytes_per_token", "gauge", "KV cache bytes per token under the configured codec.",
          e.kv_bytes_per_token);
+  metric(out, "sluice_kv_recent_window_tokens", "gauge", "Newest keys before each query attended from exact f16 copies.",
+         static_cast<double>(e.kv_recent_window));
+  metric(out, "sluice_kv_recent_bytes", "gauge", "Bytes of the recent window's pool of exact rows.",
+         static_cast<double>(e.kv_recent_bytes));
   metric(out, "sluice_process_resident_memory_bytes", "gauge", "Resident memory of the server process.",
          static_cast<double>(process_resident_bytes()));
   if (!e.expert_store.empty()) {  // the expert store plugin's counters (Mixture-of-Experts models)

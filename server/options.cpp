@@ -28,6 +28,8 @@ po::options_description describe(ServerOptions& o) {
     ("port", po::value(&o.port)->default_value(o.port), "port to listen on (0 = any free port)")
     ("backend", po::value(&o.backend)->default_value(o.backend), "auto | cpu | opencl[:P:D]")
     ("kv-codec", po::value(&o.kv_codec)->default_value(o.kv_codec), "KV cache codec: f32 | f16 | plugin | k=A,v=B")
+    ("kv-recent", po::value(&o.kv_recent)->default_value(o.kv_recent),
+     "newest keys attended exactly (f16 copies) with a compressing codec: tokens, 0 off, -1 auto (16)")
     ("expert-store", po::value(&o.expert_store)->default_value(o.expert_store), "where MoE experts live")
     ("plugin-dir", po::value(&o.plugin_dir), "folder searched for plugins (default: next to the executable)")
     ("threads", po::value(&o.threads)->default_value(o.threads), "compute threads (0 = all cores)")
@@ -69,6 +71,7 @@ Status validate(const ServerOptions& o) {
   if (o.port < 0 || o.port > 65535) return make_error("--port must be 0..65535");
   if (o.max_tokens < 1) return make_error("--max-tokens must be at least 1");
   if (o.ctx_size < 0) return make_error("--ctx-size must not be negative");
+  if (o.kv_recent < -1) return make_error("--kv-recent must be -1 (auto), 0 (off) or a number of tokens");
   if (o.prefill_size < 1) return make_error("--prefill-size must be at least 1");
   if (o.parallel < 1) return make_error("--parallel must be at least 1");
   if (o.queue_size < 1) return make_error("--queue-size must be at least 1");
@@ -155,7 +158,9 @@ EngineOptions to_engine_options(const ServerOptions& o) {
     if (e.expert_store == "resident") e.expert_store = "uring";
     if (e.expert_cache_mb == 0) e.expert_cache_mb = derived_expert_budget_mb(o);
   }
-  if (o.turbo_kv) e.kv_codec = turbo::recommended_turbo_kv();
+  e.kv_recent = o.kv_recent;
+  // The recommended pair depends on whether the newest tokens stay exact (auto: 16 of them).
+  if (o.turbo_kv) e.kv_codec = turbo::recommended_turbo_kv(o.kv_recent < 0 ? turbo::kRecommendedRecentWindow : static_cast<uint32_t>(o.kv_recent));
   e.gpu_layers = o.gpu_layers;
   e.devices = o.devices;
   e.plugin_dir = o.plugin_dir;

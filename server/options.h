@@ -17,6 +17,7 @@ struct ServerOptions {
   int port = 5413;
   std::string backend = "auto";
   std::string kv_codec = "f16";
+  int kv_recent = -1;          // recent window kept exact, tokens (-1 auto, 0 off)
   std::string expert_store = "resident";
   std::string plugin_dir;
   int threads = 0;

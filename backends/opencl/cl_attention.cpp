@@ -31,7 +31,7 @@ bool source_has(const char* source, std::initializer_list<const char*> names) {
   return true;
 }
 bool has_fused_keys(const char* source) { return source_has(source, {"SL_KV_FN(fused_prepare_query)", "SL_KV_FN(fused_score)"}); }
-bool has_fused_values(const char* source) { return source_has(source, {"SL_KV_FN(fused_accumulate)", "SL_KV_FN(fused_finish)"}); }
+bool has_fused_values(const char* source) { return source_has(source, {"SL_KV_FN(fused_value)", "SL_KV_FN(fused_finish)"}); }
 
 bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
 

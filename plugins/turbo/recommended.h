@@ -4,14 +4,14 @@
 //
 // Measured on tiny-code-qwen2 (perf/results/kv_codecs_quality.md; ctx 512, 60 chunks, f16 = 5.6090):
 //   keys are the sensitive side — k=turbo4 alone costs +0.71%, v=turbo4 alone +0.17%,
-//   k=turbo3 alone +2.98%, v=turbo3 alone +0.51%.
-//   Today (every cached token compressed):  turbo4 / turbo4      4.25 bits  +0.91%   ← within 1%
-//                                           k=turbo4,v=turbo3    3.75 bits  +1.47%
-//   With the newest 16 tokens kept in f16 (a proposed host change, measured with a patched backend):
-//                                           turbo4 / turbo4      +0.32%
-//                                           k=turbo4,v=turbo3    +0.41%   ← the better trade
-// So: turbo4 for both while the host compresses every token, k=turbo4,v=turbo3 once it keeps a
-// recent window of at least kRecommendedRecentWindow tokens uncompressed.
+//   k=turbo3 alone +2.98%, v=turbo3 alone +0.51% (every key compressed).
+//   Every cached token compressed (--kv-recent 0):  turbo4 / turbo4      4.25 bits  +0.90%
+//                                                   k=turbo4,v=turbo3    3.75 bits  +1.48%
+//   With the recent window (the newest 16 keys exact, the default):
+//                                                   turbo4 / turbo4      +0.33%
+//                                                   k=turbo4,v=turbo3    +0.40%   ← the better trade
+// So: k=turbo4,v=turbo3 when the host keeps a recent window of at least kRecommendedRecentWindow
+// tokens, turbo4 for both when it compresses every token.
 #include <cstdint>
 
 namespace sluice::turbo {

@@ -52,6 +52,8 @@ class Endpoints(unittest.TestCase):
         self.assertEqual(body["model"], "tiny-code-qwen2")
         self.assertIn("memory", body)
         self.assertTrue(body["devices"])
+        self.assertEqual(body["memory"]["kv_recent_window"], 0)  # f16: nothing to keep exact
+        self.assertEqual(body["memory"]["kv_recent_bytes"], 0)
 
     def test_models(self):
         status, body = self.srv.json("GET", "/v1/models")
@@ -419,6 +421,23 @@ class Lifecycle(unittest.TestCase):
         srv = start()
         self.assertEqual(srv.json("GET", "/health")[0], 200)
         self.assertEqual(srv.stop(signal.SIGINT, timeout=15), 0)
+
+    def test_turbo_kv_keeps_a_recent_window_and_serves(self):
+        srv = start("--turbo-kv")
+        try:
+            status, body = srv.json("GET", "/health")
+            self.assertEqual(status, 200)
+            self.assertEqual(body["kv_codec"], "k=turbo4,v=turbo3")
+            self.assertEqual(body["memory"]["kv_recent_window"], 16)
+            self.assertGreater(body["memory"]["kv_recent_bytes"], 0)
+            status, out = srv.json("POST", "/v1/completions", {"prompt": "def add(a, b):", "max_tokens": 8,
+                                                              "temperature": 0, "ignore_eos": True})
+            self.assertEqual(status, 200, out)
+            self.assertEqual(out["usage"]["completion_tokens"], 8)
+            status, hdrs, text = srv.request("GET", "/metrics")
+            self.assertIn("sluice_kv_recent_window_tokens 16", text.decode())
+        finally:
+            srv.stop(signal.SIGTERM, timeout=15)
 
     def test_info_prints_memory_plan_and_exits(self):
         p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, "--info", "--ctx-size", "1024"],

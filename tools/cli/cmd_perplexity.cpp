@@ -92,13 +92,15 @@ int run_perplexity(const Args& args) {
   }
   if (vm.count("json")) {
     std::printf("{\"ppl\":%.6f,\"mean_nll\":%.6f,\"stderr\":%.6f,\"tokens_scored\":%lld,\"chunks\":%d,\"ctx\":%d,\"kv_codec\":%s,"
-                "\"seconds\":%.3f}\n",
+                "\"kv_recent\":%u,\"backend\":%s,\"seconds\":%.3f}\n",
                 result->ppl, result->mean_nll, result->stderr_nll, static_cast<long long>(result->tokens_scored), result->chunks,
-                popt.ctx, json::quote((*rt)->kv().codec_description()).c_str(), result->seconds);
+                popt.ctx, json::quote((*rt)->kv().codec_description()).c_str(), (*rt)->kv().recent_window(),
+                json::quote((*rt)->backend().description()).c_str(), result->seconds);
   } else {
-    std::printf("perplexity %.4f (mean NLL %.5f ± %.5f) over %lld tokens in %d chunks of %d [%s, kv %s]\n", result->ppl,
-                result->mean_nll, result->stderr_nll, static_cast<long long>(result->tokens_scored), result->chunks, popt.ctx,
-                (*rt)->backend().description().c_str(), (*rt)->kv().codec_description().c_str());
+    std::printf("perplexity %.4f (mean NLL %.5f ± %.5f) over %lld tokens in %d chunks of %d [%s, kv %s, %u newest exact]\n",
+                result->ppl, result->mean_nll, result->stderr_nll, static_cast<long long>(result->tokens_scored), result->chunks,
+                popt.ctx, (*rt)->backend().description().c_str(), (*rt)->kv().codec_description().c_str(),
+                (*rt)->kv().recent_window());
   }
   return 0;
 }

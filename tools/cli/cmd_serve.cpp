@@ -41,7 +41,7 @@ int run_serve(const Args& args) {
     return 1;
   }
   if (options.info) {
-    std::fputs(server::memory_plan_text(**engine, options.kv_codec, options.mem_limit).c_str(), stdout);
+    std::fputs(server::memory_plan_text(**engine, server::to_engine_options(options).kv_codec, options.mem_limit).c_str(), stdout);
     (*engine)->shutdown();
     return 0;
   }

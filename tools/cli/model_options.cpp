@@ -23,6 +23,8 @@ void add_model_options(po::options_description& desc, EngineOptions& o) {
       ("model", po::value(&o.model_dir)->required(), "model folder (Hugging Face layout)")
       ("backend", po::value(&o.backend)->default_value("auto"), "auto | cpu | opencl[:P:D] | path/to/plugin.so")
       ("kv-codec", po::value(&o.kv_codec)->default_value("f16"), "KV cache codec: f32 | f16 | plugin name | k=A,v=B")
+      ("kv-recent", po::value(&o.kv_recent)->default_value(-1),
+       "newest keys attended exactly (f16 copies) with a compressing codec: tokens, 0 off, -1 auto (16)")
       ("gpu-layers", po::value(&o.gpu_layers)->notifier(check_gpu_layers),
        "the first N layers on the GPU/OpenCL backend (--backend or --devices), the rest on the CPU; auto: as many as fit")
       ("devices", po::value(&o.devices)->notifier(check_devices),

@@ -1,0 +1,45 @@
+#!/bin/bash
+# One device call (../shared/device/README.md): the KV codecs on the GPU machine's OpenCL backend —
+# the fused-attention and recent-window tests on the H100, then decode and prefill tokens/s of the
+# llama3-8b 4-bit preset at depth 0, 8192 and 32768 with f16 and the turbo codecs, and a kernel-time
+# profile at depth 32768. Built here in build-device/ (-DSLUICE_NATIVE=OFF, x86-64-v3), carried as
+# .bundle/ (../shared/device/bundle.sh). Results: perf/results/kv_codecs_gpu.md.
+#   bash perf/kv_depth_gpu_run.sh            (OUT defaults to /tmp/out)
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+source .bundle/activate.sh
+export SLUICE_CACHE_DIR=/tmp/sluice-cache
+B=.bundle/bin
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/progress.txt"; }
+# Tests find plugins at the build directory they were built in.
+mkdir -p /work/main/build-device 2>/dev/null && ln -sfn "$PWD/$B" /work/main/build-device/lib 2>/dev/null
+log start
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; git log -1 --format=%H 2>/dev/null; } > "$OUT/machine.txt" 2>&1
+
+log tests
+timeout 120 $B/opencl_fused_attention_test > "$OUT/opencl_fused_attention_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_fused_attention_test.txt"
+timeout 120 $B/opencl_backend_ops_test --gtest_filter='*Attention*' > "$OUT/opencl_attention_ops_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_attention_ops_test.txt"
+
+log make-model
+MODEL=/tmp/llama3-8b-4bit
+[ -f $MODEL/config.json ] || ( time timeout 180 sluice make-model --preset llama3-8b --bits 4 --out $MODEL ) > "$OUT/make_model.txt" 2>&1
+
+# Decode (tg32) and prefill (pp512) at each depth; the cache is filled with random K/V (bench_depth
+# --fill random): decode speed depends on how much KV there is, not on its values.
+for codec in f16 turbo3 k=turbo4,v=turbo3 turbo4; do
+  log "depth $codec"
+  timeout 120 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec --depths 0,8192,32768 \
+    --pp 512 --tg 32 --json > "$OUT/depth_${codec//[=,]/_}.txt" 2>&1
+done
+log "depth turbo3 without the window"
+timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec turbo3 --kv-recent 0 --depths 32768 \
+  --pp 512 --tg 32 --json > "$OUT/depth_turbo3_w0.txt" 2>&1
+
+# Where the time goes at depth 32768: kernel time per kernel over 8 decode tokens.
+for codec in f16 turbo3; do
+  log "profile $codec"
+  SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec \
+    --depths 32768 --pp 16 --tg 8 > "$OUT/profile_${codec}.txt" 2>&1
+done
+log end

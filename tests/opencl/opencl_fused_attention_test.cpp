@@ -1,0 +1,228 @@
+// The OpenCL backend's fused attention (kernels_cl/attention_fused.cl: keys scored and values
+// accumulated in the turbo codecs' rotated domain) against the CPU backend's fused hooks and against
+// the OpenCL generic kernel (SLUICE_OPENCL_GENERIC_ATTENTION=1), on the same stored rows: prefill
+// and decode, GQA, head sizes with one and several rotation blocks, with and without a recent
+// window, a fused K codec beside a non-fused V codec. Skipped where no OpenCL device exists.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "plugin/backend_handle.h"
+#include "plugin/plugin_registry.h"
+#include "reference.h"
+
+namespace sluice {
+namespace {
+
+constexpr uint32_t kPageTokens = 16;
+
+struct Case {
+  const char* k_codec;
+  const char* v_codec;
+  uint32_t head_dim;
+  uint32_t n_heads, n_kv_heads;
+  uint32_t recent_window;
+};
+
+class Codec {
+ public:
+  Codec(const PluginRegistry& reg, const std::string& name, uint32_t head_dim, sl_kv_role role) {
+    const auto* rec = reg.find(SL_PLUGIN_KVCODEC, name);
+    if (!rec) return;
+    api_ = static_cast<const sl_kvcodec_api*>(rec->descriptor->api);
+    sl_error err{};
+    if (api_->create(head_dim, role, "", &codec_, &err) != SL_OK) codec_ = nullptr;
+  }
+  ~Codec() {
+    if (codec_) api_->destroy(codec_);
+  }
+  Codec(const Codec&) = delete;
+  Codec& operator=(const Codec&) = delete;
+  const sl_kvcodec_api* api() const { return api_; }
+  sl_kvcodec* get() const { return codec_; }
+
+ private:
+  const sl_kvcodec_api* api_ = nullptr;
+  sl_kvcodec* codec_ = nullptr;
+};
+
+// One backend with one KV cache: writes a sequence's K/V, then runs attention for given positions.
+class Runner {
+ public:
+  Runner(const PluginRegistry& reg, const char* backend, const sl_kv_layout& layout) {
+    const auto* rec = reg.find(SL_PLUGIN_BACKEND, backend);
+    if (!rec) {
+      why_ = std::string("no ") + backend + " backend";
+      return;
+    }
+    auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), backend, "", 2);
+    if (!be) {
+      why_ = be.message();
+      return;
+    }
+    be_ = std::move(*be);
+    sl_error err{};
+    if (be_->api()->kv_create(be_->raw(), &layout, &cache_, &err) != SL_OK) why_ = err.message;
+  }
+  ~Runner() {
+    if (cache_) be_->api()->kv_destroy(be_->raw(), cache_);
+  }
+  const std::string& why_not() const { return why_; }
+  bool ok() const { return cache_ != nullptr; }
+
+  void begin(const std::vector<int32_t>& positions, const std::vector<int32_t>& pages, const std::vector<int32_t>& recent) {
+    const std::vector<int32_t> slots(positions.size(), 0);
+    sl_batch b{};
+    b.struct_size = sizeof(b);
+    b.n_tokens = static_cast<uint32_t>(positions.size());
+    b.positions = positions.data();
+    b.seq_slots = slots.data();
+    b.n_seqs = 1;
+    b.max_pages = static_cast<uint32_t>(pages.size());
+    b.page_table = pages.data();
+    b.recent_table = recent.empty() ? nullptr : recent.data();
+    sl_error err{};
+    ASSERT_EQ(be_->api()->begin_batch(be_->raw(), &b, &err), SL_OK) << err.message;
+  }
+  void write(const std::vector<float>& k, const std::vector<float>& v) {
+    auto dk = upload(k), dv = upload(v);
+    sl_error err{};
+    ASSERT_EQ(be_->api()->kv_write(be_->raw(), cache_, 0, dk.get(), dv.get(), &err), SL_OK) << err.message;
+  }
+  std::vector<float> attend(const Case& c, const std::vector<float>& q) {
+    auto dq = upload(q);
+    auto out = be_->alloc(q.size() * 4);
+    EXPECT_TRUE(out) << out.message();
+    if (!out) return {};
+    sl_attention_params p{};
+    p.struct_size = sizeof(p);
+    p.n_heads = c.n_heads;
+    p.n_kv_heads = c.n_kv_heads;
+    p.head_dim = c.head_dim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    sl_error err{};
+    EXPECT_EQ(be_->api()->attention(be_->raw(), cache_, 0, dq.get(), &p, out->get(), &err), SL_OK) << err.message;
+    std::vector<float> got(q.size());
+    EXPECT_TRUE(be_->download(*out, 0, got.data(), got.size() * 4));
+    return got;
+  }
+
+ private:
+  Buffer upload(const std::vector<float>& v) {
+    auto b = be_->alloc(v.size() * 4);
+    EXPECT_TRUE(b) << b.message();
+    EXPECT_TRUE(be_->upload(*b, 0, v.data(), v.size() * 4));
+    return std::move(*b);
+  }
+  std::unique_ptr<BackendHandle> be_;
+  sl_kv_cache* cache_ = nullptr;
+  std::string why_;
+};
+
+// Runs prefill of `length` positions and decode of one more through a backend; returns both outputs.
+std::vector<float> run_case(const PluginRegistry& reg, const char* backend, const Case& c, const Codec& k, const Codec& v,
+                            bool* skipped, std::string* why) {
+  const uint32_t length = 70;
+  std::vector<int32_t> pages = {4, 1, 6, 0, 3}, recent;
+  sl_kv_layout layout{};
+  layout.struct_size = sizeof(layout);
+  layout.n_layers = 1;
+  layout.n_kv_heads = c.n_kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.page_tokens = kPageTokens;
+  layout.n_pages = 8;
+  layout.k_api = k.api();
+  layout.k_codec = k.get();
+  layout.v_api = v.api();
+  layout.v_codec = v.get();
+  if (c.recent_window) {
+    layout.recent_window = c.recent_window;
+    layout.n_recent_pages = 6;
+    recent = {-1, -1, 2, 5, 0};  // the window's pages (and one before it); the oldest compressed only
+  }
+  Runner r(reg, backend, layout);
+  if (!r.ok()) {
+    *skipped = true;
+    *why = r.why_not();
+    return {};
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n01;
+  auto random = [&](std::size_t n) {
+    std::vector<float> x(n);
+    for (auto& e : x) e = n01(rng);
+    return x;
+  };
+  const std::size_t kv_row = std::size_t(c.n_kv_heads) * c.head_dim, q_row = std::size_t(c.n_heads) * c.head_dim;
+  std::vector<int32_t> prefill(length);
+  for (uint32_t i = 0; i < length; ++i) prefill[i] = static_cast<int32_t>(i);
+  const auto k_all = random((length + 1) * kv_row), v_all = random((length + 1) * kv_row);
+  std::vector<float> out;
+  r.begin(prefill, pages, recent);
+  r.write({k_all.begin(), k_all.begin() + length * kv_row}, {v_all.begin(), v_all.begin() + length * kv_row});
+  out = r.attend(c, random(length * q_row));
+  r.begin({static_cast<int32_t>(length)}, pages, recent);
+  r.write({k_all.begin() + length * kv_row, k_all.end()}, {v_all.begin() + length * kv_row, v_all.end()});
+  const auto decode = r.attend(c, random(q_row));
+  out.insert(out.end(), decode.begin(), decode.end());
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
+    if (e > worst) {
+      worst = e;
+      at = i;
+    }
+  }
+  // Float32 sums in different orders over up to 71 keys: a few ulps of the largest terms.
+  EXPECT_LT(worst, 2e-5) << what << ": worst at value " << at << " (" << got[at] << " vs " << want[at] << ")";
+}
+
+TEST(OpenclFusedAttention, MatchesTheCpuFusedHooksAndTheGenericKernel) {
+  PluginRegistry reg;
+  reg.scan(test::binary_path("lib"));
+  const Case cases[] = {
+      {"turbo3", "turbo3", 64, 8, 2, 0},    // one rotation block, GQA group 4
+      {"turbo4", "turbo3", 128, 4, 1, 16},  // the --turbo-kv pair with the recent window
+      {"turbo3", "turbo4", 96, 6, 3, 20},   // several blocks (64 + 32), window across pages
+      {"turbo2", "turbo2", 80, 2, 2, 0},    // 64 + 16
+      {"turbo4", "q8", 64, 4, 2, 16},       // fused keys, values through the generic loads
+      {"q8", "turbo3", 64, 4, 2, 0},        // generic keys, fused values
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.k_codec) + "/" + c.v_codec + " head_dim " + std::to_string(c.head_dim) + " window " +
+                 std::to_string(c.recent_window));
+    Codec k(reg, c.k_codec, c.head_dim, SL_KV_KEYS), v(reg, c.v_codec, c.head_dim, SL_KV_VALUES);
+    ASSERT_TRUE(k.get() && v.get()) << "codec plugins missing from " << test::binary_path("lib");
+    bool skipped = false;
+    std::string why;
+    const auto cpu = run_case(reg, "cpu", c, k, v, &skipped, &why);
+    ASSERT_FALSE(skipped) << why;
+
+    ::testing::internal::CaptureStderr();
+    setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+    const auto fused = run_case(reg, "opencl", c, k, v, &skipped, &why);
+    unsetenv("SLUICE_OPENCL_PROFILE");
+    const std::string profile = ::testing::internal::GetCapturedStderr();
+    if (skipped) GTEST_SKIP() << "OpenCL unavailable: " << why;
+    EXPECT_NE(profile.find("attention_fused"), std::string::npos) << "the fused kernel did not run:\n" << profile;
+    expect_close(fused, cpu, "OpenCL fused vs CPU");
+
+    setenv("SLUICE_OPENCL_GENERIC_ATTENTION", "1", 1);
+    const auto generic = run_case(reg, "opencl", c, k, v, &skipped, &why);
+    unsetenv("SLUICE_OPENCL_GENERIC_ATTENTION");
+    expect_close(generic, fused, "OpenCL generic vs fused");
+  }
+}
+
+}  // namespace
+}  // namespace sluice
