@@ -89,6 +89,16 @@ def case_matrix(b):
     check("[4/4]" in p.stderr and "decode" in p.stderr, "progress on stderr:\n" + p.stderr)
 
 
+def case_lists(b):
+    """List values that contain commas stay whole: a K/V codec pair."""
+    doc, _ = b.matrix("lists.json", "--kv-codecs", "f16,k=q8,v=f16", "--ctx", "8")
+    rows = doc["rows"]
+    check([r["kv_codec"] for r in rows] == ["f16", "k=q8,v=f16"], "codecs %r" % [r.get("kv_codec") for r in rows])
+    m = doc["model"]
+    half = m["layers"] * m["kv_heads"] * m["head_dim"]  # K values (or V values) per token
+    check(rows[1]["kv_bytes_per_token"] == half * 34 / 32 + half * 2, "K in q8, V in f16: %r" % rows[1])
+
+
 def case_compare(b):
     a_path, b_path = os.path.join(b.work, "a.json"), os.path.join(b.work, "b.json")
     a, _ = b.matrix("a.json", "--kv-codecs", "f16", "--ctx", "16,32")
@@ -147,16 +157,17 @@ def case_moe(b):
     mk = subprocess.run([b.args.sluice, "make-model", "--preset", "tiny-qwen3-moe", "--out", model], capture_output=True, text=True)
     check(mk.returncode == 0, "make-model: " + mk.stderr)
     out = os.path.join(b.work, "moe.json")
-    b.run("--model", model, "--expert-stores", "resident,uring@50%,uring@1", "--ctx", "8", "--gen", "8", "--threads", "2", "--json-out", out)
+    b.run("--model", model, "--expert-stores", "resident,uring@50%,uring:direct=0,qd=4@1", "--ctx", "8", "--gen", "8", "--threads", "2",
+          "--json-out", out)
     with open(out) as f:
         doc = json.load(f)
     check(doc["model"]["experts"] > 0, "a MoE model")
     rows = {r["expert_store"]: r for r in doc["rows"]}
-    check(set(rows) == {"resident", "uring@50%", "uring@1"}, "rows %r" % list(rows))
+    check(set(rows) == {"resident", "uring@50%", "uring:direct=0,qd=4@1"}, "rows %r" % list(rows))
     res = rows["resident"]
     check(res["expert_bytes_read_per_token"] == 0 and res["hit_rate"] == 1.0 and res["expert_budget_mb"] is None,
           "resident reads nothing and always hits: %r" % res)
-    for label in ("uring@50%", "uring@1"):
+    for label in ("uring@50%", "uring:direct=0,qd=4@1"):
         r = rows[label]
         check(r["expert_budget_mb"] == 1, "budget of %s: %r" % (label, r["expert_budget_mb"]))
         check(r["expert_bytes_read_per_token"] is not None and r["expert_bytes_read_per_token"] >= 0, "%s bytes %r" % (label, r))
