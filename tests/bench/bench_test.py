@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "server"))
 from sluice_server_harness import Server  # noqa: E402
 
 ROW_FIELDS = ["backend", "device", "backend_description", "gpu_layers", "threads", "kv_codec", "expert_store", "expert_budget_mb",
-              "ctx", "gen", "reps", "ttft_ms", "ttft_ms_min", "ttft_ms_max", "prefill_tps", "prefill_tps_min", "prefill_tps_max",
+              "ctx", "gen", "reps", "placement", "kv_recent", "kv_recent_bytes", "ttft_ms", "ttft_ms_min", "ttft_ms_max", "prefill_tps", "prefill_tps_min", "prefill_tps_max",
               "decode_tps", "decode_tps_min", "decode_tps_max", "peak_rss_mb", "device_mem_mb", "kv_bytes", "kv_bytes_per_token",
               "expert_bytes_read_per_token", "hit_rate", "weight_mb"]
 MACHINE_FIELDS = ["cpu", "cores", "memory_mb", "devices", "commit", "date", "loadavg", "loadavg_end", "kernel", "hostname"]
@@ -67,6 +67,9 @@ def case_matrix(b):
         for k in ROW_FIELDS:
             check(k in r, "row field %s missing: %r" % (k, r))
         check(r["backend"] == "cpu" and r["device"] and r["threads"] == 2 and r["gen"] == 4 and r["reps"] == 1, "row identity %r" % r)
+        check(r["placement"].startswith("cpu"), "every layer on the CPU: %r" % r["placement"])
+        check(r["kv_recent"] >= 0 and r["kv_recent_bytes"] >= 0 and (r["kv_recent"] > 0) == (r["kv_recent_bytes"] > 0),
+              "recent window %r / %r" % (r["kv_recent"], r["kv_recent_bytes"]))
         for k in ("ttft_ms", "prefill_tps", "decode_tps"):
             check(r[k] > 0 and r[k + "_min"] <= r[k] <= r[k + "_max"], "%s: %r" % (k, r))
         # One rep: prefill throughput is exactly the prompt over the time to the first token.

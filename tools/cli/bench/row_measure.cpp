@@ -155,6 +155,8 @@ Result<rapidjson::Value> measure_row(const RowSpec& spec, Alloc& a, const Progre
   row.AddMember("device", str(dev.name, a), a);
   row.AddMember("backend_description", str(rt.backend().description(), a), a);
   row.AddMember("gpu_layers", str(spec.gpu_layers_label, a), a);
+  // Which backend ran which layers ("opencl: … (layers 0-7) + cpu: … (layers 8-31)" when split).
+  row.AddMember("placement", str(rt.placement(), a), a);
   row.AddMember("threads", o.threads, a);
   row.AddMember("kv_codec", str(rt.kv().codec_description(), a), a);
   row.AddMember("expert_store", str(spec.expert_label, a), a);
@@ -182,13 +184,16 @@ Result<rapidjson::Value> measure_row(const RowSpec& spec, Alloc& a, const Progre
   if (rt.backend().name() != "cpu" && o.gpu_layers.empty()) {
     const bool unified = (dev.caps & SL_CAP_UNIFIED) != 0;
     const uint64_t weights = unified ? 0 : rt.model().weight_bytes();
-    device_mb = static_cast<double>(weights + rt.kv().capacity_bytes()) / (1 << 20);
+    device_mb = static_cast<double>(weights + rt.kv().capacity_bytes() + rt.kv().recent_bytes()) / (1 << 20);
   }
   row.AddMember("device_mem_mb", number_or_null(device_mb), a);
   // The KV cache one sequence holds at the end of a rep: every prompt and decoded position.
   const double kv_per_token = rt.kv().bytes_per_token();
   row.AddMember("kv_bytes", static_cast<uint64_t>(kv_per_token * (prompt_len + spec.gen)), a);
   row.AddMember("kv_bytes_per_token", kv_per_token, a);
+  // The newest keys kept exact beside a compressing codec's rows (--kv-recent), and that pool's bytes.
+  row.AddMember("kv_recent", rt.kv().recent_window(), a);
+  row.AddMember("kv_recent_bytes", rt.kv().recent_bytes(), a);
   const uint64_t decoded = static_cast<uint64_t>(spec.gen) * static_cast<uint64_t>(spec.reps);
   std::optional<double> per_token, hit_rate;
   if (store && decoded > 0) {
