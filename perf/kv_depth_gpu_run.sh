@@ -42,4 +42,18 @@ for codec in f16 turbo3; do
   SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec \
     --depths 32768 --pp 16 --tg 8 > "$OUT/profile_${codec}.txt" 2>&1
 done
+# Layer partitioning (issue 5) on the same model: decode with the first N layers on the GPU.
+log "gpu-layers"
+timeout 60 $B/layer_split_test > "$OUT/layer_split_test.txt" 2>&1; echo "rc $?" >> "$OUT/layer_split_test.txt"
+for n in 32 24 16 0; do
+  echo "gpu-layers $n" >> "$OUT/gpu_layers.txt"
+  timeout 60 sluice generate --model $MODEL --backend opencl --plugin-dir $B --gpu-layers $n --ctx-size 4096 \
+    --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 32 --ignore-eos --json 2>&1 | tail -2 >> "$OUT/gpu_layers.txt"
+done
+echo "devices opencl:0:0,opencl:0:0" >> "$OUT/gpu_layers.txt"
+timeout 60 sluice generate --model $MODEL --devices opencl:0:0,opencl:0:0 --plugin-dir $B --ctx-size 4096 \
+  --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 32 --ignore-eos --json 2>&1 | tail -2 >> "$OUT/gpu_layers.txt"
+echo "gpu-layers auto" >> "$OUT/gpu_layers.txt"
+timeout 60 sluice generate --model $MODEL --backend opencl --plugin-dir $B --gpu-layers auto --ctx-size 32768 \
+  --prompt-ids 1,2,3 --max-tokens 16 --ignore-eos --json 2>&1 | tail -2 >> "$OUT/gpu_layers.txt"
 log end
