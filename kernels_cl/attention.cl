@@ -35,32 +35,45 @@ inline __global const half* att_recent_row(__global const half* recent_layer, in
   return recent_layer + ((((ulong)rpage * 2u + kv) * n_kv_heads + kvh) * page_tokens + position % page_tokens) * HEAD_DIM;
 }
 
-// One work-item per (token, KV head, role): encode the row into its page slot.
-__kernel void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
-                       uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
-                       __global const int* positions, __global const int* seq_slots, __global const int* page_table,
-                       uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
-                       uint has_recent) {
-  const uint item = get_global_id(0);
+// One work-group per (token, KV head, role): encode the row into its page slot — by the whole
+// group where the codec has encode_row_group (K_ENCODE_GROUP / V_ENCODE_GROUP), else by one
+// work-item — and keep its exact copy where the batch gives the page a recent page.
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
+              uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
+              __global const int* positions, __global const int* seq_slots, __global const int* page_table,
+              uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
+              uint has_recent) {
+  __local float scratch[2 * WG];
+  const uint item = get_group_id(0), lid = get_local_id(0);
   if (item >= n_tokens * n_kv_heads) return;
   const uint t = item / n_kv_heads, h = item % n_kv_heads;
   const uint pos = (uint)positions[t];
   const ulong page = kv_page_of(page_table + (ulong)seq_slots[t] * max_pages, pos, page_tokens);
   const uint slot = pos % page_tokens;
   __global uchar* base = layer + page * page_bytes;
-  const uint role = get_global_id(1);
+  const uint role = get_group_id(1);
   __global const float* src = (role == 0 ? k : v) + (ulong)item * HEAD_DIM;
   if (role == 0) {
-    sl_k_encode_row(src, base + ((ulong)h * page_tokens + slot) * k_row_bytes, HEAD_DIM);
+    __global uchar* dst = base + ((ulong)h * page_tokens + slot) * k_row_bytes;
+#if K_ENCODE_GROUP
+    sl_k_encode_row_group(src, dst, HEAD_DIM, lid, WG, scratch);
+#else
+    if (lid == 0) sl_k_encode_row(src, dst, HEAD_DIM);
+#endif
   } else {
-    __global uchar* vbase = base + (ulong)n_kv_heads * page_tokens * k_row_bytes;
-    sl_v_encode_row(src, vbase + ((ulong)h * page_tokens + slot) * v_row_bytes, HEAD_DIM);
+    __global uchar* dst = base + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)h * page_tokens + slot) * v_row_bytes;
+#if V_ENCODE_GROUP
+    sl_v_encode_row_group(src, dst, HEAD_DIM, lid, WG, scratch);
+#else
+    if (lid == 0) sl_v_encode_row(src, dst, HEAD_DIM);
+#endif
   }
   if (has_recent) {
     const int rpage = recent_table[(ulong)seq_slots[t] * max_pages + pos / page_tokens];
     if (rpage >= 0) {
       __global half* dst = recent_layer + ((((ulong)rpage * 2u + role) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
-      for (uint d = 0; d < HEAD_DIM; ++d) vstore_half_rte(src[d], d, dst);
+      for (uint d = lid; d < HEAD_DIM; d += WG) vstore_half_rte(src[d], d, dst);
     }
   }
 }

@@ -7,8 +7,9 @@
 //   K_FUSED, V_FUSED  1 when the K / V codec's source has the fused functions
 //   HPW               query heads per work-group (a divisor of GROUP): the local memory below is
 //                     HPW × (K domain + V domain) floats, so the host picks HPW to fit the device
-// Local memory arguments: q_slots (HPW × K domain floats: the query under each of the K codec's
-// rotations), acc (HPW × V domain floats: the value accumulators of every V rotation).
+// Local memory arguments: q_slots (HPW × k_area floats: the K codec's query area, domain_dim +
+// domain_dim / head_dim + 64 floats — the query under each rotation and the codec's tables),
+// acc (HPW × V domain floats: the value accumulators of every V rotation).
 #if K_FUSED || V_FUSED
 
 // One work-group per (HPW query heads of one KV head, token, key split), as `attention` but with
@@ -20,11 +21,14 @@ void attention_fused(__global const float* q, __global float* out, __global cons
                      __global const int* positions, __global const int* seq_slots, __global const int* page_table,
                      uint max_pages, float scale, uint window, float softcap, __global const float* sinks,
                      uint has_sinks, uint n_splits, __global float* partial, __global const half* recent_layer,
-                     __global const int* recent_table, uint recent_window, __local float* q_slots, uint k_domain,
+                     __global const int* recent_table, uint recent_window, __local float* q_slots, uint k_area,
                      __local float* acc, uint v_domain) {
   __local float q_orig[HPW][HEAD_DIM];
   __local float p[HPW][WG];
   __local float red[WG];
+#if V_FUSED
+  __local float v_tables[64];  // the V codec's lookup tables (docs/PLUGINS.md)
+#endif
   const uint head0 = get_group_id(0) * HPW, t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
   const uint kvh = head0 / GROUP;
   const uint n_heads = n_kv_heads * GROUP;
@@ -44,12 +48,13 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   barrier(CLK_LOCAL_MEM_FENCE);
 #if K_FUSED
   for (uint g = 0; g < HPW; ++g) {
-    for (uint i = lid; i < HEAD_DIM; i += WG) q_slots[g * k_domain + i] = q_orig[g][i];
-    sl_k_fused_prepare_query(q_slots + g * k_domain, lid, WG);  // has barriers: every work-item calls it
+    for (uint i = lid; i < HEAD_DIM; i += WG) q_slots[g * k_area + i] = q_orig[g][i];
+    sl_k_fused_prepare_query(q_slots + g * k_area, lid, WG);  // has barriers: every work-item calls it
   }
 #endif
 #if V_FUSED
   for (uint i = lid; i < HPW * v_domain; i += WG) acc[i] = 0.0f;
+  sl_v_fused_prepare_values(v_tables, lid, WG);
 #endif
   barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -78,7 +83,7 @@ void attention_fused(__global const float* q, __global float* out, __global cons
         const ulong page = kv_page_of(table, (uint)j, page_tokens);
         __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
 #if K_FUSED
-        for (uint g = 0; g < HPW; ++g) s[g] = sl_k_fused_score(krow, q_slots + g * k_domain);
+        for (uint g = 0; g < HPW; ++g) s[g] = sl_k_fused_score(krow, q_slots + g * k_area);
 #else
         for (uint g = 0; g < HPW; ++g) s[g] = 0.0f;
         for (uint d = 0; d < HEAD_DIM; ++d) {
@@ -132,7 +137,7 @@ void attention_fused(__global const float* q, __global float* out, __global cons
         if (dim < HEAD_DIM) {
 #if V_FUSED
           uint slot;
-          const float vv = sl_v_fused_value(vrow, dim, &slot);  // once for every head of the group
+          const float vv = sl_v_fused_value(vrow, dim, v_tables, &slot);  // once for every head of the group
           __local float* a = acc + slot * HEAD_DIM + dim;
           for (uint g = 0; g < HPW; ++g) a[g * v_domain] += p[g][jj] * vv;
 #else

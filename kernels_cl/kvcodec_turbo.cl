@@ -139,62 +139,104 @@ inline void SL_TQ(fwht_private)(float* v, uint n) {
       }
 }
 
-/* One head vector → one row, by one work-item: each block under every candidate rotation, the
- * smallest error kept (as the host encoder does). */
-void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n_values) {
+/* Block b of src under rotation r: the indices, the scale and the squared error (as the host encoder). */
+inline void SL_TQ(try_rotation)(__global const float* src, uint b, uint r, uchar* idx, float* s_out, float* err_out) {
   float y[SL_TQ_MAX_BLOCK];
-  uchar idx[SL_TQ_MAX_BLOCK], best_idx[SL_TQ_MAX_BLOCK];
   const uint levels = 1u << SL_TQ_BITS;
+  const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
+  __constant const float* cb = SL_TQ(codebook) + b * 16;
+  for (uint j = 0; j < n; ++j) y[j] = src[off + j] * SL_TQ(signs)[r * SL_TQ_HEAD_DIM + off + j];
+  SL_TQ(fwht_private)(y, n);
+  float norm2 = 0.0f;
+  for (uint j = 0; j < n; ++j) norm2 += y[j] * y[j];
+  float s = 0.0f, err = isfinite(norm2) ? norm2 : 0.0f;
+  if (norm2 > 0.0f && isfinite(norm2)) {
+    const float to_z = sqrt((float)n / norm2);
+    float cc = 0.0f, yc = 0.0f;
+    for (uint j = 0; j < n; ++j) {
+      const float z = y[j] * to_z;
+      uint k = 0;
+      while (k + 1 < levels && z > 0.5f * (cb[k] + cb[k + 1])) ++k;
+      idx[j] = (uchar)k;
+      cc += cb[k] * cb[k];
+      yc += cb[k] * y[j];
+    }
+    if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
+    else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
+    else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
+    else s = sqrt(norm2 / cc);
+    err = fmax(0.0f, norm2 - 2.0f * s * yc + s * s * cc);
+  } else {
+    for (uint j = 0; j < n; ++j) idx[j] = 0;
+  }
+  *s_out = s;
+  *err_out = err;
+}
+
+/* Writes block b: header (scale, rotation) and the packed indices. */
+inline void SL_TQ(pack_block)(__global uchar* row, uint b, float s, uint r, const uchar* idx) {
+  const uint n = SL_TQ(block_size)[b];
+  __global uchar* p = row + SL_TQ(block_byte)[b];
+  ushort hs;
+  vstore_half_rte(SL_TQ_N_ROT == 1u ? s : fmax(s, 0.0f), 0, (__private half*)&hs);
+  uint field = hs;
+  if (SL_TQ_N_ROT > 1u) field = (min(((uint)(hs & 0x7fffu) + 4u) >> 3, 0xfffu) << 4) | r;
+  p[0] = (uchar)(field & 255u);
+  p[1] = (uchar)(field >> 8);
+  for (uint k = 0; k < n * SL_TQ_BITS / 8; ++k) p[2 + k] = 0;
+  for (uint j = 0; j < n; ++j) {
+    const uint bit = j * SL_TQ_BITS, v = (uint)idx[j] << (bit % 8);
+    p[2 + bit / 8] |= (uchar)(v & 255u);
+    if ((bit % 8) + SL_TQ_BITS > 8) p[2 + bit / 8 + 1] |= (uchar)(v >> 8);
+  }
+}
+
+/* One head vector → one row, by one work-item: each block under every candidate rotation, the
+ * smallest error kept (the first on ties, as the host encoder does). */
+void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n_values) {
+  uchar idx[SL_TQ_MAX_BLOCK], best_idx[SL_TQ_MAX_BLOCK];
   for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
-    const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
-    __constant const float* cb = SL_TQ(codebook) + b * 16;
     float best_err = INFINITY, best_s = 0.0f;
     uint best_r = 0;
     for (uint r = 0; r < SL_TQ_N_ROT; ++r) {
-      for (uint j = 0; j < n; ++j) y[j] = src[off + j] * SL_TQ(signs)[r * SL_TQ_HEAD_DIM + off + j];
-      SL_TQ(fwht_private)(y, n);
-      float norm2 = 0.0f;
-      for (uint j = 0; j < n; ++j) norm2 += y[j] * y[j];
-      float s = 0.0f, err = isfinite(norm2) ? norm2 : 0.0f;
-      if (norm2 > 0.0f && isfinite(norm2)) {
-        const float to_z = sqrt((float)n / norm2);
-        float cc = 0.0f, yc = 0.0f;
-        for (uint j = 0; j < n; ++j) {
-          const float z = y[j] * to_z;
-          uint k = 0;
-          while (k + 1 < levels && z > 0.5f * (cb[k] + cb[k + 1])) ++k;
-          idx[j] = (uchar)k;
-          cc += cb[k] * cb[k];
-          yc += cb[k] * y[j];
-        }
-        if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
-        else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
-        else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
-        else s = sqrt(norm2 / cc);
-        err = fmax(0.0f, norm2 - 2.0f * s * yc + s * s * cc);
-      } else {
-        for (uint j = 0; j < n; ++j) idx[j] = 0;
-      }
+      float s, err;
+      SL_TQ(try_rotation)(src, b, r, idx, &s, &err);
       if (r == 0 || err < best_err) {
         best_err = err;
         best_s = s;
         best_r = r;
-        for (uint j = 0; j < n; ++j) best_idx[j] = idx[j];
+        for (uint j = 0; j < SL_TQ(block_size)[b]; ++j) best_idx[j] = idx[j];
       }
     }
-    __global uchar* p = row + SL_TQ(block_byte)[b];
-    ushort hs;
-    vstore_half_rte(SL_TQ_N_ROT == 1u ? best_s : fmax(best_s, 0.0f), 0, (__private half*)&hs);
-    uint field = hs;
-    if (SL_TQ_N_ROT > 1u) field = (min(((uint)(hs & 0x7fffu) + 4u) >> 3, 0xfffu) << 4) | best_r;
-    p[0] = (uchar)(field & 255u);
-    p[1] = (uchar)(field >> 8);
-    for (uint k = 0; k < n * SL_TQ_BITS / 8; ++k) p[2 + k] = 0;
-    for (uint j = 0; j < n; ++j) {
-      const uint bit = j * SL_TQ_BITS, v = (uint)best_idx[j] << (bit % 8);
-      p[2 + bit / 8] |= (uchar)(v & 255u);
-      if ((bit % 8) + SL_TQ_BITS > 8) p[2 + bit / 8 + 1] |= (uchar)(v >> 8);
+    SL_TQ(pack_block)(row, b, best_s, best_r, best_idx);
+  }
+}
+
+/* The same by a whole work-group (docs/PLUGINS.md, optional): work-item r tries rotation r of each
+ * block, the smallest error wins (the lowest r on ties), and the winner writes the block. scratch:
+ * 2 × lsize floats of local memory. Same bytes as encode_row. */
+void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, uint n_values, uint lid, uint lsize,
+                                __local float* scratch) {
+  uchar idx[SL_TQ_MAX_BLOCK];
+  for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
+    float s = 0.0f, err = INFINITY;
+    if (lid < SL_TQ_N_ROT) SL_TQ(try_rotation)(src, b, lid, idx, &s, &err);
+    scratch[lid] = err;
+    scratch[lsize + lid] = (float)lid;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint h = lsize / 2; h > 0; h >>= 1) {  /* argmin, lowest index on ties */
+      if (lid < h) {
+        const float e2 = scratch[lid + h], i2 = scratch[lsize + lid + h];
+        if (e2 < scratch[lid] || (e2 == scratch[lid] && i2 < scratch[lsize + lid])) {
+          scratch[lid] = e2;
+          scratch[lsize + lid] = i2;
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
     }
+    const uint best = (uint)scratch[lsize];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == best) SL_TQ(pack_block)(row, b, s, lid, idx);
   }
 }
 
@@ -216,22 +258,50 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) {
 
 /* ---- the fused device path (docs/PLUGINS.md): what the OpenCL backend's attention_fused calls -- */
 
-/* The query (in slot 0 of q_slots) under every candidate rotation: slot r = rotation r's domain.
- * q_slots holds SL_TQ_N_ROT × head_dim floats (the codec's domain_dim); whole work-group. */
+/* Local layout of the query area: slot r (the query under rotation r) at r·(head_dim + 1) — the
+ * padding puts the same coordinate of different slots in different banks, since neighbouring
+ * keys use different rotations — then the codebooks (n_blocks × 16 floats), read with divergent
+ * indices, which local memory serves far better than the constant cache. */
+#define SL_TQ_QS (SL_TQ_HEAD_DIM + 1u)
+
 void SL_KV_FN(fused_prepare_query)(__local float* q_slots, uint lid, uint lsize) {
   for (uint r = 1; r < SL_TQ_N_ROT; ++r)
-    for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) q_slots[r * SL_TQ_HEAD_DIM + i] = q_slots[i];
+    for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) q_slots[r * SL_TQ_QS + i] = q_slots[i];
+  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) q_slots[SL_TQ_N_ROT * SL_TQ_QS + i] = SL_TQ(codebook)[i];
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint r = 0; r < SL_TQ_N_ROT; ++r) SL_TQ(rotate_local)(q_slots + r * SL_TQ_HEAD_DIM, r, lid, lsize);
+  for (uint r = 0; r < SL_TQ_N_ROT; ++r) SL_TQ(rotate_local)(q_slots + r * SL_TQ_QS, r, lid, lsize);
 }
 
 /* ⟨q, x̂⟩ of one stored key, by one work-item. */
 float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_slots) {
-  return SL_TQ(score_local)(row, q_slots);
+  __local const float* book = q_slots + SL_TQ_N_ROT * SL_TQ_QS;
+  float sum = 0.0f;
+  for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
+    __global const uchar* p = row + SL_TQ(block_byte)[b];
+    const uint header = SL_TQ(header)(p);
+    const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
+    __local const float* q = q_slots + (SL_TQ_N_ROT == 1u ? 0u : (header & 15u)) * SL_TQ_QS + off;
+    __local const float* cb = book + b * 16;
+    float part = 0.0f;
+    for (uint g = 0; g < n; g += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
+      __global const uchar* q8 = p + 2 + (g / 8) * SL_TQ_BITS;
+      uint word = 0;
+      for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+      for (uint l = 0; l < 8; ++l) part += q[g + l] * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
+    }
+    const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+    sum += s * part;
+  }
+  return sum;
+}
+
+/* The codebooks into the 64 floats of local memory the backend gives the V codec. */
+void SL_KV_FN(fused_prepare_values)(__local float* tables, uint lid, uint lsize) {
+  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) tables[i] = SL_TQ(codebook)[i];
 }
 
 /* x̂_i in its block's rotated domain, and the accumulator slot it belongs to (the block's rotation). */
-float SL_KV_FN(fused_value)(__global const uchar* row, uint i, uint* slot) {
+float SL_KV_FN(fused_value)(__global const uchar* row, uint i, __local const float* tables, uint* slot) {
   const uint b = SL_TQ(block_of)(i);
   __global const uchar* p = row + SL_TQ(block_byte)[b];
   const uint header = SL_TQ(header)(p);
@@ -241,7 +311,7 @@ float SL_KV_FN(fused_value)(__global const uchar* row, uint i, uint* slot) {
   __global const uchar* idx = p + 2 + bit / 8;
   uint word = idx[0];
   if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)idx[1] << 8;
-  return s * SL_TQ(codebook)[b * 16 + ((word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u))];
+  return s * tables[b * 16 + ((word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u))];
 }
 
 /* Every slot back to the original domain, summed into acc[0, head_dim); whole work-group. */
@@ -254,3 +324,5 @@ void SL_KV_FN(fused_finish)(__local float* acc, uint lid, uint lsize) {
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
+
+#undef SL_TQ_QS

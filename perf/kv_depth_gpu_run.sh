@@ -6,8 +6,10 @@
 # .bundle/ (../shared/device/bundle.sh). Results: perf/results/kv_codecs_gpu.md.
 #   bash perf/kv_depth_gpu_run.sh            (OUT defaults to /tmp/out)
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+FINAL=${OUT:-/tmp/out}
+OUT=/tmp/kv_depth_out  # everything here, packed into $FINAL/kv_depth.tar.gz at the end
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL"
+trap 'tar -czf "$FINAL/kv_depth.tar.gz" -C "$OUT" . ; cp "$OUT/progress.txt" "$FINAL/" 2>/dev/null' EXIT
 source .bundle/activate.sh
 export SLUICE_CACHE_DIR=/tmp/sluice-cache
 B=.bundle/bin
@@ -43,6 +45,7 @@ for codec in f16 turbo3; do
     --depths 32768 --pp 16 --tg 8 > "$OUT/profile_${codec}.txt" 2>&1
 done
 # Layer partitioning (issue 5) on the same model: decode with the first N layers on the GPU.
+[ "${SKIP_SPLIT:-0}" = 1 ] && { log end; exit 0; }
 log "gpu-layers"
 timeout 60 $B/layer_split_test > "$OUT/layer_split_test.txt" 2>&1; echo "rc $?" >> "$OUT/layer_split_test.txt"
 for n in 32 24 16 0; do

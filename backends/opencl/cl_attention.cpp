@@ -31,7 +31,16 @@ bool source_has(const char* source, std::initializer_list<const char*> names) {
   return true;
 }
 bool has_fused_keys(const char* source) { return source_has(source, {"SL_KV_FN(fused_prepare_query)", "SL_KV_FN(fused_score)"}); }
-bool has_fused_values(const char* source) { return source_has(source, {"SL_KV_FN(fused_value)", "SL_KV_FN(fused_finish)"}); }
+bool has_fused_values(const char* source) {
+  return source_has(source, {"SL_KV_FN(fused_prepare_values)", "SL_KV_FN(fused_value)", "SL_KV_FN(fused_finish)"});
+}
+bool has_group_encode(const char* source) { return source_has(source, {"SL_KV_FN(encode_row_group)"}); }
+
+// Local floats of one head's K query area in attention_fused (docs/PLUGINS.md): the domain, one
+// padding float per head_dim slot, 64 for the codec's tables.
+uint64_t k_query_area(const sl_kv_cache* c) {
+  return c->k_fused ? c->k_format.domain_dim + c->k_format.domain_dim / c->layout.head_dim + 64 : 1;
+}
 
 bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
 
@@ -55,11 +64,11 @@ sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err)
 
 // Query heads per fused work-group: the largest divisor of the group whose local memory fits.
 uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint32_t group) {
-  const uint64_t k_dom = c->k_fused ? c->k_format.domain_dim : 1, v_dom = c->v_fused ? c->v_format.domain_dim : 1;
+  const uint64_t k_area = k_query_area(c), v_dom = c->v_fused ? c->v_format.domain_dim : 1;
   const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
   for (uint32_t hpw = group; hpw >= 1; --hpw) {
     if (group % hpw) continue;
-    const uint64_t bytes = 4 * (hpw * (k_dom + v_dom + c->layout.head_dim + kAttentionWg) + kAttentionWg);
+    const uint64_t bytes = 4 * (hpw * (k_area + v_dom + c->layout.head_dim + kAttentionWg) + kAttentionWg + 64);
     if (bytes <= budget) return hpw;
   }
   return 0;
@@ -80,7 +89,9 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
                               " -DWG=" + std::to_string(kAttentionWg) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
-                              " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u));
+                              " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
+                              " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.k_api, L.k_codec))) +
+                              " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.v_api, L.v_codec)));
   cl::Program program = build_program(be, source, options);
   sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"), cl::Kernel(program, "attention"), cl::Kernel(program, "attention_merge"),
                          hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(), hpw};
@@ -298,7 +309,7 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
       kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
       kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
-      launch(be, kn, cl::NDRange(round_up(size_t(n_tokens) * L.n_kv_heads, 64), 2), cl::NDRange(64, 1));
+      launch(be, kn, cl::NDRange(size_t(kAttentionWg) * n_tokens * L.n_kv_heads, 2), cl::NDRange(kAttentionWg, 1));
       return SL_OK;
     }
     std::vector<float> kh(floats), vh(floats);
@@ -357,10 +368,12 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
     const uint32_t cu = be->ref.device.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
     uint32_t splits = 1;
-    if (groups < 2ull * cu) {
-      const uint64_t want = (2ull * cu + groups - 1) / groups;
+    // Four work-groups per compute unit: these kernels wait on memory between short bursts of
+    // work, and more groups in flight hide that (one split per 4 tiles of keys at least).
+    if (groups < 4ull * cu) {
+      const uint64_t want = (4ull * cu + groups - 1) / groups;
       const uint64_t most = std::max<int64_t>(1, longest / (4 * int64_t(kAttentionWg)));
-      splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 64}));
+      splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 128}));
     }
     if (splits > 1) {
       const uint64_t need = floats / p->head_dim * splits * (p->head_dim + 2) * 4;
@@ -394,9 +407,9 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     kn.setArg(20, recent ? be->d_recent_table : be->d_page_table);
     kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
     if (fused) {
-      const uint32_t k_dom = c->k_fused ? c->k_format.domain_dim : 1, v_dom = c->v_fused ? c->v_format.domain_dim : 1;
-      kn.setArg(22, cl::Local(size_t(4) * ks.hpw * k_dom));
-      kn.setArg(23, static_cast<cl_uint>(k_dom));
+      const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_dom = c->v_fused ? c->v_format.domain_dim : 1;
+      kn.setArg(22, cl::Local(size_t(4) * ks.hpw * k_area));
+      kn.setArg(23, static_cast<cl_uint>(k_area));
       kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_dom));
       kn.setArg(25, static_cast<cl_uint>(v_dom));
     }

@@ -39,6 +39,14 @@ __kernel void load_rows(__global const uchar* krows, uint k_row_bytes, __global 
 )CL";
 
 const char* kFusedKernels = R"CL(
+/* encode_row_group: one work-group of 64 per row. */
+__kernel void encode_rows_group(__global const float* x, __global uchar* krows, uint k_row_bytes, __global uchar* vrows,
+                                uint v_row_bytes) {
+  __local float scratch[128];
+  const uint r = get_group_id(0), lid = get_local_id(0);
+  sl_k_encode_row_group(x + r * HEAD_DIM, krows + r * k_row_bytes, HEAD_DIM, lid, 64, scratch);
+  sl_v_encode_row_group(x + r * HEAD_DIM, vrows + r * v_row_bytes, HEAD_DIM, lid, 64, scratch);
+}
 /* buf: n_rot slots of HEAD_DIM (the rotated query), then one slot of scratch. */
 __kernel void tq_check(__global const uchar* krows, uint k_row_bytes, __global const uchar* vrows, uint v_row_bytes,
                        __global const float* q, uint n_rows, __global float* scores, __global float* decoded,
@@ -230,6 +238,20 @@ TEST_P(KvCodecOpenClSource, DeviceFunctionsMatchTheHostCodec) {
   for (std::size_t i = 0; i < v_host.size(); ++i) EXPECT_NEAR(v_loaded[i], v_host[i], 1e-5 * (1 + std::fabs(v_host[i]))) << i;
 
   if (fused) {
+    // encode_row_group: a work-group writes the very bytes one work-item's encode_row writes.
+    cl_mem kg = cl.buffer(nullptr, krows.size()), vg = cl.buffer(nullptr, vrows.size());
+    cl_kernel grp = cl.kernel("encode_rows_group");
+    set_args(grp, {{sizeof(cl_mem), &xb}, {sizeof(cl_mem), &kg}, {sizeof(cl_uint), &kbytes}, {sizeof(cl_mem), &vg},
+                   {sizeof(cl_uint), &vbytes}});
+    cl.run(grp, rows * 64, 64);
+    std::vector<std::byte> kg_rows(krows.size()), vg_rows(vrows.size());
+    cl.read_bytes(kg, kg_rows.data(), kg_rows.size());
+    cl.read_bytes(vg, vg_rows.data(), vg_rows.size());
+    EXPECT_EQ(std::memcmp(kg_rows.data(), kdev_rows.data(), kg_rows.size()), 0) << kname << ": group encode differs";
+    EXPECT_EQ(std::memcmp(vg_rows.data(), vdev_rows.data(), vg_rows.size()), 0) << vname << ": group encode differs";
+    for (cl_mem m : {kg, vg}) clReleaseMemObject(m);
+    clReleaseKernel(grp);
+
     cl_mem qb = cl.buffer(q.data(), q.size() * 4), sb = cl.buffer(nullptr, rows * 4), db = cl.buffer(nullptr, rows * d * 4);
     cl_kernel kern = cl.kernel("tq_check");
     set_args(kern, {{sizeof(cl_mem), &kb}, {sizeof(cl_uint), &kbytes}, {sizeof(cl_mem), &vb}, {sizeof(cl_uint), &vbytes},
