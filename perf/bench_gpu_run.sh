@@ -8,7 +8,7 @@
 #   cmake --build build-device -j2 --target sluice sluice-backend-opencl sluice-expertstore-uring \
 #     sluice-kvcodec-turbo3 sluice-kvcodec-turbo4
 #   ../shared/device/bundle.sh .bundle build-device/bin/sluice build-device/lib/*.so
-# Device call (kind nvidia-h100-x1, carry [".bundle"]):  bash perf/bench_gpu_run.sh
+# Device call (kind nvidia-h100-x1, carry [".bundle"]):  bash perf/bench_gpu_run.sh  (results: $OUT/bench_gpu.tar.gz)
 #
 # Budget: under 8 minutes on an H100 host with 16 cores. Stages run in order of importance, each under
 # `timeout` for what is left of the budget; every row has --row-timeout, so a slow row is recorded as
@@ -16,8 +16,10 @@
 # qwen3-30b-a3b make-model 75 s, its matrix 60 s, the llama3-8b CPU matrix 100 s (cut short if the
 # budget ends first), then the OpenCL 32768 row only if 100 s are left.
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+FINAL=${OUT:-/tmp/out}
+OUT=/tmp/bench_gpu_out  # everything here, packed into $FINAL/bench_gpu.tar.gz at the end (the device
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL"  # tool returns a handful of files, not dozens)
+trap 'tar -czf "$FINAL/bench_gpu.tar.gz" -C "$OUT" . ; cp "$OUT/progress.txt" "$FINAL/" 2>/dev/null' EXIT
 source .bundle/activate.sh
 export SLUICE_CACHE_DIR=/tmp/sluice-cache
 B=.bundle/bin
@@ -53,6 +55,12 @@ if [ -f /tmp/q30/config.json ]; then
   # io_uring with O_DIRECT (the page cache does not help it) under a budget of a quarter of them.
   bench qwen3-30b-a3b_cpu --model /tmp/q30 --backends cpu --threads 16 --expert-stores "resident,uring@25%" --ctx 0,256 --gen 32 \
     --reps 2 --row-timeout 60
+fi
+
+# Layer splits: the first N of 32 layers on the GPU, the rest on the host's cores.
+if [ -f $L/config.json ]; then
+  bench llama3-8b_split --model $L --backends opencl --gpu-layers all,24,16 --kv-codecs f16 --ctx 512 --gen 32 --reps 1 \
+    --row-timeout 60
 fi
 
 # The dense model on the host's 16 cores (8192 would take minutes a row on the CPU: 0 and 512 only).
