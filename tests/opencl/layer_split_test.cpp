@@ -6,6 +6,7 @@
 // a CPU-only --backend, more layers than the model has, an unknown device, --gpu-layers auto that
 // fits nothing — clear messages, never a crash. Skips with a message where no OpenCL device exists.
 #include <cstdlib>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,10 @@ struct Split {
   std::vector<std::string> backends;  // the stages' backends, in layer order
   std::vector<uint32_t> layers;       // and their layer counts
 };
+// What gtest prints for a case (without it, the struct's raw bytes land in every test name).
+void PrintTo(const Split& s, std::ostream* os) {
+  *os << s.model << (s.gpu_layers.empty() ? "" : " --gpu-layers " + s.gpu_layers) << (s.devices.empty() ? "" : " --devices " + s.devices);
+}
 
 EngineOptions options_for(const std::string& model, const std::string& gpu_layers, const std::string& devices, int ctx = 512) {
   EngineOptions o;
