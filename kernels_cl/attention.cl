@@ -106,6 +106,57 @@ inline float att_reduce_sum(__local float* red, float v) {
   return r;
 }
 
+// This split's share [lo, hi] of the keys [lo_all, pos] a query at pos attends (lo_all: the sliding
+// window's start, or 0).
+inline void att_split_range(int pos, uint window, uint n_splits, uint split, int* lo_all, int* lo, int* hi) {
+  *lo_all = window ? max(0, pos - (int)window + 1) : 0;
+  const int per_split = (pos - *lo_all + 1 + (int)n_splits - 1) / (int)n_splits;
+  *lo = *lo_all + (int)split * per_split;
+  *hi = min(pos, *lo + per_split - 1);
+}
+
+inline float att_scaled(float s, float scale, float softcap) {
+  s *= scale;
+  return softcap > 0.0f ? tanh(s / softcap) * softcap : s;
+}
+
+// One online-softmax step for one head over a tile: s is this work-item's score (-INFINITY past the
+// range); updates m and l, stores the work-item's weight in *p_mine and returns the factor that
+// rescales what was accumulated before.
+inline float att_online_step(__local float* red, float s, bool valid, float* m, float* l, __local float* p_mine) {
+  const float m_new = fmax(*m, att_reduce_max(red, s));
+  const float e = valid ? exp(s - m_new) : 0.0f;
+  *p_mine = e;
+  const float corr = exp(*m - m_new);
+  *l = *l * corr + att_reduce_sum(red, e);
+  *m = m_new;
+  return corr;
+}
+
+// One head's result: normalised into out with one split, else the unnormalised partial (m, l, acc)
+// of this split for attention_merge. acc: this work-item's DIMS_PER_ITEM dims (lid, lid + WG, ...).
+inline void att_write(__global float* out, __global float* partial, ulong head, uint n_splits, uint split, float m, float l,
+                      const float* acc, uint lid) {
+  if (n_splits == 1) {
+    const float inv = 1.0f / l;
+    for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+      const uint dim = lid + d * WG;
+      if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = acc[d] * inv;
+    }
+    return;
+  }
+  // partial: per (head, split): m, l, then HEAD_DIM accumulators.
+  __global float* part = partial + (head * n_splits + split) * (HEAD_DIM + 2);
+  if (lid == 0) {
+    part[0] = m;
+    part[1] = l;
+  }
+  for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+    const uint dim = lid + d * WG;
+    if (dim < HEAD_DIM) part[2 + dim] = acc[d];
+  }
+}
+
 // One work-group per (KV head, token, key split): the GROUP query heads that share the KV head attend
 // over keys [lo, pos] (or this split's share of them) in tiles of WG keys with an online softmax:
 // work-item j scores key j of the tile; then each work-item accumulates the weighted values of its
@@ -123,12 +174,8 @@ void attention(__global const float* q, __global float* out, __global const ucha
   const uint kvh = get_group_id(0), t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
   const uint n_heads = n_kv_heads * GROUP;
   const int pos = positions[t];
-  const int lo_all = window ? max(0, pos - (int)window + 1) : 0;
-  // This split's key range.
-  const int total = pos - lo_all + 1;
-  const int per_split = (total + (int)n_splits - 1) / (int)n_splits;
-  const int lo = lo_all + (int)split * per_split;
-  const int hi = min(pos, lo + per_split - 1);
+  int lo_all, lo, hi;
+  att_split_range(pos, window, n_splits, split, &lo_all, &lo, &hi);
   __global const int* table = page_table + (ulong)seq_slots[t] * max_pages;
   __global const int* recent = recent_table + (ulong)seq_slots[t] * max_pages;
   const int exact = att_exact_from(recent, recent_window, page_tokens, pos, lo_all);
@@ -166,21 +213,13 @@ void attention(__global const float* q, __global float* out, __global const ucha
           for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
         }
       }
-      for (uint g = 0; g < GROUP; ++g) {
-        s[g] *= scale;
-        if (softcap > 0.0f) s[g] = tanh(s[g] / softcap) * softcap;
-      }
+      for (uint g = 0; g < GROUP; ++g) s[g] = att_scaled(s[g], scale, softcap);
     } else {
       for (uint g = 0; g < GROUP; ++g) s[g] = -INFINITY;
     }
     for (uint g = 0; g < GROUP; ++g) {
-      const float m_new = fmax(m[g], att_reduce_max(red, s[g]));
-      const float e = j <= hi ? exp(s[g] - m_new) : 0.0f;
-      p[g][lid] = e;
-      const float corr = exp(m[g] - m_new);
-      l[g] = l[g] * corr + att_reduce_sum(red, e);
+      const float corr = att_online_step(red, s[g], j <= hi, &m[g], &l[g], &p[g][lid]);
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc[g][d] *= corr;
-      m[g] = m_new;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int n_keys = min(WG, hi - tile + 1);
@@ -202,27 +241,7 @@ void attention(__global const float* q, __global float* out, __global const ucha
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 
-  for (uint g = 0; g < GROUP; ++g) {
-    const ulong head = (ulong)t * n_heads + kvh * GROUP + g;
-    if (n_splits == 1) {
-      const float inv = 1.0f / l[g];
-      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
-        const uint dim = lid + d * WG;
-        if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = acc[g][d] * inv;
-      }
-    } else {
-      // partial: per (head, split): m, l, then HEAD_DIM accumulators.
-      __global float* part = partial + (head * n_splits + split) * (HEAD_DIM + 2);
-      if (lid == 0) {
-        part[0] = m[g];
-        part[1] = l[g];
-      }
-      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
-        const uint dim = lid + d * WG;
-        if (dim < HEAD_DIM) part[2 + dim] = acc[g][d];
-      }
-    }
-  }
+  for (uint g = 0; g < GROUP; ++g) att_write(out, partial, (ulong)t * n_heads + kvh * GROUP + g, n_splits, split, m[g], l[g], acc[g], lid);
 }
 
 // Combines the splits of each (token, head): one work-item per output value.

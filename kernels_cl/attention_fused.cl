@@ -33,11 +33,8 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   const uint kvh = head0 / GROUP;
   const uint n_heads = n_kv_heads * GROUP;
   const int pos = positions[t];
-  const int lo_all = window ? max(0, pos - (int)window + 1) : 0;
-  const int total = pos - lo_all + 1;
-  const int per_split = (total + (int)n_splits - 1) / (int)n_splits;
-  const int lo = lo_all + (int)split * per_split;
-  const int hi = min(pos, lo + per_split - 1);
+  int lo_all, lo, hi;
+  att_split_range(pos, window, n_splits, split, &lo_all, &lo, &hi);
   __global const int* table = page_table + (ulong)seq_slots[t] * max_pages;
   __global const int* recent = recent_table + (ulong)seq_slots[t] * max_pages;
   const int exact = att_exact_from(recent, recent_window, page_tokens, pos, lo_all);
@@ -92,19 +89,12 @@ void attention_fused(__global const float* q, __global float* out, __global cons
         }
 #endif
       }
-      for (uint g = 0; g < HPW; ++g) {
-        s[g] *= scale;
-        if (softcap > 0.0f) s[g] = tanh(s[g] / softcap) * softcap;
-      }
+      for (uint g = 0; g < HPW; ++g) s[g] = att_scaled(s[g], scale, softcap);
     } else {
       for (uint g = 0; g < HPW; ++g) s[g] = -INFINITY;
     }
     for (uint g = 0; g < HPW; ++g) {
-      const float m_new = fmax(m[g], att_reduce_max(red, s[g]));
-      const float e = j <= hi ? exp(s[g] - m_new) : 0.0f;
-      p[g][lid] = e;
-      const float corr = exp(m[g] - m_new);
-      l[g] = l[g] * corr + att_reduce_sum(red, e);
+      const float corr = att_online_step(red, s[g], j <= hi, &m[g], &l[g], &p[g][lid]);
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] *= corr;
 #if V_FUSED
       // Every slot's entries of this work-item's dims (only it ever touches them).
@@ -112,7 +102,6 @@ void attention_fused(__global const float* q, __global float* out, __global cons
         for (uint slot = 0; slot < v_domain / HEAD_DIM; ++slot)
           for (uint dim = lid; dim < HEAD_DIM; dim += WG) acc[g * v_domain + slot * HEAD_DIM + dim] *= corr;
 #endif
-      m[g] = m_new;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int n_keys = min(WG, hi - tile + 1);
@@ -160,26 +149,7 @@ void attention_fused(__global const float* q, __global float* out, __global cons
     }
 #endif
 
-  for (uint g = 0; g < HPW; ++g) {
-    const ulong head = (ulong)t * n_heads + head0 + g;
-    if (n_splits == 1) {
-      const float inv = 1.0f / l[g];
-      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
-        const uint dim = lid + d * WG;
-        if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = acc_o[g][d] * inv;
-      }
-    } else {
-      __global float* part = partial + (head * n_splits + split) * (HEAD_DIM + 2);
-      if (lid == 0) {
-        part[0] = m[g];
-        part[1] = l[g];
-      }
-      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
-        const uint dim = lid + d * WG;
-        if (dim < HEAD_DIM) part[2 + dim] = acc_o[g][d];
-      }
-    }
-  }
+  for (uint g = 0; g < HPW; ++g) att_write(out, partial, (ulong)t * n_heads + head0 + g, n_splits, split, m[g], l[g], acc_o[g], lid);
 }
 
 #endif

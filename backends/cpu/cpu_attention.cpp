@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include "cpu_backend.h"
+#include "util/recent_window.h"
 #include "util/vec.h"
 
 namespace sluice::cpu {
@@ -54,12 +55,8 @@ bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout
 // have recent pages (the host keeps them contiguous at the sequence's end). pos + 1 when none.
 int32_t exact_from(const sl_backend* be, const sl_kv_cache* c, int32_t seq, int32_t pos, int32_t lo) {
   if (!keeps_recent(be, c)) return pos + 1;
-  const int32_t pt = static_cast<int32_t>(c->layout.page_tokens);
-  const int32_t start = std::max(lo, pos - static_cast<int32_t>(c->layout.recent_window) + 1);
-  const int32_t* recent = be->recent_table.data() + static_cast<std::size_t>(seq) * be->max_pages;
-  int32_t from = pos + 1;
-  for (int32_t p = pos / pt; p >= 0 && p >= start / pt && recent[p] >= 0; --p) from = std::max(start, p * pt);
-  return from;
+  return recent_exact_from(be->recent_table.data() + static_cast<std::size_t>(seq) * be->max_pages, c->layout.recent_window,
+                           c->layout.page_tokens, pos, lo);
 }
 
 // Checks that every position the batch touches has a page (and a recent page, if any) in range.

@@ -11,6 +11,7 @@
 #include <initializer_list>
 
 #include "cl_backend.h"
+#include "util/recent_window.h"
 #include "util/vec.h"  // f16 conversions of the recent window on the host path
 
 namespace sluice::ocl {
@@ -111,12 +112,8 @@ uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv,
 // The first key a query at `pos` reads exactly (as att_exact_from in kernels_cl/attention.cl).
 int32_t exact_from(const sl_backend* be, const sl_kv_cache* c, int32_t seq, int32_t pos, int32_t lo) {
   if (!keeps_recent(be, c)) return pos + 1;
-  const int32_t pt = static_cast<int32_t>(c->layout.page_tokens);
-  const int32_t start = std::max(lo, pos - static_cast<int32_t>(c->layout.recent_window) + 1);
-  const int32_t* recent = be->recent_table.data() + static_cast<std::size_t>(seq) * be->max_pages;
-  int32_t from = pos + 1;
-  for (int32_t p = pos / pt; p >= 0 && p >= start / pt && recent[p] >= 0; --p) from = std::max(start, p * pt);
-  return from;
+  return recent_exact_from(be->recent_table.data() + static_cast<std::size_t>(seq) * be->max_pages, c->layout.recent_window,
+                           c->layout.page_tokens, pos, lo);
 }
 
 std::byte* host_v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {

@@ -180,36 +180,18 @@ class AttentionTest : public BackendOpsTest {
   // Runs attention for the tokens and compares each head with the reference.
   void check_attention(const AttentionShape& s, KvCache& cache, uint32_t layer, const std::vector<Sequence>& seqs,
                        const Tokens& tokens) {
-    const std::size_t q_row = static_cast<std::size_t>(s.n_heads) * s.head_dim;
-    const auto q = random(tokens.size() * q_row);
-    const auto sinks = random(s.n_heads);
-    auto dq = upload(q), dsinks = upload(sinks), out = zeros(q.size());
-    sl_attention_params p{};
-    p.struct_size = sizeof(p);
-    p.n_heads = s.n_heads;
-    p.n_kv_heads = s.n_kv_heads;
-    p.head_dim = s.head_dim;
-    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
-    p.window = s.window;
-    p.softcap = s.softcap;
-    p.sinks = s.sinks ? dsinks.get() : nullptr;
-    sl_error err{};
-    ASSERT_EQ(api()->attention(be(), cache.get(), layer, dq.get(), &p, out.get(), &err), SL_OK) << err.message;
-    const auto got = download(out, q.size());
-    for (std::size_t t = 0; t < tokens.size(); ++t) {
-      const auto& [si, pos] = tokens[t];
-      for (uint32_t h = 0; h < s.n_heads; ++h) {
-        const auto ref = reference_attention(s, seqs[si], pos, h, q.data() + t * q_row + h * s.head_dim, sinks);
-        for (uint32_t d = 0; d < s.head_dim; ++d)
-          ASSERT_NEAR(got[t * q_row + h * s.head_dim + d], ref[d], 2e-5 * (1.0 + std::abs(ref[d])))
-              << "token " << t << " (seq " << si << " pos " << pos << ") head " << h << " dim " << d;
-      }
-    }
+    check_views(s, cache, layer, tokens, [&](std::size_t) -> const std::vector<Sequence>& { return seqs; });
   }
 
   // As check_attention, but token t is checked against its own view of the sequences (mixed_[t]).
   std::map<std::size_t, std::vector<Sequence>> mixed_;
   void check_attention_mixed(const AttentionShape& s, KvCache& cache, uint32_t layer, const Tokens& tokens) {
+    check_views(s, cache, layer, tokens, [&](std::size_t t) -> const std::vector<Sequence>& { return mixed_.at(t); });
+  }
+
+  // Attention for the tokens; token t's heads against the reference over view(t)'s sequences.
+  template <class View>
+  void check_views(const AttentionShape& s, KvCache& cache, uint32_t layer, const Tokens& tokens, View view) {
     const std::size_t q_row = static_cast<std::size_t>(s.n_heads) * s.head_dim;
     const auto q = random(tokens.size() * q_row);
     const auto sinks = random(s.n_heads);
@@ -229,7 +211,7 @@ class AttentionTest : public BackendOpsTest {
     for (std::size_t t = 0; t < tokens.size(); ++t) {
       const auto& [si, pos] = tokens[t];
       for (uint32_t h = 0; h < s.n_heads; ++h) {
-        const auto ref = reference_attention(s, mixed_.at(t)[si], pos, h, q.data() + t * q_row + h * s.head_dim, sinks);
+        const auto ref = reference_attention(s, view(t)[si], pos, h, q.data() + t * q_row + h * s.head_dim, sinks);
         for (uint32_t d = 0; d < s.head_dim; ++d)
           ASSERT_NEAR(got[t * q_row + h * s.head_dim + d], ref[d], 2e-5 * (1.0 + std::abs(ref[d])))
               << "token " << t << " (seq " << si << " pos " << pos << ") head " << h << " dim " << d;
