@@ -44,7 +44,9 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
               __global const int* positions, __global const int* seq_slots, __global const int* page_table,
               uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
               uint has_recent) {
-  __local float scratch[2 * WG];
+#if K_ENCODE_GROUP || V_ENCODE_GROUP
+  __local float scratch[32 * HEAD_DIM + 2 * WG];  // encode_row_group's (docs/PLUGINS.md)
+#endif
   const uint item = get_group_id(0), lid = get_local_id(0);
   if (item >= n_tokens * n_kv_heads) return;
   const uint t = item / n_kv_heads, h = item % n_kv_heads;

@@ -212,31 +212,97 @@ void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n
   }
 }
 
-/* The same by a whole work-group (docs/PLUGINS.md, optional): work-item r tries rotation r of each
- * block, the smallest error wins (the lowest r on ties), and the winner writes the block. scratch:
- * 2 × lsize floats of local memory. Same bytes as encode_row. */
+/* The same by a whole work-group (docs/PLUGINS.md, optional; lsize a power of two >= 16). Every
+ * rotation of a block gets lsize / N_ROT work-items: they apply the signs, run the Walsh–Hadamard
+ * stages and quantise the coordinates in parallel; the sums (norm, ⟨y,c⟩, ‖c‖²) are taken by the
+ * rotation's first work-item in coordinate order, as encode_row does, so the bytes are the same.
+ * The smallest error wins (the lowest rotation on ties) and its first work-item packs the block.
+ * scratch: 32 × head_dim + 2 × lsize floats of local memory. */
 void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, uint n_values, uint lid, uint lsize,
                                 __local float* scratch) {
-  uchar idx[SL_TQ_MAX_BLOCK];
+  const uint levels = 1u << SL_TQ_BITS;
+  const uint per_rot = lsize / SL_TQ_N_ROT, r = lid / per_rot, part = lid % per_rot;
+  __local float* ys = scratch;                            /* [N_ROT][block] rotated blocks, then their indices */
+  __local float* best = scratch + 32u * SL_TQ_HEAD_DIM;   /* [lsize] errors, [lsize] rotations */
   for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
-    float s = 0.0f, err = INFINITY;
-    if (lid < SL_TQ_N_ROT) SL_TQ(try_rotation)(src, b, lid, idx, &s, &err);
-    scratch[lid] = err;
-    scratch[lsize + lid] = (float)lid;
+    const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
+    __constant const float* cb = SL_TQ(codebook) + b * 16;
+    __local float* y = ys + r * n;
+    const bool mine = r < SL_TQ_N_ROT;
+    if (mine)
+      for (uint j = part; j < n; j += per_rot) y[j] = src[off + j] * SL_TQ(signs)[r * SL_TQ_HEAD_DIM + off + j];
+    for (uint h = 1; h < n; h *= 2) {  /* the butterflies of each stage spread over the rotation's work-items */
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (mine)
+        for (uint t = part; t < n / 2; t += per_rot) {
+          const uint a_i = (t / h) * 2 * h + (t % h);
+          const float a = y[a_i], c = y[a_i + h];
+          y[a_i] = a + c;
+          y[a_i + h] = a - c;
+        }
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint h = lsize / 2; h > 0; h >>= 1) {  /* argmin, lowest index on ties */
+    /* The norm, in order, by the rotation's first work-item; shared through best[]. */
+    if (mine && part == 0) {
+      float norm2 = 0.0f;
+      for (uint j = 0; j < n; ++j) norm2 += y[j] * y[j];
+      best[lid] = norm2;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float norm2 = mine ? best[r * per_rot] : 0.0f;
+    const bool live = norm2 > 0.0f && isfinite(norm2);
+    /* Each coordinate's index, kept beside the value (as a float) in the block's second half. */
+    __local float* idx = ys + SL_TQ_N_ROT * n + r * n;
+    if (mine && live) {
+      const float to_z = sqrt((float)n / norm2);
+      for (uint j = part; j < n; j += per_rot) {
+        const float z = y[j] * to_z;
+        uint k = 0;
+        while (k + 1 < levels && z > 0.5f * (cb[k] + cb[k + 1])) ++k;
+        idx[j] = (float)k;
+      }
+    } else if (mine) {
+      for (uint j = part; j < n; j += per_rot) idx[j] = 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float err = INFINITY, s = 0.0f;
+    if (mine && part == 0) {
+      err = isfinite(norm2) ? norm2 : 0.0f;
+      if (live) {
+        float cc = 0.0f, yc = 0.0f;
+        for (uint j = 0; j < n; ++j) {
+          const float c = cb[(uint)idx[j]];
+          cc += c * c;
+          yc += c * y[j];
+        }
+        if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
+        else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
+        else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
+        else s = sqrt(norm2 / cc);
+        err = fmax(0.0f, norm2 - 2.0f * s * yc + s * s * cc);
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    best[lid] = err;  /* argmin over the rotations' first work-items, lowest rotation on ties */
+    best[lsize + lid] = (float)lid;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint h = lsize / 2; h > 0; h >>= 1) {
       if (lid < h) {
-        const float e2 = scratch[lid + h], i2 = scratch[lsize + lid + h];
-        if (e2 < scratch[lid] || (e2 == scratch[lid] && i2 < scratch[lsize + lid])) {
-          scratch[lid] = e2;
-          scratch[lsize + lid] = i2;
+        const float e2 = best[lid + h], i2 = best[lsize + lid + h];
+        if (e2 < best[lid] || (e2 == best[lid] && i2 < best[lsize + lid])) {
+          best[lid] = e2;
+          best[lsize + lid] = i2;
         }
       }
       barrier(CLK_LOCAL_MEM_FENCE);
     }
-    const uint best = (uint)scratch[lsize];
+    const uint winner = (uint)best[lsize];
+    if (lid == winner) {
+      uchar packed[SL_TQ_MAX_BLOCK];
+      for (uint j = 0; j < n; ++j) packed[j] = (uchar)idx[j];
+      SL_TQ(pack_block)(row, b, s, r, packed);
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == best) SL_TQ(pack_block)(row, b, s, lid, idx);
   }
 }
 

@@ -42,7 +42,7 @@ const char* kFusedKernels = R"CL(
 /* encode_row_group: one work-group of 64 per row. */
 __kernel void encode_rows_group(__global const float* x, __global uchar* krows, uint k_row_bytes, __global uchar* vrows,
                                 uint v_row_bytes) {
-  __local float scratch[128];
+  __local float scratch[32 * HEAD_DIM + 128];
   const uint r = get_group_id(0), lid = get_local_id(0);
   sl_k_encode_row_group(x + r * HEAD_DIM, krows + r * k_row_bytes, HEAD_DIM, lid, 64, scratch);
   sl_v_encode_row_group(x + r * HEAD_DIM, vrows + r * v_row_bytes, HEAD_DIM, lid, 64, scratch);
