@@ -6,20 +6,11 @@
 // Pasted after attention.cl (its helpers), built with HEAD_DIM, GROUP, WG and:
 //   K_FUSED, V_FUSED  1 when the K / V codec's source has the fused functions
 //   HPW               query heads per work-group (a divisor of GROUP): the local memory below is
-//                     HPW × the K query area plus one V domain, so the host picks HPW to fit the device
-//   V_SLOTS           the V codec's accumulator slots (domain_dim / head_dim, at most 16)
+//                     HPW × (K domain + V domain) floats, so the host picks HPW to fit the device
 // Local memory arguments: q_slots (HPW × k_area floats: the K codec's query area, domain_dim +
 // domain_dim / head_dim + 64 floats — the query under each rotation and the codec's tables),
-// acc (one V domain: where each head's accumulators are mapped back at the end). While keys are
-// read, a work-item keeps its dims' accumulators of every slot in registers: local memory there
-// made every value a dependent load and store.
+// acc (HPW × V domain floats: the value accumulators of every V rotation).
 #if K_FUSED || V_FUSED
-
-// One case of the value switch: add this key's weighted value to slot r of every head.
-#define FUSED_ADD(r) \
-  case r:            \
-    for (uint g = 0; g < HPW; ++g) acc_v[g][d][r] += p[g][jj] * vv; \
-    break;
 
 // One work-group per (HPW query heads of one KV head, token, key split), as `attention` but with
 // HPW heads instead of GROUP: work-item j scores key j of each tile of WG keys; then the tile's
@@ -59,11 +50,8 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   }
 #endif
 #if V_FUSED
+  for (uint i = lid; i < HPW * v_domain; i += WG) acc[i] = 0.0f;
   sl_v_fused_prepare_values(v_tables, lid, WG);
-  float acc_v[HPW][DIMS_PER_ITEM][V_SLOTS];
-  for (uint g = 0; g < HPW; ++g)
-    for (uint d = 0; d < DIMS_PER_ITEM; ++d)
-      for (uint r = 0; r < V_SLOTS; ++r) acc_v[g][d][r] = 0.0f;
 #endif
   barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -109,8 +97,10 @@ void attention_fused(__global const float* q, __global float* out, __global cons
       const float corr = att_online_step(red, s[g], j <= hi, &m[g], &l[g], &p[g][lid]);
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] *= corr;
 #if V_FUSED
-      for (uint d = 0; d < DIMS_PER_ITEM; ++d)
-        for (uint r = 0; r < V_SLOTS; ++r) acc_v[g][d][r] *= corr;
+      // Every slot's entries of this work-item's dims (only it ever touches them).
+      if (corr != 1.0f)
+        for (uint slot = 0; slot < v_domain / HEAD_DIM; ++slot)
+          for (uint dim = lid; dim < HEAD_DIM; dim += WG) acc[g * v_domain + slot * HEAD_DIM + dim] *= corr;
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -137,23 +127,8 @@ void attention_fused(__global const float* q, __global float* out, __global cons
 #if V_FUSED
           uint slot;
           const float vv = sl_v_fused_value(vrow, dim, v_tables, &slot);  // once for every head of the group
-          // The slot is one per block (the whole head at head_dim 128): the switch is uniform.
-          switch (slot) {
-            FUSED_ADD(0)
-#if V_SLOTS > 1
-            FUSED_ADD(1)
-#endif
-#if V_SLOTS > 2
-            FUSED_ADD(2) FUSED_ADD(3)
-#endif
-#if V_SLOTS > 4
-            FUSED_ADD(4) FUSED_ADD(5) FUSED_ADD(6) FUSED_ADD(7)
-#endif
-#if V_SLOTS > 8
-            FUSED_ADD(8) FUSED_ADD(9) FUSED_ADD(10) FUSED_ADD(11) FUSED_ADD(12) FUSED_ADD(13) FUSED_ADD(14) FUSED_ADD(15)
-#endif
-            default: break;
-          }
+          __local float* a = acc + slot * HEAD_DIM + dim;
+          for (uint g = 0; g < HPW; ++g) a[g * v_domain] += p[g][jj] * vv;
 #else
           const float vv = sl_v_load(vrow, dim);
           for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g][jj] * vv;
@@ -165,20 +140,13 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   }
 
 #if V_FUSED
-  // Back to the original domain once per head, through the one local buffer.
-  for (uint g = 0; g < HPW; ++g) {
-    barrier(CLK_LOCAL_MEM_FENCE);
+  // Back to the original domain once: acc[g][0, HEAD_DIM) then holds the codec's part.
+  for (uint g = 0; g < HPW; ++g) sl_v_fused_finish(acc + g * v_domain, lid, WG);
+  for (uint g = 0; g < HPW; ++g)
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
       const uint dim = lid + d * WG;
-      if (dim < HEAD_DIM)
-        for (uint r = 0; r < V_SLOTS; ++r) acc[r * HEAD_DIM + dim] = acc_v[g][d][r];
+      if (dim < HEAD_DIM) acc_o[g][d] += acc[g * v_domain + dim];
     }
-    sl_v_fused_finish(acc, lid, WG);  // begins and ends with barriers
-    for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
-      const uint dim = lid + d * WG;
-      if (dim < HEAD_DIM) acc_o[g][d] += acc[dim];
-    }
-  }
 #endif
 
   for (uint g = 0; g < HPW; ++g) att_write(out, partial, (ulong)t * n_heads + head0 + g, n_splits, split, m[g], l[g], acc_o[g], lid);

@@ -69,7 +69,7 @@ uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint3
   const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
   for (uint32_t hpw = group; hpw >= 1; --hpw) {
     if (group % hpw) continue;
-    const uint64_t bytes = 4 * (hpw * (k_area + c->layout.head_dim + kAttentionWg) + v_dom + kAttentionWg + 64);
+    const uint64_t bytes = 4 * (hpw * (k_area + v_dom + c->layout.head_dim + kAttentionWg) + kAttentionWg + 64);
     if (bytes <= budget) return hpw;
   }
   return 0;
@@ -91,7 +91,6 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
                               " -DWG=" + std::to_string(kAttentionWg) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
                               " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
-                              " -DV_SLOTS=" + std::to_string(c->v_fused ? c->v_format.domain_dim / L.head_dim : 1) +
                               " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.k_api, L.k_codec))) +
                               " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.v_api, L.v_codec)));
   cl::Program program = build_program(be, source, options);
@@ -227,9 +226,7 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
     // The fused path unless the options ask for the generic kernel (tests compare the two).
     const bool allow_fused = be->options.find("generic-attention") == std::string::npos && !std::getenv("SLUICE_OPENCL_GENERIC_ATTENTION");
     c->k_fused = allow_fused && has_fused_keys(codec_source(layout->k_api, layout->k_codec));
-    // The fused kernel keeps up to 16 value slots a coordinate in registers (attention_fused.cl).
-    c->v_fused = allow_fused && has_fused_values(codec_source(layout->v_api, layout->v_codec)) &&
-                 c->v_format.domain_dim % layout->head_dim == 0 && c->v_format.domain_dim / layout->head_dim <= 16;
+    c->v_fused = allow_fused && has_fused_values(codec_source(layout->v_api, layout->v_codec));
     if (c->on_device) {
       // The codecs' device functions must follow docs/PLUGINS.md (SL_KV_FN(encode_row), SL_KV_FN(load)):
       // source that does not build with ours sends this cache to the host path instead of failing later.
@@ -410,7 +407,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_dom = c->v_fused ? c->v_format.domain_dim : 1;
       kn.setArg(22, cl::Local(size_t(4) * ks.hpw * k_area));
       kn.setArg(23, static_cast<cl_uint>(k_area));
-      kn.setArg(24, cl::Local(size_t(4) * v_dom));
+      kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_dom));
       kn.setArg(25, static_cast<cl_uint>(v_dom));
     }
     launch(be, kn, cl::NDRange(size_t(kAttentionWg) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(kAttentionWg, 1, 1));
