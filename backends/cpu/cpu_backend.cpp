@@ -16,14 +16,6 @@
 
 namespace sluice::cpu {
 
-sl_status set_error(sl_error* err, sl_status status, const std::string& message) {
-  if (err) {
-    std::strncpy(err->message, message.c_str(), SL_ERROR_MESSAGE_SIZE - 1);
-    err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
-  }
-  return status;
-}
-
 namespace {
 
 std::string cpu_model_name() {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sluice/backend.h"
+#include "util/plugin_error.h"  // set_error
 #include "thread_pool.h"
 
 struct sl_buffer {
@@ -45,7 +46,6 @@ inline float* f32(sl_buffer* b) { return reinterpret_cast<float*>(b->data); }
 inline const float* f32(const sl_buffer* b) { return reinterpret_cast<const float*>(b->data); }
 inline const std::byte* weight_data(const sl_weight* w) { return w->data->data + w->offset; }
 
-sl_status set_error(sl_error* err, sl_status status, const std::string& message);
 
 // Does [offset, offset + count) lie within size? Written so that no sum can wrap around.
 inline bool fits(uint64_t size, uint64_t offset, uint64_t count) { return offset <= size && count <= size - offset; }

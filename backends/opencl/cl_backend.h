@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sluice/backend.h"
+#include "util/plugin_error.h"  // set_error
 
 // Device memory. Buffers larger than the device's largest allocation are split into chunks of
 // chunk_bytes; a range that straddles chunks (or is misaligned for typed access) is served by a
@@ -107,7 +108,6 @@ struct sl_backend {
 
 namespace sluice::ocl {
 
-sl_status set_error(sl_error* err, sl_status status, const std::string& message);
 // Runs fn, mapping exceptions to a status and message naming `what`.
 template <class Fn>
 sl_status guarded(sl_error* err, const char* what, Fn&& fn);

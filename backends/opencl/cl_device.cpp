@@ -17,14 +17,6 @@
 
 namespace sluice::ocl {
 
-sl_status set_error(sl_error* err, sl_status status, const std::string& message) {
-  if (err) {
-    std::strncpy(err->message, message.c_str(), SL_ERROR_MESSAGE_SIZE - 1);
-    err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
-  }
-  return status;
-}
-
 const char* cl_error_name(cl_int code) {
   switch (code) {
     case CL_DEVICE_NOT_FOUND: return "CL_DEVICE_NOT_FOUND";

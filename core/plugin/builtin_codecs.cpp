@@ -4,6 +4,7 @@
 #include <new>
 #include <string>
 
+#include "util/plugin_error.h"
 #include "util/vec.h"
 
 struct sl_kvcodec {
@@ -14,20 +15,12 @@ struct sl_kvcodec {
 namespace sluice {
 namespace {
 
-sl_status fail(sl_error* err, sl_status s, const char* message) {
-  if (err) {
-    std::strncpy(err->message, message, SL_ERROR_MESSAGE_SIZE - 1);
-    err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
-  }
-  return s;
-}
-
 template <bool Half>
 sl_status create(uint32_t head_dim, sl_kv_role, const char* options, sl_kvcodec** out, sl_error* err) {
-  if (head_dim == 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "head_dim must be positive");
-  if (options && *options) return fail(err, SL_ERR_INVALID_ARGUMENT, "the f32/f16 codecs take no options");
+  if (head_dim == 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "head_dim must be positive");
+  if (options && *options) return set_error(err, SL_ERR_INVALID_ARGUMENT, "the f32/f16 codecs take no options");
   auto* c = new (std::nothrow) sl_kvcodec{head_dim, Half};
-  if (!c) return fail(err, SL_ERR_OUT_OF_MEMORY, "out of memory");
+  if (!c) return set_error(err, SL_ERR_OUT_OF_MEMORY, "out of memory");
   *out = c;
   return SL_OK;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "util/file_io.h"
+#include "util/plugin_error.h"
 
 struct sl_expertstore {
   std::vector<sluice::MappedFile> files;
@@ -16,14 +17,6 @@ struct sl_expertstore {
 namespace sluice {
 namespace {
 
-sl_status fail(sl_error* err, sl_status s, const std::string& message) {
-  if (err) {
-    std::strncpy(err->message, message.c_str(), SL_ERROR_MESSAGE_SIZE - 1);
-    err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
-  }
-  return s;
-}
-
 sl_status create(const sl_expertstore_config* cfg, sl_expertstore** out, sl_error* err) {
   try {
     auto store = std::make_unique<sl_expertstore>();
@@ -32,20 +25,20 @@ sl_status create(const sl_expertstore_config* cfg, sl_expertstore** out, sl_erro
     store->n_parts = cfg->n_parts;
     for (uint32_t i = 0; i < cfg->n_files; ++i) {
       auto f = MappedFile::open(cfg->files[i]);
-      if (!f) return fail(err, SL_ERR_IO, f.message());
+      if (!f) return set_error(err, SL_ERR_IO, f.message());
       store->files.push_back(std::move(*f));
     }
     const std::size_t n = static_cast<std::size_t>(cfg->n_layers) * cfg->n_experts * cfg->n_parts;
     store->parts.assign(cfg->parts, cfg->parts + n);
     for (const auto& p : store->parts) {
       if (p.file_index >= store->files.size() || p.offset + p.bytes > store->files[p.file_index].size())
-        return fail(err, SL_ERR_INVALID_ARGUMENT, "expert part outside its file");
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "expert part outside its file");
     }
     store->stats.struct_size = sizeof(sl_expertstore_stats);
     *out = store.release();
     return SL_OK;
   } catch (const std::exception& e) {
-    return fail(err, SL_ERR_OUT_OF_MEMORY, e.what());
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, e.what());
   }
 }
 
@@ -53,9 +46,9 @@ void destroy(sl_expertstore* store) { delete store; }
 
 sl_status acquire(sl_expertstore* s, uint32_t layer, const uint32_t* experts, uint32_t n, const void** parts_out,
                   sl_error* err) {
-  if (layer >= s->n_layers) return fail(err, SL_ERR_INVALID_ARGUMENT, "layer out of range");
+  if (layer >= s->n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "layer out of range");
   for (uint32_t i = 0; i < n; ++i) {
-    if (experts[i] >= s->n_experts) return fail(err, SL_ERR_INVALID_ARGUMENT, "expert out of range");
+    if (experts[i] >= s->n_experts) return set_error(err, SL_ERR_INVALID_ARGUMENT, "expert out of range");
     for (uint32_t p = 0; p < s->n_parts; ++p) {
       const auto& part = s->parts[(static_cast<std::size_t>(layer) * s->n_experts + experts[i]) * s->n_parts + p];
       parts_out[static_cast<std::size_t>(i) * s->n_parts + p] = s->files[part.file_index].data() + part.offset;

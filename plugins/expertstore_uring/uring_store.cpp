@@ -14,6 +14,8 @@
 #include <new>
 #include <sstream>
 
+#include "util/plugin_error.h"
+
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -99,14 +101,6 @@ bool parse_options(const char* text, Options& out, std::string& error) {
 }
 
 namespace {
-
-sl_status fail(sl_error* err, sl_status s, const std::string& message) {
-  if (err) {
-    std::strncpy(err->message, message.c_str(), SL_ERROR_MESSAGE_SIZE - 1);
-    err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
-  }
-  return s;
-}
 
 uint64_t key_of(uint32_t layer, uint32_t expert) { return (static_cast<uint64_t>(layer) << 32) | expert; }
 
@@ -281,7 +275,7 @@ sl_status create(const sl_expertstore_config* cfg, sl_expertstore** out, sl_erro
   try {
     auto s = std::make_unique<sl_expertstore>();
     std::string option_error;
-    if (!parse_options(cfg->options, s->options, option_error)) return fail(err, SL_ERR_INVALID_ARGUMENT, "uring store: " + option_error);
+    if (!parse_options(cfg->options, s->options, option_error)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "uring store: " + option_error);
     s->n_layers = cfg->n_layers;
     s->n_experts = cfg->n_experts;
     s->n_parts = cfg->n_parts;
@@ -296,7 +290,7 @@ sl_status create(const sl_expertstore_config* cfg, sl_expertstore** out, sl_erro
         f.direct = f.fd >= 0;
       }
       if (f.fd < 0) f.fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (f.fd < 0) return fail(err, SL_ERR_IO, "uring store: cannot open " + f.path + ": " + std::strerror(errno));
+      if (f.fd < 0) return set_error(err, SL_ERR_IO, "uring store: cannot open " + f.path + ": " + std::strerror(errno));
       fstat(f.fd, &f.st);
       all_direct = all_direct && f.direct;
       s->files.push_back(f);
@@ -304,7 +298,7 @@ sl_status create(const sl_expertstore_config* cfg, sl_expertstore** out, sl_erro
     uint64_t expert_bytes = 0;
     for (const auto& p : s->parts) {
       if (p.file_index >= s->files.size() || p.offset + p.bytes > static_cast<uint64_t>(s->files[p.file_index].st.st_size))
-        return fail(err, SL_ERR_INVALID_ARGUMENT, "uring store: an expert part lies outside its file");
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "uring store: an expert part lies outside its file");
       expert_bytes += p.bytes;
     }
     if (s->options.direct && !all_direct)
@@ -321,7 +315,7 @@ sl_status create(const sl_expertstore_config* cfg, sl_expertstore** out, sl_erro
     *out = s.release();
     return SL_OK;
   } catch (const std::bad_alloc&) {
-    return fail(err, SL_ERR_OUT_OF_MEMORY, "uring store: out of memory");
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, "uring store: out of memory");
   }
 }
 
@@ -372,9 +366,9 @@ void unpin(sl_expertstore* s, uint64_t key) {
 
 sl_status acquire(sl_expertstore* s, uint32_t layer, const uint32_t* experts, uint32_t n, const void** parts_out,
                   sl_error* err) {
-  if (layer >= s->n_layers) return fail(err, SL_ERR_INVALID_ARGUMENT, "layer " + std::to_string(layer) + " out of range");
+  if (layer >= s->n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "layer " + std::to_string(layer) + " out of range");
   for (uint32_t i = 0; i < n; ++i)
-    if (experts[i] >= s->n_experts) return fail(err, SL_ERR_INVALID_ARGUMENT, "expert " + std::to_string(experts[i]) + " out of range");
+    if (experts[i] >= s->n_experts) return set_error(err, SL_ERR_INVALID_ARGUMENT, "expert " + std::to_string(experts[i]) + " out of range");
   try {
     // Entries that failed earlier (e.g. a prefetch hit EIO) are retried, not served.
     for (uint32_t i = 0; i < n; ++i) {
@@ -430,7 +424,7 @@ sl_status acquire(sl_expertstore* s, uint32_t layer, const uint32_t* experts, ui
         unpin(s, key);
         if (failed && it->second.pins == 0 && it->second.pending_reads == 0) drop(s, key);
       }
-      return fail(err, error.empty() ? SL_ERR_IO : SL_ERR_OUT_OF_MEMORY, "uring store: " + failure);
+      return set_error(err, error.empty() ? SL_ERR_IO : SL_ERR_OUT_OF_MEMORY, "uring store: " + failure);
     }
     for (uint32_t i = 0; i < n; ++i) {
       const Entry& e = s->cache.find(key_of(layer, experts[i]))->second;
@@ -438,7 +432,7 @@ sl_status acquire(sl_expertstore* s, uint32_t layer, const uint32_t* experts, ui
     }
     return SL_OK;
   } catch (const std::bad_alloc&) {
-    return fail(err, SL_ERR_OUT_OF_MEMORY, "uring store: out of memory");
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, "uring store: out of memory");
   }
 }
 
