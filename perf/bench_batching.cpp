@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/engine.h"
 #include "model/model_config.h"
 
@@ -45,18 +46,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--model") o.model_dir = next();
-    else if (a == "--backend") o.backend = next();
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--kv-codec") o.kv_codec = next();
-    else if (a == "--plugin-dir") o.plugin_dir = next();
-    else if (a == "--gen") gen = std::stoi(next());
+    if (perf::engine_option(a, next, o)) continue;
+    if (a == "--gen") gen = std::stoi(next());
     else if (a == "--json") json = true;
     else if (a == "--streams") {
-      streams.clear();
-      std::stringstream in(next());
-      std::string item;
-      while (std::getline(in, item, ',')) streams.push_back(std::stoi(item));
+      streams = perf::int_list(next());
     } else {
       std::fprintf(stderr, "bench_batching: unknown argument %s\n", a.c_str());
       return 2;

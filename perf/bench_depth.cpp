@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/runtime.h"
 
 using namespace sluice;
@@ -78,20 +79,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--model") o.model_dir = next();
-    else if (a == "--backend") o.backend = next();
-    else if (a == "--kv-codec") o.kv_codec = next();
-    else if (a == "--plugin-dir") o.plugin_dir = next();
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--pp") pp = std::stoi(next());
+    if (perf::engine_option(a, next, o)) continue;
+    if (a == "--pp") pp = std::stoi(next());
     else if (a == "--tg") tg = std::stoi(next());
     else if (a == "--json") json = true;
-    else if (a == "--kv-recent") o.kv_recent = std::stoi(next());
     else if (a == "--fill") fill_forward = next() == "forward";
     else if (a == "--depths") {
-      depths.clear();
-      std::stringstream ss(next());
-      for (std::string d; std::getline(ss, d, ',');) depths.push_back(std::stoi(d));
+      depths = perf::int_list(next());
     } else {
       std::fprintf(stderr,
                    "usage: bench_depth --model DIR [--backend B] [--kv-codec C] [--kv-recent N] [--depths 0,8192] [--pp N] [--tg N]\n"

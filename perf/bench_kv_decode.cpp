@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/runtime.h"
 
 using namespace sluice;
@@ -24,16 +25,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--model") o.model_dir = next();
-    else if (a == "--kv-codec") o.kv_codec = next();
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--plugin-dir") o.plugin_dir = next();
-    else if (a == "--tg") tg = std::stoi(next());
+    if (perf::engine_option(a, next, o)) continue;
+    if (a == "--tg") tg = std::stoi(next());
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--depths") {
-      depths.clear();
-      std::stringstream ss(next());
-      for (std::string d; std::getline(ss, d, ',');) depths.push_back(std::stoi(d));
+      depths = perf::int_list(next());
     } else {
       std::fprintf(stderr, "bench_kv_decode: unknown argument %s\n", a.c_str());
       return 2;

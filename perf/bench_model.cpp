@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/runtime.h"
 #include "model/safetensors.h"
 #include "util/vec.h"
@@ -87,12 +88,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--model") o.model_dir = next();
-    else if (a == "--backend") o.backend = next();
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--kv-codec") o.kv_codec = next();
-    else if (a == "--plugin-dir") o.plugin_dir = next();
-    else if (a == "--pp") pp = std::stoi(next());
+    if (perf::engine_option(a, next, o)) continue;
+    if (a == "--pp") pp = std::stoi(next());
     else if (a == "--tg") tg = std::stoi(next());
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--json") json = true;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/runtime.h"
 
 using namespace sluice;
@@ -100,19 +101,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--model") o.model_dir = next();
-    else if (a == "--backend") o.backend = next();
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--plugin-dir") o.plugin_dir = next();
-    else if (a == "--tg") tg = std::stoi(next());
+    if (perf::engine_option(a, next, o)) continue;
+    if (a == "--tg") tg = std::stoi(next());
     else if (a == "--store") store = next();
     else if (a == "--cold-prompt") cold_prompt = std::max(1, std::stoi(next()));
     else if (a == "--ceiling-seconds") ceiling_seconds = std::stod(next());
     else if (a == "--budgets") {
-      budgets.clear();
-      std::stringstream in(next());
-      std::string item;
-      while (std::getline(in, item, ',')) budgets.push_back(std::stoi(item));
+      budgets = perf::int_list(next());
     } else {
       std::fprintf(stderr, "bench_moe_stream: unknown argument %s\n", a.c_str());
       return 2;
