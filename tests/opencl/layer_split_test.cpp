@@ -17,20 +17,12 @@
 #include "engine/runtime.h"
 #include "golden.h"
 #include "plugin/plugin_registry.h"
+#include "opencl_probe.h"
 #include "reference.h"
 #include "util/json.h"
 
 namespace sluice {
 namespace {
-
-// The OpenCL plugin's probe result: "" when it loads, else why not.
-std::string opencl_unavailable() {
-  PluginRegistry registry;
-  registry.scan(test::binary_path("lib"));
-  for (const auto& r : registry.records())
-    if (r.kind == "backend" && r.name == "opencl") return r.loaded ? "" : r.status;
-  return "no sluice-backend-opencl.so in " + test::binary_path("lib").string();
-}
 
 struct Split {
   std::string model, gpu_layers, devices;
@@ -72,7 +64,7 @@ class LayerSplit : public ::testing::TestWithParam<Split> {};
 TEST_P(LayerSplit, GreedyIdsAndLastLogitsMatchTransformers) {
   const Split& s = GetParam();
   SLUICE_REQUIRE_REFERENCE("models/" + s.model + "/golden.json");
-  if (auto why = opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  if (auto why = test::opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
   auto golden = json::parse_file(test::reference_path("models/" + s.model + "/golden.json"));
   ASSERT_TRUE(golden.ok()) << golden.message();
   auto rt = Runtime::open(options_for(s));
@@ -106,7 +98,7 @@ TEST_P(LayerSplit, GreedyIdsAndLastLogitsMatchTransformers) {
 TEST_P(LayerSplit, HeldOutWindowMeanNllMatchesTransformers) {
   const Split& s = GetParam();
   SLUICE_REQUIRE_REFERENCE("models/" + s.model + "/golden.json");
-  if (auto why = opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  if (auto why = test::opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
   auto golden = json::parse_file(test::reference_path("models/" + s.model + "/golden.json"));
   ASSERT_TRUE(golden.ok()) << golden.message();
   if (!golden->HasMember("nll_eval")) GTEST_SKIP() << s.model << " has no held-out window in its golden";
@@ -154,7 +146,7 @@ class LayerSplitErrors : public ::testing::Test {
  protected:
   void SetUp() override {
     SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/config.json");
-    if (auto why = opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+    if (auto why = test::opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
   }
   // Opening fails with a message containing each of `parts`.
   void expect_error(const EngineOptions& o, std::vector<std::string> parts, uint32_t capacity = 0) {

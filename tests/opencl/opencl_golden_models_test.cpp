@@ -11,6 +11,7 @@
 #include "engine/runtime.h"
 #include "plugin/plugin_registry.h"
 #include "golden.h"
+#include "opencl_probe.h"
 #include "reference.h"
 #include "util/json.h"
 
@@ -29,15 +30,6 @@ EngineOptions opencl_options(const std::string& model, const std::string& codec)
   return o;
 }
 
-// The OpenCL plugin's probe result: "" when it loads, else why not.
-std::string opencl_unavailable() {
-  PluginRegistry registry;
-  registry.scan(test::binary_path("lib"));
-  for (const auto& r : registry.records())
-    if (r.kind == "backend" && r.name == "opencl") return r.loaded ? "" : r.status;
-  return "no sluice-backend-opencl.so in " + test::binary_path("lib").string();
-}
-
 struct Case {
   std::string model, codec;
 };
@@ -47,7 +39,7 @@ class OpenclGoldenModel : public ::testing::TestWithParam<Case> {};
 TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
   const auto& [model, codec] = GetParam();
   SLUICE_REQUIRE_REFERENCE("models/" + model + "/golden.json");
-  if (auto why = opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  if (auto why = test::opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
   auto golden = json::parse_file(test::reference_path("models/" + model + "/golden.json"));
   ASSERT_TRUE(golden.ok()) << golden.message();
   auto rt = Runtime::open(opencl_options(model, codec));
