@@ -44,8 +44,8 @@ Status fill_random(Runtime& rt, SequenceState& seq, int depth, std::mt19937& rng
     std::vector<int32_t> positions(n), slots(n, 0), recent;
     for (int i = 0; i < n; ++i) positions[i] = start + i;
     if (rt.kv().recent_window() > 0) {
-      recent.assign(seq.pages.size(), -1);
-      std::copy_n(seq.recent.begin(), std::min(seq.recent.size(), seq.pages.size()), recent.begin());
+      recent.resize(seq.pages.size());
+      KvCache::write_recent_row(seq.recent, recent);
     }
     sl_batch b{};
     b.struct_size = sizeof(b);

@@ -243,11 +243,9 @@ class EngineImpl final : public Engine {
     for (std::size_t i = 0; i < in_batch.size(); ++i)
       std::copy(in_batch[i]->pages.begin(), in_batch[i]->pages.end(), batch.page_table.begin() + i * batch.max_pages);
     if (rt_->kv().recent_window() > 0) {
-      batch.recent_table.assign(batch.page_table.size(), -1);
-      for (std::size_t i = 0; i < in_batch.size(); ++i) {
-        const auto& r = in_batch[i]->recent;
-        std::copy_n(r.begin(), std::min<std::size_t>(r.size(), batch.max_pages), batch.recent_table.begin() + i * batch.max_pages);
-      }
+      batch.recent_table.resize(batch.page_table.size());
+      for (std::size_t i = 0; i < in_batch.size(); ++i)
+        KvCache::write_recent_row(in_batch[i]->recent, std::span(batch.recent_table).subspan(i * batch.max_pages, batch.max_pages));
     }
 
     if (auto st = rt_->model().forward(batch, rt_->kv().caches(), logits_); !st) {

@@ -199,6 +199,11 @@ void KvCache::trim_recent(std::vector<int32_t>& recent, int32_t n_past) {
   }
 }
 
+void KvCache::write_recent_row(const std::vector<int32_t>& recent, std::span<int32_t> row) {
+  std::fill(row.begin(), row.end(), -1);
+  std::copy_n(recent.begin(), std::min(recent.size(), row.size()), row.begin());
+}
+
 void KvCache::release_recent(std::vector<int32_t>& recent) {
   for (int32_t page : recent)
     if (page >= 0) recent_free_.push_back(page);

@@ -95,6 +95,8 @@ class KvCache {
   // After a pass: frees the recent pages no later query reads (a sequence keeps only its window).
   void trim_recent(std::vector<int32_t>& recent, int32_t n_past);
   void release_recent(std::vector<int32_t>& recent);
+  // A sequence's row of a batch's recent table (sl_batch.recent_table): its recent pages, -1 beyond.
+  static void write_recent_row(const std::vector<int32_t>& recent, std::span<int32_t> row);
 
  private:
   KvCache() = default;

@@ -188,8 +188,8 @@ Status Runtime::run(SequenceState& seq, std::span<const int32_t> tokens, bool al
     if (auto s = kv_->update_recent(seq.recent, 0, seq.n_past, seq.n_past + static_cast<int32_t>(n)); !s) return s;
     batch.recent_table.clear();
     if (kv_->recent_window() > 0) {
-      batch.recent_table.assign(seq.pages.size(), -1);
-      std::copy_n(seq.recent.begin(), std::min(seq.recent.size(), seq.pages.size()), batch.recent_table.begin());
+      batch.recent_table.resize(seq.pages.size());
+      KvCache::write_recent_row(seq.recent, batch.recent_table);
     }
     batch.logit_rows.clear();
     const bool last_chunk = start + n == tokens.size();

@@ -76,7 +76,9 @@ TEST(KvRecentWindow, PagesFollowTheWindowAndComeBack) {
   ASSERT_TRUE(kv.update_recent(other, 0, 0, 64));
   for (int32_t a : recent)
     for (int32_t b : other)
-      if (a >= 0) EXPECT_NE(a, b);
+      if (a >= 0) {
+        EXPECT_NE(a, b);
+      }
   kv.release_recent(recent);
   kv.release_recent(other);
   EXPECT_TRUE(recent.empty());
