@@ -181,10 +181,11 @@ class TurboProdCodec final : public kvcodec::Codec {
   std::string opencl_;
 };
 
-std::unique_ptr<kvcodec::Codec> make_mse(uint32_t bits, uint32_t head_dim, kvcodec::Options& o) {
+std::unique_ptr<kvcodec::Codec> make_mse(uint32_t bits, uint32_t head_dim, sl_kv_role role, kvcodec::Options& o) {
   const uint64_t seed = o.get_u64("seed", kDefaultSeed);
   const ScaleMode mode = parse_scale(o);
-  const int rotations = o.get_int("rot", static_cast<int>(kDefaultRotations), 1, 16);
+  const uint32_t fallback = role == SL_KV_VALUES ? kDefaultValueRotations : kDefaultKeyRotations;
+  const int rotations = o.get_int("rot", static_cast<int>(fallback), 1, 16);
   try {
     return std::make_unique<TurboMseCodec>(head_dim, bits, seed, mode, static_cast<uint32_t>(rotations));
   } catch (const std::invalid_argument& e) {
@@ -194,9 +195,9 @@ std::unique_ptr<kvcodec::Codec> make_mse(uint32_t bits, uint32_t head_dim, kvcod
 
 }  // namespace
 
-std::unique_ptr<kvcodec::Codec> make_turbo2(uint32_t d, sl_kv_role, kvcodec::Options& o) { return make_mse(2, d, o); }
-std::unique_ptr<kvcodec::Codec> make_turbo3(uint32_t d, sl_kv_role, kvcodec::Options& o) { return make_mse(3, d, o); }
-std::unique_ptr<kvcodec::Codec> make_turbo4(uint32_t d, sl_kv_role, kvcodec::Options& o) { return make_mse(4, d, o); }
+std::unique_ptr<kvcodec::Codec> make_turbo2(uint32_t d, sl_kv_role role, kvcodec::Options& o) { return make_mse(2, d, role, o); }
+std::unique_ptr<kvcodec::Codec> make_turbo3(uint32_t d, sl_kv_role role, kvcodec::Options& o) { return make_mse(3, d, role, o); }
+std::unique_ptr<kvcodec::Codec> make_turbo4(uint32_t d, sl_kv_role role, kvcodec::Options& o) { return make_mse(4, d, role, o); }
 
 std::unique_ptr<kvcodec::Codec> make_turbo_prod(uint32_t head_dim, sl_kv_role, kvcodec::Options& o) {
   const int bits = o.get_int("bits", 4, 2, 4);

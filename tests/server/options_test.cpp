@@ -116,14 +116,15 @@ TEST(ServerOptions, StreamExpertsSelectsTheUringStoreWithABudget) {
 }
 
 TEST(ServerOptions, TurboKvSelectsTheRecommendedPair) {
-  // With the recent window (the default) keys at 4 bits and values at 3; without it turbo4 for both.
+  // With the recent window (the default) keys at 4 bits and values at 3; without it turbo4 for both,
+  // values with 16 rotations (plugins/turbo/recommended.h).
   auto p = parse_server_options({"--model", "m", "--turbo-kv"});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(to_engine_options(p->options).kv_codec, "k=turbo4,v=turbo3");
   EXPECT_EQ(to_engine_options(p->options).kv_recent, -1);
   auto off = parse_server_options({"--model", "m", "--turbo-kv", "--kv-recent", "0"});
   ASSERT_TRUE(off.ok());
-  EXPECT_EQ(to_engine_options(off->options).kv_codec, "turbo4");
+  EXPECT_EQ(to_engine_options(off->options).kv_codec, "k=turbo4,v=turbo4:rot=16");
   EXPECT_EQ(to_engine_options(off->options).kv_recent, 0);
   auto wide = parse_server_options({"--model", "m", "--kv-codec", "turbo3", "--kv-recent", "64"});
   ASSERT_TRUE(wide.ok());
