@@ -35,78 +35,60 @@ inline __global const half* att_recent_row(__global const half* recent_layer, in
   return recent_layer + ((((ulong)rpage * 2u + kv) * n_kv_heads + kvh) * page_tokens + position % page_tokens) * HEAD_DIM;
 }
 
-// One work-group per (token, KV head, role): encode the row into its page slot — by the whole
-// group where the codec has encode_row_group (K_ENCODE_GROUP / V_ENCODE_GROUP), else by one
-// work-item — and keep its exact copy where the batch gives the page a recent page.
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+// One work-group per (token, KV head): encode its K row, then its V row, into their page slots —
+// by the whole group where the codec has encode_row_group (K_ENCODE_GROUP / V_ENCODE_GROUP), else
+// by one work-item — and keep exact copies where the batch gives the page a recent page. Both rows
+// in one group and no branch on the role around the group encoders: PoCL's work-group compiler
+// miscompiled their barriers inside a per-role if/else.
+#ifndef KV_WG
+#define KV_WG WG
+#endif
+__kernel __attribute__((reqd_work_group_size(KV_WG, 1, 1)))
 void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
               uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
               __global const int* positions, __global const int* seq_slots, __global const int* page_table,
               uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
               uint has_recent) {
 #if K_ENCODE_GROUP || V_ENCODE_GROUP
-  __local float scratch[32 * HEAD_DIM + 2 * WG];  // encode_row_group's (docs/PLUGINS.md)
+  __local float scratch[32 * HEAD_DIM + 2 * KV_WG];  // encode_row_group's (docs/PLUGINS.md)
 #endif
   const uint item = get_group_id(0), lid = get_local_id(0);
-  if (item >= n_tokens * n_kv_heads) return;
   const uint t = item / n_kv_heads, h = item % n_kv_heads;
   const uint pos = (uint)positions[t];
   const ulong page = kv_page_of(page_table + (ulong)seq_slots[t] * max_pages, pos, page_tokens);
   const uint slot = pos % page_tokens;
   __global uchar* base = layer + page * page_bytes;
-  const uint role = get_group_id(1);
-  __global const float* src = (role == 0 ? k : v) + (ulong)item * HEAD_DIM;
-  if (role == 0) {
-    __global uchar* dst = base + ((ulong)h * page_tokens + slot) * k_row_bytes;
+  __global const float* k_src = k + (ulong)item * HEAD_DIM;
+  __global const float* v_src = v + (ulong)item * HEAD_DIM;
+  __global uchar* k_dst = base + ((ulong)h * page_tokens + slot) * k_row_bytes;
+  __global uchar* v_dst = base + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)h * page_tokens + slot) * v_row_bytes;
 #if K_ENCODE_GROUP
-    sl_k_encode_row_group(src, dst, HEAD_DIM, lid, WG, scratch);
+  sl_k_encode_row_group(k_src, k_dst, HEAD_DIM, lid, KV_WG, scratch);
 #else
-    if (lid == 0) sl_k_encode_row(src, dst, HEAD_DIM);
+  if (lid == 0) sl_k_encode_row(k_src, k_dst, HEAD_DIM);
 #endif
-  } else {
-    __global uchar* dst = base + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)h * page_tokens + slot) * v_row_bytes;
+#if K_ENCODE_GROUP && V_ENCODE_GROUP
+  barrier(CLK_LOCAL_MEM_FENCE);  // the scratch passes from one encoder to the other
+#endif
 #if V_ENCODE_GROUP
-    sl_v_encode_row_group(src, dst, HEAD_DIM, lid, WG, scratch);
+  sl_v_encode_row_group(v_src, v_dst, HEAD_DIM, lid, KV_WG, scratch);
 #else
-    if (lid == 0) sl_v_encode_row(src, dst, HEAD_DIM);
+  if (lid == 0) sl_v_encode_row(v_src, v_dst, HEAD_DIM);
 #endif
-  }
   if (has_recent) {
     const int rpage = recent_table[(ulong)seq_slots[t] * max_pages + pos / page_tokens];
     if (rpage >= 0) {
-      __global half* dst = recent_layer + ((((ulong)rpage * 2u + role) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
-      for (uint d = lid; d < HEAD_DIM; d += WG) vstore_half_rte(src[d], d, dst);
+      __global half* k_copy = recent_layer + ((((ulong)rpage * 2u) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
+      __global half* v_copy = recent_layer + ((((ulong)rpage * 2u + 1u) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
+      for (uint d = lid; d < HEAD_DIM; d += KV_WG) {
+        vstore_half_rte(k_src[d], d, k_copy);
+        vstore_half_rte(v_src[d], d, v_copy);
+      }
     }
   }
 }
 
 #define DIMS_PER_ITEM ((HEAD_DIM + WG - 1) / WG)
-
-inline float att_reduce_max(__local float* red, float v) {
-  const uint lid = get_local_id(0);
-  red[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) red[lid] = fmax(red[lid], red[lid + s]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float r = red[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return r;
-}
-
-inline float att_reduce_sum(__local float* red, float v) {
-  const uint lid = get_local_id(0);
-  red[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) red[lid] += red[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float r = red[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return r;
-}
 
 // This split's share [lo, hi] of the keys [lo_all, pos] a query at pos attends (lo_all: the sliding
 // window's start, or 0).
@@ -122,18 +104,48 @@ inline float att_scaled(float s, float scale, float softcap) {
   return softcap > 0.0f ? tanh(s / softcap) * softcap : s;
 }
 
-// One online-softmax step for one head over a tile: s is this work-item's score (-INFINITY past the
-// range); updates m and l, stores the work-item's weight in *p_mine and returns the factor that
-// rescales what was accumulated before.
-inline float att_online_step(__local float* red, float s, bool valid, float* m, float* l, __local float* p_mine) {
-  const float m_new = fmax(*m, att_reduce_max(red, s));
-  const float e = valid ? exp(s - m_new) : 0.0f;
-  *p_mine = e;
-  const float corr = exp(*m - m_new);
-  *l = *l * corr + att_reduce_sum(red, e);
-  *m = m_new;
-  return corr;
+// One online-softmax step over a tile for nh heads at once (the reductions of every head share
+// their barriers): s[g] is this work-item's score for head g (-INFINITY past the range); updates
+// m[g] and l[g], stores the work-item's weight at p[g * WG + lid] and sets corr[g], the factor that
+// rescales what head g accumulated before. red: nh * WG floats of local memory.
+inline void att_online_steps(__local float* red, uint nh, const float* s, bool valid, float* m, float* l,
+                             __local float* p, float* corr) {
+  const uint lid = get_local_id(0);
+  for (uint g = 0; g < nh; ++g) red[g * WG + lid] = s[g];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint h = WG / 2; h > 0; h >>= 1) {
+    if (lid < h)
+      for (uint g = 0; g < nh; ++g) red[g * WG + lid] = fmax(red[g * WG + lid], red[g * WG + lid + h]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (uint g = 0; g < nh; ++g) {
+    const float m_new = fmax(m[g], red[g * WG]);
+    corr[g] = exp(m[g] - m_new);
+    m[g] = m_new;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint g = 0; g < nh; ++g) {
+    const float e = valid ? exp(s[g] - m[g]) : 0.0f;
+    p[g * WG + lid] = e;
+    red[g * WG + lid] = e;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint h = WG / 2; h > 0; h >>= 1) {
+    if (lid < h)
+      for (uint g = 0; g < nh; ++g) red[g * WG + lid] += red[g * WG + lid + h];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (uint g = 0; g < nh; ++g) l[g] = l[g] * corr[g] + red[g * WG];
+  barrier(CLK_LOCAL_MEM_FENCE);
 }
+
+// Keys whose values one work-item loads before using any of them: the value rows are first read
+// here (the scores read only the keys), so each group of loads waits on memory; the loop over a
+// tile's keys is a chain of those waits, one per ATT_VU keys. The host may set it (-DATT_VU);
+// on the H100 4 measured as well as 32 for f16 and better than 16 for the fused kernel.
+#ifndef ATT_VU
+#define ATT_VU 4
+#endif
 
 // One head's result: normalised into out with one split, else the unnormalised partial (m, l, acc)
 // of this split for attention_merge. acc: this work-item's DIMS_PER_ITEM dims (lid, lid + WG, ...).
@@ -161,8 +173,9 @@ inline void att_write(__global float* out, __global float* partial, ulong head, 
 
 // One work-group per (KV head, token, key split): the GROUP query heads that share the KV head attend
 // over keys [lo, pos] (or this split's share of them) in tiles of WG keys with an online softmax:
-// work-item j scores key j of the tile; then each work-item accumulates the weighted values of its
-// dims. With n_splits > 1 each group writes its unnormalised partial (m, l, acc) for attention_merge.
+// work-item j scores key j of the tile (and notes where its value row is); then each work-item
+// accumulates the weighted values of its dims, ATT_VU keys' loads in flight at a time. With
+// n_splits > 1 each group writes its unnormalised partial (m, l, acc) for attention_merge.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void attention(__global const float* q, __global float* out, __global const uchar* layer, ulong page_bytes,
                uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
@@ -171,8 +184,9 @@ void attention(__global const float* q, __global float* out, __global const ucha
                __global float* partial, __global const half* recent_layer, __global const int* recent_table,
                uint recent_window) {
   __local float qs[GROUP][HEAD_DIM];
-  __local float p[GROUP][WG];
-  __local float red[WG];
+  __local float p[GROUP * WG];
+  __local float red[GROUP * WG];
+  __local ulong v_at[WG];  // the tile's value rows (byte offsets in layer)
   const uint kvh = get_group_id(0), t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
   const uint n_heads = n_kv_heads * GROUP;
   const int pos = positions[t];
@@ -200,8 +214,6 @@ void attention(__global const float* q, __global float* out, __global const ucha
     const int j = tile + (int)lid;
     float s[GROUP];
     if (j <= hi) {
-      const ulong page = kv_page_of(table, (uint)j, page_tokens);
-      __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
       for (uint g = 0; g < GROUP; ++g) s[g] = 0.0f;
       if (j >= exact) {
         __global const half* kx = att_recent_row(recent_layer, recent[j / (int)page_tokens], 0u, n_kv_heads, kvh, page_tokens, (uint)j);
@@ -210,6 +222,9 @@ void attention(__global const float* q, __global float* out, __global const ucha
           for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
         }
       } else {
+        const ulong page = kv_page_of(table, (uint)j, page_tokens);
+        __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
+        v_at[lid] = page * page_bytes + v_region + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * v_row_bytes;
         for (uint d = 0; d < HEAD_DIM; ++d) {
           const float kv = sl_k_load(krow, d);
           for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
@@ -219,24 +234,36 @@ void attention(__global const float* q, __global float* out, __global const ucha
     } else {
       for (uint g = 0; g < GROUP; ++g) s[g] = -INFINITY;
     }
-    for (uint g = 0; g < GROUP; ++g) {
-      const float corr = att_online_step(red, s[g], j <= hi, &m[g], &l[g], &p[g][lid]);
-      for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc[g][d] *= corr;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    float corr[GROUP];
+    att_online_steps(red, GROUP, s, j <= hi, m, l, p, corr);
+    for (uint g = 0; g < GROUP; ++g)
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc[g][d] *= corr[g];
     const int n_keys = min(WG, hi - tile + 1);
-    for (int jj = 0; jj < n_keys; ++jj) {
+    const int n_stored = clamp(exact - tile, 0, n_keys);  // keys [tile, tile + n_stored) read from the pages
+    int jj = 0;
+    for (; jj + ATT_VU <= n_stored; jj += ATT_VU) {
+      float vv[ATT_VU][DIMS_PER_ITEM];
+      for (uint u = 0; u < ATT_VU; ++u) {
+        __global const uchar* vrow = layer + v_at[jj + u];
+        for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+          const uint dim = lid + d * WG;
+          vv[u][d] = dim < HEAD_DIM ? sl_v_load(vrow, dim) : 0.0f;
+        }
+      }
+      for (uint u = 0; u < ATT_VU; ++u)
+        for (uint g = 0; g < GROUP; ++g)
+          for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc[g][d] += p[g * WG + jj + u] * vv[u][d];
+    }
+    for (; jj < n_keys; ++jj) {
       const uint key = (uint)(tile + jj);
-      const ulong page = kv_page_of(table, key, page_tokens);
-      __global const uchar* vrow =
-          layer + page * page_bytes + v_region + ((ulong)kvh * page_tokens + key % page_tokens) * v_row_bytes;
       __global const half* vx =
-          (int)key >= exact ? att_recent_row(recent_layer, recent[key / page_tokens], 1u, n_kv_heads, kvh, page_tokens, key) : 0;
+          jj >= n_stored ? att_recent_row(recent_layer, recent[key / page_tokens], 1u, n_kv_heads, kvh, page_tokens, key) : 0;
+      __global const uchar* vrow = layer + v_at[jj];
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
         const uint dim = lid + d * WG;
         if (dim < HEAD_DIM) {
           const float vv = vx ? vload_half(dim, vx) : sl_v_load(vrow, dim);
-          for (uint g = 0; g < GROUP; ++g) acc[g][d] += p[g][jj] * vv;
+          for (uint g = 0; g < GROUP; ++g) acc[g][d] += p[g * WG + jj] * vv;
         }
       }
     }

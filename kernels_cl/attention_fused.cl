@@ -7,10 +7,22 @@
 //   K_FUSED, V_FUSED  1 when the K / V codec's source has the fused functions
 //   HPW               query heads per work-group (a divisor of GROUP): the local memory below is
 //                     HPW × (K domain + V domain) floats, so the host picks HPW to fit the device
+//   K_HEADS           1 when the K codec also has fused_prepare_queries and fused_score_heads (their
+//                     own layout of q_slots: one unpack of a key for every head of the work-group)
+//   V_FINISH_HEADS    1 when the V codec also has fused_finish_heads (one barrier per stage for all heads)
+//   V_SLOTS           the V codec's accumulator slots (domain_dim / HEAD_DIM). With one slot (one
+//                     rotation) values accumulate in registers and only the final rotation back
+//                     uses local memory — q_slots', when the keys are fused too (acc is then unused)
 // Local memory arguments: q_slots (HPW × k_area floats: the K codec's query area, domain_dim +
 // domain_dim / head_dim + 64 floats — the query under each rotation and the codec's tables),
 // acc (HPW × V domain floats: the value accumulators of every V rotation).
 #if K_FUSED || V_FUSED
+
+#if V_FUSED && V_SLOTS == 1
+#define V_IN_REGISTERS 1
+#else
+#define V_IN_REGISTERS 0
+#endif
 
 // One work-group per (HPW query heads of one KV head, token, key split), as `attention` but with
 // HPW heads instead of GROUP: work-item j scores key j of each tile of WG keys; then the tile's
@@ -21,11 +33,13 @@ void attention_fused(__global const float* q, __global float* out, __global cons
                      __global const int* positions, __global const int* seq_slots, __global const int* page_table,
                      uint max_pages, float scale, uint window, float softcap, __global const float* sinks,
                      uint has_sinks, uint n_splits, __global float* partial, __global const half* recent_layer,
-                     __global const int* recent_table, uint recent_window, __local float* q_slots, uint k_area,
+                     __global const int* recent_table, uint recent_window, __local float4* q_slots4, uint k_area,
                      __local float* acc, uint v_domain) {
+  __local float* q_slots = (__local float*)q_slots4;  // declared float4: 16-byte aligned for the codec
   __local float q_orig[HPW][HEAD_DIM];
-  __local float p[HPW][WG];
-  __local float red[WG];
+  __local float p[HPW * WG];
+  __local float red[HPW * WG];
+  __local ulong v_at[WG];  // the tile's value rows (byte offsets in layer)
 #if V_FUSED
   __local float v_tables[64];  // the V codec's lookup tables (docs/PLUGINS.md)
 #endif
@@ -43,26 +57,37 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   for (uint i = lid; i < HPW * HEAD_DIM; i += WG)
     q_orig[i / HEAD_DIM][i % HEAD_DIM] = q[((ulong)t * n_heads + head0 + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM];
   barrier(CLK_LOCAL_MEM_FENCE);
-#if K_FUSED
+#if K_FUSED && K_HEADS
+  sl_k_fused_prepare_queries(q_slots, k_area, &q_orig[0][0], HPW, lid, WG);  // every head at once; has barriers
+#elif K_FUSED
   for (uint g = 0; g < HPW; ++g) {
     for (uint i = lid; i < HEAD_DIM; i += WG) q_slots[g * k_area + i] = q_orig[g][i];
     sl_k_fused_prepare_query(q_slots + g * k_area, lid, WG);  // has barriers: every work-item calls it
   }
 #endif
 #if V_FUSED
+#if !V_IN_REGISTERS
   for (uint i = lid; i < HPW * v_domain; i += WG) acc[i] = 0.0f;
+#endif
   sl_v_fused_prepare_values(v_tables, lid, WG);
 #endif
   barrier(CLK_LOCAL_MEM_FENCE);
 
-  // Values read in the original domain (the recent window's rows; a V codec without fused functions).
+  // acc_o: values read in the original domain (the recent window's rows; a V codec without fused
+  // functions). acc_v: the V codec's single domain, when it has one slot.
   float acc_o[HPW][DIMS_PER_ITEM];
   float m[HPW], l[HPW];
+#if V_IN_REGISTERS
+  float acc_v[HPW][DIMS_PER_ITEM];
+#endif
   for (uint g = 0; g < HPW; ++g) {
     const bool sink = has_sinks && split == 0;
     m[g] = sink ? sinks[head0 + g] : -INFINITY;
     l[g] = sink ? 1.0f : 0.0f;
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] = 0.0f;
+#if V_IN_REGISTERS
+    for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_v[g][d] = 0.0f;
+#endif
   }
 
   for (int tile = lo; tile <= hi; tile += WG) {
@@ -79,7 +104,10 @@ void attention_fused(__global const float* q, __global float* out, __global cons
       } else {
         const ulong page = kv_page_of(table, (uint)j, page_tokens);
         __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
-#if K_FUSED
+        v_at[lid] = page * page_bytes + v_region + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * v_row_bytes;
+#if K_FUSED && K_HEADS
+        sl_k_fused_score_heads(krow, q_slots, k_area, HPW, s);  // the row unpacked once for every head
+#elif K_FUSED
         for (uint g = 0; g < HPW; ++g) s[g] = sl_k_fused_score(krow, q_slots + g * k_area);
 #else
         for (uint g = 0; g < HPW; ++g) s[g] = 0.0f;
@@ -93,46 +121,84 @@ void attention_fused(__global const float* q, __global float* out, __global cons
     } else {
       for (uint g = 0; g < HPW; ++g) s[g] = -INFINITY;
     }
+    float corr[HPW];
+    att_online_steps(red, HPW, s, j <= hi, m, l, p, corr);
     for (uint g = 0; g < HPW; ++g) {
-      const float corr = att_online_step(red, s[g], j <= hi, &m[g], &l[g], &p[g][lid]);
-      for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] *= corr;
-#if V_FUSED
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] *= corr[g];
+#if V_IN_REGISTERS
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_v[g][d] *= corr[g];
+#elif V_FUSED
       // Every slot's entries of this work-item's dims (only it ever touches them).
-      if (corr != 1.0f)
-        for (uint slot = 0; slot < v_domain / HEAD_DIM; ++slot)
-          for (uint dim = lid; dim < HEAD_DIM; dim += WG) acc[g * v_domain + slot * HEAD_DIM + dim] *= corr;
+      if (corr[g] != 1.0f)
+        for (uint slot = 0; slot < V_SLOTS; ++slot)
+          for (uint dim = lid; dim < HEAD_DIM; dim += WG) acc[g * v_domain + slot * HEAD_DIM + dim] *= corr[g];
 #endif
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
     const int n_keys = min(WG, hi - tile + 1);
-    for (int jj = 0; jj < n_keys; ++jj) {
-      const uint key = (uint)(tile + jj);
-      if ((int)key >= exact) {
-        __global const half* vx = att_recent_row(recent_layer, recent[key / page_tokens], 1u, n_kv_heads, kvh, page_tokens, key);
+    const int n_stored = clamp(exact - tile, 0, n_keys);  // keys [tile, tile + n_stored) read from the pages
+    int jj = 0;
+    // The stored rows, ATT_VU keys' loads before their use.
+    for (; jj + ATT_VU <= n_stored; jj += ATT_VU) {
+      float vv[ATT_VU][DIMS_PER_ITEM];
+#if V_FUSED
+      uint slot[ATT_VU][DIMS_PER_ITEM];
+#endif
+      for (uint u = 0; u < ATT_VU; ++u) {
+        __global const uchar* vrow = layer + v_at[jj + u];
         for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
           const uint dim = lid + d * WG;
-          if (dim < HEAD_DIM) {
-            const float vv = vload_half(dim, vx);
-            for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g][jj] * vv;
-          }
+#if V_FUSED
+          vv[u][d] = dim < HEAD_DIM ? sl_v_fused_value(vrow, dim, v_tables, &slot[u][d]) : 0.0f;
+#else
+          vv[u][d] = dim < HEAD_DIM ? sl_v_load(vrow, dim) : 0.0f;
+#endif
         }
-        continue;
       }
-      const ulong page = kv_page_of(table, key, page_tokens);
-      __global const uchar* vrow =
-          layer + page * page_bytes + v_region + ((ulong)kvh * page_tokens + key % page_tokens) * v_row_bytes;
+      for (uint u = 0; u < ATT_VU; ++u)
+        for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+#if V_IN_REGISTERS
+          for (uint g = 0; g < HPW; ++g) acc_v[g][d] += p[g * WG + jj + u] * vv[u][d];
+#elif V_FUSED
+          const uint dim = lid + d * WG;
+          if (dim < HEAD_DIM) {
+            __local float* a = acc + slot[u][d] * HEAD_DIM + dim;
+            for (uint g = 0; g < HPW; ++g) a[g * v_domain] += p[g * WG + jj + u] * vv[u][d];
+          }
+#else
+          for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g * WG + jj + u] * vv[u][d];
+#endif
+        }
+    }
+    for (; jj < n_stored; ++jj) {
+      __global const uchar* vrow = layer + v_at[jj];
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
         const uint dim = lid + d * WG;
         if (dim < HEAD_DIM) {
 #if V_FUSED
           uint slot;
           const float vv = sl_v_fused_value(vrow, dim, v_tables, &slot);  // once for every head of the group
+#if V_IN_REGISTERS
+          for (uint g = 0; g < HPW; ++g) acc_v[g][d] += p[g * WG + jj] * vv;
+#else
           __local float* a = acc + slot * HEAD_DIM + dim;
-          for (uint g = 0; g < HPW; ++g) a[g * v_domain] += p[g][jj] * vv;
+          for (uint g = 0; g < HPW; ++g) a[g * v_domain] += p[g * WG + jj] * vv;
+#endif
 #else
           const float vv = sl_v_load(vrow, dim);
-          for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g][jj] * vv;
+          for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g * WG + jj] * vv;
 #endif
+        }
+      }
+    }
+    // The recent window's exact rows.
+    for (; jj < n_keys; ++jj) {
+      const uint key = (uint)(tile + jj);
+      __global const half* vx = att_recent_row(recent_layer, recent[key / page_tokens], 1u, n_kv_heads, kvh, page_tokens, key);
+      for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+        const uint dim = lid + d * WG;
+        if (dim < HEAD_DIM) {
+          const float vv = vload_half(dim, vx);
+          for (uint g = 0; g < HPW; ++g) acc_o[g][d] += p[g * WG + jj] * vv;
         }
       }
     }
@@ -140,16 +206,36 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   }
 
 #if V_FUSED
-  // Back to the original domain once: acc[g][0, HEAD_DIM) then holds the codec's part.
-  for (uint g = 0; g < HPW; ++g) sl_v_fused_finish(acc + g * v_domain, lid, WG);
+  // Back to the original domain once: fin[g][0, HEAD_DIM) then holds the codec's part.
+#if V_IN_REGISTERS && K_FUSED
+  __local float* fin = q_slots;  // the keys are scored: their area holds the values' now
+  const uint fin_stride = k_area;
+#else
+  __local float* fin = acc;
+  const uint fin_stride = v_domain;
+#endif
+#if V_IN_REGISTERS
   for (uint g = 0; g < HPW; ++g)
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
       const uint dim = lid + d * WG;
-      if (dim < HEAD_DIM) acc_o[g][d] += acc[g * v_domain + dim];
+      if (dim < HEAD_DIM) fin[g * fin_stride + dim] = acc_v[g][d];
+    }
+  barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+#if V_FINISH_HEADS
+  sl_v_fused_finish_heads(fin, fin_stride, HPW, lid, WG);
+#else
+  for (uint g = 0; g < HPW; ++g) sl_v_fused_finish(fin + g * fin_stride, lid, WG);
+#endif
+  for (uint g = 0; g < HPW; ++g)
+    for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
+      const uint dim = lid + d * WG;
+      if (dim < HEAD_DIM) acc_o[g][d] += fin[g * fin_stride + dim];
     }
 #endif
 
   for (uint g = 0; g < HPW; ++g) att_write(out, partial, (ulong)t * n_heads + head0 + g, n_splits, split, m[g], l[g], acc_o[g], lid);
 }
 
+#undef V_IN_REGISTERS
 #endif

@@ -25,6 +25,7 @@
  *   __constant uint  SL_TQ(block_offset)[N_BLOCKS], SL_TQ(block_size)[N_BLOCKS], SL_TQ(block_byte)[N_BLOCKS];
  *   __constant float SL_TQ(codebook)[N_BLOCKS * 16];  centroids (z units) of each block's codebook
  *   __constant float SL_TQ(signs)[N_ROT * HEAD_DIM];  [r][i]: ±1/√n of rotation r for coordinate i
+ *   __constant uint  SL_TQ(sign_bits)[], SL_TQ(sign_scale)[N_BLOCKS]; the same as bits (set = −) and magnitudes
  *
  * Row layout, per block: a 16-bit header, then n indices of b bits, index j at bit j·b
  * (little-endian). Header with R = 1: the half scale s. With R > 1: bits 15..4 are bits 14..3 of the
@@ -63,6 +64,14 @@ inline uint SL_TQ(block_of)(uint i) {
   return b;
 }
 
+/* signs[r·head_dim + i] (±1/√n of i's block) from the bit table: neighbouring work-items read one
+ * word, where the float table costs the constant cache one access per distinct address. */
+inline float SL_TQ(sign)(uint r, uint i) {
+  const uint k = r * SL_TQ_HEAD_DIM + i;
+  const uint negative = (SL_TQ(sign_bits)[k >> 5] >> (k & 31u)) & 1u;
+  return as_float(as_uint(SL_TQ(sign_scale)[SL_TQ(block_of)(i)]) | (negative << 31));
+}
+
 /* Reconstructed coordinate i of a row, in the rotated domain (scale included). */
 inline float SL_TQ(value)(__global const uchar* row, uint i) {
   const uint b = SL_TQ(block_of)(i);
@@ -95,34 +104,54 @@ inline float SL_TQ(score_local)(__global const uchar* row, __local const float* 
   return sum;
 }
 
-/* In-place unnormalised Walsh–Hadamard transform of each block of v, by a whole work-group. */
-inline void SL_TQ(fwht_local)(__local float* v, uint lid, uint lsize) {
-  for (uint h = 1; h < 256; h *= 2) {
+/* In-place unnormalised Walsh–Hadamard transform of each block of n_slots vectors (slot k at
+ * v + (k / per_group)·group_stride + (k % per_group)·stride: groups of slots, e.g. one per head;
+ * element i of a slot at i·es from its start), by a whole work-group, one barrier per stage for all of them. One flat loop per
+ * stage over every slot's coordinate pairs (pair p: coordinates 2p, 2p + 1, in the block holding
+ * them) and a fixed stage count: per-block loops with early exits between barriers crash or
+ * miscompile PoCL's work-group compiler. */
+#define SL_TQ_BATCH 4 /* butterflies a work-item loads before it stores: a stage's pairs are disjoint */
+inline void SL_TQ(fwht_slots)(__local float* v, uint n_slots, uint stride, uint per_group, uint group_stride, uint es,
+                              uint lid, uint lsize) {
+  const uint total = n_slots * (SL_TQ_HEAD_DIM / 2);
+  for (uint h = 1; h < SL_TQ_MAX_BLOCK; h *= 2) {
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
-      const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
-      if (h >= n) continue;
-      for (uint t = lid; t < n / 2; t += lsize) {
-        const uint i = off + (t / h) * 2 * h + (t % h);
-        const float a = v[i], c = v[i + h];
-        v[i] = a + c;
-        v[i + h] = a - c;
+    for (uint t0 = lid; t0 < total; t0 += SL_TQ_BATCH * lsize) {
+      __local float* at[SL_TQ_BATCH];
+      float a[SL_TQ_BATCH], c[SL_TQ_BATCH];
+      bool live[SL_TQ_BATCH];
+      for (uint k = 0; k < SL_TQ_BATCH; ++k) {
+        const uint t = t0 + k * lsize, pair = t % (SL_TQ_HEAD_DIM / 2), b = SL_TQ(block_of)(2 * pair);
+        const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
+        live[k] = t < total && h < n;
+        const uint u = pair - off / 2;
+        const uint slot = t / (SL_TQ_HEAD_DIM / 2);
+        at[k] = v + (slot / per_group) * group_stride + (slot % per_group) * stride + (off + (u / h) * 2 * h + (u % h)) * es;
+        a[k] = live[k] ? at[k][0] : 0.0f;
+        c[k] = live[k] ? at[k][h * es] : 0.0f;
       }
+      for (uint k = 0; k < SL_TQ_BATCH; ++k)
+        if (live[k]) {
+          at[k][0] = a[k] + c[k];
+          at[k][h * es] = a[k] - c[k];
+        }
     }
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+inline void SL_TQ(fwht_local)(__local float* v, uint lid, uint lsize) { SL_TQ(fwht_slots)(v, 1u, 0u, 1u, 0u, 1u, lid, lsize); }
+
 /* q (head_dim floats in local memory) → H·D_r·q/√n per block, in place; whole work-group. */
 inline void SL_TQ(rotate_local)(__local float* v, uint r, uint lid, uint lsize) {
-  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(signs)[r * SL_TQ_HEAD_DIM + i];
+  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(sign)(r, i);
   SL_TQ(fwht_local)(v, lid, lsize);
 }
 
 /* An accumulator slot of rotation r → D_r·H·acc/√n per block, in place; whole work-group. */
 inline void SL_TQ(unrotate_local)(__local float* v, uint r, uint lid, uint lsize) {
   SL_TQ(fwht_local)(v, lid, lsize);
-  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(signs)[r * SL_TQ_HEAD_DIM + i];
+  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) v[i] *= SL_TQ(sign)(r, i);
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
@@ -173,21 +202,33 @@ inline void SL_TQ(try_rotation)(__global const float* src, uint b, uint r, uchar
   *err_out = err;
 }
 
-/* Writes block b: header (scale, rotation) and the packed indices. */
-inline void SL_TQ(pack_block)(__global uchar* row, uint b, float s, uint r, const uchar* idx) {
-  const uint n = SL_TQ(block_size)[b];
-  __global uchar* p = row + SL_TQ(block_byte)[b];
+/* A block header's 16 bits: the scale, and the rotation where there are several. */
+inline uint SL_TQ(header_field)(float s, uint r) {
   ushort hs;
   vstore_half_rte(SL_TQ_N_ROT == 1u ? s : fmax(s, 0.0f), 0, (__private half*)&hs);
   uint field = hs;
   if (SL_TQ_N_ROT > 1u) field = (min(((uint)(hs & 0x7fffu) + 4u) >> 3, 0xfffu) << 4) | r;
+  return field;
+}
+
+/* Indices 8g..8g+7 of a block, b bits each from bit 0 of `codes`, into its index bytes b·g..b·g+b−1.
+ * Whole bytes, written once: no read-modify-write of global memory, whose round trips made packing
+ * a row one work-item's long dependent chain. */
+inline void SL_TQ(store_codes8)(__global uchar* idx_bytes, uint g, uint codes) {
+  for (uint k = 0; k < SL_TQ_BITS; ++k) idx_bytes[g * SL_TQ_BITS + k] = (uchar)(codes >> (8 * k));
+}
+
+/* Writes block b: header (scale, rotation) and the packed indices. */
+inline void SL_TQ(pack_block)(__global uchar* row, uint b, float s, uint r, const uchar* idx) {
+  const uint n = SL_TQ(block_size)[b];
+  __global uchar* p = row + SL_TQ(block_byte)[b];
+  const uint field = SL_TQ(header_field)(s, r);
   p[0] = (uchar)(field & 255u);
   p[1] = (uchar)(field >> 8);
-  for (uint k = 0; k < n * SL_TQ_BITS / 8; ++k) p[2 + k] = 0;
-  for (uint j = 0; j < n; ++j) {
-    const uint bit = j * SL_TQ_BITS, v = (uint)idx[j] << (bit % 8);
-    p[2 + bit / 8] |= (uchar)(v & 255u);
-    if ((bit % 8) + SL_TQ_BITS > 8) p[2 + bit / 8 + 1] |= (uchar)(v >> 8);
+  for (uint g = 0; g < n / 8; ++g) {
+    uint codes = 0;
+    for (uint l = 0; l < 8; ++l) codes |= (uint)idx[8 * g + l] << (l * SL_TQ_BITS);
+    SL_TQ(store_codes8)(p + 2, g, codes);
   }
 }
 
@@ -230,27 +271,44 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
     __local float* y = ys + r * n;
     const bool mine = r < SL_TQ_N_ROT;
     if (mine)
-      for (uint j = part; j < n; j += per_rot) y[j] = src[off + j] * SL_TQ(signs)[r * SL_TQ_HEAD_DIM + off + j];
-    for (uint h = 1; h < n; h *= 2) {  /* the butterflies of each stage spread over the rotation's work-items */
+      for (uint j = part; j < n; j += per_rot) y[j] = src[off + j] * SL_TQ(sign)(r, off + j);
+    /* The butterflies of each stage spread over the rotation's work-items. The stage loop has a
+     * fixed trip count (the largest block's): barriers in a loop whose count changes from block to
+     * block crash or miscompile PoCL's work-group compiler. */
+    for (uint h = 1; h < SL_TQ_MAX_BLOCK; h *= 2) {
       barrier(CLK_LOCAL_MEM_FENCE);
-      if (mine)
-        for (uint t = part; t < n / 2; t += per_rot) {
-          const uint a_i = (t / h) * 2 * h + (t % h);
-          const float a = y[a_i], c = y[a_i + h];
-          y[a_i] = a + c;
-          y[a_i + h] = a - c;
+      if (mine && h < n)
+        for (uint t0 = part; t0 < n / 2; t0 += SL_TQ_BATCH * per_rot) {
+          uint at[SL_TQ_BATCH];
+          float a[SL_TQ_BATCH], c[SL_TQ_BATCH];
+          for (uint k = 0; k < SL_TQ_BATCH; ++k) {
+            const uint t = t0 + k * per_rot;
+            at[k] = (t / h) * 2 * h + (t % h);
+            a[k] = t < n / 2 ? y[at[k]] : 0.0f;
+            c[k] = t < n / 2 ? y[at[k] + h] : 0.0f;
+          }
+          for (uint k = 0; k < SL_TQ_BATCH; ++k)
+            if (t0 + k * per_rot < n / 2) {
+              y[at[k]] = a[k] + c[k];
+              y[at[k] + h] = a[k] - c[k];
+            }
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* The norm, in order, by the rotation's first work-item; shared through best[]. */
+    /* The norm, in order, by the rotation's first work-item; shared through best[]. The decision
+     * thresholds between neighbouring centroids go to best[lsize...] (free until the argmin): the
+     * search reads them from local memory, where divergent indices cost nothing extra, and halves
+     * the interval instead of walking it — the same index, since the thresholds increase. */
     if (mine && part == 0) {
       float norm2 = 0.0f;
       for (uint j = 0; j < n; ++j) norm2 += y[j] * y[j];
       best[lid] = norm2;
     }
+    if (lid + 1 < levels) best[lsize + lid] = 0.5f * (cb[lid] + cb[lid + 1]);
     barrier(CLK_LOCAL_MEM_FENCE);
     const float norm2 = mine ? best[r * per_rot] : 0.0f;
     const bool live = norm2 > 0.0f && isfinite(norm2);
+    __local const float* thresholds = best + lsize;
     /* Each coordinate's index, kept beside the value (as a float) in the block's second half. */
     __local float* idx = ys + SL_TQ_N_ROT * n + r * n;
     if (mine && live) {
@@ -258,7 +316,8 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
       for (uint j = part; j < n; j += per_rot) {
         const float z = y[j] * to_z;
         uint k = 0;
-        while (k + 1 < levels && z > 0.5f * (cb[k] + cb[k + 1])) ++k;
+        for (uint step = levels / 2; step > 0; step >>= 1)
+          if (z > thresholds[k + step - 1]) k += step;
         idx[j] = (float)k;
       }
     } else if (mine) {
@@ -296,11 +355,19 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
       }
       barrier(CLK_LOCAL_MEM_FENCE);
     }
+    /* The winner writes the header; every work-item packs groups of 8 of the winner's indices. */
     const uint winner = (uint)best[lsize];
+    __global uchar* p = row + SL_TQ(block_byte)[b];
     if (lid == winner) {
-      uchar packed[SL_TQ_MAX_BLOCK];
-      for (uint j = 0; j < n; ++j) packed[j] = (uchar)idx[j];
-      SL_TQ(pack_block)(row, b, s, r, packed);
+      const uint field = SL_TQ(header_field)(s, r);
+      p[0] = (uchar)(field & 255u);
+      p[1] = (uchar)(field >> 8);
+    }
+    __local const float* win_idx = ys + SL_TQ_N_ROT * n + (winner / per_rot) * n;
+    for (uint g = lid; g < n / 8; g += lsize) {
+      uint codes = 0;
+      for (uint l = 0; l < 8; ++l) codes |= (uint)win_idx[8 * g + l] << (l * SL_TQ_BITS);
+      SL_TQ(store_codes8)(p + 2, g, codes);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
@@ -330,12 +397,36 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) {
  * indices, which local memory serves far better than the constant cache. */
 #define SL_TQ_QS (SL_TQ_HEAD_DIM + 1u)
 
+/* One head's query (in q_slots[0, head_dim)) under every rotation, slot r at r·SL_TQ_QS, then the
+ * codebooks. All rotations' transforms at once: one barrier per Walsh–Hadamard stage. */
 void SL_KV_FN(fused_prepare_query)(__local float* q_slots, uint lid, uint lsize) {
-  for (uint r = 1; r < SL_TQ_N_ROT; ++r)
-    for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) q_slots[r * SL_TQ_QS + i] = q_slots[i];
-  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) q_slots[SL_TQ_N_ROT * SL_TQ_QS + i] = SL_TQ(codebook)[i];
+  barrier(CLK_LOCAL_MEM_FENCE);  /* slot 0, as the caller's work-items wrote it, is read across them */
+  for (uint i = SL_TQ_HEAD_DIM + lid; i < SL_TQ_N_ROT * SL_TQ_HEAD_DIM; i += lsize) {  /* slots 1.. from slot 0 */
+    const uint r = i / SL_TQ_HEAD_DIM, d = i % SL_TQ_HEAD_DIM;
+    q_slots[r * SL_TQ_QS + d] = q_slots[d] * SL_TQ(sign)(r, d);
+  }
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint r = 0; r < SL_TQ_N_ROT; ++r) SL_TQ(rotate_local)(q_slots + r * SL_TQ_QS, r, lid, lsize);
+  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) q_slots[i] *= SL_TQ(sign)(0u, i);
+  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) q_slots[SL_TQ_N_ROT * SL_TQ_QS + i] = SL_TQ(codebook)[i];
+  SL_TQ(fwht_slots)(q_slots, SL_TQ_N_ROT, SL_TQ_QS, SL_TQ_N_ROT, 0u, 1u, lid, lsize);
+}
+
+/* The multi-head layout of fused_prepare_queries / fused_score_heads: the n_heads queries of one
+ * rotation and coordinate side by side, (r·QS + d)·n_heads + g, so a key's score for every head takes
+ * one vector load per coordinate; the codebooks after the last rotation. */
+#define SL_TQ_QH(r, d, g, nh) ((((r) * SL_TQ_QS + (d)) * (nh)) + (g))
+
+/* n_heads queries (queries[g·head_dim + d]) under every rotation into q_slots (n_heads·k_area floats,
+ * laid out as SL_TQ_QH): every head's and rotation's transform at once, one barrier per stage. */
+void SL_KV_FN(fused_prepare_queries)(__local float* q_slots, uint k_area, __local const float* queries, uint n_heads,
+                                     uint lid, uint lsize) {
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint i = lid; i < SL_TQ_N_ROT * SL_TQ_HEAD_DIM * n_heads; i += lsize) {
+    const uint g = i % n_heads, rd = i / n_heads, r = rd / SL_TQ_HEAD_DIM, d = rd % SL_TQ_HEAD_DIM;
+    q_slots[SL_TQ_QH(r, d, g, n_heads)] = queries[g * SL_TQ_HEAD_DIM + d] * SL_TQ(sign)(r, d);
+  }
+  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) q_slots[SL_TQ_N_ROT * SL_TQ_QS * n_heads + i] = SL_TQ(codebook)[i];
+  SL_TQ(fwht_slots)(q_slots, SL_TQ_N_ROT * n_heads, 1u, n_heads, SL_TQ_QS * n_heads, n_heads, lid, lsize);
 }
 
 /* ⟨q, x̂⟩ of one stored key, by one work-item. */
@@ -361,6 +452,41 @@ float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_sl
   return sum;
 }
 
+/* ⟨q_g, x̂⟩ of one stored key for the n_heads queries fused_prepare_queries laid out, by one
+ * work-item: each index is unpacked and looked up once for every head, and the heads' query values
+ * of a coordinate come in one vector load (4 heads: float4). */
+void SL_KV_FN(fused_score_heads)(__global const uchar* row, __local const float* q_slots, uint k_area, uint n_heads,
+                                 float* scores) {
+  __local const float* book = q_slots + SL_TQ_N_ROT * SL_TQ_QS * n_heads;
+  for (uint g = 0; g < n_heads; ++g) scores[g] = 0.0f;
+  for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
+    __global const uchar* p = row + SL_TQ(block_byte)[b];
+    const uint header = SL_TQ(header)(p);
+    const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
+    const uint r = SL_TQ_N_ROT == 1u ? 0u : (header & 15u);
+    __local const float* cb = book + b * 16;
+    const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+    for (uint g8 = 0; g8 < n; g8 += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
+      __global const uchar* q8 = p + 2 + (g8 / 8) * SL_TQ_BITS;
+      uint word = 0;
+      for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+      for (uint l = 0; l < 8; ++l) {
+        const float c = s * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
+        __local const float* q = q_slots + SL_TQ_QH(r, off + g8 + l, 0u, n_heads);
+        if (n_heads == 4u) {  /* q_slots is 16-byte aligned (docs/PLUGINS.md): one 16-byte load */
+          const float4 q4 = *(__local const float4*)q;
+          scores[0] += q4.s0 * c;
+          scores[1] += q4.s1 * c;
+          scores[2] += q4.s2 * c;
+          scores[3] += q4.s3 * c;
+        } else {
+          for (uint g = 0; g < n_heads; ++g) scores[g] += q[g] * c;
+        }
+      }
+    }
+  }
+}
+
 /* The codebooks into the 64 floats of local memory the backend gives the V codec. */
 void SL_KV_FN(fused_prepare_values)(__local float* tables, uint lid, uint lsize) {
   for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) tables[i] = SL_TQ(codebook)[i];
@@ -380,15 +506,23 @@ float SL_KV_FN(fused_value)(__global const uchar* row, uint i, __local const flo
   return s * tables[b * 16 + ((word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u))];
 }
 
-/* Every slot back to the original domain, summed into acc[0, head_dim); whole work-group. */
-void SL_KV_FN(fused_finish)(__local float* acc, uint lid, uint lsize) {
-  for (uint r = 0; r < SL_TQ_N_ROT; ++r) SL_TQ(unrotate_local)(acc + r * SL_TQ_HEAD_DIM, r, lid, lsize);
-  for (uint i = lid; i < SL_TQ_HEAD_DIM; i += lsize) {
-    float sum = acc[i];
-    for (uint r = 1; r < SL_TQ_N_ROT; ++r) sum += acc[r * SL_TQ_HEAD_DIM + i];
-    acc[i] = sum;
+/* n_heads accumulators (head g's N_ROT slots at acc + g·stride) back to the original domain, each
+ * summed into its first head_dim; whole work-group, one barrier per stage for all of them. */
+void SL_KV_FN(fused_finish_heads)(__local float* acc, uint stride, uint n_heads, uint lid, uint lsize) {
+  SL_TQ(fwht_slots)(acc, n_heads * SL_TQ_N_ROT, SL_TQ_HEAD_DIM, SL_TQ_N_ROT, stride, 1u, lid, lsize);
+  for (uint i = lid; i < n_heads * SL_TQ_HEAD_DIM; i += lsize) {
+    __local float* a = acc + (i / SL_TQ_HEAD_DIM) * stride;
+    const uint d = i % SL_TQ_HEAD_DIM;
+    float sum = a[d] * SL_TQ(sign)(0u, d);
+    for (uint r = 1; r < SL_TQ_N_ROT; ++r) sum += a[r * SL_TQ_HEAD_DIM + d] * SL_TQ(sign)(r, d);
+    a[d] = sum;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* Every slot back to the original domain, summed into acc[0, head_dim); whole work-group. */
+void SL_KV_FN(fused_finish)(__local float* acc, uint lid, uint lsize) { SL_KV_FN(fused_finish_heads)(acc, 0u, 1u, lid, lsize); }
+
 #undef SL_TQ_QS
+#undef SL_TQ_QH
+#undef SL_TQ_BATCH

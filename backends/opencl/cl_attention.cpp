@@ -7,6 +7,7 @@
 // pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 
@@ -17,7 +18,33 @@
 namespace sluice::ocl {
 namespace {
 
-constexpr uint32_t kAttentionWg = 64;
+// The attention kernels' work-group: a tile of keys is scored in parallel, one key a work-item.
+// SLUICE_OPENCL_ATT_WG (64, 128 or 256) overrides it, for measuring (perf/NOTES.md).
+uint32_t attention_wg() {
+  static const uint32_t wg = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_ATT_WG");
+    const long v = e ? std::strtol(e, nullptr, 10) : 0;
+    return v == 64 || v == 128 || v == 256 ? static_cast<uint32_t>(v) : 64u;
+  }();
+  return wg;
+}
+
+// SLUICE_OPENCL_ATT_VU (1..64) overrides how many keys' values a work-item loads before using them
+// (ATT_VU in kernels_cl/attention.cl), for measuring (perf/NOTES.md).
+std::string value_unroll_option() {
+  const char* e = std::getenv("SLUICE_OPENCL_ATT_VU");
+  const long v = e ? std::strtol(e, nullptr, 10) : 0;
+  return v >= 1 && v <= 64 ? " -DATT_VU=" + std::to_string(v) : "";
+}
+
+// kv_write's work-group: a turbo key tries 16 rotations, each with its own transform and search, so
+// a row is encoded by up to 256 work-items (16 a rotation) where the device allows.
+uint32_t kv_write_wg(const sl_backend* be) {
+  const auto most = be->ref.device.getInfo<CL_DEVICE_MAX_WORK_GROUP_SIZE>();
+  uint32_t wg = 256;
+  while (wg > attention_wg() && wg > most) wg /= 2;
+  return wg;
+}
 
 const char* codec_source(const sl_kvcodec_api* api, const sl_kvcodec* codec) {
   if (!api || api->struct_size < offsetof(sl_kvcodec_api, opencl_source) + sizeof(void*) || !api->opencl_source) return nullptr;
@@ -63,13 +90,27 @@ sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err)
   return SL_OK;
 }
 
-// Query heads per fused work-group: the largest divisor of the group whose local memory fits.
+// The V codec's accumulator slots in the fused kernel (domain_dim / head_dim; 1 = one domain).
+uint32_t v_slots(const sl_kv_cache* c) { return c->v_fused ? c->v_format.domain_dim / c->layout.head_dim : 1; }
+
+// Floats of local memory the fused kernel's `acc` argument takes per head: the V codec's slots,
+// except with one slot beside fused keys, where the accumulators live in registers and the final
+// rotation back reuses the query area (kernels_cl/attention_fused.cl, V_IN_REGISTERS).
+uint64_t v_acc_area(const sl_kv_cache* c) {
+  if (!c->v_fused || (c->k_fused && v_slots(c) == 1)) return 1;
+  return c->v_format.domain_dim;
+}
+
+// Query heads per fused work-group: the largest divisor of the group whose local memory fits
+// (per head: the query area, the value accumulators, the original query, p and red; per group: the
+// value rows' offsets and the V codec's tables).
 uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint32_t group) {
-  const uint64_t k_area = k_query_area(c), v_dom = c->v_fused ? c->v_format.domain_dim : 1;
+  const uint64_t k_area = k_query_area(c), v_area = v_acc_area(c);
   const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
   for (uint32_t hpw = group; hpw >= 1; --hpw) {
     if (group % hpw) continue;
-    const uint64_t bytes = 4 * (hpw * (k_area + v_dom + c->layout.head_dim + kAttentionWg) + kAttentionWg + 64);
+    const uint64_t wg = attention_wg();
+    const uint64_t bytes = 4 * (hpw * (k_area + v_area + c->layout.head_dim + 2 * wg) + 2 * wg + 64);
     if (bytes <= budget) return hpw;
   }
   return 0;
@@ -89,10 +130,15 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   source += kernel_source("attention_fused");
   const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
-                              " -DWG=" + std::to_string(kAttentionWg) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
+                              " -DWG=" + std::to_string(attention_wg()) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
                               " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
+                              " -DV_SLOTS=" + std::to_string(v_slots(c)) +
                               " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.k_api, L.k_codec))) +
-                              " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.v_api, L.v_codec)));
+                              " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.v_api, L.v_codec))) +
+                              " -DKV_WG=" + std::to_string(kv_write_wg(be)) + value_unroll_option() +
+                              " -DK_HEADS=" + std::to_string(source_has(codec_source(L.k_api, L.k_codec),
+                                                                        {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
+                              " -DV_FINISH_HEADS=" + std::to_string(source_has(codec_source(L.v_api, L.v_codec), {"SL_KV_FN(fused_finish_heads)"}));
   cl::Program program = build_program(be, source, options);
   sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"), cl::Kernel(program, "attention"), cl::Kernel(program, "attention_merge"),
                          hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(), hpw};
@@ -306,7 +352,7 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
       kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
       kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
-      launch(be, kn, cl::NDRange(size_t(kAttentionWg) * n_tokens * L.n_kv_heads, 2), cl::NDRange(kAttentionWg, 1));
+      launch(be, kn, cl::NDRange(size_t(kv_write_wg(be)) * n_tokens * L.n_kv_heads), cl::NDRange(kv_write_wg(be)));
       return SL_OK;
     }
     std::vector<float> kh(floats), vh(floats);
@@ -365,11 +411,21 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
     const uint32_t cu = be->ref.device.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
     uint32_t splits = 1;
-    // Four work-groups per compute unit: these kernels wait on memory between short bursts of
-    // work, and more groups in flight hide that (one split per 4 tiles of keys at least).
-    if (groups < 4ull * cu) {
-      const uint64_t want = (4ull * cu + groups - 1) / groups;
-      const uint64_t most = std::max<int64_t>(1, longest / (4 * int64_t(kAttentionWg)));
+    // Several work-groups per compute unit: these kernels wait on memory between short bursts of
+    // work, and more groups in flight hide that (one split per 4 tiles of keys at least). Measured
+    // on the H100 at depth 32768: the generic kernel gains up to 8 (f16 60.1 → 61.4 tokens/s), the
+    // fused one loses past 4 (every split rotates its query again: turbo3 48–53 at 8 against 57–61
+    // at 4, over three runs).
+    // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
+    static const uint64_t per_cu_override = [] {
+      const char* e = std::getenv("SLUICE_OPENCL_ATT_GROUPS_PER_CU");
+      const long v = e ? std::strtol(e, nullptr, 10) : 0;
+      return v > 0 && v <= 64 ? static_cast<uint64_t>(v) : uint64_t(0);
+    }();
+    const uint64_t per_cu = per_cu_override ? per_cu_override : fused ? 4 : 8;
+    if (groups < per_cu * cu) {
+      const uint64_t want = (per_cu * cu + groups - 1) / groups;
+      const uint64_t most = std::max<int64_t>(1, longest / (4 * int64_t(attention_wg())));
       splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 128}));
     }
     if (splits > 1) {
@@ -404,13 +460,13 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     kn.setArg(20, recent ? be->d_recent_table : be->d_page_table);
     kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
     if (fused) {
-      const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_dom = c->v_fused ? c->v_format.domain_dim : 1;
-      kn.setArg(22, cl::Local(size_t(4) * ks.hpw * k_area));
+      const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_area = static_cast<uint32_t>(v_acc_area(c));
+      kn.setArg(22, cl::Local((size_t(4) * ks.hpw * k_area + 15) / 16 * 16));  // float4s in the kernel
       kn.setArg(23, static_cast<cl_uint>(k_area));
-      kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_dom));
-      kn.setArg(25, static_cast<cl_uint>(v_dom));
+      kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_area));
+      kn.setArg(25, static_cast<cl_uint>(v_area));
     }
-    launch(be, kn, cl::NDRange(size_t(kAttentionWg) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(kAttentionWg, 1, 1));
+    launch(be, kn, cl::NDRange(size_t(attention_wg()) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(attention_wg(), 1, 1));
     if (splits > 1) {
       auto& mk = ks.merge;
       mk.setArg(0, be->att_partial);

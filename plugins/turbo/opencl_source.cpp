@@ -1,7 +1,9 @@
 #include "turbo/opencl_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "kvcodec_turbo_cl.h"  // kKvcodecTurboCl: kernels_cl/kvcodec_turbo.cl as a string
 
@@ -49,6 +51,23 @@ std::string mse_opencl_source(const MseStage& stage) {
         s += (first ? "" : ", ") + number(v);
         first = false;
       }
+  s += "};\n";
+  // The same signs as bits (set = negative) and one magnitude per block: work-items reading
+  // neighbouring coordinates read one word, where the float table costs a constant-cache access
+  // per distinct address.
+  const uint32_t n_signs = stage.rotations() * stage.head_dim();
+  std::vector<uint32_t> bits((n_signs + 31) / 32, 0);
+  uint32_t k = 0;
+  for (uint32_t r = 0; r < stage.rotations(); ++r)
+    for (const auto& b : blocks)
+      for (float v : b.rotations[r].scaled_signs()) {
+        if (std::signbit(v)) bits[k / 32] |= 1u << (k % 32);
+        ++k;
+      }
+  s += "__constant uint SL_TQ(sign_bits)[" + std::to_string(bits.size()) + "] = {";
+  for (std::size_t i = 0; i < bits.size(); ++i) s += (i ? ", " : "") + std::to_string(bits[i]) + "u";
+  s += "};\n__constant float SL_TQ(sign_scale)[" + std::to_string(blocks.size()) + "] = {";
+  for (std::size_t i = 0; i < blocks.size(); ++i) s += (i ? ", " : "") + number(std::fabs(blocks[i].rotations[0].scaled_signs()[0]));
   s += "};\n";
   s += kKvcodecTurboCl;
   s += "\n#undef SL_TQ\n#undef SL_TQ_HEAD_DIM\n#undef SL_TQ_BITS\n#undef SL_TQ_ROW_BYTES\n#undef SL_TQ_N_BLOCKS\n#undef SL_TQ_N_ROT\n"

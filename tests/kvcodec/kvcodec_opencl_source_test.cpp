@@ -6,6 +6,7 @@
 // no OpenCL device exists.
 #include <CL/cl.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -47,7 +48,8 @@ __kernel void encode_rows_group(__global const float* x, __global uchar* krows, 
   sl_k_encode_row_group(x + r * HEAD_DIM, krows + r * k_row_bytes, HEAD_DIM, lid, 64, scratch);
   sl_v_encode_row_group(x + r * HEAD_DIM, vrows + r * v_row_bytes, HEAD_DIM, lid, 64, scratch);
 }
-/* buf: n_rot slots of HEAD_DIM (the rotated query), then one slot of scratch. */
+/* buf: n_rot slots of HEAD_DIM (the rotated query), then the V codec's n_rot slots (a row split by
+ * rotation, rotated back and summed by fused_finish). */
 __kernel void tq_check(__global const uchar* krows, uint k_row_bytes, __global const uchar* vrows, uint v_row_bytes,
                        __global const float* q, uint n_rows, __global float* scores, __global float* decoded,
                        __local float* buf) {
@@ -57,18 +59,16 @@ __kernel void tq_check(__global const uchar* krows, uint k_row_bytes, __global c
     sl_k_tq_rotate_local(buf + r * d, r, lid, lsize);
   }
   for (uint r = lid; r < n_rows; r += lsize) scores[r] = sl_k_tq_score_local(krows + r * k_row_bytes, buf);
-  __local float* tmp = buf + sl_k_tq_n_rot * d;
+  __local float* slots = buf + sl_k_tq_n_rot * d;
   for (uint row = 0; row < n_rows; ++row) {
     __global const uchar* v = vrows + row * v_row_bytes;
-    float out[2] = {0.0f, 0.0f};  /* this work-item's coordinates lid and lid + lsize (d <= 2 * lsize) */
-    for (uint r = 0; r < sl_v_tq_n_rot; ++r) {
-      barrier(CLK_LOCAL_MEM_FENCE);
-      for (uint i = lid; i < d; i += lsize)
-        tmp[i] = sl_v_tq_rotation_of(v, sl_v_tq_block_of(i)) == r ? sl_v_tq_value(v, i) : 0.0f;
-      sl_v_tq_unrotate_local(tmp, r, lid, lsize);
-      for (uint k = 0, i = lid; i < d; i += lsize, ++k) out[k] += tmp[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i = lid; i < sl_v_tq_n_rot * d; i += lsize) {
+      const uint r = i / d, c = i % d;
+      slots[i] = sl_v_tq_rotation_of(v, sl_v_tq_block_of(c)) == r ? sl_v_tq_value(v, c) : 0.0f;
     }
-    for (uint k = 0, i = lid; i < d; i += lsize, ++k) decoded[row * d + i] = out[k];
+    sl_v_fused_finish(slots, lid, lsize);
+    for (uint i = lid; i < d; i += lsize) decoded[row * d + i] = slots[i];
   }
 }
 )CL";
@@ -77,7 +77,10 @@ struct Host {
   const sl_kvcodec_api* api = nullptr;
   sl_kvcodec* codec = nullptr;
   sl_kv_format format{};
-  Host(const PluginRegistry& reg, const std::string& name, uint32_t d, sl_kv_role role) {
+  // spec: "name" or "name:options" (as --kv-codec).
+  Host(const PluginRegistry& reg, const std::string& spec, uint32_t d, sl_kv_role role) {
+    const auto colon = spec.find(':');
+    const std::string name = spec.substr(0, colon), options = colon == std::string::npos ? "" : spec.substr(colon + 1);
     if (name == "f16") {
       api = builtin_f16_codec();
     } else {
@@ -86,7 +89,7 @@ struct Host {
       api = static_cast<const sl_kvcodec_api*>(rec->descriptor->api);
     }
     sl_error err{};
-    if (api->create(d, role, "", &codec, &err) != SL_OK) return;
+    if (api->create(d, role, options.c_str(), &codec, &err) != SL_OK) return;
     format.struct_size = sizeof(format);
     api->get_format(codec, &format);
   }
@@ -256,7 +259,7 @@ TEST_P(KvCodecOpenClSource, DeviceFunctionsMatchTheHostCodec) {
     cl_kernel kern = cl.kernel("tq_check");
     set_args(kern, {{sizeof(cl_mem), &kb}, {sizeof(cl_uint), &kbytes}, {sizeof(cl_mem), &vb}, {sizeof(cl_uint), &vbytes},
                     {sizeof(cl_mem), &qb}, {sizeof(cl_uint), &n}, {sizeof(cl_mem), &sb}, {sizeof(cl_mem), &db},
-                    {(16 + 1) * d * 4, nullptr}});
+                    {(16 + 16) * d * 4, nullptr}});
     cl.run(kern, 128, 128);
     const auto scores = cl.read(sb, rows), decoded = cl.read(db, static_cast<std::size_t>(rows) * d);
     std::vector<std::byte> state(k.api->query_state_bytes(k.codec));
@@ -274,12 +277,15 @@ TEST_P(KvCodecOpenClSource, DeviceFunctionsMatchTheHostCodec) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, KvCodecOpenClSource,
-                         ::testing::Values(Pair{"turbo4", "turbo3", 64}, Pair{"turbo3", "turbo2", 80},
-                                           Pair{"turbo4", "turbo4", 96}, Pair{"turbo2", "turbo4", 128},
+                         ::testing::Values(Pair{"turbo4", "turbo3", 64}, Pair{"turbo3", "turbo2:rot=2", 80},
+                                           Pair{"turbo4", "turbo4:rot=4", 96}, Pair{"turbo3:rot=1", "turbo3:rot=16", 128}, Pair{"turbo2", "turbo4", 128},
                                            Pair{"turbo3", "turbo3", 256}, Pair{"q8", "q4", 64}, Pair{"q4", "q8", 128},
                                            Pair{"q8", "q8", 80}, Pair{"turbo4", "f16", 64}),
                          [](const auto& info) {
-                           return std::string(info.param.k) + "_" + info.param.v + "_" + std::to_string(info.param.head_dim);
+                           std::string n = std::string(info.param.k) + "_" + info.param.v + "_" + std::to_string(info.param.head_dim);
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
                          });
 
 }  // namespace

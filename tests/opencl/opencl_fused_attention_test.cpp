@@ -30,12 +30,15 @@ struct Case {
 
 class Codec {
  public:
-  Codec(const PluginRegistry& reg, const std::string& name, uint32_t head_dim, sl_kv_role role) {
+  // spec: "name" or "name:options" (as --kv-codec).
+  Codec(const PluginRegistry& reg, const std::string& spec, uint32_t head_dim, sl_kv_role role) {
+    const auto colon = spec.find(':');
+    const std::string name = spec.substr(0, colon), options = colon == std::string::npos ? "" : spec.substr(colon + 1);
     const auto* rec = reg.find(SL_PLUGIN_KVCODEC, name);
     if (!rec) return;
     api_ = static_cast<const sl_kvcodec_api*>(rec->descriptor->api);
     sl_error err{};
-    if (api_->create(head_dim, role, "", &codec_, &err) != SL_OK) codec_ = nullptr;
+    if (api_->create(head_dim, role, options.c_str(), &codec_, &err) != SL_OK) codec_ = nullptr;
   }
   ~Codec() {
     if (codec_) api_->destroy(codec_);
@@ -191,10 +194,11 @@ TEST(OpenclFusedAttention, MatchesTheCpuFusedHooksAndTheGenericKernel) {
   PluginRegistry reg;
   reg.scan(test::binary_path("lib"));
   const Case cases[] = {
-      {"turbo3", "turbo3", 64, 8, 2, 0},    // one rotation block, GQA group 4
+      {"turbo3", "turbo3", 64, 8, 2, 0},    // one rotation block, GQA group 4; values at one rotation
       {"turbo4", "turbo3", 128, 4, 1, 16},  // the --turbo-kv pair with the recent window
-      {"turbo3", "turbo4", 96, 6, 3, 20},   // several blocks (64 + 32), window across pages
-      {"turbo2", "turbo2", 80, 2, 2, 0},    // 64 + 16
+      {"turbo4", "turbo3:rot=16", 128, 8, 2, 0},  // values in 16 rotation slots (local accumulators)
+      {"turbo3", "turbo4:rot=4", 96, 6, 3, 20},   // several blocks (64 + 32), window across pages
+      {"turbo2", "turbo2:rot=2", 80, 2, 2, 0},    // 64 + 16
       {"turbo4", "q8", 64, 4, 2, 16},       // fused keys, values through the generic loads
       {"q8", "turbo3", 64, 4, 2, 0},        // generic keys, fused values
   };
