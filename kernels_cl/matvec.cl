@@ -129,6 +129,12 @@ inline void quant_row_words(__global const uint* wr, uint words, __global const 
   }
 }
 
+// Eight 4-bit codes of a word as floats, low nibble first, without integer-to-float conversions
+// (a quarter-rate instruction on NVIDIA GPUs, the bottleneck of the first version): a nibble placed
+// in the low mantissa bits of 2^23 is 2^23 + q exactly, and one subtraction leaves q.
+inline float4 q4_lo(uint w) { return as_float4(((uint4)(w, w >> 4, w >> 8, w >> 12) & 15u) | 0x4B000000u) - 8388608.0f; }
+inline float4 q4_hi(uint w) { return as_float4(((uint4)(w >> 16, w >> 20, w >> 24, w >> 28) & 15u) | 0x4B000000u) - 8388608.0f; }
+
 // 4-bit rows, 32 codes (one uint4) per work-item step: wider loads keep more bytes in flight, which
 // is what decode needs. Requires words_per_row % 4 == 0 and group_size % 32 == 0 (one group per step).
 inline void quant_row_q4x4(__global const uint* wr, uint words, __global const uchar* sr, __global const uchar* br,
@@ -144,12 +150,8 @@ inline void quant_row_q4x4(__global const uint* wr, uint words, __global const u
       float qx = 0.0f, sx = 0.0f;
       for (uint k = 0; k < 4; ++k) {
         const float8 xv = vload8(k, xt);
-        const uint w = wv[k];
-        const float8 q = (float8)((float)(w & 15u), (float)((w >> 4) & 15u), (float)((w >> 8) & 15u),
-                                  (float)((w >> 12) & 15u), (float)((w >> 16) & 15u), (float)((w >> 20) & 15u),
-                                  (float)((w >> 24) & 15u), (float)(w >> 28));
-        const float8 p = q * xv;
-        qx += (p.s0 + p.s1) + (p.s2 + p.s3) + (p.s4 + p.s5) + (p.s6 + p.s7);
+        const float4 p = fma(q4_hi(wv[k]), xv.hi, q4_lo(wv[k]) * xv.lo);
+        qx += (p.s0 + p.s1) + (p.s2 + p.s3);
         sx += (xv.s0 + xv.s1) + (xv.s2 + xv.s3) + (xv.s4 + xv.s5) + (xv.s6 + xv.s7);
       }
       acc[t] += s * qx + b * sx;
@@ -196,90 +198,79 @@ void matvec_quant(__global const uchar* wbase, ulong w_off, uint bits, ulong wor
   team_finish(acc, n_t, red, row, rows, out, out_stride, row0, bias + bias_off, bias_dtype, has_bias);
 }
 
+// Words 4i..4i+3 of p, with the widest load the address allows: vload4 promises only a word's
+// alignment, so compilers split it into four 32-bit loads; a uint4 pointer gives one 16-byte load
+// (align: what the host knows of p's alignment in bytes — every row start shares it).
+inline uint4 load_words4(__global const uint* p, uint i, uint align) {
+  if (align >= 16u) return ((__global const uint4*)p)[i];
+  if (align >= 8u) {
+    __global const uint2* p2 = (__global const uint2*)p;
+    return (uint4)(p2[2 * i], p2[2 * i + 1]);
+  }
+  return vload4(i, p);
+}
+
 // Decode's common case — one activation row, 4-bit weights, groups of 32k columns — with each team
 // computing R4 rows: a work-item loads its 32 activations once per step and applies them to R4 weight
 // rows, so activation traffic (8 bytes per weight byte with one row per team) drops R4-fold and the
-// R4 independent weight loads keep more memory requests in flight.
+// R4 independent weight loads keep more memory requests in flight. Sums of q·x stay in a float4 per
+// row (fused multiply-adds only) and meet once per step.
 #define R4 4
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
                     ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
                     uint cols, __global const float* x, __global float* out, uint out_stride, uint row0,
-                    __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias) {
+                    __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias, uint w_align) {
   __local float red[R4 * WG];
   const uint lid = get_local_id(0), lane = lid % TEAM;
   const uint first = (get_group_id(0) * ROWS_PER_WG + lid / TEAM) * R4;
   const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
-  float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+  float acc[R4] = {0.0f, 0.0f, 0.0f, 0.0f};
   __global const uint* w0 = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
   __global const uchar* s0 = sbase + s_off + (ulong)first * groups * ssize;
   __global const uchar* b0 = bbase + b_off + (ulong)first * groups * ssize;
   const uint steps = (uint)(words_per_row / 4u);
   for (uint i = lane; i < steps; i += TEAM) {
     const uint c0 = i * 32u, g = c0 / group_size;
-    const float8 x0 = vload8(0, x + c0), x1 = vload8(1, x + c0), x2 = vload8(2, x + c0), x3 = vload8(3, x + c0);
+    __global const float8* xv = (__global const float8*)(x + c0);  // 128-byte steps of a device buffer
+    const float8 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
     const float sx = dot(x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi, (float4)(1.0f));
-#define Q4_ROW(k, accum)                                                                                        \
-    if (first + k < rows) {                                                                                     \
-      const uint4 w4 = vload4(i, w0 + (ulong)k * words_per_row);                                                \
-      const float s = load_value(s0, scale_dtype, (ulong)k * groups + g);                                       \
-      const float b = load_value(b0, scale_dtype, (ulong)k * groups + g);                                       \
-      float8 q;                                                                                                 \
-      float qx = 0.0f;                                                                                          \
-      q = (float8)((float)(w4.s0 & 15u), (float)((w4.s0 >> 4) & 15u), (float)((w4.s0 >> 8) & 15u),             \
-                   (float)((w4.s0 >> 12) & 15u), (float)((w4.s0 >> 16) & 15u), (float)((w4.s0 >> 20) & 15u),   \
-                   (float)((w4.s0 >> 24) & 15u), (float)(w4.s0 >> 28));                                         \
-      q *= x0;                                                                                                  \
-      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
-      q = (float8)((float)(w4.s1 & 15u), (float)((w4.s1 >> 4) & 15u), (float)((w4.s1 >> 8) & 15u),             \
-                   (float)((w4.s1 >> 12) & 15u), (float)((w4.s1 >> 16) & 15u), (float)((w4.s1 >> 20) & 15u),   \
-                   (float)((w4.s1 >> 24) & 15u), (float)(w4.s1 >> 28));                                         \
-      q *= x1;                                                                                                  \
-      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
-      q = (float8)((float)(w4.s2 & 15u), (float)((w4.s2 >> 4) & 15u), (float)((w4.s2 >> 8) & 15u),             \
-                   (float)((w4.s2 >> 12) & 15u), (float)((w4.s2 >> 16) & 15u), (float)((w4.s2 >> 20) & 15u),   \
-                   (float)((w4.s2 >> 24) & 15u), (float)(w4.s2 >> 28));                                         \
-      q *= x2;                                                                                                  \
-      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
-      q = (float8)((float)(w4.s3 & 15u), (float)((w4.s3 >> 4) & 15u), (float)((w4.s3 >> 8) & 15u),             \
-                   (float)((w4.s3 >> 12) & 15u), (float)((w4.s3 >> 16) & 15u), (float)((w4.s3 >> 20) & 15u),   \
-                   (float)((w4.s3 >> 24) & 15u), (float)(w4.s3 >> 28));                                         \
-      q *= x3;                                                                                                  \
-      qx += dot(q.lo + q.hi, (float4)(1.0f));                                                                   \
-      accum += s * qx + b * sx;                                                                                 \
+    uint4 w4[R4];
+    float sc[R4], bi[R4];
+    for (uint k = 0; k < R4; ++k) {  // every row's loads first: R4 requests in flight
+      const bool live = first + k < rows;
+      w4[k] = live ? load_words4(w0 + (ulong)k * words_per_row, i, w_align) : (uint4)(0u);
+      sc[k] = live ? load_value(s0, scale_dtype, (ulong)k * groups + g) : 0.0f;
+      bi[k] = live ? load_value(b0, scale_dtype, (ulong)k * groups + g) : 0.0f;
     }
-    Q4_ROW(0, acc0)
-    Q4_ROW(1, acc1)
-    Q4_ROW(2, acc2)
-    Q4_ROW(3, acc3)
-#undef Q4_ROW
+    for (uint k = 0; k < R4; ++k) {
+      float4 a = q4_lo(w4[k].s0) * x0.lo;
+      a = fma(q4_hi(w4[k].s0), x0.hi, a);
+      a = fma(q4_lo(w4[k].s1), x1.lo, a);
+      a = fma(q4_hi(w4[k].s1), x1.hi, a);
+      a = fma(q4_lo(w4[k].s2), x2.lo, a);
+      a = fma(q4_hi(w4[k].s2), x2.hi, a);
+      a = fma(q4_lo(w4[k].s3), x3.lo, a);
+      a = fma(q4_hi(w4[k].s3), x3.hi, a);
+      acc[k] += sc[k] * ((a.s0 + a.s1) + (a.s2 + a.s3)) + bi[k] * sx;
+    }
   }
 #ifdef SLUICE_PTX_SHFL
-  acc0 = warp_sum(acc0);
-  acc1 = warp_sum(acc1);
-  acc2 = warp_sum(acc2);
-  acc3 = warp_sum(acc3);
+  for (uint k = 0; k < R4; ++k) acc[k] = warp_sum(acc[k]);
 #else
-  red[0 * WG + lid] = acc0;
-  red[1 * WG + lid] = acc1;
-  red[2 * WG + lid] = acc2;
-  red[3 * WG + lid] = acc3;
+  for (uint k = 0; k < R4; ++k) red[k * WG + lid] = acc[k];
   barrier(CLK_LOCAL_MEM_FENCE);
   for (uint s = TEAM / 2; s > 0; s >>= 1) {
     if (lane < s)
       for (uint k = 0; k < R4; ++k) red[k * WG + lid] += red[k * WG + lid + s];
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  acc0 = red[0 * WG + lid];
-  acc1 = red[1 * WG + lid];
-  acc2 = red[2 * WG + lid];
-  acc3 = red[3 * WG + lid];
+  for (uint k = 0; k < R4; ++k) acc[k] = red[k * WG + lid];
 #endif
   if (lane == 0) {
-    const float a[R4] = {acc0, acc1, acc2, acc3};
     for (uint k = 0; k < R4; ++k) {
       const uint r = first + k;
-      if (r < rows) out[(ulong)row0 + r] = a[k] + (has_bias ? load_value(bias + bias_off, bias_dtype, row0 + r) : 0.0f);
+      if (r < rows) out[(ulong)row0 + r] = acc[k] + (has_bias ? load_value(bias + bias_off, bias_dtype, row0 + r) : 0.0f);
     }
   }
 }

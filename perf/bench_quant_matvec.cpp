@@ -1,10 +1,11 @@
-// bench_quant_matvec: the CPU backend's matmul on one weight matrix, through the plugin ABI, for each
+// bench_quant_matvec: a backend's matmul on one weight matrix, through the plugin ABI, for each
 // weight form: decode (1 activation row) and prefill (--prefill rows). Prints values per second, the
 // weight bytes streamed per second in decode, and decode values per cycle of CPU time consumed (process
-// CPU time, so other processes sharing the machine do not distort it; pool threads that spin count).
+// CPU time, so other processes sharing the machine do not distort it; pool threads that spin count;
+// meaningless for a GPU backend, whose work is timed by waiting for its last result).
 //
-//   bench_quant_matvec [--rows 4096] [--cols 4096] [--threads 2] [--prefill 512] [--reps 20] [--bits 0,8,4,3,2,5,6]
-//                      [--group 64] [--plugin-dir DIR]
+//   bench_quant_matvec [--backend cpu|opencl|opencl:P:D] [--rows 4096] [--cols 4096] [--threads 2]
+//                      [--prefill 512] [--reps 20] [--bits 0,8,4,3,2,5,6] [--group 64] [--plugin-dir DIR]
 // --bits picks the forms (0 = bf16).
 #include <algorithm>
 #include <chrono>
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   uint32_t rows = 4096, cols = 4096, threads = 2, prefill = 512;
   int reps = 20;
   double ghz = 2.45;  // this machine's nominal clock (/proc/cpuinfo)
-  std::string plugin_dir;
+  std::string plugin_dir, backend = "cpu";
   std::vector<int> forms = {0, 8, 4, 3, 2, 5, 6};
   int group = 64;
   for (int i = 1; i < argc; ++i) {
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--ghz") ghz = std::stod(next());
     else if (a == "--plugin-dir") plugin_dir = next();
+    else if (a == "--backend") backend = next();
     else if (a == "--group") group = std::stoi(next());
     else if (a == "--bits") {
       forms.clear();
@@ -58,12 +60,14 @@ int main(int argc, char** argv) {
     for (const auto& d : PluginRegistry::default_dirs()) registry.scan(d);
   else
     registry.scan(plugin_dir);
-  const auto* rec = registry.find(SL_PLUGIN_BACKEND, "cpu");
+  const std::string plugin = backend.substr(0, backend.find(':'));
+  const std::string device = backend.find(':') == std::string::npos ? "" : backend.substr(backend.find(':') + 1);
+  const auto* rec = registry.find(SL_PLUGIN_BACKEND, plugin);
   if (!rec) {
-    std::fprintf(stderr, "bench_quant_matvec: no cpu backend plugin found\n");
+    std::fprintf(stderr, "bench_quant_matvec: no %s backend plugin found\n", plugin.c_str());
     return 1;
   }
-  auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), "cpu", "", threads);
+  auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), plugin, device, threads);
   if (!be) {
     std::fprintf(stderr, "bench_quant_matvec: %s\n", be.message().c_str());
     return 1;
@@ -135,6 +139,8 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "matmul: %s\n", err.message);
           std::exit(1);
         }
+      float last = 0;  // waits for the device's queue: its results come back in order
+      (void)(*be)->download(*ob, 0, &last, sizeof(last));
       cpu_s = (cpu_now() - c0) / r;
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() / r;
     };

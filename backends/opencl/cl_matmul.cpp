@@ -98,6 +98,9 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(16, static_cast<cl_ulong>(bias.offset));
       k.setArg(17, static_cast<cl_uint>(bias_dtype));
       k.setArg(18, static_cast<cl_uint>(has_bias));
+      // The weight rows' alignment (row starts share it: a row is a multiple of 16 bytes here).
+      const uint64_t at = s.data.offset;
+      k.setArg(19, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
       launch(be, k, g4, local);
     } else {
       auto& k = kernel(be, "matvec", "matvec_quant");

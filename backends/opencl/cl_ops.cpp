@@ -113,7 +113,8 @@ sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, 
     k.setArg(5, single(out));
     k.setArg(6, static_cast<cl_uint>(dim));
     k.setArg(7, eps);
-    launch(be, k, cl::NDRange(size_t(n_rows) * kLocal), cl::NDRange(kLocal));
+    constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
+    launch(be, k, cl::NDRange(size_t(n_rows) * kNormWg), cl::NDRange(kNormWg));
     return SL_OK;
   });
 }

@@ -138,7 +138,9 @@ class Runner {
   }
 
   // Affine-quantized: random codes, bf16 scales and biases; values = scale * q + bias.
-  Weight quant_weight(uint32_t bits, uint32_t group, uint32_t rows, uint32_t cols) {
+  // lead: bytes of padding before the packed words in their buffer (sl_weight.offset), to test
+  // kernels whose loads depend on the weights' alignment.
+  Weight quant_weight(uint32_t bits, uint32_t group, uint32_t rows, uint32_t cols, uint32_t lead = 0) {
     Weight w;
     const uint32_t groups = cols / group;
     std::uniform_int_distribution<uint32_t> code(0, (1u << bits) - 1);
@@ -165,7 +167,10 @@ class Runner {
         w.values[std::size_t(r) * cols + c] = sf[g] * static_cast<float>(q) + bf[g];
       }
     }
-    w.data = upload_bytes(words.data(), words.size() * 4);
+    std::vector<uint32_t> padded(lead / 4, 0xA5A5A5A5u);
+    padded.insert(padded.end(), words.begin(), words.end());
+    w.data = upload_bytes(padded.data(), padded.size() * 4);
+    w.w.offset = lead;
     w.scales = upload_bytes(s.data(), s.size() * 2);
     w.biases = upload_bytes(b.data(), b.size() * 2);
     w.w.struct_size = sizeof(sl_weight);
@@ -309,13 +314,21 @@ void run_matmul(Runner& r) {
           f.bits ? std::vector<std::pair<uint32_t, uint32_t>>{{8, 64}, {33, 128}, {300, 512}}
                  : std::vector<std::pair<uint32_t, uint32_t>>{{7, 13}, {33, 70}, {300, 1024}};
       if (!quick) shapes.push_back({1000, 2048});
-      for (auto [out_f, in_f] : shapes) {
-        Weight w = f.bits ? r.quant_weight(f.bits, f.group, out_f, in_f) : r.weight(f.dtype, out_f, in_f);
+      // 4-bit weights 4 and 8 bytes past an aligned start: decode kernels pick their load width by alignment.
+      std::vector<uint32_t> leads(shapes.size(), 0);
+      if (f.bits == 4) {
+        shapes.insert(shapes.end(), {{33, 128}, {33, 128}});
+        leads.insert(leads.end(), {4u, 8u});
+      }
+      for (std::size_t si = 0; si < shapes.size(); ++si) {
+        const auto [out_f, in_f] = shapes[si];
+        Weight w = f.bits ? r.quant_weight(f.bits, f.group, out_f, in_f, leads[si]) : r.weight(f.dtype, out_f, in_f);
         Weight bias = r.weight(SL_DTYPE_F32, 1, out_f, 1.0f);
         for (uint32_t n_rows : {1u, 3u, 8u, 9u, 40u}) {
           if (quick && out_f >= 300 && n_rows != 1 && n_rows != 40) continue;
           const bool with_bias = n_rows % 2 == 1;
-          r.new_case(std::to_string(out_f) + "x" + std::to_string(in_f) + " rows " + std::to_string(n_rows) + (with_bias ? " bias" : ""));
+          r.new_case(std::to_string(out_f) + "x" + std::to_string(in_f) + " rows " + std::to_string(n_rows) + (with_bias ? " bias" : "") +
+                     (leads[si] ? " at +" + std::to_string(leads[si]) + " bytes" : ""));
           const auto x = r.random(std::size_t(n_rows) * in_f);
           auto in = r.upload(x), out = r.zeros(std::size_t(n_rows) * out_f);
           sl_error err{};

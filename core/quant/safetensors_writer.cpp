@@ -133,7 +133,10 @@ Result<SafetensorsWriter> SafetensorsWriter::create(const std::filesystem::path&
     }
     jw.EndObject();
     std::string header = sb.GetString();
-    header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+    // Data starts 64-byte aligned (8-byte length + header): tensors whose sizes are multiples of 16
+    // keep 16-byte alignment, which the GPU backends' widest loads need (the format allows no gaps
+    // between tensors, only trailing spaces in the header).
+    header.append((64 - (8 + header.size()) % 64) % 64, ' ');
     w.shard_headers_.push_back(std::move(header));
   }
   std::error_code ec;
