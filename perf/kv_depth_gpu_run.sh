@@ -21,7 +21,10 @@ log start
 
 log tests
 timeout 120 $B/opencl_fused_attention_test > "$OUT/opencl_fused_attention_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_fused_attention_test.txt"
-timeout 120 $B/opencl_backend_ops_test --gtest_filter='*Attention*' > "$OUT/opencl_attention_ops_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_attention_ops_test.txt"
+timeout 120 $B/opencl_backend_ops_test > "$OUT/opencl_backend_ops_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_backend_ops_test.txt"
+timeout 60 $B/kvcodec_opencl_source_test > "$OUT/kvcodec_opencl_source_test.txt" 2>&1; echo "rc $?" >> "$OUT/kvcodec_opencl_source_test.txt"
+timeout 60 $B/opencl_vendor_paths_test > "$OUT/opencl_vendor_paths_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_vendor_paths_test.txt"
+timeout 120 $B/opencl_conformance_test > "$OUT/opencl_conformance_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_conformance_test.txt"
 
 log make-model
 MODEL=/tmp/llama3-8b-4bit
@@ -34,11 +37,31 @@ for codec in f16 turbo3 k=turbo4,v=turbo3 turbo4; do
   timeout 120 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec --depths 0,8192,32768 \
     --pp 512 --tg 32 --json > "$OUT/depth_${codec//[=,]/_}.txt" 2>&1
 done
+# Knobs measured at depth 32768 (perf/results/kv_codecs_gpu.md): SLUICE_OPENCL_ATT_VU (value rows
+# in flight per work-item), SLUICE_OPENCL_ATT_GROUPS_PER_CU (attention splits), SLUICE_OPENCL_ATT_WG.
+# Here: the defaults again, for the run-to-run spread.
+for codec in f16 turbo3 k=turbo4,v=turbo3; do
+  log "depth $codec again"
+  timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec --depths 32768 \
+    --pp 16 --tg 32 --json > "$OUT/again_${codec//[=,]/_}.txt" 2>&1
+done
 log "depth turbo3 without the window"
 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec turbo3 --kv-recent 0 --depths 32768 \
   --pp 512 --tg 32 --json > "$OUT/depth_turbo3_w0.txt" 2>&1
 
-# Where the time goes at depth 32768: kernel time per kernel over 8 decode tokens.
+# Where the time goes at depth 0 and 32768: kernel time per kernel over the decode tokens.
+for codec in f16 turbo3; do
+  log "profile depth 0 $codec"
+  SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec \
+    --depths 0 --pp 16 --tg 16 > "$OUT/profile_depth0_$codec.txt" 2>&1
+done
+# The 4-bit decode matvec alone on the model's shapes (q/o, k/v, gate+up, down, LM head): bytes per second.
+log "matvec shapes"
+for shape in 4096x4096 1024x4096 28672x4096 4096x14336 128256x4096; do
+  echo "rows x cols $shape" >> "$OUT/matvec_shapes.txt"
+  timeout 60 $B/bench_quant_matvec --backend opencl --plugin-dir $B --rows ${shape%x*} --cols ${shape#*x} --bits 4 \
+    --prefill 0 --reps 50 >> "$OUT/matvec_shapes.txt" 2>&1
+done
 for codec in f16 turbo3; do
   log "profile $codec"
   SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec \
