@@ -411,22 +411,22 @@ void SL_KV_FN(fused_prepare_query)(__local float* q_slots, uint lid, uint lsize)
   SL_TQ(fwht_slots)(q_slots, SL_TQ_N_ROT, SL_TQ_QS, SL_TQ_N_ROT, 0u, 1u, lid, lsize);
 }
 
-/* n_heads queries (queries[g·head_dim + d]) under every rotation, each head's area as
- * fused_prepare_query lays it out at q_slots + g·k_area: every head's and rotation's transform at
- * once, one barrier per stage. (Interleaving the heads for one 16-byte load a coordinate measured
- * slower on the H100: 16 rotations in 8 bank groups.) */
+/* The multi-head layout of fused_prepare_queries / fused_score_heads: the n_heads queries of one
+ * rotation and coordinate side by side, (r·QS + d)·n_heads + g, so a key's score for every head takes
+ * one vector load per coordinate; the codebooks after the last rotation. */
+#define SL_TQ_QH(r, d, g, nh) ((((r) * SL_TQ_QS + (d)) * (nh)) + (g))
+
+/* n_heads queries (queries[g·head_dim + d]) under every rotation into q_slots (n_heads·k_area floats,
+ * laid out as SL_TQ_QH): every head's and rotation's transform at once, one barrier per stage. */
 void SL_KV_FN(fused_prepare_queries)(__local float* q_slots, uint k_area, __local const float* queries, uint n_heads,
                                      uint lid, uint lsize) {
-  const uint per_head = SL_TQ_N_ROT * SL_TQ_HEAD_DIM;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint i = lid; i < n_heads * per_head; i += lsize) {
-    const uint g = i / per_head, r = (i % per_head) / SL_TQ_HEAD_DIM, d = i % SL_TQ_HEAD_DIM;
-    q_slots[g * k_area + r * SL_TQ_QS + d] = queries[g * SL_TQ_HEAD_DIM + d] * SL_TQ(sign)(r, d);
+  for (uint i = lid; i < SL_TQ_N_ROT * SL_TQ_HEAD_DIM * n_heads; i += lsize) {
+    const uint g = i % n_heads, rd = i / n_heads, r = rd / SL_TQ_HEAD_DIM, d = rd % SL_TQ_HEAD_DIM;
+    q_slots[SL_TQ_QH(r, d, g, n_heads)] = queries[g * SL_TQ_HEAD_DIM + d] * SL_TQ(sign)(r, d);
   }
-  for (uint i = lid; i < n_heads * SL_TQ_N_BLOCKS * 16u; i += lsize)
-    q_slots[(i / (SL_TQ_N_BLOCKS * 16u)) * k_area + SL_TQ_N_ROT * SL_TQ_QS + i % (SL_TQ_N_BLOCKS * 16u)] =
-        SL_TQ(codebook)[i % (SL_TQ_N_BLOCKS * 16u)];
-  SL_TQ(fwht_slots)(q_slots, n_heads * SL_TQ_N_ROT, SL_TQ_QS, SL_TQ_N_ROT, k_area, 1u, lid, lsize);
+  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) q_slots[SL_TQ_N_ROT * SL_TQ_QS * n_heads + i] = SL_TQ(codebook)[i];
+  SL_TQ(fwht_slots)(q_slots, SL_TQ_N_ROT * n_heads, 1u, n_heads, SL_TQ_QS * n_heads, n_heads, lid, lsize);
 }
 
 /* ⟨q, x̂⟩ of one stored key, by one work-item. */
@@ -452,17 +452,18 @@ float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_sl
   return sum;
 }
 
-/* ⟨q_g, x̂⟩ of one stored key for the n_heads queries of fused_prepare_queries, by one work-item:
- * each index is unpacked and looked up once for every head. */
+/* ⟨q_g, x̂⟩ of one stored key for the n_heads queries fused_prepare_queries laid out, by one
+ * work-item: each index is unpacked and looked up once for every head, and the heads' query values
+ * of a coordinate come in one vector load (4 heads: float4). */
 void SL_KV_FN(fused_score_heads)(__global const uchar* row, __local const float* q_slots, uint k_area, uint n_heads,
                                  float* scores) {
-  __local const float* book = q_slots + SL_TQ_N_ROT * SL_TQ_QS;
+  __local const float* book = q_slots + SL_TQ_N_ROT * SL_TQ_QS * n_heads;
   for (uint g = 0; g < n_heads; ++g) scores[g] = 0.0f;
   for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
     __global const uchar* p = row + SL_TQ(block_byte)[b];
     const uint header = SL_TQ(header)(p);
     const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
-    __local const float* q = q_slots + (SL_TQ_N_ROT == 1u ? 0u : (header & 15u)) * SL_TQ_QS + off;
+    const uint r = SL_TQ_N_ROT == 1u ? 0u : (header & 15u);
     __local const float* cb = book + b * 16;
     const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
     for (uint g8 = 0; g8 < n; g8 += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
@@ -471,7 +472,16 @@ void SL_KV_FN(fused_score_heads)(__global const uchar* row, __local const float*
       for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
       for (uint l = 0; l < 8; ++l) {
         const float c = s * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
-        for (uint g = 0; g < n_heads; ++g) scores[g] += q[g * k_area + g8 + l] * c;
+        __local const float* q = q_slots + SL_TQ_QH(r, off + g8 + l, 0u, n_heads);
+        if (n_heads == 4u) {  /* q_slots is 16-byte aligned (docs/PLUGINS.md): one 16-byte load */
+          const float4 q4 = *(__local const float4*)q;
+          scores[0] += q4.s0 * c;
+          scores[1] += q4.s1 * c;
+          scores[2] += q4.s2 * c;
+          scores[3] += q4.s3 * c;
+        } else {
+          for (uint g = 0; g < n_heads; ++g) scores[g] += q[g] * c;
+        }
       }
     }
   }
@@ -514,4 +524,5 @@ void SL_KV_FN(fused_finish_heads)(__local float* acc, uint stride, uint n_heads,
 void SL_KV_FN(fused_finish)(__local float* acc, uint lid, uint lsize) { SL_KV_FN(fused_finish_heads)(acc, 0u, 1u, lid, lsize); }
 
 #undef SL_TQ_QS
+#undef SL_TQ_QH
 #undef SL_TQ_BATCH
