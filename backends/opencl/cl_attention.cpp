@@ -18,23 +18,26 @@
 namespace sluice::ocl {
 namespace {
 
+// A measuring knob (perf/NOTES.md): the integer in environment variable `name` when `ok` accepts
+// it, else 0. Read once per process by the callers' statics.
+long env_knob(const char* name, bool (*ok)(long)) {
+  const char* e = std::getenv(name);
+  const long v = e ? std::strtol(e, nullptr, 10) : 0;
+  return ok(v) ? v : 0;
+}
+
 // The attention kernels' work-group: a tile of keys is scored in parallel, one key a work-item.
-// SLUICE_OPENCL_ATT_WG (64, 128 or 256) overrides it, for measuring (perf/NOTES.md).
+// SLUICE_OPENCL_ATT_WG (64, 128 or 256) overrides it.
 uint32_t attention_wg() {
-  static const uint32_t wg = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_ATT_WG");
-    const long v = e ? std::strtol(e, nullptr, 10) : 0;
-    return v == 64 || v == 128 || v == 256 ? static_cast<uint32_t>(v) : 64u;
-  }();
-  return wg;
+  static const long knob = env_knob("SLUICE_OPENCL_ATT_WG", [](long v) { return v == 64 || v == 128 || v == 256; });
+  return knob ? static_cast<uint32_t>(knob) : 64u;
 }
 
 // SLUICE_OPENCL_ATT_VU (1..64) overrides how many keys' values a work-item loads before using them
-// (ATT_VU in kernels_cl/attention.cl), for measuring (perf/NOTES.md).
+// (ATT_VU in kernels_cl/attention.cl).
 std::string value_unroll_option() {
-  const char* e = std::getenv("SLUICE_OPENCL_ATT_VU");
-  const long v = e ? std::strtol(e, nullptr, 10) : 0;
-  return v >= 1 && v <= 64 ? " -DATT_VU=" + std::to_string(v) : "";
+  static const long knob = env_knob("SLUICE_OPENCL_ATT_VU", [](long v) { return v >= 1 && v <= 64; });
+  return knob ? " -DATT_VU=" + std::to_string(knob) : "";
 }
 
 // kv_write's work-group: a turbo key tries 16 rotations, each with its own transform and search, so
@@ -120,28 +123,30 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   auto it = c->kernels.find(group);
   if (it != c->kernels.end()) return it->second;
   const auto& L = c->layout;
+  const char* k_source = codec_source(L.k_api, L.k_codec);
+  const char* v_source = codec_source(L.v_api, L.v_codec);
   std::string source = kernel_source("common");
   source += "\n#define SL_KV_FN(name) sl_k_##name\n";
-  source += codec_source(L.k_api, L.k_codec);
+  source += k_source;
   source += "\n#undef SL_KV_FN\n#define SL_KV_FN(name) sl_v_##name\n";
-  source += codec_source(L.v_api, L.v_codec);
+  source += v_source;
   source += "\n#undef SL_KV_FN\n";
   source += kernel_source("attention");
   source += kernel_source("attention_fused");
   const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
+  const uint32_t kv_wg = kv_write_wg(be);
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
                               " -DWG=" + std::to_string(attention_wg()) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
                               " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
                               " -DV_SLOTS=" + std::to_string(v_slots(c)) +
-                              " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.k_api, L.k_codec))) +
-                              " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(codec_source(L.v_api, L.v_codec))) +
-                              " -DKV_WG=" + std::to_string(kv_write_wg(be)) + value_unroll_option() +
-                              " -DK_HEADS=" + std::to_string(source_has(codec_source(L.k_api, L.k_codec),
-                                                                        {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
-                              " -DV_FINISH_HEADS=" + std::to_string(source_has(codec_source(L.v_api, L.v_codec), {"SL_KV_FN(fused_finish_heads)"}));
+                              " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(k_source)) +
+                              " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(v_source)) +
+                              " -DKV_WG=" + std::to_string(kv_wg) + value_unroll_option() +
+                              " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
+                              " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"}));
   cl::Program program = build_program(be, source, options);
   sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"), cl::Kernel(program, "attention"), cl::Kernel(program, "attention_merge"),
-                         hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(), hpw};
+                         hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(), hpw, kv_wg};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -334,7 +339,8 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
   if (k->bytes < floats * 4 || v->bytes < floats * 4) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K/V buffers too small");
   return guarded(err, "kv_write", [&] {
     if (c->on_device) {
-      auto& kn = (c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second).kv_write;
+      auto& ks = c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second;
+      auto& kn = ks.kv_write;
       kn.setArg(0, single(k));
       kn.setArg(1, single(v));
       kn.setArg(2, c->device_layers[layer]);
@@ -352,7 +358,7 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
       kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
       kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
-      launch(be, kn, cl::NDRange(size_t(kv_write_wg(be)) * n_tokens * L.n_kv_heads), cl::NDRange(kv_write_wg(be)));
+      launch(be, kn, cl::NDRange(size_t(ks.kv_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.kv_wg));
       return SL_OK;
     }
     std::vector<float> kh(floats), vh(floats);
@@ -417,12 +423,8 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     // fused one loses past 4 (every split rotates its query again: turbo3 48–53 at 8 against 57–61
     // at 4, over three runs).
     // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
-    static const uint64_t per_cu_override = [] {
-      const char* e = std::getenv("SLUICE_OPENCL_ATT_GROUPS_PER_CU");
-      const long v = e ? std::strtol(e, nullptr, 10) : 0;
-      return v > 0 && v <= 64 ? static_cast<uint64_t>(v) : uint64_t(0);
-    }();
-    const uint64_t per_cu = per_cu_override ? per_cu_override : fused ? 4 : 8;
+    static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
+    const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused ? 4 : 8;
     if (groups < per_cu * cu) {
       const uint64_t want = (per_cu * cu + groups - 1) / groups;
       const uint64_t most = std::max<int64_t>(1, longest / (4 * int64_t(attention_wg())));

@@ -44,7 +44,8 @@ struct sl_kv_cache {
   // with the codecs' source, per query heads per KV head. hpw: query heads per fused work-group.
   struct Kernels {
     cl::Kernel kv_write, attention, merge, fused;
-    uint32_t hpw = 0;  // 0: no fused kernel
+    uint32_t hpw = 0;    // 0: no fused kernel
+    uint32_t kv_wg = 0;  // kv_write's work-group (KV_WG), fixed when the program is built
   };
   std::map<uint32_t, Kernels> kernels;
 };
