@@ -202,13 +202,14 @@ inline void SL_TQ(try_rotation)(__global const float* src, uint b, uint r, uchar
   *err_out = err;
 }
 
-/* A block header's 16 bits: the scale, and the rotation where there are several. */
-inline uint SL_TQ(header_field)(float s, uint r) {
+/* A block's 16-bit header at p: the scale, and the rotation where there are several. */
+inline void SL_TQ(store_header)(__global uchar* p, float s, uint r) {
   ushort hs;
   vstore_half_rte(SL_TQ_N_ROT == 1u ? s : fmax(s, 0.0f), 0, (__private half*)&hs);
   uint field = hs;
   if (SL_TQ_N_ROT > 1u) field = (min(((uint)(hs & 0x7fffu) + 4u) >> 3, 0xfffu) << 4) | r;
-  return field;
+  p[0] = (uchar)(field & 255u);
+  p[1] = (uchar)(field >> 8);
 }
 
 /* Indices 8g..8g+7 of a block, b bits each from bit 0 of `codes`, into its index bytes b·g..b·g+b−1.
@@ -222,9 +223,7 @@ inline void SL_TQ(store_codes8)(__global uchar* idx_bytes, uint g, uint codes) {
 inline void SL_TQ(pack_block)(__global uchar* row, uint b, float s, uint r, const uchar* idx) {
   const uint n = SL_TQ(block_size)[b];
   __global uchar* p = row + SL_TQ(block_byte)[b];
-  const uint field = SL_TQ(header_field)(s, r);
-  p[0] = (uchar)(field & 255u);
-  p[1] = (uchar)(field >> 8);
+  SL_TQ(store_header)(p, s, r);
   for (uint g = 0; g < n / 8; ++g) {
     uint codes = 0;
     for (uint l = 0; l < 8; ++l) codes |= (uint)idx[8 * g + l] << (l * SL_TQ_BITS);
@@ -358,11 +357,7 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
     /* The winner writes the header; every work-item packs groups of 8 of the winner's indices. */
     const uint winner = (uint)best[lsize];
     __global uchar* p = row + SL_TQ(block_byte)[b];
-    if (lid == winner) {
-      const uint field = SL_TQ(header_field)(s, r);
-      p[0] = (uchar)(field & 255u);
-      p[1] = (uchar)(field >> 8);
-    }
+    if (lid == winner) SL_TQ(store_header)(p, s, r);
     __local const float* win_idx = ys + SL_TQ_N_ROT * n + (winner / per_rot) * n;
     for (uint g = lid; g < n / 8; g += lsize) {
       uint codes = 0;
