@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "plugin/builtin_codecs.h"
+#include "codec_spec.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 
@@ -79,8 +80,7 @@ struct Host {
   sl_kv_format format{};
   // spec: "name" or "name:options" (as --kv-codec).
   Host(const PluginRegistry& reg, const std::string& spec, uint32_t d, sl_kv_role role) {
-    const auto colon = spec.find(':');
-    const std::string name = spec.substr(0, colon), options = colon == std::string::npos ? "" : spec.substr(colon + 1);
+    const auto [name, options] = test::split_codec_spec(spec);
     if (name == "f16") {
       api = builtin_f16_codec();
     } else {

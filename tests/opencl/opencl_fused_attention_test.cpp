@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plugin/backend_handle.h"
+#include "codec_spec.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 
@@ -32,8 +33,7 @@ class Codec {
  public:
   // spec: "name" or "name:options" (as --kv-codec).
   Codec(const PluginRegistry& reg, const std::string& spec, uint32_t head_dim, sl_kv_role role) {
-    const auto colon = spec.find(':');
-    const std::string name = spec.substr(0, colon), options = colon == std::string::npos ? "" : spec.substr(colon + 1);
+    const auto [name, options] = test::split_codec_spec(spec);
     const auto* rec = reg.find(SL_PLUGIN_KVCODEC, name);
     if (!rec) return;
     api_ = static_cast<const sl_kvcodec_api*>(rec->descriptor->api);
