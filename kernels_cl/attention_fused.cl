@@ -13,15 +13,65 @@
 //   V_SLOTS           the V codec's accumulator slots (domain_dim / HEAD_DIM). With one slot (one
 //                     rotation) values accumulate in registers and only the final rotation back
 //                     uses local memory — q_slots', when the keys are fused too (acc is then unused)
+//   V_VALUES8         1 when the V codec has fused_values8 (eight neighbouring coordinates at once)
 // Local memory arguments: q_slots (HPW × k_area floats: the K codec's query area, domain_dim +
 // domain_dim / head_dim + 64 floats — the query under each rotation and the codec's tables),
 // acc (HPW × V domain floats: the value accumulators of every V rotation).
+//
+// The query area does not depend on the key split: attention_fused_queries builds it once per
+// (token, HPW heads) into q_images, and every split's work-group copies it. Rotating the query in
+// each split cost the turbo keys (16 rotations × 4 heads, 7 transform stages) as much as scoring
+// four tiles of keys, which made more splits a loss.
 #if K_FUSED || V_FUSED
 
 #if V_FUSED && V_SLOTS == 1
 #define V_IN_REGISTERS 1
 #else
 #define V_IN_REGISTERS 0
+#endif
+
+// Values by octets: with one slot and fused_values8, the HEAD_DIM / 8 work-items of a value lane
+// take a key's row together, each eight neighbouring coordinates (one header, BITS bytes, eight
+// lookups and one load of each head's weight for eight coordinates — per coordinate, fused_value
+// pays all of that), and WG / (HEAD_DIM / 8) lanes take different keys; the lanes' sums are added
+// once at the end.
+#if V_IN_REGISTERS && defined(V_VALUES8) && V_VALUES8 && HEAD_DIM % 8 == 0 && WG >= HEAD_DIM / 8
+#define V_OCTETS 1
+#define V_OCT (HEAD_DIM / 8)
+#define V_LANES (WG / V_OCT)
+#else
+#define V_OCTETS 0
+#endif
+
+// The number of float4s of one work-group's query area (the host allocates this many).
+#define Q_IMAGE4(k_area) ((HPW * (k_area) + 3u) / 4u)
+
+#if K_FUSED
+// The K codec's query area for HPW heads of one token, into q_images[(t, head group)]: one
+// work-group of KV_WG (up to 256: the transforms of 16 rotations × HPW heads) per (HPW query heads,
+// token).
+__kernel __attribute__((reqd_work_group_size(KV_WG, 1, 1)))
+void attention_fused_queries(__global const float* q, __global float4* q_images, uint n_kv_heads, __local float4* q_slots4,
+                             uint k_area) {
+  __local float* q_slots = (__local float*)q_slots4;  // declared float4: 16-byte aligned for the codec
+  __local float q_orig[HPW][HEAD_DIM];
+  const uint hg = get_group_id(0), head0 = hg * HPW, t = get_group_id(1), lid = get_local_id(0);
+  const uint n_heads = n_kv_heads * GROUP;
+  for (uint i = lid; i < HPW * HEAD_DIM; i += KV_WG)
+    q_orig[i / HEAD_DIM][i % HEAD_DIM] = q[((ulong)t * n_heads + head0 + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM];
+  barrier(CLK_LOCAL_MEM_FENCE);
+#if K_HEADS
+  sl_k_fused_prepare_queries(q_slots, k_area, &q_orig[0][0], HPW, lid, KV_WG);  // every head at once; has barriers
+#else
+  for (uint g = 0; g < HPW; ++g) {
+    for (uint i = lid; i < HEAD_DIM; i += KV_WG) q_slots[g * k_area + i] = q_orig[g][i];
+    sl_k_fused_prepare_query(q_slots + g * k_area, lid, KV_WG);  // has barriers: every work-item calls it
+  }
+#endif
+  barrier(CLK_LOCAL_MEM_FENCE);
+  __global float4* image = q_images + ((ulong)t * (n_heads / HPW) + hg) * Q_IMAGE4(k_area);
+  for (uint i = lid; i < Q_IMAGE4(k_area); i += WG) image[i] = q_slots4[i];
+}
 #endif
 
 // One work-group per (HPW query heads of one KV head, token, key split), as `attention` but with
@@ -34,7 +84,7 @@ void attention_fused(__global const float* q, __global float* out, __global cons
                      uint max_pages, float scale, uint window, float softcap, __global const float* sinks,
                      uint has_sinks, uint n_splits, __global float* partial, __global const half* recent_layer,
                      __global const int* recent_table, uint recent_window, __local float4* q_slots4, uint k_area,
-                     __local float* acc, uint v_domain) {
+                     __local float* acc, uint v_domain, __global const float4* q_images) {
   __local float* q_slots = (__local float*)q_slots4;  // declared float4: 16-byte aligned for the codec
   __local float q_orig[HPW][HEAD_DIM];
   __local float p[HPW * WG];
@@ -56,14 +106,9 @@ void attention_fused(__global const float* q, __global float* out, __global cons
 
   for (uint i = lid; i < HPW * HEAD_DIM; i += WG)
     q_orig[i / HEAD_DIM][i % HEAD_DIM] = q[((ulong)t * n_heads + head0 + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM];
-  barrier(CLK_LOCAL_MEM_FENCE);
-#if K_FUSED && K_HEADS
-  sl_k_fused_prepare_queries(q_slots, k_area, &q_orig[0][0], HPW, lid, WG);  // every head at once; has barriers
-#elif K_FUSED
-  for (uint g = 0; g < HPW; ++g) {
-    for (uint i = lid; i < HEAD_DIM; i += WG) q_slots[g * k_area + i] = q_orig[g][i];
-    sl_k_fused_prepare_query(q_slots + g * k_area, lid, WG);  // has barriers: every work-item calls it
-  }
+#if K_FUSED
+  __global const float4* image = q_images + ((ulong)t * (n_heads / HPW) + get_group_id(0)) * Q_IMAGE4(k_area);
+  for (uint i = lid; i < Q_IMAGE4(k_area); i += WG) q_slots4[i] = image[i];
 #endif
 #if V_FUSED
 #if !V_IN_REGISTERS
@@ -77,7 +122,11 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   // functions). acc_v: the V codec's single domain, when it has one slot.
   float acc_o[HPW][DIMS_PER_ITEM];
   float m[HPW], l[HPW];
-#if V_IN_REGISTERS
+#if V_OCTETS
+  // This work-item's eight coordinates of value lane v_lane (lanes past V_LANES idle in the values).
+  const uint v_lane = lid / V_OCT, v_oct = lid % V_OCT;
+  float acc_v[HPW][8];
+#elif V_IN_REGISTERS
   float acc_v[HPW][DIMS_PER_ITEM];
 #endif
   for (uint g = 0; g < HPW; ++g) {
@@ -85,7 +134,9 @@ void attention_fused(__global const float* q, __global float* out, __global cons
     m[g] = sink ? sinks[head0 + g] : -INFINITY;
     l[g] = sink ? 1.0f : 0.0f;
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] = 0.0f;
-#if V_IN_REGISTERS
+#if V_OCTETS
+    for (uint e = 0; e < 8; ++e) acc_v[g][e] = 0.0f;
+#elif V_IN_REGISTERS
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_v[g][d] = 0.0f;
 #endif
   }
@@ -125,7 +176,9 @@ void attention_fused(__global const float* q, __global float* out, __global cons
     att_online_steps(red, HPW, s, j <= hi, m, l, p, corr);
     for (uint g = 0; g < HPW; ++g) {
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_o[g][d] *= corr[g];
-#if V_IN_REGISTERS
+#if V_OCTETS
+      for (uint e = 0; e < 8; ++e) acc_v[g][e] *= corr[g];
+#elif V_IN_REGISTERS
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc_v[g][d] *= corr[g];
 #elif V_FUSED
       // Every slot's entries of this work-item's dims (only it ever touches them).
@@ -137,6 +190,32 @@ void attention_fused(__global const float* q, __global float* out, __global cons
     const int n_keys = min(WG, hi - tile + 1);
     const int n_stored = clamp(exact - tile, 0, n_keys);  // keys [tile, tile + n_stored) read from the pages
     int jj = 0;
+#if V_OCTETS
+    // The stored rows, lane by lane; two keys' loads before their use.
+    if (v_lane < V_LANES) {
+      int key = (int)v_lane;
+      for (; key + (int)V_LANES < n_stored; key += 2 * V_LANES) {
+        float va[8], vb[8];
+        uint slot;
+        sl_v_fused_values8(layer + v_at[key], v_oct, v_tables, va, &slot);
+        sl_v_fused_values8(layer + v_at[key + V_LANES], v_oct, v_tables, vb, &slot);
+        for (uint g = 0; g < HPW; ++g) {
+          const float pa = p[g * WG + key], pb = p[g * WG + key + V_LANES];
+          for (uint e = 0; e < 8; ++e) acc_v[g][e] += pa * va[e] + pb * vb[e];
+        }
+      }
+      if (key < n_stored) {
+        float va[8];
+        uint slot;
+        sl_v_fused_values8(layer + v_at[key], v_oct, v_tables, va, &slot);
+        for (uint g = 0; g < HPW; ++g) {
+          const float pa = p[g * WG + key];
+          for (uint e = 0; e < 8; ++e) acc_v[g][e] += pa * va[e];
+        }
+      }
+    }
+    jj = n_stored;
+#endif
     // The stored rows, ATT_VU keys' loads before their use.
     for (; jj + ATT_VU <= n_stored; jj += ATT_VU) {
       float vv[ATT_VU][DIMS_PER_ITEM];
@@ -214,7 +293,18 @@ void attention_fused(__global const float* q, __global float* out, __global cons
   __local float* fin = acc;
   const uint fin_stride = v_domain;
 #endif
-#if V_IN_REGISTERS
+#if V_OCTETS
+  // The lanes' sums, one lane after another (a fixed count of barriers).
+  for (uint lane = 0; lane < V_LANES; ++lane) {
+    if (v_lane == lane)
+      for (uint g = 0; g < HPW; ++g)
+        for (uint e = 0; e < 8; ++e) {
+          __local float* f = fin + g * fin_stride + v_oct * 8 + e;
+          *f = (lane ? *f : 0.0f) + acc_v[g][e];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#elif V_IN_REGISTERS
   for (uint g = 0; g < HPW; ++g)
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
       const uint dim = lid + d * WG;
@@ -238,4 +328,8 @@ void attention_fused(__global const float* q, __global float* out, __global cons
 }
 
 #undef V_IN_REGISTERS
+#undef V_OCTETS
+#undef V_OCT
+#undef V_LANES
+#undef Q_IMAGE4
 #endif

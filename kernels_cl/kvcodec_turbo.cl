@@ -501,6 +501,21 @@ float SL_KV_FN(fused_value)(__global const uchar* row, uint i, __local const flo
   return s * tables[b * 16 + ((word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u))];
 }
 
+/* x̂ of coordinates 8·octet .. 8·octet + 7 (one block: blocks are multiples of 8 long) in their
+ * block's rotated domain, and its slot: one header, BITS bytes and eight lookups. */
+void SL_KV_FN(fused_values8)(__global const uchar* row, uint octet, __local const float* tables, float* v, uint* slot) {
+  const uint b = SL_TQ(block_of)(8u * octet);
+  __global const uchar* p = row + SL_TQ(block_byte)[b];
+  const uint header = SL_TQ(header)(p);
+  *slot = SL_TQ_N_ROT == 1u ? 0u : (header & 15u);
+  const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+  __global const uchar* q8 = p + 2 + (octet - SL_TQ(block_offset)[b] / 8u) * SL_TQ_BITS;
+  uint word = 0;
+  for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+  __local const float* cb = tables + b * 16;
+  for (uint l = 0; l < 8; ++l) v[l] = s * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
+}
+
 /* n_heads accumulators (head g's N_ROT slots at acc + g·stride) back to the original domain, each
  * summed into its first head_dim; whole work-group, one barrier per stage for all of them. */
 void SL_KV_FN(fused_finish_heads)(__local float* acc, uint stride, uint n_heads, uint lid, uint lsize) {

@@ -40,8 +40,9 @@ std::string value_unroll_option() {
   return knob ? " -DATT_VU=" + std::to_string(knob) : "";
 }
 
-// kv_write's work-group: a turbo key tries 16 rotations, each with its own transform and search, so
-// a row is encoded by up to 256 work-items (16 a rotation) where the device allows.
+// kv_write's and attention_fused_queries' work-group: a turbo key tries 16 rotations, each with its
+// own transform and search, so a row is encoded by up to 256 work-items (16 a rotation) where the
+// device allows; a query is rotated 16 ways for every head of a work-group, by as many.
 uint32_t kv_write_wg(const sl_backend* be) {
   const auto most = be->ref.device.getInfo<CL_DEVICE_MAX_WORK_GROUP_SIZE>();
   uint32_t wg = 256;
@@ -143,10 +144,16 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                               " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(v_source)) +
                               " -DKV_WG=" + std::to_string(kv_wg) + value_unroll_option() +
                               " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
-                              " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"}));
+                              " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
+                              " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"}));
   cl::Program program = build_program(be, source, options);
-  sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"), cl::Kernel(program, "attention"), cl::Kernel(program, "attention_merge"),
-                         hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(), hpw, kv_wg};
+  sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"),
+                         cl::Kernel(program, "attention"),
+                         cl::Kernel(program, "attention_merge"),
+                         hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(),
+                         hpw && c->k_fused ? cl::Kernel(program, "attention_fused_queries") : cl::Kernel(),
+                         hpw,
+                         kv_wg};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -418,17 +425,17 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     const uint32_t cu = be->ref.device.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
     uint32_t splits = 1;
     // Several work-groups per compute unit: these kernels wait on memory between short bursts of
-    // work, and more groups in flight hide that (one split per 4 tiles of keys at least). Measured
+    // work, and more groups in flight hide that (one split per 2 tiles of keys at least). Measured
     // on the H100 at depth 32768: the generic kernel gains up to 8 (f16 60.1 → 61.4 tokens/s), the
     // fused one loses past 4 (every split rotates its query again: turbo3 48–53 at 8 against 57–61
     // at 4, over three runs).
     // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
     static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
-    const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused ? 4 : 8;
+    const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : 8;
     if (groups < per_cu * cu) {
       const uint64_t want = (per_cu * cu + groups - 1) / groups;
-      const uint64_t most = std::max<int64_t>(1, longest / (4 * int64_t(attention_wg())));
-      splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 128}));
+      const uint64_t most = std::max<int64_t>(1, longest / (2 * int64_t(attention_wg())));
+      splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
     }
     if (splits > 1) {
       const uint64_t need = floats / p->head_dim * splits * (p->head_dim + 2) * 4;
@@ -463,10 +470,27 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
     if (fused) {
       const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_area = static_cast<uint32_t>(v_acc_area(c));
-      kn.setArg(22, cl::Local((size_t(4) * ks.hpw * k_area + 15) / 16 * 16));  // float4s in the kernel
+      const size_t image_bytes = (size_t(4) * ks.hpw * k_area + 15) / 16 * 16;  // float4s in the kernels (Q_IMAGE4)
+      if (c->k_fused) {
+        // The query areas once per (token, work-group of heads); every key split copies its own.
+        const uint64_t need = uint64_t(image_bytes) * groups;
+        if (be->att_q_images_bytes < need) {
+          be->att_q_images = cl::Buffer(be->context, CL_MEM_READ_WRITE, need);
+          be->att_q_images_bytes = need;
+        }
+        auto& qk = ks.fused_queries;
+        qk.setArg(0, single(q));
+        qk.setArg(1, be->att_q_images);
+        qk.setArg(2, static_cast<cl_uint>(L.n_kv_heads));
+        qk.setArg(3, cl::Local(image_bytes));
+        qk.setArg(4, static_cast<cl_uint>(k_area));
+        launch(be, qk, cl::NDRange(size_t(ks.kv_wg) * p->n_heads / heads_per_group, n_tokens), cl::NDRange(ks.kv_wg, 1));
+      }
+      kn.setArg(22, cl::Local(image_bytes));
       kn.setArg(23, static_cast<cl_uint>(k_area));
       kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_area));
       kn.setArg(25, static_cast<cl_uint>(v_area));
+      kn.setArg(26, c->k_fused ? be->att_q_images : single(q));  // unused without fused keys
     }
     launch(be, kn, cl::NDRange(size_t(attention_wg()) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(attention_wg(), 1, 1));
     if (splits > 1) {
@@ -474,8 +498,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       mk.setArg(0, be->att_partial);
       mk.setArg(1, single(out));
       mk.setArg(2, static_cast<cl_uint>(splits));
-      mk.setArg(3, static_cast<cl_uint>(n_tokens * p->n_heads));
-      launch(be, mk, cl::NDRange(round_up(p->head_dim, 32), size_t(n_tokens) * p->n_heads), cl::NDRange(32, 1));
+      launch(be, mk, cl::NDRange(size_t(64) * n_tokens * p->n_heads), cl::NDRange(64));  // MERGE_WG
     }
     return SL_OK;
   });

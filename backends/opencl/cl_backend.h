@@ -40,12 +40,13 @@ struct sl_kv_cache {
   std::vector<cl::Buffer> recent_layers;              // on_device
   std::vector<std::vector<uint16_t>> host_recent;     // host path
   bool k_fused = false, v_fused = false;  // the codec's source has the fused device functions
-  // kv_write/attention/attention_merge (and attention_fused when a codec has fused functions) built
-  // with the codecs' source, per query heads per KV head. hpw: query heads per fused work-group.
+  // kv_write/attention/attention_merge (and attention_fused when a codec has fused functions, with
+  // attention_fused_queries when the keys' are) built with the codecs' source, per query heads per
+  // KV head. hpw: query heads per fused work-group.
   struct Kernels {
-    cl::Kernel kv_write, attention, merge, fused;
+    cl::Kernel kv_write, attention, merge, fused, fused_queries;
     uint32_t hpw = 0;    // 0: no fused kernel
-    uint32_t kv_wg = 0;  // kv_write's work-group (KV_WG), fixed when the program is built
+    uint32_t kv_wg = 0;  // kv_write's and attention_fused_queries' work-group (KV_WG), fixed when the program is built
   };
   std::map<uint32_t, Kernels> kernels;
 };
@@ -101,6 +102,8 @@ struct sl_backend {
   uint64_t gemm_scratch_bytes = 0;
   cl::Buffer att_partial;
   uint64_t att_partial_bytes = 0;
+  cl::Buffer att_q_images;  // attention_fused_queries' query areas, read by every key split
+  uint64_t att_q_images_bytes = 0;
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;
   std::vector<std::pair<std::string, cl::Event>> events;
