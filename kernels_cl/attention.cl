@@ -274,11 +274,13 @@ void attention(__global const float* q, __global float* out, __global const ucha
 }
 
 // Combines the splits of each (token, head), one work-group of MERGE_WG per (token, head): the
-// splits' maxima and weights are shared through local memory, then each work-item sums its dims
-// over the splits — loads independent of each other. One work-item per output value, each walking
-// the splits' maxima and sums alone, made the merge a chain of dependent loads: 20 µs a launch at
+// splits' maxima and weights are shared through local memory, then work-item (lane, dim) sums dim
+// over every MERGE_LANES-th split from `lane` — loads independent of each other, a few per
+// work-item — and the lanes' sums meet in local memory. One work-item per output value, walking
+// every split's maximum and sum alone, made the merge a chain of dependent loads: 20 µs a launch at
 // 132 splits on the H100, as long as the decode matvec of a layer.
-#define MERGE_WG 64
+#define MERGE_WG KV_WG  // up to 256, where the device allows (the host's kv_write_wg)
+#define MERGE_LANES (HEAD_DIM < MERGE_WG ? MERGE_WG / HEAD_DIM : 1)
 #define MERGE_MAX_SPLITS 256  // the host splits no further
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
 void attention_merge(__global const float* partial, __global float* out, uint n_splits) {
@@ -310,12 +312,23 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   const float inv = 1.0f / red[0];
-  for (uint dim = lid; dim < HEAD_DIM; dim += MERGE_WG) {
+  const uint lane = lid / HEAD_DIM;  // lanes past MERGE_LANES (HEAD_DIM not dividing MERGE_WG) idle
+  for (uint d0 = 0; d0 < HEAD_DIM; d0 += MERGE_WG / MERGE_LANES) {
+    const uint dim = d0 + lid % HEAD_DIM;
     float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains of sums: loads in flight together
-    uint s = 0;
-    for (; s + 4 <= n_splits; s += 4)
-      for (uint k = 0; k < 4; ++k) a[k] += part[(s + k) * (HEAD_DIM + 2) + 2 + dim] * w[s + k];
-    for (; s < n_splits; ++s) a[0] += part[s * (HEAD_DIM + 2) + 2 + dim] * w[s];
-    out[(ulong)head * HEAD_DIM + dim] = ((a[0] + a[1]) + (a[2] + a[3])) * inv;
+    if (lane < MERGE_LANES && dim < HEAD_DIM) {
+      uint s = lane;
+      for (; s + 3 * MERGE_LANES < n_splits; s += 4 * MERGE_LANES)
+        for (uint k = 0; k < 4; ++k) a[k] += part[(s + k * MERGE_LANES) * (HEAD_DIM + 2) + 2 + dim] * w[s + k * MERGE_LANES];
+      for (; s < n_splits; s += MERGE_LANES) a[0] += part[s * (HEAD_DIM + 2) + 2 + dim] * w[s];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);  // red is free again
+    red[lid] = (a[0] + a[1]) + (a[2] + a[3]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane == 0 && dim < HEAD_DIM) {
+      float sum = red[lid];
+      for (uint k = 1; k < MERGE_LANES; ++k) sum += red[lid + k * HEAD_DIM];
+      out[(ulong)head * HEAD_DIM + dim] = sum * inv;
+    }
   }
 }

@@ -114,19 +114,35 @@ inline float SL_TQ(score_local)(__global const uchar* row, __local const float* 
 inline void SL_TQ(fwht_slots)(__local float* v, uint n_slots, uint stride, uint per_group, uint group_stride, uint es,
                               uint lid, uint lsize) {
   const uint total = n_slots * (SL_TQ_HEAD_DIM / 2);
-  for (uint h = 1; h < SL_TQ_MAX_BLOCK; h *= 2) {
+  /* Neighbouring work-items take neighbouring words: coordinate pairs when a slot's elements are
+   * adjacent (es = 1), else the slots of a group (interleaved layouts, stride 1) — the other way
+   * round, every access of a warp fell in a quarter of the local memory banks. */
+  const bool slots_fast = es != 1u;
+  for (uint lg = 0; (1u << lg) < SL_TQ_MAX_BLOCK; ++lg) {
+    const uint h = 1u << lg;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint t0 = lid; t0 < total; t0 += SL_TQ_BATCH * lsize) {
       __local float* at[SL_TQ_BATCH];
       float a[SL_TQ_BATCH], c[SL_TQ_BATCH];
       bool live[SL_TQ_BATCH];
       for (uint k = 0; k < SL_TQ_BATCH; ++k) {
-        const uint t = t0 + k * lsize, pair = t % (SL_TQ_HEAD_DIM / 2), b = SL_TQ(block_of)(2 * pair);
+        const uint t = t0 + k * lsize;
+        uint pair, group, member;
+        if (slots_fast) {
+          member = t % per_group;
+          pair = (t / per_group) % (SL_TQ_HEAD_DIM / 2);
+          group = t / per_group / (SL_TQ_HEAD_DIM / 2);
+        } else {
+          pair = t % (SL_TQ_HEAD_DIM / 2);
+          const uint slot = t / (SL_TQ_HEAD_DIM / 2);
+          member = slot % per_group;
+          group = slot / per_group;
+        }
+        const uint b = SL_TQ(block_of)(2 * pair);
         const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
         live[k] = t < total && h < n;
         const uint u = pair - off / 2;
-        const uint slot = t / (SL_TQ_HEAD_DIM / 2);
-        at[k] = v + (slot / per_group) * group_stride + (slot % per_group) * stride + (off + (u / h) * 2 * h + (u % h)) * es;
+        at[k] = v + group * group_stride + member * stride + (off + ((u >> lg) << (lg + 1)) + (u & (h - 1u))) * es;
         a[k] = live[k] ? at[k][0] : 0.0f;
         c[k] = live[k] ? at[k][h * es] : 0.0f;
       }

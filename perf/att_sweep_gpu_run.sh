@@ -32,7 +32,9 @@ for n in ${PER_CU:-4 8 16 32}; do
   depth "turbo3_percu$n" turbo3 SLUICE_OPENCL_ATT_GROUPS_PER_CU=$n
   depth "f16_percu$n" f16 SLUICE_OPENCL_ATT_GROUPS_PER_CU=$n
 done
-for codec in f16 turbo3 k=turbo4,v=turbo3 turbo4; do depth "default_${codec//[=,]/_}" $codec X=1; done
+for rep in 1 2; do  # twice: the run-to-run spread
+  for codec in f16 turbo3 k=turbo4,v=turbo3 turbo4; do depth "default_${codec//[=,]/_}_$rep" $codec X=1; done
+done
 for codec in f16 turbo3; do
   log "profile $codec"
   SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec \

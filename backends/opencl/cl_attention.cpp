@@ -40,9 +40,10 @@ std::string value_unroll_option() {
   return knob ? " -DATT_VU=" + std::to_string(knob) : "";
 }
 
-// kv_write's and attention_fused_queries' work-group: a turbo key tries 16 rotations, each with its
-// own transform and search, so a row is encoded by up to 256 work-items (16 a rotation) where the
-// device allows; a query is rotated 16 ways for every head of a work-group, by as many.
+// The work-group of kv_write, attention_fused_queries and attention_merge: a turbo key tries 16
+// rotations, each with its own transform and search, so a row is encoded by up to 256 work-items (16
+// a rotation) where the device allows; a query is rotated 16 ways for every head of a work-group, by
+// as many; a merge sums its splits in several lanes.
 uint32_t kv_write_wg(const sl_backend* be) {
   const auto most = be->ref.device.getInfo<CL_DEVICE_MAX_WORK_GROUP_SIZE>();
   uint32_t wg = 256;
@@ -431,7 +432,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     // at 4, over three runs).
     // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
     static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
-    const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : 8;
+    const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused ? 4 : 8;
     if (groups < per_cu * cu) {
       const uint64_t want = (per_cu * cu + groups - 1) / groups;
       const uint64_t most = std::max<int64_t>(1, longest / (2 * int64_t(attention_wg())));
@@ -498,7 +499,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       mk.setArg(0, be->att_partial);
       mk.setArg(1, single(out));
       mk.setArg(2, static_cast<cl_uint>(splits));
-      launch(be, mk, cl::NDRange(size_t(64) * n_tokens * p->n_heads), cl::NDRange(64));  // MERGE_WG
+      launch(be, mk, cl::NDRange(size_t(ks.kv_wg) * n_tokens * p->n_heads), cl::NDRange(ks.kv_wg));  // MERGE_WG
     }
     return SL_OK;
   });

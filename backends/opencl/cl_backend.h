@@ -46,7 +46,7 @@ struct sl_kv_cache {
   struct Kernels {
     cl::Kernel kv_write, attention, merge, fused, fused_queries;
     uint32_t hpw = 0;    // 0: no fused kernel
-    uint32_t kv_wg = 0;  // kv_write's and attention_fused_queries' work-group (KV_WG), fixed when the program is built
+    uint32_t kv_wg = 0;  // kv_write's, attention_fused_queries' and attention_merge's work-group (KV_WG), fixed with the program
   };
   std::map<uint32_t, Kernels> kernels;
 };
