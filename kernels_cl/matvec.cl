@@ -216,9 +216,6 @@ inline uint4 load_words4(__global const uint* p, uint i, uint align) {
 // R4 independent weight loads keep more memory requests in flight. Sums of q·x stay in a float4 per
 // row (fused multiply-adds only) and meet once per step.
 #define R4 4
-#ifndef MV_U
-#define MV_U 4
-#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
                     ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
@@ -233,38 +230,29 @@ void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_ro
   __global const uchar* s0 = sbase + s_off + (ulong)first * groups * ssize;
   __global const uchar* b0 = bbase + b_off + (ulong)first * groups * ssize;
   const uint steps = (uint)(words_per_row / 4u);
-  // MV_U steps' weight loads (MV_U × R4 × 16 bytes a work-item) are issued before any is used: a
-  // decode matrix is a few megabytes, and the memory only streams near its bandwidth with about that
-  // much in flight at once — one step at a time left each warp waiting a full latency per step.
-  for (uint i0 = lane; i0 < steps; i0 += MV_U * TEAM) {
-    uint4 w4[MV_U][R4];
-    float sc[MV_U][R4], bi[MV_U][R4];
-    for (uint u = 0; u < MV_U; ++u) {
-      const uint i = i0 + u * TEAM, g = i * 32u / group_size;
-      for (uint k = 0; k < R4; ++k) {
-        const bool live = first + k < rows && i < steps;
-        w4[u][k] = live ? load_words4(w0 + (ulong)k * words_per_row, i, w_align) : (uint4)(0u);
-        sc[u][k] = live ? load_value(s0, scale_dtype, (ulong)k * groups + g) : 0.0f;
-        bi[u][k] = live ? load_value(b0, scale_dtype, (ulong)k * groups + g) : 0.0f;
-      }
+  for (uint i = lane; i < steps; i += TEAM) {
+    const uint c0 = i * 32u, g = c0 / group_size;
+    __global const float8* xv = (__global const float8*)(x + c0);  // 128-byte steps of a device buffer
+    const float8 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
+    const float sx = dot(x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi, (float4)(1.0f));
+    uint4 w4[R4];
+    float sc[R4], bi[R4];
+    for (uint k = 0; k < R4; ++k) {  // every row's loads first: R4 requests in flight
+      const bool live = first + k < rows;
+      w4[k] = live ? load_words4(w0 + (ulong)k * words_per_row, i, w_align) : (uint4)(0u);
+      sc[k] = live ? load_value(s0, scale_dtype, (ulong)k * groups + g) : 0.0f;
+      bi[k] = live ? load_value(b0, scale_dtype, (ulong)k * groups + g) : 0.0f;
     }
-    for (uint u = 0; u < MV_U; ++u) {
-      const uint i = i0 + u * TEAM;
-      if (i >= steps) break;
-      __global const float8* xv = (__global const float8*)(x + i * 32u);  // 128-byte steps of a device buffer
-      const float8 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
-      const float sx = dot(x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi, (float4)(1.0f));
-      for (uint k = 0; k < R4; ++k) {
-        float4 a = q4_lo(w4[u][k].s0) * x0.lo;
-        a = fma(q4_hi(w4[u][k].s0), x0.hi, a);
-        a = fma(q4_lo(w4[u][k].s1), x1.lo, a);
-        a = fma(q4_hi(w4[u][k].s1), x1.hi, a);
-        a = fma(q4_lo(w4[u][k].s2), x2.lo, a);
-        a = fma(q4_hi(w4[u][k].s2), x2.hi, a);
-        a = fma(q4_lo(w4[u][k].s3), x3.lo, a);
-        a = fma(q4_hi(w4[u][k].s3), x3.hi, a);
-        acc[k] += sc[u][k] * ((a.s0 + a.s1) + (a.s2 + a.s3)) + bi[u][k] * sx;
-      }
+    for (uint k = 0; k < R4; ++k) {
+      float4 a = q4_lo(w4[k].s0) * x0.lo;
+      a = fma(q4_hi(w4[k].s0), x0.hi, a);
+      a = fma(q4_lo(w4[k].s1), x1.lo, a);
+      a = fma(q4_hi(w4[k].s1), x1.hi, a);
+      a = fma(q4_lo(w4[k].s2), x2.lo, a);
+      a = fma(q4_hi(w4[k].s2), x2.hi, a);
+      a = fma(q4_lo(w4[k].s3), x3.lo, a);
+      a = fma(q4_hi(w4[k].s3), x3.hi, a);
+      acc[k] += sc[k] * ((a.s0 + a.s1) + (a.s2 + a.s3)) + bi[k] * sx;
     }
   }
 #ifdef SLUICE_PTX_SHFL

@@ -146,10 +146,6 @@ void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std
 inline size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::NDRange& local = cl::NullRange);
 
-// A measuring knob (perf/NOTES.md): the integer in environment variable `name` when `ok` accepts
-// it, else 0. Callers read it once per process into a static.
-long env_knob(const char* name, bool (*ok)(long));
-
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
 sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);

@@ -182,12 +182,6 @@ std::string build_log(const cl::Program& program, const cl::Device& d) {
 
 }  // namespace
 
-long env_knob(const char* name, bool (*ok)(long)) {
-  const char* e = std::getenv(name);
-  const long v = e ? std::strtol(e, nullptr, 10) : 0;
-  return ok(v) ? v : 0;
-}
-
 cl::Program build_program(sl_backend* be, const std::string& source, const std::string& options) {
   const cl::Device& d = be->ref.device;
   const std::string dir = program_cache_dir();
@@ -248,10 +242,6 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
     } else if (program == "matvec") {
       source += kernel_source("matvec");
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8";
-      // SLUICE_OPENCL_MV_U (1..8): steps of weight loads a work-item of the 4-bit decode matvec
-      // issues before using them (MV_U in kernels_cl/matvec.cl, 4).
-      static const long steps_ahead = env_knob("SLUICE_OPENCL_MV_U", [](long v) { return v >= 1 && v <= 8; });
-      if (steps_ahead) options += " -DMV_U=" + std::to_string(steps_ahead);
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
     } else {
       throw std::runtime_error("unknown program " + program);
