@@ -18,14 +18,6 @@
 namespace sluice::ocl {
 namespace {
 
-// A measuring knob (perf/NOTES.md): the integer in environment variable `name` when `ok` accepts
-// it, else 0. Read once per process by the callers' statics.
-long env_knob(const char* name, bool (*ok)(long)) {
-  const char* e = std::getenv(name);
-  const long v = e ? std::strtol(e, nullptr, 10) : 0;
-  return ok(v) ? v : 0;
-}
-
 // The attention kernels' work-group: a tile of keys is scored in parallel, one key a work-item.
 // SLUICE_OPENCL_ATT_WG (64, 128 or 256) overrides it.
 uint32_t attention_wg() {

@@ -73,6 +73,7 @@ struct Capabilities {
   uint64_t max_alloc = 0;
   uint64_t local_mem = 0;
   size_t max_wg = 0;
+  uint32_t compute_units = 0;
 };
 
 }  // namespace sluice::ocl
@@ -145,6 +146,14 @@ void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std
 // Launch helpers.
 inline size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::NDRange& local = cl::NullRange);
+
+// A measuring knob (perf/NOTES.md): the integer in environment variable `name` when `ok` accepts
+// it, else 0. Callers read it once per process into a static.
+long env_knob(const char* name, bool (*ok)(long));
+
+// Work-items sharing one group of 4 rows in the 4-bit decode matvec of a matrix of `rows` rows
+// (`team` in kernels_cl/matvec.cl: 32, 64 or 128; SLUICE_OPENCL_Q4_TEAM forces one).
+uint32_t q4_team(const sl_backend* be, uint32_t rows);
 
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);

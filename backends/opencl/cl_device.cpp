@@ -93,6 +93,7 @@ Capabilities device_capabilities(const cl::Device& d) {
   c.max_alloc = d.getInfo<CL_DEVICE_MAX_MEM_ALLOC_SIZE>();
   c.local_mem = d.getInfo<CL_DEVICE_LOCAL_MEM_SIZE>();
   c.max_wg = d.getInfo<CL_DEVICE_MAX_WORK_GROUP_SIZE>();
+  c.compute_units = d.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
   return c;
 }
 
@@ -181,6 +182,24 @@ std::string build_log(const cl::Program& program, const cl::Device& d) {
 }
 
 }  // namespace
+
+long env_knob(const char* name, bool (*ok)(long)) {
+  const char* e = std::getenv(name);
+  const long v = e ? std::strtol(e, nullptr, 10) : 0;
+  return ok(v) ? v : 0;
+}
+
+uint32_t q4_team(const sl_backend* be, uint32_t rows) {
+  static const long knob = env_knob("SLUICE_OPENCL_Q4_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
+  if (knob) return static_cast<uint32_t>(knob);
+  // Enough warps (32 work-items) to keep ~16 in flight on every compute unit: on the H100 a team of
+  // 128 for 1024 rows, 64 for 4096, 32 from ~8192 on — each the fastest of the three measured there
+  // (perf/results/matvec_gpu_sweeps/); the larger teams cost the big matrices a cross-warp sum.
+  const uint64_t want_items = uint64_t(16) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
+  uint32_t team = 32;
+  while (team < 128 && uint64_t(rows) / 4 * team < want_items) team *= 2;
+  return team;
+}
 
 cl::Program build_program(sl_backend* be, const std::string& source, const std::string& options) {
   const cl::Device& d = be->ref.device;

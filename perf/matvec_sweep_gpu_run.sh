@@ -1,0 +1,38 @@
+#!/bin/bash
+# One device call (../shared/device/README.md): the 4-bit decode matvec on the llama3-8b shapes for
+# each SLUICE_OPENCL_Q4_TEAM (work-items sharing a group of 4 rows), and decode/prefill of the llama3-8b
+# 4-bit preset at depth 0 with each; the matvec tests on the GPU first. Carried as .bundle/ (see
+# kv_depth_gpu_run.sh). Results: perf/results/matvec_gpu_sweeps/.
+#   bash perf/matvec_sweep_gpu_run.sh            (OUT defaults to /tmp/out; TEAMS="32 64 128" to change the sweep)
+set -u
+FINAL=${OUT:-/tmp/out}
+OUT=/tmp/matvec_sweep_out
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL"
+trap 'tar -czf "$FINAL/matvec_sweep.tar.gz" -C "$OUT" . ; cp "$OUT/progress.txt" "$FINAL/" 2>/dev/null' EXIT
+source .bundle/activate.sh
+export SLUICE_CACHE_DIR=/tmp/sluice-cache
+B=.bundle/bin
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/progress.txt"; }
+mkdir -p /work/main/build-device 2>/dev/null && ln -sfn "$PWD/$B" /work/main/build-device/lib 2>/dev/null
+log start
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
+for t in opencl_conformance_test opencl_vendor_paths_test opencl_backend_ops_test; do
+  timeout 120 $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
+done
+log make-model
+MODEL=/tmp/llama3-8b-4bit
+[ -f $MODEL/config.json ] || ( time timeout 180 sluice make-model --preset llama3-8b --bits 4 --out $MODEL ) > "$OUT/make_model.txt" 2>&1
+for team in ${TEAMS:-32 64 128}; do
+  log "Q4_TEAM $team"
+  for shape in 4096x4096 1024x4096 28672x4096 4096x14336 128256x4096; do
+    echo "rows x cols $shape" >> "$OUT/matvec_team$team.txt"
+    SLUICE_OPENCL_Q4_TEAM=$team timeout 60 $B/bench_quant_matvec --backend opencl --plugin-dir $B --rows ${shape%x*} \
+      --cols ${shape#*x} --bits 4 --prefill 0 --reps 50 >> "$OUT/matvec_team$team.txt" 2>&1
+  done
+  SLUICE_OPENCL_Q4_TEAM=$team timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+    --depths 0 --pp 512 --tg 64 --json > "$OUT/depth0_team$team.txt" 2>&1
+done
+log "profile"
+SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+  --depths 0 --pp 16 --tg 16 > "$OUT/profile_depth0_f16.txt" 2>&1
+log end
