@@ -216,26 +216,30 @@ inline uint4 load_words4(__global const uint* p, uint i, uint align) {
 // R4 independent weight loads keep more memory requests in flight. Sums of q·x stay in a float4 per
 // row (fused multiply-adds only) and meet once per step.
 #define R4 4
-// The team of one group of R4 rows: `team` work-items (32, 64 or 128; the host picks per matrix)
-// split the columns. A 4096 × 4096 matrix has only 1024 groups of 4 rows — with a warp per group, 8
-// warps a compute unit on the H100, each waiting a memory latency per step; a team of several warps
-// gives every work-item fewer steps and the compute unit more warps to switch between.
+// The team of one group of R4 rows: Q4_TEAM work-items (32, 64 or 128) split the columns. A 4096 ×
+// 4096 matrix has only 1024 groups of 4 rows — with a warp per group, 8 warps a compute unit on the
+// H100, each waiting a memory latency per step; a team of several warps gives every work-item fewer
+// steps and the compute unit more warps to switch between. The host builds this program once per team
+// size it uses and picks one per matrix: a team given as a kernel argument instead measured up to
+// 1.7× slower on the small matrices (perf/results/matvec_gpu_sweeps/).
+#ifndef Q4_TEAM
+#define Q4_TEAM TEAM
+#endif
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
                     ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
                     uint cols, __global const float* x, __global float* out, uint out_stride, uint row0,
-                    __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias, uint w_align,
-                    uint team) {
+                    __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias, uint w_align) {
   __local float red[R4 * WG];
-  const uint lid = get_local_id(0), lane = lid & (team - 1u);
-  const uint first = (get_group_id(0) * (WG / team) + lid / team) * R4;
+  const uint lid = get_local_id(0), lane = lid % Q4_TEAM;
+  const uint first = (get_group_id(0) * (WG / Q4_TEAM) + lid / Q4_TEAM) * R4;
   const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
   float acc[R4] = {0.0f, 0.0f, 0.0f, 0.0f};
   __global const uint* w0 = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
   __global const uchar* s0 = sbase + s_off + (ulong)first * groups * ssize;
   __global const uchar* b0 = bbase + b_off + (ulong)first * groups * ssize;
   const uint steps = (uint)(words_per_row / 4u);
-  for (uint i = lane; i < steps; i += team) {
+  for (uint i = lane; i < steps; i += Q4_TEAM) {
     const uint c0 = i * 32u, g = c0 / group_size;
     __global const float8* xv = (__global const float8*)(x + c0);  // 128-byte steps of a device buffer
     const float8 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
@@ -262,23 +266,23 @@ void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_ro
   }
 #ifdef SLUICE_PTX_SHFL
   for (uint k = 0; k < R4; ++k) acc[k] = warp_sum(acc[k]);
-  if (team > 32u) {  // the team's warps meet in local memory: each warp's sum at its warp index
-    if (lid % 32u == 0u)
-      for (uint k = 0; k < R4; ++k) red[k * WG + lid / 32u] = acc[k];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane == 0)
-      for (uint k = 0; k < R4; ++k) {
-        float sum = 0.0f;
-        for (uint w = 0; w < team / 32u; ++w) sum += red[k * WG + lid / 32u + w];
-        acc[k] = sum;
-      }
-  }
+#if Q4_TEAM > 32
+  // The team's warps meet in local memory: each warp's sum at its warp index.
+  if (lid % 32u == 0u)
+    for (uint k = 0; k < R4; ++k) red[k * WG + lid / 32u] = acc[k];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lane == 0)
+    for (uint k = 0; k < R4; ++k) {
+      float sum = 0.0f;
+      for (uint w = 0; w < Q4_TEAM / 32u; ++w) sum += red[k * WG + lid / 32u + w];
+      acc[k] = sum;
+    }
+#endif
 #else
-  // A tree over the team; a fixed number of stages (PoCL wants barriers in uniform loops).
   for (uint k = 0; k < R4; ++k) red[k * WG + lid] = acc[k];
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = WG / 2; s > 0; s >>= 1) {
-    if (s < team && lane < s)
+  for (uint s = Q4_TEAM / 2; s > 0; s >>= 1) {
+    if (lane < s)
       for (uint k = 0; k < R4; ++k) red[k * WG + lid] += red[k * WG + lid + s];
     barrier(CLK_LOCAL_MEM_FENCE);
   }

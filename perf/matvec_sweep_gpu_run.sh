@@ -3,7 +3,8 @@
 # each SLUICE_OPENCL_Q4_TEAM (work-items sharing a group of 4 rows), and decode/prefill of the llama3-8b
 # 4-bit preset at depth 0 with each; the matvec tests on the GPU first. Carried as .bundle/ (see
 # kv_depth_gpu_run.sh). Results: perf/results/matvec_gpu_sweeps/.
-#   bash perf/matvec_sweep_gpu_run.sh            (OUT defaults to /tmp/out; TEAMS="32 64 128" to change the sweep)
+#   bash perf/matvec_sweep_gpu_run.sh            (OUT defaults to /tmp/out; TEAMS="auto 32 64 128" to change the
+#                                                 sweep; auto = the backend's choice per matrix)
 set -u
 FINAL=${OUT:-/tmp/out}
 OUT=/tmp/matvec_sweep_out
@@ -22,14 +23,16 @@ done
 log make-model
 MODEL=/tmp/llama3-8b-4bit
 [ -f $MODEL/config.json ] || ( time timeout 180 sluice make-model --preset llama3-8b --bits 4 --out $MODEL ) > "$OUT/make_model.txt" 2>&1
-for team in ${TEAMS:-32 64 128}; do
+for team in ${TEAMS:-auto 32 64 128}; do
   log "Q4_TEAM $team"
+  knob=SLUICE_OPENCL_Q4_TEAM=$team
+  [ "$team" = auto ] && knob=X=1
   for shape in 4096x4096 1024x4096 28672x4096 4096x14336 128256x4096; do
     echo "rows x cols $shape" >> "$OUT/matvec_team$team.txt"
-    SLUICE_OPENCL_Q4_TEAM=$team timeout 60 $B/bench_quant_matvec --backend opencl --plugin-dir $B --rows ${shape%x*} \
+    env $knob timeout 60 $B/bench_quant_matvec --backend opencl --plugin-dir $B --rows ${shape%x*} \
       --cols ${shape#*x} --bits 4 --prefill 0 --reps 50 >> "$OUT/matvec_team$team.txt" 2>&1
   done
-  SLUICE_OPENCL_Q4_TEAM=$team timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+  env $knob timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
     --depths 0 --pp 512 --tg 64 --json > "$OUT/depth0_team$team.txt" 2>&1
 done
 log "profile"

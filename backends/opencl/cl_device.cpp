@@ -192,10 +192,10 @@ long env_knob(const char* name, bool (*ok)(long)) {
 uint32_t q4_team(const sl_backend* be, uint32_t rows) {
   static const long knob = env_knob("SLUICE_OPENCL_Q4_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
   if (knob) return static_cast<uint32_t>(knob);
-  // Enough warps (32 work-items) to keep ~16 in flight on every compute unit: on the H100 a team of
+  // Enough warps (32 work-items) to keep ~12 in flight on every compute unit: on the H100 a team of
   // 128 for 1024 rows, 64 for 4096, 32 from ~8192 on — each the fastest of the three measured there
   // (perf/results/matvec_gpu_sweeps/); the larger teams cost the big matrices a cross-warp sum.
-  const uint64_t want_items = uint64_t(16) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
+  const uint64_t want_items = uint64_t(12) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
   uint32_t team = 32;
   while (team < 128 && uint64_t(rows) / 4 * team < want_items) team *= 2;
   return team;
@@ -258,9 +258,10 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
     if (program == "ops") {
       source += kernel_source("elementwise") + kernel_source("norms") + kernel_source("rope") + kernel_source("gemm");
       options += " -DWG=64";
-    } else if (program == "matvec") {
+    } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64" / "matvec_t128": Q4_TEAM
       source += kernel_source("matvec");
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8";
+      if (program != "matvec") options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"));
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
     } else {
       throw std::runtime_error("unknown program " + program);

@@ -79,7 +79,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl).
       const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * 4;
       const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);
-      auto& k = kernel(be, "matvec", "matvec_q4_rows");
+      auto& k = kernel(be, team == 32 ? "matvec" : "matvec_t" + std::to_string(team), "matvec_q4_rows");
       k.setArg(0, s.data.buffer);
       k.setArg(1, static_cast<cl_ulong>(s.data.offset));
       k.setArg(2, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
@@ -102,7 +102,6 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       // The weight rows' alignment (row starts share it: a row is a multiple of 16 bytes here).
       const uint64_t at = s.data.offset;
       k.setArg(19, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
-      k.setArg(20, static_cast<cl_uint>(team));
       launch(be, k, g4, local);
     } else {
       auto& k = kernel(be, "matvec", "matvec_quant");
