@@ -6,17 +6,8 @@
 # .bundle/ (../shared/device/bundle.sh). Results: perf/results/kv_codecs_gpu.md.
 #   bash perf/kv_depth_gpu_run.sh            (OUT defaults to /tmp/out)
 set -u
-FINAL=${OUT:-/tmp/out}
-OUT=/tmp/kv_depth_out  # everything here, packed into $FINAL/kv_depth.tar.gz at the end
-rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL"
-trap 'tar -czf "$FINAL/kv_depth.tar.gz" -C "$OUT" . ; cp "$OUT/progress.txt" "$FINAL/" 2>/dev/null' EXIT
-source .bundle/activate.sh
-export SLUICE_CACHE_DIR=/tmp/sluice-cache
-B=.bundle/bin
-log() { echo "[$(date +%T)] $*" | tee -a "$OUT/progress.txt"; }
-# Tests find plugins at the build directory they were built in.
-mkdir -p /work/main/build-device 2>/dev/null && ln -sfn "$PWD/$B" /work/main/build-device/lib 2>/dev/null
-log start
+source perf/device_run.sh
+device_run_packed kv_depth  # everything under /tmp/kv_depth_out, packed into $OUT/kv_depth.tar.gz
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; git log -1 --format=%H 2>/dev/null; } > "$OUT/machine.txt" 2>&1
 
 log tests
@@ -26,9 +17,7 @@ timeout 60 $B/kvcodec_opencl_source_test > "$OUT/kvcodec_opencl_source_test.txt"
 timeout 60 $B/opencl_vendor_paths_test > "$OUT/opencl_vendor_paths_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_vendor_paths_test.txt"
 timeout 120 $B/opencl_conformance_test > "$OUT/opencl_conformance_test.txt" 2>&1; echo "rc $?" >> "$OUT/opencl_conformance_test.txt"
 
-log make-model
-MODEL=/tmp/llama3-8b-4bit
-[ -f $MODEL/config.json ] || ( time timeout 180 sluice make-model --preset llama3-8b --bits 4 --out $MODEL ) > "$OUT/make_model.txt" 2>&1
+device_llama3_model
 
 # Decode (tg32) and prefill (pp512) at each depth; the cache is filled with random K/V (bench_depth
 # --fill random): decode speed depends on how much KV there is, not on its values.
@@ -62,11 +51,7 @@ for shape in 4096x4096 1024x4096 28672x4096 4096x14336 128256x4096; do
   timeout 60 $B/bench_quant_matvec --backend opencl --plugin-dir $B --rows ${shape%x*} --cols ${shape#*x} --bits 4 \
     --prefill 0 --reps 50 >> "$OUT/matvec_shapes.txt" 2>&1
 done
-for codec in f16 turbo3; do
-  log "profile $codec"
-  SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec \
-    --depths 32768 --pp 16 --tg 8 > "$OUT/profile_${codec}.txt" 2>&1
-done
+device_profile_depth32k f16 turbo3
 # Layer partitioning (issue 5) on the same model: decode with the first N layers on the GPU.
 [ "${SKIP_SPLIT:-0}" = 1 ] && { log end; exit 0; }
 log "gpu-layers"

@@ -6,23 +6,13 @@
 #   bash perf/matvec_sweep_gpu_run.sh            (OUT defaults to /tmp/out; TEAMS="auto 32 64 128" to change the
 #                                                 sweep; auto = the backend's choice per matrix)
 set -u
-FINAL=${OUT:-/tmp/out}
-OUT=/tmp/matvec_sweep_out
-rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL"
-trap 'tar -czf "$FINAL/matvec_sweep.tar.gz" -C "$OUT" . ; cp "$OUT/progress.txt" "$FINAL/" 2>/dev/null' EXIT
-source .bundle/activate.sh
-export SLUICE_CACHE_DIR=/tmp/sluice-cache
-B=.bundle/bin
-log() { echo "[$(date +%T)] $*" | tee -a "$OUT/progress.txt"; }
-mkdir -p /work/main/build-device 2>/dev/null && ln -sfn "$PWD/$B" /work/main/build-device/lib 2>/dev/null
-log start
+source perf/device_run.sh
+device_run_packed matvec_sweep
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
 for t in opencl_conformance_test opencl_vendor_paths_test opencl_backend_ops_test; do
   timeout 120 $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
 done
-log make-model
-MODEL=/tmp/llama3-8b-4bit
-[ -f $MODEL/config.json ] || ( time timeout 180 sluice make-model --preset llama3-8b --bits 4 --out $MODEL ) > "$OUT/make_model.txt" 2>&1
+device_llama3_model
 for team in ${TEAMS:-auto 32 64 128}; do
   log "Q4_TEAM $team"
   knob=SLUICE_OPENCL_Q4_TEAM=$team

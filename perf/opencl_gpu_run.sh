@@ -3,15 +3,8 @@
 # GPU machine, results under $OUT. Built here in build-device/ (-DSLUICE_NATIVE=OFF, x86-64-v3) and
 # carried as .bundle/ (../shared/device/bundle.sh). Results go to perf/results/opencl_gpu.md.
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-source .bundle/activate.sh
-export SLUICE_CACHE_DIR=/tmp/sluice-cache
-B=.bundle/bin
-log() { echo "[$(date +%T)] $*" | tee -a "$OUT/progress.txt"; }
-# Tests find plugins at the build directory they were built in.
-mkdir -p /work/main/build-device 2>/dev/null && ln -sfn "$PWD/$B" /work/main/build-device/lib 2>/dev/null
-log start
+source perf/device_run.sh
+device_run_env
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } > "$OUT/machine.txt" 2>&1
 sluice devices --plugin-dir $B > "$OUT/devices.txt" 2>&1
 log conformance
