@@ -4,7 +4,8 @@
 # 4-bit preset at depth 0 with each; the matvec tests on the GPU first. Carried as .bundle/ (see
 # kv_depth_gpu_run.sh). Results: perf/results/matvec_gpu_sweeps/.
 #   bash perf/matvec_sweep_gpu_run.sh            (OUT defaults to /tmp/out; TEAMS="auto 32 64 128" to change the
-#                                                 sweep; auto = the backend's choice per matrix)
+#                                                 sweep; auto = the backend's choice per matrix; BANDWIDTH_ONLY=1
+#                                                 stops after bench_cl_bandwidth)
 set -u
 source perf/device_run.sh
 device_run_packed matvec_sweep
@@ -12,6 +13,14 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/mac
 for t in opencl_conformance_test opencl_vendor_paths_test opencl_backend_ops_test; do
   timeout 120 $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
 done
+# What a plain kernel gets from the memory (read-only, and copy), the figure to set the matvec's against.
+log bandwidth
+for mb in 263 1024; do
+  for per_cu in 1024 2048 8192; do
+    timeout 60 $B/bench_cl_bandwidth --mb $mb --items-per-cu $per_cu --reps 20 >> "$OUT/bandwidth.txt" 2>&1
+  done
+done
+[ "${BANDWIDTH_ONLY:-0}" = 1 ] && { log end; exit 0; }
 device_llama3_model
 for team in ${TEAMS:-auto 32 64 128}; do
   log "Q4_TEAM $team"
