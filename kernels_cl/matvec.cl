@@ -215,7 +215,9 @@ inline uint4 load_words4(__global const uint* p, uint i, uint align) {
 // rows, so activation traffic (8 bytes per weight byte with one row per team) drops R4-fold and the
 // R4 independent weight loads keep more memory requests in flight. Sums of q·x stay in a float4 per
 // row (fused multiply-adds only) and meet once per step.
+#ifndef R4
 #define R4 4
+#endif
 // The team of one group of R4 rows: Q4_TEAM work-items (32, 64 or 128) split the columns. A 4096 ×
 // 4096 matrix has only 1024 groups of 4 rows — with a warp per group, 8 warps a compute unit on the
 // H100, each waiting a memory latency per step; a team of several warps gives every work-item fewer
@@ -234,7 +236,8 @@ void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_ro
   const uint lid = get_local_id(0), lane = lid % Q4_TEAM;
   const uint first = (get_group_id(0) * (WG / Q4_TEAM) + lid / Q4_TEAM) * R4;
   const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
-  float acc[R4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float acc[R4];
+  for (uint k = 0; k < R4; ++k) acc[k] = 0.0f;
   __global const uint* w0 = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
   __global const uchar* s0 = sbase + s_off + (ulong)first * groups * ssize;
   __global const uchar* b0 = bbase + b_off + (ulong)first * groups * ssize;

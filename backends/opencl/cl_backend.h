@@ -154,6 +154,9 @@ long env_knob(const char* name, bool (*ok)(long));
 // Work-items sharing one group of 4 rows in the 4-bit decode matvec of a matrix of `rows` rows
 // (`team` in kernels_cl/matvec.cl: 32, 64 or 128; SLUICE_OPENCL_Q4_TEAM forces one).
 uint32_t q4_team(const sl_backend* be, uint32_t rows);
+// Rows a team of the 4-bit decode matvec computes (R4 in kernels_cl/matvec.cl: 4; SLUICE_OPENCL_Q4_ROWS
+// 2 or 8 for measuring).
+uint32_t q4_rows();
 
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);

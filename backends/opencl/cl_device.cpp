@@ -189,6 +189,11 @@ long env_knob(const char* name, bool (*ok)(long)) {
   return ok(v) ? v : 0;
 }
 
+uint32_t q4_rows() {
+  static const long knob = env_knob("SLUICE_OPENCL_Q4_ROWS", [](long v) { return v == 2 || v == 4 || v == 8; });
+  return knob ? static_cast<uint32_t>(knob) : 4u;
+}
+
 uint32_t q4_team(const sl_backend* be, uint32_t rows) {
   static const long knob = env_knob("SLUICE_OPENCL_Q4_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
   if (knob) return static_cast<uint32_t>(knob);
@@ -197,7 +202,7 @@ uint32_t q4_team(const sl_backend* be, uint32_t rows) {
   // (perf/results/matvec_gpu_sweeps/); the larger teams cost the big matrices a cross-warp sum.
   const uint64_t want_items = uint64_t(12) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
   uint32_t team = 32;
-  while (team < 128 && uint64_t(rows) / 4 * team < want_items) team *= 2;
+  while (team < 128 && uint64_t(rows) / q4_rows() * team < want_items) team *= 2;
   return team;
 }
 
@@ -260,7 +265,7 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       options += " -DWG=64";
     } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64" / "matvec_t128": Q4_TEAM
       source += kernel_source("matvec");
-      options += " -DWG=128 -DTEAM=32 -DMAX_T=8";
+      options += " -DWG=128 -DTEAM=32 -DMAX_T=8 -DR4=" + std::to_string(q4_rows());
       if (program != "matvec") options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"));
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
     } else {

@@ -77,7 +77,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       launch(be, k, global, local);
     } else if (n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0) {
       // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl).
-      const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * 4;
+      const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * q4_rows();
       const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);
       auto& k = kernel(be, team == 32 ? "matvec" : "matvec_t" + std::to_string(team), "matvec_q4_rows");
       k.setArg(0, s.data.buffer);
