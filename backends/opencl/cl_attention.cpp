@@ -419,9 +419,9 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     uint32_t splits = 1;
     // Several work-groups per compute unit: these kernels wait on memory between short bursts of
     // work, and more groups in flight hide that (one split per 2 tiles of keys at least). Measured
-    // on the H100 at depth 32768: the generic kernel gains up to 8 (f16 60.1 → 61.4 tokens/s), the
-    // fused one loses past 4 (every split rotates its query again: turbo3 48–53 at 8 against 57–61
-    // at 4, over three runs).
+    // on the H100 at depth 32768 (perf/results/kv_codecs_gpu.md): the generic kernel is best at 8
+    // (f16 63.1 against 60.4 at 4 and 59.6 at 16), the fused one at 4 (turbo3 73.2–73.6 against
+    // 70.5–70.8 at 8 and 65.1 at 2), also since its query is prepared once per token.
     // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
     static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
     const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused ? 4 : 8;
