@@ -40,17 +40,18 @@ inline __global const half* att_recent_row(__global const half* recent_layer, in
 // by one work-item — and keep exact copies where the batch gives the page a recent page. Both rows
 // in one group and no branch on the role around the group encoders: PoCL's work-group compiler
 // miscompiled their barriers inside a per-role if/else.
-#ifndef KV_WG
-#define KV_WG WG
+// WIDE_WG: the host's wide work-group (up to 256), shared with attention_fused_queries and attention_merge.
+#ifndef WIDE_WG
+#define WIDE_WG WG
 #endif
-__kernel __attribute__((reqd_work_group_size(KV_WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
 void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
               uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
               __global const int* positions, __global const int* seq_slots, __global const int* page_table,
               uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
               uint has_recent) {
 #if K_ENCODE_GROUP || V_ENCODE_GROUP
-  __local float scratch[32 * HEAD_DIM + 2 * KV_WG];  // encode_row_group's (docs/PLUGINS.md)
+  __local float scratch[32 * HEAD_DIM + 2 * WIDE_WG];  // encode_row_group's (docs/PLUGINS.md)
 #endif
   const uint item = get_group_id(0), lid = get_local_id(0);
   const uint t = item / n_kv_heads, h = item % n_kv_heads;
@@ -63,7 +64,7 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
   __global uchar* k_dst = base + ((ulong)h * page_tokens + slot) * k_row_bytes;
   __global uchar* v_dst = base + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)h * page_tokens + slot) * v_row_bytes;
 #if K_ENCODE_GROUP
-  sl_k_encode_row_group(k_src, k_dst, HEAD_DIM, lid, KV_WG, scratch);
+  sl_k_encode_row_group(k_src, k_dst, HEAD_DIM, lid, WIDE_WG, scratch);
 #else
   if (lid == 0) sl_k_encode_row(k_src, k_dst, HEAD_DIM);
 #endif
@@ -71,7 +72,7 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
   barrier(CLK_LOCAL_MEM_FENCE);  // the scratch passes from one encoder to the other
 #endif
 #if V_ENCODE_GROUP
-  sl_v_encode_row_group(v_src, v_dst, HEAD_DIM, lid, KV_WG, scratch);
+  sl_v_encode_row_group(v_src, v_dst, HEAD_DIM, lid, WIDE_WG, scratch);
 #else
   if (lid == 0) sl_v_encode_row(v_src, v_dst, HEAD_DIM);
 #endif
@@ -80,7 +81,7 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
     if (rpage >= 0) {
       __global half* k_copy = recent_layer + ((((ulong)rpage * 2u) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
       __global half* v_copy = recent_layer + ((((ulong)rpage * 2u + 1u) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
-      for (uint d = lid; d < HEAD_DIM; d += KV_WG) {
+      for (uint d = lid; d < HEAD_DIM; d += WIDE_WG) {
         vstore_half_rte(k_src[d], d, k_copy);
         vstore_half_rte(v_src[d], d, v_copy);
       }
@@ -279,7 +280,7 @@ void attention(__global const float* q, __global float* out, __global const ucha
 // work-item — and the lanes' sums meet in local memory. One work-item per output value, walking
 // every split's maximum and sum alone, made the merge a chain of dependent loads: 20 µs a launch at
 // 132 splits on the H100, as long as the decode matvec of a layer.
-#define MERGE_WG KV_WG  // up to 256, where the device allows (the host's kv_write_wg)
+#define MERGE_WG WIDE_WG  // up to 256, where the device allows (the host's wide_group_size)
 #define MERGE_LANES (HEAD_DIM < MERGE_WG ? MERGE_WG / HEAD_DIM : 1)
 #define MERGE_MAX_SPLITS 256  // the host splits no further
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))

@@ -48,24 +48,24 @@
 
 #if K_FUSED
 // The K codec's query area for HPW heads of one token, into q_images[(t, head group)]: one
-// work-group of KV_WG (up to 256: the transforms of 16 rotations × HPW heads) per (HPW query heads,
+// work-group of WIDE_WG (up to 256: the transforms of 16 rotations × HPW heads) per (HPW query heads,
 // token).
-__kernel __attribute__((reqd_work_group_size(KV_WG, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
 void attention_fused_queries(__global const float* q, __global float4* q_images, uint n_kv_heads, __local float4* q_slots4,
                              uint k_area) {
   __local float* q_slots = (__local float*)q_slots4;  // declared float4: 16-byte aligned for the codec
   __local float q_orig[HPW][HEAD_DIM];
   const uint hg = get_group_id(0), head0 = hg * HPW, t = get_group_id(1), lid = get_local_id(0);
   const uint n_heads = n_kv_heads * GROUP;
-  for (uint i = lid; i < HPW * HEAD_DIM; i += KV_WG)
+  for (uint i = lid; i < HPW * HEAD_DIM; i += WIDE_WG)
     q_orig[i / HEAD_DIM][i % HEAD_DIM] = q[((ulong)t * n_heads + head0 + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM];
   barrier(CLK_LOCAL_MEM_FENCE);
 #if K_HEADS
-  sl_k_fused_prepare_queries(q_slots, k_area, &q_orig[0][0], HPW, lid, KV_WG);  // every head at once; has barriers
+  sl_k_fused_prepare_queries(q_slots, k_area, &q_orig[0][0], HPW, lid, WIDE_WG);  // every head at once; has barriers
 #else
   for (uint g = 0; g < HPW; ++g) {
-    for (uint i = lid; i < HEAD_DIM; i += KV_WG) q_slots[g * k_area + i] = q_orig[g][i];
-    sl_k_fused_prepare_query(q_slots + g * k_area, lid, KV_WG);  // has barriers: every work-item calls it
+    for (uint i = lid; i < HEAD_DIM; i += WIDE_WG) q_slots[g * k_area + i] = q_orig[g][i];
+    sl_k_fused_prepare_query(q_slots + g * k_area, lid, WIDE_WG);  // has barriers: every work-item calls it
   }
 #endif
   barrier(CLK_LOCAL_MEM_FENCE);

@@ -46,14 +46,34 @@ inline float SL_TQ(half_bits)(uint h) {
 
 inline uint SL_TQ(header)(__global const uchar* block) { return (uint)block[0] | ((uint)block[1] << 8); }
 
+/* The scale and the rotation of the block at p, whose header is `header`. */
+inline float SL_TQ(header_scale)(__global const uchar* p, uint header) {
+  return SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+}
+inline uint SL_TQ(header_rotation)(uint header) { return SL_TQ_N_ROT == 1u ? 0u : (header & 15u); }
+
 /* Block b's scale and rotation in a row. */
 inline float SL_TQ(scale_of)(__global const uchar* row, uint b) {
   __global const uchar* p = row + SL_TQ(block_byte)[b];
-  if (SL_TQ_N_ROT == 1u) return vload_half(0, (__global const half*)p);
-  return SL_TQ(half_bits)((SL_TQ(header)(p) >> 4) << 3);
+  return SL_TQ(header_scale)(p, SL_TQ(header)(p));
 }
 inline uint SL_TQ(rotation_of)(__global const uchar* row, uint b) {
-  return SL_TQ_N_ROT == 1u ? 0u : (SL_TQ(header)(row + SL_TQ(block_byte)[b]) & 15u);
+  return SL_TQ(header_rotation)(SL_TQ(header)(row + SL_TQ(block_byte)[b]));
+}
+
+/* The index of coordinate j of a block whose index bytes start at idx_bytes (j at bit j·SL_TQ_BITS). */
+inline uint SL_TQ(code_at)(__global const uchar* idx_bytes, uint j) {
+  const uint bit = j * SL_TQ_BITS;
+  uint word = idx_bytes[bit / 8];
+  if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)idx_bytes[bit / 8 + 1] << 8;
+  return (word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u);
+}
+
+/* The indices of 8 coordinates (SL_TQ_BITS bytes at q8), coordinate l at bit l·SL_TQ_BITS. */
+inline uint SL_TQ(codes8)(__global const uchar* q8) {
+  uint word = 0;
+  for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+  return word;
 }
 
 /* The block holding coordinate i. */
@@ -75,12 +95,7 @@ inline float SL_TQ(sign)(uint r, uint i) {
 /* Reconstructed coordinate i of a row, in the rotated domain (scale included). */
 inline float SL_TQ(value)(__global const uchar* row, uint i) {
   const uint b = SL_TQ(block_of)(i);
-  __global const uchar* p = row + SL_TQ(block_byte)[b];
-  const uint bit = (i - SL_TQ(block_offset)[b]) * SL_TQ_BITS;
-  __global const uchar* idx = p + 2 + bit / 8;
-  uint word = idx[0];
-  if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)idx[1] << 8;
-  const uint code = (word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u);
+  const uint code = SL_TQ(code_at)(row + SL_TQ(block_byte)[b] + 2, i - SL_TQ(block_offset)[b]);
   return SL_TQ(scale_of)(row, b) * SL_TQ(codebook)[b * 16 + code];
 }
 
@@ -94,8 +109,7 @@ inline float SL_TQ(score_local)(__global const uchar* row, __local const float* 
     float part = 0.0f;
     for (uint g = 0; g < n; g += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
       __global const uchar* q8 = p + 2 + (g / 8) * SL_TQ_BITS;
-      uint word = 0;
-      for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+      const uint word = SL_TQ(codes8)(q8);
       for (uint l = 0; l < 8; ++l)
         part += q_rot[off + g + l] * SL_TQ(codebook)[b * 16 + ((word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u))];
     }
@@ -391,10 +405,7 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) {
   __constant const float* cb = SL_TQ(codebook) + b * 16;
   float sum = 0.0f;
   for (uint j = 0; j < n; ++j) {
-    const uint bit = j * SL_TQ_BITS;
-    uint word = p[bit / 8];
-    if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)p[bit / 8 + 1] << 8;
-    const float c = cb[(word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u)];
+    const float c = cb[SL_TQ(code_at)(p, j)];
     sum += (popcount(li & j) & 1u) ? -c : c;
   }
   return SL_TQ(signs)[SL_TQ(rotation_of)(row, b) * SL_TQ_HEAD_DIM + i] * SL_TQ(scale_of)(row, b) * sum;
@@ -448,16 +459,15 @@ float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_sl
     __global const uchar* p = row + SL_TQ(block_byte)[b];
     const uint header = SL_TQ(header)(p);
     const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
-    __local const float* q = q_slots + (SL_TQ_N_ROT == 1u ? 0u : (header & 15u)) * SL_TQ_QS + off;
+    __local const float* q = q_slots + SL_TQ(header_rotation)(header) * SL_TQ_QS + off;
     __local const float* cb = book + b * 16;
     float part = 0.0f;
     for (uint g = 0; g < n; g += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
       __global const uchar* q8 = p + 2 + (g / 8) * SL_TQ_BITS;
-      uint word = 0;
-      for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+      const uint word = SL_TQ(codes8)(q8);
       for (uint l = 0; l < 8; ++l) part += q[g + l] * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
     }
-    const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+    const float s = SL_TQ(header_scale)(p, header);
     sum += s * part;
   }
   return sum;
@@ -474,13 +484,12 @@ void SL_KV_FN(fused_score_heads)(__global const uchar* row, __local const float*
     __global const uchar* p = row + SL_TQ(block_byte)[b];
     const uint header = SL_TQ(header)(p);
     const uint n = SL_TQ(block_size)[b], off = SL_TQ(block_offset)[b];
-    const uint r = SL_TQ_N_ROT == 1u ? 0u : (header & 15u);
+    const uint r = SL_TQ(header_rotation)(header);
     __local const float* cb = book + b * 16;
-    const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+    const float s = SL_TQ(header_scale)(p, header);
     for (uint g8 = 0; g8 < n; g8 += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
       __global const uchar* q8 = p + 2 + (g8 / 8) * SL_TQ_BITS;
-      uint word = 0;
-      for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+      const uint word = SL_TQ(codes8)(q8);
       for (uint l = 0; l < 8; ++l) {
         const float c = s * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
         __local const float* q = q_slots + SL_TQ_QH(r, off + g8 + l, 0u, n_heads);
@@ -508,13 +517,8 @@ float SL_KV_FN(fused_value)(__global const uchar* row, uint i, __local const flo
   const uint b = SL_TQ(block_of)(i);
   __global const uchar* p = row + SL_TQ(block_byte)[b];
   const uint header = SL_TQ(header)(p);
-  *slot = SL_TQ_N_ROT == 1u ? 0u : (header & 15u);
-  const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
-  const uint bit = (i - SL_TQ(block_offset)[b]) * SL_TQ_BITS;
-  __global const uchar* idx = p + 2 + bit / 8;
-  uint word = idx[0];
-  if ((bit % 8) + SL_TQ_BITS > 8) word |= (uint)idx[1] << 8;
-  return s * tables[b * 16 + ((word >> (bit % 8)) & ((1u << SL_TQ_BITS) - 1u))];
+  *slot = SL_TQ(header_rotation)(header);
+  return SL_TQ(header_scale)(p, header) * tables[b * 16 + SL_TQ(code_at)(p + 2, i - SL_TQ(block_offset)[b])];
 }
 
 /* x̂ of coordinates 8·octet .. 8·octet + 7 (one block: blocks are multiples of 8 long) in their
@@ -523,11 +527,10 @@ void SL_KV_FN(fused_values8)(__global const uchar* row, uint octet, __local cons
   const uint b = SL_TQ(block_of)(8u * octet);
   __global const uchar* p = row + SL_TQ(block_byte)[b];
   const uint header = SL_TQ(header)(p);
-  *slot = SL_TQ_N_ROT == 1u ? 0u : (header & 15u);
-  const float s = SL_TQ_N_ROT == 1u ? vload_half(0, (__global const half*)p) : SL_TQ(half_bits)((header >> 4) << 3);
+  *slot = SL_TQ(header_rotation)(header);
+  const float s = SL_TQ(header_scale)(p, header);
   __global const uchar* q8 = p + 2 + (octet - SL_TQ(block_offset)[b] / 8u) * SL_TQ_BITS;
-  uint word = 0;
-  for (uint k = 0; k < SL_TQ_BITS; ++k) word |= (uint)q8[k] << (8 * k);
+  const uint word = SL_TQ(codes8)(q8);
   __local const float* cb = tables + b * 16;
   for (uint l = 0; l < 8; ++l) v[l] = s * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
 }

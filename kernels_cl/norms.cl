@@ -5,11 +5,12 @@
 #define WG 64
 #endif
 
-inline float wg_sum(__local float* scratch, float v) {
+// The sum of v over a work-group of n items (a power of two; scratch: n floats).
+inline float wg_sum_n(__local float* scratch, float v, uint n) {
   const uint lid = get_local_id(0);
   scratch[lid] = v;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = WG / 2; s > 0; s >>= 1) {
+  for (uint s = n / 2; s > 0; s >>= 1) {
     if (lid < s) scratch[lid] += scratch[lid + s];
     barrier(CLK_LOCAL_MEM_FENCE);
   }
@@ -17,6 +18,8 @@ inline float wg_sum(__local float* scratch, float v) {
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 }
+
+inline float wg_sum(__local float* scratch, float v) { return wg_sum_n(scratch, v, WG); }
 
 inline float wg_max(__local float* scratch, float v) {
   const uint lid = get_local_id(0);
@@ -54,13 +57,7 @@ void rms_norm(__global const float* x, __global const uchar* w, ulong w_off, uin
   } else {
     for (uint i = lid; i < dim; i += NORM_WG) ss += xr[i] * xr[i];
   }
-  scratch[lid] = ss;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = NORM_WG / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] += scratch[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float inv = 1.0f / sqrt(scratch[0] / (float)dim + eps);
+  const float inv = 1.0f / sqrt(wg_sum_n(scratch, ss, NORM_WG) / (float)dim + eps);
   if (vec) {
     for (uint i = lid; i < dim / 4u; i += NORM_WG) {
       const float4 v = vload4(i, xr);

@@ -36,10 +36,9 @@ std::string value_unroll_option() {
 // rotations, each with its own transform and search, so a row is encoded by up to 256 work-items (16
 // a rotation) where the device allows; a query is rotated 16 ways for every head of a work-group, by
 // as many; a merge sums its splits in several lanes.
-uint32_t kv_write_wg(const sl_backend* be) {
-  const auto most = be->ref.device.getInfo<CL_DEVICE_MAX_WORK_GROUP_SIZE>();
+uint32_t wide_group_size(const sl_backend* be) {
   uint32_t wg = 256;
-  while (wg > attention_wg() && wg > most) wg /= 2;
+  while (wg > attention_wg() && wg > be->caps.max_wg) wg /= 2;
   return wg;
 }
 
@@ -128,14 +127,14 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   source += kernel_source("attention");
   source += kernel_source("attention_fused");
   const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
-  const uint32_t kv_wg = kv_write_wg(be);
+  const uint32_t wide_wg = wide_group_size(be);
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
                               " -DWG=" + std::to_string(attention_wg()) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
                               " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
                               " -DV_SLOTS=" + std::to_string(v_slots(c)) +
                               " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(k_source)) +
                               " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(v_source)) +
-                              " -DKV_WG=" + std::to_string(kv_wg) + value_unroll_option() +
+                              " -DWIDE_WG=" + std::to_string(wide_wg) + value_unroll_option() +
                               " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
                               " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
                               " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"}));
@@ -146,7 +145,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                          hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(),
                          hpw && c->k_fused ? cl::Kernel(program, "attention_fused_queries") : cl::Kernel(),
                          hpw,
-                         kv_wg};
+                         wide_wg};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -358,7 +357,7 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
       kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
       kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
-      launch(be, kn, cl::NDRange(size_t(ks.kv_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.kv_wg));
+      launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.wide_wg));
       return SL_OK;
     }
     std::vector<float> kh(floats), vh(floats);
@@ -415,7 +414,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     const bool fused = ks.hpw > 0;
     const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
     const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
-    const uint32_t cu = be->ref.device.getInfo<CL_DEVICE_MAX_COMPUTE_UNITS>();
+    const uint32_t cu = std::max<uint32_t>(be->caps.compute_units, 1);
     uint32_t splits = 1;
     // Several work-groups per compute unit: these kernels wait on memory between short bursts of
     // work, and more groups in flight hide that (one split per 2 tiles of keys at least). Measured
@@ -430,13 +429,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       const uint64_t most = std::max<int64_t>(1, longest / (2 * int64_t(attention_wg())));
       splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
     }
-    if (splits > 1) {
-      const uint64_t need = floats / p->head_dim * splits * (p->head_dim + 2) * 4;
-      if (be->att_partial_bytes < need) {
-        be->att_partial = cl::Buffer(be->context, CL_MEM_READ_WRITE, need);
-        be->att_partial_bytes = need;
-      }
-    }
+    if (splits > 1) be->att_partial.at_least(be->context, floats / p->head_dim * splits * (p->head_dim + 2) * 4);
     auto& kn = fused ? ks.fused : ks.attention;
     const bool recent = keeps_recent(be, c);
     kn.setArg(0, single(q));
@@ -457,7 +450,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     kn.setArg(15, p->sinks ? single(p->sinks) : be->d_positions);
     kn.setArg(16, static_cast<cl_uint>(p->sinks ? 1 : 0));
     kn.setArg(17, static_cast<cl_uint>(splits));
-    kn.setArg(18, splits > 1 ? be->att_partial : single(out));
+    kn.setArg(18, splits > 1 ? be->att_partial.buffer : single(out));
     kn.setArg(19, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
     kn.setArg(20, recent ? be->d_recent_table : be->d_page_table);
     kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
@@ -466,32 +459,27 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       const size_t image_bytes = (size_t(4) * ks.hpw * k_area + 15) / 16 * 16;  // float4s in the kernels (Q_IMAGE4)
       if (c->k_fused) {
         // The query areas once per (token, work-group of heads); every key split copies its own.
-        const uint64_t need = uint64_t(image_bytes) * groups;
-        if (be->att_q_images_bytes < need) {
-          be->att_q_images = cl::Buffer(be->context, CL_MEM_READ_WRITE, need);
-          be->att_q_images_bytes = need;
-        }
         auto& qk = ks.fused_queries;
         qk.setArg(0, single(q));
-        qk.setArg(1, be->att_q_images);
+        qk.setArg(1, be->att_q_images.at_least(be->context, uint64_t(image_bytes) * groups));
         qk.setArg(2, static_cast<cl_uint>(L.n_kv_heads));
         qk.setArg(3, cl::Local(image_bytes));
         qk.setArg(4, static_cast<cl_uint>(k_area));
-        launch(be, qk, cl::NDRange(size_t(ks.kv_wg) * p->n_heads / heads_per_group, n_tokens), cl::NDRange(ks.kv_wg, 1));
+        launch(be, qk, cl::NDRange(size_t(ks.wide_wg) * p->n_heads / heads_per_group, n_tokens), cl::NDRange(ks.wide_wg, 1));
       }
       kn.setArg(22, cl::Local(image_bytes));
       kn.setArg(23, static_cast<cl_uint>(k_area));
       kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_area));
       kn.setArg(25, static_cast<cl_uint>(v_area));
-      kn.setArg(26, c->k_fused ? be->att_q_images : single(q));  // unused without fused keys
+      kn.setArg(26, c->k_fused ? be->att_q_images.buffer : single(q));  // unused without fused keys
     }
     launch(be, kn, cl::NDRange(size_t(attention_wg()) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(attention_wg(), 1, 1));
     if (splits > 1) {
       auto& mk = ks.merge;
-      mk.setArg(0, be->att_partial);
+      mk.setArg(0, be->att_partial.buffer);
       mk.setArg(1, single(out));
       mk.setArg(2, static_cast<cl_uint>(splits));
-      launch(be, mk, cl::NDRange(size_t(ks.kv_wg) * n_tokens * p->n_heads), cl::NDRange(ks.kv_wg));  // MERGE_WG
+      launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
     }
     return SL_OK;
   });

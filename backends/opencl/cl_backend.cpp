@@ -101,7 +101,7 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     kernel(be.get(), "ops", "add_f32");
     kernel(be.get(), "matvec", "matvec");
     if (!be->caps.unified)  // a GPU's decode matvec also uses the larger teams (q4_team)
-      for (const char* p : {"matvec_t64", "matvec_t128"}) kernel(be.get(), p, "matvec_q4_rows");
+      for (uint32_t team : {64u, 128u}) kernel(be.get(), q4_program(team), "matvec_q4_rows");
     *out = be.release();
     return SL_OK;
   });

@@ -46,7 +46,7 @@ struct sl_kv_cache {
   struct Kernels {
     cl::Kernel kv_write, attention, merge, fused, fused_queries;
     uint32_t hpw = 0;    // 0: no fused kernel
-    uint32_t kv_wg = 0;  // kv_write's, attention_fused_queries' and attention_merge's work-group (KV_WG), fixed with the program
+    uint32_t wide_wg = 0;  // kv_write's, attention_fused_queries' and attention_merge's work-group (WIDE_WG), fixed with the program
   };
   std::map<uint32_t, Kernels> kernels;
 };
@@ -57,6 +57,19 @@ namespace sluice::ocl {
 struct DevPtr {
   cl::Buffer buffer;
   uint64_t offset = 0;
+};
+
+// A device buffer that grows to the largest size asked of it and is then reused.
+struct Scratch {
+  cl::Buffer buffer;
+  uint64_t bytes = 0;
+  cl::Buffer& at_least(const cl::Context& context, uint64_t need) {
+    if (bytes < need) {
+      buffer = cl::Buffer(context, CL_MEM_READ_WRITE, need);
+      bytes = need;
+    }
+    return buffer;
+  }
 };
 
 struct DeviceRef {
@@ -98,13 +111,9 @@ struct sl_backend {
   std::vector<float> inv_freq_host;
   cl::Buffer d_inv_freq, d_ids;
   size_t d_ids_cap = 0;
-  // Scratch: float32 weight blocks for prefill GEMMs, attention split partials.
-  cl::Buffer gemm_scratch;
-  uint64_t gemm_scratch_bytes = 0;
-  cl::Buffer att_partial;
-  uint64_t att_partial_bytes = 0;
-  cl::Buffer att_q_images;  // attention_fused_queries' query areas, read by every key split
-  uint64_t att_q_images_bytes = 0;
+  // Scratch: float32 weight blocks for prefill GEMMs, attention split partials, and
+  // attention_fused_queries' query areas (read by every key split).
+  sluice::ocl::Scratch gemm_scratch, att_partial, att_q_images;
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;
   std::vector<std::pair<std::string, cl::Event>> events;
@@ -154,6 +163,8 @@ long env_knob(const char* name, bool (*ok)(long));
 // Work-items sharing one group of 4 rows in the 4-bit decode matvec of a matrix of `rows` rows
 // (`team` in kernels_cl/matvec.cl: 32, 64 or 128; SLUICE_OPENCL_Q4_TEAM forces one).
 uint32_t q4_team(const sl_backend* be, uint32_t rows);
+// The program holding matvec_q4_rows for a team: "matvec" (32), "matvec_t64", "matvec_t128".
+const char* q4_program(uint32_t team);
 // Rows a team of the 4-bit decode matvec computes (R4 in kernels_cl/matvec.cl: 4; SLUICE_OPENCL_Q4_ROWS
 // 2 or 8 for measuring).
 uint32_t q4_rows();

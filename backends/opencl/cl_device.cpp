@@ -194,6 +194,8 @@ uint32_t q4_rows() {
   return knob ? static_cast<uint32_t>(knob) : 4u;
 }
 
+const char* q4_program(uint32_t team) { return team == 128 ? "matvec_t128" : team == 64 ? "matvec_t64" : "matvec"; }
+
 uint32_t q4_team(const sl_backend* be, uint32_t rows) {
   static const long knob = env_knob("SLUICE_OPENCL_Q4_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
   if (knob) return static_cast<uint32_t>(knob);

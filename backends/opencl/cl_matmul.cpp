@@ -79,7 +79,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl).
       const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * q4_rows();
       const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);
-      auto& k = kernel(be, team == 32 ? "matvec" : "matvec_t" + std::to_string(team), "matvec_q4_rows");
+      auto& k = kernel(be, q4_program(team), "matvec_q4_rows");
       k.setArg(0, s.data.buffer);
       k.setArg(1, static_cast<cl_ulong>(s.data.offset));
       k.setArg(2, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
@@ -166,11 +166,7 @@ void gemm(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* 
       gemm_nt(be, n_rows, s.rows, w->cols, single(x), 0, s.data.buffer, s.data.offset / 4, single(out), s.r0, w->rows);
       continue;
     }
-    const uint64_t need = std::min<uint64_t>(block_rows, s.rows) * cols * 4;
-    if (be->gemm_scratch_bytes < need) {
-      be->gemm_scratch = cl::Buffer(be->context, CL_MEM_READ_WRITE, need);
-      be->gemm_scratch_bytes = need;
-    }
+    cl::Buffer& scratch = be->gemm_scratch.at_least(be->context, std::min<uint64_t>(block_rows, s.rows) * cols * 4);
     for (uint32_t b0 = 0; b0 < s.rows; b0 += block_rows) {
       const uint32_t nb = std::min(block_rows, s.rows - b0);
       const cl::NDRange global(round_up(cols, 64), nb), local(64, 1);
@@ -180,7 +176,7 @@ void gemm(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* 
         k.setArg(1, static_cast<cl_ulong>(s.data.offset + uint64_t(b0) * row_bytes(w)));
         k.setArg(2, static_cast<cl_uint>(w->dtype));
         k.setArg(3, static_cast<cl_uint>(cols));
-        k.setArg(4, be->gemm_scratch);
+        k.setArg(4, scratch);
         launch(be, k, global, local);
       } else {
         const uint64_t groups = cols / w->group_size, sb = w->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
@@ -196,10 +192,10 @@ void gemm(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* 
         k.setArg(8, static_cast<cl_uint>(w->scale_dtype));
         k.setArg(9, static_cast<cl_uint>(w->group_size));
         k.setArg(10, static_cast<cl_uint>(cols));
-        k.setArg(11, be->gemm_scratch);
+        k.setArg(11, scratch);
         launch(be, k, global, local);
       }
-      gemm_nt(be, n_rows, nb, w->cols, single(x), 0, be->gemm_scratch, 0, single(out), s.r0 + b0, w->rows);
+      gemm_nt(be, n_rows, nb, w->cols, single(x), 0, scratch, 0, single(out), s.r0 + b0, w->rows);
     }
   }
 }
