@@ -118,6 +118,9 @@ struct sl_backend {
   bool profile = false;
   std::vector<std::pair<std::string, cl::Event>> events;
   bool clblast_ok = true;    // false after CLBlast failed once on this device: our GEMM kernel instead
+  // Quantized prefill GEMM on tensor cores (kernels_cl/gemm_mma.cl): 0 not tried yet, 1 built, -1 off
+  // (not an sm_80+ NVIDIA device with PTX on, SLUICE_OPENCL_MMA=0, or its program failed to build).
+  int mma_state = 0;
 };
 
 namespace sluice::ocl {

@@ -270,6 +270,8 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8 -DR4=" + std::to_string(q4_rows());
       if (program != "matvec") options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"));
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
+    } else if (program == "gemm_mma") {  // inline PTX: built only where be->use_ptx (cl_matmul.cpp)
+      source += kernel_source("gemm_mma");
     } else {
       throw std::runtime_error("unknown program " + program);
     }

@@ -2,10 +2,14 @@
 // affine-quantized (1..8 bits). A few activation rows (decode): our matvec kernels stream each weight
 // row once, dequantizing in registers — decode is bound by reading the weights. More rows (prefill):
 // blocks of weight rows are dequantized to float32 in device scratch and multiplied with CLBlast's
-// GEMM (our tiled kernel if CLBlast fails on the device) — prefill is bound by arithmetic.
+// GEMM (our tiled kernel if CLBlast fails on the device) — prefill is bound by arithmetic. On sm_80+
+// NVIDIA devices 4- and 8-bit weights skip the scratch: kernels_cl/gemm_mma.cl multiplies them on
+// tensor cores (f16 inputs, f32 sums), dequantizing as it stages them.
 // Weights larger than one device allocation are processed in row segments that each fit in one.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <clblast.h>
 
@@ -158,7 +162,57 @@ void gemm_nt(sl_backend* be, uint32_t m, uint32_t n, uint32_t k, const cl::Buffe
   launch(be, kn, cl::NDRange(round_up(n, 16), round_up(m, 16)), cl::NDRange(16, 16));
 }
 
+// Whether the tensor-core GEMM takes this weight: an sm_80+ NVIDIA device with PTX on, 4- or 8-bit
+// codes, K in whole 32-column steps, groups of whole 16-column runs (a work-item's share of a step
+// then has one scale). SLUICE_OPENCL_MMA=0 keeps the CLBlast path. The program is built on first use;
+// if that fails the CLBlast path serves from then on.
+bool mma_applies(sl_backend* be, const sl_weight* w) {
+  if (be->mma_state == 0) {
+    static const bool off = [] {
+      const char* e = std::getenv("SLUICE_OPENCL_MMA");
+      return e && std::strcmp(e, "0") == 0;
+    }();
+    if (off || !be->use_ptx || be->caps.sm < 80) {
+      be->mma_state = -1;
+    } else {
+      try {
+        kernel(be, "gemm_mma", "gemm_mma_quant");
+        be->mma_state = 1;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "opencl: tensor-core GEMM unavailable, prefill uses CLBlast: %s\n", e.what());
+        be->mma_state = -1;
+      }
+    }
+  }
+  return be->mma_state == 1 && (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 && w->group_size % 16 == 0;
+}
+
+// out[:, r0 + n] = x · W[n]ᵀ per segment, 128 × 128 blocks of out per work-group of 256.
+void gemm_mma(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, sl_buffer* out) {
+  auto& k = kernel(be, "gemm_mma", "gemm_mma_quant");
+  for (const auto& s : segments(be, w)) {
+    k.setArg(0, static_cast<cl_uint>(n_rows));
+    k.setArg(1, static_cast<cl_uint>(s.rows));
+    k.setArg(2, static_cast<cl_uint>(w->cols));
+    k.setArg(3, single(x));
+    k.setArg(4, s.data.buffer);
+    k.setArg(5, static_cast<cl_ulong>(s.data.offset / 4));
+    k.setArg(6, static_cast<cl_uint>(w->bits));
+    k.setArg(7, s.scales.buffer);
+    k.setArg(8, static_cast<cl_ulong>(s.scales.offset));
+    k.setArg(9, s.biases.buffer);
+    k.setArg(10, static_cast<cl_ulong>(s.biases.offset));
+    k.setArg(11, static_cast<cl_uint>(w->scale_dtype));
+    k.setArg(12, static_cast<cl_uint>(w->group_size));
+    k.setArg(13, single(out));
+    k.setArg(14, static_cast<cl_uint>(w->rows));
+    k.setArg(15, static_cast<cl_uint>(s.r0));
+    launch(be, k, cl::NDRange(size_t((n_rows + 127) / 128) * 256, (s.rows + 127) / 128), cl::NDRange(256, 1));
+  }
+}
+
 void gemm(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, sl_buffer* out) {
+  if (w->bits && mma_applies(be, w)) return gemm_mma(be, x, n_rows, w, out);
   const uint64_t cols = w->cols;
   const uint32_t block_rows = static_cast<uint32_t>(std::max<uint64_t>(16, kScratchBytes / 4 / cols));
   for (const auto& s : segments(be, w)) {

@@ -1,7 +1,9 @@
-// Vendor fast paths (inline PTX on NVIDIA: warp-shuffle reductions in the matvec kernels) against the
-// portable kernels they replace, on the same inputs. Runs where the device has a fast path (the GPU
+// Vendor fast paths (inline PTX on NVIDIA: warp-shuffle reductions in the matvec kernels, the
+// tensor-core prefill GEMM) against the portable kernels they replace or a float64 reference. Runs where the device has a fast path (the GPU
 // machine); elsewhere it skips with a message — the portable kernels are checked by the other tests.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -112,6 +114,161 @@ TEST(OpenclVendorPaths, FastPathMatvecAgreesWithThePortableKernels) {
     const auto a = products(fast, words, scales, bf16, x, rows, cols, n_rows);
     const auto b = products(portable, words, scales, bf16, x, rows, cols, n_rows);
     for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (std::abs(b[i]) + 1.0)) << "value " << i;
+  }
+}
+
+
+// A random affine-quantized weight (the MLX layout: codes packed low bits first into uint32 words,
+// one scale and one bias per group) with its float values, for the GEMM test below.
+struct QuantWeight {
+  uint32_t rows, cols, bits, group;
+  sl_dtype scale_dtype;
+  std::vector<uint32_t> words;
+  std::vector<uint8_t> scales, biases;  // scale_dtype elements
+  std::vector<float> values;            // rows × cols, as the backend dequantizes them
+};
+
+float to_scale_form(float v, sl_dtype dtype, std::vector<uint8_t>& out) {
+  if (dtype == SL_DTYPE_F32) {
+    out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4);
+    return v;
+  }
+  uint16_t h;
+  float back;
+  if (dtype == SL_DTYPE_BF16) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    h = static_cast<uint16_t>(u >> 16);
+    u = uint32_t(h) << 16;
+    std::memcpy(&back, &u, 4);
+  } else {  // f16 of a normal value in [2⁻¹⁴, 65504), truncated: exact either way
+    int e;
+    const float m = std::frexp(std::abs(v), &e);  // |v| = m · 2^e, m in [0.5, 1)
+    const uint32_t mant = static_cast<uint32_t>(std::ldexp(m, 11)) & 0x3ffu;
+    h = static_cast<uint16_t>((v < 0 ? 0x8000u : 0u) | uint32_t(e - 1 + 15) << 10 | mant);
+    back = std::copysign(std::ldexp(1.0f + mant / 1024.0f, e - 1), v);
+  }
+  out.push_back(static_cast<uint8_t>(h & 0xff));
+  out.push_back(static_cast<uint8_t>(h >> 8));
+  return back;
+}
+
+QuantWeight random_quant(uint32_t rows, uint32_t cols, uint32_t bits, uint32_t group, sl_dtype scale_dtype, std::mt19937& rng) {
+  QuantWeight w{rows, cols, bits, group, scale_dtype, {}, {}, {}, {}};
+  w.words.resize(std::size_t(rows) * cols * bits / 32);
+  for (auto& v : w.words) v = rng();
+  const uint32_t levels = (1u << bits) - 1, groups = cols / group;
+  std::vector<float> scale(std::size_t(rows) * groups), bias(scale.size());
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (std::size_t i = 0; i < scale.size(); ++i) {
+    // Weights spread over about ±0.05 around a per-group offset, as in a trained 4-bit matrix.
+    scale[i] = to_scale_form(0.1f / levels * u(rng), scale_dtype, w.scales);
+    bias[i] = to_scale_form(-0.05f * u(rng), scale_dtype, w.biases);
+  }
+  w.values.resize(std::size_t(rows) * cols);
+  for (uint32_t r = 0; r < rows; ++r)
+    for (uint32_t c = 0; c < cols; ++c) {
+      const uint64_t bit = (uint64_t(r) * cols + c) * bits;
+      const uint32_t q = (w.words[bit / 32] >> (bit % 32)) & levels;
+      const std::size_t g = std::size_t(r) * groups + c / group;
+      w.values[std::size_t(r) * cols + c] = std::fma(scale[g], float(q), bias[g]);  // as the kernels do
+    }
+  return w;
+}
+
+// out = x · Wᵀ on one backend (m activation rows).
+std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::vector<float>& x, uint32_t m) {
+  auto buffer = [&](const void* data, std::size_t bytes) {
+    sl_buffer* b = nullptr;
+    sl_error err{};
+    EXPECT_EQ(o.api->alloc(o.be, bytes, &b, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->upload(o.be, b, 0, data, bytes, &err), SL_OK) << err.message;
+    return b;
+  };
+  sl_buffer* dw = buffer(w.words.data(), w.words.size() * 4);
+  sl_buffer* ds = buffer(w.scales.data(), w.scales.size());
+  sl_buffer* db = buffer(w.biases.data(), w.biases.size());
+  sl_buffer* dx = buffer(x.data(), x.size() * 4);
+  std::vector<float> out(std::size_t(m) * w.rows, 0.0f);
+  sl_buffer* dout = buffer(out.data(), out.size() * 4);
+  sl_weight q{};
+  q.struct_size = sizeof(q);
+  q.data = dw;
+  q.dtype = SL_DTYPE_U32;
+  q.rows = w.rows;
+  q.cols = w.cols;
+  q.bits = w.bits;
+  q.group_size = w.group;
+  q.scale_dtype = w.scale_dtype;
+  q.scales = ds;
+  q.biases = db;
+  sl_error err{};
+  EXPECT_EQ(o.api->matmul(o.be, dx, m, &q, nullptr, dout, &err), SL_OK) << err.message;
+  EXPECT_EQ(o.api->download(o.be, dout, 0, out.data(), out.size() * 4, &err), SL_OK);
+  for (sl_buffer* b : {dw, ds, db, dx, dout}) o.api->free(o.be, b);
+  return out;
+}
+
+TEST(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding) {
+  PluginRegistry registry;
+  registry.scan(test::binary_path("lib"));
+  const PluginRecord* rec = registry.find(SL_PLUGIN_BACKEND, "opencl");
+  if (!rec) GTEST_SKIP() << "OpenCL backend unavailable";
+  const auto* api = static_cast<const sl_backend_api*>(rec->descriptor->api);
+  Opened fast, portable;
+  std::string why;
+  if (!open(api, "", fast, why)) GTEST_SKIP() << why;
+  sl_device_info info{};
+  info.struct_size = sizeof(info);
+  sl_error err{};
+  ASSERT_EQ(api->get_device_info(fast.be, &info, &err), SL_OK);
+  if (!(info.caps & SL_CAP_MATRIX))
+    GTEST_SKIP() << "no tensor-core GEMM on " << info.name << " (" << info.vendor
+                 << "): it needs inline PTX mma.sync on an sm_80+ NVIDIA device";
+  if (const char* e = std::getenv("SLUICE_OPENCL_MMA"); e && std::string(e) == "0")
+    GTEST_SKIP() << "SLUICE_OPENCL_MMA=0: the tensor-core GEMM is off";
+  ASSERT_TRUE(open(api, "portable", portable, why)) << why;
+
+  struct Shape {
+    uint32_t m, n, k, bits, group;
+    sl_dtype scale_dtype;
+  };
+  // Ragged m (one partial 128-row block, several), n not a multiple of the 128-row tile, each group
+  // size and scale form, and 8-bit codes.
+  const Shape shapes[] = {{9, 200, 512, 4, 32, SL_DTYPE_F16},      {100, 333, 1024, 4, 64, SL_DTYPE_BF16},
+                          {512, 260, 2048, 4, 128, SL_DTYPE_BF16}, {130, 129, 768, 4, 64, SL_DTYPE_F32},
+                          {257, 136, 1024, 8, 64, SL_DTYPE_F16},   {64, 4096, 256, 4, 128, SL_DTYPE_F16}};
+  std::mt19937 rng(11);
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE("m " + std::to_string(s.m) + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + " bits " +
+                 std::to_string(s.bits) + " group " + std::to_string(s.group) + " scale dtype " + std::to_string(s.scale_dtype));
+    const QuantWeight w = random_quant(s.n, s.k, s.bits, s.group, s.scale_dtype, rng);
+    std::normal_distribution<float> d(0, 1);
+    std::vector<float> x(std::size_t(s.m) * s.k);
+    for (auto& v : x) v = d(rng);
+    const auto got = quant_gemm(fast, w, x, s.m);
+    const auto f32 = quant_gemm(portable, w, x, s.m);
+    // The kernel rounds x and w to f16 (relative error ≤ 2⁻¹¹ each, so ≤ 2⁻¹⁰ + 2⁻²² a product) and
+    // sums in f32 (≤ k·2⁻²⁴ relative to Σ|x·w| for any order): its error is bounded by
+    // (2⁻¹⁰ + k·2⁻²⁴)·Σ|x·w|, nothing widened.
+    const double rel = std::ldexp(1.0, -10) + std::ldexp(1.0, -22) + s.k * std::ldexp(1.0, -24);
+    std::size_t differs = 0;
+    for (uint32_t i = 0; i < s.m; ++i)
+      for (uint32_t j = 0; j < s.n; ++j) {
+        double exact = 0, magnitude = 0;
+        for (uint32_t c = 0; c < s.k; ++c) {
+          const double p = double(x[std::size_t(i) * s.k + c]) * w.values[std::size_t(j) * s.k + c];
+          exact += p;
+          magnitude += std::abs(p);
+        }
+        const std::size_t at = std::size_t(i) * s.n + j;
+        ASSERT_NEAR(got[at], exact, rel * magnitude) << "row " << i << " col " << j;
+        ASSERT_NEAR(f32[at], exact, s.k * std::ldexp(1.0, -23) * magnitude) << "portable, row " << i << " col " << j;
+        differs += got[at] != f32[at];
+      }
+    // f16 inputs change almost every sum's last bits: equal results would mean the GEMM fell back to
+    // the portable path (e.g. its program failed to build) and this test checked nothing.
+    EXPECT_GT(differs, std::size_t(s.m) * s.n / 2) << "the tensor-core GEMM did not run";
   }
 }
 
