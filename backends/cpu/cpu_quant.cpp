@@ -3,6 +3,7 @@
 // unpack one group at a time into registers-sized scratch on the stack.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -133,6 +134,115 @@ void row_dot_i16(const QuantView& q, std::size_t r, const int16_t* xq, const flo
   }
   for (int t = 0; t < NT; ++t) result[t] = hsum(total[t]) + hsum(bias_acc[t]) + bias_part[t];
 }
+
+#ifdef SLUICE_CPU_AVX512
+// (The maskz_ forms with a full mask are the plain instructions: GCC 12's plain intrinsics pass an
+// "undefined" source that its own -Wuninitialized reports.)
+// Sixteen consecutive scales or biases as floats.
+inline __m512 load_params16(const std::byte* base, uint32_t dtype, std::size_t i) {
+  if (dtype == SL_DTYPE_F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(base) + i);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i * 2));
+  if (dtype == SL_DTYPE_F16) return _mm512_maskz_cvtph_ps(0xffff, h);
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
+}
+
+// The same sums as row_dot_i16 with 512-bit loads and vpdpwssd (multiply int16 pairs and add into
+// int32 in one instruction): a 64-byte run of the row is 128 4-bit or 64 8-bit codes. A 4-bit run's
+// 16-bit lane k holds columns 4k..4k+3 (four masked shifts give four vectors of codes); an 8-bit run's
+// holds columns 2k, 2k+1. The int32 lanes 0-7 of a run's sums cover its first half of columns and 8-15
+// its second, so a run of two groups (4-bit g64, 8-bit g32) folds each half with its own multiplier.
+// Each run's sum starts from zero: the only chain carried from run to run is the float total, and
+// consecutive runs alternate between two of those, so the loop is bound by issue, not by latency.
+template <int NT, uint32_t Bits>
+void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const float* step, const float* xsum,
+                     float* result) {
+  constexpr std::size_t R = Bits == 4 ? 128 : 64;
+  const auto* w = reinterpret_cast<const uint8_t*>(q.row(r));
+  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row, stride = param_stride(groups);
+  const bool two = 2 * G == R;  // each run holds two groups
+  __m512 total[2][NT], bias_acc[NT], mult[NT];
+  float bias_part[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[0][t] = total[1][t] = bias_acc[t] = _mm512_setzero_ps();
+    bias_part[t] = 0.0f;
+  }
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const std::size_t pbase = r * groups, total_params = std::size_t(q.rows) * groups;
+  // The int32 sums of the NT activation rows over one run starting at column c.
+  auto run = [&](std::size_t c, __m512i* acc) {
+    const __m512i v = _mm512_loadu_si512(w + c * Bits / 8);
+    if constexpr (Bits == 4) {
+      const __m512i nib = _mm512_set1_epi16(0x000f);
+      const __m512i q0 = _mm512_and_si512(v, nib), q1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+      const __m512i q2 = _mm512_and_si512(_mm512_srli_epi16(v, 8), nib), q3 = _mm512_srli_epi16(v, 12);
+      for (int t = 0; t < NT; ++t) {
+        const int16_t* xt = xq + t * cols + c;
+        const __m512i a = _mm512_dpwssd_epi32(_mm512_madd_epi16(q0, _mm512_loadu_si512(xt)), q1, _mm512_loadu_si512(xt + 32));
+        const __m512i b = _mm512_dpwssd_epi32(_mm512_madd_epi16(q2, _mm512_loadu_si512(xt + 64)), q3, _mm512_loadu_si512(xt + 96));
+        acc[t] = _mm512_add_epi32(a, b);
+      }
+    } else {
+      const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi16(0x00ff)), hi = _mm512_srli_epi16(v, 8);
+      for (int t = 0; t < NT; ++t) {
+        const int16_t* xt = xq + t * cols + c;
+        acc[t] = _mm512_dpwssd_epi32(_mm512_madd_epi16(lo, _mm512_loadu_si512(xt)), hi, _mm512_loadu_si512(xt + 32));
+      }
+    }
+  };
+  std::size_t parity = 0;
+  for (std::size_t g0 = 0; g0 < groups; g0 += 16) {
+    // Multipliers (scale × activation step) of sixteen groups at once, and their bias terms; past a
+    // row's last group this reads the next row's parameters against zero activation padding — except
+    // at the tensor's end, where the few remaining groups go one by one.
+    alignas(64) float tail_mult[NT][16];
+    if (pbase + g0 + 16 <= total_params) {
+      const __m512 sv = load_params16(q.scales, q.scale_dtype, pbase + g0);
+      const __m512 bv = load_params16(q.biases, q.scale_dtype, pbase + g0);
+      for (int t = 0; t < NT; ++t) {
+        mult[t] = _mm512_mul_ps(sv, _mm512_loadu_ps(step + t * stride + g0));
+        bias_acc[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(xsum + t * stride + g0), bias_acc[t]);
+      }
+    } else {
+      for (int t = 0; t < NT; ++t)
+        for (std::size_t k = 0; k < 16; ++k) {
+          const std::size_t g = g0 + k;
+          tail_mult[t][k] = g < groups ? q.scale(r, g) * step[t * stride + g] : 0.0f;
+          if (g < groups) bias_part[t] += q.bias(r, g) * xsum[t * stride + g];
+        }
+      for (int t = 0; t < NT; ++t) mult[t] = _mm512_load_ps(tail_mult[t]);
+    }
+    const std::size_t g1 = std::min(groups, g0 + 16);
+    __m512i acc[NT];
+    if (two) {
+      for (std::size_t g = g0; g < g1; g += 2, parity ^= 1) {
+        run(g * G, acc);
+        const __m512i idx = _mm512_add_epi32(halves, _mm512_set1_epi32(static_cast<int>(g - g0)));
+        for (int t = 0; t < NT; ++t)
+          total[parity][t] =
+              _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_maskz_permutexvar_ps(0xffff, idx, mult[t]), total[parity][t]);
+      }
+    } else {
+      for (std::size_t g = g0; g < g1; ++g, parity ^= 1) {
+        run(g * G, acc);
+        for (std::size_t c = g * G + R; c < (g + 1) * G; c += R) {
+          __m512i more[NT];
+          run(c, more);
+          for (int t = 0; t < NT; ++t) acc[t] = _mm512_add_epi32(acc[t], more[t]);
+        }
+        const __m512i idx = _mm512_set1_epi32(static_cast<int>(g - g0));
+        for (int t = 0; t < NT; ++t)
+          total[parity][t] =
+              _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_maskz_permutexvar_ps(0xffff, idx, mult[t]), total[parity][t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(total[0][t], total[1][t]), bias_acc[t]));
+    result[t] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + bias_part[t];
+  }
+}
+#endif
 #endif
 
 // Any width: a group's codes unpacked to floats, then dotted.
@@ -209,26 +319,55 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst) {
   }
 }
 
+bool avx512_kernels() {
+#ifdef SLUICE_CPU_AVX512
+  static const bool on = [] {
+    const char* v = std::getenv("SLUICE_CPU_AVX512");
+    return !(v && *v == '0');
+  }();
+  return on;
+#else
+  return false;
+#endif
+}
+
+std::size_t wide_run(const QuantView& q) {
+#ifdef SLUICE_CPU_AVX512
+  if (!avx512_kernels()) return 0;
+  const std::size_t run = q.bits == 4 ? 128 : q.bits == 8 ? 64 : 0;
+  if (run && q.cols % run == 0 && (q.group % run == 0 || 2 * q.group == run)) return run;
+#else
+  (void)q;
+#endif
+  return 0;
+}
+
 void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step, float* xsum) {
   const std::size_t G = q.group;
   for (uint32_t t = 0; t < n_act; ++t)
     for (std::size_t g = 0; g < q.groups_per_row; ++g) {
       const float* xg = x + std::size_t(t) * q.cols + g * G;
-      int16_t* dst = xq + std::size_t(t) * q.cols + g * G;
+      int16_t* row = xq + std::size_t(t) * q.cols;
       float m = 0.0f;
       for (std::size_t i = 0; i < G; ++i) m = std::max(m, std::fabs(xg[i]));
       const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
       step[t * param_stride(q.groups_per_row) + g] = m / 32767.0f;
-      const bool quads = q.bits == 4 && G % 64 == 0;
+      // The order the kernels meet the codes in, within runs of `span` columns of the row: four strided
+      // quarters for 4-bit (column 4k + m at m · span/4 + k), evens then odds for 8-bit. The AVX2
+      // kernels take runs of 64 (4-bit, groups of 64k) or 32; the AVX-512 ones runs of wide_run(q),
+      // which may hold two groups, so the order is taken from the row's column, not the group's.
+      const std::size_t wide = wide_run(q);
+      const bool quads = q.bits == 4 && (wide || G % 64 == 0);
+      const std::size_t span = wide ? wide : quads ? 64 : 32;
       int32_t total = 0;
       for (std::size_t i = 0; i < G; ++i) {
-        // The order the kernels meet the codes in: runs of 64 as four strided quarters (4-bit), or runs
-        // of 32 as evens then odds.
-        const std::size_t j = quads ? (i & ~std::size_t(63)) + (i & 3) * 16 + ((i & 63) >> 2)
-                                    : (i & ~std::size_t(31)) + ((i & 1) ? 16 : 0) + ((i & 31) >> 1);
+        const std::size_t col = g * G + i, in = col & (span - 1);
+        const std::size_t j = (col & ~(span - 1)) + (quads ? (in & 3) * (span / 4) + (in >> 2)
+                                                           : (in & 1) * (span / 2) + (in >> 1));
         const float v = std::nearbyint(xg[i] * inv);
-        dst[j] = static_cast<int16_t>(v == v ? std::clamp(v, -32767.0f, 32767.0f) : 0.0f);  // NaN/inf: no UB
-        total += dst[j];
+        const auto code = static_cast<int16_t>(v == v ? std::clamp(v, -32767.0f, 32767.0f) : 0.0f);  // NaN/inf: no UB
+        row[j] = code;  // with two groups a run, j may lie in the other group's columns
+        total += code;
       }
       // The bias term from the same rounded values as the codes' term (see quant_gemm.cpp: it keeps the
       // error at w · e per value instead of scale·q · e). A zero or non-finite group keeps its float sum.
@@ -239,6 +378,29 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
                        float* out, std::size_t out_stride) {
   float res[4];
+#ifdef SLUICE_CPU_AVX512
+  if (a.xq && wide_run(q)) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      if (q.bits == 4) {
+        switch (n_act) {
+          case 1: row_dot_i16_zmm<1, 4>(q, r, a.xq, a.step, a.xsum, res); break;
+          case 2: row_dot_i16_zmm<2, 4>(q, r, a.xq, a.step, a.xsum, res); break;
+          case 3: row_dot_i16_zmm<3, 4>(q, r, a.xq, a.step, a.xsum, res); break;
+          default: row_dot_i16_zmm<4, 4>(q, r, a.xq, a.step, a.xsum, res); break;
+        }
+      } else {
+        switch (n_act) {
+          case 1: row_dot_i16_zmm<1, 8>(q, r, a.xq, a.step, a.xsum, res); break;
+          case 2: row_dot_i16_zmm<2, 8>(q, r, a.xq, a.step, a.xsum, res); break;
+          case 3: row_dot_i16_zmm<3, 8>(q, r, a.xq, a.step, a.xsum, res); break;
+          default: row_dot_i16_zmm<4, 8>(q, r, a.xq, a.step, a.xsum, res); break;
+        }
+      }
+      for (uint32_t t = 0; t < n_act; ++t) out[t * out_stride + r] = res[t];
+    }
+    return;
+  }
+#endif
   for (std::size_t r = r0; r < r1; ++r) {
 #ifdef SLUICE_CPU_AVX2
     if (a.xq && q.bits == 4) {

@@ -136,9 +136,19 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst);
 
 // What the matvec kernels read of the activation rows: the floats, each group's sum, and for the
 // 4-/8-bit AVX2 kernels the int16 form (null otherwise) with each group's step.
-// Rows of per-group values (sums, steps) are padded to a multiple of 8 groups with zeros, so the kernels
-// read them eight at a time.
-inline std::size_t param_stride(std::size_t groups) { return (groups + 7) & ~std::size_t(7); }
+// Rows of per-group values (sums, steps) are padded to a multiple of 16 groups with zeros, so the kernels
+// read them eight or sixteen at a time.
+inline std::size_t param_stride(std::size_t groups) { return (groups + 15) & ~std::size_t(15); }
+
+// Whether the AVX-512 VNNI kernels run: built for a CPU that has them, and not turned off with
+// SLUICE_CPU_AVX512=0 (which leaves the AVX2 kernels, for comparison and to test both on one machine).
+bool avx512_kernels();
+
+// Codes covered by one 512-bit load of a row in the AVX-512 matvec (128 4-bit or 64 8-bit codes), or 0
+// where that kernel does not apply: it needs whole runs per row and a group that is either a whole
+// number of runs or exactly half of one. The activation's int16 order follows from this (see
+// quantize_activations).
+std::size_t wide_run(const QuantView& q);
 
 struct MatvecActivations {
   const float* x;

@@ -10,6 +10,10 @@
 #include <immintrin.h>
 #define SLUICE_CPU_AVX2 1
 #endif
+// AVX-512 with VNNI (Zen 4/5, Intel since Ice Lake): the quantized kernels' 512-bit integer paths.
+#if defined(SLUICE_CPU_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SLUICE_CPU_AVX512 1
+#endif
 
 namespace sluice::cpu {
 
