@@ -83,10 +83,10 @@ inline void transpose8x8(__m256i r[8]) {
 }
 
 // The panel of one tile (rows [r0, r0 + 16), rows past the weight's end zero) for columns [k0, k0 + kc),
-// and its scales and biases as floats, [group in block][16].
+// and its scales and biases as floats, [group in block] at a stride of pstride floats, 16 each.
 void pack_panel(const QuantView& q, std::size_t r0, std::size_t k0, std::size_t kc, int16_t* rows_tmp, int16_t* panel,
-                float* ps, float* pb) {
-  const std::size_t valid = std::min<std::size_t>(kTileRows, q.rows - r0);
+                float* ps, float* pb, std::size_t pstride) {
+  const std::size_t valid = r0 < q.rows ? std::min<std::size_t>(kTileRows, q.rows - r0) : 0;
   for (std::size_t i = 0; i < kTileRows; ++i) {
     int16_t* dst = rows_tmp + i * kc;
     if (i < valid)
@@ -110,8 +110,8 @@ void pack_panel(const QuantView& q, std::size_t r0, std::size_t k0, std::size_t 
   const std::size_t g0 = k0 / q.group, ng = kc / q.group;
   for (std::size_t gi = 0; gi < ng; ++gi)
     for (std::size_t i = 0; i < kTileRows; ++i) {
-      ps[gi * kTileRows + i] = i < valid ? q.scale(r0 + i, g0 + gi) : 0.0f;
-      pb[gi * kTileRows + i] = i < valid ? q.bias(r0 + i, g0 + gi) : 0.0f;
+      ps[gi * pstride + i] = i < valid ? q.scale(r0 + i, g0 + gi) : 0.0f;
+      pb[gi * pstride + i] = i < valid ? q.bias(r0 + i, g0 + gi) : 0.0f;
     }
 }
 
@@ -228,63 +228,123 @@ void tile_kernel(const int16_t* panel, const float* ps, const float* pb, std::si
 }
 
 #ifdef SLUICE_CPU_AVX512
-// The AVX-512 form of a span: one 512-bit panel load holds a column pair of all 16 rows, and each of up
-// to 8 tokens adds its products with one vpdpwssd (the token's pair broadcast from memory), so a pair
-// costs 1 + NT loads and NT multiply-add instructions, against the AVX2 loop's 2 + 4 loads and 16
-// instructions for 4 tokens. 16 rows × 8 tokens = 8 accumulators, folded per span as above.
+// The AVX-512 form: two tiles at once (32 output rows, two panels) against 8 tokens. One 512-bit
+// panel load holds a column pair of a tile's 16 rows; each token's pair is broadcast once and feeds
+// one vpdpwssd (multiply int16 pairs, add into int32) per tile. A pair then costs 2 + 8 loads for 16
+// multiply-add instructions — the AVX2 loop needs 6 loads and 16 instructions for 4 tokens' 8 — and
+// each span's fold is spread over twice the work. 16 accumulators, 8 broadcasts, 2 panel vectors:
+// 26 of the 32 vector registers.
 constexpr std::size_t kWideTokens = 8;
+constexpr std::size_t kWideRows = 2 * kTileRows;
 
-// The pair loop for 8 tokens (fewer: the unused pointers repeat token 0, their sums ignored), in
-// assembly for the reason pair_loop4 is: GCC 12 compiled the intrinsic form with a register copy per
-// accumulator per pair and the panel vector spilled to the stack (72 → 91 G multiply-adds/s only).
-// ("%{1to16%}" is the embedded broadcast {1to16}: braces are dialect markers in GCC asm templates.)
-inline void pair_loop8(const int16_t* p, const int16_t* const* x, std::size_t pairs, __m512i acc[8]) {
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+// The pair loop, in assembly for the reason pair_loop4 is: GCC 12 compiled an intrinsic form with a
+// register copy per accumulator per pair and a panel vector spilled to the stack. The accumulators
+// are fixed registers (zmm0-15: tile A's 8 tokens, then tile B's), stored to acc at the end: an asm
+// statement takes at most 30 operands, and 16 in-out vectors would count as 32.
+inline void pair_loop8x2(const int16_t* pa, const int16_t* pb, const int16_t* const* x, std::size_t pairs,
+                         __m512i acc[16]) {
   std::size_t i = 0;
   asm volatile(
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+      "vmovdqa64 %%zmm0, %%zmm1\n\t"
+      "vmovdqa64 %%zmm0, %%zmm2\n\t"
+      "vmovdqa64 %%zmm0, %%zmm3\n\t"
+      "vmovdqa64 %%zmm0, %%zmm4\n\t"
+      "vmovdqa64 %%zmm0, %%zmm5\n\t"
+      "vmovdqa64 %%zmm0, %%zmm6\n\t"
+      "vmovdqa64 %%zmm0, %%zmm7\n\t"
+      "vmovdqa64 %%zmm0, %%zmm8\n\t"
+      "vmovdqa64 %%zmm0, %%zmm9\n\t"
+      "vmovdqa64 %%zmm0, %%zmm10\n\t"
+      "vmovdqa64 %%zmm0, %%zmm11\n\t"
+      "vmovdqa64 %%zmm0, %%zmm12\n\t"
+      "vmovdqa64 %%zmm0, %%zmm13\n\t"
+      "vmovdqa64 %%zmm0, %%zmm14\n\t"
+      "vmovdqa64 %%zmm0, %%zmm15\n\t"
+      "test %[n], %[n]\n\t"
+      "jz 2f\n\t"
       "1:\n\t"
-      "vmovdqa64 (%[p]), %%zmm31\n\t"
-      "vpdpwssd (%[x0],%[i],4)%{1to16%}, %%zmm31, %[a0]\n\t"
-      "vpdpwssd (%[x1],%[i],4)%{1to16%}, %%zmm31, %[a1]\n\t"
-      "vpdpwssd (%[x2],%[i],4)%{1to16%}, %%zmm31, %[a2]\n\t"
-      "vpdpwssd (%[x3],%[i],4)%{1to16%}, %%zmm31, %[a3]\n\t"
-      "vpdpwssd (%[x4],%[i],4)%{1to16%}, %%zmm31, %[a4]\n\t"
-      "vpdpwssd (%[x5],%[i],4)%{1to16%}, %%zmm31, %[a5]\n\t"
-      "vpdpwssd (%[x6],%[i],4)%{1to16%}, %%zmm31, %[a6]\n\t"
-      "vpdpwssd (%[x7],%[i],4)%{1to16%}, %%zmm31, %[a7]\n\t"
-      "add $64, %[p]\n\t"
+      "vmovdqa64 (%[pa]), %%zmm30\n\t"
+      "vmovdqa64 (%[pb]), %%zmm31\n\t"
+      "vpbroadcastd (%[x0],%[i],4), %%zmm22\n\t"
+      "vpbroadcastd (%[x1],%[i],4), %%zmm23\n\t"
+      "vpbroadcastd (%[x2],%[i],4), %%zmm24\n\t"
+      "vpbroadcastd (%[x3],%[i],4), %%zmm25\n\t"
+      "vpbroadcastd (%[x4],%[i],4), %%zmm26\n\t"
+      "vpbroadcastd (%[x5],%[i],4), %%zmm27\n\t"
+      "vpbroadcastd (%[x6],%[i],4), %%zmm28\n\t"
+      "vpbroadcastd (%[x7],%[i],4), %%zmm29\n\t"
+      "vpdpwssd %%zmm22, %%zmm30, %%zmm0\n\t"
+      "vpdpwssd %%zmm22, %%zmm31, %%zmm8\n\t"
+      "vpdpwssd %%zmm23, %%zmm30, %%zmm1\n\t"
+      "vpdpwssd %%zmm23, %%zmm31, %%zmm9\n\t"
+      "vpdpwssd %%zmm24, %%zmm30, %%zmm2\n\t"
+      "vpdpwssd %%zmm24, %%zmm31, %%zmm10\n\t"
+      "vpdpwssd %%zmm25, %%zmm30, %%zmm3\n\t"
+      "vpdpwssd %%zmm25, %%zmm31, %%zmm11\n\t"
+      "vpdpwssd %%zmm26, %%zmm30, %%zmm4\n\t"
+      "vpdpwssd %%zmm26, %%zmm31, %%zmm12\n\t"
+      "vpdpwssd %%zmm27, %%zmm30, %%zmm5\n\t"
+      "vpdpwssd %%zmm27, %%zmm31, %%zmm13\n\t"
+      "vpdpwssd %%zmm28, %%zmm30, %%zmm6\n\t"
+      "vpdpwssd %%zmm28, %%zmm31, %%zmm14\n\t"
+      "vpdpwssd %%zmm29, %%zmm30, %%zmm7\n\t"
+      "vpdpwssd %%zmm29, %%zmm31, %%zmm15\n\t"
+      "add $64, %[pa]\n\t"
+      "add $64, %[pb]\n\t"
       "inc %[i]\n\t"
       "cmp %[n], %[i]\n\t"
       "jne 1b\n\t"
-      : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4), [a5] "+v"(a5), [a6] "+v"(a6),
-        [a7] "+v"(a7), [p] "+r"(p), [i] "+r"(i)
+      "2:\n\t"
+      "vmovdqu64 %%zmm0, 0(%[acc])\n\t"
+      "vmovdqu64 %%zmm1, 64(%[acc])\n\t"
+      "vmovdqu64 %%zmm2, 128(%[acc])\n\t"
+      "vmovdqu64 %%zmm3, 192(%[acc])\n\t"
+      "vmovdqu64 %%zmm4, 256(%[acc])\n\t"
+      "vmovdqu64 %%zmm5, 320(%[acc])\n\t"
+      "vmovdqu64 %%zmm6, 384(%[acc])\n\t"
+      "vmovdqu64 %%zmm7, 448(%[acc])\n\t"
+      "vmovdqu64 %%zmm8, 512(%[acc])\n\t"
+      "vmovdqu64 %%zmm9, 576(%[acc])\n\t"
+      "vmovdqu64 %%zmm10, 640(%[acc])\n\t"
+      "vmovdqu64 %%zmm11, 704(%[acc])\n\t"
+      "vmovdqu64 %%zmm12, 768(%[acc])\n\t"
+      "vmovdqu64 %%zmm13, 832(%[acc])\n\t"
+      "vmovdqu64 %%zmm14, 896(%[acc])\n\t"
+      "vmovdqu64 %%zmm15, 960(%[acc])\n\t"
+      : [pa] "+r"(pa), [pb] "+r"(pb), [i] "+r"(i)
       : [x0] "r"(x[0]), [x1] "r"(x[1]), [x2] "r"(x[2]), [x3] "r"(x[3]), [x4] "r"(x[4]), [x5] "r"(x[5]), [x6] "r"(x[6]),
-        [x7] "r"(x[7]), [n] "r"(pairs)
-      : "xmm31", "cc", "memory");
-  acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3, acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;
+        [x7] "r"(x[7]), [n] "r"(pairs), [acc] "r"(acc)
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory");
 }
 
+// One span of both tiles against NT <= 8 tokens (fewer: the unused pointers repeat token 0, their
+// sums ignored); c is [token][32 rows], the panels' scales and biases [tile][16].
 template <std::size_t NT>
-void span_kernel_zmm(const int16_t* panel, const int16_t* const* x, std::size_t pairs, const float* scale,
-                     const float* bias, const float* const* step, const float* const* xsum, bool group_start, float* c) {
+void span_kernel_zmm(const int16_t* pa, const int16_t* pb, const int16_t* const* x, std::size_t pairs,
+                     const float* scale, const float* bias, const float* const* step, const float* const* xsum,
+                     bool group_start, float* c) {
   static_assert(NT >= 1 && NT <= kWideTokens);
   const int16_t* xs[kWideTokens];
   for (std::size_t t = 0; t < kWideTokens; ++t) xs[t] = x[t < NT ? t : 0];
-  __m512i acc[kWideTokens];
-  pair_loop8(panel, xs, pairs, acc);
-  const __m512 sv = _mm512_loadu_ps(scale), bv = _mm512_loadu_ps(bias);
-  for (std::size_t t = 0; t < NT; ++t) {
-    float* ct = c + t * kTileRows;
-    __m512 v = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_mul_ps(sv, _mm512_set1_ps(*step[t])),
-                               _mm512_loadu_ps(ct));
-    if (group_start) v = _mm512_fmadd_ps(bv, _mm512_set1_ps(*xsum[t]), v);
-    _mm512_storeu_ps(ct, v);
+  __m512i acc[2 * kWideTokens];
+  pair_loop8x2(pa, pb, xs, pairs, acc);
+  for (std::size_t h = 0; h < 2; ++h) {
+    const __m512 sv = _mm512_loadu_ps(scale + h * kTileRows), bv = _mm512_loadu_ps(bias + h * kTileRows);
+    for (std::size_t t = 0; t < NT; ++t) {
+      float* ct = c + t * kWideRows + h * kTileRows;
+      __m512 v = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[h * kWideTokens + t]),
+                                 _mm512_mul_ps(sv, _mm512_set1_ps(*step[t])), _mm512_loadu_ps(ct));
+      if (group_start) v = _mm512_fmadd_ps(bv, _mm512_set1_ps(*xsum[t]), v);
+      _mm512_storeu_ps(ct, v);
+    }
   }
 }
 
+// ps, pb: [group in block][tile][16].
 template <std::size_t NT>
-void tile_kernel_zmm(const int16_t* panel, const float* ps, const float* pb, std::size_t k0, std::size_t kc,
-                     std::size_t group, const IntActivations& a, std::size_t t0, float* c) {
+void tile_kernel_zmm(const int16_t* pa, const int16_t* pb, const float* ps, const float* pbias, std::size_t k0,
+                     std::size_t kc, std::size_t group, const IntActivations& a, std::size_t t0, float* c) {
   const std::size_t span = std::min(group, kMaxSpan);
   const int16_t* x[kWideTokens];
   const float *step[kWideTokens], *xsum[kWideTokens];
@@ -295,8 +355,8 @@ void tile_kernel_zmm(const int16_t* panel, const float* ps, const float* pb, std
       step[t] = a.step + (t0 + t) * a.groups + g;
       xsum[t] = a.xsum + (t0 + t) * a.groups + g;
     }
-    span_kernel_zmm<NT>(panel + s0 * kTileRows, x, span / 2, ps + gi * kTileRows, pb + gi * kTileRows, step, xsum,
-                        in_group == 0, c);
+    span_kernel_zmm<NT>(pa + s0 * kTileRows, pb + s0 * kTileRows, x, span / 2, ps + gi * kWideRows,
+                        pbias + gi * kWideRows, step, xsum, in_group == 0, c);
     if ((in_group += span) == group) {
       in_group = 0;
       ++g;
@@ -305,17 +365,17 @@ void tile_kernel_zmm(const int16_t* panel, const float* ps, const float* pb, std
   }
 }
 
-void run_tokens_zmm(std::size_t nt, const int16_t* panel, const float* ps, const float* pb, std::size_t k0,
-                    std::size_t kc, std::size_t group, const IntActivations& a, std::size_t t0, float* c) {
+void run_tokens_zmm(std::size_t nt, const int16_t* pa, const int16_t* pb, const float* ps, const float* pbias,
+                    std::size_t k0, std::size_t kc, std::size_t group, const IntActivations& a, std::size_t t0, float* c) {
   switch (nt) {
-    case 8: return tile_kernel_zmm<8>(panel, ps, pb, k0, kc, group, a, t0, c);
-    case 7: return tile_kernel_zmm<7>(panel, ps, pb, k0, kc, group, a, t0, c);
-    case 6: return tile_kernel_zmm<6>(panel, ps, pb, k0, kc, group, a, t0, c);
-    case 5: return tile_kernel_zmm<5>(panel, ps, pb, k0, kc, group, a, t0, c);
-    case 4: return tile_kernel_zmm<4>(panel, ps, pb, k0, kc, group, a, t0, c);
-    case 3: return tile_kernel_zmm<3>(panel, ps, pb, k0, kc, group, a, t0, c);
-    case 2: return tile_kernel_zmm<2>(panel, ps, pb, k0, kc, group, a, t0, c);
-    default: return tile_kernel_zmm<1>(panel, ps, pb, k0, kc, group, a, t0, c);
+    case 8: return tile_kernel_zmm<8>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
+    case 7: return tile_kernel_zmm<7>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
+    case 6: return tile_kernel_zmm<6>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
+    case 5: return tile_kernel_zmm<5>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
+    case 4: return tile_kernel_zmm<4>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
+    case 3: return tile_kernel_zmm<3>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
+    case 2: return tile_kernel_zmm<2>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
+    default: return tile_kernel_zmm<1>(pa, pb, ps, pbias, k0, kc, group, a, t0, c);
   }
 }
 #endif
@@ -402,44 +462,48 @@ void quant_gemm(sl_backend* be, const float* x, uint32_t n_act, const sl_weight*
 
   // Columns per panel: a whole number of groups, about kTargetBlockCols.
   const std::size_t kc = G * std::max<std::size_t>(1, kTargetBlockCols / G);
-  const std::size_t tiles = (n_out + kTileRows - 1) / kTileRows;
+  // A thread's unit of work: one tile of 16 rows, or two (the AVX-512 kernel's 32).
   [[maybe_unused]] const bool wide = avx512_kernels();
-  be->pool->parallel_for(tiles, 1, [&](std::size_t tb, std::size_t te, unsigned) {
+  const std::size_t unit = wide ? 2 * kTileRows : kTileRows, units = (n_out + unit - 1) / unit;
+  be->pool->parallel_for(units, 1, [&](std::size_t ub, std::size_t ue, unsigned) {
     struct Scratch {
       std::vector<int16_t> rows, panel;
       std::vector<float> ps, pb, c;
     };
     static thread_local Scratch s;
     s.rows.resize(kTileRows * kc);
-    s.panel.resize(kTileRows * kc + 32);  // +32: room to align to 64 bytes (one AVX-512 load per pair)
-    s.ps.resize(kTileRows * (kc / G) + 8);
-    s.pb.resize(kTileRows * (kc / G) + 8);
-    s.c.resize(n * kTileRows + 8);
-    auto align32 = [](auto* p) {
+    s.panel.resize(unit * kc + 32);  // +32: room to align to 64 bytes (one AVX-512 load per pair)
+    s.ps.resize(unit * (kc / G) + 16);
+    s.pb.resize(unit * (kc / G) + 16);
+    s.c.resize(n * unit + 16);
+    auto align64 = [](auto* p) {
       using T = std::remove_pointer_t<decltype(p)>;
-      return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 31) & ~uintptr_t(31));
+      return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
     };
-    int16_t* panel = reinterpret_cast<int16_t*>((reinterpret_cast<uintptr_t>(s.panel.data()) + 63) & ~uintptr_t(63));
-    float* ps = align32(s.ps.data());
-    float* pb = align32(s.pb.data());
-    float* c = align32(s.c.data());
-    for (std::size_t tile = tb; tile < te; ++tile) {
-      const std::size_t r0 = tile * kTileRows, valid = std::min(kTileRows, n_out - r0);
-      std::fill(c, c + n * kTileRows, 0.0f);
+    int16_t* panel = align64(s.panel.data());
+    float* ps = align64(s.ps.data());
+    float* pb = align64(s.pb.data());
+    float* c = align64(s.c.data());
+    for (std::size_t u = ub; u < ue; ++u) {
+      const std::size_t r0 = u * unit, valid = std::min(unit, n_out - r0);
+      std::fill(c, c + n * unit, 0.0f);
       for (std::size_t k0 = 0; k0 < cols; k0 += kc) {
         const std::size_t kb = std::min(kc, cols - k0);
-        pack_panel(q, r0, k0, kb, s.rows.data(), panel, ps, pb);
 #ifdef SLUICE_CPU_AVX512
         if (wide) {
+          int16_t* second = panel + kTileRows * kc;
+          pack_panel(q, r0, k0, kb, s.rows.data(), panel, ps, pb, kWideRows);
+          pack_panel(q, r0 + kTileRows, k0, kb, s.rows.data(), second, ps + kTileRows, pb + kTileRows, kWideRows);
           for (std::size_t t0 = 0; t0 < n; t0 += kWideTokens)
-            run_tokens_zmm(std::min(kWideTokens, n - t0), panel, ps, pb, k0, kb, G, a, t0, c + t0 * kTileRows);
+            run_tokens_zmm(std::min(kWideTokens, n - t0), panel, second, ps, pb, k0, kb, G, a, t0, c + t0 * kWideRows);
           continue;
         }
 #endif
+        pack_panel(q, r0, k0, kb, s.rows.data(), panel, ps, pb, kTileRows);
         for (std::size_t t0 = 0; t0 < n; t0 += kTileTokens)
           run_tokens(std::min(kTileTokens, n - t0), panel, ps, pb, k0, kb, G, a, t0, c + t0 * kTileRows);
       }
-      for (std::size_t t = 0; t < n; ++t) std::memcpy(out + t * n_out + r0, c + t * kTileRows, valid * sizeof(float));
+      for (std::size_t t = 0; t < n; ++t) std::memcpy(out + t * n_out + r0, c + t * unit, valid * sizeof(float));
     }
   });
 }
