@@ -111,8 +111,8 @@ struct sl_backend {
   std::vector<float> inv_freq_host;
   cl::Buffer d_inv_freq, d_ids;
   size_t d_ids_cap = 0;
-  // Scratch: float32 weight blocks for prefill GEMMs, attention split partials, and
-  // attention_fused_queries' query areas (read by every key split).
+  // Scratch: float32 weight blocks for prefill GEMMs (or the tensor-core GEMM's f16 activations),
+  // attention split partials, and attention_fused_queries' query areas (read by every key split).
   sluice::ocl::Scratch gemm_scratch, att_partial, att_q_images;
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;

@@ -270,8 +270,13 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8 -DR4=" + std::to_string(q4_rows());
       if (program != "matvec") options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"));
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
-    } else if (program == "gemm_mma") {  // inline PTX: built only where be->use_ptx (cl_matmul.cpp)
+    } else if (program.rfind("gemm_mma_bk", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_matmul.cpp)
       source += kernel_source("gemm_mma");
+      // "gemm_mma_bk64" or "gemm_mma_bk64_bm64": MMA_BK and MMA_BM (128 unless named).
+      const std::string shape = program.substr(std::strlen("gemm_mma_bk"));
+      const auto bm = shape.find("_bm");
+      options += " -DMMA_BK=" + shape.substr(0, bm);
+      if (bm != std::string::npos) options += " -DMMA_BM=" + shape.substr(bm + 3);
     } else {
       throw std::runtime_error("unknown program " + program);
     }

@@ -21,6 +21,7 @@ namespace {
 constexpr uint32_t kMatvecMaxRows = 8;            // MAX_T in matvec.cl
 constexpr uint32_t kMatvecRowsPerGroup = 128 / 32;  // WG / TEAM
 constexpr uint64_t kScratchBytes = 64ull << 20;   // float32 weight block for one GEMM
+constexpr uint32_t kMmaDefaultRows = 128;          // MMA_BM of the tensor-core GEMM with 64-column steps
 
 struct Segment {
   uint32_t r0, rows;
@@ -162,10 +163,29 @@ void gemm_nt(sl_backend* be, uint32_t m, uint32_t n, uint32_t k, const cl::Buffe
   launch(be, kn, cl::NDRange(round_up(n, 16), round_up(m, 16)), cl::NDRange(16, 16));
 }
 
+// The tensor-core GEMM's shape for a weight (kernels_cl/gemm_mma.cl): columns a step (MMA_BK: 64
+// where K allows, else 32) and activation rows a work-group (MMA_BM: 128, or 64 with 64-column
+// steps). SLUICE_OPENCL_MMA_BK=32 and SLUICE_OPENCL_MMA_BM=64/128 force them for measuring.
+struct MmaShape {
+  uint32_t step, rows;
+};
+
+MmaShape mma_shape(const sl_weight* w) {
+  static const long bk = env_knob("SLUICE_OPENCL_MMA_BK", [](long v) { return v == 32 || v == 64; });
+  static const long bm = env_knob("SLUICE_OPENCL_MMA_BM", [](long v) { return v == 64 || v == 128; });
+  const uint32_t step = bk != 32 && w->cols % 64 == 0 ? 64 : 32;
+  const uint32_t rows = step == 64 ? static_cast<uint32_t>(bm ? bm : kMmaDefaultRows) : 128;
+  return {step, rows};
+}
+
+std::string mma_program(MmaShape s) {
+  return "gemm_mma_bk" + std::to_string(s.step) + (s.rows == 128 ? "" : "_bm" + std::to_string(s.rows));
+}
+
 // Whether the tensor-core GEMM takes this weight: an sm_80+ NVIDIA device with PTX on, 4- or 8-bit
-// codes, K in whole 32-column steps, groups of whole 16-column runs (a work-item's share of a step
-// then has one scale). SLUICE_OPENCL_MMA=0 keeps the CLBlast path. The program is built on first use;
-// if that fails the CLBlast path serves from then on.
+// codes, K in whole 32-column steps, groups a power of two of at least 16 columns (a work-item's
+// 16-column share of a step then has one scale, found by a shift). SLUICE_OPENCL_MMA=0 keeps the CLBlast path. The programs are built on first
+// use; if that fails the CLBlast path serves from then on.
 bool mma_applies(sl_backend* be, const sl_weight* w) {
   if (be->mma_state == 0) {
     static const bool off = [] {
@@ -176,7 +196,8 @@ bool mma_applies(sl_backend* be, const sl_weight* w) {
       be->mma_state = -1;
     } else {
       try {
-        kernel(be, "gemm_mma", "gemm_mma_quant");
+        for (MmaShape shape : {MmaShape{32, 128}, MmaShape{64, 128}, MmaShape{64, 64}})
+          kernel(be, mma_program(shape), "gemm_mma_quant");
         be->mma_state = 1;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "opencl: tensor-core GEMM unavailable, prefill uses CLBlast: %s\n", e.what());
@@ -184,17 +205,29 @@ bool mma_applies(sl_backend* be, const sl_weight* w) {
       }
     }
   }
-  return be->mma_state == 1 && (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 && w->group_size % 16 == 0;
+  const uint32_t gs = w->group_size;
+  return be->mma_state == 1 && (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 && gs >= 16 && (gs & (gs - 1)) == 0;
 }
 
-// out[:, r0 + n] = x · W[n]ᵀ per segment, 128 × 128 blocks of out per work-group of 256.
+// out[:, r0 + n] = x · W[n]ᵀ per segment, MMA_BM × 128 blocks of out per work-group of 256.
 void gemm_mma(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, sl_buffer* out) {
-  auto& k = kernel(be, "gemm_mma", "gemm_mma_quant");
+  const MmaShape shape = mma_shape(w);
+  // x as f16 pairs in the kernel's chunk order, once for all work-groups.
+  cl::Buffer& xh = be->gemm_scratch.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
+  auto& pack = kernel(be, mma_program(shape), "gemm_mma_pack_x");
+  pack.setArg(0, static_cast<cl_uint>(n_rows));
+  pack.setArg(1, static_cast<cl_uint>(w->cols));
+  pack.setArg(2, single(x));
+  pack.setArg(3, xh);
+  launch(be, pack, cl::NDRange(round_up(w->cols / 16, 64), n_rows), cl::NDRange(64, 1));
+  uint32_t group_shift = 0;
+  while ((1u << group_shift) < w->group_size) ++group_shift;
+  auto& k = kernel(be, mma_program(shape), "gemm_mma_quant");
   for (const auto& s : segments(be, w)) {
     k.setArg(0, static_cast<cl_uint>(n_rows));
     k.setArg(1, static_cast<cl_uint>(s.rows));
     k.setArg(2, static_cast<cl_uint>(w->cols));
-    k.setArg(3, single(x));
+    k.setArg(3, xh);
     k.setArg(4, s.data.buffer);
     k.setArg(5, static_cast<cl_ulong>(s.data.offset / 4));
     k.setArg(6, static_cast<cl_uint>(w->bits));
@@ -203,11 +236,11 @@ void gemm_mma(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weig
     k.setArg(9, s.biases.buffer);
     k.setArg(10, static_cast<cl_ulong>(s.biases.offset));
     k.setArg(11, static_cast<cl_uint>(w->scale_dtype));
-    k.setArg(12, static_cast<cl_uint>(w->group_size));
+    k.setArg(12, static_cast<cl_uint>(group_shift));
     k.setArg(13, single(out));
     k.setArg(14, static_cast<cl_uint>(w->rows));
     k.setArg(15, static_cast<cl_uint>(s.r0));
-    launch(be, k, cl::NDRange(size_t((n_rows + 127) / 128) * 256, (s.rows + 127) / 128), cl::NDRange(256, 1));
+    launch(be, k, cl::NDRange(size_t((n_rows + shape.rows - 1) / shape.rows) * 256, (s.rows + 127) / 128), cl::NDRange(256, 1));
   }
 }
 

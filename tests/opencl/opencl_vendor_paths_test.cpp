@@ -234,10 +234,11 @@ TEST(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding)
     sl_dtype scale_dtype;
   };
   // Ragged m (one partial 128-row block, several), n not a multiple of the 128-row tile, each group
-  // size and scale form, and 8-bit codes.
+  // size and scale form, 8-bit codes, and the kernel's shapes (run with SLUICE_OPENCL_MMA_BK / _BM to cover each).
   const Shape shapes[] = {{9, 200, 512, 4, 32, SL_DTYPE_F16},      {100, 333, 1024, 4, 64, SL_DTYPE_BF16},
                           {512, 260, 2048, 4, 128, SL_DTYPE_BF16}, {130, 129, 768, 4, 64, SL_DTYPE_F32},
-                          {257, 136, 1024, 8, 64, SL_DTYPE_F16},   {64, 4096, 256, 4, 128, SL_DTYPE_F16}};
+                          {257, 136, 1024, 8, 64, SL_DTYPE_F16},   {64, 4096, 256, 4, 128, SL_DTYPE_F16},
+                          {40, 150, 96, 4, 32, SL_DTYPE_BF16}};  // k not a multiple of 64: 32-column steps
   std::mt19937 rng(11);
   for (const Shape& s : shapes) {
     SCOPED_TRACE("m " + std::to_string(s.m) + " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + " bits " +
