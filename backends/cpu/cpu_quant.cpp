@@ -160,10 +160,10 @@ void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const
   const auto* w = reinterpret_cast<const uint8_t*>(q.row(r));
   const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row, stride = param_stride(groups);
   const bool two = 2 * G == R;  // each run holds two groups
-  __m512 total[2][NT], bias_acc[NT], mult[NT];
+  __m512 total_a[NT], total_b[NT], bias_acc[NT], mult[NT];
   float bias_part[NT];
   for (int t = 0; t < NT; ++t) {
-    total[0][t] = total[1][t] = bias_acc[t] = _mm512_setzero_ps();
+    total_a[t] = total_b[t] = bias_acc[t] = _mm512_setzero_ps();
     bias_part[t] = 0.0f;
   }
   const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -189,7 +189,6 @@ void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const
       }
     }
   };
-  std::size_t parity = 0;
   for (std::size_t g0 = 0; g0 < groups; g0 += 16) {
     // Multipliers (scale × activation step) of sixteen groups at once, and their bias terms; past a
     // row's last group this reads the next row's parameters against zero activation padding — except
@@ -212,33 +211,42 @@ void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const
       for (int t = 0; t < NT; ++t) mult[t] = _mm512_load_ps(tail_mult[t]);
     }
     const std::size_t g1 = std::min(groups, g0 + 16);
+    // One run's (or, for long groups, one group's) sums folded into tot with the multipliers idx picks.
+    auto fold = [&](const __m512i* acc, __m512i idx, __m512* tot) {
+      for (int t = 0; t < NT; ++t)
+        tot[t] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_maskz_permutexvar_ps(0xffff, idx, mult[t]),
+                                 tot[t]);
+    };
     __m512i acc[NT];
     if (two) {
-      for (std::size_t g = g0; g < g1; g += 2, parity ^= 1) {
+      // Runs alternate between the two totals (named, not indexed by a variable: an index would keep
+      // them in memory).
+      std::size_t g = g0;
+      for (; g + 4 <= g1; g += 4) {
         run(g * G, acc);
-        const __m512i idx = _mm512_add_epi32(halves, _mm512_set1_epi32(static_cast<int>(g - g0)));
-        for (int t = 0; t < NT; ++t)
-          total[parity][t] =
-              _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_maskz_permutexvar_ps(0xffff, idx, mult[t]), total[parity][t]);
+        fold(acc, _mm512_add_epi32(halves, _mm512_set1_epi32(static_cast<int>(g - g0))), total_a);
+        run((g + 2) * G, acc);
+        fold(acc, _mm512_add_epi32(halves, _mm512_set1_epi32(static_cast<int>(g + 2 - g0))), total_b);
+      }
+      for (; g < g1; g += 2) {
+        run(g * G, acc);
+        fold(acc, _mm512_add_epi32(halves, _mm512_set1_epi32(static_cast<int>(g - g0))), total_a);
       }
     } else {
-      for (std::size_t g = g0; g < g1; ++g, parity ^= 1) {
+      for (std::size_t g = g0; g < g1; ++g) {
         run(g * G, acc);
         for (std::size_t c = g * G + R; c < (g + 1) * G; c += R) {
           __m512i more[NT];
           run(c, more);
           for (int t = 0; t < NT; ++t) acc[t] = _mm512_add_epi32(acc[t], more[t]);
         }
-        const __m512i idx = _mm512_set1_epi32(static_cast<int>(g - g0));
-        for (int t = 0; t < NT; ++t)
-          total[parity][t] =
-              _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_maskz_permutexvar_ps(0xffff, idx, mult[t]), total[parity][t]);
+        fold(acc, _mm512_set1_epi32(static_cast<int>(g - g0)), (g - g0) % 2 ? total_b : total_a);
       }
     }
   }
   for (int t = 0; t < NT; ++t) {
     alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(total[0][t], total[1][t]), bias_acc[t]));
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(total_a[t], total_b[t]), bias_acc[t]));
     result[t] = hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) + bias_part[t];
   }
 }
