@@ -58,17 +58,17 @@ inline uint pack_half2(float lo, float hi) {
 }
 
 // Word offset in a tile of 16-column chunk `part` of row `row` (permuted as above).
-inline uint tile_half_offset(uint row, uint part) { return row * MMA_ROW_WORDS + ((part ^ MMA_SWZ(row)) << 3); }
+inline uint tile_chunk_offset(uint row, uint part) { return row * MMA_ROW_WORDS + ((part ^ MMA_SWZ(row)) << 3); }
 
-// Stores 16 consecutive columns (v[0..15], column order) of one tile row chunk in the fragment order.
+// Stores 16 consecutive columns (v[0..15], column order) as one tile chunk, in the fragment order.
 inline uint4 chunk_words_lo(const float* v) {
   return (uint4)(pack_half2(v[0], v[1]), pack_half2(v[8], v[9]), pack_half2(v[2], v[3]), pack_half2(v[10], v[11]));
 }
 inline uint4 chunk_words_hi(const float* v) {
   return (uint4)(pack_half2(v[4], v[5]), pack_half2(v[12], v[13]), pack_half2(v[6], v[7]), pack_half2(v[14], v[15]));
 }
-inline void store_half_row(__local uint* tile, uint row, uint part, const float* v) {
-  __local uint4* p = (__local uint4*)(tile + tile_half_offset(row, part));
+inline void store_chunk(__local uint* tile, uint row, uint part, const float* v) {
+  __local uint4* p = (__local uint4*)(tile + tile_chunk_offset(row, part));
   p[0] = chunk_words_lo(v);
   p[1] = chunk_words_hi(v);
 }
@@ -116,7 +116,7 @@ __attribute__((always_inline)) inline void load_w_chunk(WChunk* c, uint row, uin
 }
 
 __attribute__((always_inline)) inline void store_x_chunk(const XChunk* c, __local uint* tile, uint row, uint chunk) {
-  __local uint4* p = (__local uint4*)(tile + tile_half_offset(row, chunk));
+  __local uint4* p = (__local uint4*)(tile + tile_chunk_offset(row, chunk));
   p[0] = c->v[0];
   p[1] = c->v[1];
 }
@@ -138,7 +138,7 @@ __attribute__((always_inline)) inline void store_w_chunk(const WChunk* c, __loca
 #pragma unroll
     for (uint i = 0; i < 16; ++i) v[i] = fma(c->scale, code_to_float((w[i >> 2] >> (8 * (i & 3))) & 255u), c->bias);
   }
-  store_half_row(tile, row, chunk, v);
+  store_chunk(tile, row, chunk, v);
 }
 
 // One step's share of work-item tid: chunk q = tid + 256·c of a tile is row q / MMA_ROW_CHUNKS, chunk
@@ -256,11 +256,11 @@ void gemm_mma_quant(uint M, uint N, uint K, __global const uint* xh, __global co
 #pragma unroll
       for (uint i = 0; i < MMA_WMT; ++i) {
         const uint r = wm + i * 16 + g;
-        a_lo[i] = *(__local const uint2*)(xt + tile_half_offset(r, kh) + 2 * t);      // row g: a0, a2
-        a_hi[i] = *(__local const uint2*)(xt + tile_half_offset(r + 8, kh) + 2 * t);  // row g + 8: a1, a3
+        a_lo[i] = *(__local const uint2*)(xt + tile_chunk_offset(r, kh) + 2 * t);      // row g: a0, a2
+        a_hi[i] = *(__local const uint2*)(xt + tile_chunk_offset(r + 8, kh) + 2 * t);  // row g + 8: a1, a3
       }
 #pragma unroll
-      for (uint j = 0; j < 4; ++j) b[j] = *(__local const uint2*)(wt + tile_half_offset(wn + j * 8 + g, kh) + 2 * t);
+      for (uint j = 0; j < 4; ++j) b[j] = *(__local const uint2*)(wt + tile_chunk_offset(wn + j * 8 + g, kh) + 2 * t);
 #pragma unroll
       for (uint i = 0; i < MMA_WMT; ++i)
 #pragma unroll
