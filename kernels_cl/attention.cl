@@ -333,3 +333,25 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
     }
   }
 }
+
+// Keys and values [k_lo, k_lo + n_keys) of one sequence as f16 rows for attention_mma (prefill runs
+// on tensor cores, cl_attention.cpp): out_k and out_v as [KV head][key][HEAD_DIM], keys n_keys..n_pad
+// zero — the mma kernel reads whole 64-key tiles, and a zero row under a zero weight stays zero
+// where stale bits could be NaN. Decoded through the codecs' load, so any codec with OpenCL source
+// serves; for the f16 codec the copy is exact. One work-item per (dim, key, KV head).
+__kernel void kv_gather_f16(__global const uchar* layer, ulong page_bytes, uint page_tokens, uint n_kv_heads,
+                            uint k_row_bytes, uint v_row_bytes, __global const int* page_table, uint table_offset,
+                            int k_lo, uint n_keys, uint n_pad, __global half* out_k, __global half* out_v) {
+  const uint d = get_global_id(0), i = get_global_id(1), kvh = get_global_id(2);
+  const ulong at = ((ulong)kvh * n_pad + i) * HEAD_DIM + d;
+  float kv = 0.0f, vv = 0.0f;
+  if (i < n_keys) {
+    const uint j = (uint)k_lo + i, slot = j % page_tokens;
+    const ulong page = kv_page_of(page_table + table_offset, j, page_tokens);
+    __global const uchar* base = layer + page * page_bytes;
+    kv = sl_k_load(base + ((ulong)kvh * page_tokens + slot) * k_row_bytes, d);
+    vv = sl_v_load(base + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)kvh * page_tokens + slot) * v_row_bytes, d);
+  }
+  vstore_half_rte(kv, at, out_k);
+  vstore_half_rte(vv, at, out_v);
+}

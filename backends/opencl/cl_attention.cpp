@@ -7,6 +7,7 @@
 // pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -145,7 +146,8 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                          hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(),
                          hpw && c->k_fused ? cl::Kernel(program, "attention_fused_queries") : cl::Kernel(),
                          hpw,
-                         wide_wg};
+                         wide_wg,
+                         cl::Kernel(program, "kv_gather_f16")};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -245,6 +247,108 @@ sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const s
   }
   be->queue.enqueueWriteBuffer(single(out), CL_TRUE, 0, oh.size() * 4, oh.data());
   return SL_OK;
+}
+
+// Prefill runs on tensor cores (kernels_cl/attention_mma.cl): consecutive positions of one
+// sequence, at least kMmaMinRun of them — shorter runs (decode tokens) read their keys once anyway,
+// and the portable kernels split long histories across the GPU where the mma kernel would not.
+constexpr uint32_t kMmaMinRun = 16;
+constexpr uint32_t kMmaBlock = 64;  // AM_BQ and AM_BK in attention_mma.cl
+constexpr uint32_t kMmaGroup = 128; // AM_WG
+
+struct QueryRun {
+  uint32_t first_token, n_tokens;
+  int32_t first_pos, seq;
+};
+
+// The batch as runs of consecutive positions of one sequence.
+std::vector<QueryRun> query_runs(const sl_backend* be) {
+  std::vector<QueryRun> runs;
+  for (uint32_t t = 0; t < be->positions.size(); ++t) {
+    if (!runs.empty()) {
+      auto& r = runs.back();
+      if (r.seq == be->seq_slots[t] && r.first_pos + static_cast<int32_t>(r.n_tokens) == be->positions[t]) {
+        ++r.n_tokens;
+        continue;
+      }
+    }
+    runs.push_back({t, 1, be->positions[t], be->seq_slots[t]});
+  }
+  return runs;
+}
+
+// Whether prefill runs go through attention_mma: an sm_80+ NVIDIA device with PTX on, a head_dim
+// the kernel is built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators),
+// and no recent window in this batch — with one, a key is read exactly by some queries of a run and
+// through the codec by others, which one gathered copy cannot give. SLUICE_OPENCL_MMA_ATT=0 keeps
+// the portable kernels; a program that fails to build is reported once and the portable kernels serve.
+bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const sl_attention_params* p) {
+  static const bool off = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_MMA_ATT");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  if (off || !be->use_ptx || be->caps.sm < 80 || keeps_recent(be, c)) return false;
+  if (p->head_dim % 16 || p->head_dim > 128) return false;
+  int& state = be->att_mma_state[p->head_dim];
+  if (state == 0) {
+    try {
+      kernel(be, "attention_mma_d" + std::to_string(p->head_dim), "attention_mma");
+      state = 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "opencl: tensor-core prefill attention unavailable, the portable kernels serve: %s\n", e.what());
+      state = -1;
+    }
+  }
+  return state == 1;
+}
+
+// One run's attention on tensor cores: its keys and values (from the window start of its first
+// query to its last position) gathered as f16 rows per KV head, then attention_mma over them.
+void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+                       sl_buffer* out, sl_kv_cache::Kernels& ks, const QueryRun& run) {
+  const auto& L = c->layout;
+  const uint32_t D = p->head_dim;
+  const int32_t last = run.first_pos + static_cast<int32_t>(run.n_tokens) - 1;
+  const int32_t k_lo = p->window ? std::max<int32_t>(0, run.first_pos - static_cast<int32_t>(p->window) + 1) : 0;
+  const uint32_t n_keys = static_cast<uint32_t>(last - k_lo + 1);
+  const uint32_t n_pad = (n_keys + kMmaBlock - 1) / kMmaBlock * kMmaBlock;
+  const uint64_t bytes = uint64_t(L.n_kv_heads) * n_pad * D * 2;
+  cl::Buffer& kx = be->att_k16.at_least(be->context, bytes);
+  cl::Buffer& vx = be->att_v16.at_least(be->context, bytes);
+  auto& gk = ks.gather;
+  gk.setArg(0, c->device_layers[layer]);
+  gk.setArg(1, static_cast<cl_ulong>(c->page_bytes));
+  gk.setArg(2, static_cast<cl_uint>(L.page_tokens));
+  gk.setArg(3, static_cast<cl_uint>(L.n_kv_heads));
+  gk.setArg(4, static_cast<cl_uint>(c->k_format.row_bytes));
+  gk.setArg(5, static_cast<cl_uint>(c->v_format.row_bytes));
+  gk.setArg(6, be->d_page_table);
+  gk.setArg(7, static_cast<cl_uint>(static_cast<uint32_t>(run.seq) * be->max_pages));
+  gk.setArg(8, static_cast<cl_int>(k_lo));
+  gk.setArg(9, static_cast<cl_uint>(n_keys));
+  gk.setArg(10, static_cast<cl_uint>(n_pad));
+  gk.setArg(11, kx);
+  gk.setArg(12, vx);
+  launch(be, gk, cl::NDRange(D, n_pad, L.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
+  auto& mk = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma");
+  mk.setArg(0, single(q));
+  mk.setArg(1, single(out));
+  mk.setArg(2, kx);
+  mk.setArg(3, vx);
+  mk.setArg(4, static_cast<cl_uint>(n_pad));
+  mk.setArg(5, static_cast<cl_int>(k_lo));
+  mk.setArg(6, static_cast<cl_uint>(run.first_token));
+  mk.setArg(7, static_cast<cl_int>(run.first_pos));
+  mk.setArg(8, static_cast<cl_uint>(run.n_tokens));
+  mk.setArg(9, static_cast<cl_uint>(p->n_heads));
+  mk.setArg(10, static_cast<cl_uint>(p->n_heads / p->n_kv_heads));
+  mk.setArg(11, p->scale);
+  mk.setArg(12, static_cast<cl_uint>(p->window));
+  mk.setArg(13, p->softcap);
+  mk.setArg(14, p->sinks ? single(p->sinks) : be->d_positions);
+  mk.setArg(15, static_cast<cl_uint>(p->sinks ? 1 : 0));
+  const size_t blocks = (run.n_tokens + kMmaBlock - 1) / kMmaBlock;
+  launch(be, mk, cl::NDRange(kMmaGroup * blocks, p->n_heads), cl::NDRange(kMmaGroup, 1));
 }
 
 }  // namespace
@@ -389,6 +493,96 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
   });
 }
 
+namespace {
+
+// The portable attention kernels over the whole batch (attention.cl, attention_fused.cl).
+void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+                      sl_buffer* out, sl_kv_cache::Kernels& ks) {
+  const auto& L = c->layout;
+  const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
+  const uint64_t floats = uint64_t(n_tokens) * p->n_heads * p->head_dim;
+  const uint32_t group = p->n_heads / p->n_kv_heads;
+  // Long histories with few (token, KV head) pairs leave most of a GPU idle: split the keys and merge.
+  int32_t longest = 1;
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const int32_t pos = be->positions[t];
+    const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
+    longest = std::max(longest, pos - lo + 1);
+  }
+  const bool fused = ks.hpw > 0;
+  const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
+  const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
+  const uint32_t cu = std::max<uint32_t>(be->caps.compute_units, 1);
+  uint32_t splits = 1;
+  // Several work-groups per compute unit: these kernels wait on memory between short bursts of
+  // work, and more groups in flight hide that (one split per 2 tiles of keys at least). Measured
+  // on the H100 at depth 32768 (perf/results/kv_codecs_gpu.md): the generic kernel is best at 8
+  // (f16 63.1 against 60.4 at 4 and 59.6 at 16), the fused one at 4 (turbo3 73.2–73.6 against
+  // 70.5–70.8 at 8 and 65.1 at 2), also since its query is prepared once per token.
+  // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
+  static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
+  const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused ? 4 : 8;
+  if (groups < per_cu * cu) {
+    const uint64_t want = (per_cu * cu + groups - 1) / groups;
+    const uint64_t most = std::max<int64_t>(1, longest / (2 * int64_t(attention_wg())));
+    splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
+  }
+  if (splits > 1) be->att_partial.at_least(be->context, floats / p->head_dim * splits * (p->head_dim + 2) * 4);
+  auto& kn = fused ? ks.fused : ks.attention;
+  const bool recent = keeps_recent(be, c);
+  kn.setArg(0, single(q));
+  kn.setArg(1, single(out));
+  kn.setArg(2, c->device_layers[layer]);
+  kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
+  kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
+  kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
+  kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
+  kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
+  kn.setArg(8, be->d_positions);
+  kn.setArg(9, be->d_seq_slots);
+  kn.setArg(10, be->d_page_table);
+  kn.setArg(11, static_cast<cl_uint>(be->max_pages));
+  kn.setArg(12, p->scale);
+  kn.setArg(13, static_cast<cl_uint>(p->window));
+  kn.setArg(14, p->softcap);
+  kn.setArg(15, p->sinks ? single(p->sinks) : be->d_positions);
+  kn.setArg(16, static_cast<cl_uint>(p->sinks ? 1 : 0));
+  kn.setArg(17, static_cast<cl_uint>(splits));
+  kn.setArg(18, splits > 1 ? be->att_partial.buffer : single(out));
+  kn.setArg(19, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
+  kn.setArg(20, recent ? be->d_recent_table : be->d_page_table);
+  kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
+  if (fused) {
+    const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_area = static_cast<uint32_t>(v_acc_area(c));
+    const size_t image_bytes = (size_t(4) * ks.hpw * k_area + 15) / 16 * 16;  // float4s in the kernels (Q_IMAGE4)
+    if (c->k_fused) {
+      // The query areas once per (token, work-group of heads); every key split copies its own.
+      auto& qk = ks.fused_queries;
+      qk.setArg(0, single(q));
+      qk.setArg(1, be->att_q_images.at_least(be->context, uint64_t(image_bytes) * groups));
+      qk.setArg(2, static_cast<cl_uint>(L.n_kv_heads));
+      qk.setArg(3, cl::Local(image_bytes));
+      qk.setArg(4, static_cast<cl_uint>(k_area));
+      launch(be, qk, cl::NDRange(size_t(ks.wide_wg) * p->n_heads / heads_per_group, n_tokens), cl::NDRange(ks.wide_wg, 1));
+    }
+    kn.setArg(22, cl::Local(image_bytes));
+    kn.setArg(23, static_cast<cl_uint>(k_area));
+    kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_area));
+    kn.setArg(25, static_cast<cl_uint>(v_area));
+    kn.setArg(26, c->k_fused ? be->att_q_images.buffer : single(q));  // unused without fused keys
+  }
+  launch(be, kn, cl::NDRange(size_t(attention_wg()) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(attention_wg(), 1, 1));
+  if (splits > 1) {
+    auto& mk = ks.merge;
+    mk.setArg(0, be->att_partial.buffer);
+    mk.setArg(1, single(out));
+    mk.setArg(2, static_cast<cl_uint>(splits));
+    launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
+  }
+}
+
+}  // namespace
+
 sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
                     sl_buffer* out, sl_error* err) {
   const auto& L = c->layout;
@@ -404,83 +598,19 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     if (!c->on_device) return host_attention(be, c, layer, q, p, out, err);
     const uint32_t group = p->n_heads / p->n_kv_heads;
     auto& ks = cache_kernels(be, c, group);
-    // Long histories with few (token, KV head) pairs leave most of a GPU idle: split the keys and merge.
-    int32_t longest = 1;
-    for (uint32_t t = 0; t < n_tokens; ++t) {
-      const int32_t pos = be->positions[t];
-      const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
-      longest = std::max(longest, pos - lo + 1);
-    }
-    const bool fused = ks.hpw > 0;
-    const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
-    const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
-    const uint32_t cu = std::max<uint32_t>(be->caps.compute_units, 1);
-    uint32_t splits = 1;
-    // Several work-groups per compute unit: these kernels wait on memory between short bursts of
-    // work, and more groups in flight hide that (one split per 2 tiles of keys at least). Measured
-    // on the H100 at depth 32768 (perf/results/kv_codecs_gpu.md): the generic kernel is best at 8
-    // (f16 63.1 against 60.4 at 4 and 59.6 at 16), the fused one at 4 (turbo3 73.2–73.6 against
-    // 70.5–70.8 at 8 and 65.1 at 2), also since its query is prepared once per token.
-    // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
-    static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
-    const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused ? 4 : 8;
-    if (groups < per_cu * cu) {
-      const uint64_t want = (per_cu * cu + groups - 1) / groups;
-      const uint64_t most = std::max<int64_t>(1, longest / (2 * int64_t(attention_wg())));
-      splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
-    }
-    if (splits > 1) be->att_partial.at_least(be->context, floats / p->head_dim * splits * (p->head_dim + 2) * 4);
-    auto& kn = fused ? ks.fused : ks.attention;
-    const bool recent = keeps_recent(be, c);
-    kn.setArg(0, single(q));
-    kn.setArg(1, single(out));
-    kn.setArg(2, c->device_layers[layer]);
-    kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
-    kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
-    kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
-    kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
-    kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
-    kn.setArg(8, be->d_positions);
-    kn.setArg(9, be->d_seq_slots);
-    kn.setArg(10, be->d_page_table);
-    kn.setArg(11, static_cast<cl_uint>(be->max_pages));
-    kn.setArg(12, p->scale);
-    kn.setArg(13, static_cast<cl_uint>(p->window));
-    kn.setArg(14, p->softcap);
-    kn.setArg(15, p->sinks ? single(p->sinks) : be->d_positions);
-    kn.setArg(16, static_cast<cl_uint>(p->sinks ? 1 : 0));
-    kn.setArg(17, static_cast<cl_uint>(splits));
-    kn.setArg(18, splits > 1 ? be->att_partial.buffer : single(out));
-    kn.setArg(19, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
-    kn.setArg(20, recent ? be->d_recent_table : be->d_page_table);
-    kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
-    if (fused) {
-      const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_area = static_cast<uint32_t>(v_acc_area(c));
-      const size_t image_bytes = (size_t(4) * ks.hpw * k_area + 15) / 16 * 16;  // float4s in the kernels (Q_IMAGE4)
-      if (c->k_fused) {
-        // The query areas once per (token, work-group of heads); every key split copies its own.
-        auto& qk = ks.fused_queries;
-        qk.setArg(0, single(q));
-        qk.setArg(1, be->att_q_images.at_least(be->context, uint64_t(image_bytes) * groups));
-        qk.setArg(2, static_cast<cl_uint>(L.n_kv_heads));
-        qk.setArg(3, cl::Local(image_bytes));
-        qk.setArg(4, static_cast<cl_uint>(k_area));
-        launch(be, qk, cl::NDRange(size_t(ks.wide_wg) * p->n_heads / heads_per_group, n_tokens), cl::NDRange(ks.wide_wg, 1));
-      }
-      kn.setArg(22, cl::Local(image_bytes));
-      kn.setArg(23, static_cast<cl_uint>(k_area));
-      kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_area));
-      kn.setArg(25, static_cast<cl_uint>(v_area));
-      kn.setArg(26, c->k_fused ? be->att_q_images.buffer : single(q));  // unused without fused keys
-    }
-    launch(be, kn, cl::NDRange(size_t(attention_wg()) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(attention_wg(), 1, 1));
-    if (splits > 1) {
-      auto& mk = ks.merge;
-      mk.setArg(0, be->att_partial.buffer);
-      mk.setArg(1, single(out));
-      mk.setArg(2, static_cast<cl_uint>(splits));
-      launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
-    }
+    // Prefill runs on tensor cores where they apply. The portable kernels below then run only if
+    // some token is outside such a run — over the whole batch, as they are built, and before the
+    // runs' kernels, which overwrite their tokens' rows.
+    std::vector<QueryRun> mma_runs;
+    uint32_t in_runs = 0;
+    if (n_tokens >= kMmaMinRun && mma_attention_applies(be, c, p))
+      for (const auto& run : query_runs(be))
+        if (run.n_tokens >= kMmaMinRun) {
+          mma_runs.push_back(run);
+          in_runs += run.n_tokens;
+        }
+    if (in_runs < n_tokens) portable_attention(be, c, layer, q, p, out, ks);
+    for (const auto& run : mma_runs) mma_attention_run(be, c, layer, q, p, out, ks, run);
     return SL_OK;
   });
 }

@@ -47,6 +47,7 @@ struct sl_kv_cache {
     cl::Kernel kv_write, attention, merge, fused, fused_queries;
     uint32_t hpw = 0;    // 0: no fused kernel
     uint32_t wide_wg = 0;  // kv_write's, attention_fused_queries' and attention_merge's work-group (WIDE_WG), fixed with the program
+    cl::Kernel gather;     // kv_gather_f16: a prefill run's keys and values as f16 rows for attention_mma
   };
   std::map<uint32_t, Kernels> kernels;
 };
@@ -121,6 +122,10 @@ struct sl_backend {
   // Quantized prefill GEMM on tensor cores (kernels_cl/gemm_mma.cl): 0 not tried yet, 1 built, -1 off
   // (not an sm_80+ NVIDIA device with PTX on, SLUICE_OPENCL_MMA=0, or its program failed to build).
   int mma_state = 0;
+  // Prefill attention on tensor cores (kernels_cl/attention_mma.cl), per head_dim: 1 built, -1 its
+  // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
+  std::map<uint32_t, int> att_mma_state;
+  sluice::ocl::Scratch att_k16, att_v16;
 };
 
 namespace sluice::ocl {

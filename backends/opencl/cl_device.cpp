@@ -277,6 +277,9 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       const auto bm = shape.find("_bm");
       options += " -DMMA_BK=" + shape.substr(0, bm);
       if (bm != std::string::npos) options += " -DMMA_BM=" + shape.substr(bm + 3);
+    } else if (program.rfind("attention_mma_d", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_attention.cpp)
+      source += kernel_source("attention_mma");
+      options += " -DHEAD_DIM=" + program.substr(std::strlen("attention_mma_d"));
     } else {
       throw std::runtime_error("unknown program " + program);
     }

@@ -1,0 +1,209 @@
+// Prefill attention on NVIDIA tensor cores (sm_80+), through inline PTX mma.sync.m16n8k16 (f16
+// inputs, f32 sums): for a run of consecutive positions of one sequence, every query of the run
+// against the keys it attends, which cl_attention.cpp has first gathered into contiguous f16 rows
+// (kv_gather_f16 in attention.cl: K and V as [KV head][key][HEAD_DIM], zero rows up to n_pad, a
+// multiple of AM_BK). The portable kernels (attention.cl) score each query's keys on their own and
+// so read the history once per query; here a work-group reads each 64-key tile once for 64 queries.
+// Built only when the device accepts PTX; the portable kernels are the reference and fallback.
+//
+// A work-group of 4 warps takes AM_BQ (64) queries of one query head (warp w: rows 16w..16w+15) and
+// walks the keys in AM_BK (64) tiles: S = Q·Kᵀ (mma), masked to each query's range [lo, pos], an
+// online softmax in f32 per row (in base 2: scores times log2 e, so exp2), P rounded to f16, O += P·V
+// (mma, P taken straight from S's accumulator fragments: a 16×8 f32 C fragment pair is a 16×16 A
+// fragment), and O / l written as the portable kernels write it.
+//
+// Precision: Q rounded to f16 once (relative 2⁻¹¹), K and V are the cache's f16 rows, P rounded to
+// f16 (relative 2⁻¹¹ a weight, while l sums the f32 weights); score and output sums in f32.
+//
+// Local memory: the K tile as [key][HEAD_DIM] halves and the V tile transposed ([dim][key]) — so
+// that both mma B fragments (two consecutive k for one n) are one 32-bit word — each row padded by
+// 8 halves: the 8 rows a fragment load touches then start 4 banks apart, and the 4 lanes of a row
+// take the 4 banks between.
+//
+// Built with HEAD_DIM (a multiple of 16, at most 128: the O accumulators are HEAD_DIM / 2 floats a
+// work-item, beside the query fragments).
+
+#define AM_BQ 64
+#define AM_BK 64
+#define AM_WG 128
+#define AM_KS (HEAD_DIM / 2 + 4)  // 32-bit words a staged key row takes
+#define AM_VS (AM_BK / 2 + 4)     // 32-bit words a staged (transposed) value row takes
+#define AM_LOG2E 1.4426950408889634f
+
+// Two floats as one f16x2 word, `lo` in the low half (the lower column or key).
+inline uint am_pack(float lo, float hi) {
+  uint r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// c += A·B for one m16n8k16 tile: a[4] the A fragment, b0/b1 the B fragment (PTX ISA layouts).
+inline void am_mma(float* c, const uint* a, uint b0, uint b1) {
+  float d0, d1, d2, d3;
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+      : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+  c[0] = d0;
+  c[1] = d1;
+  c[2] = d2;
+  c[3] = d3;
+}
+
+// The value of lane (lane ^ m): the four lanes that hold one row's columns meet through m = 1, 2.
+inline float am_xor(float v, int m) {
+  int o;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
+  return as_float(o);
+}
+
+// One query row's score in base 2, or -INFINITY outside the row's keys [lo, pos].
+inline float am_score(float s, int key, int lo, int pos, float scale, float softcap) {
+  if (key < lo || key > pos) return -INFINITY;
+  s *= scale;
+  if (softcap > 0.0f) s = tanh(s / softcap) * softcap;
+  return s * AM_LOG2E;
+}
+
+// Grid: (AM_WG × query blocks, query heads). q/out: [token][head][HEAD_DIM] floats, the run's
+// queries at tokens first_token.., positions first_pos..; kx/vx: the gathered rows (f16 bits), key
+// i at position k_lo + i. window: the sliding window (0: none); sinks: one logit per head, no value.
+__kernel __attribute__((reqd_work_group_size(AM_WG, 1, 1)))
+void attention_mma(__global const float* q, __global float* out, __global const uint* kx, __global const uint* vx,
+                   uint n_pad, int k_lo, uint first_token, int first_pos, uint n_queries, uint n_heads, uint group,
+                   float scale, uint window, float softcap, __global const float* sinks, uint has_sinks) {
+  __local uint ks[AM_BK * AM_KS];
+  __local uint vt[HEAD_DIM * AM_VS];
+  const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, tq = lane & 3;
+  // The causal mask makes later blocks longer: they start first, the short ones fill in behind.
+  const uint qb = get_num_groups(0) - 1 - get_group_id(0);
+  const uint h = get_group_id(1), kvh = h / group;
+  const uint r0 = qb * AM_BQ + warp * 16 + g, r1 = r0 + 8;  // this work-item's two rows of the run
+  const int pos0 = first_pos + (int)r0, pos1 = first_pos + (int)r1;
+  const int lo0 = window ? max(0, pos0 - (int)window + 1) : 0, lo1 = window ? max(0, pos1 - (int)window + 1) : 0;
+
+  // The query fragments, f16, for every 16-dim step: [0] row r0 dims 2tq.., [1] row r1, [2]/[3] dims + 8.
+  uint qa[HEAD_DIM / 16][4];
+  {
+    __global const float* q0 = q + ((ulong)(first_token + r0) * n_heads + h) * HEAD_DIM + 2 * tq;
+    __global const float* q1 = q + ((ulong)(first_token + r1) * n_heads + h) * HEAD_DIM + 2 * tq;
+#pragma unroll
+    for (uint d = 0; d < HEAD_DIM / 16; ++d)
+#pragma unroll
+      for (uint hi8 = 0; hi8 < 2; ++hi8) {
+        const float2 a = r0 < n_queries ? vload2(0, q0 + d * 16 + hi8 * 8) : (float2)(0.0f);
+        const float2 b = r1 < n_queries ? vload2(0, q1 + d * 16 + hi8 * 8) : (float2)(0.0f);
+        qa[d][hi8 * 2] = am_pack(a.x, a.y);
+        qa[d][hi8 * 2 + 1] = am_pack(b.x, b.y);
+      }
+  }
+
+  const bool sink = has_sinks != 0;
+  float m0 = sink ? sinks[h] * AM_LOG2E : -INFINITY, m1 = m0;
+  float l0 = sink ? 1.0f : 0.0f, l1 = l0;
+  float o[HEAD_DIM / 8][4];
+#pragma unroll
+  for (uint n = 0; n < HEAD_DIM / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  // The block's keys: from its first row's window start to its last row's position.
+  const uint last_row = min(qb * AM_BQ + AM_BQ - 1, n_queries - 1);
+  const int block_lo = window ? max(0, first_pos + (int)(qb * AM_BQ) - (int)window + 1) : 0;
+  const int i_first = (block_lo - k_lo) / AM_BK * AM_BK, i_last = first_pos + (int)last_row - k_lo;
+  __global const uint4* kg = (__global const uint4*)(kx + (ulong)kvh * n_pad * (HEAD_DIM / 2));
+  __global const uint4* vg = (__global const uint4*)(vx + (ulong)kvh * n_pad * (HEAD_DIM / 2));
+  __local ushort* vt_h = (__local ushort*)vt;
+
+  for (int kb = i_first; kb <= i_last; kb += AM_BK) {
+    // Stage the tile: K rows as they are (consecutive work-items, consecutive 16-byte pieces of a
+    // row); V transposed (consecutive work-items, consecutive keys: their 2-byte stores share words).
+    for (uint c = lid; c < AM_BK * HEAD_DIM / 8; c += AM_WG) {
+      const uint row = c / (HEAD_DIM / 8), piece = c % (HEAD_DIM / 8);
+      ((__local uint4*)ks)[(row * AM_KS) / 4 + piece] = kg[(ulong)(kb + row) * (HEAD_DIM / 8) + piece];
+      const uint key = c % AM_BK, vpiece = c / AM_BK;
+      const uint4 w = vg[(ulong)(kb + key) * (HEAD_DIM / 8) + vpiece];
+      const uint words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (uint e = 0; e < 8; ++e) vt_h[(vpiece * 8 + e) * (AM_VS * 2) + key] = (ushort)(words[e / 2] >> (16 * (e & 1)));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // S = Q·Kᵀ: 8 tiles of 8 keys; s[n][0..1] row r0 keys 8n + 2tq (+1), s[n][2..3] row r1.
+    float s[AM_BK / 8][4];
+#pragma unroll
+    for (uint n = 0; n < AM_BK / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      const uint at = (n * 8 + g) * AM_KS + tq;
+#pragma unroll
+      for (uint d = 0; d < HEAD_DIM / 16; ++d) am_mma(s[n], qa[d], ks[at + d * 8], ks[at + d * 8 + 4]);
+    }
+
+    // Online softmax, rows r0 and r1: the tile's maximum, the rescale of what came before, weights.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    const int key0 = k_lo + kb + 2 * (int)tq;
+#pragma unroll
+    for (uint n = 0; n < AM_BK / 8; ++n)
+#pragma unroll
+      for (uint e = 0; e < 2; ++e) {
+        const int key = key0 + (int)(n * 8 + e);
+        s[n][e] = am_score(s[n][e], key, lo0, pos0, scale, softcap);
+        s[n][2 + e] = am_score(s[n][2 + e], key, lo1, pos1, scale, softcap);
+        mx0 = fmax(mx0, s[n][e]);
+        mx1 = fmax(mx1, s[n][2 + e]);
+      }
+    mx0 = fmax(mx0, am_xor(mx0, 1));
+    mx0 = fmax(mx0, am_xor(mx0, 2));
+    mx1 = fmax(mx1, am_xor(mx1, 1));
+    mx1 = fmax(mx1, am_xor(mx1, 2));
+    const float mn0 = fmax(m0, mx0), mn1 = fmax(m1, mx1);
+    // A row with no key yet keeps -INFINITY: subtract 0 then, so exp2 gives 0 rather than NaN.
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float corr0 = native_exp2(m0 - base0), corr1 = native_exp2(m1 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (uint n = 0; n < AM_BK / 8; ++n)
+#pragma unroll
+      for (uint e = 0; e < 2; ++e) {
+        s[n][e] = native_exp2(s[n][e] - base0);
+        s[n][2 + e] = native_exp2(s[n][2 + e] - base1);
+        sum0 += s[n][e];
+        sum1 += s[n][2 + e];
+      }
+    sum0 += am_xor(sum0, 1);
+    sum0 += am_xor(sum0, 2);
+    sum1 += am_xor(sum1, 1);
+    sum1 += am_xor(sum1, 2);
+    l0 = l0 * corr0 + sum0;
+    l1 = l1 * corr1 + sum1;
+#pragma unroll
+    for (uint n = 0; n < HEAD_DIM / 8; ++n) {
+      o[n][0] *= corr0;
+      o[n][1] *= corr0;
+      o[n][2] *= corr1;
+      o[n][3] *= corr1;
+    }
+
+    // O += P·V, 16 keys a step: the S fragments of key tiles 2j and 2j + 1 are P's A fragment.
+#pragma unroll
+    for (uint j = 0; j < AM_BK / 16; ++j) {
+      const uint pa[4] = {am_pack(s[2 * j][0], s[2 * j][1]), am_pack(s[2 * j][2], s[2 * j][3]),
+                          am_pack(s[2 * j + 1][0], s[2 * j + 1][1]), am_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+      for (uint n = 0; n < HEAD_DIM / 8; ++n) {
+        const uint at = (n * 8 + g) * AM_VS + j * 8 + tq;
+        am_mma(o[n], pa, vt[at], vt[at + 4]);
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);  // the tiles are restaged next step
+  }
+
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  __global float* o0 = out + ((ulong)(first_token + r0) * n_heads + h) * HEAD_DIM + 2 * tq;
+  __global float* o1 = out + ((ulong)(first_token + r1) * n_heads + h) * HEAD_DIM + 2 * tq;
+#pragma unroll
+  for (uint n = 0; n < HEAD_DIM / 8; ++n) {
+    if (r0 < n_queries) vstore2((float2)(o[n][0] * inv0, o[n][1] * inv0), 0, o0 + n * 8);
+    if (r1 < n_queries) vstore2((float2)(o[n][2] * inv1, o[n][3] * inv1), 0, o1 + n * 8);
+  }
+}
