@@ -194,7 +194,7 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
             m = std::max(m, s[j]);
           }
           float sum = sinks ? std::exp(sinks[h] - m) : 0.0f;
-          for (std::size_t j = from; j < to; ++j) sum += (s[j] = std::exp(s[j] - m));
+          sum += exp_shifted_sum(s + from, to - from, m);
           const float inv = 1.0f / sum;
           std::fill(s, s + from, 0.0f);
           for (std::size_t j = from; j < to; ++j) s[j] *= inv;
@@ -362,7 +362,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
       }
       if (sinks) m = std::max(m, sinks[h]);
       float sum = sinks ? std::exp(sinks[h] - m) : 0.0f;
-      for (auto& s : scores) sum += (s = std::exp(s - m));
+      sum += exp_shifted_sum(scores.data(), scores.size(), m);
       const float inv = 1.0f / sum;
       for (auto& s : scores) s *= inv;
 

@@ -140,7 +140,7 @@ sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer*
   switch (activation) {
     case SL_ACT_SILU:
       be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
-        for (std::size_t i = b; i < e; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+        silu_mul(g + b, u + b, o + b, e - b);
       });
       return SL_OK;
     case SL_ACT_GELU_TANH:
@@ -195,9 +195,7 @@ sl_status copy(sl_backend*, const sl_buffer* src, uint64_t src_offset, sl_buffer
 namespace {
 void softmax_row(float* v, std::size_t n) {
   const float m = *std::max_element(v, v + n);
-  float sum = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) sum += (v[i] = std::exp(v[i] - m));
-  const float inv = 1.0f / sum;
+  const float inv = 1.0f / exp_shifted_sum(v, n, m);
   for (std::size_t i = 0; i < n; ++i) v[i] *= inv;
 }
 }  // namespace
