@@ -57,21 +57,23 @@ inline float am_xor(float v, int m) {
   return as_float(o);
 }
 
-// One query row's score in base 2, or -INFINITY outside the row's keys [lo, pos].
-inline float am_score(float s, int key, int lo, int pos, float scale, float softcap) {
-  if (key < lo || key > pos) return -INFINITY;
-  s *= scale;
-  if (softcap > 0.0f) s = tanh(s / softcap) * softcap;
-  return s * AM_LOG2E;
+// One query row's score in base 2 from q·k (q already scaled by scale·log2 e without softcap).
+inline float am_capped(float s, float scale, float softcap) {
+  return softcap > 0.0f ? tanh(s * scale / softcap) * softcap * AM_LOG2E : s;
 }
 
-// Grid: (AM_WG × query blocks, query heads). q/out: [token][head][HEAD_DIM] floats, the run's
-// queries at tokens first_token.., positions first_pos..; kx/vx: the gathered rows (f16 bits), key
-// i at position k_lo + i. window: the sliding window (0: none); sinks: one logit per head, no value.
+// Grid: (AM_WG × query blocks, query heads, key splits). q/out: [token][head][HEAD_DIM] floats, the
+// run's queries at tokens first_token.., positions first_pos..; kx/vx: the gathered rows (f16 bits),
+// key i at position k_lo + i. window: the sliding window (0: none); sinks: one logit per head, no
+// value. With n_splits > 1 each work-group takes its share of the block's key tiles and writes its
+// unnormalised partial (m, l in base 2, then HEAD_DIM sums) per (run row, head, split) to partial, for
+// attention_mma_merge: a long history over few (block, head) pairs would otherwise leave compute
+// units idle (256 work-groups for 132 on the H100 at pp512 with 32 heads).
 __kernel __attribute__((reqd_work_group_size(AM_WG, 1, 1)))
 void attention_mma(__global const float* q, __global float* out, __global const uint* kx, __global const uint* vx,
                    uint n_pad, int k_lo, uint first_token, int first_pos, uint n_queries, uint n_heads, uint group,
-                   float scale, uint window, float softcap, __global const float* sinks, uint has_sinks) {
+                   float scale, uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
+                   __global float* partial) {
   __local uint ks[AM_BK * AM_KS];
   __local uint vt[HEAD_DIM * AM_VS];
   const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, tq = lane & 3;
@@ -83,6 +85,8 @@ void attention_mma(__global const float* q, __global float* out, __global const 
   const int lo0 = window ? max(0, pos0 - (int)window + 1) : 0, lo1 = window ? max(0, pos1 - (int)window + 1) : 0;
 
   // The query fragments, f16, for every 16-dim step: [0] row r0 dims 2tq.., [1] row r1, [2]/[3] dims + 8.
+  // Without softcap the query carries scale·log2 e, so the scores come out in base 2 as they are.
+  const float q_mul = softcap > 0.0f ? 1.0f : scale * AM_LOG2E;
   uint qa[HEAD_DIM / 16][4];
   {
     __global const float* q0 = q + ((ulong)(first_token + r0) * n_heads + h) * HEAD_DIM + 2 * tq;
@@ -93,12 +97,13 @@ void attention_mma(__global const float* q, __global float* out, __global const 
       for (uint hi8 = 0; hi8 < 2; ++hi8) {
         const float2 a = r0 < n_queries ? vload2(0, q0 + d * 16 + hi8 * 8) : (float2)(0.0f);
         const float2 b = r1 < n_queries ? vload2(0, q1 + d * 16 + hi8 * 8) : (float2)(0.0f);
-        qa[d][hi8 * 2] = am_pack(a.x, a.y);
-        qa[d][hi8 * 2 + 1] = am_pack(b.x, b.y);
+        qa[d][hi8 * 2] = am_pack(a.x * q_mul, a.y * q_mul);
+        qa[d][hi8 * 2 + 1] = am_pack(b.x * q_mul, b.y * q_mul);
       }
   }
 
-  const bool sink = has_sinks != 0;
+  const uint split = get_group_id(2);
+  const bool sink = has_sinks != 0 && split == 0;  // the sink joins one split's softmax
   float m0 = sink ? sinks[h] * AM_LOG2E : -INFINITY, m1 = m0;
   float l0 = sink ? 1.0f : 0.0f, l1 = l0;
   float o[HEAD_DIM / 8][4];
@@ -109,11 +114,17 @@ void attention_mma(__global const float* q, __global float* out, __global const 
   const uint last_row = min(qb * AM_BQ + AM_BQ - 1, n_queries - 1);
   const int block_lo = window ? max(0, first_pos + (int)(qb * AM_BQ) - (int)window + 1) : 0;
   const int i_first = (block_lo - k_lo) / AM_BK * AM_BK, i_last = first_pos + (int)last_row - k_lo;
+  const int n_tiles = (i_last - i_first) / AM_BK + 1, per_split = (n_tiles + (int)n_splits - 1) / (int)n_splits;
+  const int kb_begin = i_first + (int)split * per_split * AM_BK;
+  const int kb_end = min(i_last + 1, kb_begin + per_split * AM_BK);  // exclusive
+  // Keys every row of this warp attends: tiles inside [warp_lo, warp_hi] need no mask.
+  const int warp_hi = first_pos + (int)(qb * AM_BQ + warp * 16) - k_lo;
+  const int warp_lo = (window ? max(0, first_pos + (int)(qb * AM_BQ + warp * 16 + 15) - (int)window + 1) : 0) - k_lo;
   __global const uint4* kg = (__global const uint4*)(kx + (ulong)kvh * n_pad * (HEAD_DIM / 2));
   __global const uint4* vg = (__global const uint4*)(vx + (ulong)kvh * n_pad * (HEAD_DIM / 2));
   __local ushort* vt_h = (__local ushort*)vt;
 
-  for (int kb = i_first; kb <= i_last; kb += AM_BK) {
+  for (int kb = kb_begin; kb < kb_end; kb += AM_BK) {
     // Stage the tile: K rows as they are (consecutive work-items, consecutive 16-byte pieces of a
     // row); V transposed (consecutive work-items, consecutive keys: their 2-byte stores share words).
     for (uint c = lid; c < AM_BK * HEAD_DIM / 8; c += AM_WG) {
@@ -138,17 +149,25 @@ void attention_mma(__global const float* q, __global float* out, __global const 
     }
 
     // Online softmax, rows r0 and r1: the tile's maximum, the rescale of what came before, weights.
+    // The mask only where the tile crosses some row's range (the diagonal, the window's edge): a
+    // branch uniform over the warp, since the per-element compares cost as much as the mma.
     float mx0 = -INFINITY, mx1 = -INFINITY;
+    const bool inside = kb >= warp_lo && kb + AM_BK - 1 <= warp_hi;
     const int key0 = k_lo + kb + 2 * (int)tq;
 #pragma unroll
     for (uint n = 0; n < AM_BK / 8; ++n)
 #pragma unroll
       for (uint e = 0; e < 2; ++e) {
-        const int key = key0 + (int)(n * 8 + e);
-        s[n][e] = am_score(s[n][e], key, lo0, pos0, scale, softcap);
-        s[n][2 + e] = am_score(s[n][2 + e], key, lo1, pos1, scale, softcap);
-        mx0 = fmax(mx0, s[n][e]);
-        mx1 = fmax(mx1, s[n][2 + e]);
+        float a = am_capped(s[n][e], scale, softcap), b = am_capped(s[n][2 + e], scale, softcap);
+        if (!inside) {
+          const int key = key0 + (int)(n * 8 + e);
+          a = key < lo0 || key > pos0 ? -INFINITY : a;
+          b = key < lo1 || key > pos1 ? -INFINITY : b;
+        }
+        s[n][e] = a;
+        s[n][2 + e] = b;
+        mx0 = fmax(mx0, a);
+        mx1 = fmax(mx1, b);
       }
     mx0 = fmax(mx0, am_xor(mx0, 1));
     mx0 = fmax(mx0, am_xor(mx0, 2));
@@ -198,6 +217,18 @@ void attention_mma(__global const float* q, __global float* out, __global const 
     barrier(CLK_LOCAL_MEM_FENCE);  // the tiles are restaged next step
   }
 
+  if (n_splits > 1) {
+    __global float* p0 = partial + ((ulong)(r0 * n_heads + h) * n_splits + split) * (HEAD_DIM + 2);
+    __global float* p1 = partial + ((ulong)(r1 * n_heads + h) * n_splits + split) * (HEAD_DIM + 2);
+    if (tq == 0 && r0 < n_queries) vstore2((float2)(m0, l0), 0, p0);
+    if (tq == 0 && r1 < n_queries) vstore2((float2)(m1, l1), 0, p1);
+#pragma unroll
+    for (uint n = 0; n < HEAD_DIM / 8; ++n) {
+      if (r0 < n_queries) vstore2((float2)(o[n][0], o[n][1]), 0, p0 + 2 + n * 8 + 2 * tq);
+      if (r1 < n_queries) vstore2((float2)(o[n][2], o[n][3]), 0, p1 + 2 + n * 8 + 2 * tq);
+    }
+    return;
+  }
   const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
   __global float* o0 = out + ((ulong)(first_token + r0) * n_heads + h) * HEAD_DIM + 2 * tq;
   __global float* o1 = out + ((ulong)(first_token + r1) * n_heads + h) * HEAD_DIM + 2 * tq;
@@ -206,4 +237,22 @@ void attention_mma(__global const float* q, __global float* out, __global const 
     if (r0 < n_queries) vstore2((float2)(o[n][0] * inv0, o[n][1] * inv0), 0, o0 + n * 8);
     if (r1 < n_queries) vstore2((float2)(o[n][2] * inv1, o[n][3] * inv1), 0, o1 + n * 8);
   }
+}
+
+// Combines attention_mma's key splits: one work-item per (run row and head, dim). Each reads the
+// splits' maxima and sums (a few floats, cached) and weighs its dim of every split's sums.
+__kernel void attention_mma_merge(__global const float* partial, __global float* out, uint n_splits, uint first_token,
+                                  uint n_heads) {
+  const uint d = get_global_id(0), rh = get_global_id(1);
+  __global const float* part = partial + (ulong)rh * n_splits * (HEAD_DIM + 2);
+  float top = -INFINITY;
+  for (uint s = 0; s < n_splits; ++s) top = fmax(top, part[s * (HEAD_DIM + 2)]);
+  float l = 0.0f, acc = 0.0f;
+  for (uint s = 0; s < n_splits; ++s) {
+    __global const float* ps = part + s * (HEAD_DIM + 2);
+    const float w = ps[1] == 0.0f ? 0.0f : native_exp2(ps[0] - top);  // a split with no key of this row weighs nothing
+    l += ps[1] * w;
+    acc += ps[2 + d] * w;
+  }
+  out[((ulong)first_token * n_heads + rh) * HEAD_DIM + d] = acc / l;
 }

@@ -302,6 +302,18 @@ bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const sl_attent
   return state == 1;
 }
 
+// Key splits of attention_mma: enough work-groups for kMmaGroupsPerCu on every compute unit (a work-group
+// holds ~170 registers a work-item, so about 3 fit on an H100 compute unit at once, and more waves
+// even out the tail), each split keeping at least 4 key tiles. SLUICE_OPENCL_MMA_ATT_SPLITS (1..64)
+// forces a count, for measuring.
+constexpr uint64_t kMmaGroupsPerCu = 8;
+uint32_t mma_splits(const sl_backend* be, uint64_t groups, uint32_t key_tiles) {
+  static const long knob = env_knob("SLUICE_OPENCL_MMA_ATT_SPLITS", [](long v) { return v >= 1 && v <= 64; });
+  if (knob) return static_cast<uint32_t>(knob);
+  const uint64_t want = (kMmaGroupsPerCu * std::max<uint32_t>(be->caps.compute_units, 1) + groups - 1) / groups;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(std::min<uint64_t>(want, key_tiles / 4), 1, 64));
+}
+
 // One run's attention on tensor cores: its keys and values (from the window start of its first
 // query to its last position) gathered as f16 rows per KV head, then attention_mma over them.
 void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
@@ -347,8 +359,21 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   mk.setArg(13, p->softcap);
   mk.setArg(14, p->sinks ? single(p->sinks) : be->d_positions);
   mk.setArg(15, static_cast<cl_uint>(p->sinks ? 1 : 0));
-  const size_t blocks = (run.n_tokens + kMmaBlock - 1) / kMmaBlock;
-  launch(be, mk, cl::NDRange(kMmaGroup * blocks, p->n_heads), cl::NDRange(kMmaGroup, 1));
+  const uint32_t blocks = (run.n_tokens + kMmaBlock - 1) / kMmaBlock;
+  const uint32_t splits = mma_splits(be, blocks * p->n_heads, n_pad / kMmaBlock);
+  mk.setArg(16, static_cast<cl_uint>(splits));
+  const uint64_t partial_bytes = uint64_t(run.n_tokens) * p->n_heads * splits * (D + 2) * 4;
+  mk.setArg(17, splits > 1 ? be->att_mma_partial.at_least(be->context, partial_bytes) : single(out));  // unused with one split
+  launch(be, mk, cl::NDRange(size_t(kMmaGroup) * blocks, p->n_heads, splits), cl::NDRange(kMmaGroup, 1, 1));
+  if (splits > 1) {
+    auto& merge = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma_merge");
+    merge.setArg(0, be->att_mma_partial.buffer);
+    merge.setArg(1, single(out));
+    merge.setArg(2, static_cast<cl_uint>(splits));
+    merge.setArg(3, static_cast<cl_uint>(run.first_token));
+    merge.setArg(4, static_cast<cl_uint>(p->n_heads));
+    launch(be, merge, cl::NDRange(D, size_t(run.n_tokens) * p->n_heads), cl::NDRange(D, 1));
+  }
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ struct sl_backend {
   // Prefill attention on tensor cores (kernels_cl/attention_mma.cl), per head_dim: 1 built, -1 its
   // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
   std::map<uint32_t, int> att_mma_state;
-  sluice::ocl::Scratch att_k16, att_v16;
+  sluice::ocl::Scratch att_k16, att_v16, att_mma_partial;
 };
 
 namespace sluice::ocl {
