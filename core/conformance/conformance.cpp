@@ -503,9 +503,11 @@ struct AttnShape {
 
 // Writes every position of the sequences (one batch), then attends for `queries` (sequence,
 // position) in a second batch and checks against naive softmax attention over the codec-rounded K, V.
+// f16_inputs: the backend may attend prefill runs with f16 inputs and f32 sums (tensor cores: the
+// OpenCL backend on NVIDIA, kernels_cl/attention_mma.cl) — checked to that precision, derived below.
 void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s, const std::vector<uint32_t>& lengths,
                         uint32_t page_tokens, uint32_t max_pages, const std::vector<int32_t>& table, uint32_t n_pages,
-                        const std::vector<std::pair<uint32_t, int32_t>>& queries) {
+                        const std::vector<std::pair<uint32_t, int32_t>>& queries, bool f16_inputs = false) {
   sl_error err{};
   sl_kvcodec *kc = nullptr, *vc = nullptr;
   r.expect_ok(api.create(s.dim, SL_KV_KEYS, "", &kc, &err), err, "codec create");
@@ -584,10 +586,15 @@ void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s
       const uint32_t kvh = h / group;
       const float* qh = qv.data() + t * q_row + std::size_t(h) * s.dim;
       std::vector<double> sc;
-      double m = s.sinks ? sinks[h] : -INFINITY;
+      double m = s.sinks ? sinks[h] : -INFINITY, most = 0;  // most: the largest Σ|q·k| of a key
       for (int32_t j = lo; j <= pos; ++j) {
-        double dot = 0;
-        for (uint32_t d = 0; d < s.dim; ++d) dot += double(qh[d]) * kref[seq][(std::size_t(j) * s.kv_heads + kvh) * s.dim + d];
+        double dot = 0, dot_mag = 0;
+        for (uint32_t d = 0; d < s.dim; ++d) {
+          const double term = double(qh[d]) * kref[seq][(std::size_t(j) * s.kv_heads + kvh) * s.dim + d];
+          dot += term;
+          dot_mag += std::abs(term);
+        }
+        most = std::max(most, dot_mag);
         double score = dot * p.scale;
         if (s.softcap > 0) score = std::tanh(score / s.softcap) * s.softcap;
         sc.push_back(score);
@@ -602,7 +609,14 @@ void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s
           ref += term;
           mag += std::abs(term);
         }
-        r.check(got[t * q_row + std::size_t(h) * s.dim + d], ref, 1e-4 * (mag + 1.0),
+        // With f16 inputs: q and k rounded (2⁻¹⁰ a product) move each score by at most
+        // δ = scale·(2⁻¹⁰ + dim·2⁻²³)·Σ|q·k| and so each normalised weight by a factor within
+        // e^(±2δ); the weights and v rounded (2⁻¹¹ each), exp approximated (2⁻²⁰) and f32 sums over
+        // n keys (n·2⁻²³): |error| ≤ Σ|w·v|·(e^(2δ) − 1 + 2⁻¹⁰ + 2⁻²⁰ + n·2⁻²³).
+        const double n_keys = pos - lo + 1;
+        const double delta = p.scale * (std::ldexp(1.0, -10) + s.dim * std::ldexp(1.0, -23)) * most;
+        const double f16_tol = mag * (std::expm1(2 * delta) + std::ldexp(1.0, -10) + std::ldexp(1.0, -20) + n_keys * std::ldexp(1.0, -23));
+        r.check(got[t * q_row + std::size_t(h) * s.dim + d], ref, std::max(1e-4 * (mag + 1.0), f16_inputs ? f16_tol : 0.0),
                 "token " + std::to_string(t) + " head " + std::to_string(h));
       }
     }
@@ -624,6 +638,10 @@ sl_kvcodec_api with_broken_device_source(const sl_kvcodec_api* api) {
 }
 
 void run_attention(Runner& r) {
+  sl_device_info info{};
+  info.struct_size = sizeof(info);
+  sl_error info_err{};
+  const bool matrix_units = r.api()->get_device_info(r.raw(), &info, &info_err) == SL_OK && (info.caps & SL_CAP_MATRIX);
   struct CodecCase {
     const char* name;
     sl_kvcodec_api api;
@@ -647,7 +665,7 @@ void run_attention(Runner& r) {
         std::vector<std::pair<uint32_t, int32_t>> all;
         for (uint32_t seq = 0; seq < 2; ++seq)
           for (int32_t p = 0; p < (seq ? 21 : 37); ++p) all.push_back({seq, p});
-        attention_scenario(r, cc.api, s, {37, 21}, 16, 4, {5, 0, 9, 2, 7, 11, 3, -1}, 12, all);
+        attention_scenario(r, cc.api, s, {37, 21}, 16, 4, {5, 0, 9, 2, 7, 11, 3, -1}, 12, all, matrix_units);
       }
       // Decode over a long history (the device path may split the keys across work-groups).
       const uint32_t long_len = r.options().quick ? 700 : 3000, pages = (long_len + 15) / 16;
