@@ -57,35 +57,9 @@ inline float am_xor(float v, int m) {
   return as_float(o);
 }
 
-// The pieces (16 bytes) of the K and of the V tile a work-item stages each step.
-#define AM_PIECES (AM_BK * HEAD_DIM / 8 / AM_WG)
-#ifndef AM_PREFETCH
-#define AM_PREFETCH 1
-#endif
-
-// Reads the tile of keys from kb into registers: K pieces as consecutive work-items, consecutive 16
-// bytes of a row; V pieces as consecutive work-items, consecutive keys (for the transposed stores).
-inline void am_load(uint4* pk, uint4* pv, __global const uint4* kg, __global const uint4* vg, int kb, uint lid) {
-#pragma unroll
-  for (uint i = 0; i < AM_PIECES; ++i) {
-    const uint c = lid + i * AM_WG;
-    pk[i] = kg[(ulong)(kb + (int)(c / (HEAD_DIM / 8))) * (HEAD_DIM / 8) + c % (HEAD_DIM / 8)];
-    pv[i] = vg[(ulong)(kb + (int)(c % AM_BK)) * (HEAD_DIM / 8) + c / AM_BK];
-  }
-}
-
-// Stores the loaded tile: K rows as they are, V transposed (consecutive work-items' 2-byte stores
-// share words, so no bank conflicts).
-inline void am_store(const uint4* pk, const uint4* pv, __local uint* ks, __local ushort* vt_h, uint lid) {
-#pragma unroll
-  for (uint i = 0; i < AM_PIECES; ++i) {
-    const uint c = lid + i * AM_WG;
-    ((__local uint4*)ks)[(c / (HEAD_DIM / 8)) * (AM_KS / 4) + c % (HEAD_DIM / 8)] = pk[i];
-    const uint key = c % AM_BK, vpiece = c / AM_BK;
-    const uint words[4] = {pv[i].x, pv[i].y, pv[i].z, pv[i].w};
-#pragma unroll
-    for (uint e = 0; e < 8; ++e) vt_h[(vpiece * 8 + e) * (AM_VS * 2) + key] = (ushort)(words[e / 2] >> (16 * (e & 1)));
-  }
+// One query row's score in base 2 from q·k (q already scaled by scale·log2 e without softcap).
+inline float am_capped(float s, float scale, float softcap) {
+  return softcap > 0.0f ? tanh(s * scale / softcap) * softcap * AM_LOG2E : s;
 }
 
 // Grid: (AM_WG × query blocks, query heads, key splits). q/out: [token][head][HEAD_DIM] floats, the
@@ -150,21 +124,19 @@ void attention_mma(__global const float* q, __global float* out, __global const 
   __global const uint4* vg = (__global const uint4*)(vx + (ulong)kvh * n_pad * (HEAD_DIM / 2));
   __local ushort* vt_h = (__local ushort*)vt;
 
-  // AM_PREFETCH: the next tile's global reads are issued before this tile's products, so their
-  // latency passes under the mma work instead of between barriers (registers: 2·AM_PIECES uint4).
-  uint4 pk[AM_PIECES], pv[AM_PIECES];
-#if AM_PREFETCH
-  if (kb_begin < kb_end) am_load(pk, pv, kg, vg, kb_begin, lid);
-#endif
   for (int kb = kb_begin; kb < kb_end; kb += AM_BK) {
-#if !AM_PREFETCH
-    am_load(pk, pv, kg, vg, kb, lid);
-#endif
-    am_store(pk, pv, ks, vt_h, lid);
+    // Stage the tile: K rows as they are (consecutive work-items, consecutive 16-byte pieces of a
+    // row); V transposed (consecutive work-items, consecutive keys: their 2-byte stores share words).
+    for (uint c = lid; c < AM_BK * HEAD_DIM / 8; c += AM_WG) {
+      const uint row = c / (HEAD_DIM / 8), piece = c % (HEAD_DIM / 8);
+      ((__local uint4*)ks)[(row * AM_KS) / 4 + piece] = kg[(ulong)(kb + row) * (HEAD_DIM / 8) + piece];
+      const uint key = c % AM_BK, vpiece = c / AM_BK;
+      const uint4 w = vg[(ulong)(kb + key) * (HEAD_DIM / 8) + vpiece];
+      const uint words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (uint e = 0; e < 8; ++e) vt_h[(vpiece * 8 + e) * (AM_VS * 2) + key] = (ushort)(words[e / 2] >> (16 * (e & 1)));
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-#if AM_PREFETCH
-    if (kb + AM_BK < kb_end) am_load(pk, pv, kg, vg, kb + AM_BK, lid);
-#endif
 
     // S = Q·Kᵀ: 8 tiles of 8 keys; s[n][0..1] row r0 keys 8n + 2tq (+1), s[n][2..3] row r1.
     float s[AM_BK / 8][4];
@@ -182,18 +154,11 @@ void attention_mma(__global const float* q, __global float* out, __global const 
     float mx0 = -INFINITY, mx1 = -INFINITY;
     const bool inside = kb >= warp_lo && kb + AM_BK - 1 <= warp_hi;
     const int key0 = k_lo + kb + 2 * (int)tq;
-    if (softcap > 0.0f) {  // one uniform branch a tile: tanh is long, and a select would run it always
-      const float in = scale / softcap, outer = softcap * AM_LOG2E;
-#pragma unroll
-      for (uint n = 0; n < AM_BK / 8; ++n)
-#pragma unroll
-        for (uint e = 0; e < 4; ++e) s[n][e] = tanh(s[n][e] * in) * outer;
-    }
 #pragma unroll
     for (uint n = 0; n < AM_BK / 8; ++n)
 #pragma unroll
       for (uint e = 0; e < 2; ++e) {
-        float a = s[n][e], b = s[n][2 + e];
+        float a = am_capped(s[n][e], scale, softcap), b = am_capped(s[n][2 + e], scale, softcap);
         if (!inside) {
           const int key = key0 + (int)(n * 8 + e);
           a = key < lo0 || key > pos0 ? -INFINITY : a;

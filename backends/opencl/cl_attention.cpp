@@ -277,16 +277,6 @@ std::vector<QueryRun> query_runs(const sl_backend* be) {
   return runs;
 }
 
-// attention_mma's program for a head_dim. SLUICE_OPENCL_MMA_ATT_PREFETCH=0 builds it without reading
-// the next key tile during the current one's products (AM_PREFETCH), for measuring.
-std::string mma_attention_program(uint32_t head_dim) {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_MMA_ATT_PREFETCH");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  return "attention_mma_d" + std::to_string(head_dim) + (off ? "_p0" : "");
-}
-
 // Whether prefill runs go through attention_mma: an sm_80+ NVIDIA device with PTX on, a head_dim
 // the kernel is built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators),
 // and no recent window in this batch — with one, a key is read exactly by some queries of a run and
@@ -302,7 +292,7 @@ bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const sl_attent
   int& state = be->att_mma_state[p->head_dim];
   if (state == 0) {
     try {
-      kernel(be, mma_attention_program(p->head_dim), "attention_mma");
+      kernel(be, "attention_mma_d" + std::to_string(p->head_dim), "attention_mma");
       state = 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "opencl: tensor-core prefill attention unavailable, the portable kernels serve: %s\n", e.what());
@@ -352,7 +342,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   gk.setArg(11, kx);
   gk.setArg(12, vx);
   launch(be, gk, cl::NDRange(D, n_pad, L.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
-  auto& mk = kernel(be, mma_attention_program(D), "attention_mma");
+  auto& mk = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma");
   mk.setArg(0, single(q));
   mk.setArg(1, single(out));
   mk.setArg(2, kx);
@@ -376,7 +366,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   mk.setArg(17, splits > 1 ? be->att_mma_partial.at_least(be->context, partial_bytes) : single(out));  // unused with one split
   launch(be, mk, cl::NDRange(size_t(kMmaGroup) * blocks, p->n_heads, splits), cl::NDRange(kMmaGroup, 1, 1));
   if (splits > 1) {
-    auto& merge = kernel(be, mma_attention_program(D), "attention_mma_merge");
+    auto& merge = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma_merge");
     merge.setArg(0, be->att_mma_partial.buffer);
     merge.setArg(1, single(out));
     merge.setArg(2, static_cast<cl_uint>(splits));

@@ -279,11 +279,7 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       if (bm != std::string::npos) options += " -DMMA_BM=" + shape.substr(bm + 3);
     } else if (program.rfind("attention_mma_d", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_attention.cpp)
       source += kernel_source("attention_mma");
-      // "attention_mma_d128", or "attention_mma_d128_p0": HEAD_DIM, and AM_PREFETCH off.
-      const std::string shape = program.substr(std::strlen("attention_mma_d"));
-      const auto p0 = shape.find("_p0");
-      options += " -DHEAD_DIM=" + shape.substr(0, p0);
-      if (p0 != std::string::npos) options += " -DAM_PREFETCH=0";
+      options += " -DHEAD_DIM=" + program.substr(std::strlen("attention_mma_d"));
     } else {
       throw std::runtime_error("unknown program " + program);
     }
