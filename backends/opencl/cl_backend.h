@@ -126,6 +126,8 @@ struct sl_backend {
   // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
   std::map<uint32_t, int> att_mma_state;
   sluice::ocl::Scratch att_k16, att_v16, att_mma_partial;
+  // The decode activation as 15-bit integers for the dp4a matvec: its bytes, and a float2 per 32 columns.
+  sluice::ocl::Scratch matvec_x8, matvec_x8_blocks;
 };
 
 namespace sluice::ocl {

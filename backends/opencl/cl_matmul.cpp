@@ -59,8 +59,37 @@ cl::Buffer& single(const sl_buffer* b) {
   return const_cast<cl::Buffer&>(b->chunks[0]);
 }
 
+// The dp4a decode matvec (kernels_cl/matvec.cl): NVIDIA with PTX on and dp4a (sm_61+), unless
+// SLUICE_OPENCL_DP4A=0.
+bool use_dp4a(const sl_backend* be) {
+  static const bool off = [] {
+    const char* v = std::getenv("SLUICE_OPENCL_DP4A");
+    return v && *v == '0';
+  }();
+  return be->use_ptx && be->caps.sm >= 61 && !off;
+}
+
 void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
             bool has_bias, sl_buffer* out) {
+  // One activation row against 4-bit weights on a device with dp4a: the activation is rounded to
+  // 15-bit integers once here for every segment.
+  const bool q4_decode = n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0;
+  // Only for large matrices: on the H100 (perf/results/dp4a_gpu/run1) dp4a read 1.3-1.8 TB/s where the
+  // float kernel read 0.94-1.09 (28672×4096 and up), matched it at 4096×4096 and lost at 1024×4096
+  // (0.14 against 0.32: the extra launch that rounds x is not repaid).
+  const bool dp4a = q4_decode && use_dp4a(be) && uint64_t(w->rows) * w->cols >= (uint64_t(1) << 25);
+  cl::Buffer *x8 = nullptr, *x8_blocks = nullptr;
+  if (dp4a) {
+    const uint64_t blocks = w->cols / 32;
+    x8 = &be->matvec_x8.at_least(be->context, uint64_t(w->cols) * 2);  // high and low bytes
+    x8_blocks = &be->matvec_x8_blocks.at_least(be->context, blocks * 8);
+    auto& q = kernel(be, "matvec", "matvec_x_int15");
+    q.setArg(0, single(x));
+    q.setArg(1, static_cast<cl_uint>(w->cols));
+    q.setArg(2, *x8);
+    q.setArg(3, *x8_blocks);
+    launch(be, q, cl::NDRange(round_up(w->cols, 256)), cl::NDRange(256));
+  }
   for (const auto& s : segments(be, w)) {
     const cl::NDRange global(size_t((s.rows + kMatvecRowsPerGroup - 1) / kMatvecRowsPerGroup) * 128), local(128);
     if (w->bits == 0) {
@@ -80,7 +109,33 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(12, static_cast<cl_uint>(bias_dtype));
       k.setArg(13, static_cast<cl_uint>(has_bias));
       launch(be, k, global, local);
-    } else if (n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0) {
+    } else if (dp4a) {
+      const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * q4_rows();
+      const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);
+      auto& k = kernel(be, q4_program(team), "matvec_q4_dp4a");
+      k.setArg(0, s.data.buffer);
+      k.setArg(1, static_cast<cl_ulong>(s.data.offset));
+      k.setArg(2, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
+      k.setArg(3, s.scales.buffer);
+      k.setArg(4, static_cast<cl_ulong>(s.scales.offset));
+      k.setArg(5, s.biases.buffer);
+      k.setArg(6, static_cast<cl_ulong>(s.biases.offset));
+      k.setArg(7, static_cast<cl_uint>(w->scale_dtype));
+      k.setArg(8, static_cast<cl_uint>(w->group_size));
+      k.setArg(9, static_cast<cl_uint>(s.rows));
+      k.setArg(10, static_cast<cl_uint>(w->cols));
+      k.setArg(11, *x8);
+      k.setArg(12, *x8_blocks);
+      k.setArg(13, single(out));
+      k.setArg(14, static_cast<cl_uint>(s.r0));
+      k.setArg(15, bias.buffer);
+      k.setArg(16, static_cast<cl_ulong>(bias.offset));
+      k.setArg(17, static_cast<cl_uint>(bias_dtype));
+      k.setArg(18, static_cast<cl_uint>(has_bias));
+      const uint64_t at = s.data.offset;
+      k.setArg(19, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
+      launch(be, k, g4, cl::NDRange(128));
+    } else if (q4_decode) {
       // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl).
       const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * q4_rows();
       const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);

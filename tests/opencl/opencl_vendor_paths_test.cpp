@@ -100,7 +100,9 @@ TEST(OpenclVendorPaths, FastPathMatvecAgreesWithThePortableKernels) {
     GTEST_SKIP() << "no vendor fast path on " << info.name << " (" << info.vendor << "): portable kernels only";
   ASSERT_TRUE(open(api, "portable", portable, why)) << why;
 
-  const uint32_t rows = 515, cols = 4096;
+  // 8200 × 4096: past the size where one-row 4-bit products take the dp4a kernel (2^25 weights), and
+  // not a multiple of any row tile.
+  const uint32_t rows = 8200, cols = 4096;
   std::mt19937 rng(7);
   std::vector<uint32_t> words(std::size_t(rows) * cols / 8);
   for (auto& w : words) w = rng();
@@ -113,10 +115,49 @@ TEST(OpenclVendorPaths, FastPathMatvecAgreesWithThePortableKernels) {
     for (auto& v : x) v = d(rng);
     const auto a = products(fast, words, scales, bf16, x, rows, cols, n_rows);
     const auto b = products(portable, words, scales, bf16, x, rows, cols, n_rows);
-    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (std::abs(b[i]) + 1.0)) << "value " << i;
+    // One activation row against the 4-bit weight takes the dp4a kernel, which rounds the activation
+    // to 15-bit integers per block of 32 columns (step = max|x| / 16383 of the block): each product
+    // may move by |w| · step / 2, so the bound adds Σ |w_c| · step(c) / 2 over the row.
+    std::vector<double> int_bound(rows, 0.0);
+    if (n_rows == 1) {
+      std::vector<float> step(cols / 32);
+      for (uint32_t blk = 0; blk < cols / 32; ++blk) {
+        float m = 0.0f;
+        for (uint32_t c = 0; c < 32; ++c) m = std::max(m, std::abs(x[blk * 32 + c]));
+        step[blk] = m / 16383.0f;
+      }
+      for (uint32_t r = 0; r < rows; ++r)
+        for (uint32_t c = 0; c < cols; ++c) {
+          const uint32_t code = (words[(std::size_t(r) * cols + c) / 8] >> (4 * (c % 8))) & 15u;
+          const uint32_t bits = uint32_t(scales[std::size_t(r) * (cols / 64) + c / 64]) << 16;
+          float sc;
+          std::memcpy(&sc, &bits, 4);
+          int_bound[r] += std::abs(double(sc) * code + sc) * step[c / 32] / 2;  // biases = scales here
+        }
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double bound = 1e-4 * (std::abs(b[i]) + 1.0) + (i < rows ? int_bound[i] : 0.0);
+      ASSERT_NEAR(a[i], b[i], bound) << "value " << i;
+    }
+  }
+
+  // The dp4a kernel is what ran for the one-row 4-bit product (unless SLUICE_OPENCL_DP4A=0): the
+  // profile of a fresh fast backend names it.
+  const char* off = std::getenv("SLUICE_OPENCL_DP4A");
+  if (!(off && *off == '0')) {
+    ::testing::internal::CaptureStderr();
+    setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+    {
+      Opened profiled;
+      ASSERT_TRUE(open(api, "", profiled, why)) << why;
+      std::vector<float> x(cols, 0.5f);
+      products(profiled, words, scales, bf16, x, rows, cols, 1);
+    }
+    unsetenv("SLUICE_OPENCL_PROFILE");
+    const std::string profile = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(profile.find("matvec_q4_dp4a"), std::string::npos) << profile;
   }
 }
-
 
 // A random affine-quantized weight (the MLX layout: codes packed low bits first into uint32 words,
 // one scale and one bias per group) with its float values, for the GEMM test below.
