@@ -264,34 +264,57 @@ inline void q4_team_finish(float* acc, __local float* red, uint first, uint rows
   }
 }
 
+// A team's R4 rows of a 4-bit matrix: their first words, scales and biases, and the first row's index.
+typedef struct {
+  __global const uint* w;
+  __global const uchar* s;
+  __global const uchar* b;
+  uint first, groups;
+} Q4Rows;
+
+inline Q4Rows q4_rows_of_team(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
+                              ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size,
+                              uint cols) {
+  Q4Rows t;
+  const uint ssize = scale_dtype == DT_F32 ? 4u : 2u;
+  t.first = (get_group_id(0) * (WG / Q4_TEAM) + get_local_id(0) / Q4_TEAM) * R4;
+  t.groups = cols / group_size;
+  t.w = (__global const uint*)(wbase + w_off) + (ulong)t.first * words_per_row;
+  t.s = sbase + s_off + (ulong)t.first * t.groups * ssize;
+  t.b = bbase + b_off + (ulong)t.first * t.groups * ssize;
+  return t;
+}
+
+// Step i (32 columns, group g) of the team's rows: every row's words, scale and bias loaded before
+// any is used, so R4 requests are in flight. Rows past the matrix read as zero.
+inline void q4_load_step(const Q4Rows* t, ulong words_per_row, uint scale_dtype, uint g, uint i, uint rows, uint w_align,
+                         uint4* w4, float* sc, float* bi) {
+  for (uint k = 0; k < R4; ++k) {
+    const bool live = t->first + k < rows;
+    w4[k] = live ? load_words4(t->w + (ulong)k * words_per_row, i, w_align) : (uint4)(0u);
+    sc[k] = live ? load_value(t->s, scale_dtype, (ulong)k * t->groups + g) : 0.0f;
+    bi[k] = live ? load_value(t->b, scale_dtype, (ulong)k * t->groups + g) : 0.0f;
+  }
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
                     ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
                     uint cols, __global const float* x, __global float* out, uint out_stride, uint row0,
                     __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias, uint w_align) {
   __local float red[R4 * WG];
-  const uint lid = get_local_id(0), lane = lid % Q4_TEAM;
-  const uint first = (get_group_id(0) * (WG / Q4_TEAM) + lid / Q4_TEAM) * R4;
-  const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
+  const Q4Rows t = q4_rows_of_team(wbase, w_off, words_per_row, sbase, s_off, bbase, b_off, scale_dtype, group_size, cols);
   float acc[R4];
   for (uint k = 0; k < R4; ++k) acc[k] = 0.0f;
-  __global const uint* w0 = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
-  __global const uchar* s0 = sbase + s_off + (ulong)first * groups * ssize;
-  __global const uchar* b0 = bbase + b_off + (ulong)first * groups * ssize;
   const uint steps = (uint)(words_per_row / 4u);
-  for (uint i = lane; i < steps; i += Q4_TEAM) {
+  for (uint i = get_local_id(0) % Q4_TEAM; i < steps; i += Q4_TEAM) {
     const uint c0 = i * 32u, g = c0 / group_size;
     __global const float8* xv = (__global const float8*)(x + c0);  // 128-byte steps of a device buffer
     const float8 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
     const float sx = dot(x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi, (float4)(1.0f));
     uint4 w4[R4];
     float sc[R4], bi[R4];
-    for (uint k = 0; k < R4; ++k) {  // every row's loads first: R4 requests in flight
-      const bool live = first + k < rows;
-      w4[k] = live ? load_words4(w0 + (ulong)k * words_per_row, i, w_align) : (uint4)(0u);
-      sc[k] = live ? load_value(s0, scale_dtype, (ulong)k * groups + g) : 0.0f;
-      bi[k] = live ? load_value(b0, scale_dtype, (ulong)k * groups + g) : 0.0f;
-    }
+    q4_load_step(&t, words_per_row, scale_dtype, g, i, rows, w_align, w4, sc, bi);
     for (uint k = 0; k < R4; ++k) {
       float4 a = q4_lo(w4[k].s0) * x0.lo;
       a = fma(q4_hi(w4[k].s0), x0.hi, a);
@@ -304,7 +327,7 @@ void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_ro
       acc[k] += sc[k] * ((a.s0 + a.s1) + (a.s2 + a.s3)) + bi[k] * sx;
     }
   }
-  q4_team_finish(acc, red, first, rows, out, row0, bias, bias_off, bias_dtype, has_bias);
+  q4_team_finish(acc, red, t.first, rows, out, row0, bias, bias_off, bias_dtype, has_bias);
 }
 
 #ifdef SLUICE_PTX_SHFL
@@ -367,27 +390,17 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong w_off, ulong words_per_ro
                     uint cols, __global const uint4* xq, __global const float2* blocks, __global float* out, uint row0,
                     __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias, uint w_align) {
   __local float red[R4 * WG];
-  const uint lid = get_local_id(0), lane = lid % Q4_TEAM;
-  const uint first = (get_group_id(0) * (WG / Q4_TEAM) + lid / Q4_TEAM) * R4;
-  const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
+  const Q4Rows t = q4_rows_of_team(wbase, w_off, words_per_row, sbase, s_off, bbase, b_off, scale_dtype, group_size, cols);
   float acc[R4];
   for (uint k = 0; k < R4; ++k) acc[k] = 0.0f;
-  __global const uint* w0 = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
-  __global const uchar* s0 = sbase + s_off + (ulong)first * groups * ssize;
-  __global const uchar* b0 = bbase + b_off + (ulong)first * groups * ssize;
   const uint steps = (uint)(words_per_row / 4u);
-  for (uint i = lane; i < steps; i += Q4_TEAM) {
+  for (uint i = get_local_id(0) % Q4_TEAM; i < steps; i += Q4_TEAM) {
     const uint g = i * 32u / group_size;
     const uint4 h0 = xq[4u * i], h1 = xq[4u * i + 1u], l0 = xq[4u * i + 2u], l1 = xq[4u * i + 3u];
     const float2 blk = blocks[i];
     uint4 w4[R4];
     float sc[R4], bi[R4];
-    for (uint k = 0; k < R4; ++k) {
-      const bool live = first + k < rows;
-      w4[k] = live ? load_words4(w0 + (ulong)k * words_per_row, i, w_align) : (uint4)(0u);
-      sc[k] = live ? load_value(s0, scale_dtype, (ulong)k * groups + g) : 0.0f;
-      bi[k] = live ? load_value(b0, scale_dtype, (ulong)k * groups + g) : 0.0f;
-    }
+    q4_load_step(&t, words_per_row, scale_dtype, g, i, rows, w_align, w4, sc, bi);
     for (uint k = 0; k < R4; ++k) {
       const uint4 w = w4[k];
       int dh = dp4a_word(w.s0, h0.s0, h0.s1, 0);
@@ -401,6 +414,6 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong w_off, ulong words_per_ro
       acc[k] += sc[k] * blk.x * (float)(dh * 128 + dl) + bi[k] * blk.y;
     }
   }
-  q4_team_finish(acc, red, first, rows, out, row0, bias, bias_off, bias_dtype, has_bias);
+  q4_team_finish(acc, red, t.first, rows, out, row0, bias, bias_off, bias_dtype, has_bias);
 }
 #endif

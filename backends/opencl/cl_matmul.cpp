@@ -109,37 +109,12 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(12, static_cast<cl_uint>(bias_dtype));
       k.setArg(13, static_cast<cl_uint>(has_bias));
       launch(be, k, global, local);
-    } else if (dp4a) {
-      const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * q4_rows();
-      const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);
-      auto& k = kernel(be, q4_program(team), "matvec_q4_dp4a");
-      k.setArg(0, s.data.buffer);
-      k.setArg(1, static_cast<cl_ulong>(s.data.offset));
-      k.setArg(2, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
-      k.setArg(3, s.scales.buffer);
-      k.setArg(4, static_cast<cl_ulong>(s.scales.offset));
-      k.setArg(5, s.biases.buffer);
-      k.setArg(6, static_cast<cl_ulong>(s.biases.offset));
-      k.setArg(7, static_cast<cl_uint>(w->scale_dtype));
-      k.setArg(8, static_cast<cl_uint>(w->group_size));
-      k.setArg(9, static_cast<cl_uint>(s.rows));
-      k.setArg(10, static_cast<cl_uint>(w->cols));
-      k.setArg(11, *x8);
-      k.setArg(12, *x8_blocks);
-      k.setArg(13, single(out));
-      k.setArg(14, static_cast<cl_uint>(s.r0));
-      k.setArg(15, bias.buffer);
-      k.setArg(16, static_cast<cl_ulong>(bias.offset));
-      k.setArg(17, static_cast<cl_uint>(bias_dtype));
-      k.setArg(18, static_cast<cl_uint>(has_bias));
-      const uint64_t at = s.data.offset;
-      k.setArg(19, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
-      launch(be, k, g4, cl::NDRange(128));
     } else if (q4_decode) {
-      // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl).
+      // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl), the float kernel
+      // or, on NVIDIA for the large matrices, the dp4a one; they share every argument but 11-14.
       const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * q4_rows();
       const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);
-      auto& k = kernel(be, q4_program(team), "matvec_q4_rows");
+      auto& k = kernel(be, q4_program(team), dp4a ? "matvec_q4_dp4a" : "matvec_q4_rows");
       k.setArg(0, s.data.buffer);
       k.setArg(1, static_cast<cl_ulong>(s.data.offset));
       k.setArg(2, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
@@ -151,9 +126,15 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(8, static_cast<cl_uint>(w->group_size));
       k.setArg(9, static_cast<cl_uint>(s.rows));
       k.setArg(10, static_cast<cl_uint>(w->cols));
-      k.setArg(11, single(x));
-      k.setArg(12, single(out));
-      k.setArg(13, static_cast<cl_uint>(w->rows));
+      if (dp4a) {
+        k.setArg(11, *x8);
+        k.setArg(12, *x8_blocks);
+        k.setArg(13, single(out));
+      } else {
+        k.setArg(11, single(x));
+        k.setArg(12, single(out));
+        k.setArg(13, static_cast<cl_uint>(w->rows));
+      }
       k.setArg(14, static_cast<cl_uint>(s.r0));
       k.setArg(15, bias.buffer);
       k.setArg(16, static_cast<cl_ulong>(bias.offset));
