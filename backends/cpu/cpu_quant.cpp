@@ -360,21 +360,17 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
       for (std::size_t i = 0; i < G; ++i) m = std::max(m, std::fabs(xg[i]));
       const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
       step[t * param_stride(q.groups_per_row) + g] = m / 32767.0f;
-      // The order the kernels meet the codes in, within runs of `span` columns of the row: four strided
-      // quarters for 4-bit (column 4k + m at m · span/4 + k), evens then odds for 8-bit. The AVX2
-      // kernels take runs of 64 (4-bit, groups of 64k) or 32; the AVX-512 ones runs of wide_run(q),
-      // which may hold two groups, so the order is taken from the row's column, not the group's.
-      const std::size_t wide = wide_run(q);
-      const bool quads = q.bits == 4 && (wide || G % 64 == 0);
-      const std::size_t span = wide ? wide : quads ? 64 : 32;
+      // The order the AVX2 kernels meet the codes in: runs of 64 as four strided quarters (4-bit,
+      // groups of 64k; column 4k + m at 16m + k), or runs of 32 as evens then odds. (The AVX-512
+      // kernels' order is quantize_activations_wide's.)
+      const bool quads = q.bits == 4 && G % 64 == 0;
       int32_t total = 0;
       for (std::size_t i = 0; i < G; ++i) {
-        const std::size_t col = g * G + i, in = col & (span - 1);
-        const std::size_t j = (col & ~(span - 1)) + (quads ? (in & 3) * (span / 4) + (in >> 2)
-                                                           : (in & 1) * (span / 2) + (in >> 1));
+        const std::size_t j = g * G + (quads ? (i & ~std::size_t(63)) + (i & 3) * 16 + ((i & 63) >> 2)
+                                             : (i & ~std::size_t(31)) + ((i & 1) ? 16 : 0) + ((i & 31) >> 1));
         const float v = std::nearbyint(xg[i] * inv);
         const auto code = static_cast<int16_t>(v == v ? std::clamp(v, -32767.0f, 32767.0f) : 0.0f);  // NaN/inf: no UB
-        row[j] = code;  // with two groups a run, j may lie in the other group's columns
+        row[j] = code;
         total += code;
       }
       // The bias term from the same rounded values as the codes' term (see quant_gemm.cpp: it keeps the
@@ -396,7 +392,6 @@ inline __m512i odds16(__m512i a, __m512i b) {
                                        15, 13, 11, 9, 7, 5, 3, 1);
   return _mm512_permutex2var_epi16(a, idx, b);
 }
-}  // namespace
 
 // quantize_activations for the AVX-512 kernels' order (wide_run(q) != 0), vectorised: it runs on one
 // thread before every decode matvec, and its scalar form (with the float group sums before it) took
@@ -471,6 +466,7 @@ void quantize_activations_wide(const float* x, uint32_t n_act, const QuantView& 
     }
   }
 }
+}  // namespace
 #endif
 
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,

@@ -146,17 +146,18 @@ bool avx512_kernels();
 
 // Codes covered by one 512-bit load of a row in the AVX-512 matvec (128 4-bit or 64 8-bit codes), or 0
 // where that kernel does not apply: it needs whole runs per row and a group that is either a whole
-// number of runs or exactly half of one. The activation's int16 order follows from this (see
-// quantize_activations).
+// number of runs or exactly half of one. The activation's int16 order follows from this (the decode
+// path's quantize_activations_wide, cpu_quant.cpp).
 std::size_t wide_run(const QuantView& q);
 
 struct MatvecActivations {
   const float* x;
   const float* xsum;    // [n_act][param_stride(groups)]
-  const int16_t* xq;    // [n_act][cols]: round(x / step), permuted as quantize_activations says
+  const int16_t* xq;    // [n_act][cols]: round(x / step), in the order the kernels read (quantize_activations)
   const float* step;    // [n_act][param_stride(groups)]: max|x| / 32767 of the group
 };
-// Also replaces each group's xsum by Σ xq · step, the sum of the values the codes' term uses.
+// For the AVX2 kernels' order. Also replaces each group's xsum by Σ xq · step, the sum of the values
+// the codes' term uses.
 void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step, float* xsum);
 
 // out[t, r] = sum_c x[t, c] * w[r, c] for n_act <= 4 activation rows, output rows [r0, r1).
