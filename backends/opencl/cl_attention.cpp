@@ -314,6 +314,22 @@ uint32_t mma_splits(const sl_backend* be, uint64_t groups, uint32_t key_tiles) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(std::min<uint64_t>(want, key_tiles / 4), 1, 64));
 }
 
+// Arguments 2-11 of kv_write and attention (kernels_cl/attention.cl): where the layer's pages are and
+// how they are laid out, and the batch's positions, sequence slots and page table.
+void set_page_args(cl::Kernel& kn, const sl_backend* be, const sl_kv_cache* c, uint32_t layer) {
+  const auto& L = c->layout;
+  kn.setArg(2, c->device_layers[layer]);
+  kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
+  kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
+  kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
+  kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
+  kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
+  kn.setArg(8, be->d_positions);
+  kn.setArg(9, be->d_seq_slots);
+  kn.setArg(10, be->d_page_table);
+  kn.setArg(11, static_cast<cl_uint>(be->max_pages));
+}
+
 // One run's attention on tensor cores: its keys and values (from the window start of its first
 // query to its last position) gathered as f16 rows per KV head, then attention_mma over them.
 void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
@@ -471,16 +487,7 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       auto& kn = ks.kv_write;
       kn.setArg(0, single(k));
       kn.setArg(1, single(v));
-      kn.setArg(2, c->device_layers[layer]);
-      kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
-      kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
-      kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
-      kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
-      kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
-      kn.setArg(8, be->d_positions);
-      kn.setArg(9, be->d_seq_slots);
-      kn.setArg(10, be->d_page_table);
-      kn.setArg(11, static_cast<cl_uint>(be->max_pages));
+      set_page_args(kn, be, c, layer);
       kn.setArg(12, static_cast<cl_uint>(n_tokens));
       const bool recent = keeps_recent(be, c);
       kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
@@ -557,16 +564,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   const bool recent = keeps_recent(be, c);
   kn.setArg(0, single(q));
   kn.setArg(1, single(out));
-  kn.setArg(2, c->device_layers[layer]);
-  kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
-  kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
-  kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
-  kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
-  kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
-  kn.setArg(8, be->d_positions);
-  kn.setArg(9, be->d_seq_slots);
-  kn.setArg(10, be->d_page_table);
-  kn.setArg(11, static_cast<cl_uint>(be->max_pages));
+  set_page_args(kn, be, c, layer);
   kn.setArg(12, p->scale);
   kn.setArg(13, static_cast<cl_uint>(p->window));
   kn.setArg(14, p->softcap);
