@@ -39,17 +39,35 @@ bool open(const sl_backend_api* api, const char* options, Opened& out, std::stri
   return true;
 }
 
+// The OpenCL plugin's API from the build's plugin folder, or null when it was not built.
+const sl_backend_api* opencl_api(PluginRegistry& registry) {
+  registry.scan(test::binary_path("lib"));
+  const PluginRecord* rec = registry.find(SL_PLUGIN_BACKEND, "opencl");
+  return rec ? static_cast<const sl_backend_api*>(rec->descriptor->api) : nullptr;
+}
+
+// The device description of an open backend.
+sl_status device_info(const Opened& o, sl_device_info& info) {
+  info = sl_device_info{};
+  info.struct_size = sizeof(info);
+  sl_error err{};
+  return o.api->get_device_info(o.be, &info, &err);
+}
+
+// A device buffer holding a copy of `bytes` bytes at data.
+sl_buffer* device_copy(const Opened& o, const void* data, std::size_t bytes) {
+  sl_buffer* b = nullptr;
+  sl_error err{};
+  EXPECT_EQ(o.api->alloc(o.be, bytes, &b, &err), SL_OK) << err.message;
+  EXPECT_EQ(o.api->upload(o.be, b, 0, data, bytes, &err), SL_OK) << err.message;
+  return b;
+}
+
 // Runs out = x · Wᵀ for a 4-bit weight and a bf16 weight on one backend.
 std::vector<float> products(const Opened& o, const std::vector<uint32_t>& words, const std::vector<uint16_t>& scales,
                             const std::vector<uint16_t>& bf16, const std::vector<float>& x, uint32_t rows, uint32_t cols,
                             uint32_t n_rows) {
-  auto buffer = [&](const void* data, std::size_t bytes) {
-    sl_buffer* b = nullptr;
-    sl_error err{};
-    EXPECT_EQ(o.api->alloc(o.be, bytes, &b, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->upload(o.be, b, 0, data, bytes, &err), SL_OK) << err.message;
-    return b;
-  };
+  auto buffer = [&](const void* data, std::size_t bytes) { return device_copy(o, data, bytes); };
   sl_buffer* dw = buffer(words.data(), words.size() * 4);
   sl_buffer* ds = buffer(scales.data(), scales.size() * 2);
   sl_buffer* dh = buffer(bf16.data(), bf16.size() * 2);
@@ -85,17 +103,13 @@ std::vector<float> products(const Opened& o, const std::vector<uint32_t>& words,
 
 TEST(OpenclVendorPaths, FastPathMatvecAgreesWithThePortableKernels) {
   PluginRegistry registry;
-  registry.scan(test::binary_path("lib"));
-  const PluginRecord* rec = registry.find(SL_PLUGIN_BACKEND, "opencl");
-  if (!rec) GTEST_SKIP() << "OpenCL backend unavailable";
-  const auto* api = static_cast<const sl_backend_api*>(rec->descriptor->api);
+  const sl_backend_api* api = opencl_api(registry);
+  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
   Opened fast, portable;
   std::string why;
   if (!open(api, "", fast, why)) GTEST_SKIP() << why;
   sl_device_info info{};
-  info.struct_size = sizeof(info);
-  sl_error err{};
-  ASSERT_EQ(api->get_device_info(fast.be, &info, &err), SL_OK);
+  ASSERT_EQ(device_info(fast, info), SL_OK);
   if (std::string(info.vendor).find("NVIDIA") == std::string::npos)
     GTEST_SKIP() << "no vendor fast path on " << info.name << " (" << info.vendor << "): portable kernels only";
   ASSERT_TRUE(open(api, "portable", portable, why)) << why;
@@ -219,13 +233,7 @@ QuantWeight random_quant(uint32_t rows, uint32_t cols, uint32_t bits, uint32_t g
 
 // out = x · Wᵀ on one backend (m activation rows).
 std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::vector<float>& x, uint32_t m) {
-  auto buffer = [&](const void* data, std::size_t bytes) {
-    sl_buffer* b = nullptr;
-    sl_error err{};
-    EXPECT_EQ(o.api->alloc(o.be, bytes, &b, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->upload(o.be, b, 0, data, bytes, &err), SL_OK) << err.message;
-    return b;
-  };
+  auto buffer = [&](const void* data, std::size_t bytes) { return device_copy(o, data, bytes); };
   sl_buffer* dw = buffer(w.words.data(), w.words.size() * 4);
   sl_buffer* ds = buffer(w.scales.data(), w.scales.size());
   sl_buffer* db = buffer(w.biases.data(), w.biases.size());
@@ -252,17 +260,13 @@ std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::
 
 TEST(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding) {
   PluginRegistry registry;
-  registry.scan(test::binary_path("lib"));
-  const PluginRecord* rec = registry.find(SL_PLUGIN_BACKEND, "opencl");
-  if (!rec) GTEST_SKIP() << "OpenCL backend unavailable";
-  const auto* api = static_cast<const sl_backend_api*>(rec->descriptor->api);
+  const sl_backend_api* api = opencl_api(registry);
+  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
   Opened fast, portable;
   std::string why;
   if (!open(api, "", fast, why)) GTEST_SKIP() << why;
   sl_device_info info{};
-  info.struct_size = sizeof(info);
-  sl_error err{};
-  ASSERT_EQ(api->get_device_info(fast.be, &info, &err), SL_OK);
+  ASSERT_EQ(device_info(fast, info), SL_OK);
   if (!(info.caps & SL_CAP_MATRIX))
     GTEST_SKIP() << "no tensor-core GEMM on " << info.name << " (" << info.vendor
                  << "): it needs inline PTX mma.sync on an sm_80+ NVIDIA device";
