@@ -243,7 +243,23 @@ typedef struct sl_backend_api {
                            sl_buffer* dst, sl_error* err);
   sl_status (*scatter_add_rows)(sl_backend* be, const sl_buffer* src, const int32_t* rows, const float* weights,
                                 uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err);
+
+  /* --- added in ABI 1.3 (may be absent: the host checks struct_size and issues the single ops) --- */
+  /* Fused forms of op sequences every layer repeats; each does what the ops it replaces would, so a
+   * backend may implement it by calling them (the reference CPU backend fuses for speed: fewer passes
+   * and, on a GPU, fewer launches — decode is many small ops).
+   * matmul_multi: for i < count, outs[i] = matmul(x, n_rows, ws[i], biases ? biases[i] : NULL) — several
+   *   products of one input (q/k/v, gate/up). Every ws[i] has the same cols; the outs are distinct from
+   *   x and from each other. count is 1..SL_MATMUL_MULTI_MAX. biases may be NULL, or hold NULL entries.
+   * add_rms_norm: the pre-norm residual step: x += delta (n_rows × dim values, in place), then
+   *   out = rms_norm(x, weight, weight_offset, eps) per row as rms_norm. out is distinct from x and delta. */
+  sl_status (*matmul_multi)(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+                            const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err);
+  sl_status (*add_rms_norm)(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
+                            sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err);
 } sl_backend_api;
+
+#define SL_MATMUL_MULTI_MAX 4u
 
 #ifdef __cplusplus
 }
