@@ -15,22 +15,32 @@ __kernel void scale_f32(__global float* x, float s, ulong n) {
   if (i < n) x[i] = x[i] * s;
 }
 
-// out = act(gate) * up. activation: 0 SiLU, 1 GELU (tanh approximation), 2 GELU (erf).
+// act(g): 0 SiLU, 1 GELU (tanh approximation), 2 GELU (erf).
+inline float activation_of(float g, uint activation) {
+  if (activation == 0u) return g / (1.0f + exp(-g));
+  if (activation == 1u) return 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  return 0.5f * g * (1.0f + erf(g * 0.7071067811865476f));
+}
+
+// out = act(gate) * up.
 __kernel void gated_activation(__global const float* gate, __global const float* up, __global float* out, ulong n,
                                uint activation) {
   const ulong i = get_global_id(0);
-  if (i >= n) return;
-  const float g = gate[i];
-  float a;
-  if (activation == 0u) {
-    a = g / (1.0f + exp(-g));
-  } else if (activation == 1u) {
-    a = 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-  } else {
-    a = 0.5f * g * (1.0f + erf(g * 0.7071067811865476f));
-  }
-  out[i] = a * up[i];
+  if (i < n) out[i] = activation_of(gate[i], activation) * up[i];
 }
+
+#ifdef SLUICE_PTX_SHFL
+// Decode on NVIDIA (n % 32 == 0, work-groups of whole warps): the same, plus the output's 15-bit form
+// for the dp4a matvec that reads it next (kernels_cl/warp.cl) — a warp holds one block of 32 values.
+__kernel void gated_activation_int15(__global const float* gate, __global const float* up, __global float* out, ulong n,
+                                     uint activation, __global uchar* xq, __global float2* blocks) {
+  const ulong i = get_global_id(0);
+  const bool live = i < n;
+  const float v = live ? activation_of(gate[i], activation) * up[i] : 0.0f;
+  if (live) out[i] = v;
+  int15_store(v, (uint)i, live, xq, blocks);
+}
+#endif
 
 // out[i, :] = table[ids[i], :] for unquantized tables.
 __kernel void embed_rows(__global const uchar* table, ulong t_off, uint dtype, uint cols, __global const int* ids,

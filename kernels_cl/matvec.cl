@@ -3,7 +3,7 @@
 // (<= MAX_T) activation rows; WG / TEAM rows per work-group. Quantized weights are dequantized in
 // registers: per word, sum(q * x) and sum(x) are formed and scaled once (value = scale * q + bias).
 // The team's partial sums meet in local memory, or through warp shuffles where the host built the
-// program with SLUICE_PTX_SHFL (NVIDIA; TEAM is then the warp, 32).
+// program with SLUICE_PTX_SHFL (NVIDIA; TEAM is then the warp, 32; warp_sum is in kernels_cl/warp.cl).
 
 #ifndef WG
 #define WG 128
@@ -16,16 +16,6 @@
 #endif
 #define ROWS_PER_WG (WG / TEAM)
 
-#ifdef SLUICE_PTX_SHFL
-inline float warp_sum(float v) {
-  for (int m = 16; m > 0; m >>= 1) {
-    int o;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
-    v += as_float(o);
-  }
-  return v;
-}
-#endif
 
 // Sums acc[t] over the team; lane 0 of each team writes the row's outputs.
 inline void team_finish(float* acc, uint n_t, __local float* red, uint row, uint rows, __global float* out,
@@ -227,10 +217,59 @@ inline uint4 load_words4(__global const uint* p, uint i, uint align) {
 #ifndef Q4_TEAM
 #define Q4_TEAM TEAM
 #endif
+
+// One launch serves up to three weights that share the input (q/k/v, gate/up: matmul_multi), their
+// rows concatenated: part p holds rows [end(p-1), end(p)) of the launch, each part's rows a multiple
+// of R4 so that a team never straddles two. The parts share the words', scales' and biases' buffers
+// (offsets differ) and every shape but rows; each has its own output and optional bias (bit p of
+// has_bias). A single product is one part (end0 = end1 = end2 = rows). row0: where part 0's rows
+// start in its output (a segment of a weight larger than one device allocation).
+#define Q4_PARTS_ARGS                                                                                           \
+  ulong w_off0, ulong s_off0, ulong b_off0, uint end0, __global float* out0, __global const uchar* bias0,      \
+      ulong bias_off0, ulong w_off1, ulong s_off1, ulong b_off1, uint end1, __global float* out1,              \
+      __global const uchar* bias1, ulong bias_off1, ulong w_off2, ulong s_off2, ulong b_off2, uint end2,       \
+      __global float* out2, __global const uchar* bias2, ulong bias_off2, uint has_bias, uint bias_dtype, uint row0
+#define Q4_PARTS_PASS                                                                                        \
+  w_off0, s_off0, b_off0, end0, out0, bias0, bias_off0, w_off1, s_off1, b_off1, end1, out1, bias1, bias_off1, \
+      w_off2, s_off2, b_off2, end2, out2, bias2, bias_off2, has_bias, bias_dtype, row0
+
+// A team's R4 rows: their part's first words, scales and biases, the first row's index in the part,
+// the part's rows, and where its sums go.
+typedef struct {
+  __global const uint* w;
+  __global const uchar* s;
+  __global const uchar* b;
+  __global float* out;
+  __global const uchar* bias;  // NULL: none
+  uint first, rows, groups;
+} Q4Rows;
+
+inline Q4Rows q4_rows_of_team(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase,
+                              __global const uchar* bbase, uint scale_dtype, uint group_size, uint cols, Q4_PARTS_ARGS) {
+  Q4Rows t;
+  const uint ssize = scale_dtype == DT_F32 ? 4u : 2u;
+  const uint at = (get_group_id(0) * (WG / Q4_TEAM) + get_local_id(0) / Q4_TEAM) * R4;
+  const uint p = at < end0 ? 0u : at < end1 ? 1u : 2u;
+  const uint start = p == 0u ? 0u : p == 1u ? end0 : end1;
+  t.first = at - start;
+  t.rows = (p == 0u ? end0 : p == 1u ? end1 : end2) - start;
+  t.groups = cols / group_size;
+  const ulong w_off = p == 0u ? w_off0 : p == 1u ? w_off1 : w_off2;
+  const ulong s_off = p == 0u ? s_off0 : p == 1u ? s_off1 : s_off2;
+  const ulong b_off = p == 0u ? b_off0 : p == 1u ? b_off1 : b_off2;
+  t.w = (__global const uint*)(wbase + w_off) + (ulong)t.first * words_per_row;
+  t.s = sbase + s_off + (ulong)t.first * t.groups * ssize;
+  t.b = bbase + b_off + (ulong)t.first * t.groups * ssize;
+  t.out = (p == 0u ? out0 + row0 : p == 1u ? out1 : out2);
+  t.bias = (has_bias >> p) & 1u ? (p == 0u ? bias0 + bias_off0 + (ulong)row0 * (bias_dtype == DT_F32 ? 4u : 2u)
+                                           : p == 1u ? bias1 + bias_off1 : bias2 + bias_off2)
+                                : 0;
+  return t;
+}
+
 // The team's R4 sums meet (warp shuffles, then local memory across a team's warps; or a local tree)
 // and lane 0 writes the team's rows.
-inline void q4_team_finish(float* acc, __local float* red, uint first, uint rows, __global float* out, uint row0,
-                           __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias) {
+inline void q4_team_finish(float* acc, __local float* red, const Q4Rows* t, uint bias_dtype) {
   const uint lid = get_local_id(0), lane = lid % Q4_TEAM;
 #ifdef SLUICE_PTX_SHFL
   for (uint k = 0; k < R4; ++k) acc[k] = warp_sum(acc[k]);
@@ -258,39 +297,18 @@ inline void q4_team_finish(float* acc, __local float* red, uint first, uint rows
 #endif
   if (lane == 0) {
     for (uint k = 0; k < R4; ++k) {
-      const uint r = first + k;
-      if (r < rows) out[(ulong)row0 + r] = acc[k] + (has_bias ? load_value(bias + bias_off, bias_dtype, row0 + r) : 0.0f);
+      const uint r = t->first + k;
+      if (r < t->rows) t->out[r] = acc[k] + (t->bias ? load_value(t->bias, bias_dtype, r) : 0.0f);
     }
   }
 }
 
-// A team's R4 rows of a 4-bit matrix: their first words, scales and biases, and the first row's index.
-typedef struct {
-  __global const uint* w;
-  __global const uchar* s;
-  __global const uchar* b;
-  uint first, groups;
-} Q4Rows;
-
-inline Q4Rows q4_rows_of_team(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
-                              ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size,
-                              uint cols) {
-  Q4Rows t;
-  const uint ssize = scale_dtype == DT_F32 ? 4u : 2u;
-  t.first = (get_group_id(0) * (WG / Q4_TEAM) + get_local_id(0) / Q4_TEAM) * R4;
-  t.groups = cols / group_size;
-  t.w = (__global const uint*)(wbase + w_off) + (ulong)t.first * words_per_row;
-  t.s = sbase + s_off + (ulong)t.first * t.groups * ssize;
-  t.b = bbase + b_off + (ulong)t.first * t.groups * ssize;
-  return t;
-}
-
 // Step i (32 columns, group g) of the team's rows: every row's words, scale and bias loaded before
-// any is used, so R4 requests are in flight. Rows past the matrix read as zero.
-inline void q4_load_step(const Q4Rows* t, ulong words_per_row, uint scale_dtype, uint g, uint i, uint rows, uint w_align,
+// any is used, so R4 requests are in flight. Rows past the part read as zero.
+inline void q4_load_step(const Q4Rows* t, ulong words_per_row, uint scale_dtype, uint g, uint i, uint w_align,
                          uint4* w4, float* sc, float* bi) {
   for (uint k = 0; k < R4; ++k) {
-    const bool live = t->first + k < rows;
+    const bool live = t->first + k < t->rows;
     w4[k] = live ? load_words4(t->w + (ulong)k * words_per_row, i, w_align) : (uint4)(0u);
     sc[k] = live ? load_value(t->s, scale_dtype, (ulong)k * t->groups + g) : 0.0f;
     bi[k] = live ? load_value(t->b, scale_dtype, (ulong)k * t->groups + g) : 0.0f;
@@ -298,12 +316,10 @@ inline void q4_load_step(const Q4Rows* t, ulong words_per_row, uint scale_dtype,
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
-                    ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
-                    uint cols, __global const float* x, __global float* out, uint out_stride, uint row0,
-                    __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias, uint w_align) {
+void matvec_q4_rows(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase, __global const uchar* bbase,
+                    uint scale_dtype, uint group_size, uint cols, uint w_align, __global const float* x, Q4_PARTS_ARGS) {
   __local float red[R4 * WG];
-  const Q4Rows t = q4_rows_of_team(wbase, w_off, words_per_row, sbase, s_off, bbase, b_off, scale_dtype, group_size, cols);
+  const Q4Rows t = q4_rows_of_team(wbase, words_per_row, sbase, bbase, scale_dtype, group_size, cols, Q4_PARTS_PASS);
   float acc[R4];
   for (uint k = 0; k < R4; ++k) acc[k] = 0.0f;
   const uint steps = (uint)(words_per_row / 4u);
@@ -314,7 +330,7 @@ void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_ro
     const float sx = dot(x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi, (float4)(1.0f));
     uint4 w4[R4];
     float sc[R4], bi[R4];
-    q4_load_step(&t, words_per_row, scale_dtype, g, i, rows, w_align, w4, sc, bi);
+    q4_load_step(&t, words_per_row, scale_dtype, g, i, w_align, w4, sc, bi);
     for (uint k = 0; k < R4; ++k) {
       float4 a = q4_lo(w4[k].s0) * x0.lo;
       a = fma(q4_hi(w4[k].s0), x0.hi, a);
@@ -327,17 +343,15 @@ void matvec_q4_rows(__global const uchar* wbase, ulong w_off, ulong words_per_ro
       acc[k] += sc[k] * ((a.s0 + a.s1) + (a.s2 + a.s3)) + bi[k] * sx;
     }
   }
-  q4_team_finish(acc, red, t.first, rows, out, row0, bias, bias_off, bias_dtype, has_bias);
+  q4_team_finish(acc, red, &t, bias_dtype);
 }
 
 #ifdef SLUICE_PTX_SHFL
-// NVIDIA fast path for the same product: the activation rounded to 15-bit integers per block of 32
-// columns (matvec_x_int15), the codes multiplied by it four at a time with dp4a. The float kernel
-// above spends about five instructions a weight (unpack, convert, multiply-add) and the H100 runs out
-// of issue slots near 1.1 TB/s; here eight weights cost three integer operations and four dp4a. An
-// int15 value q is split as 128·h + l (h signed, l in 0..127, both bytes): Σ c·q = 128·Σ c·h + Σ c·l,
-// exact in int32. The rounding, |x - x_q| <= step/2 with step = max|x| / 16383 of the block, is the
-// CPU backend's int16 error doubled (int8 alone, step = max/127, would not meet float32 bounds).
+// NVIDIA fast path for the same product: the activation in its 15-bit form (kernels_cl/warp.cl), the
+// codes multiplied by it four at a time with dp4a. The float kernel above spends about five
+// instructions a weight (unpack, convert, multiply-add) and the H100 runs out of issue slots near
+// 1.1 TB/s; here eight weights cost three integer operations and four dp4a. An int15 value q is split
+// as 128·h + l (h signed, l in 0..127, both bytes): Σ c·q = 128·Σ c·h + Σ c·l, exact in int32.
 
 // Σ a.byte[i] · b.byte[i] + c, a's bytes unsigned (codes), b's signed (activation).
 inline int dp4a_us(uint a, int b, int c) {
@@ -346,51 +360,18 @@ inline int dp4a_us(uint a, int b, int c) {
   return d;
 }
 
-inline float warp_max(float v) {
-  for (int m = 16; m > 0; m >>= 1) {
-    int o;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
-    v = fmax(v, as_float(o));
-  }
-  return v;
-}
-
-// x (cols floats, cols % 32 == 0) → per block of 32 columns 64 bytes: the high bytes h of the codes
-// (32), then the low 7 bits l (32), each in the order the nibbles come out of a weight word — per 8
-// columns, the even columns then the odd ones (w & 0x0f0f0f0f holds columns 0, 2, 4, 6 of the word,
-// (w >> 4) & 0x0f0f0f0f columns 1, 3, 5, 7) — and (step, step · Σ q), the block's scale and the sum of
-// its rounded values (the bias term uses the same rounded x). A warp a block, a work-item a column:
-// the first version, a work-item a block, took 5.4 µs a launch on the H100, mostly one thread's
-// chain of loads.
-__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
-void matvec_x_int15(__global const float* x, uint cols, __global uchar* xq, __global float2* blocks) {
-  const uint c = get_global_id(0), lane = get_local_id(0) % 32u;
-  const float v = c < cols ? x[c] : 0.0f;  // cols % 32 == 0: a warp is wholly inside or outside
-  const float m = warp_max(fabs(v));
-  const float step = m / 16383.0f, inv = m > 0.0f ? 16383.0f / m : 0.0f;
-  const int q = clamp(convert_int_rte(v * inv), -16383, 16383);
-  const int total = (int)warp_sum((float)q);  // |Σ q| <= 32 · 16383: exact in float
-  if (c >= cols) return;
-  const uint b = c / 32u, word = 2u * (lane / 8u) + (lane % 2u), byte = (lane % 8u) / 2u;
-  __global uchar* out = xq + (ulong)b * 64u + word * 4u + byte;
-  out[0] = (uchar)((q >> 7) & 255);
-  out[32] = (uchar)(q & 127);
-  if (lane == 0) blocks[b] = (float2)(step, step * (float)total);
-}
-
 // Σ codes · bytes over one weight word pair of a block: even and odd nibbles against their words.
 inline int dp4a_word(uint w, uint even, uint odd, int acc) {
   return dp4a_us((w >> 4) & 0x0f0f0f0fu, as_int(odd), dp4a_us(w & 0x0f0f0f0fu, as_int(even), acc));
 }
 
-// matvec_q4_rows with the activation from matvec_x_int15 (one activation row, 4-bit, groups of 32k).
+// matvec_q4_rows with the activation's 15-bit form (one activation row, 4-bit, groups of 32k).
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void matvec_q4_dp4a(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
-                    ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
-                    uint cols, __global const uint4* xq, __global const float2* blocks, __global float* out, uint row0,
-                    __global const uchar* bias, ulong bias_off, uint bias_dtype, uint has_bias, uint w_align) {
+void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase, __global const uchar* bbase,
+                    uint scale_dtype, uint group_size, uint cols, uint w_align, __global const uint4* xq,
+                    __global const float2* blocks, Q4_PARTS_ARGS) {
   __local float red[R4 * WG];
-  const Q4Rows t = q4_rows_of_team(wbase, w_off, words_per_row, sbase, s_off, bbase, b_off, scale_dtype, group_size, cols);
+  const Q4Rows t = q4_rows_of_team(wbase, words_per_row, sbase, bbase, scale_dtype, group_size, cols, Q4_PARTS_PASS);
   float acc[R4];
   for (uint k = 0; k < R4; ++k) acc[k] = 0.0f;
   const uint steps = (uint)(words_per_row / 4u);
@@ -400,7 +381,7 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong w_off, ulong words_per_ro
     const float2 blk = blocks[i];
     uint4 w4[R4];
     float sc[R4], bi[R4];
-    q4_load_step(&t, words_per_row, scale_dtype, g, i, rows, w_align, w4, sc, bi);
+    q4_load_step(&t, words_per_row, scale_dtype, g, i, w_align, w4, sc, bi);
     for (uint k = 0; k < R4; ++k) {
       const uint4 w = w4[k];
       int dh = dp4a_word(w.s0, h0.s0, h0.s1, 0);
@@ -414,6 +395,6 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong w_off, ulong words_per_ro
       acc[k] += sc[k] * blk.x * (float)(dh * 128 + dl) + bi[k] * blk.y;
     }
   }
-  q4_team_finish(acc, red, t.first, rows, out, row0, bias, bias_off, bias_dtype, has_bias);
+  q4_team_finish(acc, red, &t, bias_dtype);
 }
 #endif

@@ -38,24 +38,30 @@ inline float wg_max(__local float* scratch, float v) {
 // and with WG items each walking dim / WG values the kernel is a chain of dependent loads (measured
 // ~30 us a launch on an H100 at WG 64). NORM_WG items with float4 loads cut the chain to a few steps.
 #define NORM_WG 256
-__kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1)))
-void rms_norm(__global const float* x, __global const uchar* w, ulong w_off, uint w_dtype, float w_offset, __global float* out,
-              uint dim, float eps) {
-  __local float scratch[NORM_WG];
-  const ulong row = get_group_id(0);
+
+// One row: out = x / rms(x) * (w + w_offset), after x += delta where add (x written back in place:
+// the residual stream). Each work-item reads back only the values it wrote, so no barrier is needed
+// between the add and the normalisation.
+inline void rms_norm_row(__global float* xr, __global const float* dr, uint add, __global const uchar* w, uint w_dtype,
+                         float w_offset, __global float* orow, uint dim, float eps, __local float* scratch) {
   const uint lid = get_local_id(0);
-  __global const float* xr = x + row * dim;
-  __global float* orow = out + row * dim;
-  w += w_off;
   const bool vec = dim % 4u == 0u;
   float ss = 0.0f;
   if (vec) {
     for (uint i = lid; i < dim / 4u; i += NORM_WG) {
-      const float4 v = vload4(i, xr);
+      float4 v = vload4(i, xr);
+      if (add) {
+        v += vload4(i, dr);
+        vstore4(v, i, xr);
+      }
       ss += dot(v, v);
     }
   } else {
-    for (uint i = lid; i < dim; i += NORM_WG) ss += xr[i] * xr[i];
+    for (uint i = lid; i < dim; i += NORM_WG) {
+      float v = xr[i];
+      if (add) xr[i] = v = v + dr[i];
+      ss += v * v;
+    }
   }
   const float inv = 1.0f / sqrt(wg_sum_n(scratch, ss, NORM_WG) / (float)dim + eps);
   if (vec) {
@@ -68,6 +74,37 @@ void rms_norm(__global const float* x, __global const uchar* w, ulong w_off, uin
   } else {
     for (uint i = lid; i < dim; i += NORM_WG) orow[i] = (load_value(w, w_dtype, i) + w_offset) * (xr[i] * inv);
   }
+}
+
+// Decode (one row, q15 set by the host on NVIDIA): the output's 15-bit form for the dp4a matvec that
+// reads it next (kernels_cl/warp.cl), from the values this work-group just wrote.
+inline void rms_norm_int15(__global const float* orow, uint dim, uint q15, __global uchar* xq, __global float2* blocks) {
+#ifdef SLUICE_PTX_SHFL
+  if (q15) {
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    int15_row(orow, dim, NORM_WG, xq, blocks);
+  }
+#endif
+}
+
+__kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1)))
+void rms_norm(__global const float* x, __global const uchar* w, ulong w_off, uint w_dtype, float w_offset, __global float* out,
+              uint dim, float eps, __global uchar* xq, __global float2* blocks, uint q15) {
+  __local float scratch[NORM_WG];
+  const ulong row = get_group_id(0);
+  rms_norm_row((__global float*)x + row * dim, 0, 0u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch);
+  rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
+}
+
+// The pre-norm residual step: x += delta, out = rms_norm(x).
+__kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1)))
+void add_rms_norm(__global float* x, __global const float* delta, __global const uchar* w, ulong w_off, uint w_dtype,
+                  float w_offset, __global float* out, uint dim, float eps, __global uchar* xq, __global float2* blocks,
+                  uint q15) {
+  __local float scratch[NORM_WG];
+  const ulong row = get_group_id(0);
+  rms_norm_row(x + row * dim, delta + row * dim, 1u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch);
+  rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))

@@ -281,6 +281,26 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
   });
 }
 
+// Table entries that may write device memory forget the dp4a matvec's 15-bit input (sl_backend::x15_of)
+// before they run; the producers among them record it again. matmul and matmul_multi read it and
+// forget it themselves only when they overwrite its source.
+template <class F>
+struct Forgets;
+template <class... A>
+struct Forgets<sl_status (*)(sl_backend*, A...)> {
+  template <sl_status (*Fn)(sl_backend*, A...)>
+  static sl_status call(sl_backend* be, A... a) {
+    be->x15_of = nullptr;
+    return Fn(be, a...);
+  }
+};
+#define SLUICE_FORGETS(fn) Forgets<decltype(&fn)>::call<&fn>
+
+void free_forgetting(sl_backend* be, sl_buffer* b) {
+  be->x15_of = nullptr;
+  free_buffer(be, b);
+}
+
 const sl_backend_api kApi = {
     sizeof(sl_backend_api),
     device_count,
@@ -289,33 +309,36 @@ const sl_backend_api kApi = {
     destroy,
     get_device_info,
     supports_op,
-    alloc,
-    wrap_host,
-    free_buffer,
-    upload,
+    SLUICE_FORGETS(alloc),
+    SLUICE_FORGETS(wrap_host),
+    free_forgetting,
+    SLUICE_FORGETS(upload),
     download,
     synchronize,
-    kv_create,
+    SLUICE_FORGETS(kv_create),
     kv_destroy,
-    kv_copy_page,
-    begin_batch,
-    embed,
-    rms_norm,
-    layer_norm,
+    SLUICE_FORGETS(kv_copy_page),
+    SLUICE_FORGETS(begin_batch),
+    SLUICE_FORGETS(embed),
+    SLUICE_FORGETS(rms_norm),
+    SLUICE_FORGETS(layer_norm),
     matmul,
-    rope,
-    kv_write,
-    attention,
-    gated_activation,
-    add,
-    mul,
-    scale,
-    copy,
-    softmax,
-    topk,
+    SLUICE_FORGETS(rope),
+    SLUICE_FORGETS(kv_write),
+    SLUICE_FORGETS(attention),
+    SLUICE_FORGETS(gated_activation),
+    SLUICE_FORGETS(add),
+    SLUICE_FORGETS(mul),
+    SLUICE_FORGETS(scale),
+    SLUICE_FORGETS(copy),
+    SLUICE_FORGETS(softmax),
+    SLUICE_FORGETS(topk),
     nullptr,  // gather_rows (ABI 1.1): not yet on the device; the host moves rows with `copy`
     nullptr,  // scatter_add_rows (ABI 1.1): the host falls back through host memory
+    matmul_multi,
+    SLUICE_FORGETS(add_rms_norm),
 };
+#undef SLUICE_FORGETS
 
 const sl_plugin_descriptor kDescriptor = {
     sizeof(sl_plugin_descriptor),

@@ -126,8 +126,15 @@ struct sl_backend {
   // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
   std::map<uint32_t, int> att_mma_state;
   sluice::ocl::Scratch att_k16, att_v16, att_mma_partial;
-  // The decode activation as 15-bit integers for the dp4a matvec: its bytes, and a float2 per 32 columns.
+  // The decode activation as 15-bit integers for the dp4a matvec (kernels_cl/warp.cl): its bytes, a
+  // float2 per 32 columns, and the buffer (and its columns) they were made from — nullptr when they
+  // stand for nothing. The ops that produce a product's input (rms_norm, add_rms_norm,
+  // gated_activation) write them beside their output in decode on NVIDIA; every other entry point of
+  // the table forgets them (cl_backend.cpp), so only a product issued right after its producer — or
+  // after products of the same input — reads them.
   sluice::ocl::Scratch matvec_x8, matvec_x8_blocks;
+  const sl_buffer* x15_of = nullptr;
+  uint32_t x15_cols = 0;
 };
 
 namespace sluice::ocl {
@@ -179,12 +186,27 @@ const char* q4_program(uint32_t team);
 // 2 or 8 for measuring).
 uint32_t q4_rows();
 
+// The dp4a decode matvec (kernels_cl/matvec.cl): NVIDIA with PTX and dp4a, unless SLUICE_OPENCL_DP4A=0.
+bool use_dp4a(const sl_backend* be);
+// For an op producing n_rows × cols values that a product may read next: whether to write their 15-bit
+// form too (decode, one row of whole 32-column blocks, dp4a on), and where (grown to fit).
+bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks);
+// Records that the form now holds `out`'s cols values (after the producing launch was enqueued).
+inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols) {
+  be->x15_of = out;
+  be->x15_cols = cols;
+}
+
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
 sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
 sl_status layer_norm(sl_backend*, const sl_buffer*, const sl_weight*, const sl_weight*, sl_buffer*, uint32_t, uint32_t,
                      float, sl_error*);
+sl_status add_rms_norm(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
+                       sl_error*);
 sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
+sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
+                       sl_buffer* const*, sl_error*);
 sl_status rope(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
 sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
 sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);

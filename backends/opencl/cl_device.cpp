@@ -263,10 +263,12 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
   if (pit == be->programs.end()) {
     std::string source = kernel_source("common"), options = "-cl-std=CL1.2";
     if (program == "ops") {
-      source += kernel_source("elementwise") + kernel_source("norms") + kernel_source("rope") + kernel_source("gemm");
+      source += kernel_source("warp") + kernel_source("elementwise") + kernel_source("norms") + kernel_source("rope") +
+                kernel_source("gemm");
       options += " -DWG=64";
+      if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";  // the producers of the dp4a matvec's input
     } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64" / "matvec_t128": Q4_TEAM
-      source += kernel_source("matvec");
+      source += kernel_source("warp") + kernel_source("matvec");
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8 -DR4=" + std::to_string(q4_rows());
       if (program != "matvec") options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"));
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";

@@ -59,37 +59,96 @@ cl::Buffer& single(const sl_buffer* b) {
   return const_cast<cl::Buffer&>(b->chunks[0]);
 }
 
-// The dp4a decode matvec (kernels_cl/matvec.cl): NVIDIA with PTX on and dp4a (sm_61+), unless
-// SLUICE_OPENCL_DP4A=0.
-bool use_dp4a(const sl_backend* be) {
-  static const bool off = [] {
-    const char* v = std::getenv("SLUICE_OPENCL_DP4A");
-    return v && *v == '0';
-  }();
-  return be->use_ptx && be->caps.sm >= 61 && !off;
+// One weight's share of a 4-bit decode launch (kernels_cl/matvec.cl, Q4_PARTS_ARGS).
+struct Q4Part {
+  Segment seg;
+  cl::Buffer out;
+  DevPtr bias;
+  bool has_bias = false;
+};
+
+bool q4_decode_form(uint32_t n_rows, const sl_weight* w) {
+  return n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0;
+}
+
+// The activation's 15-bit form for the dp4a kernel, or false for the float kernel. A producer op may
+// have written it (rms_norm, add_rms_norm, gated_activation: no launch here); otherwise it is made
+// here for large matrices only — on the H100 (perf/results/dp4a_gpu/run1) dp4a read 1.3-1.8 TB/s where
+// the float kernel read 0.94-1.09 (28672×4096 and up), matched it at 4096×4096 and lost at 1024×4096
+// (0.14 against 0.32: the extra launch that rounds x is not repaid).
+bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weights, cl::Buffer*& xq, cl::Buffer*& blocks) {
+  if (!use_dp4a(be)) return false;
+  if (be->x15_of == x && be->x15_cols == cols) {
+    xq = &be->matvec_x8.buffer;
+    blocks = &be->matvec_x8_blocks.buffer;
+    return true;
+  }
+  if (weights < (uint64_t(1) << 25) || !int15_scratch(be, 1, cols, xq, blocks)) return false;
+  auto& q = kernel(be, "matvec", "matvec_x_int15");
+  q.setArg(0, single(x));
+  q.setArg(1, static_cast<cl_uint>(cols));
+  q.setArg(2, *xq);
+  q.setArg(3, *blocks);
+  launch(be, q, cl::NDRange(round_up(cols, 256)), cl::NDRange(256));
+  int15_made(be, x, cols);  // later products of the same x reuse it
+  return true;
+}
+
+// Up to three parts of one-row 4-bit products sharing x, in one launch; parts[0].seg.r0 is where
+// part 0's rows start in its output. Every part's rows but the last are a multiple of q4_rows().
+void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, const Q4Part* parts, uint32_t n_parts,
+                      bool dp4a, cl::Buffer* xq, cl::Buffer* blocks, uint32_t bias_dtype) {
+  uint32_t total = 0;
+  cl_uint end[3], has_bias = 0;
+  for (uint32_t p = 0; p < 3; ++p) {
+    if (p < n_parts) {
+      total += parts[p].seg.rows;
+      has_bias |= parts[p].has_bias ? 1u << p : 0u;
+    }
+    end[p] = total;
+  }
+  const uint32_t team = q4_team(be, total), rows_per_group = 128 / team * q4_rows();
+  auto& k = kernel(be, q4_program(team), dp4a ? "matvec_q4_dp4a" : "matvec_q4_rows");
+  const Segment& s0 = parts[0].seg;
+  cl_uint a = 0;
+  k.setArg(a++, s0.data.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
+  k.setArg(a++, s0.scales.buffer);
+  k.setArg(a++, s0.biases.buffer);
+  k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(w->group_size));
+  k.setArg(a++, static_cast<cl_uint>(w->cols));
+  // The weight rows' alignment (row starts share it: a row is a multiple of 16 bytes here).
+  uint64_t at = 0;
+  for (uint32_t p = 0; p < n_parts; ++p) at |= parts[p].seg.data.offset;
+  k.setArg(a++, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
+  if (dp4a) {
+    k.setArg(a++, *xq);
+    k.setArg(a++, *blocks);
+  } else {
+    k.setArg(a++, single(x));
+  }
+  for (uint32_t p = 0; p < 3; ++p) {
+    const Q4Part& q = parts[std::min(p, n_parts - 1)];  // absent parts: end[p] == end[p-1], never read
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.data.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.scales.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.biases.offset));
+    k.setArg(a++, end[p]);
+    k.setArg(a++, q.out);
+    k.setArg(a++, q.bias.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(q.bias.offset));
+  }
+  k.setArg(a++, has_bias);
+  k.setArg(a++, static_cast<cl_uint>(bias_dtype));
+  k.setArg(a++, static_cast<cl_uint>(s0.r0));
+  launch(be, k, cl::NDRange(size_t((total + rows_per_group - 1) / rows_per_group) * 128), cl::NDRange(128));
 }
 
 void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
             bool has_bias, sl_buffer* out) {
-  // One activation row against 4-bit weights on a device with dp4a: the activation is rounded to
-  // 15-bit integers once here for every segment.
-  const bool q4_decode = n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0;
-  // Only for large matrices: on the H100 (perf/results/dp4a_gpu/run1) dp4a read 1.3-1.8 TB/s where the
-  // float kernel read 0.94-1.09 (28672×4096 and up), matched it at 4096×4096 and lost at 1024×4096
-  // (0.14 against 0.32: the extra launch that rounds x is not repaid).
-  const bool dp4a = q4_decode && use_dp4a(be) && uint64_t(w->rows) * w->cols >= (uint64_t(1) << 25);
-  cl::Buffer *x8 = nullptr, *x8_blocks = nullptr;
-  if (dp4a) {
-    const uint64_t blocks = w->cols / 32;
-    x8 = &be->matvec_x8.at_least(be->context, uint64_t(w->cols) * 2);  // high and low bytes
-    x8_blocks = &be->matvec_x8_blocks.at_least(be->context, blocks * 8);
-    auto& q = kernel(be, "matvec", "matvec_x_int15");
-    q.setArg(0, single(x));
-    q.setArg(1, static_cast<cl_uint>(w->cols));
-    q.setArg(2, *x8);
-    q.setArg(3, *x8_blocks);
-    launch(be, q, cl::NDRange(round_up(w->cols, 256)), cl::NDRange(256));
-  }
+  const bool q4_decode = q4_decode_form(n_rows, w);
+  cl::Buffer *xq = nullptr, *blocks = nullptr;
+  const bool dp4a = q4_decode && dp4a_input(be, x, w->cols, uint64_t(w->rows) * w->cols, xq, blocks);
   for (const auto& s : segments(be, w)) {
     const cl::NDRange global(size_t((s.rows + kMatvecRowsPerGroup - 1) / kMatvecRowsPerGroup) * 128), local(128);
     if (w->bits == 0) {
@@ -111,39 +170,9 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       launch(be, k, global, local);
     } else if (q4_decode) {
       // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl), the float kernel
-      // or, on NVIDIA for the large matrices, the dp4a one; they share every argument but 11-14.
-      const uint32_t team = q4_team(be, s.rows), rows_per_group = 128 / team * q4_rows();
-      const cl::NDRange g4(size_t((s.rows + rows_per_group - 1) / rows_per_group) * 128);
-      auto& k = kernel(be, q4_program(team), dp4a ? "matvec_q4_dp4a" : "matvec_q4_rows");
-      k.setArg(0, s.data.buffer);
-      k.setArg(1, static_cast<cl_ulong>(s.data.offset));
-      k.setArg(2, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
-      k.setArg(3, s.scales.buffer);
-      k.setArg(4, static_cast<cl_ulong>(s.scales.offset));
-      k.setArg(5, s.biases.buffer);
-      k.setArg(6, static_cast<cl_ulong>(s.biases.offset));
-      k.setArg(7, static_cast<cl_uint>(w->scale_dtype));
-      k.setArg(8, static_cast<cl_uint>(w->group_size));
-      k.setArg(9, static_cast<cl_uint>(s.rows));
-      k.setArg(10, static_cast<cl_uint>(w->cols));
-      if (dp4a) {
-        k.setArg(11, *x8);
-        k.setArg(12, *x8_blocks);
-        k.setArg(13, single(out));
-      } else {
-        k.setArg(11, single(x));
-        k.setArg(12, single(out));
-        k.setArg(13, static_cast<cl_uint>(w->rows));
-      }
-      k.setArg(14, static_cast<cl_uint>(s.r0));
-      k.setArg(15, bias.buffer);
-      k.setArg(16, static_cast<cl_ulong>(bias.offset));
-      k.setArg(17, static_cast<cl_uint>(bias_dtype));
-      k.setArg(18, static_cast<cl_uint>(has_bias));
-      // The weight rows' alignment (row starts share it: a row is a multiple of 16 bytes here).
-      const uint64_t at = s.data.offset;
-      k.setArg(19, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
-      launch(be, k, g4, local);
+      // or, on NVIDIA, the dp4a one.
+      Q4Part part{s, single(out), bias, has_bias};
+      q4_decode_launch(be, x, w, &part, 1, dp4a, xq, blocks, bias_dtype);
     } else {
       auto& k = kernel(be, "matvec", "matvec_quant");
       k.setArg(0, s.data.buffer);
@@ -323,39 +352,124 @@ void gemm(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* 
   }
 }
 
-}  // namespace
-
-sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
-                 sl_buffer* out, sl_error* err) {
+// What matmul accepts, or its error.
+sl_status check_matmul(const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, const sl_buffer* out,
+                       sl_error* err) {
   if (!w || !w->data || !weight_form_supported(w->dtype, w->bits))
     return set_error(err, SL_ERR_UNSUPPORTED, "matmul: unsupported weight form on the OpenCL backend");
   if (w->bits && (!w->scales || !w->biases || w->group_size == 0 || w->cols % w->group_size ||
                   (uint64_t(w->cols) * w->bits) % 32 || !weight_form_supported(w->scale_dtype, 0)))
     return set_error(err, SL_ERR_INVALID_ARGUMENT,
                      "matmul: quantized weight needs scales, biases, and rows of whole groups and 32-bit words");
-  if (static_cast<uint64_t>(n_rows) * w->cols * 4 > x->bytes || static_cast<uint64_t>(n_rows) * w->rows * 4 > out->bytes)
+  if (!x || !out || static_cast<uint64_t>(n_rows) * w->cols * 4 > x->bytes || static_cast<uint64_t>(n_rows) * w->rows * 4 > out->bytes)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul: activation buffers too small for the shapes");
   if (bias && (!bias->data || bias->bits || !weight_form_supported(bias->dtype, 0) || bias->cols != w->rows))
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul: bias does not match the weight's rows");
+  return SL_OK;
+}
+
+DevPtr bias_range(sl_backend* be, const sl_weight* bias, const sl_buffer* out) {
+  if (!bias) return DevPtr{single(out), 0};  // unread
+  const uint64_t sb = bias->dtype == SL_DTYPE_F32 ? 4 : 2;
+  return read_range(be, bias->data, bias->offset, uint64_t(bias->cols) * sb, sb);
+}
+
+void matmul_one(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, sl_buffer* out) {
+  const DevPtr b = bias_range(be, bias, out);
+  if (n_rows <= kMatvecMaxRows) return matvec(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out);
+  gemm(be, x, n_rows, w, out);
+  if (bias) {
+    auto& k = kernel(be, "ops", "add_bias");
+    k.setArg(0, single(out));
+    k.setArg(1, b.buffer);
+    k.setArg(2, static_cast<cl_ulong>(b.offset));
+    k.setArg(3, static_cast<cl_uint>(bias->dtype));
+    k.setArg(4, static_cast<cl_uint>(w->rows));
+    launch(be, k, cl::NDRange(round_up(w->rows, 64), n_rows), cl::NDRange(64, 1));
+  }
+}
+
+// Decode products of one x in one launch (q/k/v, gate/up) where the weights allow: one row, 4-bit
+// weights of one shape and form in one segment each, their words, scales and biases each in one
+// device buffer, every part but the last a whole number of teams' rows. Returns false to leave them
+// to single products.
+bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const sl_weight* const* ws,
+                     const sl_weight* const* biases, sl_buffer* const* outs) {
+  if (count < 2 || count > 3) return false;
+  const sl_weight* w0 = ws[0];
+  uint32_t bias_dtype = 0;
+  std::vector<Q4Part> parts;
+  for (uint32_t i = 0; i < count; ++i) {
+    const sl_weight* w = ws[i];
+    if (!q4_decode_form(1, w) || w->cols != w0->cols || w->group_size != w0->group_size || w->scale_dtype != w0->scale_dtype)
+      return false;
+    if (i + 1 < count && w->rows % q4_rows()) return false;
+    auto segs = segments(be, w);
+    if (segs.size() != 1) return false;
+    const sl_weight* bias = biases ? biases[i] : nullptr;
+    if (bias) {
+      if (std::any_of(parts.begin(), parts.end(), [](const Q4Part& p) { return p.has_bias; }) && bias->dtype != bias_dtype)
+        return false;
+      bias_dtype = bias->dtype;
+    }
+    parts.push_back(Q4Part{segs[0], single(outs[i]), bias_range(be, bias, outs[i]), bias != nullptr});
+    const Segment &s = parts.back().seg, &f = parts.front().seg;
+    if (s.data.buffer() != f.data.buffer() || s.scales.buffer() != f.scales.buffer() || s.biases.buffer() != f.biases.buffer())
+      return false;
+  }
+  uint64_t weights = 0;
+  for (uint32_t i = 0; i < count; ++i) weights += uint64_t(ws[i]->rows) * ws[i]->cols;
+  cl::Buffer *xq = nullptr, *blocks = nullptr;
+  const bool dp4a = dp4a_input(be, x, w0->cols, weights, xq, blocks);
+  q4_decode_launch(be, x, w0, parts.data(), count, dp4a, xq, blocks, bias_dtype);
+  return true;
+}
+
+}  // namespace
+
+bool use_dp4a(const sl_backend* be) {
+  static const bool off = [] {
+    const char* v = std::getenv("SLUICE_OPENCL_DP4A");
+    return v && *v == '0';
+  }();
+  return be->use_ptx && be->caps.sm >= 61 && !off;
+}
+
+bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks) {
+  if (n_rows != 1 || cols % 32 || cols > UINT32_MAX || !use_dp4a(be)) return false;
+  xq = &be->matvec_x8.at_least(be->context, cols * 2);  // high and low bytes
+  blocks = &be->matvec_x8_blocks.at_least(be->context, cols / 32 * 8);
+  return true;
+}
+
+sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
+                 sl_buffer* out, sl_error* err) {
+  if (auto s = check_matmul(x, n_rows, w, bias, out, err); s != SL_OK) return s;
   if (n_rows == 0) return SL_OK;
   return guarded(err, "matmul", [&] {
-    const uint64_t bias_bytes = bias ? uint64_t(bias->cols) * (bias->dtype == SL_DTYPE_F32 ? 4 : 2) : 0;
-    const DevPtr b = bias ? read_range(be, bias->data, bias->offset, bias_bytes, bias->dtype == SL_DTYPE_F32 ? 4 : 2)
-                          : DevPtr{single(out), 0};
-    if (n_rows <= kMatvecMaxRows) {
-      matvec(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out);
-      return SL_OK;
-    }
-    gemm(be, x, n_rows, w, out);
-    if (bias) {
-      auto& k = kernel(be, "ops", "add_bias");
-      k.setArg(0, single(out));
-      k.setArg(1, b.buffer);
-      k.setArg(2, static_cast<cl_ulong>(b.offset));
-      k.setArg(3, static_cast<cl_uint>(bias->dtype));
-      k.setArg(4, static_cast<cl_uint>(w->rows));
-      launch(be, k, cl::NDRange(round_up(w->rows, 64), n_rows), cl::NDRange(64, 1));
-    }
+    if (be->x15_of == out) be->x15_of = nullptr;
+    matmul_one(be, x, n_rows, w, bias, out);
+    return SL_OK;
+  });
+}
+
+sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+                       const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err) {
+  if (count == 0 || count > SL_MATMUL_MULTI_MAX || !ws || !outs)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: count must be 1.." + std::to_string(SL_MATMUL_MULTI_MAX));
+  for (uint32_t i = 0; i < count; ++i) {
+    if (auto s = check_matmul(x, n_rows, ws[i], biases ? biases[i] : nullptr, outs[i], err); s != SL_OK) return s;
+    if (ws[i]->cols != ws[0]->cols) return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: the weights' cols differ");
+    if (outs[i] == x) return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: an output aliases x");
+    for (uint32_t j = 0; j < i; ++j)
+      if (outs[j] == outs[i]) return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: two outputs alias");
+  }
+  if (n_rows == 0) return SL_OK;
+  return guarded(err, "matmul_multi", [&] {
+    for (uint32_t i = 0; i < count; ++i)
+      if (be->x15_of == outs[i]) be->x15_of = nullptr;
+    if (n_rows == 1 && q4_decode_multi(be, x, count, ws, biases, outs)) return SL_OK;
+    for (uint32_t i = 0; i < count; ++i) matmul_one(be, x, n_rows, ws[i], biases ? biases[i] : nullptr, outs[i]);
     return SL_OK;
   });
 }

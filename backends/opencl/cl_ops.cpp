@@ -96,27 +96,54 @@ sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint
   });
 }
 
-sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
-                   uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+namespace {
+
+// rms_norm and add_rms_norm: x (+ delta, written back to x) normalised into out, and on NVIDIA in
+// decode the output's 15-bit form for the dp4a product that reads it next.
+sl_status rms_norm_launch(sl_backend* be, const char* op, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight,
+                          float weight_offset, sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
   if (!weight || !weight->data || weight->bits || !weight_form_supported(weight->dtype, 0) || weight->cols != dim)
-    return bad_weight(err, "rms_norm");
-  if (!float_buffer_ok(x, uint64_t(n_rows) * dim) || !float_buffer_ok(out, uint64_t(n_rows) * dim)) return too_small(err, "rms_norm");
+    return bad_weight(err, op);
+  const uint64_t n = uint64_t(n_rows) * dim;
+  if (!float_buffer_ok(x, n) || !float_buffer_ok(out, n) || (delta && !float_buffer_ok(delta, n))) return too_small(err, op);
+  if (delta && (out == x || out == delta)) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": out aliases x or delta");
   if (n_rows == 0) return SL_OK;
-  return guarded(err, "rms_norm", [&] {
+  return guarded(err, op, [&] {
     const DevPtr w = vector_weight(be, weight, dim);
-    auto& k = kernel(be, "ops", "rms_norm");
-    k.setArg(0, single(x));
-    k.setArg(1, w.buffer);
-    k.setArg(2, static_cast<cl_ulong>(w.offset));
-    k.setArg(3, static_cast<cl_uint>(weight->dtype));
-    k.setArg(4, weight_offset);
-    k.setArg(5, single(out));
-    k.setArg(6, static_cast<cl_uint>(dim));
-    k.setArg(7, eps);
+    cl::Buffer *xq = nullptr, *blocks = nullptr;
+    const bool q15 = int15_scratch(be, n_rows, dim, xq, blocks);
+    auto& k = kernel(be, "ops", delta ? "add_rms_norm" : "rms_norm");
+    cl_uint a = 0;
+    k.setArg(a++, single(x));
+    if (delta) k.setArg(a++, single(delta));
+    k.setArg(a++, w.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(w.offset));
+    k.setArg(a++, static_cast<cl_uint>(weight->dtype));
+    k.setArg(a++, weight_offset);
+    k.setArg(a++, single(out));
+    k.setArg(a++, static_cast<cl_uint>(dim));
+    k.setArg(a++, eps);
+    k.setArg(a++, q15 ? *xq : single(out));  // unread without q15
+    k.setArg(a++, q15 ? *blocks : single(out));
+    k.setArg(a++, static_cast<cl_uint>(q15));
     constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
     launch(be, k, cl::NDRange(size_t(n_rows) * kNormWg), cl::NDRange(kNormWg));
+    if (q15) int15_made(be, out, dim);
     return SL_OK;
   });
+}
+
+}  // namespace
+
+sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
+                   uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  return rms_norm_launch(be, "rms_norm", const_cast<sl_buffer*>(x), nullptr, weight, weight_offset, out, n_rows, dim, eps, err);
+}
+
+sl_status add_rms_norm(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
+                       sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  if (!delta) return set_error(err, SL_ERR_INVALID_ARGUMENT, "add_rms_norm: no delta");
+  return rms_norm_launch(be, "add_rms_norm", x, delta, weight, weight_offset, out, n_rows, dim, eps, err);
 }
 
 sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, const sl_weight* bias, sl_buffer* out,
@@ -181,13 +208,20 @@ sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer*
   if (!float_buffer_ok(gate, n) || !float_buffer_ok(up, n) || !float_buffer_ok(out, n)) return too_small(err, "gated_activation");
   if (n == 0) return SL_OK;
   return guarded(err, "gated_activation", [&] {
-    auto& k = kernel(be, "ops", "gated_activation");
+    cl::Buffer *xq = nullptr, *blocks = nullptr;
+    const bool q15 = n <= UINT32_MAX && int15_scratch(be, static_cast<uint32_t>(be->positions.size()), n, xq, blocks);
+    auto& k = kernel(be, "ops", q15 ? "gated_activation_int15" : "gated_activation");
     k.setArg(0, single(gate));
     k.setArg(1, single(up));
     k.setArg(2, single(out));
     k.setArg(3, static_cast<cl_ulong>(n));
     k.setArg(4, static_cast<cl_uint>(activation));
+    if (q15) {
+      k.setArg(5, *xq);
+      k.setArg(6, *blocks);
+    }
     launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
+    if (q15) int15_made(be, out, static_cast<uint32_t>(n));
     return SL_OK;
   });
 }

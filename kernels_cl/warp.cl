@@ -1,0 +1,63 @@
+// Warp-level pieces for NVIDIA (inline PTX, built only with SLUICE_PTX_SHFL): sums and maxima over
+// a warp's 32 lanes, and the decode activation's 15-bit form that the dp4a matvec
+// (kernels_cl/matvec.cl, matvec_q4_dp4a) reads. The form is written by whichever kernel produces the
+// activation — rms_norm, add_rms_norm, gated_activation (one launch fewer per product than rounding
+// it separately) — or by matvec_x_int15 when no producer did.
+//
+// The form, per block of 32 columns (cols % 32 == 0): 64 bytes — the high bytes h of the codes (32),
+// then the low 7 bits l (32), q = 128·h + l, each in the order nibbles come out of a weight word: per
+// 8 columns the even columns, then the odd ones (w & 0x0f0f0f0f holds columns 0, 2, 4, 6 of the word,
+// (w >> 4) & 0x0f0f0f0f columns 1, 3, 5, 7) — and a float2 (step, step · Σ q): the block's scale and
+// the sum of its rounded values (the weights' bias term uses the same rounded x). q = round(x / step)
+// with step = max|x| / 16383: |x − q·step| <= step/2, the CPU backend's int16 error doubled.
+
+#ifdef SLUICE_PTX_SHFL
+inline float warp_sum(float v) {
+  for (int m = 16; m > 0; m >>= 1) {
+    int o;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
+    v += as_float(o);
+  }
+  return v;
+}
+
+inline float warp_max(float v) {
+  for (int m = 16; m > 0; m >>= 1) {
+    int o;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
+    v = fmax(v, as_float(o));
+  }
+  return v;
+}
+
+// Column c's value v, called by all 32 lanes of a warp together, lane i holding column 32·b + i of
+// block b (the shuffles need every lane: callers pass 0 for columns past the end and store nothing).
+inline void int15_store(float v, uint c, bool live, __global uchar* xq, __global float2* blocks) {
+  const uint lane = c % 32u;
+  const float m = warp_max(fabs(v));
+  const float step = m / 16383.0f, inv = m > 0.0f ? 16383.0f / m : 0.0f;
+  const int q = clamp(convert_int_rte(v * inv), -16383, 16383);
+  const int total = (int)warp_sum((float)q);  // |Σ q| <= 32 · 16383: exact in float
+  if (!live) return;
+  const uint b = c / 32u, word = 2u * (lane / 8u) + (lane % 2u), byte = (lane % 8u) / 2u;
+  __global uchar* out = xq + (ulong)b * 64u + word * 4u + byte;
+  out[0] = (uchar)((q >> 7) & 255);
+  out[32] = (uchar)(q & 127);
+  if (lane == 0) blocks[b] = (float2)(step, step * (float)total);
+}
+
+// The form of a row already in global memory, written by this work-group (callers fence first):
+// each warp of the work-group (wg_size items, a multiple of 32) takes every n-th block.
+inline void int15_row(__global const float* x, uint cols, uint wg_size, __global uchar* xq, __global float2* blocks) {
+  const uint lid = get_local_id(0);
+  for (uint c = lid; c < cols; c += wg_size) int15_store(x[c], c, true, xq, blocks);
+}
+
+// x (cols floats) → the form, for a product whose activation no producer rounded.
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void matvec_x_int15(__global const float* x, uint cols, __global uchar* xq, __global float2* blocks) {
+  const uint c = get_global_id(0);
+  const bool live = c < cols;  // cols % 32 == 0: a warp is wholly inside or outside
+  int15_store(live ? x[c] : 0.0f, c, live, xq, blocks);
+}
+#endif
