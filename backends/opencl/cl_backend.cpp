@@ -123,6 +123,32 @@ void print_profile(sl_backend* be) {
   for (const auto& [name, v] : rows)
     std::fprintf(stderr, "  %-24s %8llu launches %10.2f ms %8.1f us each\n", name.c_str(), (unsigned long long)v.second, v.first,
                  v.first * 1e3 / v.second);
+  // The device's idle time between consecutive launches (the queue is in order): short gaps are the
+  // launch cost, split by whether the next kernel had been enqueued when the previous one ended (the
+  // device's own latency) or not yet (the host was late: host-bound); long gaps are transfers, host
+  // work between forward passes and synchronisation.
+  double device_ms = 0, host_ms = 0, long_ms = 0;
+  uint64_t short_gaps = 0;
+  for (std::size_t i = 1; i < be->events.size(); ++i) {
+    const cl::Event& prev = be->events[i - 1].second;
+    const cl::Event& ev = be->events[i].second;
+    const cl_ulong end = prev.getProfilingInfo<CL_PROFILING_COMMAND_END>(), start = ev.getProfilingInfo<CL_PROFILING_COMMAND_START>();
+    if (start <= end) continue;
+    const double gap = (start - end) * 1e-6;
+    if (gap > 0.05) {
+      long_ms += gap;
+      continue;
+    }
+    ++short_gaps;
+    const cl_ulong queued = ev.getProfilingInfo<CL_PROFILING_COMMAND_QUEUED>();
+    const double late = queued > end ? std::min(gap, (queued - end) * 1e-6) : 0.0;
+    host_ms += late;
+    device_ms += gap - late;
+  }
+  std::fprintf(stderr,
+               "opencl gaps: %llu short gaps (<= 50 us) between launches, %.2f ms: %.2f ms with the next kernel enqueued "
+               "(device launch latency), %.2f ms before it was (host-bound); %.2f ms in longer gaps\n",
+               (unsigned long long)short_gaps, device_ms + host_ms, device_ms, host_ms, long_ms);
 }
 
 void destroy(sl_backend* be) {
