@@ -196,6 +196,8 @@ const sl_backend_api kApi = {
     topk,
     gather_rows,
     scatter_add_rows,
+    matmul_multi,
+    add_rms_norm,
 };
 
 const sl_plugin_descriptor kDescriptor = {

@@ -50,6 +50,9 @@ inline const std::byte* weight_data(const sl_weight* w) { return w->data->data +
 // Does [offset, offset + count) lie within size? Written so that no sum can wrap around.
 inline bool fits(uint64_t size, uint64_t offset, uint64_t count) { return offset <= size && count <= size - offset; }
 
+// Output rows per chunk of the decode matvecs (float and quantized weights) on the pool.
+constexpr std::size_t kMatvecGrain = 64;
+
 // Row r of a weight as float32 into dst (cols values).
 void weight_row_to_f32(const sl_weight* w, uint32_t r, float* dst);
 bool weight_dtype_supported(const sl_weight* w);
@@ -67,6 +70,12 @@ sl_status scale(sl_backend*, sl_buffer*, float, uint64_t, sl_error*);
 sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
 sl_status softmax(sl_backend*, sl_buffer*, uint32_t, uint32_t, sl_error*);
 sl_status topk(sl_backend*, const sl_buffer*, uint32_t, uint32_t, uint32_t, int, int, sl_buffer*, sl_buffer*, sl_error*);
+
+// ABI 1.3's fused forms (cpu_matmul.cpp, cpu_ops.cpp).
+sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
+                       sl_buffer* const*, sl_error*);
+sl_status add_rms_norm(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
+                       sl_error*);
 
 sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);

@@ -4,7 +4,10 @@
 // Many rows (prefill): weights are converted to float32 a block of rows at a time into per-call
 // scratch, and OpenBLAS multiplies the block — prefill is bound by arithmetic, and the conversion
 // is paid once per block for all the batch's rows. No float32 copy of the model is ever kept.
+// matmul_multi (several products of one input: q/k/v, gate/up) runs the decode products in one
+// parallel region, each output as matmul computes it.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include <cblas.h>
@@ -29,30 +32,35 @@ float dot_weight_row(const sl_weight* w, uint32_t r, const float* x) {
   }
 }
 
-void matvec(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
+// Output rows [b, e) of the few-rows product (every weight row read once for all activation rows).
+// Rows go four at a time from b where the AVX2 path applies, so a result depends on where its range
+// starts: callers split the rows as matvec does (ThreadPool::chunk_count).
+void matvec_rows(const float* x, uint32_t n_rows, const sl_weight* w, float* out, std::size_t b, std::size_t e) {
   const std::size_t n_out = w->rows, cols = w->cols;
-  be->pool->parallel_for(n_out, 64, [&](std::size_t b, std::size_t e, unsigned) {
-    std::size_t r = b;
+  std::size_t r = b;
 #ifdef SLUICE_CPU_AVX2
-    // Four rows at a time where the row length allows whole vectors.
-    if (cols % 8 == 0 && (w->dtype == SL_DTYPE_BF16 || w->dtype == SL_DTYPE_F16)) {
-      const auto* base = reinterpret_cast<const uint16_t*>(weight_data(w));
-      for (; r + 4 <= e; r += 4) {
-        const uint16_t* w0 = base + r * cols;
-        for (uint32_t t = 0; t < n_rows; ++t) {
-          float s[4];
-          if (w->dtype == SL_DTYPE_BF16)
-            dot4_u16<load_bf16x8>(w0, w0 + cols, w0 + 2 * cols, w0 + 3 * cols, x + t * cols, cols, s);
-          else
-            dot4_u16<load_f16x8>(w0, w0 + cols, w0 + 2 * cols, w0 + 3 * cols, x + t * cols, cols, s);
-          for (int k = 0; k < 4; ++k) out[t * n_out + r + k] = s[k];
-        }
+  // Four rows at a time where the row length allows whole vectors.
+  if (cols % 8 == 0 && (w->dtype == SL_DTYPE_BF16 || w->dtype == SL_DTYPE_F16)) {
+    const auto* base = reinterpret_cast<const uint16_t*>(weight_data(w));
+    for (; r + 4 <= e; r += 4) {
+      const uint16_t* w0 = base + r * cols;
+      for (uint32_t t = 0; t < n_rows; ++t) {
+        float s[4];
+        if (w->dtype == SL_DTYPE_BF16)
+          dot4_u16<load_bf16x8>(w0, w0 + cols, w0 + 2 * cols, w0 + 3 * cols, x + t * cols, cols, s);
+        else
+          dot4_u16<load_f16x8>(w0, w0 + cols, w0 + 2 * cols, w0 + 3 * cols, x + t * cols, cols, s);
+        for (int k = 0; k < 4; ++k) out[t * n_out + r + k] = s[k];
       }
     }
+  }
 #endif
-    for (; r < e; ++r)
-      for (uint32_t t = 0; t < n_rows; ++t) out[t * n_out + r] = dot_weight_row(w, static_cast<uint32_t>(r), x + t * cols);
-  });
+  for (; r < e; ++r)
+    for (uint32_t t = 0; t < n_rows; ++t) out[t * n_out + r] = dot_weight_row(w, static_cast<uint32_t>(r), x + t * cols);
+}
+
+void matvec(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
+  be->pool->parallel_for(w->rows, kMatvecGrain, [&](std::size_t b, std::size_t e, unsigned) { matvec_rows(x, n_rows, w, out, b, e); });
 }
 
 void gemm(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
@@ -80,38 +88,119 @@ void gemm(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, f
   });
 }
 
+// Whether x · wᵀ (+ bias) into out can run: the weight's form, the buffers' sizes, the bias's length.
+sl_status check_product(const char* op, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
+                        const sl_buffer* out, sl_error* err) {
+  if (w && w->bits) {
+    if (const char* why = quant_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": " + why);
+  } else if (!weight_dtype_supported(w)) {
+    return set_error(err, SL_ERR_UNSUPPORTED, std::string(op) + ": unknown weight dtype on the CPU backend");
+  }
+  if (!x || !out || static_cast<uint64_t>(n_rows) * w->cols * 4 > x->bytes || static_cast<uint64_t>(n_rows) * w->rows * 4 > out->bytes)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": activation buffers too small for the shapes");
+  if (bias && (!weight_dtype_supported(bias) || bias->cols != w->rows))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": bias does not match the weight's rows");
+  return SL_OK;
+}
+
+// The product on the path its shape takes (may throw std::bad_alloc for scratch).
+void product(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
+  if (n_rows <= kMatvecMaxRows && w->bits)
+    quant_matvec(be, x, n_rows, w, out);
+  else if (n_rows <= kMatvecMaxRows)
+    matvec(be, x, n_rows, w, out);
+  else if (w->bits && quant_gemm_supported(w))
+    quant_gemm(be, x, n_rows, w, out);
+  else
+    gemm(be, x, n_rows, w, out);
+}
+
+void add_bias(const sl_weight* bias, uint32_t n_rows, uint32_t n_out, float* out) {
+  std::vector<float> b(bias->cols);
+  weight_row_to_f32(bias, 0, b.data());
+  for (uint32_t t = 0; t < n_rows; ++t)
+    for (uint32_t r = 0; r < n_out; ++r) out[static_cast<std::size_t>(t) * n_out + r] += b[r];
+}
+
+// The few-rows products of one input in one parallel region: every weight's rows split into the
+// chunks its own matvec would use (so each output is what matmul gives, bit for bit), all chunks
+// handed out together — one fork/join for q/k/v instead of three.
+void matvec_multi(sl_backend* be, const float* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws, float* const* outs) {
+  struct Chunk {
+    uint32_t product;
+    std::size_t begin, end;
+  };
+  // Reused from call to call; the workers reach them through these references (a thread_local named
+  // inside the lambda would be each worker's own).
+  thread_local std::vector<Chunk> chunk_list;
+  thread_local QuantMatvecInput inputs[SL_MATMUL_MULTI_MAX];
+  std::vector<Chunk>& chunks = chunk_list;
+  QuantView views[SL_MATMUL_MULTI_MAX];
+  MatvecActivations prepared[SL_MATMUL_MULTI_MAX];
+  chunks.clear();
+  for (uint32_t i = 0; i < count; ++i) {
+    const sl_weight* w = ws[i];
+    if (w->bits) {
+      views[i] = quant_view(w);
+      // q/k/v and gate/up usually share a form: prepare the activation once for them.
+      uint32_t same = i;
+      for (uint32_t j = 0; j < i && same == i; ++j)
+        if (ws[j]->bits && QuantMatvecInput::same_preparation(views[j], views[i])) same = j;
+      prepared[i] = same < i ? prepared[same] : inputs[i].prepare(x, n_rows, views[i]);
+    }
+    const std::size_t n = w->rows, k = be->pool->chunk_count(n, kMatvecGrain);
+    for (std::size_t c = 0; c < k; ++c) chunks.push_back({i, n * c / k, n * (c + 1) / k});
+  }
+  be->pool->parallel_for(chunks.size(), 1, [&](std::size_t b, std::size_t e, unsigned) {
+    for (std::size_t c = b; c < e; ++c) {
+      const Chunk& ch = chunks[c];
+      const sl_weight* w = ws[ch.product];
+      if (w->bits)
+        quant_matvec_rows(views[ch.product], prepared[ch.product], n_rows, ch.begin, ch.end, outs[ch.product], w->rows);
+      else
+        matvec_rows(x, n_rows, w, outs[ch.product], ch.begin, ch.end);
+    }
+  });
+}
+
 }  // namespace
 
 sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
                  sl_buffer* out, sl_error* err) {
-  if (w && w->bits) {
-    if (const char* why = quant_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string("matmul: ") + why);
-  } else if (!weight_dtype_supported(w)) {
-    return set_error(err, SL_ERR_UNSUPPORTED, "matmul: unknown weight dtype on the CPU backend");
-  }
-  if (static_cast<uint64_t>(n_rows) * w->cols * 4 > x->bytes || static_cast<uint64_t>(n_rows) * w->rows * 4 > out->bytes)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul: activation buffers too small for the shapes");
+  if (sl_status s = check_product("matmul", x, n_rows, w, bias, out, err); s != SL_OK) return s;
   try {
-    if (n_rows <= kMatvecMaxRows && w->bits)
-      quant_matvec(be, f32(x), n_rows, w, f32(out));
-    else if (n_rows <= kMatvecMaxRows)
-      matvec(be, f32(x), n_rows, w, f32(out));
-    else if (w->bits && quant_gemm_supported(w))
-      quant_gemm(be, f32(x), n_rows, w, f32(out));
-    else
-      gemm(be, f32(x), n_rows, w, f32(out));
+    product(be, f32(x), n_rows, w, f32(out));
   } catch (const std::bad_alloc&) {
     return set_error(err, SL_ERR_OUT_OF_MEMORY, "matmul: out of memory for scratch");
   }
-  if (bias) {
-    if (!weight_dtype_supported(bias) || bias->cols != w->rows)
-      return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul: bias does not match the weight's rows");
-    std::vector<float> b(bias->cols);
-    weight_row_to_f32(bias, 0, b.data());
-    float* o = f32(out);
-    for (uint32_t t = 0; t < n_rows; ++t)
-      for (uint32_t r = 0; r < w->rows; ++r) o[static_cast<std::size_t>(t) * w->rows + r] += b[r];
+  if (bias) add_bias(bias, n_rows, w->rows, f32(out));
+  return SL_OK;
+}
+
+sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+                       const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err) {
+  if (count == 0 || count > SL_MATMUL_MULTI_MAX || !ws || !outs)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: count must be 1.." + std::to_string(SL_MATMUL_MULTI_MAX) +
+                                                       " with a weight and an output each");
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!ws[i]) return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: weight " + std::to_string(i) + " is missing");
+    if (sl_status s = check_product("matmul_multi", x, n_rows, ws[i], biases ? biases[i] : nullptr, outs[i], err); s != SL_OK) return s;
+    if (ws[i]->cols != ws[0]->cols)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: the weights differ in columns (one input for all)");
   }
+  float* out_f[SL_MATMUL_MULTI_MAX];
+  for (uint32_t i = 0; i < count; ++i) out_f[i] = f32(outs[i]);
+  try {
+    if (n_rows <= kMatvecMaxRows) {
+      matvec_multi(be, f32(x), n_rows, count, ws, out_f);
+    } else {  // prefill: each product is a GEMM bound by arithmetic; one region more is nothing
+      for (uint32_t i = 0; i < count; ++i) product(be, f32(x), n_rows, ws[i], out_f[i]);
+    }
+  } catch (const std::bad_alloc&) {
+    return set_error(err, SL_ERR_OUT_OF_MEMORY, "matmul_multi: out of memory for scratch");
+  }
+  for (uint32_t i = 0; i < count; ++i)
+    if (biases && biases[i]) add_bias(biases[i], n_rows, ws[i]->rows, out_f[i]);
   return SL_OK;
 }
 

@@ -55,19 +55,52 @@ sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint
   return SL_OK;
 }
 
-sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
-                   uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
-  if (!weight_dtype_supported(weight) || weight->cols != dim) return bad_weight(err, "rms_norm");
+namespace {
+// The norm's weight as float32, plus the offset (Gemma's 1 + w).
+std::vector<float> norm_weight(const sl_weight* weight, uint32_t dim, float weight_offset) {
   std::vector<float> w(dim);
   weight_row_to_f32(weight, 0, w.data());
   for (auto& v : w) v += weight_offset;
+  return w;
+}
+
+// y = w · x / rms(x), from the row's sum of squares.
+void normalise_row(const float* xr, float ss, const float* w, float* yr, uint32_t dim, float eps) {
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+  for (uint32_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv);
+}
+}  // namespace
+
+sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
+                   uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  if (!weight_dtype_supported(weight) || weight->cols != dim) return bad_weight(err, "rms_norm");
+  const std::vector<float> w = norm_weight(weight, dim, weight_offset);
   be->pool->parallel_for(n_rows, 64, [&](std::size_t b, std::size_t e, unsigned) {
     for (std::size_t r = b; r < e; ++r) {
       const float* xr = f32(x) + r * dim;
-      float* yr = f32(out) + r * dim;
-      float ss = dot_f32(xr, xr, dim);
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-      for (uint32_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv);
+      normalise_row(xr, dot_f32(xr, xr, dim), w.data(), f32(out) + r * dim, dim, eps);
+    }
+  });
+  return SL_OK;
+}
+
+// add then rms_norm, a row at a time while it is in L1: the add, then the sum of squares by the same
+// dot_f32 as rms_norm, then the normalisation — the same values as the two ops. (A single loop adding
+// and squaring gave other bits where a row has a scalar tail: the compiler contracts dot_f32's tail to
+// FMAs but not that loop's.)
+sl_status add_rms_norm(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
+                       sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  if (!weight_dtype_supported(weight) || weight->cols != dim) return bad_weight(err, "add_rms_norm");
+  const uint64_t n = static_cast<uint64_t>(n_rows) * dim;
+  if (!x || !delta || !out || !fits(x->bytes / 4, 0, n) || !fits(delta->bytes / 4, 0, n) || !fits(out->bytes / 4, 0, n))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "add_rms_norm: buffers too small for the shapes");
+  const std::vector<float> w = norm_weight(weight, dim, weight_offset);
+  be->pool->parallel_for(n_rows, 64, [&](std::size_t b, std::size_t e, unsigned) {
+    for (std::size_t r = b; r < e; ++r) {
+      float* xr = f32(x) + r * dim;
+      const float* dr = f32(delta) + r * dim;
+      for (uint32_t i = 0; i < dim; ++i) xr[i] += dr[i];
+      normalise_row(xr, dot_f32(xr, xr, dim), w.data(), f32(out) + r * dim, dim, eps);
     }
   });
   return SL_OK;

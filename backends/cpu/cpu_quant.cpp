@@ -518,25 +518,18 @@ void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t 
   }
 }
 
-// The decode path: few activation rows, every weight row streamed once.
-void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out) {
-  const QuantView q = quant_view(w);
-  thread_local std::vector<float> xsum, step;
-  thread_local std::vector<int16_t> xq;
+MatvecActivations QuantMatvecInput::prepare(const float* x, uint32_t n_act, const QuantView& q) {
   const std::size_t stride = param_stride(q.groups_per_row);
-  xsum.assign(std::size_t(n_act) * stride, 0.0f);  // the padding stays zero
-  MatvecActivations a{x, xsum.data(), nullptr, nullptr};
+  xsum_.assign(std::size_t(n_act) * stride, 0.0f);  // the padding stays zero
+  MatvecActivations a{x, xsum_.data(), nullptr, nullptr};
 #ifdef SLUICE_CPU_AVX512
   if (wide_run(q)) {
-    xq.resize(std::size_t(n_act) * q.cols);
-    step.assign(std::size_t(n_act) * stride, 0.0f);
-    quantize_activations_wide(x, n_act, q, xq.data(), step.data(), xsum.data());
-    a.xq = xq.data();
-    a.step = step.data();
-    be->pool->parallel_for(q.rows, 64, [&](std::size_t b, std::size_t e, unsigned) {
-      quant_matvec_rows(q, a, n_act, b, e, out, q.rows);
-    });
-    return;
+    xq_.resize(std::size_t(n_act) * q.cols);
+    step_.assign(std::size_t(n_act) * stride, 0.0f);
+    quantize_activations_wide(x, n_act, q, xq_.data(), step_.data(), xsum_.data());
+    a.xq = xq_.data();
+    a.step = step_.data();
+    return a;
   }
 #endif
   for (uint32_t t = 0; t < n_act; ++t)
@@ -544,18 +537,26 @@ void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weigh
       const float* xg = x + std::size_t(t) * q.cols + g * q.group;
       float s = 0.0f;
       for (uint32_t i = 0; i < q.group; ++i) s += xg[i];
-      xsum[t * stride + g] = s;
+      xsum_[t * stride + g] = s;
     }
 #ifdef SLUICE_CPU_AVX2
   if ((q.bits == 4 || q.bits == 8) && q.group % 32 == 0) {
-    xq.resize(std::size_t(n_act) * q.cols);
-    step.assign(std::size_t(n_act) * stride, 0.0f);
-    quantize_activations(x, n_act, q, xq.data(), step.data(), xsum.data());
-    a.xq = xq.data();
-    a.step = step.data();
+    xq_.resize(std::size_t(n_act) * q.cols);
+    step_.assign(std::size_t(n_act) * stride, 0.0f);
+    quantize_activations(x, n_act, q, xq_.data(), step_.data(), xsum_.data());
+    a.xq = xq_.data();
+    a.step = step_.data();
   }
 #endif
-  be->pool->parallel_for(q.rows, 64, [&](std::size_t b, std::size_t e, unsigned) {
+  return a;
+}
+
+// The decode path: few activation rows, every weight row streamed once.
+void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out) {
+  const QuantView q = quant_view(w);
+  thread_local QuantMatvecInput input;
+  const MatvecActivations a = input.prepare(x, n_act, q);
+  be->pool->parallel_for(q.rows, kMatvecGrain, [&](std::size_t b, std::size_t e, unsigned) {
     quant_matvec_rows(q, a, n_act, b, e, out, q.rows);
   });
 }

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <vector>
 
 #include "sluice/backend.h"
 #include "util/vec.h"
@@ -159,6 +160,22 @@ struct MatvecActivations {
 // For the AVX2 kernels' order. Also replaces each group's xsum by Σ xq · step, the sum of the values
 // the codes' term uses.
 void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step, float* xsum);
+
+// The activation rows prepared for one quantized weight's matvec kernels, in storage this object
+// owns (reused from call to call): each group's sum, and the int16 form where a kernel takes it.
+class QuantMatvecInput {
+ public:
+  // The view stays valid until the next prepare (and while x lives).
+  MatvecActivations prepare(const float* x, uint32_t n_act, const QuantView& q);
+  // Whether activations prepared for `a` serve `b` as they are: the preparation reads only these.
+  static bool same_preparation(const QuantView& a, const QuantView& b) {
+    return a.bits == b.bits && a.group == b.group && a.cols == b.cols;
+  }
+
+ private:
+  std::vector<float> xsum_, step_;
+  std::vector<int16_t> xq_;
+};
 
 // out[t, r] = sum_c x[t, c] * w[r, c] for n_act <= 4 activation rows, output rows [r0, r1).
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,

@@ -47,16 +47,21 @@ void ThreadPool::run_chunks(uint64_t generation, unsigned thread_index) {
   }
 }
 
-void ThreadPool::parallel_for(std::size_t n, std::size_t grain, const Job& fn) {
-  if (n == 0) return;
+std::size_t ThreadPool::chunk_count(std::size_t n, std::size_t grain) const {
   grain = std::max<std::size_t>(grain, 1);
   const std::size_t max_chunks = (n + grain - 1) / grain;
-  if (max_chunks <= 1 || workers_.empty()) {
+  if (max_chunks <= 1 || workers_.empty()) return 1;
+  // A few chunks per thread, so a late or slow thread leaves its share to the others.
+  return std::min<std::size_t>({max_chunks, static_cast<std::size_t>(n_threads_) * 4, kFieldMask});
+}
+
+void ThreadPool::parallel_for(std::size_t n, std::size_t grain, const Job& fn) {
+  if (n == 0) return;
+  const std::size_t chunks = chunk_count(n, grain);
+  if (chunks == 1) {
     fn(0, n, 0);
     return;
   }
-  // A few chunks per thread, so a late or slow thread leaves its share to the others.
-  const std::size_t chunks = std::min<std::size_t>({max_chunks, static_cast<std::size_t>(n_threads_) * 4, kFieldMask});
   job_ = &fn;
   job_n_ = n;
   const uint64_t gen = (generation_of(word_.load()) + 1) & ((1u << 24) - 1);

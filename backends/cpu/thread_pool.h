@@ -31,6 +31,10 @@ class ThreadPool {
   // fn(begin, end, thread_index) over chunks of [0, n), none smaller than grain; thread_index <
   // size() identifies the running thread (for per-thread scratch). One parallel_for at a time.
   void parallel_for(std::size_t n, std::size_t grain, const Job& fn);
+  // The chunks parallel_for(n, grain, ...) makes: k = chunk_count(n, grain), chunk c covering
+  // [n·c/k, n·(c+1)/k). A caller running several jobs in one parallel_for splits each the same way,
+  // so where a kernel's result depends on its range (row blocks) it matches running them one by one.
+  std::size_t chunk_count(std::size_t n, std::size_t grain) const;
 
  private:
   void worker(unsigned index);
