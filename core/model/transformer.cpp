@@ -405,7 +405,48 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
   return {};
 }
 
-Status Transformer::run_layer(Stage& st, const Layer& L, uint32_t index, uint32_t n, sl_kv_cache* cache) {
+// The products of one input (q/k/v, gate/up): one matmul_multi where the backend has it (ABI 1.3),
+// else a matmul each.
+Status Transformer::multiply(const BackendHandle& backend, const Buffer& in, uint32_t n, std::span<const Product> products,
+                             const char* what) {
+  const sl_backend_api* api = backend.api();
+  sl_error err{};
+  if (table_has(api, &sl_backend_api::matmul_multi) && products.size() <= SL_MATMUL_MULTI_MAX) {
+    const sl_weight* ws[SL_MATMUL_MULTI_MAX];
+    const sl_weight* biases[SL_MATMUL_MULTI_MAX];
+    sl_buffer* outs[SL_MATMUL_MULTI_MAX];
+    for (std::size_t i = 0; i < products.size(); ++i) {
+      ws[i] = products[i].weight;
+      biases[i] = products[i].bias;
+      outs[i] = products[i].out;
+    }
+    return backend.check(api->matmul_multi(backend.raw(), in.get(), n, static_cast<uint32_t>(products.size()), ws, biases, outs, &err), err,
+                          what);
+  }
+  for (const Product& p : products)
+    if (auto s = backend.check(api->matmul(backend.raw(), in.get(), n, p.weight, p.bias, p.out, &err), err, p.what); !s) return s;
+  return {};
+}
+
+// The residual step before a norm: a.x += a.o, then a.h = rms_norm(a.x) — one add_rms_norm where
+// the backend has it (ABI 1.3), else add then rms_norm.
+Status Transformer::add_then_norm(Stage& st, const sl_weight& norm, uint32_t n) {
+  const BackendHandle& backend = *st.backend;
+  const sl_backend_api* api = backend.api();
+  Activations& a = st.act;
+  const uint32_t H = config_.hidden_size;
+  sl_error err{};
+  if (table_has(api, &sl_backend_api::add_rms_norm))
+    return backend.check(api->add_rms_norm(backend.raw(), a.x.get(), a.o.get(), &norm, 0.0f, a.h.get(), n, H, config_.norm_eps, &err), err,
+                          "residual + rms_norm");
+  if (auto s = backend.check(api->add(backend.raw(), a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err), err, "residual"); !s) return s;
+  return backend.check(api->rms_norm(backend.raw(), a.x.get(), &norm, 0.0f, a.h.get(), n, H, config_.norm_eps, &err), err, "rms_norm");
+}
+
+// One layer. residual_pending: the previous layer left its MLP output in a.o, not yet added to a.x
+// (this layer's attn_norm adds it, fused); on return, whether this layer left its own there — it
+// does when the next layer runs on the same stage and the backend fuses the add with the norm.
+Status Transformer::run_layer(Stage& st, const Layer& L, uint32_t index, uint32_t n, sl_kv_cache* cache, bool& residual_pending) {
   const ModelConfig& c = config_;
   const BackendHandle& backend = *st.backend;
   Activations& a = st.act;
@@ -415,11 +456,19 @@ Status Transformer::run_layer(Stage& st, const Layer& L, uint32_t index, uint32_
   const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads;
 #define SLUICE_CALL(what, call)                                                   \
   if (auto s_ = backend.check((call), err, what); !s_) return s_
+#define SLUICE_STEP(call) \
+  if (auto s_ = (call); !s_) return s_
 
-  SLUICE_CALL("rms_norm", api->rms_norm(be, a.x.get(), &L.attn_norm, 0.0f, a.h.get(), n, H, c.norm_eps, &err));
-  SLUICE_CALL("matmul q", api->matmul(be, a.h.get(), n, &L.q, L.has_q_bias ? &L.q_bias : nullptr, a.q.get(), &err));
-  SLUICE_CALL("matmul k", api->matmul(be, a.h.get(), n, &L.k, L.has_k_bias ? &L.k_bias : nullptr, a.k.get(), &err));
-  SLUICE_CALL("matmul v", api->matmul(be, a.h.get(), n, &L.v, L.has_v_bias ? &L.v_bias : nullptr, a.v.get(), &err));
+  if (residual_pending) {
+    SLUICE_STEP(add_then_norm(st, L.attn_norm, n));
+  } else {
+    SLUICE_CALL("rms_norm", api->rms_norm(be, a.x.get(), &L.attn_norm, 0.0f, a.h.get(), n, H, c.norm_eps, &err));
+  }
+  residual_pending = false;
+  const Product qkv[] = {{"matmul q", &L.q, L.has_q_bias ? &L.q_bias : nullptr, a.q.get()},
+                         {"matmul k", &L.k, L.has_k_bias ? &L.k_bias : nullptr, a.k.get()},
+                         {"matmul v", &L.v, L.has_v_bias ? &L.v_bias : nullptr, a.v.get()}};
+  SLUICE_STEP(multiply(backend, a.h, n, qkv, "matmul q/k/v"));
   if (L.qk_norm_full) {
     SLUICE_CALL("q_norm", api->rms_norm(be, a.q.get(), &L.q_norm, 0.0f, a.q.get(), n, NH * D, c.norm_eps, &err));
     SLUICE_CALL("k_norm", api->rms_norm(be, a.k.get(), &L.k_norm, 0.0f, a.k.get(), n, NKV * D, c.norm_eps, &err));
@@ -440,21 +489,25 @@ Status Transformer::run_layer(Stage& st, const Layer& L, uint32_t index, uint32_
   ap.window = L.window;
   SLUICE_CALL("attention", api->attention(be, cache, index, a.q.get(), &ap, a.attn.get(), &err));
   SLUICE_CALL("matmul o", api->matmul(be, a.attn.get(), n, &L.o, L.has_o_bias ? &L.o_bias : nullptr, a.o.get(), &err));
-  SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
+  SLUICE_STEP(add_then_norm(st, L.ffn_norm, n));
 
-  SLUICE_CALL("rms_norm", api->rms_norm(be, a.x.get(), &L.ffn_norm, 0.0f, a.h.get(), n, H, c.norm_eps, &err));
   if (L.moe_index >= 0) {
-    if (auto s = run_moe(st, L, n); !s) return s;
-    SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
-    return {};
+    SLUICE_STEP(run_moe(st, L, n));
+  } else {
+    const Product gate_up[] = {{"matmul gate", &L.gate, nullptr, a.gate.get()}, {"matmul up", &L.up, nullptr, a.up.get()}};
+    SLUICE_STEP(multiply(backend, a.h, n, gate_up, "matmul gate/up"));
+    const uint32_t act = c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_tanh" ? SL_ACT_GELU_TANH
+                         : c.hidden_act == "gelu" ? SL_ACT_GELU : SL_ACT_SILU;
+    SLUICE_CALL("activation", api->gated_activation(be, act, a.gate.get(), a.up.get(), a.act.get(), uint64_t(n) * c.intermediate_size, &err));
+    SLUICE_CALL("matmul down", api->matmul(be, a.act.get(), n, &L.down, nullptr, a.o.get(), &err));
   }
-  SLUICE_CALL("matmul gate", api->matmul(be, a.h.get(), n, &L.gate, nullptr, a.gate.get(), &err));
-  SLUICE_CALL("matmul up", api->matmul(be, a.h.get(), n, &L.up, nullptr, a.up.get(), &err));
-  const uint32_t act = c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_tanh" ? SL_ACT_GELU_TANH
-                       : c.hidden_act == "gelu" ? SL_ACT_GELU : SL_ACT_SILU;
-  SLUICE_CALL("activation", api->gated_activation(be, act, a.gate.get(), a.up.get(), a.act.get(), uint64_t(n) * c.intermediate_size, &err));
-  SLUICE_CALL("matmul down", api->matmul(be, a.act.get(), n, &L.down, nullptr, a.o.get(), &err));
-  SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
+  // The MLP output (a.o) joins the residual stream now, unless the next layer runs here too and the
+  // backend fuses the add with that layer's attn_norm. A stage's last layer always adds: the final
+  // norm (on copied rows) or the next stage reads a.x.
+  const bool last_of_stage = index + 1 == st.end - st.first;
+  residual_pending = !last_of_stage && table_has(api, &sl_backend_api::add_rms_norm);
+  if (!residual_pending) SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
+#undef SLUICE_STEP
 #undef SLUICE_CALL
   return {};
 }
@@ -673,8 +726,9 @@ Status Transformer::forward(const ForwardBatch& batch, std::span<sl_kv_cache* co
       if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
       if (auto r = st.backend->upload(st.act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
     }
+    bool residual_pending = false;  // a layer's MLP output waiting in a.o for the next one's norm
     for (uint32_t i = st.first; i < st.end; ++i)
-      if (auto r = run_layer(st, layers_[i], i - st.first, n, caches[s]); !r) return r;
+      if (auto r = run_layer(st, layers_[i], i - st.first, n, caches[s], residual_pending); !r) return r;
   }
   if (n_logits == 0) {
     logits.clear();

@@ -128,7 +128,19 @@ class Transformer {
   Result<sl_weight> bind_quantized(const SafetensorsSet& tensors, Stage& stage, const std::string& module, const TensorInfo& weight,
                                    const std::vector<int64_t>& shape) const;
   Status ensure_activations(Stage& stage, uint32_t n_tokens, uint32_t n_logit_rows);
-  Status run_layer(Stage& stage, const Layer& layer, uint32_t index, uint32_t n, sl_kv_cache* cache);
+  Status run_layer(Stage& stage, const Layer& layer, uint32_t index, uint32_t n, sl_kv_cache* cache, bool& residual_pending);
+  // One of several products of one input.
+  struct Product {
+    const char* what;  // the op's name in errors
+    const sl_weight* weight;
+    const sl_weight* bias;  // or null
+    sl_buffer* out;
+  };
+  // Products of one input: what names them together in errors (each Product's own name where they
+  // run one by one).
+  Status multiply(const BackendHandle& be, const Buffer& in, uint32_t n, std::span<const Product> products, const char* what);
+  // a.x += a.o, then a.h = rms_norm(a.x, norm).
+  Status add_then_norm(Stage& stage, const sl_weight& norm, uint32_t n);
   // h → o: the routed experts' weighted sum for every token.
   Status run_moe(Stage& stage, const Layer& layer, uint32_t n);
   Result<std::vector<std::vector<std::pair<uint32_t, float>>>> route(Stage& stage, const sl_weight& router, uint32_t n);

@@ -1,0 +1,182 @@
+// The forward pass with ABI 1.3's fused ops (matmul_multi for q/k/v and gate/up, add_rms_norm for
+// each residual step before a norm, the MLP's deferred into the next layer's attn_norm) against the
+// same pass on a backend table without them (the host's fallback: the single ops, as before ABI 1.3):
+// the CPU backend's logits must be the same bits. Dense, quantized, q/k-normed and MoE models;
+// prefill and decode batches of two sequences; a model split in stages, where each stage's last
+// layer must add its residual before the hidden state moves on, also with one stage lacking the ops.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/kv_cache.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "plugin/backend_handle.h"
+#include "plugin/expert_store_handle.h"
+#include "plugin/plugin_registry.h"
+#include "plugin/resident_store.h"
+#include "reference.h"
+
+namespace sluice {
+namespace {
+
+// The CPU plugin's table three ways: as it is, cut to ABI 1.2's size, and full-size with the two
+// entries NULL — the host must treat the last two alike.
+struct Tables {
+  const sl_backend_api* fused = nullptr;
+  sl_backend_api abi12{}, nulls{};
+};
+
+class FusedOpsForward : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_.scan(test::binary_path("lib"));
+    const auto* rec = registry_.find(SL_PLUGIN_BACKEND, "cpu");
+    ASSERT_NE(rec, nullptr);
+    tables_.fused = static_cast<const sl_backend_api*>(rec->descriptor->api);
+    ASSERT_TRUE(table_has(tables_.fused, &sl_backend_api::matmul_multi));
+    ASSERT_TRUE(table_has(tables_.fused, &sl_backend_api::add_rms_norm));
+    tables_.abi12 = *tables_.fused;
+    tables_.abi12.struct_size = offsetof(sl_backend_api, matmul_multi);
+    tables_.nulls = *tables_.fused;
+    tables_.nulls.matmul_multi = nullptr;
+    tables_.nulls.add_rms_norm = nullptr;
+  }
+
+  struct Stage {
+    const sl_backend_api* api;
+    uint32_t n_layers;  // 0: the rest
+  };
+
+  // The logits of every row of a fixed series of passes, with the model's layers on CPU backend
+  // instances opened over the given tables.
+  std::vector<float> logits_of(const std::string& model, std::vector<Stage> stages) {
+    const auto dir = test::reference_path("models/" + model);
+    auto config = ModelConfig::load(dir);
+    EXPECT_TRUE(config.ok()) << config.message();
+    auto tensors = SafetensorsSet::open_dir(dir);
+    EXPECT_TRUE(tensors.ok()) << tensors.message();
+    if (!config.ok() || !tensors.ok()) return {};
+    std::vector<std::unique_ptr<BackendHandle>> backends;
+    std::vector<StageSpec> specs;
+    std::vector<KvStage> kv_stages;
+    uint32_t placed = 0;
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      auto be = BackendHandle::open(stages[i].api, "cpu", "", 2);
+      EXPECT_TRUE(be.ok()) << be.message();
+      if (!be.ok()) return {};
+      const uint32_t n = stages[i].n_layers ? stages[i].n_layers : static_cast<uint32_t>(config->num_layers) - placed;
+      placed += n;
+      backends.push_back(std::move(*be));
+      specs.push_back({backends.back().get(), n});
+      kv_stages.push_back({backends.back().get(), n});
+    }
+    auto m = Transformer::create(*config, *tensors, specs);
+    EXPECT_TRUE(m.ok()) << m.message();
+    if (!m.ok()) return {};
+    std::unique_ptr<ExpertStoreHandle> store;
+    std::vector<std::string> paths;
+    std::vector<const char*> c_paths;
+    if (const auto& layout = (*m)->expert_layout()) {
+      for (const auto& f : tensors->files()) paths.push_back(f.string());
+      for (const auto& p : paths) c_paths.push_back(p.c_str());
+      sl_expertstore_config cfg{};
+      cfg.struct_size = sizeof(cfg);
+      cfg.n_files = static_cast<uint32_t>(c_paths.size());
+      cfg.files = c_paths.data();
+      cfg.n_layers = layout->n_moe_layers();
+      cfg.n_experts = layout->n_experts();
+      cfg.n_parts = layout->n_parts();
+      cfg.parts = layout->parts().data();
+      cfg.options = "";
+      auto s = ExpertStoreHandle::open(builtin_resident_store(), "resident", cfg);
+      EXPECT_TRUE(s.ok()) << s.message();
+      if (!s.ok()) return {};
+      store = std::move(*s);
+      (*m)->attach_expert_store(store.get());
+    }
+    auto codecs = KvCodecChoice::parse("f32");
+    auto kv = KvCache::create(kv_stages, registry_, *config, *codecs, 256);
+    EXPECT_TRUE(kv.ok()) << kv.message();
+    if (!kv.ok()) return {};
+    auto pages = (*kv)->pages().allocate(6);
+    EXPECT_TRUE(pages.ok());
+    if (!pages.ok()) return {};
+
+    // Two sequences of up to 48 positions (3 pages each). Each pass: (sequence, first position,
+    // tokens); logits for every row.
+    struct Pass {
+      std::vector<std::pair<int32_t, int32_t>> runs;  // (sequence, tokens), each from its next position
+    };
+    const std::vector<Pass> passes = {{{{0, 21}, {1, 6}}},  // prefill of both (27 rows: the GEMM path)
+                                      {{{0, 1}, {1, 1}}},   // decode of both
+                                      {{{0, 1}}},           // decode of one
+                                      {{{1, 3}}},           // a short chunk (3 rows: the matvec path)
+                                      {{{0, 5}, {1, 1}}}};  // 6 rows
+    const uint32_t vocab = static_cast<uint32_t>(config->vocab_size);
+    int32_t next[2] = {0, 0};
+    std::vector<float> all, logits;
+    for (const Pass& pass : passes) {
+      ForwardBatch b;
+      b.n_seqs = 2;
+      b.max_pages = 3;
+      b.page_table = *pages;
+      for (auto [seq, count] : pass.runs)
+        for (int32_t i = 0; i < count; ++i, ++next[seq]) {
+          b.tokens.push_back(static_cast<int32_t>((uint32_t(next[seq]) * 977u + uint32_t(seq) * 131u + 7u) % vocab));
+          b.positions.push_back(next[seq]);
+          b.seq_slots.push_back(seq);
+          b.logit_rows.push_back(static_cast<uint32_t>(b.tokens.size() - 1));
+        }
+      auto s = (*m)->forward(b, (*kv)->caches(), logits);
+      EXPECT_TRUE(s.ok()) << s.message();
+      if (!s.ok()) return {};
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    (*kv)->pages().release(*pages);
+    return all;
+  }
+
+  void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+    ASSERT_FALSE(a.empty()) << what;
+    ASSERT_EQ(a.size(), b.size()) << what;
+    std::size_t differ = 0, first = a.size();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i] && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << a.size() << " logits differ, first at " << first;
+  }
+
+  PluginRegistry registry_;
+  Tables tables_;
+};
+
+TEST_F(FusedOpsForward, EveryArchitectureGivesTheLogitsOfTheSingleOps) {
+  for (const char* model : {"tiny-code-qwen2", "tiny-code-qwen2-4bit", "tiny-code-qwen2-8bit", "zoo/llama", "zoo/mistral", "zoo/qwen3",
+                            "zoo/qwen3_moe", "zoo/olmoe", "zoo/mixtral", "qwen3_moe-4bit"}) {
+    SLUICE_REQUIRE_REFERENCE(std::string("models/") + model + "/config.json");
+    const auto fused = logits_of(model, {{tables_.fused, 0}});
+    const auto single = logits_of(model, {{&tables_.abi12, 0}});
+    expect_same_bits(fused, single, model);
+  }
+}
+
+TEST_F(FusedOpsForward, NullEntriesInAFullTableFallBackLikeAShortTable) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/config.json");
+  expect_same_bits(logits_of("tiny-code-qwen2", {{&tables_.nulls, 0}}), logits_of("tiny-code-qwen2", {{&tables_.abi12, 0}}), "NULL entries");
+}
+
+TEST_F(FusedOpsForward, EachStageAddsItsLastResidualBeforeTheHiddenStateMovesOn) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/config.json");
+  const auto single = logits_of("tiny-code-qwen2", {{&tables_.abi12, 0}});
+  expect_same_bits(logits_of("tiny-code-qwen2", {{tables_.fused, 1}, {tables_.fused, 0}}), single, "stages 1 + 3, both fused");
+  expect_same_bits(logits_of("tiny-code-qwen2", {{tables_.fused, 2}, {tables_.fused, 0}}), single, "stages 2 + 2, both fused");
+  expect_same_bits(logits_of("tiny-code-qwen2", {{tables_.fused, 3}, {&tables_.abi12, 0}}), single, "stages 3 + 1, the second without");
+  expect_same_bits(logits_of("tiny-code-qwen2", {{&tables_.abi12, 2}, {tables_.fused, 0}}), single, "stages 2 + 2, the first without");
+}
+
+}  // namespace
+}  // namespace sluice
