@@ -470,6 +470,7 @@ std::vector<OpResult> run_all(const BackendHandle& backend, const Options& optio
   run_embed(r);
   run_norms(r);
   run_matmul(r);
+  run_fused(r);
   run_rope(r);
   run_elementwise(r);
   run_attention(r);

@@ -86,6 +86,8 @@ class Runner {
     results.push_back(r);
   }
 
+  bool supports(const sl_op_query& q) const { return be_.supports(q); }
+
   // Whether the device has matrix units: prefill-sized products and attention may then take f16
   // inputs, and are checked to that precision.
   bool matrix_units() const {
@@ -243,5 +245,7 @@ inline sl_op_query query(sl_op op, uint32_t dtype = SL_DTYPE_F32, uint32_t bits 
 
 inline constexpr double kRel = 1e-5, kFloor = 1e-6;
 
+// The op groups in files of their own beside conformance.cpp.
+void run_fused(Runner& r);  // ABI 1.3's matmul_multi and add_rms_norm (fused_ops.cpp)
 
 }  // namespace sluice::conformance

@@ -1,6 +1,7 @@
 // sluice conformance --backend NAME|PATH.so: runs every op of a backend plugin against reference
 // math on random inputs of several shapes (core/conformance) and prints, per op, pass/fail, the
-// largest error and the time. Exit status 0 when every op passes (or is declared unsupported).
+// largest error and the time. Exit status 0 when every op passes (or is declared unsupported, or is an
+// optional entry the plugin does not implement).
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -78,9 +79,9 @@ int run_conformance(const Args& args) {
     return all ? 0 : 1;
   }
   std::printf("backend: %s\n\n", (*backend)->description().c_str());
-  std::printf("%-34s %-22s %6s %11s %11s %10s\n", "op", "status", "cases", "max error", "err/bound", "time ms");
+  std::printf("%-34s %-24s %6s %11s %11s %10s\n", "op", "status", "cases", "max error", "err/bound", "time ms");
   for (const auto& r : results) {
-    std::printf("%-34s %-22s %6d %11.3g %11.3g %10.1f\n", r.op.c_str(), r.status.c_str(), r.cases, r.max_error, r.worst_ratio,
+    std::printf("%-34s %-24s %6d %11.3g %11.3g %10.1f\n", r.op.c_str(), r.status.c_str(), r.cases, r.max_error, r.worst_ratio,
                 r.seconds * 1e3);
     if (!r.detail.empty() && !r.passed()) std::printf("    first failure: %s\n", r.detail.c_str());
   }
