@@ -42,8 +42,11 @@ inline float wg_max(__local float* scratch, float v) {
 // One row: out = x / rms(x) * (w + w_offset), after x += delta where add (x written back in place:
 // the residual stream). Each work-item reads back only the values it wrote, so no barrier is needed
 // between the add and the normalisation.
+// q15 (decode on NVIDIA, dim % 1024 == 0 so that every warp's lanes run every float4 step): the
+// output's 15-bit form too (kernels_cl/warp.cl), from the registers.
 inline void rms_norm_row(__global float* xr, __global const float* dr, uint add, __global const uchar* w, uint w_dtype,
-                         float w_offset, __global float* orow, uint dim, float eps, __local float* scratch) {
+                         float w_offset, __global float* orow, uint dim, float eps, __local float* scratch, uint q15,
+                         __global uchar* xq, __global float2* blocks) {
   const uint lid = get_local_id(0);
   const bool vec = dim % 4u == 0u;
   float ss = 0.0f;
@@ -69,7 +72,11 @@ inline void rms_norm_row(__global float* xr, __global const float* dr, uint add,
       const float4 v = vload4(i, xr);
       const float4 wv = (float4)(load_value(w, w_dtype, 4 * i), load_value(w, w_dtype, 4 * i + 1),
                                  load_value(w, w_dtype, 4 * i + 2), load_value(w, w_dtype, 4 * i + 3)) + w_offset;
-      vstore4(wv * (v * inv), i, orow);
+      const float4 o = wv * (v * inv);
+      vstore4(o, i, orow);
+#ifdef SLUICE_PTX_SHFL
+      if (q15 && dim % 1024u == 0u) int15_store4(o, 4u * i, xq, blocks);
+#endif
     }
   } else {
     for (uint i = lid; i < dim; i += NORM_WG) orow[i] = (load_value(w, w_dtype, i) + w_offset) * (xr[i] * inv);
@@ -80,7 +87,7 @@ inline void rms_norm_row(__global float* xr, __global const float* dr, uint add,
 // reads it next (kernels_cl/warp.cl), from the values this work-group just wrote.
 inline void rms_norm_int15(__global const float* orow, uint dim, uint q15, __global uchar* xq, __global float2* blocks) {
 #ifdef SLUICE_PTX_SHFL
-  if (q15) {
+  if (q15 && dim % 1024u != 0u) {  // otherwise rms_norm_row made it
     barrier(CLK_GLOBAL_MEM_FENCE);
     int15_row(orow, dim, NORM_WG, xq, blocks);
   }
@@ -92,7 +99,8 @@ void rms_norm(__global const float* x, __global const uchar* w, ulong w_off, uin
               uint dim, float eps, __global uchar* xq, __global float2* blocks, uint q15) {
   __local float scratch[NORM_WG];
   const ulong row = get_group_id(0);
-  rms_norm_row((__global float*)x + row * dim, 0, 0u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch);
+  rms_norm_row((__global float*)x + row * dim, 0, 0u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, xq,
+               blocks);
   rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
 }
 
@@ -103,7 +111,8 @@ void add_rms_norm(__global float* x, __global const float* delta, __global const
                   uint q15) {
   __local float scratch[NORM_WG];
   const ulong row = get_group_id(0);
-  rms_norm_row(x + row * dim, delta + row * dim, 1u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch);
+  rms_norm_row(x + row * dim, delta + row * dim, 1u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, xq,
+               blocks);
   rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
 }
 

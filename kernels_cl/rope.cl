@@ -1,13 +1,15 @@
-// Rotary embedding in place on x [n_tokens, n_heads, head_dim] at each token's position.
-// style 0: NeoX (rotate halves), 1: interleaved pairs. The angle is a float32 product, as the
-// reference computes it, then full-precision cos/sin.
+// Rotary embedding in place on x [n_tokens, n_heads, head_dim] at each token's position — and on a
+// second tensor x2 [n_tokens, n_heads2, head_dim] in the same launch (the host joins the rope of q
+// and of k: one launch fewer per layer; n_heads2 = 0 for one tensor). style 0: NeoX (rotate
+// halves), 1: interleaved pairs. The angle is a float32 product, as the reference computes it, then
+// full-precision cos/sin.
 __kernel void rope(__global float* x, __global const int* positions, __global const float* inv_freq, uint n_heads,
-                   uint head_dim, uint half_rot, float factor, uint style) {
+                   uint head_dim, uint half_rot, float factor, uint style, __global float* x2, uint n_heads2) {
   const uint i = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
   if (i >= half_rot) return;
   const float angle = (float)positions[t] * inv_freq[i];
   const float c = cos(angle) * factor, s = sin(angle) * factor;
-  __global float* v = x + ((ulong)t * n_heads + h) * head_dim;
+  __global float* v = h < n_heads ? x + ((ulong)t * n_heads + h) * head_dim : x2 + ((ulong)t * n_heads2 + (h - n_heads)) * head_dim;
   const uint a = style == 0u ? i : 2u * i, b = style == 0u ? i + half_rot : 2u * i + 1u;
   const float va = v[a], vb = v[b];
   v[a] = va * c - vb * s;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <tuple>
 
 namespace sluice::ocl {
 namespace {
@@ -307,24 +308,51 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
   });
 }
 
-// Table entries that may write device memory forget the dp4a matvec's 15-bit input (sl_backend::x15_of)
-// before they run; the producers among them record it again. matmul and matmul_multi read it and
-// forget it themselves only when they overwrite its source.
-template <class F>
-struct Forgets;
-template <class... A>
-struct Forgets<sl_status (*)(sl_backend*, A...)> {
+// Every table entry that takes a backend first launches work the op before deferred (a waiting rope:
+// flush_deferred), so effects keep the caller's order — except rope, which joins it. Entries that may
+// write device memory forget the dp4a matvec's 15-bit input (sl_backend::x15_of) before they run; the
+// producers among them record it again, and matmul/matmul_multi read it and forget it themselves
+// when they overwrite its source.
+template <bool kFlush, bool kForget, class F>
+struct Entry;
+template <bool kFlush, bool kForget, class... A>
+struct Entry<kFlush, kForget, sl_status (*)(sl_backend*, A...)> {
   template <sl_status (*Fn)(sl_backend*, A...)>
   static sl_status call(sl_backend* be, A... a) {
-    be->x15_of = nullptr;
+    if (kFlush) {
+      sl_error* err = std::get<sizeof...(A) - 1>(std::tie(a...));
+      if (auto s = guarded(err, "a deferred op", [&] {
+            flush_deferred(be);
+            return SL_OK;
+          });
+          s != SL_OK)
+        return s;
+    }
+    if (kForget) be->x15_of = nullptr;
     return Fn(be, a...);
   }
 };
-#define SLUICE_FORGETS(fn) Forgets<decltype(&fn)>::call<&fn>
+#define SLUICE_WRITES(fn) Entry<true, true, decltype(&fn)>::call<&fn>
+#define SLUICE_READS(fn) Entry<true, false, decltype(&fn)>::call<&fn>
 
-void free_forgetting(sl_backend* be, sl_buffer* b) {
+// The void entries: a deferred op that fails here surfaces at the next call's status.
+void flush_quietly(sl_backend* be) {
+  try {
+    flush_deferred(be);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opencl: a deferred op failed: %s\n", e.what());
+  }
+}
+
+void free_entry(sl_backend* be, sl_buffer* b) {
+  flush_quietly(be);
   be->x15_of = nullptr;
   free_buffer(be, b);
+}
+
+void kv_destroy_entry(sl_backend* be, sl_kv_cache* cache) {
+  flush_quietly(be);
+  kv_destroy(be, cache);
 }
 
 const sl_backend_api kApi = {
@@ -335,36 +363,37 @@ const sl_backend_api kApi = {
     destroy,
     get_device_info,
     supports_op,
-    SLUICE_FORGETS(alloc),
-    SLUICE_FORGETS(wrap_host),
-    free_forgetting,
-    SLUICE_FORGETS(upload),
-    download,
-    synchronize,
-    SLUICE_FORGETS(kv_create),
-    kv_destroy,
-    SLUICE_FORGETS(kv_copy_page),
-    SLUICE_FORGETS(begin_batch),
-    SLUICE_FORGETS(embed),
-    SLUICE_FORGETS(rms_norm),
-    SLUICE_FORGETS(layer_norm),
-    matmul,
-    SLUICE_FORGETS(rope),
-    SLUICE_FORGETS(kv_write),
-    SLUICE_FORGETS(attention),
-    SLUICE_FORGETS(gated_activation),
-    SLUICE_FORGETS(add),
-    SLUICE_FORGETS(mul),
-    SLUICE_FORGETS(scale),
-    SLUICE_FORGETS(copy),
-    SLUICE_FORGETS(softmax),
-    SLUICE_FORGETS(topk),
+    SLUICE_WRITES(alloc),
+    SLUICE_WRITES(wrap_host),
+    free_entry,
+    SLUICE_WRITES(upload),
+    SLUICE_READS(download),
+    SLUICE_READS(synchronize),
+    SLUICE_WRITES(kv_create),
+    kv_destroy_entry,
+    SLUICE_WRITES(kv_copy_page),
+    SLUICE_WRITES(begin_batch),
+    SLUICE_WRITES(embed),
+    SLUICE_WRITES(rms_norm),
+    SLUICE_WRITES(layer_norm),
+    SLUICE_READS(matmul),
+    Entry<false, true, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
+    SLUICE_WRITES(kv_write),
+    SLUICE_WRITES(attention),
+    SLUICE_WRITES(gated_activation),
+    SLUICE_WRITES(add),
+    SLUICE_WRITES(mul),
+    SLUICE_WRITES(scale),
+    SLUICE_WRITES(copy),
+    SLUICE_WRITES(softmax),
+    SLUICE_WRITES(topk),
     nullptr,  // gather_rows (ABI 1.1): not yet on the device; the host moves rows with `copy`
     nullptr,  // scatter_add_rows (ABI 1.1): the host falls back through host memory
-    matmul_multi,
-    SLUICE_FORGETS(add_rms_norm),
+    SLUICE_READS(matmul_multi),
+    SLUICE_WRITES(add_rms_norm),
 };
-#undef SLUICE_FORGETS
+#undef SLUICE_WRITES
+#undef SLUICE_READS
 
 const sl_plugin_descriptor kDescriptor = {
     sizeof(sl_plugin_descriptor),

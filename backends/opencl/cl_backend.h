@@ -73,6 +73,14 @@ struct Scratch {
   }
 };
 
+// A rope op not yet launched: its tensor and parameters (the positions are the batch's).
+struct PendingRope {
+  sl_buffer* x = nullptr;
+  uint32_t n_heads = 0, head_dim = 0, half = 0;
+  float factor = 0.0f;
+  uint32_t style = 0;
+};
+
 struct DeviceRef {
   cl::Platform platform;
   cl::Device device;
@@ -133,6 +141,8 @@ struct sl_backend {
   // the table forgets them (cl_backend.cpp), so only a product issued right after its producer — or
   // after products of the same input — reads them.
   sluice::ocl::Scratch matvec_x8, matvec_x8_blocks;
+  // A rope waiting to run in one launch with the next (cl_ops.cpp; x null: none).
+  sluice::ocl::PendingRope pending_rope;
   const sl_buffer* x15_of = nullptr;
   uint32_t x15_cols = 0;
 };
@@ -196,6 +206,10 @@ inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols) {
   be->x15_of = out;
   be->x15_cols = cols;
 }
+
+// Launches work an op deferred to join it with the next (a waiting rope). Every entry point but rope
+// runs it first (cl_backend.cpp).
+void flush_deferred(sl_backend* be);
 
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);

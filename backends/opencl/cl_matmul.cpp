@@ -83,7 +83,9 @@ bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weig
     blocks = &be->matvec_x8_blocks.buffer;
     return true;
   }
-  if (weights < (uint64_t(1) << 25) || !int15_scratch(be, 1, cols, xq, blocks)) return false;
+  // SLUICE_OPENCL_DP4A_MIN=n: from 2^n weights instead (measuring).
+  static const long min_log2 = env_knob("SLUICE_OPENCL_DP4A_MIN", [](long v) { return v >= 10 && v <= 40; });
+  if (weights < (uint64_t(1) << (min_log2 ? min_log2 : 25)) || !int15_scratch(be, 1, cols, xq, blocks)) return false;
   auto& q = kernel(be, "matvec", "matvec_x_int15");
   q.setArg(0, single(x));
   q.setArg(1, static_cast<cl_uint>(cols));

@@ -174,6 +174,35 @@ sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight
   });
 }
 
+namespace {
+
+void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n_heads2) {
+  auto& k = kernel(be, "ops", "rope");
+  k.setArg(0, single(r.x));
+  k.setArg(1, be->d_positions);
+  k.setArg(2, be->d_inv_freq);
+  k.setArg(3, static_cast<cl_uint>(r.n_heads));
+  k.setArg(4, static_cast<cl_uint>(r.head_dim));
+  k.setArg(5, static_cast<cl_uint>(r.half));
+  k.setArg(6, r.factor);
+  k.setArg(7, static_cast<cl_uint>(r.style));
+  k.setArg(8, single(x2 ? x2 : r.x));
+  k.setArg(9, static_cast<cl_uint>(x2 ? n_heads2 : 0));
+  launch(be, k, cl::NDRange(r.half, r.n_heads + (x2 ? n_heads2 : 0), be->positions.size()));
+}
+
+}  // namespace
+
+void flush_deferred(sl_backend* be) {
+  if (!be->pending_rope.x) return;
+  const PendingRope r = be->pending_rope;
+  be->pending_rope = PendingRope{};
+  launch_rope(be, r, nullptr, 0);
+}
+
+// Deferred: the rope of q waits for the rope of k (same positions, frequencies and style, another
+// tensor), and both run in one launch; any other entry point runs a waiting rope first
+// (cl_backend.cpp), so the order of effects is the caller's.
 sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
                const float* inv_freq, float attention_factor, uint32_t style, sl_error* err) {
   if (rotary_dim > head_dim || rotary_dim % 2) return set_error(err, SL_ERR_INVALID_ARGUMENT, "rope: bad rotary_dim");
@@ -184,20 +213,20 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
   return guarded(err, "rope", [&] {
     // The frequencies rarely change: keep them on the device while they don't.
     if (be->inv_freq_host.size() != half || std::memcmp(be->inv_freq_host.data(), inv_freq, half * 4) != 0) {
+      flush_deferred(be);  // a waiting rope reads the old ones
       be->inv_freq_host.assign(inv_freq, inv_freq + half);
       be->d_inv_freq = cl::Buffer(be->context, CL_MEM_READ_ONLY, half * 4);
       be->queue.enqueueWriteBuffer(be->d_inv_freq, CL_TRUE, 0, half * 4, inv_freq);
     }
-    auto& k = kernel(be, "ops", "rope");
-    k.setArg(0, single(x));
-    k.setArg(1, be->d_positions);
-    k.setArg(2, be->d_inv_freq);
-    k.setArg(3, static_cast<cl_uint>(n_heads));
-    k.setArg(4, static_cast<cl_uint>(head_dim));
-    k.setArg(5, static_cast<cl_uint>(half));
-    k.setArg(6, attention_factor);
-    k.setArg(7, static_cast<cl_uint>(style));
-    launch(be, k, cl::NDRange(half, n_heads, n_tokens));
+    const PendingRope& p = be->pending_rope;
+    if (p.x && p.x != x && p.head_dim == head_dim && p.half == half && p.factor == attention_factor && p.style == style) {
+      const PendingRope first = p;
+      be->pending_rope = PendingRope{};
+      launch_rope(be, first, x, n_heads);
+      return SL_OK;
+    }
+    flush_deferred(be);
+    be->pending_rope = PendingRope{x, n_heads, head_dim, half, attention_factor, style};
     return SL_OK;
   });
 }
