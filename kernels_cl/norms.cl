@@ -39,15 +39,71 @@ inline float wg_max(__local float* scratch, float v) {
 // ~30 us a launch on an H100 at WG 64). NORM_WG items with float4 loads cut the chain to a few steps.
 #define NORM_WG 256
 
+// The sum of v over the NORM_WG work-items: warp shuffles, then one exchange in local memory (PTX);
+// else a tree in local memory.
+inline float norm_sum(__local float* scratch, float v) {
+#ifdef SLUICE_PTX_SHFL
+  v = warp_sum(v);
+  const uint lid = get_local_id(0);
+  if (lid % 32u == 0u) scratch[lid / 32u] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float total = 0.0f;
+  for (uint w = 0; w < NORM_WG / 32u; ++w) total += scratch[w];
+  return total;
+#else
+  return wg_sum_n(scratch, v, NORM_WG);
+#endif
+}
+
+// Four consecutive weight values from 4i on, with one load for each form.
+inline float4 load_value4(__global const uchar* base, uint dtype, uint i) {
+  if (dtype == DT_F32) return vload4(i, (__global const float*)base);
+  if (dtype == DT_F16) return vload_half4(i, (__global const half*)base);
+  const uint4 u = convert_uint4(vload4(i, (__global const ushort*)base)) << 16;
+  return as_float4(u);
+}
+
+// Rows of whole 1024-value runs up to NORM_REG of them (every hidden size of the models we run): a
+// work-item keeps its float4s in registers between the sum and the scaling instead of reading them
+// again — decode normalises one row, so the kernel is a chain of latencies, not a stream.
+#define NORM_REG 8
+
 // One row: out = x / rms(x) * (w + w_offset), after x += delta where add (x written back in place:
 // the residual stream). Each work-item reads back only the values it wrote, so no barrier is needed
 // between the add and the normalisation.
-// q15 (decode on NVIDIA, dim % 1024 == 0 so that every warp's lanes run every float4 step): the
-// output's 15-bit form too (kernels_cl/warp.cl), from the registers.
+// q15 (decode on NVIDIA, rows in registers: every warp's lanes run every float4 step): the output's
+// 15-bit form too (kernels_cl/warp.cl), from the registers.
 inline void rms_norm_row(__global float* xr, __global const float* dr, uint add, __global const uchar* w, uint w_dtype,
                          float w_offset, __global float* orow, uint dim, float eps, __local float* scratch, uint q15,
                          __global uchar* xq, __global float2* blocks) {
   const uint lid = get_local_id(0);
+  if (dim % 1024u == 0u && dim <= 1024u * NORM_REG) {
+    const uint n = dim / 1024u;
+    float4 v[NORM_REG];
+    float ss = 0.0f;
+    for (uint k = 0; k < NORM_REG; ++k) {
+      if (k >= n) break;
+      const uint i = lid + k * NORM_WG;
+      float4 e = vload4(i, xr);
+      if (add) {
+        e += vload4(i, dr);
+        vstore4(e, i, xr);
+      }
+      v[k] = e;
+      ss += dot(e, e);
+    }
+    const float inv = 1.0f / sqrt(norm_sum(scratch, ss) / (float)dim + eps);
+    for (uint k = 0; k < NORM_REG; ++k) {
+      if (k >= n) break;
+      const uint i = lid + k * NORM_WG;
+      const float4 o = (load_value4(w, w_dtype, i) + w_offset) * (v[k] * inv);
+      vstore4(o, i, orow);
+#ifdef SLUICE_PTX_SHFL
+      if (q15) int15_store4(o, 4u * i, xq, blocks);
+#endif
+    }
+    return;
+  }
   const bool vec = dim % 4u == 0u;
   float ss = 0.0f;
   if (vec) {
@@ -66,17 +122,13 @@ inline void rms_norm_row(__global float* xr, __global const float* dr, uint add,
       ss += v * v;
     }
   }
-  const float inv = 1.0f / sqrt(wg_sum_n(scratch, ss, NORM_WG) / (float)dim + eps);
+  const float inv = 1.0f / sqrt(norm_sum(scratch, ss) / (float)dim + eps);
   if (vec) {
     for (uint i = lid; i < dim / 4u; i += NORM_WG) {
       const float4 v = vload4(i, xr);
       const float4 wv = (float4)(load_value(w, w_dtype, 4 * i), load_value(w, w_dtype, 4 * i + 1),
                                  load_value(w, w_dtype, 4 * i + 2), load_value(w, w_dtype, 4 * i + 3)) + w_offset;
-      const float4 o = wv * (v * inv);
-      vstore4(o, i, orow);
-#ifdef SLUICE_PTX_SHFL
-      if (q15 && dim % 1024u == 0u) int15_store4(o, 4u * i, xq, blocks);
-#endif
+      vstore4(wv * (v * inv), i, orow);
     }
   } else {
     for (uint i = lid; i < dim; i += NORM_WG) orow[i] = (load_value(w, w_dtype, i) + w_offset) * (xr[i] * inv);
@@ -87,7 +139,7 @@ inline void rms_norm_row(__global float* xr, __global const float* dr, uint add,
 // reads it next (kernels_cl/warp.cl), from the values this work-group just wrote.
 inline void rms_norm_int15(__global const float* orow, uint dim, uint q15, __global uchar* xq, __global float2* blocks) {
 #ifdef SLUICE_PTX_SHFL
-  if (q15 && dim % 1024u != 0u) {  // otherwise rms_norm_row made it
+  if (q15 && !(dim % 1024u == 0u && dim <= 1024u * NORM_REG)) {  // otherwise rms_norm_row made it
     barrier(CLK_GLOBAL_MEM_FENCE);
     int15_row(orow, dim, NORM_WG, xq, blocks);
   }

@@ -101,8 +101,9 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     // Build the common programs now: a kernel build error is a clear failure at start, not mid-request.
     kernel(be.get(), "ops", "add_f32");
     kernel(be.get(), "matvec", "matvec");
-    if (!be->caps.unified)  // a GPU's decode matvec also uses the larger teams (q4_team)
-      for (uint32_t team : {64u, 128u}) kernel(be.get(), q4_program(team), "matvec_q4_rows");
+    if (!be->caps.unified)  // a GPU's decode matvec also uses other shapes (q4_shape)
+      for (Q4Shape s : {Q4Shape{64, 4}, Q4Shape{128, 4}, Q4Shape{32, 2}, Q4Shape{64, 2}})
+        kernel(be.get(), q4_program(s), "matvec_q4_rows");
     *out = be.release();
     return SL_OK;
   });

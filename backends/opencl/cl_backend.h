@@ -187,14 +187,16 @@ void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::
 // it, else 0. Callers read it once per process into a static.
 long env_knob(const char* name, bool (*ok)(long));
 
-// Work-items sharing one group of 4 rows in the 4-bit decode matvec of a matrix of `rows` rows
-// (`team` in kernels_cl/matvec.cl: 32, 64 or 128; SLUICE_OPENCL_Q4_TEAM forces one).
-uint32_t q4_team(const sl_backend* be, uint32_t rows);
-// The program holding matvec_q4_rows for a team: "matvec" (32), "matvec_t64", "matvec_t128".
-const char* q4_program(uint32_t team);
-// Rows a team of the 4-bit decode matvec computes (R4 in kernels_cl/matvec.cl: 4; SLUICE_OPENCL_Q4_ROWS
-// 2 or 8 for measuring).
-uint32_t q4_rows();
+// The 4-bit decode matvec's shape for a product of rows × cols (kernels_cl/matvec.cl): work-items a
+// team (Q4_TEAM: 32, 64 or 128) and rows a team (R4: 1, 2, 4 or 8). SLUICE_OPENCL_Q4_TEAM and
+// SLUICE_OPENCL_Q4_ROWS force one for every product (measuring).
+struct Q4Shape {
+  uint32_t team, rows;
+};
+Q4Shape q4_shape(const sl_backend* be, uint32_t rows, uint32_t cols);
+// The program holding the 4-bit decode kernels of a shape: "matvec" (32 × 4, with the other matvec
+// kernels), else "matvec_t64_r2" and the like.
+std::string q4_program(Q4Shape s);
 
 // The dp4a decode matvec (kernels_cl/matvec.cl): NVIDIA with PTX and dp4a, unless SLUICE_OPENCL_DP4A=0.
 bool use_dp4a(const sl_backend* be);

@@ -189,23 +189,32 @@ long env_knob(const char* name, bool (*ok)(long)) {
   return ok(v) ? v : 0;
 }
 
-uint32_t q4_rows() {
-  static const long knob = env_knob("SLUICE_OPENCL_Q4_ROWS", [](long v) { return v == 2 || v == 4 || v == 8; });
-  return knob ? static_cast<uint32_t>(knob) : 4u;
+Q4Shape q4_shape(const sl_backend* be, uint32_t rows, uint32_t cols) {
+  static const long team_knob = env_knob("SLUICE_OPENCL_Q4_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
+  static const long rows_knob = env_knob("SLUICE_OPENCL_Q4_ROWS", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
+  Q4Shape s{32, 4};
+  // Measured on the H100 with the dp4a kernel (perf/results/fused_decode_gpu/): two rows a team beat
+  // four and eight on every matrix above 4096 × 4096 — a team of 32 for the gate/up pair (28672
+  // rows), 64 for q/k/v (6144 × 4096) and down (4096 × 14336).
+  if (rows >= 16384) {
+    s = {32, 2};
+  } else if (uint64_t(rows) * cols > (uint64_t(1) << 24)) {
+    s = {64, 2};
+  } else {
+    // Enough warps (32 work-items) to keep ~12 in flight on every compute unit: on the H100 a team
+    // of 128 for 1024 rows, 64 for 4096 — each the fastest of the three measured there
+    // (perf/results/matvec_gpu_sweeps/); the larger teams cost a cross-warp sum.
+    const uint64_t want_items = uint64_t(12) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
+    while (s.team < 128 && uint64_t(rows) / s.rows * s.team < want_items) s.team *= 2;
+  }
+  if (team_knob) s.team = static_cast<uint32_t>(team_knob);
+  if (rows_knob) s.rows = static_cast<uint32_t>(rows_knob);
+  return s;
 }
 
-const char* q4_program(uint32_t team) { return team == 128 ? "matvec_t128" : team == 64 ? "matvec_t64" : "matvec"; }
-
-uint32_t q4_team(const sl_backend* be, uint32_t rows) {
-  static const long knob = env_knob("SLUICE_OPENCL_Q4_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
-  if (knob) return static_cast<uint32_t>(knob);
-  // Enough warps (32 work-items) to keep ~12 in flight on every compute unit: on the H100 a team of
-  // 128 for 1024 rows, 64 for 4096, 32 from ~8192 on — each the fastest of the three measured there
-  // (perf/results/matvec_gpu_sweeps/); the larger teams cost the big matrices a cross-warp sum.
-  const uint64_t want_items = uint64_t(12) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
-  uint32_t team = 32;
-  while (team < 128 && uint64_t(rows) / q4_rows() * team < want_items) team *= 2;
-  return team;
+std::string q4_program(Q4Shape s) {
+  if (s.team == 32 && s.rows == 4) return "matvec";
+  return "matvec_t" + std::to_string(s.team) + "_r" + std::to_string(s.rows);
 }
 
 cl::Program build_program(sl_backend* be, const std::string& source, const std::string& options) {
@@ -267,10 +276,12 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
                 kernel_source("gemm");
       options += " -DWG=64";
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";  // the producers of the dp4a matvec's input
-    } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64" / "matvec_t128": Q4_TEAM
+    } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64_r2" and the like: Q4_TEAM, R4
       source += kernel_source("warp") + kernel_source("matvec");
-      options += " -DWG=128 -DTEAM=32 -DMAX_T=8 -DR4=" + std::to_string(q4_rows());
-      if (program != "matvec") options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"));
+      options += " -DWG=128 -DTEAM=32 -DMAX_T=8";
+      const auto r = program.find("_r");
+      if (program != "matvec")
+        options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"), r - std::strlen("matvec_t")) + " -DR4=" + program.substr(r + 2);
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
     } else if (program.rfind("gemm_mma_bk", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_matmul.cpp)
       source += kernel_source("gemm_mma");

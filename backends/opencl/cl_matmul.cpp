@@ -97,7 +97,7 @@ bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weig
 }
 
 // Up to three parts of one-row 4-bit products sharing x, in one launch; parts[0].seg.r0 is where
-// part 0's rows start in its output. Every part's rows but the last are a multiple of q4_rows().
+// part 0's rows start in its output. Every part's rows but the last are a multiple of the shape's rows a team.
 void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, const Q4Part* parts, uint32_t n_parts,
                       bool dp4a, cl::Buffer* xq, cl::Buffer* blocks, uint32_t bias_dtype) {
   uint32_t total = 0;
@@ -109,8 +109,9 @@ void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, co
     }
     end[p] = total;
   }
-  const uint32_t team = q4_team(be, total), rows_per_group = 128 / team * q4_rows();
-  auto& k = kernel(be, q4_program(team), dp4a ? "matvec_q4_dp4a" : "matvec_q4_rows");
+  const Q4Shape shape = q4_shape(be, total, w->cols);
+  const uint32_t rows_per_group = 128 / shape.team * shape.rows;
+  auto& k = kernel(be, q4_program(shape), dp4a ? "matvec_q4_dp4a" : "matvec_q4_rows");
   const Segment& s0 = parts[0].seg;
   cl_uint a = 0;
   k.setArg(a++, s0.data.buffer);
@@ -171,7 +172,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(13, static_cast<cl_uint>(has_bias));
       launch(be, k, global, local);
     } else if (q4_decode) {
-      // Decode's common case: R4 rows per team of q4_team() (kernels_cl/matvec.cl), the float kernel
+      // Decode's common case: the shape of q4_shape() (kernels_cl/matvec.cl), the float kernel
       // or, on NVIDIA, the dp4a one.
       Q4Part part{s, single(out), bias, has_bias};
       q4_decode_launch(be, x, w, &part, 1, dp4a, xq, blocks, bias_dtype);
@@ -399,13 +400,14 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
                      const sl_weight* const* biases, sl_buffer* const* outs) {
   if (count < 2 || count > 3) return false;
   const sl_weight* w0 = ws[0];
-  uint32_t bias_dtype = 0;
+  uint32_t bias_dtype = 0, total_rows = 0;
+  for (uint32_t i = 0; i < count; ++i) total_rows += ws[i]->rows;
   std::vector<Q4Part> parts;
   for (uint32_t i = 0; i < count; ++i) {
     const sl_weight* w = ws[i];
     if (!q4_decode_form(1, w) || w->cols != w0->cols || w->group_size != w0->group_size || w->scale_dtype != w0->scale_dtype)
       return false;
-    if (i + 1 < count && w->rows % q4_rows()) return false;
+    if (i + 1 < count && w->rows % q4_shape(be, total_rows, w0->cols).rows) return false;
     auto segs = segments(be, w);
     if (segs.size() != 1) return false;
     const sl_weight* bias = biases ? biases[i] : nullptr;
