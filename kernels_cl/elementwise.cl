@@ -38,7 +38,7 @@ __kernel void gated_activation_int15(__global const float* gate, __global const 
   const bool live = i < n;
   const float v = live ? activation_of(gate[i], activation) * up[i] : 0.0f;
   if (live) out[i] = v;
-  int15_store(v, (uint)i, live, xq, blocks);
+  int15_store(v, (uint)i, live, (uint)n, xq, blocks);
 }
 #endif
 

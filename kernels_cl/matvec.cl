@@ -374,10 +374,10 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global c
   const Q4Rows t = q4_rows_of_team(wbase, words_per_row, sbase, bbase, scale_dtype, group_size, cols, Q4_PARTS_PASS);
   float acc[R4];
   for (uint k = 0; k < R4; ++k) acc[k] = 0.0f;
-  const uint steps = (uint)(words_per_row / 4u);
+  const uint steps = (uint)(words_per_row / 4u), n_blocks = cols / 32u;
   for (uint i = get_local_id(0) % Q4_TEAM; i < steps; i += Q4_TEAM) {
     const uint g = i * 32u / group_size;
-    const uint4 h0 = xq[4u * i], h1 = xq[4u * i + 1u], l0 = xq[4u * i + 2u], l1 = xq[4u * i + 3u];
+    const uint4 h0 = xq[i], h1 = xq[n_blocks + i], l0 = xq[2u * n_blocks + i], l1 = xq[3u * n_blocks + i];
     const float2 blk = blocks[i];
     uint4 w4[R4];
     float sc[R4], bi[R4];

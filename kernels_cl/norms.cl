@@ -99,7 +99,7 @@ inline void rms_norm_row(__global float* xr, __global const float* dr, uint add,
       const float4 o = (load_value4(w, w_dtype, i) + w_offset) * (v[k] * inv);
       vstore4(o, i, orow);
 #ifdef SLUICE_PTX_SHFL
-      if (q15) int15_store4(o, 4u * i, xq, blocks);
+      if (q15) int15_store4(o, 4u * i, dim, xq, blocks);
 #endif
     }
     return;

@@ -73,9 +73,10 @@ bool q4_decode_form(uint32_t n_rows, const sl_weight* w) {
 
 // The activation's 15-bit form for the dp4a kernel, or false for the float kernel. A producer op may
 // have written it (rms_norm, add_rms_norm, gated_activation: no launch here); otherwise it is made
-// here for large matrices only — on the H100 (perf/results/dp4a_gpu/run1) dp4a read 1.3-1.8 TB/s where
-// the float kernel read 0.94-1.09 (28672×4096 and up), matched it at 4096×4096 and lost at 1024×4096
-// (0.14 against 0.32: the extra launch that rounds x is not repaid).
+// here for matrices of 2^24 weights and more only — on the H100 (perf/results/dp4a_gpu/run1) dp4a
+// lost at 1024×4096 (0.14 against 0.32 TB/s: the extra launch that rounds x is not repaid), and from
+// 4096×4096 (the o projection) it won in the model: decode 214 → 223 tokens/s
+// (perf/results/fused_decode_gpu/run3).
 bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weights, cl::Buffer*& xq, cl::Buffer*& blocks) {
   if (!use_dp4a(be)) return false;
   if (be->x15_of == x && be->x15_cols == cols) {
@@ -85,7 +86,7 @@ bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weig
   }
   // SLUICE_OPENCL_DP4A_MIN=n: from 2^n weights instead (measuring).
   static const long min_log2 = env_knob("SLUICE_OPENCL_DP4A_MIN", [](long v) { return v >= 10 && v <= 40; });
-  if (weights < (uint64_t(1) << (min_log2 ? min_log2 : 25)) || !int15_scratch(be, 1, cols, xq, blocks)) return false;
+  if (weights < (uint64_t(1) << (min_log2 ? min_log2 : 24)) || !int15_scratch(be, 1, cols, xq, blocks)) return false;
   auto& q = kernel(be, "matvec", "matvec_x_int15");
   q.setArg(0, single(x));
   q.setArg(1, static_cast<cl_uint>(cols));
