@@ -1,0 +1,48 @@
+#!/bin/bash
+# One device call (../shared/device/README.md): decode with fewer launches per layer — matmul_multi
+# (q/k/v and gate/up in one launch each), add_rms_norm (the residual add with the next norm), the rope
+# of q and k in one launch, and the dp4a matvec's 15-bit input written by the ops that produce it.
+# The OpenCL tests on the GPU first, then the llama3-8b 4-bit preset's decode and prefill at depth 0
+# and 8192 (f16 KV), a kernel profile with the device's idle time between launches, and (SWEEP=1) the
+# dp4a matvec's rows per team and team size on the decode shapes, and decode with dp4a from 2^24
+# weights (the o projection). Carried as .bundle/ (see kv_depth_gpu_run.sh). Results:
+# perf/results/opencl_gpu.md, raw files in perf/results/fused_decode_gpu/.
+#   bash perf/fused_decode_gpu_run.sh            (OUT defaults to /tmp/out)
+set -u
+source perf/device_run.sh
+device_run_packed fused
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
+for t in opencl_vendor_paths_test opencl_backend_ops_test opencl_conformance_test; do
+  log "$t"
+  timeout 150 $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
+done
+device_llama3_model
+log "depth"
+timeout 150 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+  --depths 0,8192 --pp 512 --tg 64 --json > "$OUT/depth.txt" 2>&1
+log "profile"
+SLUICE_OPENCL_PROFILE=1 timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+  --depths 0 --pp 16 --tg 16 > "$OUT/profile_depth0_f16.txt" 2>&1
+if [ "${SWEEP:-0}" = 1 ]; then
+  for rows in ${SWEEP_ROWS:-4 2 8}; do
+    for team in 32 64 128; do
+      log "sweep rows $rows team $team"
+      for shape in 4096x4096 6144x4096 28672x4096 4096x14336; do
+        echo "rows $rows team $team shape $shape" >> "$OUT/sweep.txt"
+        SLUICE_OPENCL_Q4_ROWS=$rows SLUICE_OPENCL_Q4_TEAM=$team SLUICE_OPENCL_DP4A_MIN=20 timeout 60 $B/bench_quant_matvec \
+          --backend opencl --plugin-dir $B --rows ${shape%x*} --cols ${shape#*x} --bits 4 --prefill 0 --reps 50 2>&1 \
+          | grep "4-bit" >> "$OUT/sweep.txt"
+      done
+    done
+  done
+  log "shapes"
+  for shape in 4096x4096 6144x4096 28672x4096 4096x14336 128256x4096; do
+    echo "default shape $shape" >> "$OUT/sweep.txt"
+    timeout 60 $B/bench_quant_matvec --backend opencl --plugin-dir $B --rows ${shape%x*} --cols ${shape#*x} --bits 4 \
+      --prefill 0 --reps 50 2>&1 | grep "4-bit" >> "$OUT/sweep.txt"
+  done
+  log "decode dp4a from 2^24"
+  SLUICE_OPENCL_DP4A_MIN=24 timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+    --depths 0 --pp 512 --tg 64 > "$OUT/depth_dp4a_min24.txt" 2>&1
+fi
+log end
