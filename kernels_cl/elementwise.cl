@@ -15,13 +15,6 @@ __kernel void scale_f32(__global float* x, float s, ulong n) {
   if (i < n) x[i] = x[i] * s;
 }
 
-// act(g): 0 SiLU, 1 GELU (tanh approximation), 2 GELU (erf).
-inline float activation_of(float g, uint activation) {
-  if (activation == 0u) return g / (1.0f + exp(-g));
-  if (activation == 1u) return 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-  return 0.5f * g * (1.0f + erf(g * 0.7071067811865476f));
-}
-
 // out = act(gate) * up.
 __kernel void gated_activation(__global const float* gate, __global const float* up, __global float* out, ulong n,
                                uint activation) {

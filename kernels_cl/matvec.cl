@@ -397,4 +397,68 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global c
   }
   q4_team_finish(acc, red, &t, bias_dtype);
 }
+
+// Decode's gated MLP input in one launch (on NVIDIA, the host joins matmul_multi's gate/up with the
+// gated_activation after it): a warp computes row r of the gate and of the up matrix (the two parts,
+// F rows each, F % 32 == 0) from the activation's 15-bit form, writes both, act(gate) · up, and —
+// since a work-group of GLU_WG warps holds 32 consecutive rows, one block — the 15-bit form of the
+// activation rows for the down product, into a second buffer (the kernel reads the first). One launch
+// fewer per layer than the product, then gated_activation_int15.
+#define GLU_WG 1024
+__kernel __attribute__((reqd_work_group_size(GLU_WG, 1, 1)))
+void matvec_q4_dp4a_glu(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase,
+                        __global const uchar* bbase, uint scale_dtype, uint group_size, uint cols, uint w_align,
+                        __global const uint4* xq, __global const float2* blocks, ulong w_off0, ulong s_off0, ulong b_off0,
+                        ulong w_off1, ulong s_off1, ulong b_off1, uint rows, __global float* gate, __global float* up,
+                        __global float* act, uint activation, __global uchar* act_q, __global float2* act_blocks) {
+  __local float acts[GLU_WG / 32];
+  const uint lane = get_local_id(0) % 32u, warp = get_local_id(0) / 32u;
+  const uint r = get_group_id(0) * (GLU_WG / 32u) + warp;
+  const uint ssize = scale_dtype == DT_F32 ? 4u : 2u, groups = cols / group_size;
+  __global const uint* w0 = (__global const uint*)(wbase + w_off0) + (ulong)r * words_per_row;
+  __global const uint* w1 = (__global const uint*)(wbase + w_off1) + (ulong)r * words_per_row;
+  __global const uchar* s0 = sbase + s_off0 + (ulong)r * groups * ssize;
+  __global const uchar* s1 = sbase + s_off1 + (ulong)r * groups * ssize;
+  __global const uchar* b0 = bbase + b_off0 + (ulong)r * groups * ssize;
+  __global const uchar* b1 = bbase + b_off1 + (ulong)r * groups * ssize;
+  float acc0 = 0.0f, acc1 = 0.0f;
+  const uint steps = (uint)(words_per_row / 4u), n_blocks = cols / 32u;
+  for (uint i = lane; i < steps; i += 32u) {
+    const uint g = i * 32u / group_size;
+    const uint4 h0 = xq[i], h1 = xq[n_blocks + i], l0 = xq[2u * n_blocks + i], l1 = xq[3u * n_blocks + i];
+    const float2 blk = blocks[i];
+    const uint4 wa = load_words4(w0, i, w_align), wb = load_words4(w1, i, w_align);
+    const float sa = load_value(s0, scale_dtype, g), sb = load_value(s1, scale_dtype, g);
+    const float ba = load_value(b0, scale_dtype, g), bb = load_value(b1, scale_dtype, g);
+    int dh = dp4a_word(wa.s0, h0.s0, h0.s1, 0);
+    dh = dp4a_word(wa.s1, h0.s2, h0.s3, dh);
+    dh = dp4a_word(wa.s2, h1.s0, h1.s1, dh);
+    dh = dp4a_word(wa.s3, h1.s2, h1.s3, dh);
+    int dl = dp4a_word(wa.s0, l0.s0, l0.s1, 0);
+    dl = dp4a_word(wa.s1, l0.s2, l0.s3, dl);
+    dl = dp4a_word(wa.s2, l1.s0, l1.s1, dl);
+    dl = dp4a_word(wa.s3, l1.s2, l1.s3, dl);
+    acc0 += sa * blk.x * (float)(dh * 128 + dl) + ba * blk.y;
+    dh = dp4a_word(wb.s0, h0.s0, h0.s1, 0);
+    dh = dp4a_word(wb.s1, h0.s2, h0.s3, dh);
+    dh = dp4a_word(wb.s2, h1.s0, h1.s1, dh);
+    dh = dp4a_word(wb.s3, h1.s2, h1.s3, dh);
+    dl = dp4a_word(wb.s0, l0.s0, l0.s1, 0);
+    dl = dp4a_word(wb.s1, l0.s2, l0.s3, dl);
+    dl = dp4a_word(wb.s2, l1.s0, l1.s1, dl);
+    dl = dp4a_word(wb.s3, l1.s2, l1.s3, dl);
+    acc1 += sb * blk.x * (float)(dh * 128 + dl) + bb * blk.y;
+  }
+  acc0 = warp_sum(acc0);
+  acc1 = warp_sum(acc1);
+  if (lane == 0) {
+    const float a = activation_of(acc0, activation) * acc1;
+    gate[r] = acc0;
+    up[r] = acc1;
+    act[r] = a;
+    acts[warp] = a;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (warp == 0) int15_store(acts[lane], get_group_id(0) * 32u + lane, true, rows, act_q, act_blocks);
+}
 #endif

@@ -33,6 +33,21 @@ std::string value_unroll_option() {
   return knob ? " -DATT_VU=" + std::to_string(knob) : "";
 }
 
+// The generic kernel's key scoring (kernels_cl/attention.cl): SLUICE_OPENCL_ATT_TEAM (8, 16, 32)
+// overrides how many work-items read a key row together (ATT_TEAM), SLUICE_OPENCL_ATT_KPT (1, 2, 4,
+// 8) how many keys a team loads before summing (ATT_KPT); SLUICE_OPENCL_ATT_SHFL_LOCAL=1 runs the
+// shuffle path's reduction through local memory, to check it on devices without PTX.
+std::string key_scoring_options() {
+  static const long team = env_knob("SLUICE_OPENCL_ATT_TEAM", [](long v) { return v == 8 || v == 16 || v == 32; });
+  static const long kpt = env_knob("SLUICE_OPENCL_ATT_KPT", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
+  static const long shfl_local = env_knob("SLUICE_OPENCL_ATT_SHFL_LOCAL", [](long v) { return v == 1; });
+  std::string options;
+  if (team) options += " -DATT_TEAM=" + std::to_string(team);
+  if (kpt) options += " -DATT_KPT=" + std::to_string(kpt);
+  if (shfl_local) options += " -DATT_SHFL_LOCAL=1";
+  return options;
+}
+
 // The work-group of kv_write, attention_fused_queries and attention_merge: a turbo key tries 16
 // rotations, each with its own transform and search, so a row is encoded by up to 256 work-items (16
 // a rotation) where the device allows; a query is rotated 16 ways for every head of a work-group, by
@@ -138,8 +153,23 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                               " -DWIDE_WG=" + std::to_string(wide_wg) + value_unroll_option() +
                               " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
                               " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
-                              " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"}));
-  cl::Program program = build_program(be, source, options);
+                              " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"})) +
+                              key_scoring_options();
+  // On NVIDIA the key scoring's teams sum with warp shuffles (inline PTX); a program that fails to
+  // build with them is reported once and built with the local-memory sums instead.
+  cl::Program program;
+  bool built = false;
+  if (be->use_ptx) {
+    try {
+      program = build_program(be, source, options + " -DSLUICE_PTX_SHFL");
+      built = true;
+    } catch (const std::exception& e) {
+      static bool reported = false;
+      if (!reported) std::fprintf(stderr, "opencl: attention without warp shuffles: %s\n", e.what());
+      reported = true;
+    }
+  }
+  if (!built) program = build_program(be, source, options);
   sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"),
                          cl::Kernel(program, "attention"),
                          cl::Kernel(program, "attention_merge"),
@@ -431,6 +461,7 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
         c->on_device = false;
         c->kernels.clear();
         c->fallback_reason = e.what();
+        std::fprintf(stderr, "opencl: the KV cache stays on the host (slow): %s\n", e.what());
       }
     }
     if (c->on_device) {

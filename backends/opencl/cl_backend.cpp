@@ -381,7 +381,7 @@ const sl_backend_api kApi = {
     Entry<false, true, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
     SLUICE_WRITES(kv_write),
     SLUICE_WRITES(attention),
-    SLUICE_WRITES(gated_activation),
+    Entry<false, false, decltype(&gated_activation)>::call<&gated_activation>,  // may join the gate/up products before it
     SLUICE_WRITES(add),
     SLUICE_WRITES(mul),
     SLUICE_WRITES(scale),

@@ -81,6 +81,13 @@ struct PendingRope {
   uint32_t style = 0;
 };
 
+// A one-row gate/up product (two 4-bit weights of the same shape, no biases) not yet launched.
+struct PendingGlu {
+  const sl_buffer* x = nullptr;
+  sl_weight ws[2]{};
+  sl_buffer* outs[2]{};
+};
+
 struct DeviceRef {
   cl::Platform platform;
   cl::Device device;
@@ -141,10 +148,16 @@ struct sl_backend {
   // the table forgets them (cl_backend.cpp), so only a product issued right after its producer — or
   // after products of the same input — reads them.
   sluice::ocl::Scratch matvec_x8, matvec_x8_blocks;
-  // A rope waiting to run in one launch with the next (cl_ops.cpp; x null: none).
-  sluice::ocl::PendingRope pending_rope;
+  // A second pair, written by the joined gate/up/activation launch while it reads the first; x15_slot
+  // says which pair holds x15_of's form (0 the first).
+  sluice::ocl::Scratch matvec_x8_alt, matvec_x8_alt_blocks;
   const sl_buffer* x15_of = nullptr;
-  uint32_t x15_cols = 0;
+  uint32_t x15_cols = 0, x15_slot = 0;
+  // Work an op deferred to join it with the next (flush_deferred runs it as it was asked):
+  // a rope waiting for the second rope (cl_ops.cpp; x null: none), and a gate/up matmul_multi
+  // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
+  sluice::ocl::PendingRope pending_rope;
+  sluice::ocl::PendingGlu pending_glu;
 };
 
 namespace sluice::ocl {
@@ -203,11 +216,24 @@ bool use_dp4a(const sl_backend* be);
 // For an op producing n_rows × cols values that a product may read next: whether to write their 15-bit
 // form too (decode, one row of whole 32-column blocks, dp4a on), and where (grown to fit).
 bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks);
-// Records that the form now holds `out`'s cols values (after the producing launch was enqueued).
-inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols) {
+// Records that the form now holds `out`'s cols values (after the producing launch was enqueued), in
+// the first pair of buffers (slot 0) or the second.
+inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols, uint32_t slot = 0) {
   be->x15_of = out;
   be->x15_cols = cols;
+  be->x15_slot = slot;
 }
+
+// The gate/up/activation join (cl_matmul.cpp). glu_defer: whether matmul_multi's products were
+// recorded in sl_backend::pending_glu instead of launched (one row, two 4-bit weights of one shape,
+// rows whole 32-row blocks, no biases, dp4a with x's form at hand). glu_join: launches the pending
+// products with the activation of their outputs into act (and act's form), when `gate`, `up` and n
+// are its outputs and rows; false leaves the pending products to flush_deferred. glu_flush: launches
+// them as matmul_multi would have.
+bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+               const sl_weight* const* biases, sl_buffer* const* outs);
+bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* act, uint64_t n);
+void glu_flush(sl_backend* be);
 
 // Launches work an op deferred to join it with the next (a waiting rope). Every entry point but rope
 // runs it first (cl_backend.cpp).

@@ -80,8 +80,8 @@ bool q4_decode_form(uint32_t n_rows, const sl_weight* w) {
 bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weights, cl::Buffer*& xq, cl::Buffer*& blocks) {
   if (!use_dp4a(be)) return false;
   if (be->x15_of == x && be->x15_cols == cols) {
-    xq = &be->matvec_x8.buffer;
-    blocks = &be->matvec_x8_blocks.buffer;
+    xq = be->x15_slot ? &be->matvec_x8_alt.buffer : &be->matvec_x8.buffer;
+    blocks = be->x15_slot ? &be->matvec_x8_alt_blocks.buffer : &be->matvec_x8_blocks.buffer;
     return true;
   }
   // SLUICE_OPENCL_DP4A_MIN=n: from 2^n weights instead (measuring).
@@ -430,7 +430,88 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
   return true;
 }
 
+// The gate/up pair's parts for the joined launch: one segment each, words, scales and biases each in
+// one buffer, or false.
+bool glu_parts(sl_backend* be, const PendingGlu& p, Q4Part (&parts)[2]) {
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto segs = segments(be, &p.ws[i]);
+    if (segs.size() != 1) return false;
+    parts[i] = Q4Part{segs[0], single(p.outs[i]), DevPtr{single(p.outs[i]), 0}, false};
+  }
+  const Segment &a = parts[0].seg, &b = parts[1].seg;
+  return a.data.buffer() == b.data.buffer() && a.scales.buffer() == b.scales.buffer() && a.biases.buffer() == b.biases.buffer();
+}
+
 }  // namespace
+
+bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+               const sl_weight* const* biases, sl_buffer* const* outs) {
+  static const bool off = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_GLU_JOIN");
+    return e && *e == '0';
+  }();
+  if (off || n_rows != 1 || count != 2 || !use_dp4a(be) || (biases && (biases[0] || biases[1]))) return false;
+  const sl_weight &g = *ws[0], &u = *ws[1];
+  if (!q4_decode_form(1, &g) || !q4_decode_form(1, &u) || g.rows != u.rows || g.rows % 32 || g.cols != u.cols ||
+      g.group_size != u.group_size || g.scale_dtype != u.scale_dtype)
+    return false;
+  if (be->x15_of != x || be->x15_cols != g.cols || be->x15_slot != 0) return false;  // the kernel writes slot 1
+  PendingGlu p{x, {g, u}, {outs[0], outs[1]}};
+  Q4Part parts[2];
+  if (!glu_parts(be, p, parts)) return false;
+  be->pending_glu = p;
+  return true;
+}
+
+void glu_flush(sl_backend* be) {
+  if (!be->pending_glu.x) return;
+  const PendingGlu p = be->pending_glu;
+  be->pending_glu = PendingGlu{};
+  const sl_weight* ws[2] = {&p.ws[0], &p.ws[1]};
+  if (!q4_decode_multi(be, p.x, 2, ws, nullptr, p.outs))
+    for (uint32_t i = 0; i < 2; ++i) matmul_one(be, p.x, 1, ws[i], nullptr, p.outs[i]);
+}
+
+bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* act, uint64_t n) {
+  const PendingGlu& p = be->pending_glu;
+  if (!p.x || gate != p.outs[0] || up != p.outs[1] || n != p.ws[0].rows || act == p.x || act == gate || act == up) return false;
+  Q4Part parts[2];
+  if (!glu_parts(be, p, parts)) return false;
+  const sl_weight& w = p.ws[0];
+  const uint32_t rows = w.rows;
+  cl::Buffer& act_q = be->matvec_x8_alt.at_least(be->context, uint64_t(rows) * 2);
+  cl::Buffer& act_blocks = be->matvec_x8_alt_blocks.at_least(be->context, uint64_t(rows) / 32 * 8);
+  auto& k = kernel(be, "matvec", "matvec_q4_dp4a_glu");
+  cl_uint a = 0;
+  k.setArg(a++, parts[0].seg.data.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(uint64_t(w.cols) * 4 / 32));
+  k.setArg(a++, parts[0].seg.scales.buffer);
+  k.setArg(a++, parts[0].seg.biases.buffer);
+  k.setArg(a++, static_cast<cl_uint>(w.scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(w.group_size));
+  k.setArg(a++, static_cast<cl_uint>(w.cols));
+  const uint64_t at = parts[0].seg.data.offset | parts[1].seg.data.offset;
+  k.setArg(a++, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
+  k.setArg(a++, be->matvec_x8.buffer);  // slot 0: glu_defer checked
+  k.setArg(a++, be->matvec_x8_blocks.buffer);
+  for (const Q4Part& q : parts) {
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.data.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.scales.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.biases.offset));
+  }
+  k.setArg(a++, static_cast<cl_uint>(rows));
+  k.setArg(a++, single(p.outs[0]));
+  k.setArg(a++, single(p.outs[1]));
+  k.setArg(a++, single(act));
+  k.setArg(a++, static_cast<cl_uint>(activation));
+  k.setArg(a++, act_q);
+  k.setArg(a++, act_blocks);
+  constexpr size_t kGluWg = 1024;  // GLU_WG in kernels_cl/matvec.cl: 32 rows a work-group
+  launch(be, k, cl::NDRange(size_t(rows) / 32 * kGluWg), cl::NDRange(kGluWg));
+  be->pending_glu = PendingGlu{};
+  int15_made(be, act, rows, 1);
+  return true;
+}
 
 bool use_dp4a(const sl_backend* be) {
   static const bool off = [] {
@@ -473,6 +554,7 @@ sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint
   return guarded(err, "matmul_multi", [&] {
     for (uint32_t i = 0; i < count; ++i)
       if (be->x15_of == outs[i]) be->x15_of = nullptr;
+    if (glu_defer(be, x, n_rows, count, ws, biases, outs)) return SL_OK;  // joined with the activation next
     if (n_rows == 1 && q4_decode_multi(be, x, count, ws, biases, outs)) return SL_OK;
     for (uint32_t i = 0; i < count; ++i) matmul_one(be, x, n_rows, ws[i], biases ? biases[i] : nullptr, outs[i]);
     return SL_OK;

@@ -194,6 +194,7 @@ void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n
 }  // namespace
 
 void flush_deferred(sl_backend* be) {
+  glu_flush(be);
   if (!be->pending_rope.x) return;
   const PendingRope r = be->pending_rope;
   be->pending_rope = PendingRope{};
@@ -237,6 +238,10 @@ sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer*
   if (!float_buffer_ok(gate, n) || !float_buffer_ok(up, n) || !float_buffer_ok(out, n)) return too_small(err, "gated_activation");
   if (n == 0) return SL_OK;
   return guarded(err, "gated_activation", [&] {
+    // The gate/up products right before, deferred (matmul_multi), run in one launch with this.
+    if (glu_join(be, activation, gate, up, out, n)) return SL_OK;
+    flush_deferred(be);
+    be->x15_of = nullptr;  // what every other entry point forgets before it runs (cl_backend.cpp)
     cl::Buffer *xq = nullptr, *blocks = nullptr;
     const bool q15 = n <= UINT32_MAX && int15_scratch(be, static_cast<uint32_t>(be->positions.size()), n, xq, blocks);
     auto& k = kernel(be, "ops", q15 ? "gated_activation_int15" : "gated_activation");

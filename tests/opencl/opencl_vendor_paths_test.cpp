@@ -382,8 +382,9 @@ void expect_product(const QuantWeight& w, const std::vector<float>& a, const std
 // the 2²⁵ weights where a product would round x itself. Every result is held to the float64 product
 // of the activation the backend produced (on any device: the several-weight launch, a ragged last
 // part and a bias in the middle part are checked on PoCL too); a form gone stale (the activation
-// overwritten by an upload) must not be read; and on NVIDIA the profile shows the three products ran
-// as dp4a launches with no separate rounding.
+// overwritten by an upload) must not be read; gate/up products read back before any activation must
+// still run; and on NVIDIA the profile shows the products ran as dp4a launches with no separate
+// rounding, the gate/up pair before the activation joined with it in one launch.
 TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
   PluginRegistry registry;
   const sl_backend_api* api = opencl_api(registry);
@@ -411,7 +412,16 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
                            stale = normal(H, 2.0f);
 
   struct Run {
-    std::vector<float> h, h2, act, stale_h, q, k, v, gate, up, down, q_stale;
+    std::vector<float> h, h2, act, stale_h, q, k, v, gate, up, down, q_stale, h3, gate3, up3;
+  };
+  // The norm as the kernels compute it (float32 values, double sum of squares: within their rounding).
+  auto host_norm = [&](const std::vector<float>& xv, float offset) {
+    double ss = 0;
+    for (float e : xv) ss += double(e) * e;
+    const float inv = 1.0f / std::sqrt(float(ss / H) + 1e-5f);
+    std::vector<float> h(H);
+    for (uint32_t c = 0; c < H; ++c) h[c] = (norm_w[c] + offset) * (xv[c] * inv);
+    return h;
   };
   auto run = [&](const Opened& o) {
     Run r;
@@ -427,7 +437,8 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     sl_buffer *dx = buf(x), *dd = buf(delta), *dnw = buf(norm_w), *dkb = buf(k_bias), *dh = buf(std::vector<float>(H)),
               *dh2 = buf(std::vector<float>(H)), *dq = buf(std::vector<float>(512)), *dk = buf(std::vector<float>(128)),
               *dv = buf(std::vector<float>(130)), *dg = buf(std::vector<float>(F)), *du = buf(std::vector<float>(F)),
-              *dact = buf(std::vector<float>(F)), *ddown = buf(std::vector<float>(H)), *dqs = buf(std::vector<float>(512));
+              *dact = buf(std::vector<float>(F)), *ddown = buf(std::vector<float>(H)), *dqs = buf(std::vector<float>(512)),
+              *dh3 = buf(std::vector<float>(H)), *dg3 = buf(std::vector<float>(F)), *du3 = buf(std::vector<float>(F));
     sl_weight nw{};
     nw.struct_size = sizeof(nw);
     nw.data = dnw;
@@ -463,19 +474,20 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
     EXPECT_EQ(o.api->upload(o.be, dh, 0, stale.data(), H * 4, &err), SL_OK) << err.message;
     EXPECT_EQ(o.api->matmul(o.be, dh, 1, &qkv.weights[0], nullptr, dqs, &err), SL_OK) << err.message;
+    // gate/up products read back before any activation: NVIDIA defers them to join a
+    // gated_activation (one launch), so the download must run them first, as asked.
+    sl_buffer* gu3_out[] = {dg3, du3};
+    EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->matmul_multi(o.be, dh3, 1, 2, gu_w, nullptr, gu3_out, &err), SL_OK) << err.message;
     auto get = [&](sl_buffer* b, std::size_t n) {
       std::vector<float> v(n);
       EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
       return v;
     };
     r.h2 = get(dh2, H), r.act = get(dact, F), r.q = get(dq, 512), r.k = get(dk, 128), r.v = get(dv, 130);
+    r.gate3 = get(dg3, F), r.up3 = get(du3, F), r.h3 = get(dh3, H);
     r.gate = get(dg, F), r.up = get(du, F), r.down = get(ddown, H), r.q_stale = get(dqs, 512);
-    // h before the upload: the norm of the original x, recomputed on the host as the kernel does it.
-    double ss = 0;
-    for (float e : x) ss += double(e) * e;
-    const float inv = 1.0f / std::sqrt(float(ss / H) + 1e-5f);
-    r.h.resize(H);
-    for (uint32_t c = 0; c < H; ++c) r.h[c] = norm_w[c] * (x[c] * inv);
+    r.h = host_norm(x, 0.0f);  // h before the upload: the norm of the original x
     for (sl_buffer* b : owned) o.api->free(o.be, b);
     return r;
   };
@@ -488,6 +500,14 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
   expect_product(wu, r.h2, {}, r.up, dp4a, "up");
   expect_product(wd, r.act, {}, r.down, dp4a, "down");
   expect_product(wq, stale, {}, r.q_stale, false, "q of an activation replaced after its norm");
+  expect_product(wg, r.h3, {}, r.gate3, dp4a, "gate read back before an activation");
+  expect_product(wu, r.h3, {}, r.up3, dp4a, "up read back before an activation");
+  // The activation of the joined launch (NVIDIA) or of gated_activation: act(gate) · up of the
+  // products it returned. OpenCL's exp may be 3 ulp off and its division 2.5, the product 0.5: 8 ulp.
+  for (uint32_t i = 0; i < F; ++i) {
+    const double g = r.gate[i], want = g / (1.0 + std::exp(-g)) * r.up[i];
+    ASSERT_NEAR(r.act[i], want, std::abs(want) * 8 * std::ldexp(1.0, -23) + 1e-30) << "act " << i;
+  }
   if (!dp4a) return;
 
   ::testing::internal::CaptureStderr();
@@ -503,7 +523,10 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     const auto at = profile.find(name + " ");
     return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + name.size())));
   };
-  EXPECT_EQ(launches("matvec_q4_dp4a"), 3) << profile;  // q/k/v, gate/up, down
+  // q/k/v, down, the gate/up pair read back; the first gate/up pair joined with its activation.
+  EXPECT_EQ(launches("matvec_q4_dp4a"), 3) << profile;
+  EXPECT_EQ(launches("matvec_q4_dp4a_glu"), 1) << profile;
+  EXPECT_EQ(launches("gated_activation_int15") + launches("gated_activation"), 0) << profile;
   EXPECT_EQ(launches("matvec_x_int15"), 0) << profile;
   EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
 }
