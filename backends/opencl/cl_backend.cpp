@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <chrono>
 #include <new>
 #include <tuple>
 
@@ -93,6 +94,8 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     be->context = cl::Context(be->ref.device);
     const char* profile = std::getenv("SLUICE_OPENCL_PROFILE");
     be->profile = profile && *profile && *profile != '0';
+    const char* host_timing = std::getenv("SLUICE_OPENCL_HOST_TIMING");
+    be->host_timing = host_timing && *host_timing && *host_timing != '0';
     be->queue = cl::CommandQueue(be->context, be->ref.device, be->profile ? CL_QUEUE_PROFILING_ENABLE : 0);
     be->caps = device_capabilities(be->ref.device);
     const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
@@ -157,7 +160,12 @@ void destroy(sl_backend* be) {
   if (!be) return;
   try {
     be->queue.finish();
+    be->batch_uploads.clear();
+    be->ids_uploads.clear();
     if (be->profile) print_profile(be);
+    if (be->host_timing)
+      std::fprintf(stderr, "opencl host: %llu calls, %.2f ms issuing work, %.2f ms waiting for the device (download, synchronize)\n",
+                   (unsigned long long)be->host_calls, be->host_issue_ms, be->host_wait_ms);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "opencl: at destroy: %s\n", e.what());
   }
@@ -286,6 +294,7 @@ sl_status synchronize(sl_backend* be, sl_error* err) {
 sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
   if (!batch || batch->n_tokens == 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
   return guarded(err, "begin_batch", [&] {
+    wait_uploads(be->batch_uploads);  // the host vectors below fed the previous batch's copies
     be->positions.assign(batch->positions, batch->positions + batch->n_tokens);
     be->seq_slots.assign(batch->seq_slots, batch->seq_slots + batch->n_tokens);
     be->n_seqs = batch->n_seqs;
@@ -295,13 +304,13 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
       if (be->seq_slots[i] < 0 || static_cast<uint32_t>(be->seq_slots[i]) >= batch->n_seqs || be->positions[i] < 0)
         return set_error(err, SL_ERR_INVALID_ARGUMENT, "batch token " + std::to_string(i) + " has a bad sequence or position");
     }
-    upload_batch_vector(be, be->d_positions, be->d_positions_cap, be->positions);
-    upload_batch_vector(be, be->d_seq_slots, be->d_slots_cap, be->seq_slots);
-    upload_batch_vector(be, be->d_page_table, be->d_table_cap, be->page_table);
+    upload_batch_vector(be, be->d_positions, be->d_positions_cap, be->positions, be->batch_uploads);
+    upload_batch_vector(be, be->d_seq_slots, be->d_slots_cap, be->seq_slots, be->batch_uploads);
+    upload_batch_vector(be, be->d_page_table, be->d_table_cap, be->page_table, be->batch_uploads);
     const bool has_recent = batch->struct_size >= offsetof(sl_batch, recent_table) + sizeof(batch->recent_table) && batch->recent_table;
     if (has_recent) {
       be->recent_table.assign(batch->recent_table, batch->recent_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
-      upload_batch_vector(be, be->d_recent_table, be->d_recent_cap, be->recent_table);
+      upload_batch_vector(be, be->d_recent_table, be->d_recent_cap, be->recent_table, be->batch_uploads);
     } else {
       be->recent_table.clear();
     }
@@ -313,13 +322,24 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
 // flush_deferred), so effects keep the caller's order — except rope, which joins it. Entries that may
 // write device memory forget the dp4a matvec's 15-bit input (sl_backend::x15_of) before they run; the
 // producers among them record it again, and matmul/matmul_multi read it and forget it themselves
-// when they overwrite its source.
-template <bool kFlush, bool kForget, class F>
+// when they overwrite its source. With SLUICE_OPENCL_HOST_TIMING the time inside each is summed,
+// download and synchronize (kWaits) apart.
+template <bool kFlush, bool kForget, bool kWaits, class F>
 struct Entry;
-template <bool kFlush, bool kForget, class... A>
-struct Entry<kFlush, kForget, sl_status (*)(sl_backend*, A...)> {
+template <bool kFlush, bool kForget, bool kWaits, class... A>
+struct Entry<kFlush, kForget, kWaits, sl_status (*)(sl_backend*, A...)> {
   template <sl_status (*Fn)(sl_backend*, A...)>
   static sl_status call(sl_backend* be, A... a) {
+    if (!be->host_timing) return run<Fn>(be, a...);
+    const auto t0 = std::chrono::steady_clock::now();
+    const sl_status s = run<Fn>(be, a...);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++be->host_calls;
+    (kWaits ? be->host_wait_ms : be->host_issue_ms) += ms;
+    return s;
+  }
+  template <sl_status (*Fn)(sl_backend*, A...)>
+  static sl_status run(sl_backend* be, A... a) {
     if (kFlush) {
       sl_error* err = std::get<sizeof...(A) - 1>(std::tie(a...));
       if (auto s = guarded(err, "a deferred op", [&] {
@@ -333,8 +353,9 @@ struct Entry<kFlush, kForget, sl_status (*)(sl_backend*, A...)> {
     return Fn(be, a...);
   }
 };
-#define SLUICE_WRITES(fn) Entry<true, true, decltype(&fn)>::call<&fn>
-#define SLUICE_READS(fn) Entry<true, false, decltype(&fn)>::call<&fn>
+#define SLUICE_WRITES(fn) Entry<true, true, false, decltype(&fn)>::call<&fn>
+#define SLUICE_READS(fn) Entry<true, false, false, decltype(&fn)>::call<&fn>
+#define SLUICE_WAITS(fn) Entry<true, false, true, decltype(&fn)>::call<&fn>
 
 // The void entries: a deferred op that fails here surfaces at the next call's status.
 void flush_quietly(sl_backend* be) {
@@ -368,8 +389,8 @@ const sl_backend_api kApi = {
     SLUICE_WRITES(wrap_host),
     free_entry,
     SLUICE_WRITES(upload),
-    SLUICE_READS(download),
-    SLUICE_READS(synchronize),
+    SLUICE_WAITS(download),
+    SLUICE_WAITS(synchronize),
     SLUICE_WRITES(kv_create),
     kv_destroy_entry,
     SLUICE_WRITES(kv_copy_page),
@@ -378,10 +399,10 @@ const sl_backend_api kApi = {
     SLUICE_WRITES(rms_norm),
     SLUICE_WRITES(layer_norm),
     SLUICE_READS(matmul),
-    Entry<false, true, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
+    Entry<false, true, false, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
     SLUICE_WRITES(kv_write),
     SLUICE_WRITES(attention),
-    Entry<false, false, decltype(&gated_activation)>::call<&gated_activation>,  // may join the gate/up products before it
+    Entry<false, false, false, decltype(&gated_activation)>::call<&gated_activation>,  // may join the gate/up products before it
     SLUICE_WRITES(add),
     SLUICE_WRITES(mul),
     SLUICE_WRITES(scale),
@@ -395,6 +416,7 @@ const sl_backend_api kApi = {
 };
 #undef SLUICE_WRITES
 #undef SLUICE_READS
+#undef SLUICE_WAITS
 
 const sl_plugin_descriptor kDescriptor = {
     sizeof(sl_plugin_descriptor),
@@ -409,13 +431,26 @@ const sl_plugin_descriptor kDescriptor = {
 
 }  // namespace
 
-void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std::vector<int32_t>& v) {
+// Not blocking: the host goes on issuing the pass's ops while the small copy travels (a blocking write
+// waits for the queue to drain and the copy to land, at every token's start). v must stay unchanged
+// until the copy ran: `pending` gets its event, which the owner waits for before changing v.
+void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std::vector<int32_t>& v,
+                         std::vector<cl::Event>& pending) {
   const size_t bytes = std::max<size_t>(4, v.size() * 4);
   if (cap < bytes) {
     dst = cl::Buffer(be->context, CL_MEM_READ_ONLY, std::max<size_t>(bytes, 256));
     cap = std::max<size_t>(bytes, 256);
   }
-  if (!v.empty()) be->queue.enqueueWriteBuffer(dst, CL_TRUE, 0, v.size() * 4, v.data());
+  if (v.empty()) return;
+  cl::Event done;
+  be->queue.enqueueWriteBuffer(dst, CL_FALSE, 0, v.size() * 4, v.data(), nullptr, &done);
+  pending.push_back(done);
+}
+
+void wait_uploads(std::vector<cl::Event>& pending) {
+  if (pending.empty()) return;
+  cl::Event::waitForEvents(pending);
+  pending.clear();
 }
 
 DevPtr read_range(sl_backend* be, sl_buffer* b, uint64_t offset, uint64_t bytes, uint64_t align) {

@@ -122,6 +122,8 @@ struct sl_backend {
   std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
   uint32_t n_seqs = 0, max_pages = 0;
   cl::Buffer d_positions, d_seq_slots, d_page_table, d_recent_table;
+  std::vector<int32_t> ids;  // embed's token ids, as copied to d_ids
+  std::vector<cl::Event> batch_uploads, ids_uploads;  // copies of the vectors above not yet known done
   size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0, d_recent_cap = 0;
   // Small host inputs kept on the device while unchanged (rope inverse frequencies, embed ids).
   std::vector<float> inv_freq_host;
@@ -132,6 +134,13 @@ struct sl_backend {
   sluice::ocl::Scratch gemm_scratch, att_partial, att_q_images;
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;
+  // SLUICE_OPENCL_HOST_TIMING=1: the host's time inside the table's entry points (without profiling
+  // events, which slow the host), split into waiting for the device (download, synchronize) and the
+  // rest — issuing work. Printed at destroy: when issuing a token's ops takes as long as the token,
+  // the host, not the device, sets the pace.
+  bool host_timing = false;
+  uint64_t host_calls = 0;
+  double host_issue_ms = 0, host_wait_ms = 0;
   std::vector<std::pair<std::string, cl::Event>> events;
   bool clblast_ok = true;    // false after CLBlast failed once on this device: our GEMM kernel instead
   // Quantized prefill GEMM on tensor cores (kernels_cl/gemm_mma.cl): 0 not tried yet, 1 built, -1 off
@@ -190,7 +199,11 @@ DevPtr write_range(sl_buffer* b, uint64_t offset, uint64_t bytes);
 inline DevPtr whole(const sl_buffer* b) { return DevPtr{b->chunks.at(0), 0}; }
 uint64_t weight_bytes(const sl_weight* w);  // bytes of the weight's data
 bool weight_form_supported(uint32_t dtype, uint32_t bits);
-void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std::vector<int32_t>& v);
+// A batch vector to the device without waiting; v must not change until its event in `pending`
+// completed (wait_uploads).
+void upload_batch_vector(sl_backend* be, cl::Buffer& dst, size_t& cap, const std::vector<int32_t>& v,
+                         std::vector<cl::Event>& pending);
+void wait_uploads(std::vector<cl::Event>& pending);
 
 // Launch helpers.
 inline size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }

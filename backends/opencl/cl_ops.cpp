@@ -54,8 +54,9 @@ sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint
   if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed");
   if (n == 0) return SL_OK;
   return guarded(err, "embed", [&] {
-    std::vector<int32_t> v(ids, ids + n);
-    upload_batch_vector(be, be->d_ids, be->d_ids_cap, v);
+    wait_uploads(be->ids_uploads);  // be->ids may still feed the previous copy
+    be->ids.assign(ids, ids + n);
+    upload_batch_vector(be, be->d_ids, be->d_ids_cap, be->ids, be->ids_uploads);
     const cl::NDRange global(round_up(table->cols, kLocal), n);
     if (table->bits == 0) {
       const DevPtr t = read_range(be, table->data, table->offset, weight_bytes(table), table->dtype == SL_DTYPE_F32 ? 4 : 2);
