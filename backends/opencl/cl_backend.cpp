@@ -323,14 +323,14 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
 // write device memory forget the dp4a matvec's 15-bit input (sl_backend::x15_of) before they run; the
 // producers among them record it again, and matmul/matmul_multi read it and forget it themselves
 // when they overwrite its source. With SLUICE_OPENCL_HOST_TIMING the time inside each is summed,
-// download and synchronize (kWaits) apart.
-template <bool kFlush, bool kForget, bool kWaits, class F>
+// download and synchronize (kWaits) apart, memory and cache set-up (kSetup) left out.
+template <bool kFlush, bool kForget, bool kWaits, class F, bool kSetup = false>
 struct Entry;
-template <bool kFlush, bool kForget, bool kWaits, class... A>
-struct Entry<kFlush, kForget, kWaits, sl_status (*)(sl_backend*, A...)> {
+template <bool kFlush, bool kForget, bool kWaits, bool kSetup, class... A>
+struct Entry<kFlush, kForget, kWaits, sl_status (*)(sl_backend*, A...), kSetup> {
   template <sl_status (*Fn)(sl_backend*, A...)>
   static sl_status call(sl_backend* be, A... a) {
-    if (!be->host_timing) return run<Fn>(be, a...);
+    if (!be->host_timing || kSetup) return run<Fn>(be, a...);
     const auto t0 = std::chrono::steady_clock::now();
     const sl_status s = run<Fn>(be, a...);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -356,6 +356,7 @@ struct Entry<kFlush, kForget, kWaits, sl_status (*)(sl_backend*, A...)> {
 #define SLUICE_WRITES(fn) Entry<true, true, false, decltype(&fn)>::call<&fn>
 #define SLUICE_READS(fn) Entry<true, false, false, decltype(&fn)>::call<&fn>
 #define SLUICE_WAITS(fn) Entry<true, false, true, decltype(&fn)>::call<&fn>
+#define SLUICE_SETUP(fn) Entry<true, true, false, decltype(&fn), true>::call<&fn>  // not timed: loading, not serving
 
 // The void entries: a deferred op that fails here surfaces at the next call's status.
 void flush_quietly(sl_backend* be) {
@@ -385,15 +386,15 @@ const sl_backend_api kApi = {
     destroy,
     get_device_info,
     supports_op,
-    SLUICE_WRITES(alloc),
-    SLUICE_WRITES(wrap_host),
+    SLUICE_SETUP(alloc),
+    SLUICE_SETUP(wrap_host),
     free_entry,
-    SLUICE_WRITES(upload),
+    SLUICE_SETUP(upload),
     SLUICE_WAITS(download),
     SLUICE_WAITS(synchronize),
-    SLUICE_WRITES(kv_create),
+    SLUICE_SETUP(kv_create),
     kv_destroy_entry,
-    SLUICE_WRITES(kv_copy_page),
+    SLUICE_SETUP(kv_copy_page),
     SLUICE_WRITES(begin_batch),
     SLUICE_WRITES(embed),
     SLUICE_WRITES(rms_norm),
@@ -417,6 +418,7 @@ const sl_backend_api kApi = {
 #undef SLUICE_WRITES
 #undef SLUICE_READS
 #undef SLUICE_WAITS
+#undef SLUICE_SETUP
 
 const sl_plugin_descriptor kDescriptor = {
     sizeof(sl_plugin_descriptor),
