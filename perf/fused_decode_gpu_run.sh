@@ -13,7 +13,7 @@ set -u
 source perf/device_run.sh
 device_run_packed fused
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
-for t in opencl_vendor_paths_test opencl_backend_ops_test opencl_conformance_test; do
+for t in opencl_vendor_paths_test opencl_backend_ops_test opencl_conformance_test opencl_fused_attention_test; do
   log "$t"
   timeout 150 $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
 done
