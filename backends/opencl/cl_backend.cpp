@@ -159,6 +159,7 @@ void print_profile(sl_backend* be) {
 void destroy(sl_backend* be) {
   if (!be) return;
   try {
+    if (be->pinned_map) be->queue.enqueueUnmapMemObject(be->pinned, be->pinned_map);
     be->queue.finish();
     be->batch_uploads.clear();
     be->ids_uploads.clear();
@@ -274,12 +275,32 @@ sl_status upload(sl_backend* be, sl_buffer* dst, uint64_t offset, const void* sr
   });
 }
 
+// Host memory the driver can copy into directly (pinned: CL_MEM_ALLOC_HOST_PTR, mapped once), for
+// the downloads decode makes every token (the logits, 0.5 MB for a 128k vocabulary). A read into
+// ordinary pageable memory is staged by the driver in pieces; into pinned memory it is one transfer,
+// then one memcpy here. Grown to the largest download up to kPinnedMax; larger ones read directly.
+constexpr uint64_t kPinnedMax = 16ull << 20;
+unsigned char* pinned_staging(sl_backend* be, uint64_t bytes) {
+  if (be->pinned_bytes < bytes) {
+    if (be->pinned_map) be->queue.enqueueUnmapMemObject(be->pinned, be->pinned_map);
+    be->pinned_map = nullptr;
+    be->pinned_bytes = 0;
+    be->pinned = cl::Buffer(be->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes);
+    be->pinned_map = be->queue.enqueueMapBuffer(be->pinned, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes);
+    be->pinned_bytes = bytes;
+  }
+  return static_cast<unsigned char*>(be->pinned_map);
+}
+
 sl_status download(sl_backend* be, const sl_buffer* src, uint64_t offset, void* dst, uint64_t bytes, sl_error* err) {
   if (!fits(src->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download past the buffer's end");
   return guarded(err, "download", [&] {
+    unsigned char* stage = !be->caps.unified && bytes >= (64u << 10) && bytes <= kPinnedMax ? pinned_staging(be, bytes) : nullptr;
+    unsigned char* to = stage ? stage : static_cast<unsigned char*>(dst);
     for_chunks(src, offset, bytes, [&](const cl::Buffer& c, uint64_t in, uint64_t at, uint64_t n) {
-      be->queue.enqueueReadBuffer(c, CL_TRUE, in, n, static_cast<unsigned char*>(dst) + at);
+      be->queue.enqueueReadBuffer(c, CL_TRUE, in, n, to + at);
     });
+    if (stage) std::memcpy(dst, stage, bytes);
     return SL_OK;
   });
 }

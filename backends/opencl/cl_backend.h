@@ -123,6 +123,10 @@ struct sl_backend {
   uint32_t n_seqs = 0, max_pages = 0;
   cl::Buffer d_positions, d_seq_slots, d_page_table, d_recent_table;
   std::vector<int32_t> ids;  // embed's token ids, as copied to d_ids
+  // Pinned host memory for downloads (cl_backend.cpp, pinned_staging), mapped while it lives.
+  cl::Buffer pinned;
+  void* pinned_map = nullptr;
+  uint64_t pinned_bytes = 0;
   std::vector<cl::Event> batch_uploads, ids_uploads;  // copies of the vectors above not yet known done
   size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0, d_recent_cap = 0;
   // Small host inputs kept on the device while unchanged (rope inverse frequencies, embed ids).
