@@ -376,15 +376,16 @@ void expect_product(const QuantWeight& w, const std::vector<float>& a, const std
   }
 }
 
-// Decode's fused path: rms_norm, add_rms_norm and gated_activation write their output's 15-bit form on
-// NVIDIA, and the 4-bit products right after them (matmul_multi's q/k/v and gate/up in one launch
-// each, the down product) read it with dp4a instead of rounding x in a launch of their own — below
-// the 2²⁵ weights where a product would round x itself. Every result is held to the float64 product
-// of the activation the backend produced (on any device: the several-weight launch, a ragged last
-// part and a bias in the middle part are checked on PoCL too); a form gone stale (the activation
-// overwritten by an upload) must not be read; gate/up products read back before any activation must
-// still run; and on NVIDIA the profile shows the products ran as dp4a launches with no separate
-// rounding, the gate/up pair before the activation joined with it in one launch.
+// Decode's fused path (two hidden sizes, one for each way a norm rounds): rms_norm, add_rms_norm and
+// gated_activation write their output's 15-bit form on NVIDIA, and the 4-bit products right after
+// them (matmul_multi's q/k/v and gate/up in one launch each, the down product) read it with dp4a
+// instead of rounding x in a launch of their own — below the 2²⁴ weights where a product would round
+// x itself. Every result is held to the float64 product of the activation the backend produced (on
+// any device: the several-weight launch, a ragged last part and a bias in the middle part are checked
+// on PoCL too); a form gone stale (the activation overwritten by an upload) must not be read; gate/up
+// products read back before any activation must still run; and on NVIDIA the profile shows the
+// products ran as dp4a launches with no separate rounding, the gate/up pair before the activation
+// joined with it in one launch.
 TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
   PluginRegistry registry;
   const sl_backend_api* api = opencl_api(registry);
@@ -397,138 +398,142 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
   const char* off = std::getenv("SLUICE_OPENCL_DP4A");
   const bool dp4a = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(off && *off == '0');
 
-  const uint32_t H = 1024, F = 2048;
-  std::mt19937 rng(23);
-  const QuantWeight wq = random_quant(512, H, 4, 64, SL_DTYPE_F16, rng), wk = random_quant(128, H, 4, 64, SL_DTYPE_F16, rng),
-                    wv = random_quant(130, H, 4, 64, SL_DTYPE_F16, rng), wg = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng),
-                    wu = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng), wd = random_quant(H, F, 4, 64, SL_DTYPE_BF16, rng);
-  std::normal_distribution<float> d(0, 1);
-  auto normal = [&](std::size_t n, float scale) {
-    std::vector<float> v(n);
-    for (auto& e : v) e = scale * d(rng);
-    return v;
-  };
-  const std::vector<float> x = normal(H, 1.0f), delta = normal(H, 0.5f), norm_w = normal(H, 0.3f), k_bias = normal(128, 0.1f),
-                           stale = normal(H, 2.0f);
-
-  struct Run {
-    std::vector<float> h, h2, act, stale_h, q, k, v, gate, up, down, q_stale, h3, gate3, up3;
-  };
-  // The norm as the kernels compute it (float32 values, double sum of squares: within their rounding).
-  auto host_norm = [&](const std::vector<float>& xv, float offset) {
-    double ss = 0;
-    for (float e : xv) ss += double(e) * e;
-    const float inv = 1.0f / std::sqrt(float(ss / H) + 1e-5f);
-    std::vector<float> h(H);
-    for (uint32_t c = 0; c < H; ++c) h[c] = (norm_w[c] + offset) * (xv[c] * inv);
-    return h;
-  };
-  auto run = [&](const Opened& o) {
-    Run r;
-    Packed qkv, gu, dn;
-    qkv.add(wq), qkv.add(wk), qkv.add(wv), gu.add(wg), gu.add(wu), dn.add(wd);
-    std::vector<sl_buffer*> owned;
-    for (Packed* p : {&qkv, &gu, &dn})
-      for (sl_buffer* b : p->upload(o)) owned.push_back(b);
-    auto buf = [&](const std::vector<float>& v) {
-      owned.push_back(device_copy(o, v.data(), v.size() * 4));
-      return owned.back();
-    };
-    sl_buffer *dx = buf(x), *dd = buf(delta), *dnw = buf(norm_w), *dkb = buf(k_bias), *dh = buf(std::vector<float>(H)),
-              *dh2 = buf(std::vector<float>(H)), *dq = buf(std::vector<float>(512)), *dk = buf(std::vector<float>(128)),
-              *dv = buf(std::vector<float>(130)), *dg = buf(std::vector<float>(F)), *du = buf(std::vector<float>(F)),
-              *dact = buf(std::vector<float>(F)), *ddown = buf(std::vector<float>(H)), *dqs = buf(std::vector<float>(512)),
-              *dh3 = buf(std::vector<float>(H)), *dg3 = buf(std::vector<float>(F)), *du3 = buf(std::vector<float>(F));
-    sl_weight nw{};
-    nw.struct_size = sizeof(nw);
-    nw.data = dnw;
-    nw.dtype = SL_DTYPE_F32;
-    nw.rows = 1;
-    nw.cols = H;
-    sl_weight kb = nw;
-    kb.data = dkb;
-    kb.cols = 128;
-    const int32_t zero = 0;
-    sl_batch batch{};
-    batch.struct_size = sizeof(batch);
-    batch.n_tokens = 1;
-    batch.positions = &zero;
-    batch.seq_slots = &zero;
-    batch.n_seqs = 1;
-    batch.max_pages = 1;
-    batch.page_table = &zero;
-    sl_error err{};
-    EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
-    const sl_weight* qkv_w[] = {&qkv.weights[0], &qkv.weights[1], &qkv.weights[2]};
-    const sl_weight* qkv_b[] = {nullptr, &kb, nullptr};
-    sl_buffer* qkv_out[] = {dq, dk, dv};
-    const sl_weight* gu_w[] = {&gu.weights[0], &gu.weights[1]};
-    sl_buffer* gu_out[] = {dg, du};
-    EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul_multi(o.be, dh, 1, 3, qkv_w, qkv_b, qkv_out, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->add_rms_norm(o.be, dx, dd, &nw, 1.0f, dh2, 1, H, 1e-5f, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul_multi(o.be, dh2, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->gated_activation(o.be, SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul(o.be, dact, 1, &dn.weights[0], nullptr, ddown, &err), SL_OK) << err.message;
-    // The norm writes h's form; the upload replaces h, so the product must read the new values.
-    EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->upload(o.be, dh, 0, stale.data(), H * 4, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul(o.be, dh, 1, &qkv.weights[0], nullptr, dqs, &err), SL_OK) << err.message;
-    // gate/up products read back before any activation: NVIDIA defers them to join a
-    // gated_activation (one launch), so the download must run them first, as asked.
-    sl_buffer* gu3_out[] = {dg3, du3};
-    EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul_multi(o.be, dh3, 1, 2, gu_w, nullptr, gu3_out, &err), SL_OK) << err.message;
-    auto get = [&](sl_buffer* b, std::size_t n) {
+  // 1024: the norms round from registers; 1088 (not whole 1024-value runs): from memory after a fence.
+  for (uint32_t H : {1024u, 1088u}) {
+    const uint32_t F = 2048;
+    SCOPED_TRACE("hidden size " + std::to_string(H));
+    std::mt19937 rng(23);
+    const QuantWeight wq = random_quant(512, H, 4, 64, SL_DTYPE_F16, rng), wk = random_quant(128, H, 4, 64, SL_DTYPE_F16, rng),
+                      wv = random_quant(130, H, 4, 64, SL_DTYPE_F16, rng), wg = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng),
+                      wu = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng), wd = random_quant(H, F, 4, 64, SL_DTYPE_BF16, rng);
+    std::normal_distribution<float> d(0, 1);
+    auto normal = [&](std::size_t n, float scale) {
       std::vector<float> v(n);
-      EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
+      for (auto& e : v) e = scale * d(rng);
       return v;
     };
-    r.h2 = get(dh2, H), r.act = get(dact, F), r.q = get(dq, 512), r.k = get(dk, 128), r.v = get(dv, 130);
-    r.gate3 = get(dg3, F), r.up3 = get(du3, F), r.h3 = get(dh3, H);
-    r.gate = get(dg, F), r.up = get(du, F), r.down = get(ddown, H), r.q_stale = get(dqs, 512);
-    r.h = host_norm(x, 0.0f);  // h before the upload: the norm of the original x
-    for (sl_buffer* b : owned) o.api->free(o.be, b);
-    return r;
-  };
+    const std::vector<float> x = normal(H, 1.0f), delta = normal(H, 0.5f), norm_w = normal(H, 0.3f), k_bias = normal(128, 0.1f),
+                             stale = normal(H, 2.0f);
 
-  const Run r = run(probe);
-  expect_product(wq, r.h, {}, r.q, dp4a, "q");
-  expect_product(wk, r.h, k_bias, r.k, dp4a, "k (with a bias)");
-  expect_product(wv, r.h, {}, r.v, dp4a, "v (130 rows: a ragged last part)");
-  expect_product(wg, r.h2, {}, r.gate, dp4a, "gate");
-  expect_product(wu, r.h2, {}, r.up, dp4a, "up");
-  expect_product(wd, r.act, {}, r.down, dp4a, "down");
-  expect_product(wq, stale, {}, r.q_stale, false, "q of an activation replaced after its norm");
-  expect_product(wg, r.h3, {}, r.gate3, dp4a, "gate read back before an activation");
-  expect_product(wu, r.h3, {}, r.up3, dp4a, "up read back before an activation");
-  // The activation of the joined launch (NVIDIA) or of gated_activation: act(gate) · up of the
-  // products it returned. OpenCL's exp may be 3 ulp off and its division 2.5, the product 0.5: 8 ulp.
-  for (uint32_t i = 0; i < F; ++i) {
-    const double g = r.gate[i], want = g / (1.0 + std::exp(-g)) * r.up[i];
-    ASSERT_NEAR(r.act[i], want, std::abs(want) * 8 * std::ldexp(1.0, -23) + 1e-30) << "act " << i;
-  }
-  if (!dp4a) return;
+    struct Run {
+      std::vector<float> h, h2, act, stale_h, q, k, v, gate, up, down, q_stale, h3, gate3, up3;
+    };
+    // The norm as the kernels compute it (float32 values, double sum of squares: within their rounding).
+    auto host_norm = [&](const std::vector<float>& xv, float offset) {
+      double ss = 0;
+      for (float e : xv) ss += double(e) * e;
+      const float inv = 1.0f / std::sqrt(float(ss / H) + 1e-5f);
+      std::vector<float> h(H);
+      for (uint32_t c = 0; c < H; ++c) h[c] = (norm_w[c] + offset) * (xv[c] * inv);
+      return h;
+    };
+    auto run = [&](const Opened& o) {
+      Run r;
+      Packed qkv, gu, dn;
+      qkv.add(wq), qkv.add(wk), qkv.add(wv), gu.add(wg), gu.add(wu), dn.add(wd);
+      std::vector<sl_buffer*> owned;
+      for (Packed* p : {&qkv, &gu, &dn})
+        for (sl_buffer* b : p->upload(o)) owned.push_back(b);
+      auto buf = [&](const std::vector<float>& v) {
+        owned.push_back(device_copy(o, v.data(), v.size() * 4));
+        return owned.back();
+      };
+      sl_buffer *dx = buf(x), *dd = buf(delta), *dnw = buf(norm_w), *dkb = buf(k_bias), *dh = buf(std::vector<float>(H)),
+                *dh2 = buf(std::vector<float>(H)), *dq = buf(std::vector<float>(512)), *dk = buf(std::vector<float>(128)),
+                *dv = buf(std::vector<float>(130)), *dg = buf(std::vector<float>(F)), *du = buf(std::vector<float>(F)),
+                *dact = buf(std::vector<float>(F)), *ddown = buf(std::vector<float>(H)), *dqs = buf(std::vector<float>(512)),
+                *dh3 = buf(std::vector<float>(H)), *dg3 = buf(std::vector<float>(F)), *du3 = buf(std::vector<float>(F));
+      sl_weight nw{};
+      nw.struct_size = sizeof(nw);
+      nw.data = dnw;
+      nw.dtype = SL_DTYPE_F32;
+      nw.rows = 1;
+      nw.cols = H;
+      sl_weight kb = nw;
+      kb.data = dkb;
+      kb.cols = 128;
+      const int32_t zero = 0;
+      sl_batch batch{};
+      batch.struct_size = sizeof(batch);
+      batch.n_tokens = 1;
+      batch.positions = &zero;
+      batch.seq_slots = &zero;
+      batch.n_seqs = 1;
+      batch.max_pages = 1;
+      batch.page_table = &zero;
+      sl_error err{};
+      EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
+      const sl_weight* qkv_w[] = {&qkv.weights[0], &qkv.weights[1], &qkv.weights[2]};
+      const sl_weight* qkv_b[] = {nullptr, &kb, nullptr};
+      sl_buffer* qkv_out[] = {dq, dk, dv};
+      const sl_weight* gu_w[] = {&gu.weights[0], &gu.weights[1]};
+      sl_buffer* gu_out[] = {dg, du};
+      EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul_multi(o.be, dh, 1, 3, qkv_w, qkv_b, qkv_out, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->add_rms_norm(o.be, dx, dd, &nw, 1.0f, dh2, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul_multi(o.be, dh2, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->gated_activation(o.be, SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul(o.be, dact, 1, &dn.weights[0], nullptr, ddown, &err), SL_OK) << err.message;
+      // The norm writes h's form; the upload replaces h, so the product must read the new values.
+      EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->upload(o.be, dh, 0, stale.data(), H * 4, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul(o.be, dh, 1, &qkv.weights[0], nullptr, dqs, &err), SL_OK) << err.message;
+      // gate/up products read back before any activation: NVIDIA defers them to join a
+      // gated_activation (one launch), so the download must run them first, as asked.
+      sl_buffer* gu3_out[] = {dg3, du3};
+      EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul_multi(o.be, dh3, 1, 2, gu_w, nullptr, gu3_out, &err), SL_OK) << err.message;
+      auto get = [&](sl_buffer* b, std::size_t n) {
+        std::vector<float> v(n);
+        EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
+        return v;
+      };
+      r.h2 = get(dh2, H), r.act = get(dact, F), r.q = get(dq, 512), r.k = get(dk, 128), r.v = get(dv, 130);
+      r.gate3 = get(dg3, F), r.up3 = get(du3, F), r.h3 = get(dh3, H);
+      r.gate = get(dg, F), r.up = get(du, F), r.down = get(ddown, H), r.q_stale = get(dqs, 512);
+      r.h = host_norm(x, 0.0f);  // h before the upload: the norm of the original x
+      for (sl_buffer* b : owned) o.api->free(o.be, b);
+      return r;
+    };
 
-  ::testing::internal::CaptureStderr();
-  setenv("SLUICE_OPENCL_PROFILE", "1", 1);
-  {
-    Opened profiled;
-    ASSERT_TRUE(open(api, "", profiled, why)) << why;
-    run(profiled);
+    const Run r = run(probe);
+    expect_product(wq, r.h, {}, r.q, dp4a, "q");
+    expect_product(wk, r.h, k_bias, r.k, dp4a, "k (with a bias)");
+    expect_product(wv, r.h, {}, r.v, dp4a, "v (130 rows: a ragged last part)");
+    expect_product(wg, r.h2, {}, r.gate, dp4a, "gate");
+    expect_product(wu, r.h2, {}, r.up, dp4a, "up");
+    expect_product(wd, r.act, {}, r.down, dp4a, "down");
+    expect_product(wq, stale, {}, r.q_stale, false, "q of an activation replaced after its norm");
+    expect_product(wg, r.h3, {}, r.gate3, dp4a, "gate read back before an activation");
+    expect_product(wu, r.h3, {}, r.up3, dp4a, "up read back before an activation");
+    // The activation of the joined launch (NVIDIA) or of gated_activation: act(gate) · up of the
+    // products it returned. OpenCL's exp may be 3 ulp off and its division 2.5, the product 0.5: 8 ulp.
+    for (uint32_t i = 0; i < F; ++i) {
+      const double g = r.gate[i], want = g / (1.0 + std::exp(-g)) * r.up[i];
+      ASSERT_NEAR(r.act[i], want, std::abs(want) * 8 * std::ldexp(1.0, -23) + 1e-30) << "act " << i;
+    }
+    if (!dp4a) continue;
+
+    ::testing::internal::CaptureStderr();
+    setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+    {
+      Opened profiled;
+      ASSERT_TRUE(open(api, "", profiled, why)) << why;
+      run(profiled);
+    }
+    unsetenv("SLUICE_OPENCL_PROFILE");
+    const std::string profile = ::testing::internal::GetCapturedStderr();
+    auto launches = [&](const std::string& name) {
+      const auto at = profile.find(name + " ");
+      return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + name.size())));
+    };
+    // q/k/v, down, the gate/up pair read back; the first gate/up pair joined with its activation.
+    EXPECT_EQ(launches("matvec_q4_dp4a"), 3) << profile;
+    EXPECT_EQ(launches("matvec_q4_dp4a_glu"), 1) << profile;
+    EXPECT_EQ(launches("gated_activation_int15") + launches("gated_activation"), 0) << profile;
+    EXPECT_EQ(launches("matvec_x_int15"), 0) << profile;
+    EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
   }
-  unsetenv("SLUICE_OPENCL_PROFILE");
-  const std::string profile = ::testing::internal::GetCapturedStderr();
-  auto launches = [&](const std::string& name) {
-    const auto at = profile.find(name + " ");
-    return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + name.size())));
-  };
-  // q/k/v, down, the gate/up pair read back; the first gate/up pair joined with its activation.
-  EXPECT_EQ(launches("matvec_q4_dp4a"), 3) << profile;
-  EXPECT_EQ(launches("matvec_q4_dp4a_glu"), 1) << profile;
-  EXPECT_EQ(launches("gated_activation_int15") + launches("gated_activation"), 0) << profile;
-  EXPECT_EQ(launches("matvec_x_int15"), 0) << profile;
-  EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
 }
 }  // namespace
 }  // namespace sluice
