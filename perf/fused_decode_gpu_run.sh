@@ -6,7 +6,8 @@
 # and 8192 (f16 KV), a kernel profile with the device's idle time between launches, and (SWEEP=1) the
 # dp4a matvec's rows per team and team size on the decode shapes, and decode with dp4a from 2^24
 # weights (the o projection); with REPEAT=1 three more depth-0 decode rounds (tg128) and the host's
-# time inside the backend (SLUICE_OPENCL_HOST_TIMING). Carried as .bundle/ (see kv_depth_gpu_run.sh). Results:
+# time inside the backend (SLUICE_OPENCL_HOST_TIMING); with FINAL=1 three rounds at depths 0, 8192 and
+# 32768 (the figures for the record). Carried as .bundle/ (see kv_depth_gpu_run.sh). Results:
 # perf/results/opencl_gpu.md, raw files in perf/results/fused_decode_gpu/.
 #   bash perf/fused_decode_gpu_run.sh            (OUT defaults to /tmp/out)
 set -u
@@ -45,6 +46,13 @@ if [ "${SWEEP:-0}" = 1 ]; then
   log "decode dp4a from 2^24"
   SLUICE_OPENCL_DP4A_MIN=24 timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
     --depths 0 --pp 512 --tg 64 > "$OUT/depth_dp4a_min24.txt" 2>&1
+fi
+if [ "${FINAL:-0}" = 1 ]; then
+  for i in 1 2 3; do
+    log "final round $i"
+    timeout 150 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+      --depths 0,8192,32768 --pp 512 --tg 64 --json > "$OUT/final_round$i.txt" 2>&1
+  done
 fi
 if [ "${REPEAT:-0}" = 1 ]; then
   for i in 1 2 3; do
