@@ -172,9 +172,151 @@ inline void att_write(__global float* out, __global float* partial, ulong head, 
   }
 }
 
+// Key scoring by teams. A team of ATT_TEAM work-items (a warp on NVIDIA) reads a key row together:
+// lane i loads dims i, i + ATT_TEAM, ..., so one load instruction of a warp covers a contiguous
+// stretch of one row (64 bytes of an f16 row) where one work-item per key touched 32 rows 256 bytes
+// apart. Team k scores keys [k·ATT_TEAM, (k + 1)·ATT_TEAM) of a tile, ATT_KPT keys a round: every
+// lane first loads its dims of all ATT_KPT rows (the loads in flight together), then sums its
+// products for each (key, query head), and the team's partial sums meet — by warp shuffles where
+// the program is built with SLUICE_PTX_SHFL, through local memory otherwise — in the tile's scores
+// p[g·WG + key], from which work-item j takes key j's scores for the online softmax.
+// The host may set ATT_TEAM (8, 16 or 32; ≤ the warp with shuffles) and ATT_KPT (1, 2, 4 or 8).
+#ifndef ATT_TEAM
+#define ATT_TEAM 32
+#endif
+#define ATT_TEAMS (WG / ATT_TEAM)
+#define ATT_LOG_TEAM (ATT_TEAM == 8 ? 3 : ATT_TEAM == 16 ? 4 : 5)
+#define ATT_DPL ((HEAD_DIM + ATT_TEAM - 1) / ATT_TEAM)  // dims per lane: lane + i·ATT_TEAM
+#define ATT_DIM_OK(d) (HEAD_DIM % ATT_TEAM == 0 || (d) < HEAD_DIM)
+#if defined(SLUICE_PTX_SHFL) || ATT_SHFL_LOCAL
+#define ATT_SHUFFLES 1
+#else
+#define ATT_SHUFFLES 0
+#endif
+// GROUP rounded up to a power of two: the shuffle reduction halves its values at every step.
+#define ATT_GP (GROUP <= 1 ? 1 : GROUP <= 2 ? 2 : GROUP <= 4 ? 4 : GROUP <= 8 ? 8 : GROUP <= 16 ? 16 : GROUP <= 32 ? 32 : \
+                GROUP <= 64 ? 64 : GROUP <= 128 ? 128 : 256)
+#if GROUP > 256
+#error "attention.cl: GROUP above 256"
+#endif
+#if ATT_TEAM != 8 && ATT_TEAM != 16 && ATT_TEAM != 32
+#error "attention.cl: ATT_TEAM must be 8, 16 or 32"
+#endif
+#ifndef ATT_KPT
+// At most 64 partial sums a lane with shuffles (registers); with local memory, at most 4096 floats
+// of the round's partial sums in `red`.
+#if ATT_SHUFFLES
+#define ATT_KPT_ROOM (64 / ATT_GP)
+#else
+#define ATT_KPT_ROOM (4096 / (GROUP * WG))
+#endif
+#define ATT_KPT (ATT_KPT_ROOM >= 8 ? 8 : ATT_KPT_ROOM >= 4 ? 4 : ATT_KPT_ROOM >= 2 ? 2 : 1)
+#endif
+#if ATT_KPT != 1 && ATT_KPT != 2 && ATT_KPT != 4 && ATT_KPT != 8
+#error "attention.cl: ATT_KPT must be 1, 2, 4 or 8"
+#endif
+#if ATT_SHUFFLES
+#define ATT_PARTS (ATT_KPT * ATT_GP)  // a lane's partial sums, index u·ATT_GP + g (g ≥ GROUP: zero)
+#define ATT_RED (GROUP * WG)
+#define ATT_LEFT (ATT_PARTS > ATT_TEAM ? ATT_PARTS / ATT_TEAM : 1)  // values a lane ends the reduction with
+#define ATT_SPAN (ATT_TEAM * ATT_LEFT / ATT_PARTS)                 // lanes that end with the same ones
+#else
+#define ATT_PARTS (ATT_KPT * GROUP)  // index u·GROUP + g
+#define ATT_RED (ATT_KPT * GROUP * WG)  // red holds a round's partial sums of every lane
+#endif
+
+// att_shfl_xor(v, m): the v of lane ^ m. att_halve(a, b, upper, m): a lane that is `upper` sends a
+// and keeps b, the other sends b and keeps a; returns what it keeps plus what lane ^ m sent. Both
+// are called by every lane of the warp (every work-item of the group) with the same m.
+#ifdef SLUICE_PTX_SHFL
+inline float att_shfl_xor(float v, int m, __local float* scratch) {
+  int o;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
+  return as_float(o);
+}
+// The choice is made inside the asm: written in C, `upper ? part[x] : part[x + h]` became a load from
+// a selected address, which kept the partial sums in local memory instead of registers.
+inline float att_halve(float a, float b, bool upper, int m, __local float* scratch) {
+  int keep, got;
+  asm volatile(
+      "{\n\t.reg .pred att_up;\n\t.reg .b32 att_send;\n\t"
+      "setp.ne.u32 att_up, %4, 0;\n\t"
+      "selp.b32 att_send, %2, %3, att_up;\n\t"
+      "selp.b32 %0, %3, %2, att_up;\n\t"
+      "shfl.sync.bfly.b32 %1, att_send, %5, 0x1f, 0xffffffff;\n\t}"
+      : "=r"(keep), "=r"(got)
+      : "r"(as_int(a)), "r"(as_int(b)), "r"((uint)upper), "r"(m));
+  return as_float(keep) + as_float(got);
+}
+#elif ATT_SHFL_LOCAL
+// The same exchanges through local memory: the shuffle path's reduction, checkable where PTX does
+// not run (SLUICE_OPENCL_ATT_SHFL_LOCAL=1 on PoCL).
+inline float att_shfl_xor(float v, int m, __local float* scratch) {
+  const uint lid = get_local_id(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const float o = scratch[lid ^ (uint)m];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return o;
+}
+inline float att_halve(float a, float b, bool upper, int m, __local float* scratch) {
+  const float send = upper ? a : b, keep = upper ? b : a;
+  return keep + att_shfl_xor(send, m, scratch);
+}
+#endif
+
+// Stores the team's score of key `key` (of the tile at `tile`) for head g: scaled, or -INFINITY past hi.
+inline void att_put_score(__local float* p, uint g, uint key, int tile, int hi, float dot, float scale, float softcap) {
+  p[g * WG + key] = tile + (int)key <= hi ? att_scaled(dot, scale, softcap) : -INFINITY;
+}
+
+// The team's sums of the round's partial sums (keys r .. r + ATT_KPT - 1 of each team's share of the
+// tile) into p.
+// With shuffles: recursive halving — at each step a lane keeps half of its values, sends the other
+// half to lane ^ m and adds what comes back, so 8 keys × 4 heads take 31 shuffles rather than
+// 32 × 5; once one value is left the rest is a plain butterfly. Lane bits, highest first, then
+// name the value a lane ends with: index (lane / SPAN)·LEFT + i, i < LEFT.
+// Without: every lane's partial sums through local memory (red), a work-item summing each value.
+inline void att_team_scores(float* part, __local float* p, __local float* red, uint r, int tile, int hi, float scale,
+                            float softcap) {
+  const uint lid = get_local_id(0), lane = lid % ATT_TEAM, team = lid / ATT_TEAM;
+#if ATT_SHUFFLES
+  // Constant trip counts everywhere, so that the loops unroll and part stays in registers.
+#pragma unroll
+  for (uint step = 1; step <= ATT_LOG_TEAM; ++step) {
+    const uint m = ATT_TEAM >> step, h = ATT_PARTS >> step;  // h: values a lane keeps (0: one, summed plainly)
+    const bool upper = (lane & m) != 0;
+#pragma unroll
+    for (uint x = 0; x < ATT_PARTS / 2; ++x) {
+      if (x < h) part[x] = att_halve(part[x], part[x + h], upper, (int)m, red);
+    }
+    if (h == 0) part[0] += att_shfl_xor(part[0], (int)m, red);
+  }
+  if (lane % ATT_SPAN == 0) {
+#pragma unroll
+    for (uint i = 0; i < ATT_LEFT; ++i) {
+      const uint x = (lane / ATT_SPAN) * ATT_LEFT + i, u = x / ATT_GP, g = x % ATT_GP;
+      if (g < GROUP) att_put_score(p, g, team * ATT_TEAM + r + u, tile, hi, part[i], scale, softcap);
+    }
+  }
+#else
+  for (uint x = 0; x < ATT_PARTS; ++x) red[x * WG + lid] = part[x];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint v = lid; v < ATT_TEAMS * ATT_PARTS; v += WG) {
+    const uint tm = v / ATT_PARTS, x = v % ATT_PARTS;
+    __local const float* row = red + x * WG + tm * ATT_TEAM;
+    float sum = 0.0f;
+    for (uint i = 0; i < ATT_TEAM; ++i) sum += row[i];
+    att_put_score(p, x % GROUP, tm * ATT_TEAM + r + x / GROUP, tile, hi, sum, scale, softcap);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);  // red is read before the next round writes it
+#endif
+}
+
 // One work-group per (KV head, token, key split): the GROUP query heads that share the KV head attend
 // over keys [lo, pos] (or this split's share of them) in tiles of WG keys with an online softmax:
-// work-item j scores key j of the tile (and notes where its value row is); then each work-item
+// teams of ATT_TEAM work-items score the tile's keys (above; the team's first lane notes where each
+// key's value row is), work-item j takes key j's scores into the softmax, then each work-item
 // accumulates the weighted values of its dims, ATT_VU keys' loads in flight at a time. With
 // n_splits > 1 each group writes its unnormalised partial (m, l, acc) for attention_merge.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -184,11 +326,11 @@ void attention(__global const float* q, __global float* out, __global const ucha
                uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
                __global float* partial, __global const half* recent_layer, __global const int* recent_table,
                uint recent_window) {
-  __local float qs[GROUP][HEAD_DIM];
-  __local float p[GROUP * WG];
-  __local float red[GROUP * WG];
+  __local float p[GROUP * WG];  // the tile's scores, then its softmax weights
+  __local float red[ATT_RED];
   __local ulong v_at[WG];  // the tile's value rows (byte offsets in layer)
   const uint kvh = get_group_id(0), t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
+  const uint team = lid / ATT_TEAM, lane = lid % ATT_TEAM;
   const uint n_heads = n_kv_heads * GROUP;
   const int pos = positions[t];
   int lo_all, lo, hi;
@@ -198,9 +340,13 @@ void attention(__global const float* q, __global float* out, __global const ucha
   const int exact = att_exact_from(recent, recent_window, page_tokens, pos, lo_all);
   const ulong v_region = (ulong)n_kv_heads * page_tokens * k_row_bytes;
 
-  for (uint i = lid; i < GROUP * HEAD_DIM; i += WG)
-    qs[i / HEAD_DIM][i % HEAD_DIM] = q[((ulong)t * n_heads + kvh * GROUP + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM];
-  barrier(CLK_LOCAL_MEM_FENCE);
+  // This lane's dims of the GROUP queries, in registers for the whole kernel.
+  float qr[GROUP][ATT_DPL];
+  for (uint g = 0; g < GROUP; ++g)
+    for (uint i = 0; i < ATT_DPL; ++i) {
+      const uint d = lane + i * ATT_TEAM;
+      qr[g][i] = ATT_DIM_OK(d) ? q[((ulong)t * n_heads + kvh * GROUP + g) * HEAD_DIM + d] : 0.0f;
+    }
 
   float m[GROUP], l[GROUP], acc[GROUP][DIMS_PER_ITEM];
   for (uint g = 0; g < GROUP; ++g) {
@@ -212,29 +358,45 @@ void attention(__global const float* q, __global float* out, __global const ucha
   }
 
   for (int tile = lo; tile <= hi; tile += WG) {
-    const int j = tile + (int)lid;
-    float s[GROUP];
-    if (j <= hi) {
-      for (uint g = 0; g < GROUP; ++g) s[g] = 0.0f;
-      if (j >= exact) {
-        __global const half* kx = att_recent_row(recent_layer, recent[j / (int)page_tokens], 0u, n_kv_heads, kvh, page_tokens, (uint)j);
-        for (uint d = 0; d < HEAD_DIM; ++d) {
-          const float kv = vload_half(d, kx);
-          for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
-        }
-      } else {
-        const ulong page = kv_page_of(table, (uint)j, page_tokens);
-        __global const uchar* krow = layer + page * page_bytes + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * k_row_bytes;
-        v_at[lid] = page * page_bytes + v_region + ((ulong)kvh * page_tokens + (uint)j % page_tokens) * v_row_bytes;
-        for (uint d = 0; d < HEAD_DIM; ++d) {
-          const float kv = sl_k_load(krow, d);
-          for (uint g = 0; g < GROUP; ++g) s[g] += qs[g][d] * kv;
+    // Every work-item runs every round (the reduction's barriers or shuffles); keys past hi load nothing.
+    for (uint r = 0; r < ATT_TEAM; r += ATT_KPT) {
+      const uint k0 = team * ATT_TEAM + r;  // this round's keys of the tile: k0 .. k0 + ATT_KPT - 1
+      float kv[ATT_KPT][ATT_DPL];
+#pragma unroll
+      for (uint u = 0; u < ATT_KPT; ++u) {
+        const int j = tile + (int)(k0 + u);
+        for (uint i = 0; i < ATT_DPL; ++i) kv[u][i] = 0.0f;
+        if (j > hi) continue;
+        if (j >= exact) {
+          __global const half* kx = att_recent_row(recent_layer, recent[j / (int)page_tokens], 0u, n_kv_heads, kvh, page_tokens, (uint)j);
+          for (uint i = 0; i < ATT_DPL; ++i) {
+            const uint d = lane + i * ATT_TEAM;
+            if (ATT_DIM_OK(d)) kv[u][i] = vload_half(d, kx);
+          }
+        } else {
+          const ulong page = kv_page_of(table, (uint)j, page_tokens);
+          const ulong slot_row = (ulong)kvh * page_tokens + (uint)j % page_tokens;
+          __global const uchar* krow = layer + page * page_bytes + slot_row * k_row_bytes;
+          if (lane == 0) v_at[k0 + u] = page * page_bytes + v_region + slot_row * v_row_bytes;
+          for (uint i = 0; i < ATT_DPL; ++i) {
+            const uint d = lane + i * ATT_TEAM;
+            if (ATT_DIM_OK(d)) kv[u][i] = sl_k_load(krow, d);
+          }
         }
       }
-      for (uint g = 0; g < GROUP; ++g) s[g] = att_scaled(s[g], scale, softcap);
-    } else {
-      for (uint g = 0; g < GROUP; ++g) s[g] = -INFINITY;
+      float part[ATT_PARTS];
+#pragma unroll
+      for (uint x = 0; x < ATT_PARTS; ++x) part[x] = 0.0f;
+#pragma unroll
+      for (uint u = 0; u < ATT_KPT; ++u)
+        for (uint g = 0; g < GROUP; ++g)
+          for (uint i = 0; i < ATT_DPL; ++i) part[u * (ATT_PARTS / ATT_KPT) + g] += qr[g][i] * kv[u][i];
+      att_team_scores(part, p, red, r, tile, hi, scale, softcap);
     }
+    barrier(CLK_LOCAL_MEM_FENCE);  // the tile's scores and value rows are in
+    const int j = tile + (int)lid;
+    float s[GROUP];
+    for (uint g = 0; g < GROUP; ++g) s[g] = p[g * WG + lid];  // -INFINITY past hi
     float corr[GROUP];
     att_online_steps(red, GROUP, s, j <= hi, m, l, p, corr);
     for (uint g = 0; g < GROUP; ++g)

@@ -19,7 +19,8 @@
 namespace sluice::ocl {
 namespace {
 
-// The attention kernels' work-group: a tile of keys is scored in parallel, one key a work-item.
+// The attention kernels' work-group: a tile of WG keys is scored in parallel (one key a work-item in
+// the fused kernel; teams of ATT_TEAM work-items a key in the generic one), one key's softmax weight a work-item.
 // SLUICE_OPENCL_ATT_WG (64, 128 or 256) overrides it.
 uint32_t attention_wg() {
   static const long knob = env_knob("SLUICE_OPENCL_ATT_WG", [](long v) { return v == 64 || v == 128 || v == 256; });
