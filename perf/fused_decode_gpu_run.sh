@@ -6,7 +6,8 @@
 # and 8192 (f16 KV), a kernel profile with the device's idle time between launches, and (SWEEP=1) the
 # dp4a matvec's rows per team and team size on the decode shapes, and decode with dp4a from 2^24
 # weights (the o projection); with REPEAT=1 three more depth-0 decode rounds (tg128) and the host's
-# time inside the backend (SLUICE_OPENCL_HOST_TIMING); with FINAL=1 three rounds at depths 0, 8192 and
+# time inside the backend (SLUICE_OPENCL_HOST_TIMING); with ATT=1 a profile at depth 8192 and the
+# attention and gate/up knobs one at a time; with FINAL=1 three rounds at depths 0, 8192 and
 # 32768 (the figures for the record). Carried as .bundle/ (see kv_depth_gpu_run.sh). Results:
 # perf/results/opencl_gpu.md, raw files in perf/results/fused_decode_gpu/.
 #   bash perf/fused_decode_gpu_run.sh            (OUT defaults to /tmp/out)
@@ -46,6 +47,18 @@ if [ "${SWEEP:-0}" = 1 ]; then
   log "decode dp4a from 2^24"
   SLUICE_OPENCL_DP4A_MIN=24 timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
     --depths 0 --pp 512 --tg 64 > "$OUT/depth_dp4a_min24.txt" 2>&1
+fi
+if [ "${ATT:-0}" = 1 ]; then
+  log "attention profile at 8192"
+  SLUICE_OPENCL_PROFILE=1 timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+    --depths 8192 --pp 16 --tg 16 > "$OUT/profile_depth8192_f16.txt" 2>&1
+  for knob in SLUICE_OPENCL_ATT_KPT=4 SLUICE_OPENCL_ATT_KPT=2 SLUICE_OPENCL_ATT_TEAM=16 SLUICE_OPENCL_ATT_VU=16 \
+              SLUICE_OPENCL_ATT_WG=128 SLUICE_OPENCL_GLU_JOIN=0; do
+    log "knob $knob"
+    echo "$knob" >> "$OUT/att_knobs.txt"
+    env $knob timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+      --depths 0,8192 --pp 512 --tg 64 >> "$OUT/att_knobs.txt" 2>&1
+  done
 fi
 if [ "${FINAL:-0}" = 1 ]; then
   for i in 1 2 3; do
