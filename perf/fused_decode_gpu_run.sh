@@ -15,7 +15,7 @@ set -u
 source perf/device_run.sh
 device_run_packed fused
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
-for t in opencl_vendor_paths_test opencl_backend_ops_test opencl_conformance_test opencl_fused_attention_test; do
+for t in ${TESTS:-opencl_vendor_paths_test opencl_backend_ops_test opencl_conformance_test opencl_fused_attention_test}; do
   log "$t"
   timeout 150 $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
 done
@@ -52,11 +52,11 @@ if [ "${ATT:-0}" = 1 ]; then
   log "attention profile at 8192"
   SLUICE_OPENCL_PROFILE=1 timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
     --depths 8192 --pp 16 --tg 16 > "$OUT/profile_depth8192_f16.txt" 2>&1
-  for knob in SLUICE_OPENCL_ATT_KPT=4 SLUICE_OPENCL_ATT_KPT=2 SLUICE_OPENCL_ATT_TEAM=16 SLUICE_OPENCL_ATT_VU=16 \
-              SLUICE_OPENCL_ATT_WG=128 SLUICE_OPENCL_GLU_JOIN=0; do
+  for knob in ${ATT_KNOBS:-SLUICE_OPENCL_ATT_KPT=4 SLUICE_OPENCL_ATT_KPT=2 SLUICE_OPENCL_ATT_TEAM=16 SLUICE_OPENCL_ATT_VU=16 \
+              SLUICE_OPENCL_ATT_WG=128 SLUICE_OPENCL_GLU_JOIN=0}; do
     log "knob $knob"
     echo "$knob" >> "$OUT/att_knobs.txt"
-    env $knob timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+    env ${knob//,/ } timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
       --depths 0,8192 --pp 512 --tg 64 >> "$OUT/att_knobs.txt" 2>&1
   done
 fi
