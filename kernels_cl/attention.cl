@@ -142,10 +142,15 @@ inline void att_online_steps(__local float* red, uint nh, const float* s, bool v
 
 // Keys whose values one work-item loads before using any of them: the value rows are first read
 // here (the scores read only the keys), so each group of loads waits on memory; the loop over a
-// tile's keys is a chain of those waits, one per ATT_VU keys. The host may set it (-DATT_VU);
-// on the H100 4 measured as well as 32 for f16 and better than 16 for the fused kernel.
-#ifndef ATT_VU
+// tile's keys is a chain of those waits, one per ATT_VU keys. The host may set it for both kernels
+// (-DATT_VU). On the H100 4 measured better than 16 for the fused kernel; for the generic one, once
+// its key scoring went to teams, 16 beat 4 (204 against 188 tokens/s at depth 8192,
+// perf/results/fused_decode_gpu/run8).
+#ifdef ATT_VU
+#define ATT_VU_GENERIC ATT_VU
+#else
 #define ATT_VU 4
+#define ATT_VU_GENERIC 16
 #endif
 
 // One head's result: normalised into out with one split, else the unnormalised partial (m, l, acc)
@@ -181,10 +186,10 @@ inline void att_write(__global float* out, __global float* partial, ulong head, 
 // the program is built with SLUICE_PTX_SHFL, through local memory otherwise — in the tile's scores
 // p[g·WG + key], from which work-item j takes key j's scores for the online softmax.
 // The host may set ATT_TEAM (8, 16 or 32; ≤ the warp with shuffles) and ATT_KPT (1, 2, 4 or 8).
-// 16 by default: on the H100 (perf/results/fused_decode_gpu/run7) a team of 16 decoded 192 tokens/s at
-// depth 8192 against 173 with 32 — half the shuffle steps, two keys a warp load.
+// 8 by default: on the H100 (perf/results/fused_decode_gpu/run7, run8) teams of 8 decoded 202 tokens/s
+// at depth 8192, 16 188–192 and 32 172–173 — fewer shuffle steps, more keys a warp load.
 #ifndef ATT_TEAM
-#define ATT_TEAM 16
+#define ATT_TEAM 8
 #endif
 #define ATT_TEAMS (WG / ATT_TEAM)
 #define ATT_LOG_TEAM (ATT_TEAM == 8 ? 3 : ATT_TEAM == 16 ? 4 : 5)
@@ -319,7 +324,7 @@ inline void att_team_scores(float* part, __local float* p, __local float* red, u
 // over keys [lo, pos] (or this split's share of them) in tiles of WG keys with an online softmax:
 // teams of ATT_TEAM work-items score the tile's keys (above; the team's first lane notes where each
 // key's value row is), work-item j takes key j's scores into the softmax, then each work-item
-// accumulates the weighted values of its dims, ATT_VU keys' loads in flight at a time. With
+// accumulates the weighted values of its dims, ATT_VU_GENERIC keys' loads in flight at a time. With
 // n_splits > 1 each group writes its unnormalised partial (m, l, acc) for attention_merge.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void attention(__global const float* q, __global float* out, __global const uchar* layer, ulong page_bytes,
@@ -406,16 +411,16 @@ void attention(__global const float* q, __global float* out, __global const ucha
     const int n_keys = min(WG, hi - tile + 1);
     const int n_stored = clamp(exact - tile, 0, n_keys);  // keys [tile, tile + n_stored) read from the pages
     int jj = 0;
-    for (; jj + ATT_VU <= n_stored; jj += ATT_VU) {
-      float vv[ATT_VU][DIMS_PER_ITEM];
-      for (uint u = 0; u < ATT_VU; ++u) {
+    for (; jj + ATT_VU_GENERIC <= n_stored; jj += ATT_VU_GENERIC) {
+      float vv[ATT_VU_GENERIC][DIMS_PER_ITEM];
+      for (uint u = 0; u < ATT_VU_GENERIC; ++u) {
         __global const uchar* vrow = layer + v_at[jj + u];
         for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
           const uint dim = lid + d * WG;
           vv[u][d] = dim < HEAD_DIM ? sl_v_load(vrow, dim) : 0.0f;
         }
       }
-      for (uint u = 0; u < ATT_VU; ++u)
+      for (uint u = 0; u < ATT_VU_GENERIC; ++u)
         for (uint g = 0; g < GROUP; ++g)
           for (uint d = 0; d < DIMS_PER_ITEM; ++d) acc[g][d] += p[g * WG + jj + u] * vv[u][d];
     }
