@@ -20,7 +20,7 @@ for t in ${TESTS:-opencl_vendor_paths_test opencl_backend_ops_test opencl_confor
   # The fused-attention test builds an attention program per codec pair and head size with a cold
   # program cache (a fresh machine): minutes of NVIDIA compiler time.
   limit=150; [ $t = opencl_fused_attention_test ] && limit=420
-  /usr/bin/time -f "wall %e s" timeout $limit $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
+  timeout $limit $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
 done
 device_llama3_model
 log "depth"
