@@ -365,6 +365,20 @@ inline int dp4a_word(uint w, uint even, uint odd, int acc) {
   return dp4a_us((w >> 4) & 0x0f0f0f0fu, as_int(odd), dp4a_us(w & 0x0f0f0f0fu, as_int(even), acc));
 }
 
+// Σ q·x_q over one 32-column step of a row: the four words' codes against the step's high bytes
+// (h0, h1) and low bytes (l0, l1), 128·Σ c·h + Σ c·l.
+inline int dp4a_step(uint4 w, uint4 h0, uint4 h1, uint4 l0, uint4 l1) {
+  int dh = dp4a_word(w.s0, h0.s0, h0.s1, 0);
+  dh = dp4a_word(w.s1, h0.s2, h0.s3, dh);
+  dh = dp4a_word(w.s2, h1.s0, h1.s1, dh);
+  dh = dp4a_word(w.s3, h1.s2, h1.s3, dh);
+  int dl = dp4a_word(w.s0, l0.s0, l0.s1, 0);
+  dl = dp4a_word(w.s1, l0.s2, l0.s3, dl);
+  dl = dp4a_word(w.s2, l1.s0, l1.s1, dl);
+  dl = dp4a_word(w.s3, l1.s2, l1.s3, dl);
+  return dh * 128 + dl;
+}
+
 // matvec_q4_rows with the activation's 15-bit form (one activation row, 4-bit, groups of 32k).
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase, __global const uchar* bbase,
@@ -382,18 +396,7 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global c
     uint4 w4[R4];
     float sc[R4], bi[R4];
     q4_load_step(&t, words_per_row, scale_dtype, g, i, w_align, w4, sc, bi);
-    for (uint k = 0; k < R4; ++k) {
-      const uint4 w = w4[k];
-      int dh = dp4a_word(w.s0, h0.s0, h0.s1, 0);
-      dh = dp4a_word(w.s1, h0.s2, h0.s3, dh);
-      dh = dp4a_word(w.s2, h1.s0, h1.s1, dh);
-      dh = dp4a_word(w.s3, h1.s2, h1.s3, dh);
-      int dl = dp4a_word(w.s0, l0.s0, l0.s1, 0);
-      dl = dp4a_word(w.s1, l0.s2, l0.s3, dl);
-      dl = dp4a_word(w.s2, l1.s0, l1.s1, dl);
-      dl = dp4a_word(w.s3, l1.s2, l1.s3, dl);
-      acc[k] += sc[k] * blk.x * (float)(dh * 128 + dl) + bi[k] * blk.y;
-    }
+    for (uint k = 0; k < R4; ++k) acc[k] += sc[k] * blk.x * (float)dp4a_step(w4[k], h0, h1, l0, l1) + bi[k] * blk.y;
   }
   q4_team_finish(acc, red, &t, bias_dtype);
 }
@@ -430,24 +433,8 @@ void matvec_q4_dp4a_glu(__global const uchar* wbase, ulong words_per_row, __glob
     const uint4 wa = load_words4(w0, i, w_align), wb = load_words4(w1, i, w_align);
     const float sa = load_value(s0, scale_dtype, g), sb = load_value(s1, scale_dtype, g);
     const float ba = load_value(b0, scale_dtype, g), bb = load_value(b1, scale_dtype, g);
-    int dh = dp4a_word(wa.s0, h0.s0, h0.s1, 0);
-    dh = dp4a_word(wa.s1, h0.s2, h0.s3, dh);
-    dh = dp4a_word(wa.s2, h1.s0, h1.s1, dh);
-    dh = dp4a_word(wa.s3, h1.s2, h1.s3, dh);
-    int dl = dp4a_word(wa.s0, l0.s0, l0.s1, 0);
-    dl = dp4a_word(wa.s1, l0.s2, l0.s3, dl);
-    dl = dp4a_word(wa.s2, l1.s0, l1.s1, dl);
-    dl = dp4a_word(wa.s3, l1.s2, l1.s3, dl);
-    acc0 += sa * blk.x * (float)(dh * 128 + dl) + ba * blk.y;
-    dh = dp4a_word(wb.s0, h0.s0, h0.s1, 0);
-    dh = dp4a_word(wb.s1, h0.s2, h0.s3, dh);
-    dh = dp4a_word(wb.s2, h1.s0, h1.s1, dh);
-    dh = dp4a_word(wb.s3, h1.s2, h1.s3, dh);
-    dl = dp4a_word(wb.s0, l0.s0, l0.s1, 0);
-    dl = dp4a_word(wb.s1, l0.s2, l0.s3, dl);
-    dl = dp4a_word(wb.s2, l1.s0, l1.s1, dl);
-    dl = dp4a_word(wb.s3, l1.s2, l1.s3, dl);
-    acc1 += sb * blk.x * (float)(dh * 128 + dl) + bb * blk.y;
+    acc0 += sa * blk.x * (float)dp4a_step(wa, h0, h1, l0, l1) + ba * blk.y;
+    acc1 += sb * blk.x * (float)dp4a_step(wb, h0, h1, l0, l1) + bb * blk.y;
   }
   acc0 = warp_sum(acc0);
   acc1 = warp_sum(acc1);

@@ -231,6 +231,19 @@ QuantWeight random_quant(uint32_t rows, uint32_t cols, uint32_t bits, uint32_t g
   return w;
 }
 
+// The sl_weight describing w's shape and form; buffers and offsets are the caller's to set.
+sl_weight describe(const QuantWeight& w) {
+  sl_weight q{};
+  q.struct_size = sizeof(q);
+  q.dtype = SL_DTYPE_U32;
+  q.rows = w.rows;
+  q.cols = w.cols;
+  q.bits = w.bits;
+  q.group_size = w.group;
+  q.scale_dtype = w.scale_dtype;
+  return q;
+}
+
 // out = x · Wᵀ on one backend (m activation rows).
 std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::vector<float>& x, uint32_t m) {
   auto buffer = [&](const void* data, std::size_t bytes) { return device_copy(o, data, bytes); };
@@ -240,15 +253,8 @@ std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::
   sl_buffer* dx = buffer(x.data(), x.size() * 4);
   std::vector<float> out(std::size_t(m) * w.rows, 0.0f);
   sl_buffer* dout = buffer(out.data(), out.size() * 4);
-  sl_weight q{};
-  q.struct_size = sizeof(q);
+  sl_weight q = describe(w);
   q.data = dw;
-  q.dtype = SL_DTYPE_U32;
-  q.rows = w.rows;
-  q.cols = w.cols;
-  q.bits = w.bits;
-  q.group_size = w.group;
-  q.scale_dtype = w.scale_dtype;
   q.scales = ds;
   q.biases = db;
   sl_error err{};
@@ -325,17 +331,10 @@ struct Packed {
   std::vector<uint8_t> scales, biases;
   std::vector<sl_weight> weights;  // their buffers set once the copies exist
   void add(const QuantWeight& w) {
-    sl_weight q{};
-    q.struct_size = sizeof(q);
+    sl_weight q = describe(w);
     q.offset = words.size() * 4;
     q.scales_offset = scales.size();
     q.biases_offset = biases.size();
-    q.dtype = SL_DTYPE_U32;
-    q.rows = w.rows;
-    q.cols = w.cols;
-    q.bits = w.bits;
-    q.group_size = w.group;
-    q.scale_dtype = w.scale_dtype;
     words.insert(words.end(), w.words.begin(), w.words.end());
     scales.insert(scales.end(), w.scales.begin(), w.scales.end());
     biases.insert(biases.end(), w.biases.begin(), w.biases.end());
