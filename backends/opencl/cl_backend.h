@@ -81,11 +81,13 @@ struct PendingRope {
   uint32_t style = 0;
 };
 
-// A one-row gate/up product (two 4-bit weights of the same shape, no biases) not yet launched.
+// A one-row gate/up product (two 4-bit weights of the same shape, no biases) not yet launched, with
+// its weights' device ranges as resolved when it was deferred.
 struct PendingGlu {
   const sl_buffer* x = nullptr;
   sl_weight ws[2]{};
   sl_buffer* outs[2]{};
+  DevPtr data[2], scales[2], biases[2];
 };
 
 struct DeviceRef {

@@ -430,16 +430,17 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
   return true;
 }
 
-// The gate/up pair's parts for the joined launch: one segment each, words, scales and biases each in
-// one buffer, or false.
-bool glu_parts(sl_backend* be, const PendingGlu& p, Q4Part (&parts)[2]) {
+// The gate/up pair's device ranges for the joined launch: one segment each, words, scales and
+// biases each in one buffer, or false.
+bool glu_ranges(sl_backend* be, const sl_weight (&ws)[2], DevPtr (&data)[2], DevPtr (&scales)[2], DevPtr (&biases)[2]) {
   for (uint32_t i = 0; i < 2; ++i) {
-    auto segs = segments(be, &p.ws[i]);
+    auto segs = segments(be, &ws[i]);
     if (segs.size() != 1) return false;
-    parts[i] = Q4Part{segs[0], single(p.outs[i]), DevPtr{single(p.outs[i]), 0}, false};
+    data[i] = segs[0].data;
+    scales[i] = segs[0].scales;
+    biases[i] = segs[0].biases;
   }
-  const Segment &a = parts[0].seg, &b = parts[1].seg;
-  return a.data.buffer() == b.data.buffer() && a.scales.buffer() == b.scales.buffer() && a.biases.buffer() == b.biases.buffer();
+  return data[0].buffer() == data[1].buffer() && scales[0].buffer() == scales[1].buffer() && biases[0].buffer() == biases[1].buffer();
 }
 
 }  // namespace
@@ -456,9 +457,13 @@ bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t cou
       g.group_size != u.group_size || g.scale_dtype != u.scale_dtype)
     return false;
   if (be->x15_of != x || be->x15_cols != g.cols || be->x15_slot != 0) return false;  // the kernel writes slot 1
-  PendingGlu p{x, {g, u}, {outs[0], outs[1]}};
-  Q4Part parts[2];
-  if (!glu_parts(be, p, parts)) return false;
+  PendingGlu p;
+  p.x = x;
+  p.ws[0] = g;
+  p.ws[1] = u;
+  p.outs[0] = outs[0];
+  p.outs[1] = outs[1];
+  if (!glu_ranges(be, p.ws, p.data, p.scales, p.biases)) return false;
   be->pending_glu = p;
   return true;
 }
@@ -475,29 +480,27 @@ void glu_flush(sl_backend* be) {
 bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* act, uint64_t n) {
   const PendingGlu& p = be->pending_glu;
   if (!p.x || gate != p.outs[0] || up != p.outs[1] || n != p.ws[0].rows || act == p.x || act == gate || act == up) return false;
-  Q4Part parts[2];
-  if (!glu_parts(be, p, parts)) return false;
   const sl_weight& w = p.ws[0];
   const uint32_t rows = w.rows;
   cl::Buffer& act_q = be->matvec_x8_alt.at_least(be->context, uint64_t(rows) * 2);
   cl::Buffer& act_blocks = be->matvec_x8_alt_blocks.at_least(be->context, uint64_t(rows) / 32 * 8);
   auto& k = kernel(be, "matvec", "matvec_q4_dp4a_glu");
   cl_uint a = 0;
-  k.setArg(a++, parts[0].seg.data.buffer);
+  k.setArg(a++, p.data[0].buffer);
   k.setArg(a++, static_cast<cl_ulong>(uint64_t(w.cols) * 4 / 32));
-  k.setArg(a++, parts[0].seg.scales.buffer);
-  k.setArg(a++, parts[0].seg.biases.buffer);
+  k.setArg(a++, p.scales[0].buffer);
+  k.setArg(a++, p.biases[0].buffer);
   k.setArg(a++, static_cast<cl_uint>(w.scale_dtype));
   k.setArg(a++, static_cast<cl_uint>(w.group_size));
   k.setArg(a++, static_cast<cl_uint>(w.cols));
-  const uint64_t at = parts[0].seg.data.offset | parts[1].seg.data.offset;
+  const uint64_t at = p.data[0].offset | p.data[1].offset;
   k.setArg(a++, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
   k.setArg(a++, be->matvec_x8.buffer);  // slot 0: glu_defer checked
   k.setArg(a++, be->matvec_x8_blocks.buffer);
-  for (const Q4Part& q : parts) {
-    k.setArg(a++, static_cast<cl_ulong>(q.seg.data.offset));
-    k.setArg(a++, static_cast<cl_ulong>(q.seg.scales.offset));
-    k.setArg(a++, static_cast<cl_ulong>(q.seg.biases.offset));
+  for (uint32_t i = 0; i < 2; ++i) {
+    k.setArg(a++, static_cast<cl_ulong>(p.data[i].offset));
+    k.setArg(a++, static_cast<cl_ulong>(p.scales[i].offset));
+    k.setArg(a++, static_cast<cl_ulong>(p.biases[i].offset));
   }
   k.setArg(a++, static_cast<cl_uint>(rows));
   k.setArg(a++, single(p.outs[0]));
