@@ -345,16 +345,22 @@ uint32_t mma_splits(const sl_backend* be, uint64_t groups, uint32_t key_tiles) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(std::min<uint64_t>(want, key_tiles / 4), 1, 64));
 }
 
+// Arguments first..first+5 of the kernels that read a layer's pages (kv_write, attention,
+// kv_gather_f16): the layer's buffer, page size, positions a page, KV heads, K and V row bytes.
+void set_layer_args(cl::Kernel& kn, cl_uint first, const sl_kv_cache* c, uint32_t layer) {
+  const auto& L = c->layout;
+  kn.setArg(first, c->device_layers[layer]);
+  kn.setArg(first + 1, static_cast<cl_ulong>(c->page_bytes));
+  kn.setArg(first + 2, static_cast<cl_uint>(L.page_tokens));
+  kn.setArg(first + 3, static_cast<cl_uint>(L.n_kv_heads));
+  kn.setArg(first + 4, static_cast<cl_uint>(c->k_format.row_bytes));
+  kn.setArg(first + 5, static_cast<cl_uint>(c->v_format.row_bytes));
+}
+
 // Arguments 2-11 of kv_write and attention (kernels_cl/attention.cl): where the layer's pages are and
 // how they are laid out, and the batch's positions, sequence slots and page table.
 void set_page_args(cl::Kernel& kn, const sl_backend* be, const sl_kv_cache* c, uint32_t layer) {
-  const auto& L = c->layout;
-  kn.setArg(2, c->device_layers[layer]);
-  kn.setArg(3, static_cast<cl_ulong>(c->page_bytes));
-  kn.setArg(4, static_cast<cl_uint>(L.page_tokens));
-  kn.setArg(5, static_cast<cl_uint>(L.n_kv_heads));
-  kn.setArg(6, static_cast<cl_uint>(c->k_format.row_bytes));
-  kn.setArg(7, static_cast<cl_uint>(c->v_format.row_bytes));
+  set_layer_args(kn, 2, c, layer);
   kn.setArg(8, be->d_positions);
   kn.setArg(9, be->d_seq_slots);
   kn.setArg(10, be->d_page_table);
@@ -375,12 +381,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   cl::Buffer& kx = be->att_k16.at_least(be->context, bytes);
   cl::Buffer& vx = be->att_v16.at_least(be->context, bytes);
   auto& gk = ks.gather;
-  gk.setArg(0, c->device_layers[layer]);
-  gk.setArg(1, static_cast<cl_ulong>(c->page_bytes));
-  gk.setArg(2, static_cast<cl_uint>(L.page_tokens));
-  gk.setArg(3, static_cast<cl_uint>(L.n_kv_heads));
-  gk.setArg(4, static_cast<cl_uint>(c->k_format.row_bytes));
-  gk.setArg(5, static_cast<cl_uint>(c->v_format.row_bytes));
+  set_layer_args(gk, 0, c, layer);
   gk.setArg(6, be->d_page_table);
   gk.setArg(7, static_cast<cl_uint>(static_cast<uint32_t>(run.seq) * be->max_pages));
   gk.setArg(8, static_cast<cl_int>(k_lo));
