@@ -18,21 +18,20 @@ inline __global uchar* int15_byte(__global uchar* xq, uint n_blocks, uint b, uin
 }
 
 #ifdef SLUICE_PTX_SHFL
+// v of the lane whose index differs from this one's in bit pattern m (a butterfly step).
+inline float shfl_xor(float v, int m) {
+  int o;
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
+  return as_float(o);
+}
+
 inline float warp_sum(float v) {
-  for (int m = 16; m > 0; m >>= 1) {
-    int o;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
-    v += as_float(o);
-  }
+  for (int m = 16; m > 0; m >>= 1) v += shfl_xor(v, m);
   return v;
 }
 
 inline float warp_max(float v) {
-  for (int m = 16; m > 0; m >>= 1) {
-    int o;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
-    v = fmax(v, as_float(o));
-  }
+  for (int m = 16; m > 0; m >>= 1) v = fmax(v, shfl_xor(v, m));
   return v;
 }
 
@@ -53,20 +52,12 @@ inline void int15_store(float v, uint c, bool live, uint cols, __global uchar* x
 
 // Max and sum over each aligned group of 8 lanes.
 inline float lanes8_max(float v) {
-  for (int m = 1; m < 8; m <<= 1) {
-    int o;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
-    v = fmax(v, as_float(o));
-  }
+  for (int m = 1; m < 8; m <<= 1) v = fmax(v, shfl_xor(v, m));
   return v;
 }
 
 inline float lanes8_sum(float v) {
-  for (int m = 1; m < 8; m <<= 1) {
-    int o;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(o) : "r"(as_int(v)), "r"(m));
-    v += as_float(o);
-  }
+  for (int m = 1; m < 8; m <<= 1) v += shfl_xor(v, m);
   return v;
 }
 
