@@ -39,20 +39,22 @@ inline __global const half* att_recent_row(__global const half* recent_layer, in
 // by the whole group where the codec has encode_row_group (K_ENCODE_GROUP / V_ENCODE_GROUP), else
 // by one work-item — and keep exact copies where the batch gives the page a recent page. Both rows
 // in one group and no branch on the role around the group encoders: PoCL's work-group compiler
-// miscompiled their barriers inside a per-role if/else.
+// miscompiled their barriers inside a per-role if/else. kv_write and kv_write_rope share it;
+// `scratch` is encode_row_group's local memory (unused without a group encoder).
 // WIDE_WG: the host's wide work-group (up to 256), shared with attention_fused_queries and attention_merge.
 #ifndef WIDE_WG
 #define WIDE_WG WG
 #endif
-__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
-void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
-              uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
-              __global const int* positions, __global const int* seq_slots, __global const int* page_table,
-              uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
-              uint has_recent) {
 #if K_ENCODE_GROUP || V_ENCODE_GROUP
-  __local float scratch[32 * HEAD_DIM + 2 * WIDE_WG];  // encode_row_group's (docs/PLUGINS.md)
+#define KV_WRITE_SCRATCH (32 * HEAD_DIM + 2 * WIDE_WG)  // encode_row_group's (docs/PLUGINS.md)
+#else
+#define KV_WRITE_SCRATCH 1
 #endif
+inline void kv_write_rows(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
+                          uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
+                          __global const int* positions, __global const int* seq_slots, __global const int* page_table,
+                          uint max_pages, __global half* recent_layer, __global const int* recent_table, uint has_recent,
+                          __local float* scratch) {
   const uint item = get_group_id(0), lid = get_local_id(0);
   const uint t = item / n_kv_heads, h = item % n_kv_heads;
   const uint pos = (uint)positions[t];
@@ -87,6 +89,45 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
       }
     }
   }
+}
+
+__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
+void kv_write(__global const float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
+              uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
+              __global const int* positions, __global const int* seq_slots, __global const int* page_table,
+              uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
+              uint has_recent) {
+  __local float scratch[KV_WRITE_SCRATCH];
+  kv_write_rows(k, v, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
+                max_pages, recent_layer, recent_table, has_recent, scratch);
+}
+
+// kv_write with the rope of q and k before it, in one launch (the host defers the two ropes and
+// joins them here: cl_attention.cpp). Arguments 0-15 are kv_write's; then q [n_tokens][n_q_heads]
+// [HEAD_DIM] and the rope's frequencies and parameters (kernels_cl/rope.cl). The work-group of
+// (token t, KV head h) rotates k's head h and q's heads h, h + n_kv_heads, ... of t in place — their
+// pairs spread over the group, no barrier inside the loop — then, after a barrier that makes its
+// rotated K row visible to the whole group, encodes the rows as kv_write does.
+__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
+void kv_write_rope(__global float* k, __global const float* v, __global uchar* layer, ulong page_bytes,
+                   uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
+                   __global const int* positions, __global const int* seq_slots, __global const int* page_table,
+                   uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
+                   uint has_recent, __global float* q, uint n_q_heads, __global const float* inv_freq, uint half_rot,
+                   float factor, uint style) {
+  __local float scratch[KV_WRITE_SCRATCH];
+  const uint item = get_group_id(0), lid = get_local_id(0);
+  const uint t = item / n_kv_heads, h = item % n_kv_heads;
+  const int pos = positions[t];
+  const uint q_rows = h < n_q_heads ? (n_q_heads - h + n_kv_heads - 1u) / n_kv_heads : 0u;
+  for (uint w = lid; w < (1u + q_rows) * half_rot; w += WIDE_WG) {
+    const uint r = w / half_rot, i = w % half_rot;
+    __global float* row = r == 0u ? k + (ulong)item * HEAD_DIM : q + ((ulong)t * n_q_heads + h + (r - 1u) * n_kv_heads) * HEAD_DIM;
+    rope_rotate_pair(row, i, pos, inv_freq, half_rot, factor, style);
+  }
+  barrier(CLK_GLOBAL_MEM_FENCE);  // the rotated K row, written across the group, before it is encoded
+  kv_write_rows(k, v, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
+                max_pages, recent_layer, recent_table, has_recent, scratch);
 }
 
 #define DIMS_PER_ITEM ((HEAD_DIM + WG - 1) / WG)

@@ -3,7 +3,8 @@
 // Layout per layer (as the CPU backend's): n_pages pages; a page holds page_tokens positions: the K
 // rows of every KV head ([head][slot]), then the V rows, in the codecs' formats.
 // When both codecs give OpenCL source, the pages live on the device and kv_write/attention are
-// kernels built with that source (kernels_cl/attention.cl). Otherwise the host keeps the layer's
+// kernels built with that source (kernels_cl/attention.cl; kv_write_rope also runs the deferred rope
+// of q and k right before a kv_write, in its launch). Otherwise the host keeps the layer's
 // pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
 #include <algorithm>
 #include <cmath>
@@ -141,6 +142,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   source += "\n#undef SL_KV_FN\n#define SL_KV_FN(name) sl_v_##name\n";
   source += v_source;
   source += "\n#undef SL_KV_FN\n";
+  source += kernel_source("rope");  // kv_write_rope's rotation, the rope kernel's own
   source += kernel_source("attention");
   source += kernel_source("attention_fused");
   const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
@@ -178,7 +180,8 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                          hpw && c->k_fused ? cl::Kernel(program, "attention_fused_queries") : cl::Kernel(),
                          hpw,
                          wide_wg,
-                         cl::Kernel(program, "kv_gather_f16")};
+                         cl::Kernel(program, "kv_gather_f16"),
+                         cl::Kernel(program, "kv_write_rope")};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -515,9 +518,15 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
   const uint64_t floats = uint64_t(n_tokens) * L.n_kv_heads * L.head_dim;
   if (k->bytes < floats * 4 || v->bytes < floats * 4) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K/V buffers too small");
   return guarded(err, "kv_write", [&] {
+    // The rope of q and k right before (deferred: cl_ops.cpp) runs in this launch where k is its
+    // second tensor and the cache is on the device; anything else waiting runs first, as the other
+    // entry points run it (cl_backend.cpp).
+    PendingRope pair;
+    const bool joined = c->on_device && take_rope_pair(be, k, v, L.n_kv_heads, L.head_dim, pair);
+    flush_deferred(be);
     if (c->on_device) {
       auto& ks = c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second;
-      auto& kn = ks.kv_write;
+      auto& kn = joined ? ks.write_rope : ks.kv_write;
       kn.setArg(0, single(k));
       kn.setArg(1, single(v));
       set_page_args(kn, be, c, layer);
@@ -526,6 +535,14 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
       kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
       kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
       kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
+      if (joined) {
+        kn.setArg(16, single(pair.x));
+        kn.setArg(17, static_cast<cl_uint>(pair.n_heads));
+        kn.setArg(18, be->d_inv_freq);
+        kn.setArg(19, static_cast<cl_uint>(pair.half));
+        kn.setArg(20, pair.factor);
+        kn.setArg(21, static_cast<cl_uint>(pair.style));
+      }
       launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.wide_wg));
       return SL_OK;
     }

@@ -340,7 +340,8 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
 }
 
 // Every table entry that takes a backend first launches work the op before deferred (a waiting rope:
-// flush_deferred), so effects keep the caller's order — except rope, which joins it. Entries that may
+// flush_deferred), so effects keep the caller's order — except the ops that may join it (marked in
+// the table), which run it themselves when they do not. Entries that may
 // write device memory forget the dp4a matvec's 15-bit input (sl_backend::x15_of) before they run; the
 // producers among them record it again, and matmul/matmul_multi read it and forget it themselves
 // when they overwrite its source. With SLUICE_OPENCL_HOST_TIMING the time inside each is summed,
@@ -422,7 +423,7 @@ const sl_backend_api kApi = {
     SLUICE_WRITES(layer_norm),
     SLUICE_READS(matmul),
     Entry<false, true, false, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
-    SLUICE_WRITES(kv_write),
+    Entry<false, true, false, decltype(&kv_write)>::call<&kv_write>,  // may run a waiting rope pair in its launch
     SLUICE_WRITES(attention),
     Entry<false, false, false, decltype(&gated_activation)>::call<&gated_activation>,  // may join the gate/up products before it
     SLUICE_WRITES(add),

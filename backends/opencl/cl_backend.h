@@ -48,6 +48,7 @@ struct sl_kv_cache {
     uint32_t hpw = 0;    // 0: no fused kernel
     uint32_t wide_wg = 0;  // kv_write's, attention_fused_queries' and attention_merge's work-group (WIDE_WG), fixed with the program
     cl::Kernel gather;     // kv_gather_f16: a prefill run's keys and values as f16 rows for attention_mma
+    cl::Kernel write_rope;  // kv_write_rope: kv_write with the deferred rope of q and k in its launch
   };
   std::map<uint32_t, Kernels> kernels;
 };
@@ -73,12 +74,16 @@ struct Scratch {
   }
 };
 
-// A rope op not yet launched: its tensor and parameters (the positions are the batch's).
+// A rope op not yet launched: its tensor and parameters (the positions are the batch's) — and,
+// once the next rope joined it (q, then k), the second tensor x2 with its n_heads2 heads, waiting
+// for the kv_write of x2 (cl_attention.cpp) to run the pair inside its launch.
 struct PendingRope {
   sl_buffer* x = nullptr;
   uint32_t n_heads = 0, head_dim = 0, half = 0;
   float factor = 0.0f;
   uint32_t style = 0;
+  sl_buffer* x2 = nullptr;  // null: x alone
+  uint32_t n_heads2 = 0;
 };
 
 // A one-row gate/up product (two 4-bit weights of the same shape, no biases) not yet launched, with
@@ -169,7 +174,8 @@ struct sl_backend {
   const sl_buffer* x15_of = nullptr;
   uint32_t x15_cols = 0, x15_slot = 0;
   // Work an op deferred to join it with the next (flush_deferred runs it as it was asked):
-  // a rope waiting for the second rope (cl_ops.cpp; x null: none), and a gate/up matmul_multi
+  // a rope waiting for the second rope, or the pair of them for the kv_write of the second
+  // (cl_ops.cpp, cl_attention.cpp; x null: none), and a gate/up matmul_multi
   // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
   sluice::ocl::PendingRope pending_rope;
   sluice::ocl::PendingGlu pending_glu;
@@ -254,9 +260,15 @@ bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t cou
 bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* act, uint64_t n);
 void glu_flush(sl_backend* be);
 
-// Launches work an op deferred to join it with the next (a waiting rope). Every entry point but rope
-// runs it first (cl_backend.cpp).
+// Launches work an op deferred to join it with the next (a waiting rope or pair of ropes). Every
+// entry point runs it first (cl_backend.cpp) but the ops that may join it, which run it themselves
+// when they do not.
 void flush_deferred(sl_backend* be);
+// The rope pair kv_write(k, v) may run in its own launch (cl_ops.cpp): true and the pending pair in
+// `out`, no longer pending (the caller must launch it), when k is the pair's second tensor with
+// n_kv_heads heads of head_dim and v neither of its tensors; false otherwise, nothing changed.
+bool take_rope_pair(sl_backend* be, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim,
+                    PendingRope& out);
 
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);

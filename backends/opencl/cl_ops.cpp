@@ -1,5 +1,6 @@
 // Elementwise, normalisation, rotary, softmax, routing and embedding ops of the OpenCL backend.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "cl_backend.h"
@@ -177,6 +178,16 @@ sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight
 
 namespace {
 
+// SLUICE_OPENCL_ROPE_JOIN=0: a rope pair launches at once, as one `rope`, instead of waiting for the
+// kv_write of its second tensor (for measuring the join).
+bool rope_waits_for_kv_write() {
+  static const bool off = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_ROPE_JOIN");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  return !off;
+}
+
 void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n_heads2) {
   auto& k = kernel(be, "ops", "rope");
   k.setArg(0, single(r.x));
@@ -199,12 +210,22 @@ void flush_deferred(sl_backend* be) {
   if (!be->pending_rope.x) return;
   const PendingRope r = be->pending_rope;
   be->pending_rope = PendingRope{};
-  launch_rope(be, r, nullptr, 0);
+  launch_rope(be, r, r.x2, r.n_heads2);
+}
+
+bool take_rope_pair(sl_backend* be, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim,
+                    PendingRope& out) {
+  const PendingRope& p = be->pending_rope;
+  if (!p.x2 || p.x2 != k || p.n_heads2 != n_kv_heads || p.head_dim != head_dim || v == p.x || v == p.x2) return false;
+  out = p;
+  be->pending_rope = PendingRope{};
+  return true;
 }
 
 // Deferred: the rope of q waits for the rope of k (same positions, frequencies and style, another
-// tensor), and both run in one launch; any other entry point runs a waiting rope first
-// (cl_backend.cpp), so the order of effects is the caller's.
+// tensor), and the pair then waits for the kv_write of k, which runs it in its own launch
+// (kv_write_rope, cl_attention.cpp); any other entry point runs what waits first — the pair as one
+// `rope` launch — (cl_backend.cpp), so the order of effects is the caller's.
 sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
                const float* inv_freq, float attention_factor, uint32_t style, sl_error* err) {
   if (rotary_dim > head_dim || rotary_dim % 2) return set_error(err, SL_ERR_INVALID_ARGUMENT, "rope: bad rotary_dim");
@@ -221,7 +242,13 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
       be->queue.enqueueWriteBuffer(be->d_inv_freq, CL_TRUE, 0, half * 4, inv_freq);
     }
     const PendingRope& p = be->pending_rope;
-    if (p.x && p.x != x && p.head_dim == head_dim && p.half == half && p.factor == attention_factor && p.style == style) {
+    if (p.x && !p.x2 && p.x != x && p.head_dim == head_dim && p.half == half && p.factor == attention_factor &&
+        p.style == style) {
+      if (rope_waits_for_kv_write()) {
+        be->pending_rope.x2 = x;
+        be->pending_rope.n_heads2 = n_heads;
+        return SL_OK;
+      }
       const PendingRope first = p;
       be->pending_rope = PendingRope{};
       launch_rope(be, first, x, n_heads);

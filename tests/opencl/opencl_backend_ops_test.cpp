@@ -1,11 +1,353 @@
 // The backend op suite (tests/backend) run against the OpenCL plugin from the build tree, on the
 // plugin's best device (PoCL on a machine without a GPU). Skips with the probe's reason when no
-// OpenCL device is present.
+// OpenCL device is present. Below it, the OpenCL backend's own joins of ops it is asked for in order.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "backend_fixture.h"
+#include "plugin/builtin_codecs.h"
 #include "reference.h"
 
 namespace sluice::test {
 
 std::vector<BackendUnderTest> backends_under_test() { return {BackendUnderTest{"opencl", binary_path("lib"), ""}}; }
 
+namespace {
+
+// An OpenCL backend of its own, opened with `options` and, when profiled, SLUICE_OPENCL_PROFILE=1;
+// close() destroys it (buffers and cache first) and returns what it printed then — the profile.
+class Device {
+ public:
+  bool open(const char* options, bool profiled, std::string& why) {
+    registry_.scan(binary_path("lib"));
+    const PluginRecord* rec = registry_.find(SL_PLUGIN_BACKEND, "opencl");
+    if (!rec) {
+      why = "no OpenCL backend plugin (or no OpenCL device) in " + binary_path("lib").string();
+      return false;
+    }
+    api_ = static_cast<const sl_backend_api*>(rec->descriptor->api);
+    sl_backend_config cfg{};
+    cfg.struct_size = sizeof(cfg);
+    cfg.device = "";
+    cfg.options = options;
+    sl_error err{};
+    if (profiled) setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+    const sl_status s = api_->create(&cfg, &be_, &err);
+    if (profiled) unsetenv("SLUICE_OPENCL_PROFILE");
+    if (s != SL_OK) why = err.message;
+    return s == SL_OK;
+  }
+  ~Device() { close(); }
+  std::string close() {
+    if (!be_) return "";
+    testing::internal::CaptureStderr();
+    for (sl_buffer* b : buffers_) api_->free(be_, b);
+    buffers_.clear();
+    if (cache_) api_->kv_destroy(be_, cache_);
+    cache_ = nullptr;
+    api_->destroy(be_);
+    be_ = nullptr;
+    return testing::internal::GetCapturedStderr();
+  }
+  const sl_backend_api* api() const { return api_; }
+  sl_backend* be() const { return be_; }
+  sl_kv_cache*& cache() { return cache_; }
+
+  sl_buffer* upload(const std::vector<float>& values) {
+    sl_buffer* b = nullptr;
+    sl_error err{};
+    EXPECT_EQ(api_->alloc(be_, values.size() * 4, &b, &err), SL_OK) << err.message;
+    if (!b) return nullptr;
+    buffers_.push_back(b);
+    EXPECT_EQ(api_->upload(be_, b, 0, values.data(), values.size() * 4, &err), SL_OK) << err.message;
+    return b;
+  }
+  std::vector<float> download(sl_buffer* b, std::size_t n) {
+    std::vector<float> out(n, NAN);
+    sl_error err{};
+    EXPECT_EQ(api_->download(be_, b, 0, out.data(), n * 4, &err), SL_OK) << err.message;
+    return out;
+  }
+
+ private:
+  PluginRegistry registry_;  // declared first: the plugin stays mapped until the backend is gone
+  const sl_backend_api* api_ = nullptr;
+  sl_backend* be_ = nullptr;
+  sl_kv_cache* cache_ = nullptr;
+  std::vector<sl_buffer*> buffers_;
+};
+
+// How many times the profile printed at destroy (cl_backend.cpp, print_profile) says `name` ran.
+long launches(const std::string& profile, const std::string& name) {
+  std::istringstream lines(profile);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string first;
+    long count = 0;
+    std::string unit;
+    if (words >> first >> count >> unit && first == name && unit == "launches") return count;
+  }
+  return 0;
+}
+
+// Where two float vectors first differ in their bits, or -1.
+long first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return static_cast<long>(i);
+  return -1;
+}
+
+struct RopeJoinCase {
+  const char* name;
+  uint32_t n_heads, n_kv_heads, head_dim, rotary_dim, style;
+  float factor;
+  bool recent;          // the batches give recent pages (the window's exact rows)
+  const char* options;  // "host-kv": the cache on the host, where kv_write joins nothing
+};
+
+void PrintTo(const RopeJoinCase& c, std::ostream* os) { *os << c.name; }
+
+constexpr uint32_t kPageTokens = 4, kPages = 8, kMaxPages = 2;
+
+// Two sequences through three passes: a prefill of both (5 and 3 tokens), a decode token of each, one
+// token of the first — positions across pages, slots 0 and 1 with pages {0, 1} and {2, 3}.
+struct Pass {
+  std::vector<int32_t> positions, slots;
+};
+const Pass kPasses[] = {{{0, 1, 2, 3, 4, 0, 1, 2}, {0, 0, 0, 0, 0, 1, 1, 1}}, {{5, 3}, {0, 1}}, {{6}, {0}}};
+
+struct PassInputs {
+  std::vector<float> q, k, v;
+};
+struct PassResult {
+  std::vector<float> q, k, out;
+};
+
+std::vector<float> inverse_frequencies(uint32_t rotary_dim) {
+  std::vector<float> f(rotary_dim / 2);
+  for (uint32_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary_dim));
+  return f;
+}
+
+// The rope on the host, in double from the same float32 angle, for x [n_tokens][n_heads][head_dim].
+std::vector<float> host_rope(const RopeJoinCase& c, std::vector<float> x, uint32_t n_heads, const std::vector<int32_t>& positions) {
+  const auto inv_freq = inverse_frequencies(c.rotary_dim);
+  const uint32_t half = c.rotary_dim / 2;
+  for (std::size_t t = 0; t < positions.size(); ++t)
+    for (uint32_t h = 0; h < n_heads; ++h) {
+      float* v = x.data() + (t * n_heads + h) * c.head_dim;
+      for (uint32_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+        const double cs = std::cos(static_cast<double>(angle)) * c.factor, sn = std::sin(static_cast<double>(angle)) * c.factor;
+        const uint32_t a = c.style == SL_ROPE_NEOX ? i : 2 * i, b = c.style == SL_ROPE_NEOX ? i + half : 2 * i + 1;
+        const double va = v[a], vb = v[b];
+        v[a] = static_cast<float>(va * cs - vb * sn);
+        v[b] = static_cast<float>(vb * cs + va * sn);
+      }
+    }
+  return x;
+}
+
+// rope(q), rope(k), kv_write(k, v), attention(q) for every pass, on layer 0 of a fresh cache. With
+// `apart`, a synchronize between the second rope and kv_write runs the ropes first (as one `rope`
+// launch), so kv_write cannot take them into its launch: the path before the join.
+std::vector<PassResult> run_passes(Device& d, const RopeJoinCase& c, const std::vector<PassInputs>& inputs, bool apart) {
+  std::vector<PassResult> results;
+  const sl_backend_api* api = d.api();
+  sl_error err{};
+  const sl_kvcodec_api* codec = builtin_f16_codec();
+  sl_kvcodec *kc = nullptr, *vc = nullptr;
+  EXPECT_EQ(codec->create(c.head_dim, SL_KV_KEYS, "", &kc, &err), SL_OK) << err.message;
+  EXPECT_EQ(codec->create(c.head_dim, SL_KV_VALUES, "", &vc, &err), SL_OK) << err.message;
+  sl_kv_layout layout{};
+  layout.struct_size = sizeof(layout);
+  layout.n_layers = 1;
+  layout.n_kv_heads = c.n_kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.page_tokens = kPageTokens;
+  layout.n_pages = kPages;
+  layout.k_api = codec;
+  layout.k_codec = kc;
+  layout.v_api = codec;
+  layout.v_codec = vc;
+  layout.recent_window = c.recent ? 6 : 0;
+  layout.n_recent_pages = c.recent ? 4 : 0;
+  EXPECT_EQ(api->kv_create(d.be(), &layout, &d.cache(), &err), SL_OK) << err.message;
+  const std::vector<int32_t> table = {0, 1, 2, 3};
+  const auto inv_freq = inverse_frequencies(c.rotary_dim);
+  for (std::size_t p = 0; p < std::size(kPasses) && d.cache(); ++p) {
+    const Pass& pass = kPasses[p];
+    sl_batch batch{};
+    batch.struct_size = sizeof(batch);
+    batch.n_tokens = static_cast<uint32_t>(pass.positions.size());
+    batch.positions = pass.positions.data();
+    batch.seq_slots = pass.slots.data();
+    batch.n_seqs = 2;
+    batch.max_pages = kMaxPages;
+    batch.page_table = table.data();
+    batch.recent_table = c.recent ? table.data() : nullptr;  // recent pages 0..3, as the pages
+    EXPECT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
+    sl_buffer* q = d.upload(inputs[p].q);
+    sl_buffer* k = d.upload(inputs[p].k);
+    sl_buffer* v = d.upload(inputs[p].v);
+    sl_buffer* out = d.upload(std::vector<float>(inputs[p].q.size(), 0.0f));
+    EXPECT_EQ(api->rope(d.be(), q, c.n_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
+    EXPECT_EQ(api->rope(d.be(), k, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK)
+        << err.message;
+    if (apart) {
+      EXPECT_EQ(api->synchronize(d.be(), &err), SL_OK) << err.message;
+    }
+    EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, k, v, &err), SL_OK) << err.message;
+    sl_attention_params params{};
+    params.struct_size = sizeof(params);
+    params.n_heads = c.n_heads;
+    params.n_kv_heads = c.n_kv_heads;
+    params.head_dim = c.head_dim;
+    params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    EXPECT_EQ(api->attention(d.be(), d.cache(), 0, q, &params, out, &err), SL_OK) << err.message;
+    results.push_back({d.download(q, inputs[p].q.size()), d.download(k, inputs[p].k.size()), d.download(out, inputs[p].q.size())});
+  }
+  api->kv_destroy(d.be(), d.cache());
+  d.cache() = nullptr;
+  codec->destroy(kc);
+  codec->destroy(vc);
+  return results;
+}
+
+class OpenclRopeJoin : public ::testing::TestWithParam<RopeJoinCase> {};
+
+// The rope of q and of k, deferred, run inside kv_write's launch (kv_write_rope): q and k hold the
+// rotated values afterwards and the cache and attention output are the bits of the path where the
+// ropes ran apart (one `rope` launch, then kv_write) — prefill and decode tokens, GQA, both styles,
+// a partial rotary_dim, a recent window. The profile shows the join: no `rope` launch where the
+// cache is on the device; on the host path kv_write runs the pair as one `rope` launch first.
+TEST_P(OpenclRopeJoin, KvWriteRunsTheRopeOfQAndKInItsLaunch) {
+  const RopeJoinCase& c = GetParam();
+  const char* knob = std::getenv("SLUICE_OPENCL_ROPE_JOIN");
+  const bool join_on = !(knob && std::strcmp(knob, "0") == 0);
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<PassInputs> inputs;
+  for (const Pass& pass : kPasses) {
+    const std::size_t n = pass.positions.size();
+    PassInputs in{std::vector<float>(n * c.n_heads * c.head_dim), std::vector<float>(n * c.n_kv_heads * c.head_dim),
+                  std::vector<float>(n * c.n_kv_heads * c.head_dim)};
+    for (auto* vec : {&in.q, &in.k, &in.v})
+      for (auto& x : *vec) x = normal(rng);
+    inputs.push_back(std::move(in));
+  }
+
+  Device joined, apart;
+  std::string why;
+  if (!joined.open(c.options, true, why) || !apart.open(c.options, true, why)) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  const auto got = run_passes(joined, c, inputs, false);
+  const auto want = run_passes(apart, c, inputs, true);
+  const std::string joined_profile = joined.close(), apart_profile = apart.close();
+  ASSERT_EQ(got.size(), std::size(kPasses));
+  ASSERT_EQ(want.size(), std::size(kPasses));
+
+  for (std::size_t p = 0; p < got.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    EXPECT_EQ(first_difference(got[p].q, want[p].q), -1) << "q";
+    EXPECT_EQ(first_difference(got[p].k, want[p].k), -1) << "k";
+    EXPECT_EQ(first_difference(got[p].out, want[p].out), -1) << "attention output";
+    // Rotated at all, and rightly: against the rope in double.
+    const auto q_ref = host_rope(c, inputs[p].q, c.n_heads, kPasses[p].positions);
+    const auto k_ref = host_rope(c, inputs[p].k, c.n_kv_heads, kPasses[p].positions);
+    for (std::size_t i = 0; i < q_ref.size(); ++i) ASSERT_NEAR(got[p].q[i], q_ref[i], 1e-5f + 1e-5f * std::fabs(q_ref[i])) << "q " << i;
+    for (std::size_t i = 0; i < k_ref.size(); ++i) ASSERT_NEAR(got[p].k[i], k_ref[i], 1e-5f + 1e-5f * std::fabs(k_ref[i])) << "k " << i;
+  }
+
+  const long passes = static_cast<long>(std::size(kPasses));
+  const bool on_device = std::strstr(c.options, "host-kv") == nullptr;
+  EXPECT_EQ(launches(apart_profile, "rope"), passes) << apart_profile;
+  EXPECT_EQ(launches(apart_profile, "kv_write_rope"), 0) << apart_profile;
+  if (join_on && on_device) {
+    EXPECT_EQ(launches(joined_profile, "rope"), 0) << joined_profile;
+    EXPECT_EQ(launches(joined_profile, "kv_write"), 0) << joined_profile;
+    EXPECT_EQ(launches(joined_profile, "kv_write_rope"), passes) << joined_profile;
+  } else {
+    EXPECT_EQ(launches(joined_profile, "rope"), passes) << joined_profile;
+    EXPECT_EQ(launches(joined_profile, "kv_write_rope"), 0) << joined_profile;
+  }
+}
+
+// A kv_write of another K than the rope pair's second tensor takes nothing: the pair runs first, as
+// one `rope` launch, and kv_write as before — q and k rotated, the other K stored as given.
+TEST(OpenclRopeJoinElsewhere, KvWriteOfAnotherKRunsThePairFirst) {
+  const RopeJoinCase c{"other_k", 4, 2, 64, 64, SL_ROPE_NEOX, 1.0f, false, ""};
+  Device d;
+  std::string why;
+  if (!d.open(c.options, true, why)) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::vector<int32_t> positions = {3, 4}, slots = {0, 0}, table = {0, 1, 2, 3};
+  std::vector<float> q(2 * c.n_heads * c.head_dim), k(2 * c.n_kv_heads * c.head_dim), v(k.size());
+  for (auto* vec : {&q, &k, &v})
+    for (auto& x : *vec) x = normal(rng);
+  const sl_backend_api* api = d.api();
+  sl_error err{};
+  const sl_kvcodec_api* codec = builtin_f16_codec();
+  sl_kvcodec *kc = nullptr, *vc = nullptr;
+  ASSERT_EQ(codec->create(c.head_dim, SL_KV_KEYS, "", &kc, &err), SL_OK) << err.message;
+  ASSERT_EQ(codec->create(c.head_dim, SL_KV_VALUES, "", &vc, &err), SL_OK) << err.message;
+  sl_kv_layout layout{};
+  layout.struct_size = sizeof(layout);
+  layout.n_layers = 1;
+  layout.n_kv_heads = c.n_kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.page_tokens = kPageTokens;
+  layout.n_pages = kPages;
+  layout.k_api = codec;
+  layout.k_codec = kc;
+  layout.v_api = codec;
+  layout.v_codec = vc;
+  ASSERT_EQ(api->kv_create(d.be(), &layout, &d.cache(), &err), SL_OK) << err.message;
+  sl_batch batch{};
+  batch.struct_size = sizeof(batch);
+  batch.n_tokens = 2;
+  batch.positions = positions.data();
+  batch.seq_slots = slots.data();
+  batch.n_seqs = 1;
+  batch.max_pages = kMaxPages;
+  batch.page_table = table.data();
+  ASSERT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
+  sl_buffer* dq = d.upload(q);
+  sl_buffer* dk = d.upload(k);
+  sl_buffer* dk_other = d.upload(k);
+  sl_buffer* dv = d.upload(v);
+  const auto inv_freq = inverse_frequencies(c.rotary_dim);
+  ASSERT_EQ(api->rope(d.be(), dq, c.n_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
+  ASSERT_EQ(api->rope(d.be(), dk, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
+  ASSERT_EQ(api->kv_write(d.be(), d.cache(), 0, dk_other, dv, &err), SL_OK) << err.message;
+  const auto q_ref = host_rope(c, q, c.n_heads, positions), k_ref = host_rope(c, k, c.n_kv_heads, positions);
+  const auto q_got = d.download(dq, q.size()), k_got = d.download(dk, k.size()), k_other = d.download(dk_other, k.size());
+  for (std::size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q_got[i], q_ref[i], 1e-5f + 1e-5f * std::fabs(q_ref[i])) << "q " << i;
+  for (std::size_t i = 0; i < k.size(); ++i) ASSERT_NEAR(k_got[i], k_ref[i], 1e-5f + 1e-5f * std::fabs(k_ref[i])) << "k " << i;
+  EXPECT_EQ(first_difference(k_other, k), -1) << "the other K is not rotated";
+  api->kv_destroy(d.be(), d.cache());
+  d.cache() = nullptr;
+  codec->destroy(kc);
+  codec->destroy(vc);
+  const std::string profile = d.close();
+  EXPECT_EQ(launches(profile, "rope"), 1) << profile;
+  EXPECT_EQ(launches(profile, "kv_write"), 1) << profile;
+  EXPECT_EQ(launches(profile, "kv_write_rope"), 0) << profile;
+}
+
+const RopeJoinCase kRopeJoinCases[] = {
+    {"neox_full_recent", 8, 2, 64, 64, SL_ROPE_NEOX, 1.0f, true, ""},
+    {"interleaved_partial", 8, 2, 64, 32, SL_ROPE_INTERLEAVED, 0.875f, false, ""},
+    {"neox_partial_recent_host_kv", 8, 2, 64, 48, SL_ROPE_NEOX, 1.0f, true, "host-kv"},
+};
+INSTANTIATE_TEST_SUITE_P(Cases, OpenclRopeJoin, ::testing::ValuesIn(kRopeJoinCases),
+                         [](const ::testing::TestParamInfo<RopeJoinCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
 }  // namespace sluice::test
