@@ -196,13 +196,21 @@ inline void att_online_steps(__local float* red, uint nh, const float* s, bool v
 
 // One head's result: normalised into out with one split, else the unnormalised partial (m, l, acc)
 // of this split for attention_merge. acc: this work-item's DIMS_PER_ITEM dims (lid, lid + WG, ...).
+// q15 (decode on NVIDIA, one token: head is the column block's head): out's 15-bit form too, for the
+// dp4a product of the output projection (kernels_cl/warp.cl; cols = the row's n_heads · HEAD_DIM),
+// which then needs no rounding launch.
 inline void att_write(__global float* out, __global float* partial, ulong head, uint n_splits, uint split, float m, float l,
-                      const float* acc, uint lid) {
+                      const float* acc, uint lid, __global uchar* oq, __global float2* oblocks, uint q15, uint cols) {
   if (n_splits == 1) {
     const float inv = 1.0f / l;
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
       const uint dim = lid + d * WG;
-      if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = acc[d] * inv;
+      const float v = dim < HEAD_DIM ? acc[d] * inv : 0.0f;
+      if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = v;
+#ifdef SLUICE_PTX_SHFL
+      // Whole warps call it: the host sets q15 only where WG and HEAD_DIM are multiples of 32.
+      if (q15) int15_store(v, (uint)head * HEAD_DIM + dim, dim < HEAD_DIM, cols, oq, oblocks);
+#endif
     }
     return;
   }
@@ -373,7 +381,7 @@ void attention(__global const float* q, __global float* out, __global const ucha
                __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
                uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
                __global float* partial, __global const half* recent_layer, __global const int* recent_table,
-               uint recent_window) {
+               uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15) {
   __local float p[GROUP * WG];  // the tile's scores, then its softmax weights
   __local float red[ATT_RED];
   __local ulong v_at[WG];  // the tile's value rows (byte offsets in layer)
@@ -481,7 +489,8 @@ void attention(__global const float* q, __global float* out, __global const ucha
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 
-  for (uint g = 0; g < GROUP; ++g) att_write(out, partial, (ulong)t * n_heads + kvh * GROUP + g, n_splits, split, m[g], l[g], acc[g], lid);
+  for (uint g = 0; g < GROUP; ++g) att_write(out, partial, (ulong)t * n_heads + kvh * GROUP + g, n_splits, split, m[g], l[g], acc[g], lid, oq,
+                                          oblocks, q15, n_heads * HEAD_DIM);
 }
 
 // Combines the splits of each (token, head), one work-group of MERGE_WG per (token, head): the
@@ -489,12 +498,14 @@ void attention(__global const float* q, __global float* out, __global const ucha
 // over every MERGE_LANES-th split from `lane` — loads independent of each other, a few per
 // work-item — and the lanes' sums meet in local memory. One work-item per output value, walking
 // every split's maximum and sum alone, made the merge a chain of dependent loads: 20 µs a launch at
-// 132 splits on the H100, as long as the decode matvec of a layer.
+// 132 splits on the H100, as long as the decode matvec of a layer. q15: out's 15-bit form too, as
+// att_write's.
 #define MERGE_WG WIDE_WG  // up to 256, where the device allows (the host's wide_group_size)
 #define MERGE_LANES (HEAD_DIM < MERGE_WG ? MERGE_WG / HEAD_DIM : 1)
 #define MERGE_MAX_SPLITS 256  // the host splits no further
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
-void attention_merge(__global const float* partial, __global float* out, uint n_splits) {
+void attention_merge(__global const float* partial, __global float* out, uint n_splits, __global uchar* oq,
+                     __global float2* oblocks, uint q15, uint cols) {
   __local float w[MERGE_MAX_SPLITS];
   __local float red[MERGE_WG];
   const uint head = get_group_id(0), lid = get_local_id(0);
@@ -536,10 +547,16 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
     barrier(CLK_LOCAL_MEM_FENCE);  // red is free again
     red[lid] = (a[0] + a[1]) + (a[2] + a[3]);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane == 0 && dim < HEAD_DIM) {
-      float sum = red[lid];
-      for (uint k = 1; k < MERGE_LANES; ++k) sum += red[lid + k * HEAD_DIM];
-      out[(ulong)head * HEAD_DIM + dim] = sum * inv;
+    if (lane == 0) {  // whole warps where HEAD_DIM is a multiple of 32 (q15 is set only then)
+      float sum = 0.0f;
+      if (dim < HEAD_DIM) {
+        sum = red[lid];
+        for (uint k = 1; k < MERGE_LANES; ++k) sum += red[lid + k * HEAD_DIM];
+        out[(ulong)head * HEAD_DIM + dim] = sum * inv;
+      }
+#ifdef SLUICE_PTX_SHFL
+      if (q15) int15_store(sum * inv, head * HEAD_DIM + dim, dim < HEAD_DIM, cols, oq, oblocks);  // as att_write's
+#endif
     }
   }
 }

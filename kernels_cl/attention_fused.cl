@@ -84,7 +84,8 @@ void attention_fused(__global const float* q, __global float* out, __global cons
                      uint max_pages, float scale, uint window, float softcap, __global const float* sinks,
                      uint has_sinks, uint n_splits, __global float* partial, __global const half* recent_layer,
                      __global const int* recent_table, uint recent_window, __local float4* q_slots4, uint k_area,
-                     __local float* acc, uint v_domain, __global const float4* q_images) {
+                     __local float* acc, uint v_domain, __global const float4* q_images, __global uchar* oq,
+                     __global float2* oblocks, uint q15) {
   __local float* q_slots = (__local float*)q_slots4;  // declared float4: 16-byte aligned for the codec
   __local float q_orig[HPW][HEAD_DIM];
   __local float p[HPW * WG];
@@ -324,7 +325,8 @@ void attention_fused(__global const float* q, __global float* out, __global cons
     }
 #endif
 
-  for (uint g = 0; g < HPW; ++g) att_write(out, partial, (ulong)t * n_heads + head0 + g, n_splits, split, m[g], l[g], acc_o[g], lid);
+  for (uint g = 0; g < HPW; ++g) att_write(out, partial, (ulong)t * n_heads + head0 + g, n_splits, split, m[g], l[g], acc_o[g], lid, oq, oblocks,
+                                        q15, n_heads * HEAD_DIM);
 }
 
 #undef V_IN_REGISTERS

@@ -136,7 +136,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   const auto& L = c->layout;
   const char* k_source = codec_source(L.k_api, L.k_codec);
   const char* v_source = codec_source(L.v_api, L.v_codec);
-  std::string source = kernel_source("common");
+  std::string source = kernel_source("common") + kernel_source("warp");  // warp: the output's 15-bit form (att_write)
   source += "\n#define SL_KV_FN(name) sl_k_##name\n";
   source += k_source;
   source += "\n#undef SL_KV_FN\n#define SL_KV_FN(name) sl_v_##name\n";
@@ -182,6 +182,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                          wide_wg,
                          cl::Kernel(program, "kv_gather_f16"),
                          cl::Kernel(program, "kv_write_rope")};
+  k.ptx = built;  // (set above only by the build with SLUICE_PTX_SHFL)
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -610,6 +611,12 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
   }
   if (splits > 1) be->att_partial.at_least(be->context, floats / p->head_dim * splits * (p->head_dim + 2) * 4);
+  // Decode of one token on NVIDIA: the output's 15-bit form too (att_write), so that the output
+  // projection's dp4a product needs no rounding launch — where every warp holds whole 32-column blocks.
+  const uint64_t cols = uint64_t(p->n_heads) * p->head_dim;
+  cl::Buffer *oq = nullptr, *oblocks = nullptr;
+  const bool q15 = ks.ptx && n_tokens == 1 && p->head_dim % 32 == 0 && attention_wg() % 32 == 0 && ks.wide_wg % 32 == 0 &&
+                   int15_scratch(be, 1, cols, oq, oblocks);
   auto& kn = fused ? ks.fused : ks.attention;
   const bool recent = keeps_recent(be, c);
   kn.setArg(0, single(q));
@@ -644,14 +651,23 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     kn.setArg(25, static_cast<cl_uint>(v_area));
     kn.setArg(26, c->k_fused ? be->att_q_images.buffer : single(q));  // unused without fused keys
   }
+  const cl_uint form_arg = fused ? 27 : 22;
+  kn.setArg(form_arg, q15 ? *oq : single(out));  // unread without q15
+  kn.setArg(form_arg + 1, q15 ? *oblocks : single(out));
+  kn.setArg(form_arg + 2, static_cast<cl_uint>(q15));
   launch(be, kn, cl::NDRange(size_t(attention_wg()) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(attention_wg(), 1, 1));
   if (splits > 1) {
     auto& mk = ks.merge;
     mk.setArg(0, be->att_partial.buffer);
     mk.setArg(1, single(out));
     mk.setArg(2, static_cast<cl_uint>(splits));
+    mk.setArg(3, q15 ? *oq : single(out));
+    mk.setArg(4, q15 ? *oblocks : single(out));
+    mk.setArg(5, static_cast<cl_uint>(q15));
+    mk.setArg(6, static_cast<cl_uint>(cols));
     launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
   }
+  if (q15) int15_made(be, out, static_cast<uint32_t>(cols));
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ struct sl_kv_cache {
     uint32_t wide_wg = 0;  // kv_write's, attention_fused_queries' and attention_merge's work-group (WIDE_WG), fixed with the program
     cl::Kernel gather;     // kv_gather_f16: a prefill run's keys and values as f16 rows for attention_mma
     cl::Kernel write_rope;  // kv_write_rope: kv_write with the deferred rope of q and k in its launch
+    bool ptx = false;       // built with SLUICE_PTX_SHFL: the outputs' 15-bit form can be written (att_write)
   };
   std::map<uint32_t, Kernels> kernels;
 };
