@@ -157,7 +157,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                               " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
                               " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
                               " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"})) +
-                              key_scoring_options();
+                              key_scoring_options() + nv_register_cap(be, "SLUICE_OPENCL_MAXRREG_ATT");
   // On NVIDIA the key scoring's teams sum with warp shuffles (inline PTX); a program that fails to
   // build with them is reported once and built with the local-memory sums instead.
   cl::Program program;

@@ -506,11 +506,18 @@ DevPtr write_range(sl_buffer* b, uint64_t offset, uint64_t bytes) {
 void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::NDRange& local) {
   if (!be->profile) {
     be->queue.enqueueNDRangeKernel(k, cl::NullRange, global, local);
-    return;
+  } else {
+    cl::Event ev;
+    be->queue.enqueueNDRangeKernel(k, cl::NullRange, global, local, nullptr, &ev);
+    be->events.emplace_back(k.getInfo<CL_KERNEL_FUNCTION_NAME>(), ev);
   }
-  cl::Event ev;
-  be->queue.enqueueNDRangeKernel(k, cl::NullRange, global, local, nullptr, &ev);
-  be->events.emplace_back(k.getInfo<CL_KERNEL_FUNCTION_NAME>(), ev);
+  // SLUICE_OPENCL_FLUSH_EVERY=n: the queue flushed to the device after every n launches (measuring
+  // whether the driver holds launches back while the host issues a token's work).
+  static const long flush_every = env_knob("SLUICE_OPENCL_FLUSH_EVERY", [](long v) { return v >= 1 && v <= 4096; });
+  if (flush_every && ++be->launches_unflushed >= static_cast<uint64_t>(flush_every)) {
+    be->queue.flush();
+    be->launches_unflushed = 0;
+  }
 }
 
 }  // namespace sluice::ocl

@@ -154,6 +154,7 @@ struct sl_backend {
   uint64_t host_calls = 0;
   double host_issue_ms = 0, host_wait_ms = 0;
   std::vector<std::pair<std::string, cl::Event>> events;
+  uint64_t launches_unflushed = 0;  // SLUICE_OPENCL_FLUSH_EVERY (cl_backend.cpp, launch)
   bool clblast_ok = true;    // false after CLBlast failed once on this device: our GEMM kernel instead
   // Quantized prefill GEMM on tensor cores (kernels_cl/gemm_mma.cl): 0 not tried yet, 1 built, -1 off
   // (not an sm_80+ NVIDIA device with PTX on, SLUICE_OPENCL_MMA=0, or its program failed to build).
@@ -225,6 +226,11 @@ void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::
 // A measuring knob (perf/NOTES.md): the integer in environment variable `name` when `ok` accepts
 // it, else 0. Callers read it once per process into a static.
 long env_knob(const char* name, bool (*ok)(long));
+
+// NVIDIA's cap on registers a work-item (-cl-nv-maxrregcount) from environment variable `knob`
+// (16..255), else "": a measuring knob for occupancy (SLUICE_OPENCL_MAXRREG for the matvec programs,
+// SLUICE_OPENCL_MAXRREG_ATT for the attention programs).
+std::string nv_register_cap(const sl_backend* be, const char* knob);
 
 // The 4-bit decode matvec's shape for a product of rows × cols (kernels_cl/matvec.cl): work-items a
 // team (Q4_TEAM: 32, 64 or 128) and rows a team (R4: 1, 2, 4 or 8). SLUICE_OPENCL_Q4_TEAM and

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -222,7 +223,14 @@ cl::Program build_program(sl_backend* be, const std::string& source, const std::
   const std::string dir = program_cache_dir();
   const std::string key = cache_key(d, be->ref.platform, source, options);
   const std::filesystem::path file = dir.empty() ? std::filesystem::path() : std::filesystem::path(dir) / (key + ".bin");
-  const bool use_cache = !dir.empty() && std::getenv("SLUICE_OPENCL_NO_CACHE") == nullptr;
+  // SLUICE_OPENCL_BUILD_LOG=1 on NVIDIA: every program built from source with -cl-nv-verbose and its
+  // log printed — ptxas's registers, spills and shared memory per kernel (measuring occupancy).
+  static const bool build_log = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_BUILD_LOG");
+    return e && *e == '1';
+  }();
+  const bool verbose = build_log && be->caps.nvidia;
+  const bool use_cache = !dir.empty() && std::getenv("SLUICE_OPENCL_NO_CACHE") == nullptr && !verbose;
   if (use_cache) {
     std::ifstream in(file, std::ios::binary);
     if (in) {
@@ -239,10 +247,12 @@ cl::Program build_program(sl_backend* be, const std::string& source, const std::
   }
   cl::Program program(be->context, source);
   try {
-    program.build({d}, options.c_str());
+    program.build({d}, (verbose ? options + " -cl-nv-verbose" : options).c_str());
   } catch (const cl::Error& e) {
     build_failed(program, d, e);
   }
+  if (verbose)
+    std::fprintf(stderr, "opencl build log (%s):\n%s\n", options.c_str(), program.getBuildInfo<CL_PROGRAM_BUILD_LOG>(d).c_str());
   if (use_cache) {
     try {
       auto bins = program.getInfo<CL_PROGRAM_BINARIES>();
@@ -264,6 +274,13 @@ cl::Program build_program(sl_backend* be, const std::string& source, const std::
   return program;
 }
 
+std::string nv_register_cap(const sl_backend* be, const char* knob) {
+  if (!be->caps.nvidia) return "";
+  const char* e = std::getenv(knob);
+  const long n = e ? std::strtol(e, nullptr, 10) : 0;
+  return n >= 16 && n <= 255 ? " -cl-nv-maxrregcount=" + std::to_string(n) : "";
+}
+
 cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name) {
   const std::string key = program + "/" + name;
   auto it = be->kernels.find(key);
@@ -283,6 +300,7 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       if (program != "matvec")
         options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"), r - std::strlen("matvec_t")) + " -DR4=" + program.substr(r + 2);
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
+      options += nv_register_cap(be, "SLUICE_OPENCL_MAXRREG");
     } else if (program.rfind("gemm_mma_bk", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_matmul.cpp)
       source += kernel_source("gemm_mma");
       // "gemm_mma_bk64" or "gemm_mma_bk64_bm64": MMA_BK and MMA_BM (128 unless named).
