@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "plugin/builtin_codecs.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 
@@ -533,6 +534,147 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     EXPECT_EQ(launches("matvec_x_int15"), 0) << profile;
     EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
   }
+}
+// Launches of one kernel in a SLUICE_OPENCL_PROFILE report (0 when absent).
+long profile_launches(const std::string& profile, const std::string& name) {
+  const std::string key = "\n  " + name + " ";
+  const auto at = profile.find(key);
+  return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + key.size())));
+}
+
+// Decode attention writes its output's 15-bit form on NVIDIA (att_write, attention_merge), so the
+// output projection right after reads it with dp4a — below the 2²⁴ weights where a product would
+// round its input itself. At a short history (one key split: the attention kernel writes the form)
+// and a longer one (several splits: the merge writes it), after a prefill, the product is held to
+// the float64 product of the attention output the backend returned, within the 15-bit rounding's
+// bound; on NVIDIA the profile shows dp4a products and no rounding launch. Elsewhere the float
+// kernel runs and is held to the float32 bound.
+TEST(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
+  PluginRegistry registry;
+  const sl_backend_api* api = opencl_api(registry);
+  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
+  Opened probe;
+  std::string why;
+  if (!open(api, "", probe, why)) GTEST_SKIP() << why;
+  sl_device_info info{};
+  ASSERT_EQ(device_info(probe, info), SL_OK);
+  const char* off = std::getenv("SLUICE_OPENCL_DP4A");
+  const bool dp4a = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(off && *off == '0');
+
+  constexpr uint32_t kHeads = 8, kKvHeads = 2, kDim = 128, kCols = kHeads * kDim, kPageTokens = 16, kPages = 32;
+  std::mt19937 rng(41);
+  const QuantWeight wo = random_quant(512, kCols, 4, 64, SL_DTYPE_BF16, rng);
+  std::normal_distribution<float> nd(0, 1);
+  auto normal = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = nd(rng);
+    return v;
+  };
+  struct Depth {
+    int32_t history;  // positions before the decoded one
+    std::vector<float> q, k, v, q1, k1, v1;
+  };
+  std::vector<Depth> depths;
+  for (int32_t history : {40, 300}) {  // 300: more than two 128-key tiles, so the keys split
+    Depth dd{history, normal(size_t(history) * kCols), normal(size_t(history) * kKvHeads * kDim),
+             normal(size_t(history) * kKvHeads * kDim), normal(kCols), normal(kKvHeads * kDim), normal(kKvHeads * kDim)};
+    depths.push_back(std::move(dd));
+  }
+  struct Result {
+    std::vector<float> att, o;
+  };
+  auto run = [&](const Opened& o) {
+    std::vector<Result> results;
+    sl_error err{};
+    const sl_kvcodec_api* codec = builtin_f16_codec();
+    Packed pack;
+    pack.add(wo);
+    std::vector<sl_buffer*> owned = pack.upload(o);
+    for (const Depth& dd : depths) {
+      sl_kvcodec *kc = nullptr, *vc = nullptr;
+      EXPECT_EQ(codec->create(kDim, SL_KV_KEYS, "", &kc, &err), SL_OK) << err.message;
+      EXPECT_EQ(codec->create(kDim, SL_KV_VALUES, "", &vc, &err), SL_OK) << err.message;
+      sl_kv_layout layout{};
+      layout.struct_size = sizeof(layout);
+      layout.n_layers = 1;
+      layout.n_kv_heads = kKvHeads;
+      layout.head_dim = kDim;
+      layout.page_tokens = kPageTokens;
+      layout.n_pages = kPages;
+      layout.k_api = codec;
+      layout.k_codec = kc;
+      layout.v_api = codec;
+      layout.v_codec = vc;
+      sl_kv_cache* cache = nullptr;
+      EXPECT_EQ(o.api->kv_create(o.be, &layout, &cache, &err), SL_OK) << err.message;
+      std::vector<int32_t> table(kPages);
+      for (uint32_t i = 0; i < kPages; ++i) table[i] = static_cast<int32_t>(i);
+      sl_attention_params params{};
+      params.struct_size = sizeof(params);
+      params.n_heads = kHeads;
+      params.n_kv_heads = kKvHeads;
+      params.head_dim = kDim;
+      params.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+      // The history as one prefill, then one decode token.
+      for (int pass = 0; pass < 2; ++pass) {
+        const uint32_t n = pass == 0 ? static_cast<uint32_t>(dd.history) : 1;
+        std::vector<int32_t> positions(n), slots(n, 0);
+        for (uint32_t i = 0; i < n; ++i) positions[i] = pass == 0 ? static_cast<int32_t>(i) : dd.history;
+        sl_batch batch{};
+        batch.struct_size = sizeof(batch);
+        batch.n_tokens = n;
+        batch.positions = positions.data();
+        batch.seq_slots = slots.data();
+        batch.n_seqs = 1;
+        batch.max_pages = kPages;
+        batch.page_table = table.data();
+        EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
+        const auto& qh = pass == 0 ? dd.q : dd.q1;
+        sl_buffer* q = device_copy(o, qh.data(), qh.size() * 4);
+        sl_buffer* k = device_copy(o, (pass == 0 ? dd.k : dd.k1).data(), (pass == 0 ? dd.k : dd.k1).size() * 4);
+        sl_buffer* v = device_copy(o, (pass == 0 ? dd.v : dd.v1).data(), (pass == 0 ? dd.v : dd.v1).size() * 4);
+        const std::vector<float> zeros(qh.size());
+        sl_buffer* att = device_copy(o, zeros.data(), zeros.size() * 4);
+        sl_buffer* out = device_copy(o, zeros.data(), 512 * 4);
+        EXPECT_EQ(o.api->kv_write(o.be, cache, 0, k, v, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.api->attention(o.be, cache, 0, q, &params, att, &err), SL_OK) << err.message;
+        if (pass == 1) {
+          EXPECT_EQ(o.api->matmul(o.be, att, 1, &pack.weights[0], nullptr, out, &err), SL_OK) << err.message;
+          Result r{std::vector<float>(kCols), std::vector<float>(512)};
+          EXPECT_EQ(o.api->download(o.be, att, 0, r.att.data(), kCols * 4, &err), SL_OK) << err.message;
+          EXPECT_EQ(o.api->download(o.be, out, 0, r.o.data(), 512 * 4, &err), SL_OK) << err.message;
+          results.push_back(std::move(r));
+        }
+        for (sl_buffer* b : {q, k, v, att, out}) o.api->free(o.be, b);
+      }
+      o.api->kv_destroy(o.be, cache);
+      codec->destroy(kc);
+      codec->destroy(vc);
+    }
+    for (sl_buffer* b : owned) o.api->free(o.be, b);
+    return results;
+  };
+
+  const auto results = run(probe);
+  ASSERT_EQ(results.size(), depths.size());
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    SCOPED_TRACE("history " + std::to_string(depths[i].history));
+    expect_product(wo, results[i].att, {}, results[i].o, dp4a, "the output projection");
+  }
+  if (!dp4a) return;
+  ::testing::internal::CaptureStderr();
+  setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+  {
+    Opened profiled;
+    ASSERT_TRUE(open(api, "", profiled, why)) << why;
+    run(profiled);
+  }
+  unsetenv("SLUICE_OPENCL_PROFILE");
+  const std::string profile = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(profile_launches(profile, "matvec_q4_dp4a"), 2) << profile;
+  EXPECT_EQ(profile_launches(profile, "matvec_x_int15"), 0) << profile;
+  EXPECT_EQ(profile_launches(profile, "matvec_q4_rows"), 0) << profile;
+  EXPECT_EQ(profile_launches(profile, "attention_merge"), 1) << profile;  // the longer history's splits met
 }
 }  // namespace
 }  // namespace sluice
