@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend_fixture.h"
-#include "plugin/builtin_codecs.h"
+#include "f16_kv_layout.h"
 #include "reference.h"
 
 namespace sluice::test {
@@ -161,24 +161,10 @@ std::vector<PassResult> run_passes(Device& d, const RopeJoinCase& c, const std::
   std::vector<PassResult> results;
   const sl_backend_api* api = d.api();
   sl_error err{};
-  const sl_kvcodec_api* codec = builtin_f16_codec();
-  sl_kvcodec *kc = nullptr, *vc = nullptr;
-  EXPECT_EQ(codec->create(c.head_dim, SL_KV_KEYS, "", &kc, &err), SL_OK) << err.message;
-  EXPECT_EQ(codec->create(c.head_dim, SL_KV_VALUES, "", &vc, &err), SL_OK) << err.message;
-  sl_kv_layout layout{};
-  layout.struct_size = sizeof(layout);
-  layout.n_layers = 1;
-  layout.n_kv_heads = c.n_kv_heads;
-  layout.head_dim = c.head_dim;
-  layout.page_tokens = kPageTokens;
-  layout.n_pages = kPages;
-  layout.k_api = codec;
-  layout.k_codec = kc;
-  layout.v_api = codec;
-  layout.v_codec = vc;
-  layout.recent_window = c.recent ? 6 : 0;
-  layout.n_recent_pages = c.recent ? 4 : 0;
-  EXPECT_EQ(api->kv_create(d.be(), &layout, &d.cache(), &err), SL_OK) << err.message;
+  test::F16KvLayout kv(c.n_kv_heads, c.head_dim, kPageTokens, kPages);
+  kv.layout.recent_window = c.recent ? 6 : 0;
+  kv.layout.n_recent_pages = c.recent ? 4 : 0;
+  EXPECT_EQ(api->kv_create(d.be(), &kv.layout, &d.cache(), &err), SL_OK) << err.message;
   const std::vector<int32_t> table = {0, 1, 2, 3};
   const auto inv_freq = inverse_frequencies(c.rotary_dim);
   for (std::size_t p = 0; p < std::size(kPasses) && d.cache(); ++p) {
@@ -215,8 +201,6 @@ std::vector<PassResult> run_passes(Device& d, const RopeJoinCase& c, const std::
   }
   api->kv_destroy(d.be(), d.cache());
   d.cache() = nullptr;
-  codec->destroy(kc);
-  codec->destroy(vc);
   return results;
 }
 
@@ -293,22 +277,8 @@ TEST(OpenclRopeJoinElsewhere, KvWriteOfAnotherKRunsThePairFirst) {
     for (auto& x : *vec) x = normal(rng);
   const sl_backend_api* api = d.api();
   sl_error err{};
-  const sl_kvcodec_api* codec = builtin_f16_codec();
-  sl_kvcodec *kc = nullptr, *vc = nullptr;
-  ASSERT_EQ(codec->create(c.head_dim, SL_KV_KEYS, "", &kc, &err), SL_OK) << err.message;
-  ASSERT_EQ(codec->create(c.head_dim, SL_KV_VALUES, "", &vc, &err), SL_OK) << err.message;
-  sl_kv_layout layout{};
-  layout.struct_size = sizeof(layout);
-  layout.n_layers = 1;
-  layout.n_kv_heads = c.n_kv_heads;
-  layout.head_dim = c.head_dim;
-  layout.page_tokens = kPageTokens;
-  layout.n_pages = kPages;
-  layout.k_api = codec;
-  layout.k_codec = kc;
-  layout.v_api = codec;
-  layout.v_codec = vc;
-  ASSERT_EQ(api->kv_create(d.be(), &layout, &d.cache(), &err), SL_OK) << err.message;
+  test::F16KvLayout kv(c.n_kv_heads, c.head_dim, kPageTokens, kPages);
+  ASSERT_EQ(api->kv_create(d.be(), &kv.layout, &d.cache(), &err), SL_OK) << err.message;
   sl_batch batch{};
   batch.struct_size = sizeof(batch);
   batch.n_tokens = 2;
@@ -333,8 +303,6 @@ TEST(OpenclRopeJoinElsewhere, KvWriteOfAnotherKRunsThePairFirst) {
   EXPECT_EQ(first_difference(k_other, k), -1) << "the other K is not rotated";
   api->kv_destroy(d.be(), d.cache());
   d.cache() = nullptr;
-  codec->destroy(kc);
-  codec->destroy(vc);
   const std::string profile = d.close();
   EXPECT_EQ(launches(profile, "rope"), 1) << profile;
   EXPECT_EQ(launches(profile, "kv_write"), 1) << profile;

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "plugin/builtin_codecs.h"
+#include "f16_kv_layout.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 
@@ -376,6 +376,28 @@ void expect_product(const QuantWeight& w, const std::vector<float>& a, const std
   }
 }
 
+// What SLUICE_OPENCL_PROFILE prints when a backend opened with `options` runs fn(backend) and closes.
+template <class Fn>
+std::string profile_of(const sl_backend_api* api, const char* options, Fn&& fn) {
+  ::testing::internal::CaptureStderr();
+  setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+  {
+    Opened profiled;
+    std::string why;
+    EXPECT_TRUE(open(api, options, profiled, why)) << why;
+    if (profiled.be) fn(profiled);
+  }
+  unsetenv("SLUICE_OPENCL_PROFILE");
+  return ::testing::internal::GetCapturedStderr();
+}
+
+// Launches of one kernel in a SLUICE_OPENCL_PROFILE report (0 when absent).
+long profile_launches(const std::string& profile, const std::string& name) {
+  const std::string key = "\n  " + name + " ";
+  const auto at = profile.find(key);
+  return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + key.size())));
+}
+
 // Decode's fused path (two hidden sizes, one for each way a norm rounds): rms_norm, add_rms_norm and
 // gated_activation write their output's 15-bit form on NVIDIA, and the 4-bit products right after
 // them (matmul_multi's q/k/v and gate/up in one launch each, the down product) read it with dp4a
@@ -514,19 +536,8 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     }
     if (!dp4a) continue;
 
-    ::testing::internal::CaptureStderr();
-    setenv("SLUICE_OPENCL_PROFILE", "1", 1);
-    {
-      Opened profiled;
-      ASSERT_TRUE(open(api, "", profiled, why)) << why;
-      run(profiled);
-    }
-    unsetenv("SLUICE_OPENCL_PROFILE");
-    const std::string profile = ::testing::internal::GetCapturedStderr();
-    auto launches = [&](const std::string& name) {
-      const auto at = profile.find(name + " ");
-      return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + name.size())));
-    };
+    const std::string profile = profile_of(api, "", run);
+    auto launches = [&](const std::string& name) { return profile_launches(profile, name); };
     // q/k/v, down, the gate/up pair read back; the first gate/up pair joined with its activation.
     EXPECT_EQ(launches("matvec_q4_dp4a"), 3) << profile;
     EXPECT_EQ(launches("matvec_q4_dp4a_glu"), 1) << profile;
@@ -535,13 +546,6 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
   }
 }
-// Launches of one kernel in a SLUICE_OPENCL_PROFILE report (0 when absent).
-long profile_launches(const std::string& profile, const std::string& name) {
-  const std::string key = "\n  " + name + " ";
-  const auto at = profile.find(key);
-  return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + key.size())));
-}
-
 // Decode attention writes its output's 15-bit form on NVIDIA (att_write, attention_merge), so the
 // output projection right after reads it with dp4a — below the 2²⁴ weights where a product would
 // round its input itself. At a short history (one key split: the attention kernel writes the form)
@@ -586,27 +590,13 @@ TEST(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
   auto run = [&](const Opened& o) {
     std::vector<Result> results;
     sl_error err{};
-    const sl_kvcodec_api* codec = builtin_f16_codec();
     Packed pack;
     pack.add(wo);
     std::vector<sl_buffer*> owned = pack.upload(o);
     for (const Depth& dd : depths) {
-      sl_kvcodec *kc = nullptr, *vc = nullptr;
-      EXPECT_EQ(codec->create(kDim, SL_KV_KEYS, "", &kc, &err), SL_OK) << err.message;
-      EXPECT_EQ(codec->create(kDim, SL_KV_VALUES, "", &vc, &err), SL_OK) << err.message;
-      sl_kv_layout layout{};
-      layout.struct_size = sizeof(layout);
-      layout.n_layers = 1;
-      layout.n_kv_heads = kKvHeads;
-      layout.head_dim = kDim;
-      layout.page_tokens = kPageTokens;
-      layout.n_pages = kPages;
-      layout.k_api = codec;
-      layout.k_codec = kc;
-      layout.v_api = codec;
-      layout.v_codec = vc;
+      test::F16KvLayout kv(kKvHeads, kDim, kPageTokens, kPages);
       sl_kv_cache* cache = nullptr;
-      EXPECT_EQ(o.api->kv_create(o.be, &layout, &cache, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->kv_create(o.be, &kv.layout, &cache, &err), SL_OK) << err.message;
       std::vector<int32_t> table(kPages);
       for (uint32_t i = 0; i < kPages; ++i) table[i] = static_cast<int32_t>(i);
       sl_attention_params params{};
@@ -648,8 +638,6 @@ TEST(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
         for (sl_buffer* b : {q, k, v, att, out}) o.api->free(o.be, b);
       }
       o.api->kv_destroy(o.be, cache);
-      codec->destroy(kc);
-      codec->destroy(vc);
     }
     for (sl_buffer* b : owned) o.api->free(o.be, b);
     return results;
@@ -662,15 +650,7 @@ TEST(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
     expect_product(wo, results[i].att, {}, results[i].o, dp4a, "the output projection");
   }
   if (!dp4a) return;
-  ::testing::internal::CaptureStderr();
-  setenv("SLUICE_OPENCL_PROFILE", "1", 1);
-  {
-    Opened profiled;
-    ASSERT_TRUE(open(api, "", profiled, why)) << why;
-    run(profiled);
-  }
-  unsetenv("SLUICE_OPENCL_PROFILE");
-  const std::string profile = ::testing::internal::GetCapturedStderr();
+  const std::string profile = profile_of(api, "", run);
   EXPECT_EQ(profile_launches(profile, "matvec_q4_dp4a"), 2) << profile;
   EXPECT_EQ(profile_launches(profile, "matvec_x_int15"), 0) << profile;
   EXPECT_EQ(profile_launches(profile, "matvec_q4_rows"), 0) << profile;
