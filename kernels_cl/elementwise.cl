@@ -86,3 +86,22 @@ __kernel void add_bias(__global float* out, __global const uchar* bias, ulong b_
   bias += b_off;
   out[(ulong)t * n_out + r] += load_value(bias, dtype, r);
 }
+
+// Mixture-of-Experts row movement (ABI 1.1), rows of dim floats. gather: dst[i, :] = src[rows[i], :],
+// work-item (column, i).
+__kernel void gather_rows_f32(__global const float* src, __global const int* rows, uint dim, __global float* dst) {
+  const uint c = get_global_id(0), i = get_global_id(1);
+  if (c < dim) dst[(ulong)i * dim + c] = src[(ulong)rows[i] * dim + c];
+}
+
+// scatter: dst[rows[i], :] += weights[i] · src[i, :] in order of i — a work-item a column walks every
+// i, so a row named twice sums in the caller's order.
+__kernel void scatter_add_rows_f32(__global const float* src, __global const int* rows, __global const float* weights, uint n,
+                                   uint dim, __global float* dst) {
+  const uint c = get_global_id(0);
+  if (c >= dim) return;
+  for (uint i = 0; i < n; ++i) {
+    __global float* d = dst + (ulong)rows[i] * dim + c;
+    *d += weights[i] * src[(ulong)i * dim + c];
+  }
+}

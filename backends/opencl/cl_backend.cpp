@@ -432,8 +432,8 @@ const sl_backend_api kApi = {
     SLUICE_WRITES(copy),
     SLUICE_WRITES(softmax),
     SLUICE_WRITES(topk),
-    nullptr,  // gather_rows (ABI 1.1): not yet on the device; the host moves rows with `copy`
-    nullptr,  // scatter_add_rows (ABI 1.1): the host falls back through host memory
+    SLUICE_WRITES(gather_rows),
+    SLUICE_WRITES(scatter_add_rows),
     SLUICE_READS(matmul_multi),
     SLUICE_WRITES(add_rms_norm),
 };

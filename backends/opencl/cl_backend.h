@@ -144,6 +144,7 @@ struct sl_backend {
   // Scratch: float32 weight blocks for prefill GEMMs (or the tensor-core GEMM's f16 activations),
   // attention split partials, and attention_fused_queries' query areas (read by every key split).
   sluice::ocl::Scratch gemm_scratch, att_partial, att_q_images;
+  sluice::ocl::Scratch moe_rows, moe_weights;  // gather_rows/scatter_add_rows: the host's indices and weights
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;
   // SLUICE_OPENCL_HOST_TIMING=1: the host's time inside the table's entry points (without profiling
@@ -295,6 +296,8 @@ sl_status scale(sl_backend*, sl_buffer*, float, uint64_t, sl_error*);
 sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
 sl_status softmax(sl_backend*, sl_buffer*, uint32_t, uint32_t, sl_error*);
 sl_status topk(sl_backend*, const sl_buffer*, uint32_t, uint32_t, uint32_t, int, int, sl_buffer*, sl_buffer*, sl_error*);
+sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
+sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 
 sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);

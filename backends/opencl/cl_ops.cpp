@@ -346,6 +346,60 @@ sl_status copy(sl_backend* be, const sl_buffer* src, uint64_t src_offset, sl_buf
   });
 }
 
+namespace {
+
+// The row indices of a row move, each checked against `limit` rows, on the device (a blocking copy:
+// the caller's array lives only for the call).
+sl_status row_indices(sl_backend* be, const char* op, const int32_t* rows, uint32_t n, uint64_t limit, sl_error* err) {
+  for (uint32_t i = 0; i < n; ++i)
+    if (rows[i] < 0 || static_cast<uint64_t>(rows[i]) >= limit)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": row " + std::to_string(rows[i]) + " out of range");
+  be->queue.enqueueWriteBuffer(be->moe_rows.at_least(be->context, uint64_t(n) * 4), CL_TRUE, 0, uint64_t(n) * 4, rows);
+  return SL_OK;
+}
+
+}  // namespace
+
+sl_status gather_rows(sl_backend* be, const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst,
+                      sl_error* err) {
+  if (!src || !dst || (n && !rows)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "gather_rows: missing buffers or rows");
+  if (n == 0 || dim == 0) return SL_OK;
+  if (!float_buffer_ok(dst, uint64_t(n) * dim)) return too_small(err, "gather_rows");
+  if (src == dst) return set_error(err, SL_ERR_INVALID_ARGUMENT, "gather_rows: source and destination alias");
+  return guarded(err, "gather_rows", [&] {
+    if (auto s = row_indices(be, "gather_rows", rows, n, src->bytes / 4 / dim, err); s != SL_OK) return s;
+    auto& k = kernel(be, "ops", "gather_rows_f32");
+    k.setArg(0, single(src));
+    k.setArg(1, be->moe_rows.buffer);
+    k.setArg(2, static_cast<cl_uint>(dim));
+    k.setArg(3, single(dst));
+    launch(be, k, cl::NDRange(round_up(dim, kLocal), n), cl::NDRange(kLocal, 1));
+    return SL_OK;
+  });
+}
+
+sl_status scatter_add_rows(sl_backend* be, const sl_buffer* src, const int32_t* rows, const float* weights, uint32_t n,
+                           uint32_t dim, sl_buffer* dst, sl_error* err) {
+  if (!src || !dst || (n && (!rows || !weights)))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "scatter_add_rows: missing buffers, rows or weights");
+  if (n == 0 || dim == 0) return SL_OK;
+  if (!float_buffer_ok(src, uint64_t(n) * dim)) return too_small(err, "scatter_add_rows");
+  if (src == dst) return set_error(err, SL_ERR_INVALID_ARGUMENT, "scatter_add_rows: source and destination alias");
+  return guarded(err, "scatter_add_rows", [&] {
+    if (auto s = row_indices(be, "scatter_add_rows", rows, n, dst->bytes / 4 / dim, err); s != SL_OK) return s;
+    be->queue.enqueueWriteBuffer(be->moe_weights.at_least(be->context, uint64_t(n) * 4), CL_TRUE, 0, uint64_t(n) * 4, weights);
+    auto& k = kernel(be, "ops", "scatter_add_rows_f32");
+    k.setArg(0, single(src));
+    k.setArg(1, be->moe_rows.buffer);
+    k.setArg(2, be->moe_weights.buffer);
+    k.setArg(3, static_cast<cl_uint>(n));
+    k.setArg(4, static_cast<cl_uint>(dim));
+    k.setArg(5, single(dst));
+    launch(be, k, cl::NDRange(round_up(dim, kLocal)), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
 sl_status softmax(sl_backend* be, sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_error* err) {
   if (!float_buffer_ok(x, uint64_t(n_rows) * dim)) return too_small(err, "softmax");
   if (n_rows == 0 || dim == 0) return SL_OK;

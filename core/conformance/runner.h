@@ -247,5 +247,6 @@ inline constexpr double kRel = 1e-5, kFloor = 1e-6;
 
 // The op groups in files of their own beside conformance.cpp.
 void run_fused(Runner& r);  // ABI 1.3's matmul_multi and add_rms_norm (fused_ops.cpp)
+void run_row_moves(Runner& r);  // ABI 1.1's gather_rows and scatter_add_rows (row_moves.cpp)
 
 }  // namespace sluice::conformance

@@ -1,0 +1,103 @@
+// ABI 1.1's Mixture-of-Experts row movement against the host's arithmetic:
+// - gather_rows: every row an exact copy of the source row it names, repeats and any order allowed;
+// - scatter_add_rows: each destination row the source rows that name it, weighted and added in order
+//   (a float32 multiply and add a term: within (2·terms + 1) units of rounding of the magnitudes), rows
+//   no index names untouched (bit for bit);
+// - both refuse a row index outside their buffer with an error status instead of touching memory.
+// Both entries are optional: a backend without them gets "skipped: not implemented" rows (the host
+// moves the rows through host memory instead), which pass.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "conformance/runner.h"
+#include "plugin/plugin_registry.h"
+
+namespace sluice::conformance {
+namespace {
+
+constexpr const char* kAbsent = "not implemented";
+
+std::vector<int32_t> random_rows(std::mt19937& rng, uint32_t n, uint32_t n_rows) {
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n_rows) - 1);
+  std::vector<int32_t> rows(n);
+  for (auto& r : rows) r = pick(rng);
+  return rows;
+}
+
+void run_gather_rows(Runner& r, std::mt19937& rng) {
+  if (!table_has(r.api(), &sl_backend_api::gather_rows)) return r.skipped("gather_rows", kAbsent);
+  r.op("gather_rows", nullptr, [&] {
+    for (uint32_t dim : {1u, 33u, 256u})
+      for (uint32_t n : {1u, 7u, 50u}) {
+        r.new_case(std::to_string(n) + " rows of " + std::to_string(dim) + " from 37");
+        const uint32_t src_rows = 37;
+        const auto src = r.random(std::size_t(src_rows) * dim);
+        const auto rows = random_rows(rng, n, src_rows);  // repeats and any order
+        auto dsrc = r.upload(src), dst = r.zeros(std::size_t(n) * dim);
+        sl_error err{};
+        r.expect_ok(r.api()->gather_rows(r.raw(), dsrc.get(), rows.data(), n, dim, dst.get(), &err), err, "gather_rows");
+        const auto got = r.download(dst, std::size_t(n) * dim);
+        for (uint32_t i = 0; i < n; ++i)
+          for (uint32_t c = 0; c < dim; ++c)
+            r.check(got[std::size_t(i) * dim + c], src[std::size_t(rows[i]) * dim + c], 1e-30, "row " + std::to_string(i));
+      }
+    r.new_case("a row past the source");
+    auto dsrc = r.zeros(4 * 8), dst = r.zeros(2 * 8);
+    const int32_t bad[] = {1, 4};
+    sl_error err{};
+    if (r.api()->gather_rows(r.raw(), dsrc.get(), bad, 2, 8, dst.get(), &err) == SL_OK)
+      throw CaseFailed{"gather_rows of row 4 from a 4-row source returned SL_OK"};
+  });
+}
+
+void run_scatter_add_rows(Runner& r, std::mt19937& rng) {
+  if (!table_has(r.api(), &sl_backend_api::scatter_add_rows)) return r.skipped("scatter_add_rows", kAbsent);
+  r.op("scatter_add_rows", nullptr, [&] {
+    for (uint32_t dim : {1u, 33u, 256u})
+      for (uint32_t n : {1u, 7u, 50u}) {
+        r.new_case(std::to_string(n) + " rows of " + std::to_string(dim) + " into 19");
+        const uint32_t dst_rows = 19;
+        const auto src = r.random(std::size_t(n) * dim), dst0 = r.random(std::size_t(dst_rows) * dim);
+        const auto weights = r.random(n, 0.5f, 0.25f);
+        const auto rows = random_rows(rng, n, dst_rows);  // repeats: later rows add to earlier sums
+        auto dsrc = r.upload(src), dst = r.upload(dst0);
+        sl_error err{};
+        r.expect_ok(r.api()->scatter_add_rows(r.raw(), dsrc.get(), rows.data(), weights.data(), n, dim, dst.get(), &err), err,
+                    "scatter_add_rows");
+        const auto got = r.download(dst, dst0.size());
+        for (uint32_t row = 0; row < dst_rows; ++row)
+          for (uint32_t c = 0; c < dim; ++c) {
+            const std::size_t at = std::size_t(row) * dim + c;
+            double ref = dst0[at], mag = std::abs(ref);
+            uint32_t terms = 0;
+            for (uint32_t i = 0; i < n; ++i) {
+              if (static_cast<uint32_t>(rows[i]) != row) continue;
+              const double t = double(weights[i]) * src[std::size_t(i) * dim + c];
+              ref += t;
+              mag += std::abs(t);
+              ++terms;
+            }
+            const double bound = terms ? (2.0 * terms + 1.0) * std::ldexp(1.0, -24) * mag + 1e-30 : 1e-30;
+            r.check(got[at], ref, bound, "row " + std::to_string(row) + (terms ? "" : " (named by no index)"));
+          }
+      }
+    r.new_case("a row past the destination");
+    auto dsrc = r.zeros(2 * 8), dst = r.zeros(4 * 8);
+    const int32_t bad[] = {0, -1};
+    const float w[] = {1.0f, 1.0f};
+    sl_error err{};
+    if (r.api()->scatter_add_rows(r.raw(), dsrc.get(), bad, w, 2, 8, dst.get(), &err) == SL_OK)
+      throw CaseFailed{"scatter_add_rows to row -1 returned SL_OK"};
+  });
+}
+
+}  // namespace
+
+void run_row_moves(Runner& r) {
+  std::mt19937 rng(r.options().seed + 11);
+  run_gather_rows(r, rng);
+  run_scatter_add_rows(r, rng);
+}
+
+}  // namespace sluice::conformance
