@@ -55,6 +55,14 @@ sl_status device_info(const Opened& o, sl_device_info& info) {
   return o.api->get_device_info(o.be, &info, &err);
 }
 
+// Whether one-row 4-bit products take the dp4a kernel on o's device: NVIDIA, unless SLUICE_OPENCL_DP4A=0.
+bool dp4a_runs(const Opened& o) {
+  sl_device_info info{};
+  EXPECT_EQ(device_info(o, info), SL_OK);
+  const char* off = std::getenv("SLUICE_OPENCL_DP4A");
+  return std::string(info.vendor).find("NVIDIA") != std::string::npos && !(off && *off == '0');
+}
+
 // A device buffer holding a copy of `bytes` bytes at data.
 sl_buffer* device_copy(const Opened& o, const void* data, std::size_t bytes) {
   sl_buffer* b = nullptr;
@@ -415,10 +423,7 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
   Opened probe;
   std::string why;
   if (!open(api, "", probe, why)) GTEST_SKIP() << why;
-  sl_device_info info{};
-  ASSERT_EQ(device_info(probe, info), SL_OK);
-  const char* off = std::getenv("SLUICE_OPENCL_DP4A");
-  const bool dp4a = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(off && *off == '0');
+  const bool dp4a = dp4a_runs(probe);
 
   // 1024: the norms round from registers; 1088 (not whole 1024-value runs): from memory after a fence.
   for (uint32_t H : {1024u, 1088u}) {
@@ -560,10 +565,7 @@ TEST(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
   Opened probe;
   std::string why;
   if (!open(api, "", probe, why)) GTEST_SKIP() << why;
-  sl_device_info info{};
-  ASSERT_EQ(device_info(probe, info), SL_OK);
-  const char* off = std::getenv("SLUICE_OPENCL_DP4A");
-  const bool dp4a = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(off && *off == '0');
+  const bool dp4a = dp4a_runs(probe);
 
   constexpr uint32_t kHeads = 8, kKvHeads = 2, kDim = 128, kCols = kHeads * kDim, kPageTokens = 16, kPages = 32;
   std::mt19937 rng(41);
