@@ -50,6 +50,20 @@ std::string key_scoring_options() {
   return options;
 }
 
+// attention_short (kernels_cl/attention_short.cl) serves queries of at most this many keys where the
+// program has it; longer ones go to the generic kernel. On the H100 at depth 0 (≤ 80 keys) it took
+// 13.0 µs a launch against the generic kernel's 18.1 (profiled); at depth 8192, with key splits, it
+// was no faster (perf/NOTES.md) — 512 keys is where the generic kernel starts to split.
+// SLUICE_OPENCL_ATT_SHORT=N sets N (0: never), and a backend created with the option
+// "generic-attention" never uses it (the tests compare the two).
+int32_t short_passes_max_keys(const sl_backend* be) {
+  static const int32_t limit = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_ATT_SHORT");
+    return e && *e ? static_cast<int32_t>(std::clamp<long>(std::strtol(e, nullptr, 10), 0, INT32_MAX)) : 512;
+  }();
+  return be->options.find("generic-attention") != std::string::npos ? 0 : limit;
+}
+
 // The work-group of kv_write, attention_fused_queries and attention_merge: a turbo key tries 16
 // rotations, each with its own transform and search, so a row is encoded by up to 256 work-items (16
 // a rotation) where the device allows; a query is rotated 16 ways for every head of a work-group, by
@@ -145,6 +159,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   source += kernel_source("rope");  // kv_write_rope's rotation, the rope kernel's own
   source += kernel_source("attention");
   source += kernel_source("attention_fused");
+  source += kernel_source("attention_short");
   const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
   const uint32_t wide_wg = wide_group_size(be);
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
@@ -181,8 +196,10 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                          hpw,
                          wide_wg,
                          cl::Kernel(program, "kv_gather_f16"),
-                         cl::Kernel(program, "kv_write_rope")};
-  k.ptx = built;  // (set above only by the build with SLUICE_PTX_SHFL)
+                         cl::Kernel(program, "kv_write_rope"),
+                         built,  // ptx: set above only by the build with SLUICE_PTX_SHFL
+                         // attention_short exists where the program has warp exchanges and the shape fits (attention_short.cl).
+                         program_has_kernel(program, "attention_short") ? cl::Kernel(program, "attention_short") : cl::Kernel()};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -593,21 +610,24 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     longest = std::max(longest, pos - lo + 1);
   }
   const bool fused = ks.hpw > 0;
+  const bool short_passes = !fused && ks.short_passes() && longest <= short_passes_max_keys(be);
   const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
   const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
   const uint32_t cu = std::max<uint32_t>(be->caps.compute_units, 1);
+  const uint32_t wg = short_passes ? ks.wide_wg : attention_wg();
   uint32_t splits = 1;
   // Several work-groups per compute unit: these kernels wait on memory between short bursts of
-  // work, and more groups in flight hide that (one split per 2 tiles of keys at least). Measured
-  // on the H100 at depth 32768 (perf/results/kv_codecs_gpu.md): the generic kernel is best at 8
-  // (f16 63.1 against 60.4 at 4 and 59.6 at 16), the fused one at 4 (turbo3 73.2–73.6 against
-  // 70.5–70.8 at 8 and 65.1 at 2), also since its query is prepared once per token.
-  // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides both, for measuring (perf/NOTES.md).
+  // work, and more groups in flight hide that (one split per 2 tiles of keys at least; one pass of
+  // attention_short's 64 keys). Measured on the H100 at depth 32768 (perf/results/kv_codecs_gpu.md):
+  // the generic kernel is best at 8 (f16 63.1 against 60.4 at 4 and 59.6 at 16), the fused one at 4
+  // (turbo3 73.2–73.6 against 70.5–70.8 at 8 and 65.1 at 2), also since its query is prepared once
+  // per token; attention_short's groups are four times as wide as the generic kernel's.
+  // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides them all, for measuring (perf/NOTES.md).
   static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
-  const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused ? 4 : 8;
+  const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused || short_passes ? 4 : 8;
   if (groups < per_cu * cu) {
     const uint64_t want = (per_cu * cu + groups - 1) / groups;
-    const uint64_t most = std::max<int64_t>(1, longest / (2 * int64_t(attention_wg())));
+    const uint64_t most = std::max<int64_t>(1, short_passes ? longest / 64 : longest / (2 * int64_t(attention_wg())));
     splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
   }
   if (splits > 1) be->att_partial.at_least(be->context, floats / p->head_dim * splits * (p->head_dim + 2) * 4);
@@ -617,7 +637,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   cl::Buffer *oq = nullptr, *oblocks = nullptr;
   const bool q15 = ks.ptx && n_tokens == 1 && p->head_dim % 32 == 0 && attention_wg() % 32 == 0 && ks.wide_wg % 32 == 0 &&
                    int15_scratch(be, 1, cols, oq, oblocks);
-  auto& kn = fused ? ks.fused : ks.attention;
+  auto& kn = fused ? ks.fused : short_passes ? ks.short_passes : ks.attention;
   const bool recent = keeps_recent(be, c);
   kn.setArg(0, single(q));
   kn.setArg(1, single(out));
@@ -655,7 +675,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   kn.setArg(form_arg, q15 ? *oq : single(out));  // unread without q15
   kn.setArg(form_arg + 1, q15 ? *oblocks : single(out));
   kn.setArg(form_arg + 2, static_cast<cl_uint>(q15));
-  launch(be, kn, cl::NDRange(size_t(attention_wg()) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(attention_wg(), 1, 1));
+  launch(be, kn, cl::NDRange(size_t(wg) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(wg, 1, 1));
   if (splits > 1) {
     auto& mk = ks.merge;
     mk.setArg(0, be->att_partial.buffer);

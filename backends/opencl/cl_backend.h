@@ -50,6 +50,7 @@ struct sl_kv_cache {
     cl::Kernel gather;     // kv_gather_f16: a prefill run's keys and values as f16 rows for attention_mma
     cl::Kernel write_rope;  // kv_write_rope: kv_write with the deferred rope of q and k in its launch
     bool ptx = false;       // built with SLUICE_PTX_SHFL: the outputs' 15-bit form can be written (att_write)
+    cl::Kernel short_passes;  // attention_short, where the program has it (null otherwise)
   };
   std::map<uint32_t, Kernels> kernels;
 };
@@ -202,6 +203,7 @@ Capabilities device_capabilities(const cl::Device& d);
 // Programs: our kernels (kernels_cl/, embedded at build time) plus extra source, built once per
 // process and cached on disk by source hash, options, device and driver.
 cl::Program build_program(sl_backend* be, const std::string& source, const std::string& options);
+bool program_has_kernel(const cl::Program& program, const char* name);  // kernels behind an #if in their source
 cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name);
 std::string kernel_source(const char* name);  // "common", "matvec", ... from kernels_cl/
 std::string program_cache_dir();

@@ -218,6 +218,11 @@ std::string q4_program(Q4Shape s) {
   return "matvec_t" + std::to_string(s.team) + "_r" + std::to_string(s.rows);
 }
 
+bool program_has_kernel(const cl::Program& program, const char* name) {
+  const std::string names = ";" + program.getInfo<CL_PROGRAM_KERNEL_NAMES>() + ";";  // ';'-separated (OpenCL 1.2)
+  return names.find(";" + std::string(name) + ";") != std::string::npos;
+}
+
 cl::Program build_program(sl_backend* be, const std::string& source, const std::string& options) {
   const cl::Device& d = be->ref.device;
   const std::string dir = program_cache_dir();

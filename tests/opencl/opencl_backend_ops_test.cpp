@@ -309,6 +309,179 @@ TEST(OpenclRopeJoinElsewhere, KvWriteOfAnotherKRunsThePairFirst) {
   EXPECT_EQ(launches(profile, "kv_write_rope"), 0) << profile;
 }
 
+// attention_short (kernels_cl/attention_short.cl) takes attention over histories up to 512 keys
+// (SLUICE_OPENCL_ATT_SHORT) wherever its program has warp exchanges — NVIDIA's shuffles, or their
+// local-memory emulation (SLUICE_OPENCL_ATT_SHFL_LOCAL=1: ctest runs this binary's attention tests a
+// second time so) — and a backend opened with "generic-attention" keeps the generic kernel. Three sequences (histories of 200, 70 and 1 keys: several passes of
+// the short kernel, two, one) decoded together, then the longest alone (with few work-groups the keys
+// split and merge); llama3's head shape (32 / 8 × 128), groups of 1 and 3, sinks, soft-capping, a
+// window and a recent window. Both backends are held to a float64 reference over the f16 rows; the
+// profile names the kernel that ran.
+struct ShortAttentionCase {
+  uint32_t n_heads, n_kv_heads, head_dim, window;
+  float softcap;
+  bool sinks, recent;
+};
+
+std::vector<std::vector<float>> run_decodes(Device& d, const ShortAttentionCase& c, const std::vector<std::vector<float>>& k,
+                                            const std::vector<std::vector<float>>& v,
+                                            const std::vector<std::vector<float>>& q, const std::vector<float>& sinks,
+                                            const std::vector<std::vector<int32_t>>& batches, uint32_t page_tokens,
+                                            uint32_t max_pages) {
+  const sl_backend_api* api = d.api();
+  sl_error err{};
+  const uint32_t n_seqs = static_cast<uint32_t>(k.size());
+  test::F16KvLayout kv(c.n_kv_heads, c.head_dim, page_tokens, n_seqs * max_pages);
+  kv.layout.recent_window = c.recent ? 24 : 0;
+  kv.layout.n_recent_pages = c.recent ? n_seqs * max_pages : 0;
+  EXPECT_EQ(api->kv_create(d.be(), &kv.layout, &d.cache(), &err), SL_OK) << err.message;
+  std::vector<int32_t> table(std::size_t(n_seqs) * max_pages);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 7) % table.size());  // scattered pages
+  auto begin = [&](const std::vector<int32_t>& positions, const std::vector<int32_t>& slots) {
+    sl_batch batch{};
+    batch.struct_size = sizeof(batch);
+    batch.n_tokens = static_cast<uint32_t>(positions.size());
+    batch.positions = positions.data();
+    batch.seq_slots = slots.data();
+    batch.n_seqs = n_seqs;
+    batch.max_pages = max_pages;
+    batch.page_table = table.data();
+    batch.recent_table = c.recent ? table.data() : nullptr;
+    EXPECT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
+  };
+  // The histories: every sequence's rows, written as one batch.
+  const std::size_t row = std::size_t(c.n_kv_heads) * c.head_dim;
+  std::vector<int32_t> positions, slots;
+  std::vector<float> all_k, all_v;
+  for (uint32_t s = 0; s < n_seqs; ++s)
+    for (std::size_t pos = 0; pos < k[s].size() / row; ++pos) {
+      positions.push_back(static_cast<int32_t>(pos));
+      slots.push_back(static_cast<int32_t>(s));
+      all_k.insert(all_k.end(), k[s].begin() + pos * row, k[s].begin() + (pos + 1) * row);
+      all_v.insert(all_v.end(), v[s].begin() + pos * row, v[s].begin() + (pos + 1) * row);
+    }
+  begin(positions, slots);
+  EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, d.upload(all_k), d.upload(all_v), &err), SL_OK) << err.message;
+  // Each batch decodes the last position of the sequences it names.
+  sl_buffer* dsinks = d.upload(sinks);
+  std::vector<std::vector<float>> outs;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    std::vector<int32_t> pos, sl;
+    for (int32_t s : batches[b]) {
+      pos.push_back(static_cast<int32_t>(k[s].size() / row) - 1);
+      sl.push_back(s);
+    }
+    begin(pos, sl);
+    sl_attention_params params{};
+    params.struct_size = sizeof(params);
+    params.n_heads = c.n_heads;
+    params.n_kv_heads = c.n_kv_heads;
+    params.head_dim = c.head_dim;
+    params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    params.window = c.window;
+    params.softcap = c.softcap;
+    params.sinks = c.sinks ? dsinks : nullptr;
+    sl_buffer* out = d.upload(std::vector<float>(q[b].size(), 0.0f));
+    EXPECT_EQ(api->attention(d.be(), d.cache(), 0, d.upload(q[b]), &params, out, &err), SL_OK) << err.message;
+    outs.push_back(d.download(out, q[b].size()));
+  }
+  api->kv_destroy(d.be(), d.cache());
+  d.cache() = nullptr;
+  return outs;
+}
+
+TEST(OpenclShortAttention, AgreesWithAFloat64ReferenceAndRunsWhereWarpsExchange) {
+  const ShortAttentionCase cases[] = {
+      {32, 8, 128, 0, 0.0f, false, false},  // llama3-8b's heads
+      {4, 4, 64, 0, 30.0f, true, true},     // one query head per KV head; sinks, soft-capping, a recent window
+      {12, 4, 32, 50, 0.0f, false, false},  // groups of 3 (padded to 4 in a pass), a sliding window
+  };
+  const std::vector<uint32_t> lengths = {200, 70, 1};
+  const std::vector<std::vector<int32_t>> batches = {{0, 1, 2}, {0}};
+  constexpr uint32_t kShortPageTokens = 16, kShortMaxPages = 13;
+  Device probe;
+  std::string why;
+  if (!probe.open("", false, why)) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  sl_device_info info{};
+  info.struct_size = sizeof(info);
+  sl_error err{};
+  ASSERT_EQ(probe.api()->get_device_info(probe.be(), &info, &err), SL_OK);
+  probe.close();
+  const char* emulated = std::getenv("SLUICE_OPENCL_ATT_SHFL_LOCAL");
+  const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
+  const char* limit = std::getenv("SLUICE_OPENCL_ATT_SHORT");
+  const bool nvidia = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(portable && *portable && *portable != '0');
+  const bool exchanges = nvidia || (emulated && std::strcmp(emulated, "1") == 0);
+  const bool short_on = exchanges && !(limit && std::atol(limit) < 200);
+
+  std::mt19937 rng(2026);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto randoms = [&](std::size_t n) {
+    std::vector<float> x(n);
+    for (auto& e : x) e = normal(rng);
+    return x;
+  };
+  for (const ShortAttentionCase& c : cases) {
+    SCOPED_TRACE("heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " dim " + std::to_string(c.head_dim));
+    const std::size_t row = std::size_t(c.n_kv_heads) * c.head_dim, q_row = std::size_t(c.n_heads) * c.head_dim;
+    std::vector<std::vector<float>> k, v, q;
+    for (uint32_t len : lengths) {
+      k.push_back(randoms(len * row));
+      v.push_back(randoms(len * row));
+    }
+    for (const auto& b : batches) q.push_back(randoms(b.size() * q_row));
+    const std::vector<float> sinks = randoms(c.n_heads);
+
+    Device fast, generic;
+    ASSERT_TRUE(fast.open("", true, why)) << why;
+    ASSERT_TRUE(generic.open("generic-attention", true, why)) << why;
+    const auto got = run_decodes(fast, c, k, v, q, sinks, batches, kShortPageTokens, kShortMaxPages);
+    const auto base = run_decodes(generic, c, k, v, q, sinks, batches, kShortPageTokens, kShortMaxPages);
+    const std::string fast_profile = fast.close(), generic_profile = generic.close();
+    ASSERT_EQ(got.size(), batches.size());
+    ASSERT_EQ(base.size(), batches.size());
+
+    // The reference: softmax attention in double over the f16-rounded rows.
+    auto f16 = [](float x) { return static_cast<double>(round_to_dtype(x, SL_DTYPE_F16)); };
+    const uint32_t group = c.n_heads / c.n_kv_heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    for (std::size_t b = 0; b < batches.size(); ++b)
+      for (std::size_t t = 0; t < batches[b].size(); ++t) {
+        const uint32_t s = static_cast<uint32_t>(batches[b][t]);
+        const int32_t pos = static_cast<int32_t>(lengths[s]) - 1;
+        const int32_t lo = c.window ? std::max<int32_t>(0, pos - static_cast<int32_t>(c.window) + 1) : 0;
+        for (uint32_t h = 0; h < c.n_heads; ++h) {
+          const float* qh = q[b].data() + t * q_row + h * c.head_dim;
+          const std::size_t kvh = h / group;
+          std::vector<double> score;
+          double m = c.sinks ? sinks[h] : -INFINITY;
+          for (int32_t j = lo; j <= pos; ++j) {
+            double dot = 0;
+            for (uint32_t d = 0; d < c.head_dim; ++d) dot += double(qh[d]) * f16(k[s][j * row + kvh * c.head_dim + d]);
+            double sc = dot * scale;
+            if (c.softcap > 0) sc = std::tanh(sc / c.softcap) * c.softcap;
+            score.push_back(sc);
+            m = std::max(m, sc);
+          }
+          double sum = c.sinks ? std::exp(sinks[h] - m) : 0.0;
+          for (auto& x : score) sum += (x = std::exp(x - m));
+          for (uint32_t d = 0; d < c.head_dim; ++d) {
+            double want = 0;
+            for (int32_t j = lo; j <= pos; ++j) want += score[j - lo] / sum * f16(v[s][j * row + kvh * c.head_dim + d]);
+            const std::size_t at = t * q_row + h * c.head_dim + d;
+            ASSERT_NEAR(got[b][at], want, 2e-5 * (1.0 + std::abs(want))) << "batch " << b << " token " << t << " head " << h << " dim " << d;
+            ASSERT_NEAR(base[b][at], want, 2e-5 * (1.0 + std::abs(want))) << "generic: batch " << b << " token " << t << " head " << h;
+          }
+        }
+      }
+    const long calls = static_cast<long>(batches.size());
+    EXPECT_EQ(launches(fast_profile, "attention_short"), short_on ? calls : 0) << fast_profile;
+    EXPECT_EQ(launches(fast_profile, "attention"), short_on ? 0 : calls) << fast_profile;
+    EXPECT_EQ(launches(generic_profile, "attention_short"), 0) << generic_profile;
+    EXPECT_EQ(launches(generic_profile, "attention"), calls) << generic_profile;
+  }
+}
+
 const RopeJoinCase kRopeJoinCases[] = {
     {"neox_full_recent", 8, 2, 64, 64, SL_ROPE_NEOX, 1.0f, true, ""},
     {"interleaved_partial", 8, 2, 64, 32, SL_ROPE_INTERLEAVED, 0.875f, false, ""},
