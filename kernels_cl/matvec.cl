@@ -379,27 +379,105 @@ inline int dp4a_step(uint4 w, uint4 h0, uint4 h1, uint4 l0, uint4 l1) {
   return dh * 128 + dl;
 }
 
-// matvec_q4_rows with the activation's 15-bit form (one activation row, 4-bit, groups of 32k).
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase, __global const uchar* bbase,
-                    uint scale_dtype, uint group_size, uint cols, uint w_align, __global const uint4* xq,
-                    __global const float2* blocks, Q4_PARTS_ARGS) {
-  __local float red[R4 * WG];
-  const Q4Rows t = q4_rows_of_team(wbase, words_per_row, sbase, bbase, scale_dtype, group_size, cols, Q4_PARTS_PASS);
-  float acc[R4];
+// The team's sums of its R4 rows against the 15-bit form, from column step `first` on.
+inline void q4_dp4a_sums(const Q4Rows* t, ulong words_per_row, uint scale_dtype, uint group_size, uint cols, uint w_align,
+                         __global const uint4* xq, __global const float2* blocks, uint first, float* acc) {
   for (uint k = 0; k < R4; ++k) acc[k] = 0.0f;
   const uint steps = (uint)(words_per_row / 4u), n_blocks = cols / 32u;
-  for (uint i = get_local_id(0) % Q4_TEAM; i < steps; i += Q4_TEAM) {
+  for (uint i = first; i < steps; i += Q4_TEAM) {
     const uint g = i * 32u / group_size;
     const uint4 h0 = xq[i], h1 = xq[n_blocks + i], l0 = xq[2u * n_blocks + i], l1 = xq[3u * n_blocks + i];
     const float2 blk = blocks[i];
     uint4 w4[R4];
     float sc[R4], bi[R4];
-    q4_load_step(&t, words_per_row, scale_dtype, g, i, w_align, w4, sc, bi);
+    q4_load_step(t, words_per_row, scale_dtype, g, i, w_align, w4, sc, bi);
     for (uint k = 0; k < R4; ++k) acc[k] += sc[k] * blk.x * (float)dp4a_step(w4[k], h0, h1, l0, l1) + bi[k] * blk.y;
+  }
+}
+
+// A product whose input is an RMS norm's output that no launch computed (the host joined the norm
+// to the product before it: matvec_q4_dp4a_res below). The form then holds (w + w_offset) ⊙ x — the
+// norm without its one scalar 1/rms — and norm_parts[b] the Σ x² of block b of the residual row x;
+// the reader scales its sums by 1/rms = (Σ parts / dim + eps)^-½ (the product is linear in its
+// input) and writes the normalised row itself (norm_out), one value a work-item, for any later
+// reader. norm_blocks = dim / 32; 0: the input is what the form says, nothing to scale.
+#define NORM_ARGS                                                                                                   \
+  __global const float *norm_parts, uint norm_blocks, float norm_eps, __global const float *norm_x,                \
+      __global const uchar *norm_w, ulong norm_w_off, uint norm_w_dtype, float norm_w_offset, __global float *norm_out
+
+// This lane's share of Σ parts (loaded early: the sum is needed only after the product's loop).
+inline float norm_parts_share(__global const float* parts, uint n_blocks) {
+  float s = 0.0f;
+  for (uint b = get_local_id(0) % 32u; b < n_blocks; b += 32u) s += parts[b];
+  return s;
+}
+
+// 1/rms from the lanes' shares, by whole warps; and the normalised row's value of this work-item.
+inline float norm_scale(float share, NORM_ARGS) {
+  const float inv = 1.0f / sqrt(warp_sum(share) / (float)(norm_blocks * 32u) + norm_eps);
+  const size_t i = get_global_id(0);
+  if (i < norm_blocks * 32u) norm_out[i] = (load_value(norm_w + norm_w_off, norm_w_dtype, i) + norm_w_offset) * (norm_x[i] * inv);
+  return inv;
+}
+#define NORM_PASS norm_parts, norm_blocks, norm_eps, norm_x, norm_w, norm_w_off, norm_w_dtype, norm_w_offset, norm_out
+
+// matvec_q4_rows with the activation's 15-bit form (one activation row, 4-bit, groups of 32k).
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase, __global const uchar* bbase,
+                    uint scale_dtype, uint group_size, uint cols, uint w_align, __global const uint4* xq,
+                    __global const float2* blocks, Q4_PARTS_ARGS, NORM_ARGS) {
+  __local float red[R4 * WG];
+  const Q4Rows t = q4_rows_of_team(wbase, words_per_row, sbase, bbase, scale_dtype, group_size, cols, Q4_PARTS_PASS);
+  const float share = norm_blocks ? norm_parts_share(norm_parts, norm_blocks) : 0.0f;
+  float acc[R4];
+  q4_dp4a_sums(&t, words_per_row, scale_dtype, group_size, cols, w_align, xq, blocks, get_local_id(0) % Q4_TEAM, acc);
+  if (norm_blocks) {
+    const float inv = norm_scale(share, NORM_PASS);
+    for (uint k = 0; k < R4; ++k) acc[k] *= inv;
   }
   q4_team_finish(acc, red, &t, bias_dtype);
 }
+
+// Decode's residual step after a product (the o projection, down), in the product's launch: the host
+// joins add_rms_norm(x, delta = this product, w) to the product before it. A work-group of RES_WG
+// computes 32 consecutive rows — one block of the 15-bit form — as matvec_q4_dp4a's teams do, writes
+// them (delta), then its first warp adds them to the residual row x and writes the next product's
+// input: (w + w_offset) ⊙ x in 15-bit form and the block's Σ x² in parts (NORM_ARGS above), so no
+// launch computes the norm. Built where RES_WG / Q4_TEAM teams of R4 rows make 32 rows.
+#define RES_WG 1024
+#if (RES_WG / Q4_TEAM) * R4 == 32
+__kernel __attribute__((reqd_work_group_size(RES_WG, 1, 1)))
+void matvec_q4_dp4a_res(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase,
+                        __global const uchar* bbase, uint scale_dtype, uint group_size, uint cols, uint w_align,
+                        __global const uint4* xq, __global const float2* blocks, ulong w_off, ulong s_off, ulong b_off,
+                        uint rows, __global float* delta, __global float* x, __global const uchar* nw, ulong nw_off,
+                        uint nw_dtype, float nw_offset, __global uchar* out_q, __global float2* out_blocks,
+                        __global float* parts) {
+  __local float red[R4 * WG];  // q4_team_finish's: indexed by warp, RES_WG / 32 <= WG
+  const uint lid = get_local_id(0), ssize = scale_dtype == DT_F32 ? 4u : 2u;
+  Q4Rows t;
+  t.first = get_group_id(0) * 32u + lid / Q4_TEAM * R4;
+  t.rows = rows;
+  t.groups = cols / group_size;
+  t.w = (__global const uint*)(wbase + w_off) + (ulong)t.first * words_per_row;
+  t.s = sbase + s_off + (ulong)t.first * t.groups * ssize;
+  t.b = bbase + b_off + (ulong)t.first * t.groups * ssize;
+  t.out = delta;
+  t.bias = 0;
+  float acc[R4];
+  q4_dp4a_sums(&t, words_per_row, scale_dtype, group_size, cols, w_align, xq, blocks, lid % Q4_TEAM, acc);
+  q4_team_finish(acc, red, &t, 0u);
+  barrier(CLK_GLOBAL_MEM_FENCE);  // the block's 32 rows of delta, written by its teams' first lanes
+  if (lid < 32u) {
+    const uint r = get_group_id(0) * 32u + lid;
+    const float v = x[r] + delta[r];
+    x[r] = v;
+    int15_store((load_value(nw + nw_off, nw_dtype, r) + nw_offset) * v, r, true, rows, out_q, out_blocks);
+    const float ss = warp_sum(v * v);
+    if (lid == 0u) parts[get_group_id(0)] = ss;
+  }
+}
+#endif
 
 // Decode's gated MLP input in one launch (on NVIDIA, the host joins matmul_multi's gate/up with the
 // gated_activation after it): a warp computes row r of the gate and of the up matrix (the two parts,
@@ -413,7 +491,8 @@ void matvec_q4_dp4a_glu(__global const uchar* wbase, ulong words_per_row, __glob
                         __global const uchar* bbase, uint scale_dtype, uint group_size, uint cols, uint w_align,
                         __global const uint4* xq, __global const float2* blocks, ulong w_off0, ulong s_off0, ulong b_off0,
                         ulong w_off1, ulong s_off1, ulong b_off1, uint rows, __global float* gate, __global float* up,
-                        __global float* act, uint activation, __global uchar* act_q, __global float2* act_blocks) {
+                        __global float* act, uint activation, __global uchar* act_q, __global float2* act_blocks,
+                        NORM_ARGS) {
   __local float acts[GLU_WG / 32];
   const uint lane = get_local_id(0) % 32u, warp = get_local_id(0) / 32u;
   const uint r = get_group_id(0) * (GLU_WG / 32u) + warp;
@@ -424,6 +503,7 @@ void matvec_q4_dp4a_glu(__global const uchar* wbase, ulong words_per_row, __glob
   __global const uchar* s1 = sbase + s_off1 + (ulong)r * groups * ssize;
   __global const uchar* b0 = bbase + b_off0 + (ulong)r * groups * ssize;
   __global const uchar* b1 = bbase + b_off1 + (ulong)r * groups * ssize;
+  const float share = norm_blocks ? norm_parts_share(norm_parts, norm_blocks) : 0.0f;
   float acc0 = 0.0f, acc1 = 0.0f;
   const uint steps = (uint)(words_per_row / 4u), n_blocks = cols / 32u;
   for (uint i = lane; i < steps; i += 32u) {
@@ -438,6 +518,11 @@ void matvec_q4_dp4a_glu(__global const uchar* wbase, ulong words_per_row, __glob
   }
   acc0 = warp_sum(acc0);
   acc1 = warp_sum(acc1);
+  if (norm_blocks) {
+    const float inv = norm_scale(share, NORM_PASS);
+    acc0 *= inv;
+    acc1 *= inv;
+  }
   if (lane == 0) {
     const float a = activation_of(acc0, activation) * acc1;
     gate[r] = acc0;

@@ -376,7 +376,6 @@ struct Entry<kFlush, kForget, kWaits, sl_status (*)(sl_backend*, A...), kSetup> 
   }
 };
 #define SLUICE_WRITES(fn) Entry<true, true, false, decltype(&fn)>::call<&fn>
-#define SLUICE_READS(fn) Entry<true, false, false, decltype(&fn)>::call<&fn>
 #define SLUICE_WAITS(fn) Entry<true, false, true, decltype(&fn)>::call<&fn>
 #define SLUICE_SETUP(fn) Entry<true, true, false, decltype(&fn), true>::call<&fn>  // not timed: loading, not serving
 
@@ -421,7 +420,7 @@ const sl_backend_api kApi = {
     SLUICE_WRITES(embed),
     SLUICE_WRITES(rms_norm),
     SLUICE_WRITES(layer_norm),
-    SLUICE_READS(matmul),
+    Entry<false, false, false, decltype(&matmul)>::call<&matmul>,  // may join a waiting norm of its input, or wait itself
     Entry<false, true, false, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
     Entry<false, true, false, decltype(&kv_write)>::call<&kv_write>,  // may run a waiting rope pair in its launch
     SLUICE_WRITES(attention),
@@ -434,11 +433,10 @@ const sl_backend_api kApi = {
     SLUICE_WRITES(topk),
     SLUICE_WRITES(gather_rows),
     SLUICE_WRITES(scatter_add_rows),
-    SLUICE_READS(matmul_multi),
-    SLUICE_WRITES(add_rms_norm),
+    Entry<false, false, false, decltype(&matmul_multi)>::call<&matmul_multi>,  // may join a waiting norm of its input
+    Entry<false, false, false, decltype(&add_rms_norm)>::call<&add_rms_norm>,  // may join the product before it
 };
 #undef SLUICE_WRITES
-#undef SLUICE_READS
 #undef SLUICE_WAITS
 #undef SLUICE_SETUP
 

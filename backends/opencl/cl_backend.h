@@ -92,9 +92,33 @@ struct PendingRope {
 // its weights' device ranges as resolved when it was deferred.
 struct PendingGlu {
   const sl_buffer* x = nullptr;
+  uint32_t slot = 0;  // the pair holding x's form (sl_backend::x15_slot); the joined launch writes the other
   sl_weight ws[2]{};
   sl_buffer* outs[2]{};
   DevPtr data[2], scales[2], biases[2];
+};
+
+// A one-row 4-bit product (the o projection, down) not yet launched: it waits for an add_rms_norm of
+// its output, with which it runs as one launch (matvec_q4_dp4a_res; cl_matmul.cpp, res_join). Its
+// input's 15-bit form and its weight's device ranges as they were when it was deferred.
+struct PendingProduct {
+  const sl_buffer* x = nullptr;
+  sl_weight w{};
+  DevPtr data, scales, biases;
+  sl_buffer* out = nullptr;
+  cl::Buffer xq, blocks;
+  uint32_t slot = 0;  // the form's pair (sl_backend::x15_slot); the joined launch writes the other
+};
+
+// The norm of a joined add_rms_norm: x already holds x + delta, and out = rms_norm(x) is not computed
+// yet — the next product reads its form (the other pair's) with the blocks' Σ x² in norm_parts and
+// writes out in passing; anything else first launches it as a plain rms_norm (cl_matmul.cpp).
+struct PendingNorm {
+  sl_buffer* x = nullptr;
+  sl_weight weight{};
+  float weight_offset = 0.0f, eps = 0.0f;
+  sl_buffer* out = nullptr;  // null: none
+  uint32_t dim = 0;
 };
 
 struct DeviceRef {
@@ -183,6 +207,11 @@ struct sl_backend {
   // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
   sluice::ocl::PendingRope pending_rope;
   sluice::ocl::PendingGlu pending_glu;
+  // A product waiting for the add_rms_norm of its output, and the norm that joined it, waiting for
+  // the product that reads it (cl_matmul.cpp; null x / out: none). norm_parts: its blocks' Σ x².
+  sluice::ocl::PendingProduct pending_product;
+  sluice::ocl::PendingNorm pending_norm;
+  sluice::ocl::Scratch norm_parts;
 };
 
 namespace sluice::ocl {
@@ -270,10 +299,29 @@ bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t cou
 bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* act, uint64_t n);
 void glu_flush(sl_backend* be);
 
-// Launches work an op deferred to join it with the next (a waiting rope or pair of ropes). Every
-// entry point runs it first (cl_backend.cpp) but the ops that may join it, which run it themselves
-// when they do not.
-void flush_deferred(sl_backend* be);
+// The residual join (cl_matmul.cpp): a one-row product, the add_rms_norm of its output and the
+// product that reads the norm, in two launches instead of three. product_defer: whether matmul's
+// product was recorded in pending_product instead of launched (NVIDIA dp4a, 4-bit, no bias, whole
+// 32-row blocks, x's form at hand). res_join: launches the pending product with add_rms_norm(x,
+// delta, weight) when delta is its output — x updated, out left pending (pending_norm) — or false,
+// nothing changed. product_flush / norm_flush: launch what waits as it was asked.
+bool product_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
+                   sl_buffer* out);
+bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
+              sl_buffer* out, uint32_t dim, float eps);
+void product_flush(sl_backend* be);
+void norm_flush(sl_backend* be);
+// An unquantized vector weight (norm weight, bias) with at least n values: its device range (cl_ops.cpp).
+DevPtr vector_weight(sl_backend* be, const sl_weight* w, uint64_t n);
+// rms_norm / add_rms_norm as asked (cl_ops.cpp), after their arguments were checked.
+void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
+                  sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps);
+
+// Launches work an op deferred to join it with the next (a waiting rope or pair of ropes, a gate/up
+// pair, a product, a norm). Every entry point runs it first (cl_backend.cpp) but the ops that may
+// join it, which run it themselves when they do not; a product reading `reader` leaves the pending
+// norm of that buffer to take it in its own launch.
+void flush_deferred(sl_backend* be, const sl_buffer* reader = nullptr);
 // The rope pair kv_write(k, v) may run in its own launch (cl_ops.cpp): true and the pending pair in
 // `out`, no longer pending (the caller must launch it), when k is the pair's second tensor with
 // n_kv_heads heads of head_dim and v neither of its tensors; false otherwise, nothing changed.

@@ -59,6 +59,13 @@ cl::Buffer& single(const sl_buffer* b) {
   return const_cast<cl::Buffer&>(b->chunks[0]);
 }
 
+// The 15-bit form's buffers of pair `slot` (sl_backend::x15_slot), grown to hold cols values.
+std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols) {
+  Scratch& q = slot ? be->matvec_x8_alt : be->matvec_x8;
+  Scratch& b = slot ? be->matvec_x8_alt_blocks : be->matvec_x8_blocks;
+  return {q.at_least(be->context, cols * 2), b.at_least(be->context, cols / 32 * 8)};
+}
+
 // One weight's share of a 4-bit decode launch (kernels_cl/matvec.cl, Q4_PARTS_ARGS).
 struct Q4Part {
   Segment seg;
@@ -95,6 +102,28 @@ bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weig
   launch(be, q, cl::NDRange(round_up(cols, 256)), cl::NDRange(256));
   int15_made(be, x, cols);  // later products of the same x reuse it
   return true;
+}
+
+// The pending norm's arguments (NORM_ARGS in kernels_cl/matvec.cl) for a dp4a product reading x:
+// its parts when x is the norm's output, else none (norm_blocks 0; the buffers are then unread).
+void set_norm_args(sl_backend* be, cl::Kernel& k, cl_uint& a, const sl_buffer* x) {
+  const PendingNorm& n = be->pending_norm;
+  const bool on = n.out && n.out == x;
+  const DevPtr w = on ? vector_weight(be, &n.weight, n.dim) : DevPtr{single(x), 0};
+  k.setArg(a++, on ? be->norm_parts.buffer : single(x));
+  k.setArg(a++, static_cast<cl_uint>(on ? n.dim / 32 : 0));
+  k.setArg(a++, on ? n.eps : 0.0f);
+  k.setArg(a++, single(on ? n.x : x));
+  k.setArg(a++, w.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(w.offset));
+  k.setArg(a++, static_cast<cl_uint>(on ? n.weight.dtype : 0));
+  k.setArg(a++, on ? n.weight_offset : 0.0f);
+  k.setArg(a++, single(on ? n.out : x));
+}
+
+// After the launches of a product that read x: a pending norm of x is computed now (they wrote it).
+void norm_taken(sl_backend* be, const sl_buffer* x) {
+  if (be->pending_norm.out && be->pending_norm.out == x) be->pending_norm = PendingNorm{};
 }
 
 // Up to three parts of one-row 4-bit products sharing x, in one launch; parts[0].seg.r0 is where
@@ -145,6 +174,7 @@ void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, co
   k.setArg(a++, has_bias);
   k.setArg(a++, static_cast<cl_uint>(bias_dtype));
   k.setArg(a++, static_cast<cl_uint>(s0.r0));
+  if (dp4a) set_norm_args(be, k, a, x);
   launch(be, k, cl::NDRange(size_t((total + rows_per_group - 1) / rows_per_group) * 128), cl::NDRange(128));
 }
 
@@ -153,6 +183,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
   const bool q4_decode = q4_decode_form(n_rows, w);
   cl::Buffer *xq = nullptr, *blocks = nullptr;
   const bool dp4a = q4_decode && dp4a_input(be, x, w->cols, uint64_t(w->rows) * w->cols, xq, blocks);
+  if (!dp4a && be->pending_norm.out == x) norm_flush(be);  // the float kernels read x itself
   for (const auto& s : segments(be, w)) {
     const cl::NDRange global(size_t((s.rows + kMatvecRowsPerGroup - 1) / kMatvecRowsPerGroup) * 128), local(128);
     if (w->bits == 0) {
@@ -203,6 +234,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       launch(be, k, global, local);
     }
   }
+  if (dp4a) norm_taken(be, x);
 }
 
 // C[m, n] (leading dimension ldc, at c_off floats) = A[m, k] · B[n, k]ᵀ.
@@ -426,7 +458,9 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
   for (uint32_t i = 0; i < count; ++i) weights += uint64_t(ws[i]->rows) * ws[i]->cols;
   cl::Buffer *xq = nullptr, *blocks = nullptr;
   const bool dp4a = dp4a_input(be, x, w0->cols, weights, xq, blocks);
+  if (!dp4a && be->pending_norm.out == x) norm_flush(be);  // the float kernel reads x itself
   q4_decode_launch(be, x, w0, parts.data(), count, dp4a, xq, blocks, bias_dtype);
+  if (dp4a) norm_taken(be, x);
   return true;
 }
 
@@ -456,9 +490,10 @@ bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t cou
   if (!q4_decode_form(1, &g) || !q4_decode_form(1, &u) || g.rows != u.rows || g.rows % 32 || g.cols != u.cols ||
       g.group_size != u.group_size || g.scale_dtype != u.scale_dtype)
     return false;
-  if (be->x15_of != x || be->x15_cols != g.cols || be->x15_slot != 0) return false;  // the kernel writes slot 1
+  if (be->x15_of != x || be->x15_cols != g.cols) return false;
   PendingGlu p;
   p.x = x;
+  p.slot = be->x15_slot;  // the kernel writes the other pair
   p.ws[0] = g;
   p.ws[1] = u;
   p.outs[0] = outs[0];
@@ -482,8 +517,9 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
   if (!p.x || gate != p.outs[0] || up != p.outs[1] || n != p.ws[0].rows || act == p.x || act == gate || act == up) return false;
   const sl_weight& w = p.ws[0];
   const uint32_t rows = w.rows;
-  cl::Buffer& act_q = be->matvec_x8_alt.at_least(be->context, uint64_t(rows) * 2);
-  cl::Buffer& act_blocks = be->matvec_x8_alt_blocks.at_least(be->context, uint64_t(rows) / 32 * 8);
+  const uint32_t out_slot = 1 - p.slot;
+  cl::Buffer& act_q = form_pair(be, out_slot, rows).first;
+  cl::Buffer& act_blocks = form_pair(be, out_slot, rows).second;
   auto& k = kernel(be, "matvec", "matvec_q4_dp4a_glu");
   cl_uint a = 0;
   k.setArg(a++, p.data[0].buffer);
@@ -495,8 +531,8 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
   k.setArg(a++, static_cast<cl_uint>(w.cols));
   const uint64_t at = p.data[0].offset | p.data[1].offset;
   k.setArg(a++, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
-  k.setArg(a++, be->matvec_x8.buffer);  // slot 0: glu_defer checked
-  k.setArg(a++, be->matvec_x8_blocks.buffer);
+  k.setArg(a++, form_pair(be, p.slot, w.cols).first);
+  k.setArg(a++, form_pair(be, p.slot, w.cols).second);
   for (uint32_t i = 0; i < 2; ++i) {
     k.setArg(a++, static_cast<cl_ulong>(p.data[i].offset));
     k.setArg(a++, static_cast<cl_ulong>(p.scales[i].offset));
@@ -509,11 +545,105 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
   k.setArg(a++, static_cast<cl_uint>(activation));
   k.setArg(a++, act_q);
   k.setArg(a++, act_blocks);
+  set_norm_args(be, k, a, p.x);
   constexpr size_t kGluWg = 1024;  // GLU_WG in kernels_cl/matvec.cl: 32 rows a work-group
   launch(be, k, cl::NDRange(size_t(rows) / 32 * kGluWg), cl::NDRange(kGluWg));
+  norm_taken(be, p.x);
   be->pending_glu = PendingGlu{};
-  int15_made(be, act, rows, 1);
+  int15_made(be, act, rows, out_slot);
   return true;
+}
+
+// ---- The residual join (NVIDIA decode): product → add_rms_norm → product in two launches.
+//
+// Each launch costs ~5–7 µs on the H100 however little it does: skipping add_rms_norm's two launches
+// a layer (SLUICE_OPENCL_SKIP) moved decode from 258 to 293 tokens/s (perf/NOTES.md). The norm needs
+// the sum of squares of the whole row, so it cannot run inside the product of its output — but the
+// product's work-groups can each finish a 32-row block of the residual row (matvec_q4_dp4a_res),
+// and the norm is linear after one scalar: the next product scales its sums by 1/rms
+// from the blocks' sums of squares (matvec_q4_dp4a, matvec_q4_dp4a_glu: NORM_ARGS).
+// SLUICE_OPENCL_RES_JOIN=0 turns it off (measuring).
+
+bool product_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
+                   sl_buffer* out) {
+  static const bool off = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_RES_JOIN");
+    return e && *e == '0';
+  }();
+  if (off || be->options.find("no-res-join") != std::string::npos) return false;  // (a backend option: the tests compare)
+  if (n_rows != 1 || bias || !use_dp4a(be) || !q4_decode_form(1, w) || w->rows % 32 || w->rows > UINT32_MAX / 2) return false;
+  if (be->x15_of != x || be->x15_cols != w->cols || be->pending_norm.out == x || out->chunks.size() != 1) return false;
+  auto segs = segments(be, w);
+  if (segs.size() != 1) return false;
+  PendingProduct p;
+  p.x = x;
+  p.w = *w;
+  p.data = segs[0].data;
+  p.scales = segs[0].scales;
+  p.biases = segs[0].biases;
+  p.out = out;
+  p.slot = be->x15_slot;
+  p.xq = form_pair(be, p.slot, w->cols).first;
+  p.blocks = form_pair(be, p.slot, w->cols).second;
+  be->pending_product = p;
+  return true;
+}
+
+void product_flush(sl_backend* be) {
+  if (!be->pending_product.x) return;
+  const PendingProduct p = be->pending_product;
+  be->pending_product = PendingProduct{};
+  matmul_one(be, p.x, 1, &p.w, nullptr, p.out);
+}
+
+bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
+              sl_buffer* out, uint32_t dim, float eps) {
+  const PendingProduct& p = be->pending_product;
+  if (!p.x || delta != p.out || p.w.rows != dim || x == p.x || out == p.x || x->chunks.size() != 1 || out->chunks.size() != 1)
+    return false;
+  const uint32_t out_slot = 1 - p.slot;
+  auto form = form_pair(be, out_slot, dim);
+  cl::Buffer& parts = be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4);
+  const DevPtr nw = vector_weight(be, weight, dim);
+  // In the program of teams of 64 and 2 rows: RES_WG / 64 teams make a 32-row block a work-group.
+  auto& k = kernel(be, q4_program(Q4Shape{64, 2}), "matvec_q4_dp4a_res");
+  cl_uint a = 0;
+  k.setArg(a++, p.data.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(uint64_t(p.w.cols) * 4 / 32));
+  k.setArg(a++, p.scales.buffer);
+  k.setArg(a++, p.biases.buffer);
+  k.setArg(a++, static_cast<cl_uint>(p.w.scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(p.w.group_size));
+  k.setArg(a++, static_cast<cl_uint>(p.w.cols));
+  k.setArg(a++, static_cast<cl_uint>(p.data.offset % 16 == 0 ? 16 : p.data.offset % 8 == 0 ? 8 : 4));
+  k.setArg(a++, p.xq);
+  k.setArg(a++, p.blocks);
+  k.setArg(a++, static_cast<cl_ulong>(p.data.offset));
+  k.setArg(a++, static_cast<cl_ulong>(p.scales.offset));
+  k.setArg(a++, static_cast<cl_ulong>(p.biases.offset));
+  k.setArg(a++, static_cast<cl_uint>(dim));
+  k.setArg(a++, single(p.out));
+  k.setArg(a++, single(x));
+  k.setArg(a++, nw.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(nw.offset));
+  k.setArg(a++, static_cast<cl_uint>(weight->dtype));
+  k.setArg(a++, weight_offset);
+  k.setArg(a++, form.first);
+  k.setArg(a++, form.second);
+  k.setArg(a++, parts);
+  constexpr size_t kResWg = 1024;  // RES_WG in kernels_cl/matvec.cl: 32 rows a work-group
+  launch(be, k, cl::NDRange(size_t(dim) / 32 * kResWg), cl::NDRange(kResWg));
+  be->pending_product = PendingProduct{};
+  be->pending_norm = PendingNorm{x, *weight, weight_offset, eps, out, dim};
+  int15_made(be, out, dim, out_slot);
+  return true;
+}
+
+void norm_flush(sl_backend* be) {
+  if (!be->pending_norm.out) return;
+  const PendingNorm n = be->pending_norm;
+  be->pending_norm = PendingNorm{};
+  rms_norm_run(be, n.x, nullptr, &n.weight, n.weight_offset, n.out, 1, n.dim, n.eps);  // x holds x + delta already
 }
 
 bool use_dp4a(const sl_backend* be) {
@@ -536,7 +666,9 @@ sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_w
   if (auto s = check_matmul(x, n_rows, w, bias, out, err); s != SL_OK) return s;
   if (n_rows == 0) return SL_OK;
   return guarded(err, "matmul", [&] {
+    flush_deferred(be, x);  // but a norm of x, which the product takes in its launch
     if (be->x15_of == out) be->x15_of = nullptr;
+    if (product_defer(be, x, n_rows, w, bias, out)) return SL_OK;  // joined with the add_rms_norm of out next
     matmul_one(be, x, n_rows, w, bias, out);
     return SL_OK;
   });
@@ -555,6 +687,7 @@ sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint
   }
   if (n_rows == 0) return SL_OK;
   return guarded(err, "matmul_multi", [&] {
+    flush_deferred(be, x);  // but a norm of x, which the products take in their launch
     for (uint32_t i = 0; i < count; ++i)
       if (be->x15_of == outs[i]) be->x15_of = nullptr;
     if (glu_defer(be, x, n_rows, count, ws, biases, outs)) return SL_OK;  // joined with the activation next

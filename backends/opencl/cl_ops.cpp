@@ -18,18 +18,17 @@ uint64_t weight_bytes(const sl_weight* w) {
   return n * (w->dtype == SL_DTYPE_F32 ? 4 : 2);
 }
 
+DevPtr vector_weight(sl_backend* be, const sl_weight* w, uint64_t n) {
+  const uint64_t bytes = n * (w->dtype == SL_DTYPE_F32 ? 4 : 2);
+  return read_range(be, w->data, w->offset, bytes, w->dtype == SL_DTYPE_F32 ? 4 : 2);
+}
+
 namespace {
 
 constexpr size_t kLocal = 64;
 
 sl_status bad_weight(sl_error* err, const char* op) {
   return set_error(err, SL_ERR_UNSUPPORTED, std::string(op) + ": unsupported weight form on the OpenCL backend");
-}
-
-// An unquantized vector weight (norm weight, bias) with at least n values: its device range.
-DevPtr vector_weight(sl_backend* be, const sl_weight* w, uint64_t n) {
-  const uint64_t bytes = n * (w->dtype == SL_DTYPE_F32 ? 4 : 2);
-  return read_range(be, w->data, w->offset, bytes, w->dtype == SL_DTYPE_F32 ? 4 : 2);
 }
 
 bool float_buffer_ok(const sl_buffer* b, uint64_t n) { return b && n <= b->bytes / 4; }
@@ -98,39 +97,51 @@ sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint
   });
 }
 
-namespace {
-
 // rms_norm and add_rms_norm: x (+ delta, written back to x) normalised into out, and on NVIDIA in
 // decode the output's 15-bit form for the dp4a product that reads it next.
-sl_status rms_norm_launch(sl_backend* be, const char* op, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight,
-                          float weight_offset, sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
+                  sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps) {
+  const DevPtr w = vector_weight(be, weight, dim);
+  cl::Buffer *xq = nullptr, *blocks = nullptr;
+  const bool q15 = int15_scratch(be, n_rows, dim, xq, blocks);
+  auto& k = kernel(be, "ops", delta ? "add_rms_norm" : "rms_norm");
+  cl_uint a = 0;
+  k.setArg(a++, single(x));
+  if (delta) k.setArg(a++, single(delta));
+  k.setArg(a++, w.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(w.offset));
+  k.setArg(a++, static_cast<cl_uint>(weight->dtype));
+  k.setArg(a++, weight_offset);
+  k.setArg(a++, single(out));
+  k.setArg(a++, static_cast<cl_uint>(dim));
+  k.setArg(a++, eps);
+  k.setArg(a++, q15 ? *xq : single(out));  // unread without q15
+  k.setArg(a++, q15 ? *blocks : single(out));
+  k.setArg(a++, static_cast<cl_uint>(q15));
+  constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
+  launch(be, k, cl::NDRange(size_t(n_rows) * kNormWg), cl::NDRange(kNormWg));
+  if (q15) int15_made(be, out, dim);
+}
+
+namespace {
+
+sl_status rms_norm_checked(sl_backend* be, const char* op, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight,
+                           float weight_offset, sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
   if (!weight || !weight->data || weight->bits || !weight_form_supported(weight->dtype, 0) || weight->cols != dim)
     return bad_weight(err, op);
   const uint64_t n = uint64_t(n_rows) * dim;
   if (!float_buffer_ok(x, n) || !float_buffer_ok(out, n) || (delta && !float_buffer_ok(delta, n))) return too_small(err, op);
   if (delta && (out == x || out == delta)) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": out aliases x or delta");
-  if (n_rows == 0) return SL_OK;
+  if (n_rows == 0) return guarded(err, op, [&] {
+      flush_deferred(be);
+      return SL_OK;
+    });
   return guarded(err, op, [&] {
-    const DevPtr w = vector_weight(be, weight, dim);
-    cl::Buffer *xq = nullptr, *blocks = nullptr;
-    const bool q15 = int15_scratch(be, n_rows, dim, xq, blocks);
-    auto& k = kernel(be, "ops", delta ? "add_rms_norm" : "rms_norm");
-    cl_uint a = 0;
-    k.setArg(a++, single(x));
-    if (delta) k.setArg(a++, single(delta));
-    k.setArg(a++, w.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(w.offset));
-    k.setArg(a++, static_cast<cl_uint>(weight->dtype));
-    k.setArg(a++, weight_offset);
-    k.setArg(a++, single(out));
-    k.setArg(a++, static_cast<cl_uint>(dim));
-    k.setArg(a++, eps);
-    k.setArg(a++, q15 ? *xq : single(out));  // unread without q15
-    k.setArg(a++, q15 ? *blocks : single(out));
-    k.setArg(a++, static_cast<cl_uint>(q15));
-    constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
-    launch(be, k, cl::NDRange(size_t(n_rows) * kNormWg), cl::NDRange(kNormWg));
-    if (q15) int15_made(be, out, dim);
+    // add_rms_norm of a product's output right after it: one launch with the product (res_join).
+    if (delta && n_rows == 1 && res_join(be, x, delta, weight, weight_offset, out, dim, eps)) return SL_OK;
+    flush_deferred(be);
+    be->x15_of = nullptr;  // what every other writing entry point forgets before it runs (cl_backend.cpp)
+    rms_norm_run(be, x, delta, weight, weight_offset, out, n_rows, dim, eps);
     return SL_OK;
   });
 }
@@ -139,13 +150,13 @@ sl_status rms_norm_launch(sl_backend* be, const char* op, sl_buffer* x, const sl
 
 sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
                    uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
-  return rms_norm_launch(be, "rms_norm", const_cast<sl_buffer*>(x), nullptr, weight, weight_offset, out, n_rows, dim, eps, err);
+  return rms_norm_checked(be, "rms_norm", const_cast<sl_buffer*>(x), nullptr, weight, weight_offset, out, n_rows, dim, eps, err);
 }
 
 sl_status add_rms_norm(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
                        sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
   if (!delta) return set_error(err, SL_ERR_INVALID_ARGUMENT, "add_rms_norm: no delta");
-  return rms_norm_launch(be, "add_rms_norm", x, delta, weight, weight_offset, out, n_rows, dim, eps, err);
+  return rms_norm_checked(be, "add_rms_norm", x, delta, weight, weight_offset, out, n_rows, dim, eps, err);
 }
 
 sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, const sl_weight* bias, sl_buffer* out,
@@ -205,8 +216,10 @@ void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n
 
 }  // namespace
 
-void flush_deferred(sl_backend* be) {
-  glu_flush(be);
+void flush_deferred(sl_backend* be, const sl_buffer* reader) {
+  glu_flush(be);  // a pending gate/up pair takes a pending norm of its input itself
+  product_flush(be);
+  if (be->pending_norm.out && be->pending_norm.out != reader) norm_flush(be);
   if (!be->pending_rope.x) return;
   const PendingRope r = be->pending_rope;
   be->pending_rope = PendingRope{};

@@ -551,6 +551,177 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
   }
 }
+// The residual step in the products' launches (NVIDIA; cl_matmul.cpp, res_join): a product (o, down),
+// the add_rms_norm of its output and the products that read the norm (gate/up with the activation,
+// q/k/v) — the norm computed by no launch of its own: the product's work-groups finish the residual
+// row a 32-row block each, and the readers scale their sums by 1/rms and write the normalised row in
+// passing. Every result is held to float64 arithmetic on what the backend returned (the residual
+// sums, the norms of the returned rows, the products within the 15-bit bound) on any device; a norm
+// read back before any product reads it (a plain rms_norm runs then) and a product read back before
+// its norm (it runs alone) are checked too. On NVIDIA the profile shows the joined launches and no
+// add_rms_norm, and a backend opened with "no-res-join" runs the unjoined path.
+TEST(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
+  PluginRegistry registry;
+  const sl_backend_api* api = opencl_api(registry);
+  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
+  Opened probe;
+  std::string why;
+  if (!open(api, "", probe, why)) GTEST_SKIP() << why;
+  const bool dp4a = dp4a_runs(probe);
+
+  constexpr uint32_t H = 1024, F = 2048, A = 512;  // hidden, intermediate, attention output
+  std::mt19937 rng(31);
+  const QuantWeight wo = random_quant(H, A, 4, 64, SL_DTYPE_BF16, rng), wg = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng),
+                    wu = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng), wd = random_quant(H, F, 4, 64, SL_DTYPE_BF16, rng),
+                    wq = random_quant(512, H, 4, 64, SL_DTYPE_F16, rng), wk = random_quant(128, H, 4, 64, SL_DTYPE_F16, rng),
+                    wv = random_quant(128, H, 4, 64, SL_DTYPE_F16, rng);
+  std::normal_distribution<float> nd(0, 1);
+  auto normal = [&](std::size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = scale * nd(rng);
+    return v;
+  };
+  const std::vector<float> x0 = normal(H, 1.0f), att_in = normal(H, 1.0f), nw0 = normal(H, 0.3f), nw1 = normal(H, 0.3f),
+                           nw2 = normal(H, 0.3f);
+  struct Run {
+    std::vector<float> a, o, x1, h2, gate, up, act, down, x2, h3, q, k, v;  // the first sequence
+    std::vector<float> o_b, o_b2, x1_b, h2_b, g_b, u_b;                     // the second: read back early
+  };
+  auto run = [&](const Opened& o) {
+    Run r;
+    Packed pk;
+    for (const QuantWeight* w : {&wo, &wg, &wu, &wd, &wq, &wk, &wv}) pk.add(*w);
+    std::vector<sl_buffer*> owned = pk.upload(o);
+    auto buf = [&](const std::vector<float>& v) {
+      owned.push_back(device_copy(o, v.data(), v.size() * 4));
+      return owned.back();
+    };
+    auto zeros = [&](std::size_t n) { return buf(std::vector<float>(n)); };
+    auto norm_weight = [&](sl_buffer* b) {
+      sl_weight w{};
+      w.struct_size = sizeof(w);
+      w.data = b;
+      w.dtype = SL_DTYPE_F32;
+      w.rows = 1;
+      w.cols = H;
+      return w;
+    };
+    const sl_weight n0 = norm_weight(buf(nw0)), n1 = norm_weight(buf(nw1)), n2 = norm_weight(buf(nw2));
+    const int32_t zero = 0;
+    sl_batch batch{};
+    batch.struct_size = sizeof(batch);
+    batch.n_tokens = 1;
+    batch.positions = &zero;
+    batch.seq_slots = &zero;
+    batch.n_seqs = 1;
+    batch.max_pages = 1;
+    batch.page_table = &zero;
+    sl_error err{};
+    EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
+    auto get = [&](sl_buffer* b, std::size_t n) {
+      std::vector<float> v(n);
+      EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
+      return v;
+    };
+    const sl_weight *w_o = &pk.weights[0], *w_d = &pk.weights[3];
+    const sl_weight* gu_w[] = {&pk.weights[1], &pk.weights[2]};
+    const sl_weight* qkv_w[] = {&pk.weights[4], &pk.weights[5], &pk.weights[6]};
+    // The attention output's form comes from a norm here (the first 512 of a 1024 row would not do:
+    // the o projection reads A columns), so: a = rms_norm(att_in)[0..A) as the product's input.
+    sl_buffer *dx = buf(x0), *din = buf(att_in), *da = zeros(H), *dout = zeros(H), *dh2 = zeros(H), *dg = zeros(F), *du = zeros(F),
+              *dact = zeros(F), *ddown = zeros(H), *dh3 = zeros(H), *dq = zeros(512), *dk = zeros(128), *dv = zeros(128);
+    sl_weight n0a = n0;
+    n0a.cols = A;
+    EXPECT_EQ(o.api->rms_norm(o.be, din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->matmul(o.be, da, 1, w_o, nullptr, dout, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->add_rms_norm(o.be, dx, dout, &n1, 0.0f, dh2, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    sl_buffer* gu_out[] = {dg, du};
+    EXPECT_EQ(o.api->matmul_multi(o.be, dh2, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->gated_activation(o.be, SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
+    r.x1 = get(dx, H);  // after the first residual step (the down product below is still deferred: nothing ran yet)
+    EXPECT_EQ(o.api->matmul(o.be, dact, 1, w_d, nullptr, ddown, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->add_rms_norm(o.be, dx, ddown, &n2, 1.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    sl_buffer* qkv_out[] = {dq, dk, dv};
+    EXPECT_EQ(o.api->matmul_multi(o.be, dh3, 1, 3, qkv_w, nullptr, qkv_out, &err), SL_OK) << err.message;
+    r.a = get(da, A), r.o = get(dout, H), r.h2 = get(dh2, H), r.gate = get(dg, F), r.up = get(du, F), r.act = get(dact, F);
+    r.down = get(ddown, H), r.x2 = get(dx, H), r.h3 = get(dh3, H), r.q = get(dq, 512), r.k = get(dk, 128), r.v = get(dv, 128);
+    // Read back early: the norm before any product reads it, then gate/up of it; and the o product
+    // before its add_rms_norm.
+    sl_buffer *dx_b = buf(x0), *dout_b = zeros(H), *dh2_b = zeros(H), *dg_b = zeros(F), *du_b = zeros(F);
+    EXPECT_EQ(o.api->rms_norm(o.be, din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->matmul(o.be, da, 1, w_o, nullptr, dout_b, &err), SL_OK) << err.message;
+    r.o_b = get(dout_b, H);
+    EXPECT_EQ(o.api->add_rms_norm(o.be, dx_b, dout_b, &n1, 0.0f, dh2_b, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    // Again, with a's form made anew (the norm above replaced it): the product joins its norm this time.
+    EXPECT_EQ(o.api->rms_norm(o.be, din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->matmul(o.be, da, 1, w_o, nullptr, dout_b, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.api->add_rms_norm(o.be, dx_b, dout_b, &n1, 0.0f, dh2_b, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    r.h2_b = get(dh2_b, H);
+    sl_buffer* gu_out_b[] = {dg_b, du_b};
+    EXPECT_EQ(o.api->matmul_multi(o.be, dh2_b, 1, 2, gu_w, nullptr, gu_out_b, &err), SL_OK) << err.message;
+    r.g_b = get(dg_b, F), r.u_b = get(du_b, F), r.x1_b = get(dx_b, H), r.o_b2 = get(dout_b, H);
+    for (sl_buffer* b : owned) o.api->free(o.be, b);
+    return r;
+  };
+
+  // The norm of a returned row, in double (the kernels' float sums are within its rounding).
+  auto host_norm = [&](const std::vector<float>& xv, const std::vector<float>& w, float offset) {
+    double ss = 0;
+    for (float e : xv) ss += double(e) * e;
+    const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
+    std::vector<double> h(H);
+    for (uint32_t c = 0; c < H; ++c) h[c] = (double(w[c]) + offset) * xv[c] * inv;
+    return h;
+  };
+  auto expect_norm = [&](const std::vector<float>& got, const std::vector<float>& xv, const std::vector<float>& w, float offset,
+                         const char* what) {
+    const auto want = host_norm(xv, w, offset);
+    for (uint32_t c = 0; c < H; ++c) ASSERT_NEAR(got[c], want[c], 1e-5 * (std::abs(want[c]) + 1e-3)) << what << " " << c;
+  };
+  auto expect_sum = [&](const std::vector<float>& got, const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    for (uint32_t c = 0; c < H; ++c) ASSERT_EQ(got[c], a[c] + b[c]) << what << " " << c;  // one float addition: exact
+  };
+  for (const char* options : {"", "no-res-join"}) {
+    SCOPED_TRACE(std::string("options '") + options + "'");
+    Opened o;
+    ASSERT_TRUE(open(api, options, o, why)) << why;
+    const Run r = run(o);
+    expect_product(wo, r.a, {}, r.o, dp4a, "o");
+    expect_sum(r.x1, x0, r.o, "x + o");
+    expect_norm(r.h2, r.x1, nw1, 0.0f, "h2");
+    expect_product(wg, r.h2, {}, r.gate, dp4a, "gate");
+    expect_product(wu, r.h2, {}, r.up, dp4a, "up");
+    for (uint32_t i = 0; i < F; ++i) {
+      const double g = r.gate[i], want = g / (1.0 + std::exp(-g)) * r.up[i];
+      ASSERT_NEAR(r.act[i], want, std::abs(want) * 8 * std::ldexp(1.0, -23) + 1e-30) << "act " << i;
+    }
+    expect_product(wd, r.act, {}, r.down, dp4a, "down");
+    expect_sum(r.x2, r.x1, r.down, "x + down");
+    expect_norm(r.h3, r.x2, nw2, 1.0f, "h3 (weight offset 1)");
+    expect_product(wq, r.h3, {}, r.q, dp4a, "q");
+    expect_product(wk, r.h3, {}, r.k, dp4a, "k");
+    expect_product(wv, r.h3, {}, r.v, dp4a, "v");
+    expect_product(wo, r.a, {}, r.o_b, dp4a, "o read back before its norm");
+    std::vector<float> twice(H);
+    for (uint32_t c = 0; c < H; ++c) twice[c] = x0[c] + r.o_b[c];
+    expect_product(wo, r.a, {}, r.o_b2, dp4a, "o again");
+    for (uint32_t c = 0; c < H; ++c) twice[c] += r.o_b2[c];
+    expect_sum(r.x1_b, twice, std::vector<float>(H, 0.0f), "x + o + o");
+    expect_norm(r.h2_b, r.x1_b, nw1, 0.0f, "a norm read back before its products");
+    expect_product(wg, r.h2_b, {}, r.g_b, dp4a, "gate of a norm read back");
+    expect_product(wu, r.h2_b, {}, r.u_b, dp4a, "up of a norm read back");
+  }
+  if (!dp4a) return;
+  const std::string joined = profile_of(api, "", run), apart = profile_of(api, "no-res-join", run);
+  // Joined: the first sequence's two steps and the second's second (its first product was read back).
+  EXPECT_EQ(profile_launches(joined, "matvec_q4_dp4a_res"), 3) << joined;
+  EXPECT_EQ(profile_launches(joined, "add_rms_norm"), 1) << joined;  // after the product read back alone
+  EXPECT_EQ(profile_launches(joined, "rms_norm"), 3 + 1) << joined;  // the inputs' norms, and h2_b read back
+  EXPECT_EQ(profile_launches(apart, "matvec_q4_dp4a_res"), 0) << apart;
+  EXPECT_EQ(profile_launches(apart, "add_rms_norm"), 4) << apart;
+  EXPECT_EQ(profile_launches(apart, "rms_norm"), 3) << apart;
+}
+
 // Decode attention writes its output's 15-bit form on NVIDIA (att_write, attention_merge), so the
 // output projection right after reads it with dp4a — below the 2²⁴ weights where a product would
 // round its input itself. At a short history (one key split: the attention kernel writes the form)
