@@ -443,9 +443,9 @@ void matvec_q4_dp4a(__global const uchar* wbase, ulong words_per_row, __global c
 // computes 32 consecutive rows — one block of the 15-bit form — as matvec_q4_dp4a's teams do, writes
 // them (delta), then its first warp adds them to the residual row x and writes the next product's
 // input: (w + w_offset) ⊙ x in 15-bit form and the block's Σ x² in parts (NORM_ARGS above), so no
-// launch computes the norm. Built where RES_WG / Q4_TEAM teams of R4 rows make 32 rows.
-#define RES_WG 1024
-#if (RES_WG / Q4_TEAM) * R4 == 32
+// launch computes the norm. RES_WG: the 32 / R4 teams of Q4_TEAM whose R4 rows make the block.
+#define RES_WG (32 / R4 * Q4_TEAM)
+#if RES_WG <= 1024
 __kernel __attribute__((reqd_work_group_size(RES_WG, 1, 1)))
 void matvec_q4_dp4a_res(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase,
                         __global const uchar* bbase, uint scale_dtype, uint group_size, uint cols, uint w_align,

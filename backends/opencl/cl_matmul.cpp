@@ -564,6 +564,21 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
 // from the blocks' sums of squares (matvec_q4_dp4a, matvec_q4_dp4a_glu: NORM_ARGS).
 // SLUICE_OPENCL_RES_JOIN=0 turns it off (measuring).
 
+namespace {
+
+// The joined product's teams (work-items, rows each; 32 / rows teams a work-group of at most 1024):
+// 64 × 2 by default; SLUICE_OPENCL_RES_TEAM (32, 64, 128) and SLUICE_OPENCL_RES_ROWS (1, 2, 4, 8)
+// override them, for measuring.
+Q4Shape res_shape() {
+  static const long team = env_knob("SLUICE_OPENCL_RES_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
+  static const long rows = env_knob("SLUICE_OPENCL_RES_ROWS", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
+  Q4Shape s{team ? uint32_t(team) : 64u, rows ? uint32_t(rows) : 2u};
+  if (32 / s.rows * s.team > 1024) s = {64, 2};
+  return s;
+}
+
+}  // namespace
+
 bool product_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
                    sl_buffer* out) {
   static const bool off = [] {
@@ -605,8 +620,8 @@ bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_wei
   auto form = form_pair(be, out_slot, dim);
   cl::Buffer& parts = be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4);
   const DevPtr nw = vector_weight(be, weight, dim);
-  // In the program of teams of 64 and 2 rows: RES_WG / 64 teams make a 32-row block a work-group.
-  auto& k = kernel(be, q4_program(Q4Shape{64, 2}), "matvec_q4_dp4a_res");
+  const Q4Shape shape = res_shape();
+  auto& k = kernel(be, q4_program(shape), "matvec_q4_dp4a_res");
   cl_uint a = 0;
   k.setArg(a++, p.data.buffer);
   k.setArg(a++, static_cast<cl_ulong>(uint64_t(p.w.cols) * 4 / 32));
@@ -631,8 +646,8 @@ bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_wei
   k.setArg(a++, form.first);
   k.setArg(a++, form.second);
   k.setArg(a++, parts);
-  constexpr size_t kResWg = 1024;  // RES_WG in kernels_cl/matvec.cl: 32 rows a work-group
-  launch(be, k, cl::NDRange(size_t(dim) / 32 * kResWg), cl::NDRange(kResWg));
+  const size_t res_wg = 32 / shape.rows * shape.team;  // RES_WG in kernels_cl/matvec.cl: 32 rows a work-group
+  launch(be, k, cl::NDRange(size_t(dim) / 32 * res_wg), cl::NDRange(res_wg));
   be->pending_product = PendingProduct{};
   be->pending_norm = PendingNorm{x, *weight, weight_offset, eps, out, dim};
   int15_made(be, out, dim, out_slot);
