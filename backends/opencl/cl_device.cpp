@@ -210,6 +210,18 @@ Q4Shape q4_shape(const sl_backend* be, uint32_t rows, uint32_t cols) {
   }
   if (team_knob) s.team = static_cast<uint32_t>(team_knob);
   if (rows_knob) s.rows = static_cast<uint32_t>(rows_knob);
+  // SLUICE_OPENCL_Q4_SHAPE_OF="ROWSxCOLS=TEAMxR,...": one matrix shape's team and rows (measuring).
+  static const std::string shape_of = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_Q4_SHAPE_OF");
+    return e ? "," + std::string(e) + "," : std::string();
+  }();
+  const std::string key = "," + std::to_string(rows) + "x" + std::to_string(cols) + "=";
+  if (const auto at = shape_of.find(key); at != std::string::npos) {
+    unsigned team = 0, r4 = 0;
+    if (std::sscanf(shape_of.c_str() + at + key.size(), "%ux%u", &team, &r4) == 2 && (team == 32 || team == 64 || team == 128) &&
+        (r4 == 1 || r4 == 2 || r4 == 4 || r4 == 8))
+      s = {team, r4};
+  }
   return s;
 }
 
