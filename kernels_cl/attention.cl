@@ -35,12 +35,14 @@ inline __global const half* att_recent_row(__global const half* recent_layer, in
   return recent_layer + ((((ulong)rpage * 2u + kv) * n_kv_heads + kvh) * page_tokens + position % page_tokens) * HEAD_DIM;
 }
 
-// One work-group per (token, KV head): encode its K row, then its V row, into their page slots —
+// The work-group of (token t, KV head h) encodes its K row, then its V row, into their page slots —
 // by the whole group where the codec has encode_row_group (K_ENCODE_GROUP / V_ENCODE_GROUP), else
 // by one work-item — and keep exact copies where the batch gives the page a recent page. Both rows
 // in one group and no branch on the role around the group encoders: PoCL's work-group compiler
-// miscompiled their barriers inside a per-role if/else. kv_write and kv_write_rope share it;
-// `scratch` is encode_row_group's local memory (unused without a group encoder).
+// miscompiled their barriers inside a per-role if/else. kv_write, kv_write_rope and
+// attention_short_join (attention_short.cl) share it; k_scratch and v_scratch are the encoders'
+// local memory (encode_row_group's; unused without a group encoder) — one area passed between them
+// (one_scratch, a constant at each call) takes a barrier in between.
 // WIDE_WG: the host's wide work-group (up to 256), shared with attention_fused_queries and attention_merge.
 #ifndef WIDE_WG
 #define WIDE_WG WG
@@ -54,9 +56,8 @@ inline void kv_write_rows(__global const float* k, __global const float* v, __gl
                           uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
                           __global const int* positions, __global const int* seq_slots, __global const int* page_table,
                           uint max_pages, __global half* recent_layer, __global const int* recent_table, uint has_recent,
-                          __local float* scratch) {
-  const uint item = get_group_id(0), lid = get_local_id(0);
-  const uint t = item / n_kv_heads, h = item % n_kv_heads;
+                          __local float* k_scratch, __local float* v_scratch, const bool one_scratch, uint t, uint h) {
+  const uint item = t * n_kv_heads + h, lid = get_local_id(0);
   const uint pos = (uint)positions[t];
   const ulong page = kv_page_of(page_table + (ulong)seq_slots[t] * max_pages, pos, page_tokens);
   const uint slot = pos % page_tokens;
@@ -66,15 +67,15 @@ inline void kv_write_rows(__global const float* k, __global const float* v, __gl
   __global uchar* k_dst = base + ((ulong)h * page_tokens + slot) * k_row_bytes;
   __global uchar* v_dst = base + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)h * page_tokens + slot) * v_row_bytes;
 #if K_ENCODE_GROUP
-  sl_k_encode_row_group(k_src, k_dst, HEAD_DIM, lid, WIDE_WG, scratch);
+  sl_k_encode_row_group(k_src, k_dst, HEAD_DIM, lid, WIDE_WG, k_scratch);
 #else
   if (lid == 0) sl_k_encode_row(k_src, k_dst, HEAD_DIM);
 #endif
 #if K_ENCODE_GROUP && V_ENCODE_GROUP
-  barrier(CLK_LOCAL_MEM_FENCE);  // the scratch passes from one encoder to the other
+  if (one_scratch) barrier(CLK_LOCAL_MEM_FENCE);  // the scratch passes from one encoder to the other
 #endif
 #if V_ENCODE_GROUP
-  sl_v_encode_row_group(v_src, v_dst, HEAD_DIM, lid, WIDE_WG, scratch);
+  sl_v_encode_row_group(v_src, v_dst, HEAD_DIM, lid, WIDE_WG, v_scratch);
 #else
   if (lid == 0) sl_v_encode_row(v_src, v_dst, HEAD_DIM);
 #endif
@@ -98,8 +99,10 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
               uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
               uint has_recent) {
   __local float scratch[KV_WRITE_SCRATCH];
+  const uint item = get_group_id(0);
   kv_write_rows(k, v, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
-                max_pages, recent_layer, recent_table, has_recent, scratch);
+                max_pages, recent_layer, recent_table, has_recent, scratch, scratch, true, item / n_kv_heads,
+                item % n_kv_heads);
 }
 
 // kv_write with the rope of q and k before it, in one launch (the host defers the two ropes and
@@ -127,7 +130,7 @@ void kv_write_rope(__global float* k, __global const float* v, __global uchar* l
   }
   barrier(CLK_GLOBAL_MEM_FENCE);  // the rotated K row, written across the group, before it is encoded
   kv_write_rows(k, v, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
-                max_pages, recent_layer, recent_table, has_recent, scratch);
+                max_pages, recent_layer, recent_table, has_recent, scratch, scratch, true, t, h);
 }
 
 #define DIMS_PER_ITEM ((HEAD_DIM + WG - 1) / WG)
@@ -499,16 +502,21 @@ void attention(__global const float* q, __global float* out, __global const ucha
 // work-item — and the lanes' sums meet in local memory. One work-item per output value, walking
 // every split's maximum and sum alone, made the merge a chain of dependent loads: 20 µs a launch at
 // 132 splits on the H100, as long as the decode matvec of a layer. q15: out's 15-bit form too, as
-// att_write's.
+// att_write's. half_rot > 0 (after attention_short_join, whose splits rotated the query only in
+// registers: a split cannot write it back while another may still read it): rotates the head's row
+// of q in place, as the deferred rope would have, by the split kernel's own rope_pair.
 #define MERGE_WG WIDE_WG  // up to 256, where the device allows (the host's wide_group_size)
 #define MERGE_LANES (HEAD_DIM < MERGE_WG ? MERGE_WG / HEAD_DIM : 1)
 #define MERGE_MAX_SPLITS 256  // the host splits no further
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
 void attention_merge(__global const float* partial, __global float* out, uint n_splits, __global uchar* oq,
-                     __global float2* oblocks, uint q15, uint cols) {
+                     __global float2* oblocks, uint q15, uint cols, __global float* q, __global const int* positions,
+                     __global const float* inv_freq, uint half_rot, float factor, uint style) {
   __local float w[MERGE_MAX_SPLITS];
   __local float red[MERGE_WG];
   const uint head = get_group_id(0), lid = get_local_id(0);
+  for (uint i = lid; i < half_rot; i += MERGE_WG)
+    rope_rotate_pair(q + (ulong)head * HEAD_DIM, i, positions[head / (cols / HEAD_DIM)], inv_freq, half_rot, factor, style);
   __global const float* part = partial + (ulong)head * n_splits * (HEAD_DIM + 2);
   float m = -INFINITY;
   for (uint s = lid; s < n_splits; s += MERGE_WG) m = fmax(m, part[s * (HEAD_DIM + 2)]);

@@ -13,6 +13,17 @@
 //
 // One work-group of WIDE_WG per (KV head, token, key split), the same arguments as `attention`; with
 // n_splits > 1 it writes the split's partial (m, l, acc) for attention_merge as att_write does.
+//
+// attention_short_join also does the decode layer's kv_write — and the deferred rope of q and k
+// before it — in its own launch (the host defers them: cl_attention.cpp). Why: a launch costs 5-7 µs
+// of the H100's time even when it does almost nothing; kv_write_rope was 6 µs a layer, 0.19 ms a
+// token. Only for a batch whose tokens are of different sequences (no token reads another's new
+// row). Each work-group rotates its GROUP query heads in registers (rope_cs/rope_apply, the rope
+// kernel's arithmetic); the split whose keys hold pos rotates k's head kvh in place and encodes the
+// token's K and V rows (kv_write_rows, as kv_write does), and a barrier makes them visible to its
+// own passes, which then read key pos like any other. The rotated query goes back to q for the
+// caller: with one split by the group itself, after every work-item has read it; with several,
+// where one split's write could race another's read, by attention_merge.
 #if ATT_SHUFFLES && HEAD_DIM % 32 == 0 && HEAD_DIM <= 128 && GROUP <= 16 && WIDE_WG % 32 == 0 && \
     (WIDE_WG / 32) * GROUP * HEAD_DIM <= 8192
 #define SHORT_WARPS (WIDE_WG / 32)
@@ -38,16 +49,18 @@ inline float att_shfl_idx(float v, uint src, __local float* scratch) {
 }
 #endif
 
-__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
-void attention_short(__global const float* q, __global float* out, __global const uchar* layer, ulong page_bytes,
-                     uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
-                     __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
-                     uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
-                     __global float* partial, __global const half* recent_layer, __global const int* recent_table,
-                     uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15) {
-  __local float scratch[WIDE_WG];  // the emulated shuffles' (ATT_SHFL_LOCAL); unused with PTX
-  __local float warp_m[SHORT_WARPS][GROUP], warp_l[SHORT_WARPS][GROUP];
-  __local float warp_acc[SHORT_WARPS][GROUP][HEAD_DIM];
+// The kernels' body; `join` is a constant in each (the deferred work: attention_short_join's
+// arguments k .. style, kv_scratch the encoders' local memory).
+inline void short_passes(__global float* q, __global float* out, __global uchar* layer, ulong page_bytes, uint page_tokens,
+                         uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
+                         __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
+                         uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
+                         __global float* partial, __global half* recent_layer, __global const int* recent_table,
+                         uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15, __local float* scratch,
+                         __local float (*warp_m)[GROUP], __local float (*warp_l)[GROUP],
+                         __local float (*warp_acc)[GROUP][HEAD_DIM], const bool join, __global float* k,
+                         __global const float* v, __global const float* inv_freq, uint half_rot, float factor, uint style,
+                         __local float* kv_scratch) {
   const uint kvh = get_group_id(0), t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
   const uint warp = lid / 32u, lane = lid % 32u;
   const uint n_heads = n_kv_heads * GROUP;
@@ -59,11 +72,49 @@ void attention_short(__global const float* q, __global float* out, __global cons
   const int exact = att_exact_from(recent, recent_window, page_tokens, pos, lo_all);
   const ulong v_region = (ulong)n_kv_heads * page_tokens * k_row_bytes;
 
+  // This lane's dims of the GROUP queries; joined, the rotary ones rotated from both dims of their pair.
   float qr[GROUP][SHORT_DPL];
 #pragma unroll
-  for (uint g = 0; g < GROUP; ++g)
+  for (uint i = 0; i < SHORT_DPL; ++i) {
+    const uint d = lane + 32u * i;
+    const bool rotary = join && d < 2u * half_rot;
+    const uint pair = style == 0u ? (d < half_rot ? d : d - half_rot) : d / 2u;
+    const uint a = rope_dim_a(pair, half_rot, style), b = rope_dim_b(pair, half_rot, style);
+    const float2 cs = rotary ? rope_cs(pair, pos, inv_freq, factor) : (float2)(1.0f, 0.0f);
 #pragma unroll
-    for (uint i = 0; i < SHORT_DPL; ++i) qr[g][i] = q[((ulong)t * n_heads + kvh * GROUP + g) * HEAD_DIM + lane + 32u * i];
+    for (uint g = 0; g < GROUP; ++g) {
+      __global const float* row = q + ((ulong)t * n_heads + kvh * GROUP + g) * HEAD_DIM;
+      float x = row[d];
+      if (rotary) {
+        const float2 r = rope_apply(row[a], row[b], cs);
+        x = d == a ? r.x : r.y;
+      }
+      qr[g][i] = x;
+    }
+  }
+  if (join) {
+    // The split whose keys hold pos writes the token's rows (the others never read key pos): k's
+    // head rotated in place, then encoded as kv_write encodes it.
+    const bool writer = lo <= pos && pos <= hi;
+    __global float* krow = k + ((ulong)t * n_kv_heads + kvh) * HEAD_DIM;
+    if (writer)
+      for (uint i = lid; i < half_rot; i += WIDE_WG) rope_rotate_pair(krow, i, pos, inv_freq, half_rot, factor, style);
+    barrier(CLK_GLOBAL_MEM_FENCE);  // the rotated K row before it is encoded; every query read before it is written
+    // No barrier inside this branch (PoCL miscompiles one under a work-group-uniform if): the
+    // encoders get scratch of their own, and the host joins only codecs whose encoders have none.
+    if (writer)
+      kv_write_rows(k, v, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots,
+                    page_table, max_pages, recent_layer, recent_table, recent_window != 0u, kv_scratch,
+                    kv_scratch + KV_WRITE_SCRATCH, false, t, kvh);
+    if (n_splits == 1u && warp == 0u) {
+#pragma unroll
+      for (uint g = 0; g < GROUP; ++g)
+#pragma unroll
+        for (uint i = 0; i < SHORT_DPL; ++i)
+          if (lane + 32u * i < 2u * half_rot) q[((ulong)t * n_heads + kvh * GROUP + g) * HEAD_DIM + lane + 32u * i] = qr[g][i];
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);  // the new rows visible to the passes; kv_scratch free again
+  }
 
   // The score this lane holds after the halving: key my_key of the warp's pass, head my_head. The
   // warp's running maximum and sum of head my_head (every lane of that head holds the same).
@@ -199,6 +250,45 @@ void attention_short(__global const float* q, __global float* out, __global cons
     }
   }
 }
+
+__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
+void attention_short(__global float* q, __global float* out, __global uchar* layer, ulong page_bytes, uint page_tokens,
+                     uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
+                     __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
+                     uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
+                     __global float* partial, __global half* recent_layer, __global const int* recent_table,
+                     uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15) {
+  __local float scratch[WIDE_WG];  // the emulated shuffles' (ATT_SHFL_LOCAL); unused with PTX
+  __local float warp_m[SHORT_WARPS][GROUP], warp_l[SHORT_WARPS][GROUP];
+  __local float warp_acc[SHORT_WARPS][GROUP][HEAD_DIM];
+  short_passes(q, out, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
+               max_pages, scale, window, softcap, sinks, has_sinks, n_splits, partial, recent_layer, recent_table,
+               recent_window, oq, oblocks, q15, scratch, warp_m, warp_l, warp_acc, false, q, q, q, 0u, 0.0f, 0u, scratch);
+}
+
+// attention_short's arguments, then kv_write's k and v and the deferred rope's (half_rot 0: none).
+// The codecs' encoders borrow the passes' meeting area (used only after the passes), one part each.
+#define SHORT_ACC (SHORT_WARPS * GROUP * HEAD_DIM)
+#define SHORT_POOL (SHORT_ACC > 2 * KV_WRITE_SCRATCH ? SHORT_ACC : 2 * KV_WRITE_SCRATCH)
+__kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
+void attention_short_join(__global float* q, __global float* out, __global uchar* layer, ulong page_bytes, uint page_tokens,
+                          uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
+                          __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
+                          uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
+                          __global float* partial, __global half* recent_layer, __global const int* recent_table,
+                          uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15, __global float* k,
+                          __global const float* v, __global const float* inv_freq, uint half_rot, float factor,
+                          uint style) {
+  __local float scratch[WIDE_WG];
+  __local float warp_m[SHORT_WARPS][GROUP], warp_l[SHORT_WARPS][GROUP];
+  __local float pool[SHORT_POOL];
+  short_passes(q, out, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
+               max_pages, scale, window, softcap, sinks, has_sinks, n_splits, partial, recent_layer, recent_table,
+               recent_window, oq, oblocks, q15, scratch, warp_m, warp_l, (__local float (*)[GROUP][HEAD_DIM])pool, true, k, v,
+               inv_freq, half_rot, factor, style, pool);
+}
+#undef SHORT_ACC
+#undef SHORT_POOL
 
 #undef SHORT_WARPS
 #undef SHORT_GP

@@ -1,17 +1,27 @@
 // Rotary embedding. style 0: NeoX (rotate halves), 1: interleaved pairs. The angle is a float32
 // product, as the reference computes it, then full-precision cos/sin.
 
-// Rotates pair i (< half_rot) of the head at v for a token at `position`. The rope kernel below and
-// kv_write_rope (kernels_cl/attention.cl, whose program includes this file) both use it, so the two
-// paths compute the same bits.
+// The rotation of pair i of a head at `position`: (cos, sin) of its angle, times factor; then a pair
+// (va, vb) rotated by it, its new (a, b). The rope kernel below, kv_write_rope and
+// attention_short_join (kernels_cl/attention.cl, attention_short.cl, whose program includes this
+// file) all rotate through these, so every path computes the same bits.
+inline float2 rope_cs(uint i, int position, __global const float* inv_freq, float factor) {
+  const float angle = (float)position * inv_freq[i];
+  return (float2)(cos(angle) * factor, sin(angle) * factor);
+}
+inline float2 rope_apply(float va, float vb, float2 cs) { return (float2)(va * cs.x - vb * cs.y, vb * cs.x + va * cs.y); }
+
+// The dims of pair i (< half_rot): NeoX (style 0) rotates halves, interleaved neighbours.
+inline uint rope_dim_a(uint i, uint half_rot, uint style) { return style == 0u ? i : 2u * i; }
+inline uint rope_dim_b(uint i, uint half_rot, uint style) { return style == 0u ? i + half_rot : 2u * i + 1u; }
+
+// Rotates pair i (< half_rot) of the head at v for a token at `position`, in place.
 inline void rope_rotate_pair(__global float* v, uint i, int position, __global const float* inv_freq, uint half_rot,
                              float factor, uint style) {
-  const float angle = (float)position * inv_freq[i];
-  const float c = cos(angle) * factor, s = sin(angle) * factor;
-  const uint a = style == 0u ? i : 2u * i, b = style == 0u ? i + half_rot : 2u * i + 1u;
-  const float va = v[a], vb = v[b];
-  v[a] = va * c - vb * s;
-  v[b] = vb * c + va * s;
+  const uint a = rope_dim_a(i, half_rot, style), b = rope_dim_b(i, half_rot, style);
+  const float2 r = rope_apply(v[a], v[b], rope_cs(i, position, inv_freq, factor));
+  v[a] = r.x;
+  v[b] = r.y;
 }
 
 // In place on x [n_tokens, n_heads, head_dim] at each token's position — and on a second tensor

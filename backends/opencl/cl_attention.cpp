@@ -6,6 +6,12 @@
 // kernels built with that source (kernels_cl/attention.cl; kv_write_rope also runs the deferred rope
 // of q and k right before a kv_write, in its launch). Otherwise the host keeps the layer's
 // pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
+//
+// A launch costs 5-7 µs on the H100 even when it does almost nothing, so a decode kv_write (every
+// token of another sequence) waits too: where the attention of its cache and layer right after
+// takes attention_short, attention_short_join runs the kv_write (with the rope pair it took) in the
+// attention's launch (kernels_cl/attention_short.cl); anything else runs it first, as it was asked.
+// SLUICE_OPENCL_ATT_JOIN=0, or the backend option "no-attention-join", keeps the two launches.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -62,6 +68,22 @@ int32_t short_passes_max_keys(const sl_backend* be) {
     return e && *e ? static_cast<int32_t>(std::clamp<long>(std::strtol(e, nullptr, 10), 0, INT32_MAX)) : 512;
   }();
   return be->options.find("generic-attention") != std::string::npos ? 0 : limit;
+}
+
+// Whether a decode kv_write may wait for its attention (above; the tests compare the two paths).
+bool attention_join_on(const sl_backend* be) {
+  static const bool off = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_ATT_JOIN");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  return !off && be->options.find("no-attention-join") == std::string::npos && short_passes_max_keys(be) > 0;
+}
+
+// Every token of the batch of another sequence (decode): no token reads a row another one writes.
+bool one_token_per_sequence(const sl_backend* be) {
+  std::vector<int32_t> slots = be->seq_slots;
+  std::sort(slots.begin(), slots.end());
+  return !slots.empty() && std::adjacent_find(slots.begin(), slots.end()) == slots.end();
 }
 
 // The work-group of kv_write, attention_fused_queries and attention_merge: a turbo key tries 16
@@ -199,7 +221,13 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                          cl::Kernel(program, "kv_write_rope"),
                          built,  // ptx: set above only by the build with SLUICE_PTX_SHFL
                          // attention_short exists where the program has warp exchanges and the shape fits (attention_short.cl).
-                         program_has_kernel(program, "attention_short") ? cl::Kernel(program, "attention_short") : cl::Kernel()};
+                         program_has_kernel(program, "attention_short") ? cl::Kernel(program, "attention_short") : cl::Kernel(),
+                         // attention_short_join encodes in a branch of one key split, where a barrier of the
+                         // codec's encoder would be one under a work-group-uniform if: PoCL miscompiles those.
+                         program_has_kernel(program, "attention_short_join") && !source_has(k_source, {"barrier("}) &&
+                                 !source_has(v_source, {"barrier("})
+                             ? cl::Kernel(program, "attention_short_join")
+                             : cl::Kernel()};
   return c->kernels.emplace(group, std::move(k)).first->second;
 }
 
@@ -528,6 +556,43 @@ sl_status kv_copy_page(sl_backend* be, sl_kv_cache* c, uint32_t src, uint32_t ds
   });
 }
 
+namespace {
+
+// kv_write's kernel on the device, kv_write_rope with the rope pair `rope` (null: kv_write).
+void launch_kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v,
+                     const PendingRope* rope) {
+  const auto& L = c->layout;
+  const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
+  auto& ks = c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second;
+  auto& kn = rope ? ks.write_rope : ks.kv_write;
+  kn.setArg(0, single(k));
+  kn.setArg(1, single(v));
+  set_page_args(kn, be, c, layer);
+  kn.setArg(12, static_cast<cl_uint>(n_tokens));
+  const bool recent = keeps_recent(be, c);
+  kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
+  kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
+  kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
+  if (rope) {
+    kn.setArg(16, single(rope->x));
+    kn.setArg(17, static_cast<cl_uint>(rope->n_heads));
+    kn.setArg(18, be->d_inv_freq);
+    kn.setArg(19, static_cast<cl_uint>(rope->half));
+    kn.setArg(20, rope->factor);
+    kn.setArg(21, static_cast<cl_uint>(rope->style));
+  }
+  launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.wide_wg));
+}
+
+}  // namespace
+
+void kv_write_flush(sl_backend* be) {
+  if (!be->pending_kv.cache) return;
+  const PendingKvWrite w = be->pending_kv;
+  be->pending_kv = PendingKvWrite{};
+  launch_kv_write(be, w.cache, w.layer, w.k, w.v, w.rope.x ? &w.rope : nullptr);
+}
+
 sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v, sl_error* err) {
   const auto& L = c->layout;
   if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
@@ -538,30 +603,16 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
   return guarded(err, "kv_write", [&] {
     // The rope of q and k right before (deferred: cl_ops.cpp) runs in this launch where k is its
     // second tensor and the cache is on the device; anything else waiting runs first, as the other
-    // entry points run it (cl_backend.cpp).
+    // entry points run it (cl_backend.cpp). A decode kv_write then waits for its attention (above).
     PendingRope pair;
     const bool joined = c->on_device && take_rope_pair(be, k, v, L.n_kv_heads, L.head_dim, pair);
     flush_deferred(be);
+    if (c->on_device && attention_join_on(be) && one_token_per_sequence(be)) {
+      be->pending_kv = PendingKvWrite{c, layer, k, v, joined ? pair : PendingRope{}};
+      return SL_OK;
+    }
     if (c->on_device) {
-      auto& ks = c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second;
-      auto& kn = joined ? ks.write_rope : ks.kv_write;
-      kn.setArg(0, single(k));
-      kn.setArg(1, single(v));
-      set_page_args(kn, be, c, layer);
-      kn.setArg(12, static_cast<cl_uint>(n_tokens));
-      const bool recent = keeps_recent(be, c);
-      kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
-      kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
-      kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
-      if (joined) {
-        kn.setArg(16, single(pair.x));
-        kn.setArg(17, static_cast<cl_uint>(pair.n_heads));
-        kn.setArg(18, be->d_inv_freq);
-        kn.setArg(19, static_cast<cl_uint>(pair.half));
-        kn.setArg(20, pair.factor);
-        kn.setArg(21, static_cast<cl_uint>(pair.style));
-      }
-      launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.wide_wg));
+      launch_kv_write(be, c, layer, k, v, joined ? &pair : nullptr);
       return SL_OK;
     }
     std::vector<float> kh(floats), vh(floats);
@@ -595,22 +646,33 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
 
 namespace {
 
-// The portable attention kernels over the whole batch (attention.cl, attention_fused.cl).
+// The most keys a query of the batch attends.
+int32_t longest_history(const sl_backend* be, const sl_attention_params* p) {
+  int32_t longest = 1;
+  for (const int32_t pos : be->positions) {
+    const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
+    longest = std::max(longest, pos - lo + 1);
+  }
+  return longest;
+}
+
+// Whether the portable attention takes attention_short (else the fused or the generic kernel).
+bool takes_short_passes(const sl_backend* be, const sl_kv_cache::Kernels& ks, const sl_attention_params* p) {
+  return ks.hpw == 0 && ks.short_passes() && longest_history(be, p) <= short_passes_max_keys(be);
+}
+
+// The portable attention kernels over the whole batch (attention.cl, attention_fused.cl); `join`:
+// the waiting kv_write that attention_short_join runs in its launch (takes_short_passes holds).
 void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
-                      sl_buffer* out, sl_kv_cache::Kernels& ks) {
+                        sl_buffer* out, sl_kv_cache::Kernels& ks, const PendingKvWrite* join) {
   const auto& L = c->layout;
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
   const uint64_t floats = uint64_t(n_tokens) * p->n_heads * p->head_dim;
   const uint32_t group = p->n_heads / p->n_kv_heads;
   // Long histories with few (token, KV head) pairs leave most of a GPU idle: split the keys and merge.
-  int32_t longest = 1;
-  for (uint32_t t = 0; t < n_tokens; ++t) {
-    const int32_t pos = be->positions[t];
-    const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
-    longest = std::max(longest, pos - lo + 1);
-  }
+  const int32_t longest = longest_history(be, p);
   const bool fused = ks.hpw > 0;
-  const bool short_passes = !fused && ks.short_passes() && longest <= short_passes_max_keys(be);
+  const bool short_passes = takes_short_passes(be, ks, p);
   const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
   const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
   const uint32_t cu = std::max<uint32_t>(be->caps.compute_units, 1);
@@ -637,7 +699,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   cl::Buffer *oq = nullptr, *oblocks = nullptr;
   const bool q15 = ks.ptx && n_tokens == 1 && p->head_dim % 32 == 0 && attention_wg() % 32 == 0 && ks.wide_wg % 32 == 0 &&
                    int15_scratch(be, 1, cols, oq, oblocks);
-  auto& kn = fused ? ks.fused : short_passes ? ks.short_passes : ks.attention;
+  auto& kn = fused ? ks.fused : join ? ks.short_join : short_passes ? ks.short_passes : ks.attention;
   const bool recent = keeps_recent(be, c);
   kn.setArg(0, single(q));
   kn.setArg(1, single(out));
@@ -675,6 +737,16 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   kn.setArg(form_arg, q15 ? *oq : single(out));  // unread without q15
   kn.setArg(form_arg + 1, q15 ? *oblocks : single(out));
   kn.setArg(form_arg + 2, static_cast<cl_uint>(q15));
+  // The joined kv_write's rows and rope (attention_short_join's last arguments; half 0: no rope).
+  const PendingRope* rope = join && join->rope.x ? &join->rope : nullptr;
+  if (join) {
+    kn.setArg(25, single(join->k));
+    kn.setArg(26, single(join->v));
+    kn.setArg(27, rope ? be->d_inv_freq : be->d_positions);  // unread without a rope
+    kn.setArg(28, static_cast<cl_uint>(rope ? rope->half : 0));
+    kn.setArg(29, rope ? rope->factor : 0.0f);
+    kn.setArg(30, static_cast<cl_uint>(rope ? rope->style : 0));
+  }
   launch(be, kn, cl::NDRange(size_t(wg) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(wg, 1, 1));
   if (splits > 1) {
     auto& mk = ks.merge;
@@ -685,6 +757,13 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     mk.setArg(4, q15 ? *oblocks : single(out));
     mk.setArg(5, static_cast<cl_uint>(q15));
     mk.setArg(6, static_cast<cl_uint>(cols));
+    // The splits rotated the joined query in registers only: the merge writes it back (attention.cl).
+    mk.setArg(7, single(q));
+    mk.setArg(8, be->d_positions);
+    mk.setArg(9, rope ? be->d_inv_freq : be->d_positions);  // unread without a rope
+    mk.setArg(10, static_cast<cl_uint>(rope ? rope->half : 0));
+    mk.setArg(11, rope ? rope->factor : 0.0f);
+    mk.setArg(12, static_cast<cl_uint>(rope ? rope->style : 0));
     launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
   }
   if (q15) int15_made(be, out, static_cast<uint32_t>(cols));
@@ -692,8 +771,10 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
 
 }  // namespace
 
-sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
-                    sl_buffer* out, sl_error* err) {
+namespace {
+
+sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+                            sl_buffer* out, sl_error* err) {
   const auto& L = c->layout;
   if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
   if (!p || p->n_kv_heads != L.n_kv_heads || p->head_dim != L.head_dim || p->n_kv_heads == 0 || p->n_heads % p->n_kv_heads)
@@ -704,7 +785,10 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
   if (q->bytes < floats * 4 || out->bytes < floats * 4)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: query/output buffers too small");
   return guarded(err, "attention", [&] {
-    if (!c->on_device) return host_attention(be, c, layer, q, p, out, err);
+    if (!c->on_device) {
+      flush_deferred(be);
+      return host_attention(be, c, layer, q, p, out, err);
+    }
     const uint32_t group = p->n_heads / p->n_kv_heads;
     auto& ks = cache_kernels(be, c, group);
     // Prefill runs on tensor cores where they apply. The portable kernels below then run only if
@@ -718,10 +802,36 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
           mma_runs.push_back(run);
           in_runs += run.n_tokens;
         }
-    if (in_runs < n_tokens) portable_attention(be, c, layer, q, p, out, ks);
+    // The kv_write waiting for this attention (kv_write above) joins its launch where it is this
+    // cache's and layer's, its rope pair's first tensor is q (n_heads heads), attention_short takes
+    // the batch and no buffer the kernel writes is another argument; otherwise it runs first.
+    const PendingKvWrite w = be->pending_kv;
+    const bool joins = w.cache == c && w.layer == layer && ks.short_join() && mma_runs.empty() &&
+                       takes_short_passes(be, ks, p) && (!w.rope.x || (w.rope.x == q && w.rope.n_heads == p->n_heads)) &&
+                       out != q && out != w.k && out != w.v && q != w.k && q != w.v && p->sinks != out &&
+                       p->sinks != q && p->sinks != w.k;
+    if (joins) be->pending_kv = PendingKvWrite{};
+    flush_deferred(be);
+    if (in_runs < n_tokens) portable_attention(be, c, layer, q, p, out, ks, joins ? &w : nullptr);
     for (const auto& run : mma_runs) mma_attention_run(be, c, layer, q, p, out, ks, run);
     return SL_OK;
   });
+}
+
+}  // namespace
+
+// Runs what waits first where the checks fail (the other entry points' order).
+sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+                    sl_buffer* out, sl_error* err) {
+  const sl_status s = checked_attention(be, c, layer, q, p, out, err);
+  if (s != SL_OK) {
+    sl_error ignored{};
+    guarded(&ignored, "a deferred op", [&] {
+      flush_deferred(be);
+      return SL_OK;
+    });
+  }
+  return s;
 }
 
 }  // namespace sluice::ocl

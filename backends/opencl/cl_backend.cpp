@@ -423,7 +423,7 @@ const sl_backend_api kApi = {
     Entry<false, false, false, decltype(&matmul)>::call<&matmul>,  // may join a waiting norm of its input, or wait itself
     Entry<false, true, false, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
     Entry<false, true, false, decltype(&kv_write)>::call<&kv_write>,  // may run a waiting rope pair in its launch
-    SLUICE_WRITES(attention),
+    Entry<false, true, false, decltype(&attention)>::call<&attention>,  // may run a waiting kv_write in its launch
     Entry<false, false, false, decltype(&gated_activation)>::call<&gated_activation>,  // may join the gate/up products before it
     SLUICE_WRITES(add),
     SLUICE_WRITES(mul),

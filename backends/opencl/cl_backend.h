@@ -51,6 +51,7 @@ struct sl_kv_cache {
     cl::Kernel write_rope;  // kv_write_rope: kv_write with the deferred rope of q and k in its launch
     bool ptx = false;       // built with SLUICE_PTX_SHFL: the outputs' 15-bit form can be written (att_write)
     cl::Kernel short_passes;  // attention_short, where the program has it (null otherwise)
+    cl::Kernel short_join;    // attention_short_join: with the deferred kv_write (and rope) in its launch
   };
   std::map<uint32_t, Kernels> kernels;
 };
@@ -86,6 +87,15 @@ struct PendingRope {
   uint32_t style = 0;
   sl_buffer* x2 = nullptr;  // null: x alone
   uint32_t n_heads2 = 0;
+};
+
+// A decode kv_write not yet launched (cl_attention.cpp), with the rope pair it took (rope.x null:
+// none), waiting for the attention of the same cache and layer to run it in its launch.
+struct PendingKvWrite {
+  sl_kv_cache* cache = nullptr;  // null: none
+  uint32_t layer = 0;
+  const sl_buffer *k = nullptr, *v = nullptr;
+  PendingRope rope;
 };
 
 // A one-row gate/up product (two 4-bit weights of the same shape, no biases) not yet launched, with
@@ -207,6 +217,7 @@ struct sl_backend {
   // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
   sluice::ocl::PendingRope pending_rope;
   sluice::ocl::PendingGlu pending_glu;
+  sluice::ocl::PendingKvWrite pending_kv;  // a decode kv_write waiting for its attention (cl_attention.cpp)
   // A product waiting for the add_rms_norm of its output, and the norm that joined it, waiting for
   // the product that reads it (cl_matmul.cpp; null x / out: none). norm_parts: its blocks' Σ x².
   sluice::ocl::PendingProduct pending_product;
@@ -327,6 +338,8 @@ void flush_deferred(sl_backend* be, const sl_buffer* reader = nullptr);
 // n_kv_heads heads of head_dim and v neither of its tensors; false otherwise, nothing changed.
 bool take_rope_pair(sl_backend* be, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim,
                     PendingRope& out);
+// Launches a kv_write deferred for the attention after it (cl_attention.cpp), as kv_write would have.
+void kv_write_flush(sl_backend* be);
 
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);

@@ -220,6 +220,7 @@ void flush_deferred(sl_backend* be, const sl_buffer* reader) {
   glu_flush(be);  // a pending gate/up pair takes a pending norm of its input itself
   product_flush(be);
   if (be->pending_norm.out && be->pending_norm.out != reader) norm_flush(be);
+  kv_write_flush(be);
   if (!be->pending_rope.x) return;
   const PendingRope r = be->pending_rope;
   be->pending_rope = PendingRope{};

@@ -103,6 +103,32 @@ long first_difference(const std::vector<float>& a, const std::vector<float>& b) 
   return -1;
 }
 
+// Whether this process's attention programs have warp exchanges — NVIDIA's shuffles (PTX on), or their
+// local-memory emulation (SLUICE_OPENCL_ATT_SHFL_LOCAL=1: ctest runs this binary's attention tests a
+// second time so) — and attention_short with them; false where no backend opens.
+bool warps_exchange() {
+  Device probe;
+  std::string why;
+  if (!probe.open("", false, why)) return false;
+  sl_device_info info{};
+  info.struct_size = sizeof(info);
+  sl_error err{};
+  if (probe.api()->get_device_info(probe.be(), &info, &err) != SL_OK) return false;
+  const char* emulated = std::getenv("SLUICE_OPENCL_ATT_SHFL_LOCAL");
+  const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
+  const bool nvidia = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(portable && *portable && *portable != '0');
+  return nvidia || (emulated && std::strcmp(emulated, "1") == 0);
+}
+
+// Whether a decode kv_write joins the attention launch after it (attention_short_join) in this
+// process, for histories of up to `keys` keys: warps exchange, attention_short takes them
+// (SLUICE_OPENCL_ATT_SHORT) and SLUICE_OPENCL_ATT_JOIN is not 0.
+bool attention_joins(long keys) {
+  const char* off = std::getenv("SLUICE_OPENCL_ATT_JOIN");
+  const char* limit = std::getenv("SLUICE_OPENCL_ATT_SHORT");
+  return warps_exchange() && !(off && std::strcmp(off, "0") == 0) && !(limit && *limit && std::atol(limit) < keys);
+}
+
 struct RopeJoinCase {
   const char* name;
   uint32_t n_heads, n_kv_heads, head_dim, rotary_dim, style;
@@ -210,7 +236,9 @@ class OpenclRopeJoin : public ::testing::TestWithParam<RopeJoinCase> {};
 // rotated values afterwards and the cache and attention output are the bits of the path where the
 // ropes ran apart (one `rope` launch, then kv_write) — prefill and decode tokens, GQA, both styles,
 // a partial rotary_dim, a recent window. The profile shows the join: no `rope` launch where the
-// cache is on the device; on the host path kv_write runs the pair as one `rope` launch first.
+// cache is on the device; on the host path kv_write runs the pair as one `rope` launch first. Where
+// attention_short runs, the decode passes' kv_write joins the attention launch instead
+// (OpenclAttentionJoin below): kv_write_rope then serves the prefill alone.
 TEST_P(OpenclRopeJoin, KvWriteRunsTheRopeOfQAndKInItsLaunch) {
   const RopeJoinCase& c = GetParam();
   const char* knob = std::getenv("SLUICE_OPENCL_ROPE_JOIN");
@@ -253,9 +281,11 @@ TEST_P(OpenclRopeJoin, KvWriteRunsTheRopeOfQAndKInItsLaunch) {
   EXPECT_EQ(launches(apart_profile, "rope"), passes) << apart_profile;
   EXPECT_EQ(launches(apart_profile, "kv_write_rope"), 0) << apart_profile;
   if (join_on && on_device) {
+    const long decodes = attention_joins(8) ? passes - 1 : 0;  // every pass but the prefill
     EXPECT_EQ(launches(joined_profile, "rope"), 0) << joined_profile;
     EXPECT_EQ(launches(joined_profile, "kv_write"), 0) << joined_profile;
-    EXPECT_EQ(launches(joined_profile, "kv_write_rope"), passes) << joined_profile;
+    EXPECT_EQ(launches(joined_profile, "kv_write_rope"), passes - decodes) << joined_profile;
+    EXPECT_EQ(launches(joined_profile, "attention_short_join"), decodes) << joined_profile;
   } else {
     EXPECT_EQ(launches(joined_profile, "rope"), passes) << joined_profile;
     EXPECT_EQ(launches(joined_profile, "kv_write_rope"), 0) << joined_profile;
@@ -402,17 +432,9 @@ TEST(OpenclShortAttention, AgreesWithAFloat64ReferenceAndRunsWhereWarpsExchange)
   Device probe;
   std::string why;
   if (!probe.open("", false, why)) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
-  sl_device_info info{};
-  info.struct_size = sizeof(info);
-  sl_error err{};
-  ASSERT_EQ(probe.api()->get_device_info(probe.be(), &info, &err), SL_OK);
   probe.close();
-  const char* emulated = std::getenv("SLUICE_OPENCL_ATT_SHFL_LOCAL");
-  const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
   const char* limit = std::getenv("SLUICE_OPENCL_ATT_SHORT");
-  const bool nvidia = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(portable && *portable && *portable != '0');
-  const bool exchanges = nvidia || (emulated && std::strcmp(emulated, "1") == 0);
-  const bool short_on = exchanges && !(limit && std::atol(limit) < 200);
+  const bool short_on = warps_exchange() && !(limit && std::atol(limit) < 200);
 
   std::mt19937 rng(2026);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -489,6 +511,155 @@ const RopeJoinCase kRopeJoinCases[] = {
 };
 INSTANTIATE_TEST_SUITE_P(Cases, OpenclRopeJoin, ::testing::ValuesIn(kRopeJoinCases),
                          [](const ::testing::TestParamInfo<RopeJoinCase>& info) { return std::string(info.param.name); });
+
+// The decode kv_write, with the rope of q and k it took, inside the attention launch
+// (attention_short_join, kernels_cl/attention_short.cl) against the same ops launched apart (a
+// backend opened with "no-attention-join"): q, k and the attention outputs the same bits, pass after
+// pass — the rows a joined pass stored are read by the next ones. Two sequences prefilled (150 and
+// 20 tokens: no join, their tokens share sequences), decoded together, the first alone (one token,
+// few work-groups: the keys split, and attention_merge writes the rotated q back), both again; GQA,
+// one query head per KV head, both rope styles, a partial rotary_dim, a recent window, and a
+// kv_write without a rope before it. The profile shows the join where attention_short runs (warps
+// exchange) and kv_write_rope / kv_write where it does not — the prefill, the generic kernel, a
+// device without exchanges.
+struct AttentionJoinCase {
+  const char* name;
+  uint32_t n_heads, n_kv_heads, head_dim, rotary_dim, style;
+  float factor;
+  bool recent;  // the batches give recent pages (the window's exact rows)
+  bool rope;    // rope(q), rope(k) before kv_write (else kv_write and attention alone)
+};
+
+void PrintTo(const AttentionJoinCase& c, std::ostream* os) { *os << c.name; }
+
+class OpenclAttentionJoin : public ::testing::TestWithParam<AttentionJoinCase> {};
+
+constexpr uint32_t kJoinPageTokens = 16, kJoinMaxPages = 12;
+const Pass kJoinPasses[] = {{[] {
+                               std::vector<int32_t> p;
+                               for (int32_t i = 0; i < 150; ++i) p.push_back(i);
+                               for (int32_t i = 0; i < 20; ++i) p.push_back(i);
+                               return p;
+                             }(),
+                             [] {
+                               std::vector<int32_t> s(150, 0);
+                               s.resize(170, 1);
+                               return s;
+                             }()},
+                            {{150, 20}, {0, 1}},
+                            {{151}, {0}},
+                            {{152, 21}, {0, 1}}};
+
+std::vector<PassResult> run_join_passes(Device& d, const AttentionJoinCase& c, const std::vector<PassInputs>& inputs) {
+  std::vector<PassResult> results;
+  const sl_backend_api* api = d.api();
+  sl_error err{};
+  test::F16KvLayout kv(c.n_kv_heads, c.head_dim, kJoinPageTokens, 2 * kJoinMaxPages);
+  kv.layout.recent_window = c.recent ? 24 : 0;
+  kv.layout.n_recent_pages = c.recent ? 2 * kJoinMaxPages : 0;
+  EXPECT_EQ(api->kv_create(d.be(), &kv.layout, &d.cache(), &err), SL_OK) << err.message;
+  std::vector<int32_t> table(2 * kJoinMaxPages);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 5) % table.size());  // scattered pages
+  const auto inv_freq = inverse_frequencies(c.rotary_dim);
+  for (std::size_t p = 0; p < std::size(kJoinPasses) && d.cache(); ++p) {
+    const Pass& pass = kJoinPasses[p];
+    sl_batch batch{};
+    batch.struct_size = sizeof(batch);
+    batch.n_tokens = static_cast<uint32_t>(pass.positions.size());
+    batch.positions = pass.positions.data();
+    batch.seq_slots = pass.slots.data();
+    batch.n_seqs = 2;
+    batch.max_pages = kJoinMaxPages;
+    batch.page_table = table.data();
+    batch.recent_table = c.recent ? table.data() : nullptr;
+    EXPECT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
+    sl_buffer* q = d.upload(inputs[p].q);
+    sl_buffer* k = d.upload(inputs[p].k);
+    sl_buffer* v = d.upload(inputs[p].v);
+    sl_buffer* out = d.upload(std::vector<float>(inputs[p].q.size(), 0.0f));
+    if (c.rope) {
+      EXPECT_EQ(api->rope(d.be(), q, c.n_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK);
+      EXPECT_EQ(api->rope(d.be(), k, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK);
+    }
+    EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, k, v, &err), SL_OK) << err.message;
+    sl_attention_params params{};
+    params.struct_size = sizeof(params);
+    params.n_heads = c.n_heads;
+    params.n_kv_heads = c.n_kv_heads;
+    params.head_dim = c.head_dim;
+    params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    EXPECT_EQ(api->attention(d.be(), d.cache(), 0, q, &params, out, &err), SL_OK) << err.message;
+    results.push_back({d.download(q, inputs[p].q.size()), d.download(k, inputs[p].k.size()), d.download(out, inputs[p].q.size())});
+  }
+  api->kv_destroy(d.be(), d.cache());
+  d.cache() = nullptr;
+  return results;
+}
+
+TEST_P(OpenclAttentionJoin, DecodeKvWriteAndRopeRunInTheAttentionLaunch) {
+  const AttentionJoinCase& c = GetParam();
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<PassInputs> inputs;
+  for (const Pass& pass : kJoinPasses) {
+    const std::size_t n = pass.positions.size();
+    PassInputs in{std::vector<float>(n * c.n_heads * c.head_dim), std::vector<float>(n * c.n_kv_heads * c.head_dim),
+                  std::vector<float>(n * c.n_kv_heads * c.head_dim)};
+    for (auto* vec : {&in.q, &in.k, &in.v})
+      for (auto& x : *vec) x = normal(rng);
+    inputs.push_back(std::move(in));
+  }
+  Device joined, apart, generic;
+  std::string why;
+  if (!joined.open("", true, why)) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  ASSERT_TRUE(apart.open("no-attention-join", true, why)) << why;
+  ASSERT_TRUE(generic.open("generic-attention", true, why)) << why;
+  const auto got = run_join_passes(joined, c, inputs);
+  const auto want = run_join_passes(apart, c, inputs);
+  const auto plain = run_join_passes(generic, c, inputs);
+  const std::string joined_profile = joined.close(), apart_profile = apart.close(), generic_profile = generic.close();
+  ASSERT_EQ(got.size(), std::size(kJoinPasses));
+  ASSERT_EQ(want.size(), std::size(kJoinPasses));
+  ASSERT_EQ(plain.size(), std::size(kJoinPasses));
+
+  const RopeJoinCase rc{c.name, c.n_heads, c.n_kv_heads, c.head_dim, c.rotary_dim, c.style, c.factor, c.recent, ""};
+  for (std::size_t p = 0; p < got.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    EXPECT_EQ(first_difference(got[p].q, want[p].q), -1) << "q";
+    EXPECT_EQ(first_difference(got[p].k, want[p].k), -1) << "k";
+    EXPECT_EQ(first_difference(got[p].out, want[p].out), -1) << "attention output";
+    EXPECT_EQ(first_difference(got[p].q, plain[p].q), -1) << "q against the generic kernel's path";
+    EXPECT_EQ(first_difference(got[p].k, plain[p].k), -1) << "k against the generic kernel's path";
+    for (std::size_t i = 0; i < got[p].out.size(); ++i)
+      ASSERT_NEAR(got[p].out[i], plain[p].out[i], 2e-5f * (1.0f + std::fabs(plain[p].out[i]))) << "output " << i;
+    const auto q_ref = c.rope ? host_rope(rc, inputs[p].q, c.n_heads, kJoinPasses[p].positions) : inputs[p].q;
+    const auto k_ref = c.rope ? host_rope(rc, inputs[p].k, c.n_kv_heads, kJoinPasses[p].positions) : inputs[p].k;
+    for (std::size_t i = 0; i < q_ref.size(); ++i) ASSERT_NEAR(got[p].q[i], q_ref[i], 1e-5f + 1e-5f * std::fabs(q_ref[i])) << "q " << i;
+    for (std::size_t i = 0; i < k_ref.size(); ++i) ASSERT_NEAR(got[p].k[i], k_ref[i], 1e-5f + 1e-5f * std::fabs(k_ref[i])) << "k " << i;
+  }
+
+  const long passes = static_cast<long>(std::size(kJoinPasses));
+  const long decodes = attention_joins(160) ? passes - 1 : 0;  // every pass but the prefill joins
+  const char* write = c.rope ? "kv_write_rope" : "kv_write";
+  EXPECT_EQ(launches(joined_profile, "attention_short_join"), decodes) << joined_profile;
+  EXPECT_EQ(launches(joined_profile, write), passes - decodes) << joined_profile;
+  EXPECT_EQ(launches(joined_profile, "rope"), 0) << joined_profile;
+  if (decodes && c.n_kv_heads <= 2) {  // one token, two work-groups: fewer than 4 a compute unit, so the keys split
+    EXPECT_GE(launches(joined_profile, "attention_merge"), 1) << "no pass split its keys\n" << joined_profile;
+  }
+  for (const std::string* profile : {&apart_profile, &generic_profile}) {
+    EXPECT_EQ(launches(*profile, "attention_short_join"), 0) << *profile;
+    EXPECT_EQ(launches(*profile, write), passes) << *profile;
+  }
+}
+
+const AttentionJoinCase kAttentionJoinCases[] = {
+    {"gqa_neox_recent", 8, 2, 64, 64, SL_ROPE_NEOX, 1.0f, true, true},
+    {"llama3_interleaved_partial", 32, 8, 128, 64, SL_ROPE_INTERLEAVED, 0.875f, false, true},
+    {"one_head_a_group_no_rope_recent", 4, 4, 32, 32, SL_ROPE_NEOX, 1.0f, true, false},
+};
+INSTANTIATE_TEST_SUITE_P(Cases, OpenclAttentionJoin, ::testing::ValuesIn(kAttentionJoinCases),
+                         [](const ::testing::TestParamInfo<AttentionJoinCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace sluice::test
