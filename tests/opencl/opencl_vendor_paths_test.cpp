@@ -722,6 +722,30 @@ TEST(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
   EXPECT_EQ(profile_launches(apart, "rms_norm"), 3) << apart;
 }
 
+// Downloads from 64 KB up go through pinned memory on a GPU (cl_backend.cpp, pinned_staging; decode's
+// logits every token): one of 600 KB + 12 bytes from an offset, then a smaller one reusing the staging,
+// arrive bit for bit and write nothing past their end (devices that share host memory read directly).
+TEST(OpenclVendorPaths, DownloadsThroughPinnedMemoryArriveWhole) {
+  PluginRegistry registry;
+  const sl_backend_api* api = opencl_api(registry);
+  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
+  Opened o;
+  std::string why;
+  if (!open(api, "", o, why)) GTEST_SKIP() << why;
+  std::mt19937 rng(5);
+  std::vector<uint32_t> data(200000);
+  for (auto& w : data) w = rng();
+  sl_buffer* b = device_copy(o, data.data(), data.size() * 4);
+  sl_error err{};
+  for (const auto& [offset, bytes] : {std::pair<uint64_t, uint64_t>{4000, 600 * 1024 + 12}, {0, 256 * 1024}}) {
+    std::vector<uint32_t> got(bytes / 4 + 1, 0);
+    ASSERT_EQ(o.api->download(o.be, b, offset, got.data(), bytes, &err), SL_OK) << err.message;
+    EXPECT_EQ(std::memcmp(got.data(), reinterpret_cast<const unsigned char*>(data.data()) + offset, bytes), 0) << "offset " << offset;
+    EXPECT_EQ(got.back(), 0u) << "bytes past the download were written";
+  }
+  o.api->free(o.be, b);
+}
+
 // Decode attention writes its output's 15-bit form on NVIDIA (att_write, attention_merge), so the
 // output projection right after reads it with dp4a — below the 2²⁴ weights where a product would
 // round its input itself. At a short history (one key split: the attention kernel writes the form)
