@@ -406,6 +406,32 @@ long profile_launches(const std::string& profile, const std::string& name) {
   return at == std::string::npos ? 0L : std::stol(profile.substr(profile.find_first_not_of(' ', at + key.size())));
 }
 
+// A float32 vector weight (a norm's, a bias) of n values in b.
+sl_weight f32_vector(sl_buffer* b, uint32_t n) {
+  sl_weight w{};
+  w.struct_size = sizeof(w);
+  w.data = b;
+  w.dtype = SL_DTYPE_F32;
+  w.rows = 1;
+  w.cols = n;
+  return w;
+}
+
+// A batch of one token at position 0 of one sequence (decode: the fused paths take one row).
+void begin_one_token(const Opened& o) {
+  static const int32_t zero = 0;
+  sl_batch batch{};
+  batch.struct_size = sizeof(batch);
+  batch.n_tokens = 1;
+  batch.positions = &zero;
+  batch.seq_slots = &zero;
+  batch.n_seqs = 1;
+  batch.max_pages = 1;
+  batch.page_table = &zero;
+  sl_error err{};
+  EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
+}
+
 // Decode's fused path (two hidden sizes, one for each way a norm rounds): rms_norm, add_rms_norm and
 // gated_activation write their output's 15-bit form on NVIDIA, and the 4-bit products right after
 // them (matmul_multi's q/k/v and gate/up in one launch each, the down product) read it with dp4a
@@ -470,26 +496,9 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
                 *dv = buf(std::vector<float>(130)), *dg = buf(std::vector<float>(F)), *du = buf(std::vector<float>(F)),
                 *dact = buf(std::vector<float>(F)), *ddown = buf(std::vector<float>(H)), *dqs = buf(std::vector<float>(512)),
                 *dh3 = buf(std::vector<float>(H)), *dg3 = buf(std::vector<float>(F)), *du3 = buf(std::vector<float>(F));
-      sl_weight nw{};
-      nw.struct_size = sizeof(nw);
-      nw.data = dnw;
-      nw.dtype = SL_DTYPE_F32;
-      nw.rows = 1;
-      nw.cols = H;
-      sl_weight kb = nw;
-      kb.data = dkb;
-      kb.cols = 128;
-      const int32_t zero = 0;
-      sl_batch batch{};
-      batch.struct_size = sizeof(batch);
-      batch.n_tokens = 1;
-      batch.positions = &zero;
-      batch.seq_slots = &zero;
-      batch.n_seqs = 1;
-      batch.max_pages = 1;
-      batch.page_table = &zero;
+      const sl_weight nw = f32_vector(dnw, H), kb = f32_vector(dkb, 128);
+      begin_one_token(o);
       sl_error err{};
-      EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
       const sl_weight* qkv_w[] = {&qkv.weights[0], &qkv.weights[1], &qkv.weights[2]};
       const sl_weight* qkv_b[] = {nullptr, &kb, nullptr};
       sl_buffer* qkv_out[] = {dq, dk, dv};
@@ -597,27 +606,9 @@ TEST(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
       return owned.back();
     };
     auto zeros = [&](std::size_t n) { return buf(std::vector<float>(n)); };
-    auto norm_weight = [&](sl_buffer* b) {
-      sl_weight w{};
-      w.struct_size = sizeof(w);
-      w.data = b;
-      w.dtype = SL_DTYPE_F32;
-      w.rows = 1;
-      w.cols = H;
-      return w;
-    };
-    const sl_weight n0 = norm_weight(buf(nw0)), n1 = norm_weight(buf(nw1)), n2 = norm_weight(buf(nw2));
-    const int32_t zero = 0;
-    sl_batch batch{};
-    batch.struct_size = sizeof(batch);
-    batch.n_tokens = 1;
-    batch.positions = &zero;
-    batch.seq_slots = &zero;
-    batch.n_seqs = 1;
-    batch.max_pages = 1;
-    batch.page_table = &zero;
+    const sl_weight n0 = f32_vector(buf(nw0), H), n1 = f32_vector(buf(nw1), H), n2 = f32_vector(buf(nw2), H);
+    begin_one_token(o);
     sl_error err{};
-    EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
     auto get = [&](sl_buffer* b, std::size_t n) {
       std::vector<float> v(n);
       EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
