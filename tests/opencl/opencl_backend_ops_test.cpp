@@ -95,6 +95,17 @@ long launches(const std::string& profile, const std::string& name) {
   return 0;
 }
 
+// Plain causal attention of n_heads query heads over n_kv_heads of head_dim, scaled by 1/√head_dim.
+sl_attention_params causal_attention(uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim) {
+  sl_attention_params p{};
+  p.struct_size = sizeof(p);
+  p.n_heads = n_heads;
+  p.n_kv_heads = n_kv_heads;
+  p.head_dim = head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return p;
+}
+
 // Where two float vectors first differ in their bits, or -1.
 long first_difference(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return 0;
@@ -216,12 +227,7 @@ std::vector<PassResult> run_passes(Device& d, const RopeJoinCase& c, const std::
       EXPECT_EQ(api->synchronize(d.be(), &err), SL_OK) << err.message;
     }
     EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, k, v, &err), SL_OK) << err.message;
-    sl_attention_params params{};
-    params.struct_size = sizeof(params);
-    params.n_heads = c.n_heads;
-    params.n_kv_heads = c.n_kv_heads;
-    params.head_dim = c.head_dim;
-    params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    sl_attention_params params = causal_attention(c.n_heads, c.n_kv_heads, c.head_dim);
     EXPECT_EQ(api->attention(d.be(), d.cache(), 0, q, &params, out, &err), SL_OK) << err.message;
     results.push_back({d.download(q, inputs[p].q.size()), d.download(k, inputs[p].k.size()), d.download(out, inputs[p].q.size())});
   }
@@ -402,12 +408,7 @@ std::vector<std::vector<float>> run_decodes(Device& d, const ShortAttentionCase&
       sl.push_back(s);
     }
     begin(pos, sl);
-    sl_attention_params params{};
-    params.struct_size = sizeof(params);
-    params.n_heads = c.n_heads;
-    params.n_kv_heads = c.n_kv_heads;
-    params.head_dim = c.head_dim;
-    params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    sl_attention_params params = causal_attention(c.n_heads, c.n_kv_heads, c.head_dim);
     params.window = c.window;
     params.softcap = c.softcap;
     params.sinks = c.sinks ? dsinks : nullptr;
@@ -582,12 +583,7 @@ std::vector<PassResult> run_join_passes(Device& d, const AttentionJoinCase& c, c
       EXPECT_EQ(api->rope(d.be(), k, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK);
     }
     EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, k, v, &err), SL_OK) << err.message;
-    sl_attention_params params{};
-    params.struct_size = sizeof(params);
-    params.n_heads = c.n_heads;
-    params.n_kv_heads = c.n_kv_heads;
-    params.head_dim = c.head_dim;
-    params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    sl_attention_params params = causal_attention(c.n_heads, c.n_kv_heads, c.head_dim);
     EXPECT_EQ(api->attention(d.be(), d.cache(), 0, q, &params, out, &err), SL_OK) << err.message;
     results.push_back({d.download(q, inputs[p].q.size()), d.download(k, inputs[p].k.size()), d.download(out, inputs[p].q.size())});
   }
