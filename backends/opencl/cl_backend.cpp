@@ -105,7 +105,7 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     kernel(be.get(), "ops", "add_f32");
     kernel(be.get(), "matvec", "matvec");
     if (!be->caps.unified)  // a GPU's decode matvec also uses other shapes (q4_shape)
-      for (Q4Shape s : {Q4Shape{64, 4}, Q4Shape{128, 4}, Q4Shape{32, 2}, Q4Shape{64, 2}})
+      for (Q4Shape s : {Q4Shape{64, 4}, Q4Shape{128, 4}, Q4Shape{32, 2}, Q4Shape{64, 2}, Q4Shape{32, 1}})  // 32 × 1: the residual join's
         kernel(be.get(), q4_program(s), "matvec_q4_rows");
     *out = be.release();
     return SL_OK;

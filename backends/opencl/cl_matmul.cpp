@@ -567,13 +567,15 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
 namespace {
 
 // The joined product's teams (work-items, rows each; 32 / rows teams a work-group of at most 1024):
-// 64 × 2 by default; SLUICE_OPENCL_RES_TEAM (32, 64, 128) and SLUICE_OPENCL_RES_ROWS (1, 2, 4, 8)
-// override them, for measuring.
+// a warp a row by default — on the H100 (perf/results/fused_decode_gpu/run27, run31, run32) 306.6–313.1
+// tokens/s in six processes against 303.9–310.7 for teams of 64 × 2 rows, the next best; 32 × 2,
+// 128 × 4 and 32 × 4 lost 8–27 %. SLUICE_OPENCL_RES_TEAM (32, 64, 128) and SLUICE_OPENCL_RES_ROWS (1, 2, 4, 8) override
+// them, for measuring.
 Q4Shape res_shape() {
   static const long team = env_knob("SLUICE_OPENCL_RES_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
   static const long rows = env_knob("SLUICE_OPENCL_RES_ROWS", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
-  Q4Shape s{team ? uint32_t(team) : 64u, rows ? uint32_t(rows) : 2u};
-  if (32 / s.rows * s.team > 1024) s = {64, 2};
+  Q4Shape s{team ? uint32_t(team) : 32u, rows ? uint32_t(rows) : 1u};
+  if (32 / s.rows * s.team > 1024) s = {32, 1};
   return s;
 }
 
