@@ -515,8 +515,10 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
   __local float w[MERGE_MAX_SPLITS];
   __local float red[MERGE_WG];
   const uint head = get_group_id(0), lid = get_local_id(0);
+#if ATT_SHUFFLES  // attention_short_join exists only with warp exchanges (attention_short.cl)
   for (uint i = lid; i < half_rot; i += MERGE_WG)
     rope_rotate_pair(q + (ulong)head * HEAD_DIM, i, positions[head / (cols / HEAD_DIM)], inv_freq, half_rot, factor, style);
+#endif
   __global const float* part = partial + (ulong)head * n_splits * (HEAD_DIM + 2);
   float m = -INFINITY;
   for (uint s = lid; s < n_splits; s += MERGE_WG) m = fmax(m, part[s * (HEAD_DIM + 2)]);
