@@ -100,10 +100,10 @@ void run_matmul(Runner& r) {
   // f16 inputs and f32 sums, as tensor-core GEMMs do (the OpenCL backend on NVIDIA,
   // kernels_cl/gemm_mma.cl): rounding x and w to f16 puts up to 2⁻¹⁰ relative error on each product.
   // Decode-sized products, and every product elsewhere, keep float32 precision.
-  const bool matrix_units = r.matrix_units();
   for (const Form& f : forms) {
     auto q = query(SL_OP_MATMUL, f.dtype, f.bits);
     r.op(std::string("matmul ") + form_name(f.dtype, f.bits), &q, [&] {
+      const bool matrix_units = r.matrix_units();  // of this pass's backend
       std::vector<std::pair<uint32_t, uint32_t>> shapes =
           f.bits ? std::vector<std::pair<uint32_t, uint32_t>>{{8, 64}, {33, 128}, {300, 512}}
                  : std::vector<std::pair<uint32_t, uint32_t>>{{7, 13}, {33, 70}, {300, 1024}};
@@ -424,7 +424,6 @@ sl_kvcodec_api with_broken_device_source(const sl_kvcodec_api* api) {
 }
 
 void run_attention(Runner& r) {
-  const bool matrix_units = r.matrix_units();
   struct CodecCase {
     const char* name;
     sl_kvcodec_api api;
@@ -439,6 +438,7 @@ void run_attention(Runner& r) {
     q.k_api = &cc.api;
     q.v_api = &cc.api;
     r.op(std::string("kv_write+attention ") + cc.name, &q, [&] {
+      const bool matrix_units = r.matrix_units();  // of this pass's backend
       for (const auto& s : shapes) {
         const std::string shape = "heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " dim " +
                                   std::to_string(s.dim) + " window " + std::to_string(s.window) + (s.sinks ? " sinks" : "") +

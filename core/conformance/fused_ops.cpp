@@ -70,9 +70,18 @@ void check_multi(Runner& r, const std::vector<Form>& forms, const std::vector<ui
   }
 }
 
+// matmul_multi in the backend's table, and each form's matmul supported.
+Needs needs_matmul_multi(const std::vector<Form>& forms) {
+  return [forms](const BackendHandle& be) -> std::string {
+    if (!table_has(be.api(), &sl_backend_api::matmul_multi)) return kAbsent;
+    for (const Form& f : forms)
+      if (!be.supports(query(SL_OP_MATMUL, f.dtype, f.bits))) return "unsupported";
+    return "";
+  };
+}
+
 void run_matmul_multi(Runner& r) {
-  const bool present = table_has(r.api(), &sl_backend_api::matmul_multi);
-  const bool quick = r.options().quick, matrix_units = r.matrix_units();
+  const bool quick = r.options().quick;
   const std::vector<Form> forms = {{SL_DTYPE_F32}, {SL_DTYPE_F16}, {SL_DTYPE_BF16}, {SL_DTYPE_U32, 3, 32}, {SL_DTYPE_U32, 4, 64},
                                    {SL_DTYPE_U32, 8, 64}};
   // Counts 1 to 4 (q/k/v, gate/up and the most the ABI allows), output rows that are not multiples of 4.
@@ -80,13 +89,8 @@ void run_matmul_multi(Runner& r) {
   std::vector<uint32_t> row_counts = {1, 3, 9};
   if (!quick) row_counts.push_back(40);
   for (const Form& f : forms) {
-    const std::string name = std::string("matmul_multi ") + form_name(f.dtype, f.bits);
-    if (!present) {
-      r.skipped(name, kAbsent);
-      continue;
-    }
-    auto q = query(SL_OP_MATMUL, f.dtype, f.bits);
-    r.op(name, &q, [&] {
+    r.op(std::string("matmul_multi ") + form_name(f.dtype, f.bits), needs_matmul_multi({f}), [&] {
+      const bool matrix_units = r.matrix_units();  // of this pass's backend
       const uint32_t cols = f.bits ? 128 : 70;
       for (uint32_t n_rows : row_counts)
         for (const auto& rows : row_sets)
@@ -99,29 +103,20 @@ void run_matmul_multi(Runner& r) {
   }
   // Different forms in one call (a per-module quantization may give q and v other bits).
   const std::vector<Form> mixed = {{SL_DTYPE_U32, 4, 64}, {SL_DTYPE_U32, 8, 64}, {SL_DTYPE_F16}, {SL_DTYPE_BF16}};
-  const std::string name = "matmul_multi mixed forms";
-  bool supported = true;
-  for (const Form& f : mixed) supported = supported && r.supports(query(SL_OP_MATMUL, f.dtype, f.bits));
-  if (!present || !supported) {
-    r.skipped(name, present ? "unsupported" : kAbsent);
-    return;
-  }
-  r.op(name, nullptr, [&] {
+  r.op("matmul_multi mixed forms", needs_matmul_multi(mixed), [&] {
+    const bool matrix_units = r.matrix_units();
     for (uint32_t n_rows : row_counts)
       for (bool biases : {false, true}) check_multi(r, mixed, {33, 9, 70, 1}, 128, n_rows, biases, matrix_units);
   });
 }
 
 void run_add_rms_norm(Runner& r) {
-  const bool present = table_has(r.api(), &sl_backend_api::add_rms_norm);
   for (sl_dtype d : {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16}) {
-    const std::string name = std::string("add_rms_norm ") + form_name(d, 0);
-    if (!present) {
-      r.skipped(name, kAbsent);
-      continue;
-    }
-    auto q = query(SL_OP_RMS_NORM, d);
-    r.op(name, &q, [&] {
+    const Needs needs = [q = query(SL_OP_RMS_NORM, d)](const BackendHandle& be) -> std::string {
+      if (!table_has(be.api(), &sl_backend_api::add_rms_norm)) return kAbsent;
+      return be.supports(q) ? "" : "unsupported";
+    };
+    r.op(std::string("add_rms_norm ") + form_name(d, 0), needs, [&] {
       std::vector<std::pair<uint32_t, uint32_t>> shapes = {{1, 7}, {3, 64}, {70, 33}, {2, 1000}};
       if (!r.options().quick) shapes.push_back({5, 4096});
       for (auto [rows, dim] : shapes)

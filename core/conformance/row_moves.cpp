@@ -25,15 +25,20 @@ std::vector<int32_t> random_rows(std::mt19937& rng, uint32_t n, uint32_t n_rows)
   return rows;
 }
 
-void run_gather_rows(Runner& r, std::mt19937& rng) {
-  if (!table_has(r.api(), &sl_backend_api::gather_rows)) return r.skipped("gather_rows", kAbsent);
-  r.op("gather_rows", nullptr, [&] {
+// The entry in the backend's table (no op query: any float32 rows).
+template <class Member>
+Needs needs_entry(Member sl_backend_api::*member) {
+  return [member](const BackendHandle& be) { return table_has(be.api(), member) ? std::string() : std::string(kAbsent); };
+}
+
+void run_gather_rows(Runner& r) {
+  r.op("gather_rows", needs_entry(&sl_backend_api::gather_rows), [&] {
     for (uint32_t dim : {1u, 33u, 256u})
       for (uint32_t n : {1u, 7u, 50u}) {
         r.new_case(std::to_string(n) + " rows of " + std::to_string(dim) + " from 37");
         const uint32_t src_rows = 37;
         const auto src = r.random(std::size_t(src_rows) * dim);
-        const auto rows = random_rows(rng, n, src_rows);  // repeats and any order
+        const auto rows = random_rows(r.rng(), n, src_rows);  // repeats and any order
         auto dsrc = r.upload(src), dst = r.zeros(std::size_t(n) * dim);
         sl_error err{};
         r.expect_ok(r.api()->gather_rows(r.raw(), dsrc.get(), rows.data(), n, dim, dst.get(), &err), err, "gather_rows");
@@ -51,16 +56,15 @@ void run_gather_rows(Runner& r, std::mt19937& rng) {
   });
 }
 
-void run_scatter_add_rows(Runner& r, std::mt19937& rng) {
-  if (!table_has(r.api(), &sl_backend_api::scatter_add_rows)) return r.skipped("scatter_add_rows", kAbsent);
-  r.op("scatter_add_rows", nullptr, [&] {
+void run_scatter_add_rows(Runner& r) {
+  r.op("scatter_add_rows", needs_entry(&sl_backend_api::scatter_add_rows), [&] {
     for (uint32_t dim : {1u, 33u, 256u})
       for (uint32_t n : {1u, 7u, 50u}) {
         r.new_case(std::to_string(n) + " rows of " + std::to_string(dim) + " into 19");
         const uint32_t dst_rows = 19;
         const auto src = r.random(std::size_t(n) * dim), dst0 = r.random(std::size_t(dst_rows) * dim);
         const auto weights = r.random(n, 0.5f, 0.25f);
-        const auto rows = random_rows(rng, n, dst_rows);  // repeats: later rows add to earlier sums
+        const auto rows = random_rows(r.rng(), n, dst_rows);  // repeats: later rows add to earlier sums
         auto dsrc = r.upload(src), dst = r.upload(dst0);
         sl_error err{};
         r.expect_ok(r.api()->scatter_add_rows(r.raw(), dsrc.get(), rows.data(), weights.data(), n, dim, dst.get(), &err), err,
@@ -95,9 +99,8 @@ void run_scatter_add_rows(Runner& r, std::mt19937& rng) {
 }  // namespace
 
 void run_row_moves(Runner& r) {
-  std::mt19937 rng(r.options().seed + 11);
-  run_gather_rows(r, rng);
-  run_scatter_add_rows(r, rng);
+  run_gather_rows(r);
+  run_scatter_add_rows(r);
 }
 
 }  // namespace sluice::conformance

@@ -1,10 +1,12 @@
 #pragma once
 // What the conformance checks share (core/conformance/*.cpp): the runner that keeps one result row
-// per op, uploads inputs, builds weights of every form with the float values the reference uses, and
+// per op, runs its cases on the backend under test (and first on the backend compared with, on the same
+// inputs), uploads inputs, builds weights of every form with the float values the reference uses, and
 // compares values against their bounds; and the error bounds of float32 arithmetic.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -49,44 +51,71 @@ struct Weight {
   sl_weight w{};
 };
 
+// What an op needs of a backend: "" when the backend offers it, else why not ("unsupported",
+// "not implemented").
+using Needs = std::function<std::string(const BackendHandle&)>;
+
+// Runs each op's cases on the backend under test and checks every value against reference math. With
+// a second backend (Options::against) it runs them on that backend first, with the random generator
+// reseeded to the op's seed for both passes so the inputs are the same: that pass records each value
+// and its bound (and is checked against reference math too), and the pass under test then compares its
+// i-th value with the i-th recorded one within the sum of their bounds. Each pass asks its own backend
+// (api(), raw(), supports(), matrix_units()), so bodies must ask inside op(), not before it.
 class Runner {
  public:
-  Runner(const BackendHandle& be, const Options& o) : be_(be), opt_(o), rng_(o.seed) {}
+  Runner(const BackendHandle& be, const Options& o) : under_test_(be), be_(&be), opt_(o) {}
 
   std::vector<OpResult> results;
 
-  // Runs body(cases) for one result row; body calls check() for each value.
-  void op(const std::string& name, const sl_op_query* query, const std::function<void()>& body) {
+  // Runs body (its cases) for one result row; body calls check() for each value. An op the backend
+  // under test does not offer is a "skipped" row; one the second backend does not offer runs against
+  // reference math alone, and the row says why in `against`.
+  void op(const std::string& name, const Needs& needs, const std::function<void()>& body) {
     OpResult r;
     r.op = name;
-    if (query && !be_.supports(*query)) {
-      r.status = "skipped: unsupported";
+    if (const std::string why = needs ? needs(under_test_) : ""; !why.empty()) {
+      r.status = "skipped: " + why;
       results.push_back(r);
       return;
     }
+    if (opt_.against) {
+      const std::string why = needs ? needs(*opt_.against) : "";
+      r.against = why.empty() ? recording_pass(name, body, r.detail) : why;
+    }
+    pass_ = r.against == "compared" ? Pass::compared : Pass::alone;
+    be_ = &under_test_;
+    rng_.seed(op_seed(name));
+    next_ = 0;
     current_ = &r;
+    bool case_failed = false;
     const auto t0 = Clock::now();
     try {
       body();
-      r.status = r.worst_ratio <= 1.0 ? "pass" : "FAIL";
+      if (pass_ == Pass::compared && next_ != recorded_.size()) {
+        r.against_worst_ratio = INFINITY;
+        if (r.detail.empty())
+          r.detail = std::to_string(next_) + " values checked, " + std::to_string(recorded_.size()) + " on " + against_name() +
+                     ": the cases differ between the backends";
+      }
     } catch (const CaseFailed& f) {
-      r.status = "FAIL";
+      case_failed = true;
       if (r.detail.empty()) r.detail = f.what;
     }
     r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const bool ok = !case_failed && r.worst_ratio <= 1.0 && r.against_worst_ratio <= 1.0 && r.against != "FAIL";
+    r.status = ok ? "pass" : "FAIL";
     current_ = nullptr;
+    pass_ = Pass::alone;
     results.push_back(r);
   }
 
-  // A result row for an op the backend does not offer at all (an optional table entry it lacks).
-  void skipped(const std::string& name, const std::string& why) {
-    OpResult r;
-    r.op = name;
-    r.status = "skipped: " + why;
-    results.push_back(r);
+  void op(const std::string& name, const sl_op_query* q, const std::function<void()>& body) {
+    Needs needs;
+    if (q) needs = [q = *q](const BackendHandle& be) { return be.supports(q) ? std::string() : std::string("unsupported"); };
+    op(name, needs, body);
   }
 
-  bool supports(const sl_op_query& q) const { return be_.supports(q); }
+  bool supports(const sl_op_query& q) const { return be_->supports(q); }
 
   // Whether the device has matrix units: prefill-sized products and attention may then take f16
   // inputs, and are checked to that precision.
@@ -94,7 +123,7 @@ class Runner {
     sl_device_info info{};
     info.struct_size = sizeof(info);
     sl_error err{};
-    return be_.api()->get_device_info(be_.raw(), &info, &err) == SL_OK && (info.caps & SL_CAP_MATRIX);
+    return be_->api()->get_device_info(be_->raw(), &info, &err) == SL_OK && (info.caps & SL_CAP_MATRIX);
   }
 
   void new_case(const std::string& what) {
@@ -108,7 +137,9 @@ class Runner {
     const double ratio = std::isnan(got) ? INFINITY : e / bound;
     if (ratio > current_->worst_ratio) current_->worst_ratio = ratio;
     if (!(ratio <= 1.0) && current_->detail.empty())
-      current_->detail = case_ + ", " + where + ": got " + std::to_string(got) + ", want " + std::to_string(ref);
+      current_->detail = case_ + ", " + where + ": got " + number(got) + ", want " + number(ref);
+    if (pass_ == Pass::recording) recorded_.push_back({got, bound});
+    if (pass_ == Pass::compared) compare(got, bound, where);
   }
 
   void expect_ok(const Status& s, const char* what) {
@@ -126,16 +157,16 @@ class Runner {
   }
 
   Buffer upload_bytes(const void* p, std::size_t bytes) {
-    auto b = be_.alloc(std::max<std::size_t>(bytes, 4));
+    auto b = be_->alloc(std::max<std::size_t>(bytes, 4));
     expect_ok(b ? Status{} : Status(b.error()), "alloc");
-    expect_ok(be_.upload(*b, 0, p, bytes), "upload");
+    expect_ok(be_->upload(*b, 0, p, bytes), "upload");
     return std::move(*b);
   }
   Buffer upload(const std::vector<float>& v) { return upload_bytes(v.data(), v.size() * 4); }
   Buffer zeros(std::size_t n) { return upload(std::vector<float>(n, 0.0f)); }
   std::vector<float> download(const Buffer& b, std::size_t n) {
     std::vector<float> out(n);
-    expect_ok(be_.download(b, 0, out.data(), n * 4), "download");
+    expect_ok(be_->download(b, 0, out.data(), n * 4), "download");
     return out;
   }
 
@@ -221,18 +252,81 @@ class Runner {
     expect_ok(api()->begin_batch(raw(), &b, &err), err, "begin_batch");
   }
 
-  const sl_backend_api* api() const { return be_.api(); }
-  sl_backend* raw() const { return be_.raw(); }
+  const sl_backend_api* api() const { return be_->api(); }
+  sl_backend* raw() const { return be_->raw(); }
   const Options& options() const { return opt_; }
-  std::mt19937& rng() { return rng_; }
+  std::mt19937& rng() { return rng_; }  // reseeded for each op and pass: draw from it, not another
 
  private:
-  const BackendHandle& be_;
+  enum class Pass { alone, recording, compared };  // recording: the second backend's pass
+  struct Recorded {
+    double got, bound;
+  };
+
+  // The second backend's pass of an op: "compared" when it met reference math, else "FAIL" (and the
+  // first failure, named as that backend's, in detail).
+  std::string recording_pass(const std::string& name, const std::function<void()>& body, std::string& detail) {
+    OpResult scratch;
+    pass_ = Pass::recording;
+    be_ = opt_.against;
+    rng_.seed(op_seed(name));
+    recorded_.clear();
+    current_ = &scratch;
+    bool ok = true;
+    try {
+      body();
+      ok = scratch.worst_ratio <= 1.0;
+    } catch (const CaseFailed& f) {
+      ok = false;
+      if (scratch.detail.empty()) scratch.detail = f.what;
+    }
+    current_ = nullptr;
+    be_ = &under_test_;
+    if (ok) return "compared";
+    detail = "on " + against_name() + " (the backend compared with): " + scratch.detail;
+    return "FAIL";
+  }
+
+  void compare(double got, double bound, const std::string& where) {
+    if (next_ >= recorded_.size())
+      throw CaseFailed{case_ + ", " + where + ": more values checked than on " + against_name() + ": the cases differ between the backends"};
+    const Recorded& theirs = recorded_[next_++];
+    ++current_->compared;
+    const double diff = std::abs(got - theirs.got);
+    current_->against_max_diff = std::max(current_->against_max_diff, std::isnan(diff) ? INFINITY : diff);
+    const double ratio = std::isnan(diff) ? INFINITY : diff / (bound + theirs.bound);
+    current_->against_worst_ratio = std::max(current_->against_worst_ratio, ratio);
+    if (!(ratio <= 1.0) && current_->detail.empty())
+      current_->detail = case_ + ", " + where + ": got " + number(got) + ", " + against_name() + " got " + number(theirs.got) +
+                         " (further apart than the sum of their bounds, " + number(bound + theirs.bound) + ")";
+  }
+
+  std::string against_name() const { return opt_.against ? opt_.against->name() : ""; }
+
+  // The op's seed: the same in both passes, and independent of which ops ran before it.
+  uint32_t op_seed(const std::string& name) const {
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (unsigned char c : name) h = (h ^ c) * 16777619u;
+    return h ^ (opt_.seed * 0x9e3779b9u);
+  }
+
+  static std::string number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return buf;
+  }
+
+  const BackendHandle& under_test_;
+  const BackendHandle* be_;  // the backend of the pass running: under_test_ or opt_.against
   Options opt_;
   std::mt19937 rng_;
+  Pass pass_ = Pass::alone;
+  std::vector<Recorded> recorded_;  // the second backend's values of the op, in check() order
+  std::size_t next_ = 0;            // the next of them to compare with
   OpResult* current_ = nullptr;
   std::string case_;
 };
+
 
 inline sl_op_query query(sl_op op, uint32_t dtype = SL_DTYPE_F32, uint32_t bits = 0) {
   sl_op_query q{};

@@ -1,5 +1,6 @@
 // The `sluice` program as users run it: generate/perplexity JSON output against the goldens, the
-// tokenizer round trip through tokenize/detokenize, and clear errors with the right exit codes.
+// tokenizer round trip through tokenize/detokenize, conformance against a second backend, and clear
+// errors with the right exit codes.
 #include <sys/wait.h>
 
 #include <cmath>
@@ -100,6 +101,33 @@ TEST(CliTokenize, TokenizeThenDetokenizeRoundTripsOnTheBundledModel) {
   const auto d = run("detokenize --model " + model, "[" + ids_csv((*doc)["ids"]) + "]", false);
   ASSERT_EQ(d.exit_code, 0) << d.out;
   EXPECT_EQ(d.out, text);
+}
+
+TEST(CliConformance, JsonComparesWithTheBackendNamedByAgainstAndWithNoneByDefaultOnCpu) {
+  const auto compared = run("conformance --backend cpu --against cpu --quick --json");
+  ASSERT_EQ(compared.exit_code, 0) << compared.out;
+  auto doc = json::parse(compared.out, "sluice conformance --json");
+  ASSERT_TRUE(doc.ok()) << compared.out;
+  EXPECT_TRUE((*doc)["passed"].GetBool());
+  EXPECT_TRUE((*doc)["against"].IsString());
+  int compared_ops = 0;
+  for (const auto& op : (*doc)["ops"].GetArray()) {
+    if (std::string(op["status"].GetString()) != "pass") continue;
+    EXPECT_EQ(std::string(op["against"].GetString()), "compared") << op["op"].GetString();
+    EXPECT_GT(op["compared"].GetInt(), 0) << op["op"].GetString();
+    EXPECT_EQ(op["max_diff"].GetDouble(), 0.0) << op["op"].GetString();
+    ++compared_ops;
+  }
+  EXPECT_GE(compared_ops, 40);
+  // The CPU backend under test is not compared with itself unless asked.
+  const auto alone = run("conformance --backend cpu --quick --json");
+  ASSERT_EQ(alone.exit_code, 0) << alone.out;
+  auto alone_doc = json::parse(alone.out, "sluice conformance --json");
+  ASSERT_TRUE(alone_doc.ok()) << alone.out;
+  EXPECT_TRUE((*alone_doc)["against"].IsNull());
+  const auto unknown = run("conformance --backend cpu --against nosuch --quick");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.out.find("--against: unknown backend 'nosuch'"), std::string::npos) << unknown.out;
 }
 
 TEST(CliErrors, UsageErrorsExitTwoAndRuntimeErrorsExitOneWithMessages) {

@@ -1,6 +1,6 @@
 // The example plugins of each kind load through the host's loader and behave: the backend passes the
-// conformance checks `sluice conformance` runs, the codec round-trips within its step, the store
-// serves the bytes of the file ranges it was given.
+// conformance checks `sluice conformance` runs (against the CPU backend too), the codec round-trips
+// within its step, the store serves the bytes of the file ranges it was given.
 #include <cmath>
 #include <unistd.h>
 
@@ -31,17 +31,26 @@ class PluginExamples : public ::testing::Test {
   PluginRegistry registry_;
 };
 
-TEST_F(PluginExamples, BackendPassesTheConformanceChecks) {
+TEST_F(PluginExamples, BackendPassesTheConformanceChecksAgainstTheCpuBackend) {
   const auto* rec = find(SL_PLUGIN_BACKEND, "example");
   ASSERT_NE(rec, nullptr);
   auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), "example", "", 1);
   ASSERT_TRUE(be) << be.message();
+  PluginRegistry cpu_registry;  // as `sluice conformance` compares with the CPU plugin by default
+  const auto& cpu_rec = cpu_registry.load_file(test::binary_path("lib/sluice-backend-cpu.so"));
+  ASSERT_TRUE(cpu_rec.loaded) << cpu_rec.status;
+  auto cpu = BackendHandle::open(static_cast<const sl_backend_api*>(cpu_rec.descriptor->api), "cpu", "", 1);
+  ASSERT_TRUE(cpu) << cpu.message();
   conformance::Options o;
   o.quick = true;
+  o.against = cpu->get();
   int ran = 0;
   for (const auto& r : conformance::run_all(**be, o)) {
     EXPECT_TRUE(r.passed()) << r.op << ": " << r.status << " " << r.detail;
-    ran += r.status == "pass";
+    if (r.status != "pass") continue;
+    ++ran;
+    EXPECT_EQ(r.against, "compared") << r.op;
+    EXPECT_GT(r.compared, 0) << r.op;
   }
   EXPECT_GE(ran, 15);  // f32 weights and every weight-free op; other weight forms are declared unsupported
 }
