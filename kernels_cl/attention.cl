@@ -106,7 +106,7 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
 }
 
 // kv_write with the rope of q and k before it, in one launch (the host defers the two ropes and
-// joins them here: cl_attention.cpp). Arguments 0-15 are kv_write's; then q [n_tokens][n_q_heads]
+// joins them here: cl_kv_cache.cpp). Arguments 0-15 are kv_write's; then q [n_tokens][n_q_heads]
 // [HEAD_DIM] and the rope's frequencies and parameters (kernels_cl/rope.cl). The work-group of
 // (token t, KV head h) rotates k's head h and q's heads h, h + n_kv_heads, ... of t in place — their
 // pairs spread over the group, no barrier inside the loop — then, after a barrier that makes its

@@ -15,7 +15,7 @@
 // n_splits > 1 it writes the split's partial (m, l, acc) for attention_merge as att_write does.
 //
 // attention_short_join also does the decode layer's kv_write — and the deferred rope of q and k
-// before it — in its own launch (the host defers them: cl_attention.cpp). Why: a launch costs 5-7 µs
+// before it — in its own launch (the host defers them: cl_kv_cache.cpp). Why: a launch costs 5-7 µs
 // of the H100's time even when it does almost nothing; kv_write_rope was 6 µs a layer, 0.19 ms a
 // token. Only for a batch whose tokens are of different sequences (no token reads another's new
 // row). Each work-group rotates its GROUP query heads in registers (rope_cs/rope_apply, the rope

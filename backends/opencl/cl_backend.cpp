@@ -1,5 +1,5 @@
 // The OpenCL backend plugin: entry point, device selection, memory and batch bookkeeping.
-// Ops live in cl_ops.cpp, cl_matmul.cpp and cl_attention.cpp; kernels in kernels_cl/.
+// Ops live in cl_ops.cpp, cl_matmul.cpp, cl_kv_cache.cpp and cl_attention.cpp; kernels in kernels_cl/.
 #include "cl_backend.h"
 
 #include <algorithm>

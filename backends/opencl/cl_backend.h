@@ -79,7 +79,7 @@ struct Scratch {
 
 // A rope op not yet launched: its tensor and parameters (the positions are the batch's) — and,
 // once the next rope joined it (q, then k), the second tensor x2 with its n_heads2 heads, waiting
-// for the kv_write of x2 (cl_attention.cpp) to run the pair inside its launch.
+// for the kv_write of x2 (cl_kv_cache.cpp) to run the pair inside its launch.
 struct PendingRope {
   sl_buffer* x = nullptr;
   uint32_t n_heads = 0, head_dim = 0, half = 0;
@@ -89,7 +89,7 @@ struct PendingRope {
   uint32_t n_heads2 = 0;
 };
 
-// A decode kv_write not yet launched (cl_attention.cpp), with the rope pair it took (rope.x null:
+// A decode kv_write not yet launched (cl_kv_cache.cpp), with the rope pair it took (rope.x null:
 // none), waiting for the attention of the same cache and layer to run it in its launch.
 struct PendingKvWrite {
   sl_kv_cache* cache = nullptr;  // null: none
@@ -213,11 +213,11 @@ struct sl_backend {
   uint32_t x15_cols = 0, x15_slot = 0;
   // Work an op deferred to join it with the next (flush_deferred runs it as it was asked):
   // a rope waiting for the second rope, or the pair of them for the kv_write of the second
-  // (cl_ops.cpp, cl_attention.cpp; x null: none), and a gate/up matmul_multi
+  // (cl_ops.cpp, cl_kv_cache.cpp; x null: none), and a gate/up matmul_multi
   // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
   sluice::ocl::PendingRope pending_rope;
   sluice::ocl::PendingGlu pending_glu;
-  sluice::ocl::PendingKvWrite pending_kv;  // a decode kv_write waiting for its attention (cl_attention.cpp)
+  sluice::ocl::PendingKvWrite pending_kv;  // a decode kv_write waiting for its attention (cl_kv_cache.cpp)
   // A product waiting for the add_rms_norm of its output, and the norm that joined it, waiting for
   // the product that reads it (cl_matmul.cpp; null x / out: none). norm_parts: its blocks' Σ x².
   sluice::ocl::PendingProduct pending_product;
@@ -338,7 +338,7 @@ void flush_deferred(sl_backend* be, const sl_buffer* reader = nullptr);
 // n_kv_heads heads of head_dim and v neither of its tensors; false otherwise, nothing changed.
 bool take_rope_pair(sl_backend* be, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim,
                     PendingRope& out);
-// Launches a kv_write deferred for the attention after it (cl_attention.cpp), as kv_write would have.
+// Launches a kv_write deferred for the attention after it (cl_kv_cache.cpp), as kv_write would have.
 void kv_write_flush(sl_backend* be);
 
 // Ops.

@@ -238,7 +238,7 @@ bool take_rope_pair(sl_backend* be, const sl_buffer* k, const sl_buffer* v, uint
 
 // Deferred: the rope of q waits for the rope of k (same positions, frequencies and style, another
 // tensor), and the pair then waits for the kv_write of k, which runs it in its own launch
-// (kv_write_rope, cl_attention.cpp); any other entry point runs what waits first — the pair as one
+// (kv_write_rope, cl_kv_cache.cpp); any other entry point runs what waits first — the pair as one
 // `rope` launch — (cl_backend.cpp), so the order of effects is the caller's.
 sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
                const float* inv_freq, float attention_factor, uint32_t style, sl_error* err) {

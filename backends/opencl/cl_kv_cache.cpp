@@ -1,0 +1,432 @@
+// The paged KV cache: its layout, creation and page copies, the program built with its codecs'
+// source (kv_write and the attention kernels, one per query heads per KV head) and kv_write, with
+// its deferral. The attention launches over the cache are in cl_attention.cpp.
+//
+// Layout per layer (as the CPU backend's): n_pages pages; a page holds page_tokens positions: the K
+// rows of every KV head ([head][slot]), then the V rows, in the codecs' formats.
+// When both codecs give OpenCL source, the pages live on the device and kv_write/attention are
+// kernels built with that source (kernels_cl/attention.cl; kv_write_rope also runs the deferred rope
+// of q and k right before a kv_write, in its launch). Otherwise the host keeps the layer's
+// pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
+//
+// A launch costs 5-7 µs on the H100 even when it does almost nothing, so a decode kv_write (every
+// token of another sequence) waits too: where the attention of its cache and layer right after
+// takes attention_short, attention_short_join runs the kv_write (with the rope pair it took) in the
+// attention's launch (kernels_cl/attention_short.cl); anything else runs it first, as it was asked.
+// SLUICE_OPENCL_ATT_JOIN=0, or the backend option "no-attention-join", keeps the two launches.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#include "cl_kv_cache.h"
+#include "util/vec.h"  // f16 conversions of the recent window on the host path
+
+namespace sluice::ocl {
+namespace {
+
+// SLUICE_OPENCL_ATT_VU (1..64) overrides how many keys' values a work-item loads before using them
+// (ATT_VU in kernels_cl/attention.cl).
+std::string value_unroll_option() {
+  static const long knob = env_knob("SLUICE_OPENCL_ATT_VU", [](long v) { return v >= 1 && v <= 64; });
+  return knob ? " -DATT_VU=" + std::to_string(knob) : "";
+}
+
+// The generic kernel's key scoring (kernels_cl/attention.cl): SLUICE_OPENCL_ATT_TEAM (8, 16, 32)
+// overrides how many work-items read a key row together (ATT_TEAM), SLUICE_OPENCL_ATT_KPT (1, 2, 4,
+// 8) how many keys a team loads before summing (ATT_KPT); SLUICE_OPENCL_ATT_SHFL_LOCAL=1 runs the
+// shuffle path's reduction through local memory, to check it on devices without PTX.
+std::string key_scoring_options() {
+  static const long team = env_knob("SLUICE_OPENCL_ATT_TEAM", [](long v) { return v == 8 || v == 16 || v == 32; });
+  static const long kpt = env_knob("SLUICE_OPENCL_ATT_KPT", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
+  static const long shfl_local = env_knob("SLUICE_OPENCL_ATT_SHFL_LOCAL", [](long v) { return v == 1; });
+  std::string options;
+  if (team) options += " -DATT_TEAM=" + std::to_string(team);
+  if (kpt) options += " -DATT_KPT=" + std::to_string(kpt);
+  if (shfl_local) options += " -DATT_SHFL_LOCAL=1";
+  return options;
+}
+
+// The work-group of kv_write, attention_fused_queries and attention_merge: a turbo key tries 16
+// rotations, each with its own transform and search, so a row is encoded by up to 256 work-items (16
+// a rotation) where the device allows; a query is rotated 16 ways for every head of a work-group, by
+// as many; a merge sums its splits in several lanes.
+uint32_t wide_group_size(const sl_backend* be) {
+  uint32_t wg = 256;
+  while (wg > attention_wg() && wg > be->caps.max_wg) wg /= 2;
+  return wg;
+}
+
+const char* codec_source(const sl_kvcodec_api* api, const sl_kvcodec* codec) {
+  if (!api || api->struct_size < offsetof(sl_kvcodec_api, opencl_source) + sizeof(void*) || !api->opencl_source) return nullptr;
+  return api->opencl_source(codec);
+}
+
+// The fused device functions (docs/PLUGINS.md) a codec's source may define, by role.
+bool source_has(const char* source, std::initializer_list<const char*> names) {
+  if (!source) return false;
+  for (const char* n : names)
+    if (!std::strstr(source, n)) return false;
+  return true;
+}
+bool has_fused_keys(const char* source) { return source_has(source, {"SL_KV_FN(fused_prepare_query)", "SL_KV_FN(fused_score)"}); }
+bool has_fused_values(const char* source) {
+  return source_has(source, {"SL_KV_FN(fused_prepare_values)", "SL_KV_FN(fused_value)", "SL_KV_FN(fused_finish)"});
+}
+bool has_group_encode(const char* source) { return source_has(source, {"SL_KV_FN(encode_row_group)"}); }
+
+// The V codec's accumulator slots in the fused kernel (domain_dim / head_dim; 1 = one domain).
+uint32_t v_slots(const sl_kv_cache* c) { return c->v_fused ? c->v_format.domain_dim / c->layout.head_dim : 1; }
+
+// Query heads per fused work-group: the largest divisor of the group whose local memory fits
+// (per head: the query area, the value accumulators, the original query, p and red; per group: the
+// value rows' offsets and the V codec's tables).
+uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint32_t group) {
+  const uint64_t k_area = k_query_area(c), v_area = v_acc_area(c);
+  const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
+  for (uint32_t hpw = group; hpw >= 1; --hpw) {
+    if (group % hpw) continue;
+    const uint64_t wg = attention_wg();
+    const uint64_t bytes = 4 * (hpw * (k_area + v_area + c->layout.head_dim + 2 * wg) + 2 * wg + 64);
+    if (bytes <= budget) return hpw;
+  }
+  return 0;
+}
+
+}  // namespace
+
+uint32_t attention_wg() {
+  static const long knob = env_knob("SLUICE_OPENCL_ATT_WG", [](long v) { return v == 64 || v == 128 || v == 256; });
+  return knob ? static_cast<uint32_t>(knob) : 64u;
+}
+
+int32_t short_passes_max_keys(const sl_backend* be) {
+  static const int32_t limit = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_ATT_SHORT");
+    return e && *e ? static_cast<int32_t>(std::clamp<long>(std::strtol(e, nullptr, 10), 0, INT32_MAX)) : 512;
+  }();
+  return be->options.find("generic-attention") != std::string::npos ? 0 : limit;
+}
+
+uint64_t k_query_area(const sl_kv_cache* c) {
+  return c->k_fused ? c->k_format.domain_dim + c->k_format.domain_dim / c->layout.head_dim + 64 : 1;
+}
+
+uint64_t v_acc_area(const sl_kv_cache* c) {
+  if (!c->v_fused || (c->k_fused && v_slots(c) == 1)) return 1;
+  return c->v_format.domain_dim;
+}
+
+bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
+
+sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err) {
+  for (std::size_t t = 0; t < be->positions.size(); ++t) {
+    const uint32_t last_page = static_cast<uint32_t>(be->positions[t]) / c->layout.page_tokens;
+    if (last_page >= be->max_pages)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "position " + std::to_string(be->positions[t]) + " beyond the page table");
+    const std::size_t row = static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    const int32_t* table = be->page_table.data() + row;
+    for (uint32_t p = 0; p <= last_page; ++p)
+      if (table[p] < 0 || static_cast<uint32_t>(table[p]) >= c->layout.n_pages)
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "page table entry " + std::to_string(table[p]) + " out of range");
+    if (!keeps_recent(be, c)) continue;
+    for (uint32_t p = 0; p <= last_page; ++p)
+      if (be->recent_table[row + p] >= static_cast<int32_t>(c->layout.n_recent_pages))
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "recent table entry " + std::to_string(be->recent_table[row + p]) + " out of range");
+  }
+  return SL_OK;
+}
+
+sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group) {
+  auto it = c->kernels.find(group);
+  if (it != c->kernels.end()) return it->second;
+  const auto& L = c->layout;
+  const char* k_source = codec_source(L.k_api, L.k_codec);
+  const char* v_source = codec_source(L.v_api, L.v_codec);
+  std::string source = kernel_source("common") + kernel_source("warp");  // warp: the output's 15-bit form (att_write)
+  source += "\n#define SL_KV_FN(name) sl_k_##name\n";
+  source += k_source;
+  source += "\n#undef SL_KV_FN\n#define SL_KV_FN(name) sl_v_##name\n";
+  source += v_source;
+  source += "\n#undef SL_KV_FN\n";
+  source += kernel_source("rope");  // kv_write_rope's rotation, the rope kernel's own
+  source += kernel_source("attention");
+  source += kernel_source("attention_fused");
+  source += kernel_source("attention_short");
+  const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
+  const uint32_t wide_wg = wide_group_size(be);
+  const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
+                              " -DWG=" + std::to_string(attention_wg()) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
+                              " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
+                              " -DV_SLOTS=" + std::to_string(v_slots(c)) +
+                              " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(k_source)) +
+                              " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(v_source)) +
+                              " -DWIDE_WG=" + std::to_string(wide_wg) + value_unroll_option() +
+                              " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
+                              " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
+                              " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"})) +
+                              key_scoring_options() + nv_register_cap(be, "SLUICE_OPENCL_MAXRREG_ATT");
+  // On NVIDIA the key scoring's teams sum with warp shuffles (inline PTX); a program that fails to
+  // build with them is reported once and built with the local-memory sums instead.
+  cl::Program program;
+  bool built = false;
+  if (be->use_ptx) {
+    try {
+      program = build_program(be, source, options + " -DSLUICE_PTX_SHFL");
+      built = true;
+    } catch (const std::exception& e) {
+      static bool reported = false;
+      if (!reported) std::fprintf(stderr, "opencl: attention without warp shuffles: %s\n", e.what());
+      reported = true;
+    }
+  }
+  if (!built) program = build_program(be, source, options);
+  sl_kv_cache::Kernels k{cl::Kernel(program, "kv_write"),
+                         cl::Kernel(program, "attention"),
+                         cl::Kernel(program, "attention_merge"),
+                         hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(),
+                         hpw && c->k_fused ? cl::Kernel(program, "attention_fused_queries") : cl::Kernel(),
+                         hpw,
+                         wide_wg,
+                         cl::Kernel(program, "kv_gather_f16"),
+                         cl::Kernel(program, "kv_write_rope"),
+                         built,  // ptx: set above only by the build with SLUICE_PTX_SHFL
+                         // attention_short exists where the program has warp exchanges and the shape fits (attention_short.cl).
+                         program_has_kernel(program, "attention_short") ? cl::Kernel(program, "attention_short") : cl::Kernel(),
+                         // attention_short_join encodes in a branch of one key split, where a barrier of the
+                         // codec's encoder would be one under a work-group-uniform if: PoCL miscompiles those.
+                         program_has_kernel(program, "attention_short_join") && !source_has(k_source, {"barrier("}) &&
+                                 !source_has(v_source, {"barrier("})
+                             ? cl::Kernel(program, "attention_short_join")
+                             : cl::Kernel()};
+  return c->kernels.emplace(group, std::move(k)).first->second;
+}
+
+std::byte* host_k_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {
+  return c->host_layers[layer].data() + page * c->page_bytes +
+         (static_cast<uint64_t>(head) * c->layout.page_tokens + slot) * c->k_format.row_bytes;
+}
+std::byte* host_v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {
+  const auto& L = c->layout;
+  return c->host_layers[layer].data() + page * c->page_bytes +
+         static_cast<uint64_t>(L.n_kv_heads) * L.page_tokens * c->k_format.row_bytes +
+         (static_cast<uint64_t>(head) * L.page_tokens + slot) * c->v_format.row_bytes;
+}
+uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv, uint32_t head, uint32_t slot) {
+  const auto& L = c->layout;
+  return c->host_recent[layer].data() +
+         (((static_cast<std::size_t>(rpage) * 2 + static_cast<std::size_t>(kv)) * L.n_kv_heads + head) * L.page_tokens + slot) * L.head_dim;
+}
+
+cl::Buffer& single(const sl_buffer* b) {
+  if (b->chunks.size() != 1) throw std::runtime_error("activation buffer larger than one device allocation");
+  return const_cast<cl::Buffer&>(b->chunks[0]);
+}
+
+void set_layer_args(cl::Kernel& kn, cl_uint first, const sl_kv_cache* c, uint32_t layer) {
+  const auto& L = c->layout;
+  kn.setArg(first, c->device_layers[layer]);
+  kn.setArg(first + 1, static_cast<cl_ulong>(c->page_bytes));
+  kn.setArg(first + 2, static_cast<cl_uint>(L.page_tokens));
+  kn.setArg(first + 3, static_cast<cl_uint>(L.n_kv_heads));
+  kn.setArg(first + 4, static_cast<cl_uint>(c->k_format.row_bytes));
+  kn.setArg(first + 5, static_cast<cl_uint>(c->v_format.row_bytes));
+}
+
+void set_page_args(cl::Kernel& kn, const sl_backend* be, const sl_kv_cache* c, uint32_t layer) {
+  set_layer_args(kn, 2, c, layer);
+  kn.setArg(8, be->d_positions);
+  kn.setArg(9, be->d_seq_slots);
+  kn.setArg(10, be->d_page_table);
+  kn.setArg(11, static_cast<cl_uint>(be->max_pages));
+}
+
+bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec) { return codec_source(api, codec) != nullptr; }
+
+sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** out, sl_error* err) {
+  if (!layout || !layout->k_api || !layout->v_api || !layout->k_codec || !layout->v_codec || layout->page_tokens == 0 ||
+      layout->head_dim == 0 || layout->n_kv_heads == 0)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
+  return guarded(err, "kv_create", [&] {
+    auto c = std::make_unique<sl_kv_cache>();
+    // An older host's layout is shorter: take what it has; the rest (the recent window) stays 0.
+    std::memcpy(&c->layout, layout, std::min<std::size_t>(layout->struct_size, sizeof(sl_kv_layout)));
+    c->layout.struct_size = sizeof(sl_kv_layout);
+    if (c->layout.n_recent_pages == 0) c->layout.recent_window = 0;
+    const uint64_t recent_bytes = uint64_t(c->layout.n_recent_pages) * 2 * layout->n_kv_heads * layout->page_tokens * layout->head_dim * 2;
+    c->k_format.struct_size = sizeof(sl_kv_format);
+    c->v_format.struct_size = sizeof(sl_kv_format);
+    layout->k_api->get_format(layout->k_codec, &c->k_format);
+    layout->v_api->get_format(layout->v_codec, &c->v_format);
+    c->page_bytes = static_cast<uint64_t>(layout->n_kv_heads) * layout->page_tokens *
+                    (c->k_format.row_bytes + c->v_format.row_bytes);
+    const uint64_t layer_bytes = c->page_bytes * layout->n_pages;
+    const bool allow_device = be->options.find("host-kv") == std::string::npos;
+    c->on_device = allow_device && codec_has_opencl(layout->k_api, layout->k_codec) &&
+                   codec_has_opencl(layout->v_api, layout->v_codec) && layer_bytes <= be->caps.max_alloc &&
+                   recent_bytes <= be->caps.max_alloc;
+    // The fused path unless the options ask for the generic kernel (tests compare the two).
+    const bool allow_fused = be->options.find("generic-attention") == std::string::npos && !std::getenv("SLUICE_OPENCL_GENERIC_ATTENTION");
+    c->k_fused = allow_fused && has_fused_keys(codec_source(layout->k_api, layout->k_codec));
+    c->v_fused = allow_fused && has_fused_values(codec_source(layout->v_api, layout->v_codec));
+    if (c->on_device) {
+      // The codecs' device functions must follow docs/PLUGINS.md (SL_KV_FN(encode_row), SL_KV_FN(load)):
+      // source that does not build with ours sends this cache to the host path instead of failing later.
+      try {
+        cache_kernels(be, c.get(), 1);
+      } catch (const std::exception& e) {
+        c->on_device = false;
+        c->kernels.clear();
+        c->fallback_reason = e.what();
+        std::fprintf(stderr, "opencl: the KV cache stays on the host (slow): %s\n", e.what());
+      }
+    }
+    if (c->on_device) {
+      for (uint32_t l = 0; l < layout->n_layers; ++l) {
+        c->device_layers.emplace_back(be->context, CL_MEM_READ_WRITE, std::max<uint64_t>(layer_bytes, 4));
+        const cl_uchar zero = 0;
+        be->queue.enqueueFillBuffer(c->device_layers.back(), zero, 0, std::max<uint64_t>(layer_bytes, 4));
+        if (recent_bytes) c->recent_layers.emplace_back(be->context, CL_MEM_READ_WRITE, recent_bytes);
+      }
+      be->queue.finish();  // out of device memory shows here
+    } else {
+      c->host_layers.assign(layout->n_layers, std::vector<std::byte>(layer_bytes));
+      c->host_recent.assign(layout->n_layers, std::vector<uint16_t>(recent_bytes / 2));
+    }
+    *out = c.release();
+    return SL_OK;
+  });
+}
+
+void kv_destroy(sl_backend* be, sl_kv_cache* cache) {
+  if (!cache) return;
+  try {
+    be->queue.finish();
+  } catch (...) {
+  }
+  delete cache;
+}
+
+sl_status kv_copy_page(sl_backend* be, sl_kv_cache* c, uint32_t src, uint32_t dst, sl_error* err) {
+  if (src >= c->layout.n_pages || dst >= c->layout.n_pages)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_copy_page: page out of range");
+  if (src == dst) return SL_OK;
+  return guarded(err, "kv_copy_page", [&] {
+    for (uint32_t l = 0; l < c->layout.n_layers; ++l) {
+      if (c->on_device)
+        be->queue.enqueueCopyBuffer(c->device_layers[l], c->device_layers[l], src * c->page_bytes, dst * c->page_bytes, c->page_bytes);
+      else
+        std::memcpy(c->host_layers[l].data() + dst * c->page_bytes, c->host_layers[l].data() + src * c->page_bytes, c->page_bytes);
+    }
+    return SL_OK;
+  });
+}
+
+namespace {
+
+// Whether a decode kv_write may wait for its attention (the head of this file; the tests compare
+// the two paths).
+bool attention_join_on(const sl_backend* be) {
+  static const bool off = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_ATT_JOIN");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  return !off && be->options.find("no-attention-join") == std::string::npos && short_passes_max_keys(be) > 0;
+}
+
+// Every token of the batch of another sequence (decode): no token reads a row another one writes.
+bool one_token_per_sequence(const sl_backend* be) {
+  std::vector<int32_t> slots = be->seq_slots;
+  std::sort(slots.begin(), slots.end());
+  return !slots.empty() && std::adjacent_find(slots.begin(), slots.end()) == slots.end();
+}
+
+// kv_write's kernel on the device, kv_write_rope with the rope pair `rope` (null: kv_write).
+void launch_kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v,
+                     const PendingRope* rope) {
+  const auto& L = c->layout;
+  const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
+  auto& ks = c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second;
+  auto& kn = rope ? ks.write_rope : ks.kv_write;
+  kn.setArg(0, single(k));
+  kn.setArg(1, single(v));
+  set_page_args(kn, be, c, layer);
+  kn.setArg(12, static_cast<cl_uint>(n_tokens));
+  const bool recent = keeps_recent(be, c);
+  kn.setArg(13, recent ? c->recent_layers[layer] : c->device_layers[layer]);  // unused when !recent
+  kn.setArg(14, recent ? be->d_recent_table : be->d_page_table);
+  kn.setArg(15, static_cast<cl_uint>(recent ? 1 : 0));
+  if (rope) {
+    kn.setArg(16, single(rope->x));
+    kn.setArg(17, static_cast<cl_uint>(rope->n_heads));
+    kn.setArg(18, be->d_inv_freq);
+    kn.setArg(19, static_cast<cl_uint>(rope->half));
+    kn.setArg(20, rope->factor);
+    kn.setArg(21, static_cast<cl_uint>(rope->style));
+  }
+  launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.wide_wg));
+}
+
+}  // namespace
+
+void kv_write_flush(sl_backend* be) {
+  if (!be->pending_kv.cache) return;
+  const PendingKvWrite w = be->pending_kv;
+  be->pending_kv = PendingKvWrite{};
+  launch_kv_write(be, w.cache, w.layer, w.k, w.v, w.rope.x ? &w.rope : nullptr);
+}
+
+sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v, sl_error* err) {
+  const auto& L = c->layout;
+  if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
+  if (auto s = check_pages(be, c, err); s != SL_OK) return s;
+  const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
+  const uint64_t floats = uint64_t(n_tokens) * L.n_kv_heads * L.head_dim;
+  if (k->bytes < floats * 4 || v->bytes < floats * 4) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K/V buffers too small");
+  return guarded(err, "kv_write", [&] {
+    // The rope of q and k right before (deferred: cl_ops.cpp) runs in this launch where k is its
+    // second tensor and the cache is on the device; anything else waiting runs first, as the other
+    // entry points run it (cl_backend.cpp). A decode kv_write then waits for its attention (the
+    // head of this file).
+    PendingRope pair;
+    const bool joined = c->on_device && take_rope_pair(be, k, v, L.n_kv_heads, L.head_dim, pair);
+    flush_deferred(be);
+    if (c->on_device && attention_join_on(be) && one_token_per_sequence(be)) {
+      be->pending_kv = PendingKvWrite{c, layer, k, v, joined ? pair : PendingRope{}};
+      return SL_OK;
+    }
+    if (c->on_device) {
+      launch_kv_write(be, c, layer, k, v, joined ? &pair : nullptr);
+      return SL_OK;
+    }
+    std::vector<float> kh(floats), vh(floats);
+    be->queue.enqueueReadBuffer(single(k), CL_TRUE, 0, floats * 4, kh.data());
+    be->queue.enqueueReadBuffer(single(v), CL_TRUE, 0, floats * 4, vh.data());
+    for (uint32_t t = 0; t < n_tokens; ++t) {
+      const uint32_t pos = static_cast<uint32_t>(be->positions[t]);
+      const uint32_t page = static_cast<uint32_t>(
+          be->page_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / L.page_tokens]);
+      const uint32_t slot = pos % L.page_tokens;
+      for (uint32_t h = 0; h < L.n_kv_heads; ++h) {
+        const std::size_t src = (std::size_t(t) * L.n_kv_heads + h) * L.head_dim;
+        if (auto s = L.k_api->encode(L.k_codec, kh.data() + src, 1, host_k_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+        if (auto s = L.v_api->encode(L.v_codec, vh.data() + src, 1, host_v_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+      }
+      const int32_t rpage =
+          keeps_recent(be, c) ? be->recent_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / L.page_tokens] : -1;
+      for (uint32_t h = 0; rpage >= 0 && h < L.n_kv_heads; ++h) {
+        const std::size_t src = (std::size_t(t) * L.n_kv_heads + h) * L.head_dim;
+        uint16_t* kd = host_recent_row(c, layer, rpage, 0, h, slot);
+        uint16_t* vd = host_recent_row(c, layer, rpage, 1, h, slot);
+        for (uint32_t d = 0; d < L.head_dim; ++d) {
+          kd[d] = sluice::cpu::f32_to_f16(kh[src + d]);
+          vd[d] = sluice::cpu::f32_to_f16(vh[src + d]);
+        }
+      }
+    }
+    return SL_OK;
+  });
+}
+
+}  // namespace sluice::ocl
