@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -234,6 +235,12 @@ sl_status from_cl_error(sl_error* err, const char* what, const cl::Error& e);
 const char* cl_error_name(cl_int code);
 
 inline bool fits(uint64_t size, uint64_t offset, uint64_t count) { return offset <= size && count <= size - offset; }
+
+// A buffer a kernel uses whole, with no offset argument (activations): it must be one allocation.
+inline cl::Buffer& single(const sl_buffer* b) {
+  if (b->chunks.size() != 1) throw std::runtime_error("activation buffer larger than one device allocation");
+  return const_cast<cl::Buffer&>(b->chunks[0]);
+}
 
 // Devices.
 std::vector<DeviceRef> all_devices(std::string* why_none);

@@ -219,11 +219,6 @@ uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv,
          (((static_cast<std::size_t>(rpage) * 2 + static_cast<std::size_t>(kv)) * L.n_kv_heads + head) * L.page_tokens + slot) * L.head_dim;
 }
 
-cl::Buffer& single(const sl_buffer* b) {
-  if (b->chunks.size() != 1) throw std::runtime_error("activation buffer larger than one device allocation");
-  return const_cast<cl::Buffer&>(b->chunks[0]);
-}
-
 void set_layer_args(cl::Kernel& kn, cl_uint first, const sl_kv_cache* c, uint32_t layer) {
   const auto& L = c->layout;
   kn.setArg(first, c->device_layers[layer]);

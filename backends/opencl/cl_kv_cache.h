@@ -45,9 +45,6 @@ std::byte* host_k_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t he
 std::byte* host_v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot);
 uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv, uint32_t head, uint32_t slot);
 
-// An activation buffer a kernel uses whole: it must be one allocation (throws otherwise).
-cl::Buffer& single(const sl_buffer* b);
-
 // Arguments first..first+5 of the kernels that read a layer's pages (kv_write, attention,
 // kv_gather_f16): the layer's buffer, page size, positions a page, KV heads, K and V row bytes.
 void set_layer_args(cl::Kernel& kn, cl_uint first, const sl_kv_cache* c, uint32_t layer);

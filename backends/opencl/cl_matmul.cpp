@@ -54,11 +54,6 @@ std::vector<Segment> segments(sl_backend* be, const sl_weight* w) {
   return out;
 }
 
-cl::Buffer& single(const sl_buffer* b) {
-  if (b->chunks.size() != 1) throw std::runtime_error("activation buffer larger than one device allocation");
-  return const_cast<cl::Buffer&>(b->chunks[0]);
-}
-
 // The 15-bit form's buffers of pair `slot` (sl_backend::x15_slot), grown to hold cols values.
 std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols) {
   Scratch& q = slot ? be->matvec_x8_alt : be->matvec_x8;

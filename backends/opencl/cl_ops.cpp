@@ -37,12 +37,6 @@ sl_status too_small(sl_error* err, const char* op) {
   return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": buffer too small for n values");
 }
 
-// A float buffer used whole by a kernel with no offset argument: it must be one allocation.
-cl::Buffer& single(const sl_buffer* b) {
-  if (b->chunks.size() != 1) throw std::runtime_error("activation buffer larger than one device allocation");
-  return const_cast<cl::Buffer&>(b->chunks[0]);
-}
-
 }  // namespace
 
 sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
