@@ -2,10 +2,13 @@
 // `-d` measures them: the cache is first filled with `depth` tokens (untimed), then `tg` single-token
 // forward passes are timed from there, then the sequence is rewound to `depth` and a `pp`-token
 // forward pass is timed. Prints one markdown row per depth and, with --json, one JSON line each.
-//   bench_depth --model DIR [--backend opencl] [--kv-codec f16] [--depths 0,8192,32768] [--pp 512] [--tg 64]
+// --reps N times each N times (the sequence rewound to `depth` before each) and reports their mean and
+// sample standard deviation, as llama-bench's -r does (the anchors' figures are such means).
+//   bench_depth --model DIR [--backend opencl] [--kv-codec f16] [--depths 0,8192,32768] [--pp 512] [--tg 64] [--reps 5]
 // The fill writes random K/V into the cache directly (--fill random, the default: decode speed does
 // not depend on the values) or runs the model over random tokens (--fill forward).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -67,6 +70,39 @@ Status fill_random(Runtime& rt, SequenceState& seq, int depth, std::mt19937& rng
   return be.synchronize();
 }
 
+// Tokens a second of each timed run: their mean and sample standard deviation (0 for one run).
+struct Rate {
+  double mean = 0, sd = 0;
+  std::string text() const {  // "312.4" or "312.4 ± 1.8"
+    char b[64];
+    if (sd > 0) std::snprintf(b, sizeof b, "%.1f ± %.1f", mean, sd);
+    else std::snprintf(b, sizeof b, "%.1f", mean);
+    return b;
+  }
+};
+
+Rate rate_of(const std::vector<double>& tps) {
+  Rate r;
+  for (double v : tps) r.mean += v;
+  r.mean /= static_cast<double>(tps.size());
+  if (tps.size() > 1) {
+    double ss = 0;
+    for (double v : tps) ss += (v - r.mean) * (v - r.mean);
+    r.sd = std::sqrt(ss / static_cast<double>(tps.size() - 1));
+  }
+  return r;
+}
+
+std::string json_list(const std::vector<double>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%s%.2f", i ? "," : "", v[i]);
+    out += b;
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,7 +110,7 @@ int main(int argc, char** argv) {
   o.backend = "auto";
   o.kv_codec = "f16";
   std::vector<int> depths = {0};
-  int pp = 512, tg = 64;
+  int pp = 512, tg = 64, reps = 1;
   bool json = false, fill_forward = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -82,6 +118,7 @@ int main(int argc, char** argv) {
     if (perf::engine_option(a, next, o)) continue;
     if (a == "--pp") pp = std::stoi(next());
     else if (a == "--tg") tg = std::stoi(next());
+    else if (a == "--reps") reps = std::max(1, std::stoi(next()));
     else if (a == "--json") json = true;
     else if (a == "--fill") fill_forward = next() == "forward";
     else if (a == "--depths") {
@@ -89,7 +126,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_depth --model DIR [--backend B] [--kv-codec C] [--kv-recent N] [--depths 0,8192] [--pp N] [--tg N]\n"
-                   "                   [--fill random|forward] [--json]\n");
+                   "                   [--reps N] [--fill random|forward] [--json]\n");
       return 2;
     }
   }
@@ -128,16 +165,19 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_depth: %s\n", s.message().c_str());
         return 1;
       }
-    seq.n_past = depth;
-    auto t0 = Clock::now();
-    for (int i = 0; i < tg; ++i) {
-      one[0] = id(rng);
-      if (auto s = (*rt)->run(seq, one, false, logits); !s) {
-        std::fprintf(stderr, "bench_depth: decode failed: %s\n", s.message().c_str());
-        return 1;
+    std::vector<double> tg_tps;
+    for (int rep = 0; rep < reps; ++rep) {
+      seq.n_past = depth;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < tg; ++i) {
+        one[0] = id(rng);
+        if (auto s = (*rt)->run(seq, one, false, logits); !s) {
+          std::fprintf(stderr, "bench_depth: decode failed: %s\n", s.message().c_str());
+          return 1;
+        }
       }
+      tg_tps.push_back(tg / std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    const double tg_s = std::chrono::duration<double>(Clock::now() - t0).count();
     // Prefill: pp tokens at `depth` (one warm-up pass, then the timed one).
     std::vector<int32_t> prompt(static_cast<std::size_t>(pp));
     for (auto& t : prompt) t = id(rng);
@@ -146,21 +186,27 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_depth: %s\n", s.message().c_str());
       return 1;
     }
-    seq.n_past = depth;
-    t0 = Clock::now();
-    if (auto s = (*rt)->run(seq, prompt, false, logits); !s) {
-      std::fprintf(stderr, "bench_depth: prefill failed: %s\n", s.message().c_str());
-      return 1;
+    std::vector<double> pp_tps;
+    for (int rep = 0; rep < reps; ++rep) {
+      seq.n_past = depth;
+      const auto t0 = Clock::now();
+      if (auto s = (*rt)->run(seq, prompt, false, logits); !s) {
+        std::fprintf(stderr, "bench_depth: prefill failed: %s\n", s.message().c_str());
+        return 1;
+      }
+      pp_tps.push_back(pp / std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    const double pp_s = std::chrono::duration<double>(Clock::now() - t0).count();
     (*rt)->release(seq);
-    std::printf("| %s | %s | %s (%u exact) | %d | %.1f | %.1f |\n", (*rt)->model_name().c_str(),
-                (*rt)->backend().description().c_str(), o.kv_codec.c_str(), (*rt)->kv().recent_window(), depth, pp / pp_s, tg / tg_s);
+    const Rate pp_rate = rate_of(pp_tps), tg_rate = rate_of(tg_tps);
+    std::printf("| %s | %s | %s (%u exact) | %d | %s | %s |\n", (*rt)->model_name().c_str(), (*rt)->backend().description().c_str(),
+                o.kv_codec.c_str(), (*rt)->kv().recent_window(), depth, pp_rate.text().c_str(), tg_rate.text().c_str());
     if (json)
       std::printf("{\"model\":\"%s\",\"kv\":\"%s\",\"kv_recent\":%u,\"kv_bytes_per_token\":%.1f,\"depth\":%d,\"pp\":%d,"
-                  "\"prefill_tps\":%.2f,\"tg\":%d,\"decode_tps\":%.2f}\n",
+                  "\"prefill_tps\":%.2f,\"prefill_tps_sd\":%.2f,\"tg\":%d,\"decode_tps\":%.2f,\"decode_tps_sd\":%.2f,"
+                  "\"reps\":%d,\"prefill_tps_each\":%s,\"decode_tps_each\":%s}\n",
                   (*rt)->model_name().c_str(), o.kv_codec.c_str(), (*rt)->kv().recent_window(), (*rt)->kv().bytes_per_token(), depth,
-                  pp, pp / pp_s, tg, tg / tg_s);
+                  pp, pp_rate.mean, pp_rate.sd, tg, tg_rate.mean, tg_rate.sd, reps, json_list(pp_tps).c_str(),
+                  json_list(tg_tps).c_str());
     std::fflush(stdout);
   }
   return 0;

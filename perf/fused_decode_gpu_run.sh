@@ -8,9 +8,10 @@
 # weights (the o projection); with REPEAT=1 three more depth-0 decode rounds (tg128) and the host's
 # time inside the backend (SLUICE_OPENCL_HOST_TIMING); with ATT=1 a profile at depth 8192 and the
 # attention and gate/up knobs one at a time; with ROUNDS=1 three rounds at depths 0, 8192 and
-# 32768 (the figures for the record); with KNOBS="A=1 B=0,C=2" decode and prefill at depth 0 and 8192
-# once per knob setting (commas join variables of one setting), for A/B comparisons in one process
-# lifetime each; with BUILDLOG=1 the NVIDIA compiler's register and spill counts of every kernel.
+# 32768, each timed REPS (5) times in its process (the figures for the record); with KNOBS="A=1 B=0,C=2"
+# decode and prefill at depth 0 and 8192 once per knob setting (commas join variables of one setting),
+# for A/B comparisons in one process lifetime each; with BUILDLOG=1 the NVIDIA compiler's register
+# and spill counts of every kernel.
 # Carried as .bundle/ (see kv_depth_gpu_run.sh). Results:
 # perf/results/opencl_gpu.md, raw files in perf/results/fused_decode_gpu/.
 #   bash perf/fused_decode_gpu_run.sh            (OUT defaults to /tmp/out)
@@ -80,8 +81,8 @@ done
 if [ "${ROUNDS:-0}" = 1 ]; then
   for i in 1 2 3; do
     log "final round $i"
-    timeout 150 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
-      --depths 0,8192,32768 --pp 512 --tg 64 --json > "$OUT/final_round$i.txt" 2>&1
+    timeout 200 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+      --depths 0,8192,32768 --pp 512 --tg 64 --reps ${REPS:-5} --json > "$OUT/final_round$i.txt" 2>&1
   done
 fi
 if [ "${REPEAT:-0}" = 1 ]; then
