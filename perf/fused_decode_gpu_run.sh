@@ -10,7 +10,7 @@
 # attention and gate/up knobs one at a time; with ROUNDS=1 three rounds at depths 0, 8192 and
 # 32768, each timed REPS (5) times in its process (the figures for the record); with KNOBS="A=1 B=0,C=2"
 # decode and prefill at depth 0 and 8192 once per knob setting (commas join variables of one setting),
-# for A/B comparisons in one process lifetime each; with BUILDLOG=1 the NVIDIA compiler's register
+# for A/B comparisons in one process lifetime each (KNOB_REPS=5: each timed five times, mean ± sd); with BUILDLOG=1 the NVIDIA compiler's register
 # and spill counts of every kernel.
 # Carried as .bundle/ (see kv_depth_gpu_run.sh). Results:
 # perf/results/opencl_gpu.md, raw files in perf/results/fused_decode_gpu/.
@@ -76,7 +76,7 @@ for knob in ${KNOBS:-}; do
   log "knob $knob"
   echo "$knob" >> "$OUT/knobs.txt"
   env ${knob//,/ } timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
-    --depths 0,8192 --pp 512 --tg 64 >> "$OUT/knobs.txt" 2>&1
+    --depths 0,8192 --pp 512 --tg 64 --reps ${KNOB_REPS:-1} >> "$OUT/knobs.txt" 2>&1
 done
 if [ "${ROUNDS:-0}" = 1 ]; then
   for i in 1 2 3; do
