@@ -486,16 +486,20 @@ void matvec_q4_dp4a_res(__global const uchar* wbase, ulong words_per_row, __glob
 // activation rows for the down product, into a second buffer (the kernel reads the first). One launch
 // fewer per layer than the product, then gated_activation_int15.
 #define GLU_WG 1024
-__kernel __attribute__((reqd_work_group_size(GLU_WG, 1, 1)))
-void matvec_q4_dp4a_glu(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase,
-                        __global const uchar* bbase, uint scale_dtype, uint group_size, uint cols, uint w_align,
-                        __global const uint4* xq, __global const float2* blocks, ulong w_off0, ulong s_off0, ulong b_off0,
-                        ulong w_off1, ulong s_off1, ulong b_off1, uint rows, __global float* gate, __global float* up,
-                        __global float* act, uint activation, __global uchar* act_q, __global float2* act_blocks,
-                        NORM_ARGS) {
-  __local float acts[GLU_WG / 32];
-  const uint lane = get_local_id(0) % 32u, warp = get_local_id(0) / 32u;
-  const uint r = get_group_id(0) * (GLU_WG / 32u) + warp;
+#define GLU_ARGS                                                                                                     \
+  __global const uchar *wbase, ulong words_per_row, __global const uchar *sbase, __global const uchar *bbase,          \
+      uint scale_dtype, uint group_size, uint cols, uint w_align, __global const uint4 *xq,                          \
+      __global const float2 *blocks, ulong w_off0, ulong s_off0, ulong b_off0, ulong w_off1, ulong s_off1,           \
+      ulong b_off1, uint rows, __global float *gate, __global float *up, __global float *act, uint activation,       \
+      __global uchar *act_q, __global float2 *act_blocks, NORM_ARGS
+#define GLU_PASS                                                                                                    \
+  wbase, words_per_row, sbase, bbase, scale_dtype, group_size, cols, w_align, xq, blocks, w_off0, s_off0, b_off0,      \
+      w_off1, s_off1, b_off1, rows, gate, up, act, activation, act_q, act_blocks, NORM_PASS
+
+// Row r of the gate and of the up matrix by one warp: their sums (normalised where the input is a
+// joined norm's), in every lane.
+inline float2 glu_sums(uint r, GLU_ARGS) {
+  const uint lane = get_local_id(0) % 32u;
   const uint ssize = scale_dtype == DT_F32 ? 4u : 2u, groups = cols / group_size;
   __global const uint* w0 = (__global const uint*)(wbase + w_off0) + (ulong)r * words_per_row;
   __global const uint* w1 = (__global const uint*)(wbase + w_off1) + (ulong)r * words_per_row;
@@ -523,14 +527,58 @@ void matvec_q4_dp4a_glu(__global const uchar* wbase, ulong words_per_row, __glob
     acc0 *= inv;
     acc1 *= inv;
   }
+  return (float2)(acc0, acc1);
+}
+
+__kernel __attribute__((reqd_work_group_size(GLU_WG, 1, 1)))
+void matvec_q4_dp4a_glu(GLU_ARGS) {
+  __local float acts[GLU_WG / 32];
+  const uint lane = get_local_id(0) % 32u, warp = get_local_id(0) / 32u;
+  const uint r = get_group_id(0) * (GLU_WG / 32u) + warp;
+  const float2 gu = glu_sums(r, GLU_PASS);
   if (lane == 0) {
-    const float a = activation_of(acc0, activation) * acc1;
-    gate[r] = acc0;
-    up[r] = acc1;
+    const float a = activation_of(gu.x, activation) * gu.y;
+    gate[r] = gu.x;
+    up[r] = gu.y;
     act[r] = a;
     acts[warp] = a;
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (warp == 0) int15_store(acts[lane], get_group_id(0) * 32u + lane, true, rows, act_q, act_blocks);
 }
+
+// The same with work-groups of WG (WG / 32 row pairs, a divisor of 32), so that a block spans several
+// groups: each group writes its rows' gate, up and activation, fences them at device scope and counts
+// itself on block_done[b]; the group whose count completes the block fences again (acquire), reads
+// the block's 32 activations past L1 (other compute units wrote them), writes their form and sets
+// the count back to zero for the next launch. Why (the host's default, cl_matmul.cpp): a group of
+// 1024 holds its compute unit until its slowest warp is done, and the launch's last wave of such
+// groups ran on part of the GPU; small groups keep every compute unit streaming to the end.
+#if WG <= 1024 && 32 % (WG / 32) == 0
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void matvec_q4_dp4a_glu_blocks(GLU_ARGS, __global uint* block_done) {
+  __local uint last;
+  const uint lane = get_local_id(0) % 32u, warp = get_local_id(0) / 32u;
+  const uint r = get_group_id(0) * (WG / 32u) + warp;
+  const float2 gu = glu_sums(r, GLU_PASS);
+  if (lane == 0) {
+    gate[r] = gu.x;
+    up[r] = gu.y;
+    act[r] = activation_of(gu.x, activation) * gu.y;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  }
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  const uint b = get_group_id(0) * (WG / 32u) / 32u;
+  if (get_local_id(0) == 0u) {
+    const bool done = atomic_inc(block_done + b) == 32u / (WG / 32u) - 1u;
+    if (done) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    last = done;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (last && warp == 0) {
+    int15_store(((volatile __global const float*)act)[b * 32u + lane], b * 32u + lane, true, rows, act_q, act_blocks);
+    if (lane == 0u) block_done[b] = 0u;
+  }
+}
+#endif
 #endif

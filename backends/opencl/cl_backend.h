@@ -224,6 +224,7 @@ struct sl_backend {
   sluice::ocl::PendingProduct pending_product;
   sluice::ocl::PendingNorm pending_norm;
   sluice::ocl::Scratch norm_parts;
+  sluice::ocl::Scratch block_counts;  // finished work-groups a 32-row block of a product (zero between launches)
 };
 
 namespace sluice::ocl {

@@ -23,6 +23,31 @@ constexpr uint32_t kMatvecRowsPerGroup = 128 / 32;  // WG / TEAM
 constexpr uint64_t kScratchBytes = 64ull << 20;   // float32 weight block for one GEMM
 constexpr uint32_t kMmaDefaultRows = 128;          // MMA_BM of the tensor-core GEMM with 64-column steps
 
+// The gate/up/activation launch's work-groups (kernels_cl/matvec.cl): of 128 work-items, four row
+// pairs each, the last group of a 32-row block to finish writing the block's 15-bit form for down
+// (matvec_q4_dp4a_glu_blocks) — or one group of 1024 a block (matvec_q4_dp4a_glu) with
+// SLUICE_OPENCL_GLU_BLOCKS=0 or the backend option `glu-whole-block` (measuring; the tests compare).
+// On the H100 small groups measured +1.5 % decode (perf/results/fused_decode_gpu/run42, run43): a
+// work-group of 1024 holds a compute unit until its slowest warp is done, and the last of the launch's
+// 3.4 waves of them ran on a part of the GPU (perf/bench_cl_bandwidth.cpp's row patterns: 66 MB
+// read as a warp a row at 2.4 TB/s in groups of 128, 2.0 in groups of 1024).
+bool glu_in_groups(const sl_backend* be) {
+  static const bool off = [] {
+    const char* e = std::getenv("SLUICE_OPENCL_GLU_BLOCKS");
+    return e && *e == '0';
+  }();
+  return !off && be->caps.sm >= 70 && be->options.find("glu-whole-block") == std::string::npos;  // fence.acq_rel
+}
+
+// n counters of finished work-groups a 32-row block, zero: each launch leaves the ones it used at zero.
+cl::Buffer& block_counts(sl_backend* be, uint64_t n) {
+  if (be->block_counts.bytes < n * 4) {
+    cl::Buffer& b = be->block_counts.at_least(be->context, n * 4);
+    be->queue.enqueueFillBuffer(b, cl_uint(0), 0, n * 4);
+  }
+  return be->block_counts.buffer;
+}
+
 struct Segment {
   uint32_t r0, rows;
   DevPtr data, scales, biases;
@@ -515,7 +540,8 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
   const uint32_t out_slot = 1 - p.slot;
   cl::Buffer& act_q = form_pair(be, out_slot, rows).first;
   cl::Buffer& act_blocks = form_pair(be, out_slot, rows).second;
-  auto& k = kernel(be, "matvec", "matvec_q4_dp4a_glu");
+  const bool in_groups = glu_in_groups(be);
+  auto& k = kernel(be, "matvec", in_groups ? "matvec_q4_dp4a_glu_blocks" : "matvec_q4_dp4a_glu");
   cl_uint a = 0;
   k.setArg(a++, p.data[0].buffer);
   k.setArg(a++, static_cast<cl_ulong>(uint64_t(w.cols) * 4 / 32));
@@ -541,8 +567,13 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
   k.setArg(a++, act_q);
   k.setArg(a++, act_blocks);
   set_norm_args(be, k, a, p.x);
-  constexpr size_t kGluWg = 1024;  // GLU_WG in kernels_cl/matvec.cl: 32 rows a work-group
-  launch(be, k, cl::NDRange(size_t(rows) / 32 * kGluWg), cl::NDRange(kGluWg));
+  if (in_groups) {
+    k.setArg(a++, block_counts(be, rows / 32));
+    launch(be, k, cl::NDRange(size_t(rows) * 32), cl::NDRange(128));  // WG in the "matvec" program: a warp a row pair
+  } else {
+    constexpr size_t kGluWg = 1024;  // GLU_WG in kernels_cl/matvec.cl: 32 rows a work-group
+    launch(be, k, cl::NDRange(size_t(rows) / 32 * kGluWg), cl::NDRange(kGluWg));
+  }
   norm_taken(be, p.x);
   be->pending_glu = PendingGlu{};
   int15_made(be, act, rows, out_slot);

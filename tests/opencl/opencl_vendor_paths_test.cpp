@@ -554,7 +554,8 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     auto launches = [&](const std::string& name) { return profile_launches(profile, name); };
     // q/k/v, down, the gate/up pair read back; the first gate/up pair joined with its activation.
     EXPECT_EQ(launches("matvec_q4_dp4a"), 3) << profile;
-    EXPECT_EQ(launches("matvec_q4_dp4a_glu"), 1) << profile;
+    EXPECT_EQ(launches("matvec_q4_dp4a_glu_blocks"), 1) << profile;
+    EXPECT_EQ(launches("matvec_q4_dp4a_glu"), 0) << profile;
     EXPECT_EQ(launches("gated_activation_int15") + launches("gated_activation"), 0) << profile;
     EXPECT_EQ(launches("matvec_x_int15"), 0) << profile;
     EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
@@ -711,6 +712,97 @@ TEST(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
   EXPECT_EQ(profile_launches(apart, "matvec_q4_dp4a_res"), 0) << apart;
   EXPECT_EQ(profile_launches(apart, "add_rms_norm"), 4) << apart;
   EXPECT_EQ(profile_launches(apart, "rms_norm"), 3) << apart;
+}
+
+// The gate/up/activation launch in work-groups of four row pairs (NVIDIA; cl_matmul.cpp,
+// matvec_q4_dp4a_glu_blocks): the last group of each 32-row block to finish writes the block's 15-bit
+// form for the down product, counted on an atomic that each launch leaves at zero. Three layers on one
+// backend, each with its own input, 256 blocks a launch: every gate, up, activation and down product
+// held to float64 arithmetic on what the backend returned — a block whose form a launch did not write
+// would leave down reading the layer before's — and bit for bit the results of a backend opened with
+// "glu-whole-block" (one group of 1024 a block); on NVIDIA the profile shows which kernel ran.
+TEST(OpenclVendorPaths, TheActivationFormIsWrittenOnceEveryBlockIsDone) {
+  PluginRegistry registry;
+  const sl_backend_api* api = opencl_api(registry);
+  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
+  Opened probe;
+  std::string why;
+  if (!open(api, "", probe, why)) GTEST_SKIP() << why;
+  const bool dp4a = dp4a_runs(probe);
+
+  constexpr uint32_t H = 1024, F = 8192, kLayers = 3;
+  std::mt19937 rng(53);
+  const QuantWeight wg = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng), wu = random_quant(F, H, 4, 64, SL_DTYPE_BF16, rng),
+                    wd = random_quant(H, F, 4, 64, SL_DTYPE_BF16, rng);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<std::vector<float>> xs(kLayers, std::vector<float>(H));
+  std::vector<float> nw(H);
+  for (auto& x : xs)
+    for (auto& e : x) e = nd(rng);
+  for (auto& e : nw) e = 0.3f * nd(rng);
+  struct Layer {
+    std::vector<float> h, gate, up, act, down;
+  };
+  auto run = [&](const Opened& o) {
+    std::vector<Layer> layers;
+    Packed pk;
+    for (const QuantWeight* w : {&wg, &wu, &wd}) pk.add(*w);
+    std::vector<sl_buffer*> owned = pk.upload(o);
+    auto buf = [&](const std::vector<float>& v) {
+      owned.push_back(device_copy(o, v.data(), v.size() * 4));
+      return owned.back();
+    };
+    const sl_weight n = f32_vector(buf(nw), H);
+    const sl_weight* gu_w[] = {&pk.weights[0], &pk.weights[1]};
+    begin_one_token(o);
+    sl_error err{};
+    auto get = [&](sl_buffer* b, std::size_t count) {
+      std::vector<float> v(count);
+      EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), count * 4, &err), SL_OK) << err.message;
+      return v;
+    };
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      sl_buffer *dx = buf(xs[l]), *dh = buf(std::vector<float>(H)), *dg = buf(std::vector<float>(F)),
+                *du = buf(std::vector<float>(F)), *dact = buf(std::vector<float>(F)), *ddown = buf(std::vector<float>(H));
+      sl_buffer* gu_out[] = {dg, du};
+      EXPECT_EQ(o.api->rms_norm(o.be, dx, &n, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul_multi(o.be, dh, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->gated_activation(o.be, SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul(o.be, dact, 1, &pk.weights[2], nullptr, ddown, &err), SL_OK) << err.message;
+      layers.push_back(Layer{get(dh, H), get(dg, F), get(du, F), get(dact, F), get(ddown, H)});
+    }
+    for (sl_buffer* b : owned) o.api->free(o.be, b);
+    return layers;
+  };
+  std::vector<Layer> small, whole;
+  for (const char* options : {"", "glu-whole-block"}) {
+    SCOPED_TRACE(std::string("options '") + options + "'");
+    Opened o;
+    ASSERT_TRUE(open(api, options, o, why)) << why;
+    const std::vector<Layer> layers = run(o);
+    ASSERT_EQ(layers.size(), kLayers);
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      SCOPED_TRACE("layer " + std::to_string(l));
+      const Layer& L = layers[l];
+      expect_product(wg, L.h, {}, L.gate, dp4a, "gate");
+      expect_product(wu, L.h, {}, L.up, dp4a, "up");
+      for (uint32_t i = 0; i < F; ++i) {  // OpenCL's exp 3 ulp, its division 2.5, the product 0.5: 8 ulp
+        const double g = L.gate[i], want = g / (1.0 + std::exp(-g)) * L.up[i];
+        ASSERT_NEAR(L.act[i], want, std::abs(want) * 8 * std::ldexp(1.0, -23) + 1e-30) << "act " << i;
+      }
+      expect_product(wd, L.act, {}, L.down, dp4a, "down");
+    }
+    (*options ? whole : small) = layers;
+  }
+  for (uint32_t l = 0; l < kLayers; ++l)
+    for (const auto& [a, b] : {std::pair{&small[l].act, &whole[l].act}, {&small[l].down, &whole[l].down}})
+      ASSERT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * 4)) << "layer " << l << ": the two launch shapes differ";
+  if (!dp4a) return;
+  const std::string one = profile_of(api, "", run), two = profile_of(api, "glu-whole-block", run);
+  EXPECT_EQ(profile_launches(one, "matvec_q4_dp4a_glu_blocks"), kLayers) << one;
+  EXPECT_EQ(profile_launches(one, "matvec_q4_dp4a_glu"), 0) << one;
+  EXPECT_EQ(profile_launches(two, "matvec_q4_dp4a_glu"), kLayers) << two;
+  EXPECT_EQ(profile_launches(two, "matvec_q4_dp4a_glu_blocks"), 0) << two;
 }
 
 // Downloads from 64 KB up go through pinned memory on a GPU (cl_backend.cpp, pinned_staging; decode's
