@@ -37,7 +37,8 @@ __kernel void copy_words(__global const uint4* p, __global uint4* q, ulong n) {
 // A warp a row of row_words words, rows from base_row on. `what` adds, a step: 1 the step's 64-column
 // group's 2-byte scale and bias from arrays s and b, as the 4-bit products read them; 2 the
 // activation's four 16-byte planes of the step from x (one row of them, shared by every warp: L1);
-// 4 the dp4a products' arithmetic on them (NVIDIA, built with -DPTX; elsewhere an xor).
+// 4 the dp4a products' arithmetic on them (NVIDIA, built with -DPTX; elsewhere an xor). dp4a_word
+// restates kernels_cl/matvec.cl's: this program uses the OpenCL API alone, not the backend's sources.
 #ifdef PTX
 inline int dp4a_us(uint a, int b, int c) {
   int d;
