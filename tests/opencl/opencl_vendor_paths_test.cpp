@@ -110,13 +110,27 @@ std::vector<float> products(const Opened& o, const std::vector<uint32_t>& words,
   return out;
 }
 
-TEST(OpenclVendorPaths, FastPathMatvecAgreesWithThePortableKernels) {
-  PluginRegistry registry;
-  const sl_backend_api* api = opencl_api(registry);
-  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
-  Opened fast, portable;
+// Every test here: the OpenCL plugin from the build tree and a backend on its best device, opened
+// with no options (skipped with the reason where there is none), and whether the dp4a fast paths
+// run there (NVIDIA).
+class OpenclVendorPaths : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    api = opencl_api(registry);
+    if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
+    if (!open(api, "", probe, why)) GTEST_SKIP() << why;
+    dp4a = dp4a_runs(probe);
+  }
+  PluginRegistry registry;  // first: the plugin stays mapped until the backends are gone
+  const sl_backend_api* api = nullptr;
+  Opened probe;
   std::string why;
-  if (!open(api, "", fast, why)) GTEST_SKIP() << why;
+  bool dp4a = false;
+};
+
+TEST_F(OpenclVendorPaths, FastPathMatvecAgreesWithThePortableKernels) {
+  Opened& fast = probe;
+  Opened portable;
   sl_device_info info{};
   ASSERT_EQ(device_info(fast, info), SL_OK);
   if (std::string(info.vendor).find("NVIDIA") == std::string::npos)
@@ -273,13 +287,9 @@ std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::
   return out;
 }
 
-TEST(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding) {
-  PluginRegistry registry;
-  const sl_backend_api* api = opencl_api(registry);
-  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
-  Opened fast, portable;
-  std::string why;
-  if (!open(api, "", fast, why)) GTEST_SKIP() << why;
+TEST_F(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding) {
+  Opened& fast = probe;
+  Opened portable;
   sl_device_info info{};
   ASSERT_EQ(device_info(fast, info), SL_OK);
   if (!(info.caps & SL_CAP_MATRIX))
@@ -442,14 +452,7 @@ void begin_one_token(const Opened& o) {
 // products read back before any activation must still run; and on NVIDIA the profile shows the
 // products ran as dp4a launches with no separate rounding, the gate/up pair before the activation
 // joined with it in one launch.
-TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
-  PluginRegistry registry;
-  const sl_backend_api* api = opencl_api(registry);
-  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
-  Opened probe;
-  std::string why;
-  if (!open(api, "", probe, why)) GTEST_SKIP() << why;
-  const bool dp4a = dp4a_runs(probe);
+TEST_F(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
 
   // 1024: the norms round from registers; 1088 (not whole 1024-value runs): from memory after a fence.
   for (uint32_t H : {1024u, 1088u}) {
@@ -570,14 +573,7 @@ TEST(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
 // read back before any product reads it (a plain rms_norm runs then) and a product read back before
 // its norm (it runs alone) are checked too. On NVIDIA the profile shows the joined launches and no
 // add_rms_norm, and a backend opened with "no-res-join" runs the unjoined path.
-TEST(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
-  PluginRegistry registry;
-  const sl_backend_api* api = opencl_api(registry);
-  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
-  Opened probe;
-  std::string why;
-  if (!open(api, "", probe, why)) GTEST_SKIP() << why;
-  const bool dp4a = dp4a_runs(probe);
+TEST_F(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
 
   constexpr uint32_t H = 1024, F = 2048, A = 512;  // hidden, intermediate, attention output
   std::mt19937 rng(31);
@@ -721,14 +717,7 @@ TEST(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
 // held to float64 arithmetic on what the backend returned — a block whose form a launch did not write
 // would leave down reading the layer before's — and bit for bit the results of a backend opened with
 // "glu-whole-block" (one group of 1024 a block); on NVIDIA the profile shows which kernel ran.
-TEST(OpenclVendorPaths, TheActivationFormIsWrittenOnceEveryBlockIsDone) {
-  PluginRegistry registry;
-  const sl_backend_api* api = opencl_api(registry);
-  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
-  Opened probe;
-  std::string why;
-  if (!open(api, "", probe, why)) GTEST_SKIP() << why;
-  const bool dp4a = dp4a_runs(probe);
+TEST_F(OpenclVendorPaths, TheActivationFormIsWrittenOnceEveryBlockIsDone) {
 
   constexpr uint32_t H = 1024, F = 8192, kLayers = 3;
   std::mt19937 rng(53);
@@ -808,13 +797,8 @@ TEST(OpenclVendorPaths, TheActivationFormIsWrittenOnceEveryBlockIsDone) {
 // Downloads from 64 KB up go through pinned memory on a GPU (cl_backend.cpp, pinned_staging; decode's
 // logits every token): one of 600 KB + 12 bytes from an offset, then a smaller one reusing the staging,
 // arrive bit for bit and write nothing past their end (devices that share host memory read directly).
-TEST(OpenclVendorPaths, DownloadsThroughPinnedMemoryArriveWhole) {
-  PluginRegistry registry;
-  const sl_backend_api* api = opencl_api(registry);
-  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
-  Opened o;
-  std::string why;
-  if (!open(api, "", o, why)) GTEST_SKIP() << why;
+TEST_F(OpenclVendorPaths, DownloadsThroughPinnedMemoryArriveWhole) {
+  const Opened& o = probe;
   std::mt19937 rng(5);
   std::vector<uint32_t> data(200000);
   for (auto& w : data) w = rng();
@@ -836,14 +820,7 @@ TEST(OpenclVendorPaths, DownloadsThroughPinnedMemoryArriveWhole) {
 // the float64 product of the attention output the backend returned, within the 15-bit rounding's
 // bound; on NVIDIA the profile shows dp4a products and no rounding launch. Elsewhere the float
 // kernel runs and is held to the float32 bound.
-TEST(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
-  PluginRegistry registry;
-  const sl_backend_api* api = opencl_api(registry);
-  if (!api) GTEST_SKIP() << "OpenCL backend unavailable";
-  Opened probe;
-  std::string why;
-  if (!open(api, "", probe, why)) GTEST_SKIP() << why;
-  const bool dp4a = dp4a_runs(probe);
+TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
 
   constexpr uint32_t kHeads = 8, kKvHeads = 2, kDim = 128, kCols = kHeads * kDim, kPageTokens = 16, kPages = 32;
   std::mt19937 rng(41);
