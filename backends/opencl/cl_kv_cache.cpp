@@ -21,6 +21,7 @@
 #include <initializer_list>
 
 #include "cl_kv_cache.h"
+#include "util/batch_pages.h"
 #include "util/vec.h"  // f16 conversions of the recent window on the host path
 
 namespace sluice::ocl {
@@ -121,21 +122,8 @@ uint64_t v_acc_area(const sl_kv_cache* c) {
 bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
 
 sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err) {
-  for (std::size_t t = 0; t < be->positions.size(); ++t) {
-    const uint32_t last_page = static_cast<uint32_t>(be->positions[t]) / c->layout.page_tokens;
-    if (last_page >= be->max_pages)
-      return set_error(err, SL_ERR_INVALID_ARGUMENT, "position " + std::to_string(be->positions[t]) + " beyond the page table");
-    const std::size_t row = static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
-    const int32_t* table = be->page_table.data() + row;
-    for (uint32_t p = 0; p <= last_page; ++p)
-      if (table[p] < 0 || static_cast<uint32_t>(table[p]) >= c->layout.n_pages)
-        return set_error(err, SL_ERR_INVALID_ARGUMENT, "page table entry " + std::to_string(table[p]) + " out of range");
-    if (!keeps_recent(be, c)) continue;
-    for (uint32_t p = 0; p <= last_page; ++p)
-      if (be->recent_table[row + p] >= static_cast<int32_t>(c->layout.n_recent_pages))
-        return set_error(err, SL_ERR_INVALID_ARGUMENT, "recent table entry " + std::to_string(be->recent_table[row + p]) + " out of range");
-  }
-  return SL_OK;
+  return check_batch_pages(be->positions, be->seq_slots, be->page_table, be->recent_table, be->max_pages, c->layout,
+                           keeps_recent(be, c), err);
 }
 
 sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group) {
