@@ -191,49 +191,73 @@ std::vector<float> host_rope(const RopeJoinCase& c, std::vector<float> x, uint32
   return x;
 }
 
-// rope(q), rope(k), kv_write(k, v), attention(q) for every pass, on layer 0 of a fresh cache. With
-// `apart`, a synchronize between the second rope and kv_write runs the ropes first (as one `rope`
+// A sequence of batches on layer 0 of a fresh f16 cache: for each pass, rope(q) and rope(k) (with
+// `rope`), kv_write(k, v) and attention(q), returning q, k and the output as the backend left them.
+// With `apart`, a synchronize between the second rope and kv_write runs the ropes first (as one `rope`
 // launch), so kv_write cannot take them into its launch: the path before the join.
-std::vector<PassResult> run_passes(Device& d, const RopeJoinCase& c, const std::vector<PassInputs>& inputs, bool apart) {
+struct PassPlan {
+  uint32_t n_heads, n_kv_heads, head_dim, rotary_dim, style;
+  float factor;
+  bool recent, rope, apart;
+  uint32_t page_tokens, n_pages, recent_window, n_recent_pages, max_pages;
+  std::vector<int32_t> table;  // max_pages entries a sequence slot, 2 slots; the recent table too
+  const Pass* passes;
+  std::size_t n_passes;
+};
+
+std::vector<PassResult> run_plan(Device& d, const PassPlan& plan, const std::vector<PassInputs>& inputs) {
   std::vector<PassResult> results;
   const sl_backend_api* api = d.api();
   sl_error err{};
-  test::F16KvLayout kv(c.n_kv_heads, c.head_dim, kPageTokens, kPages);
-  kv.layout.recent_window = c.recent ? 6 : 0;
-  kv.layout.n_recent_pages = c.recent ? 4 : 0;
+  test::F16KvLayout kv(plan.n_kv_heads, plan.head_dim, plan.page_tokens, plan.n_pages);
+  kv.layout.recent_window = plan.recent ? plan.recent_window : 0;
+  kv.layout.n_recent_pages = plan.recent ? plan.n_recent_pages : 0;
   EXPECT_EQ(api->kv_create(d.be(), &kv.layout, &d.cache(), &err), SL_OK) << err.message;
-  const std::vector<int32_t> table = {0, 1, 2, 3};
-  const auto inv_freq = inverse_frequencies(c.rotary_dim);
-  for (std::size_t p = 0; p < std::size(kPasses) && d.cache(); ++p) {
-    const Pass& pass = kPasses[p];
+  const auto inv_freq = inverse_frequencies(plan.rotary_dim);
+  for (std::size_t p = 0; p < plan.n_passes && d.cache(); ++p) {
+    const Pass& pass = plan.passes[p];
     sl_batch batch{};
     batch.struct_size = sizeof(batch);
     batch.n_tokens = static_cast<uint32_t>(pass.positions.size());
     batch.positions = pass.positions.data();
     batch.seq_slots = pass.slots.data();
     batch.n_seqs = 2;
-    batch.max_pages = kMaxPages;
-    batch.page_table = table.data();
-    batch.recent_table = c.recent ? table.data() : nullptr;  // recent pages 0..3, as the pages
+    batch.max_pages = plan.max_pages;
+    batch.page_table = plan.table.data();
+    batch.recent_table = plan.recent ? plan.table.data() : nullptr;  // recent pages as the pages
     EXPECT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
     sl_buffer* q = d.upload(inputs[p].q);
     sl_buffer* k = d.upload(inputs[p].k);
     sl_buffer* v = d.upload(inputs[p].v);
     sl_buffer* out = d.upload(std::vector<float>(inputs[p].q.size(), 0.0f));
-    EXPECT_EQ(api->rope(d.be(), q, c.n_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
-    EXPECT_EQ(api->rope(d.be(), k, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK)
-        << err.message;
-    if (apart) {
+    if (plan.rope) {
+      EXPECT_EQ(api->rope(d.be(), q, plan.n_heads, plan.head_dim, plan.rotary_dim, inv_freq.data(), plan.factor, plan.style, &err),
+                SL_OK)
+          << err.message;
+      EXPECT_EQ(api->rope(d.be(), k, plan.n_kv_heads, plan.head_dim, plan.rotary_dim, inv_freq.data(), plan.factor, plan.style,
+                          &err),
+                SL_OK)
+          << err.message;
+    }
+    if (plan.apart) {
       EXPECT_EQ(api->synchronize(d.be(), &err), SL_OK) << err.message;
     }
     EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, k, v, &err), SL_OK) << err.message;
-    sl_attention_params params = causal_attention(c.n_heads, c.n_kv_heads, c.head_dim);
+    sl_attention_params params = causal_attention(plan.n_heads, plan.n_kv_heads, plan.head_dim);
     EXPECT_EQ(api->attention(d.be(), d.cache(), 0, q, &params, out, &err), SL_OK) << err.message;
     results.push_back({d.download(q, inputs[p].q.size()), d.download(k, inputs[p].k.size()), d.download(out, inputs[p].q.size())});
   }
   api->kv_destroy(d.be(), d.cache());
   d.cache() = nullptr;
   return results;
+}
+
+// The rope-join passes (kPasses; pages 0..3, recent pages as the pages).
+std::vector<PassResult> run_passes(Device& d, const RopeJoinCase& c, const std::vector<PassInputs>& inputs, bool apart) {
+  return run_plan(d,
+                  PassPlan{c.n_heads, c.n_kv_heads, c.head_dim, c.rotary_dim, c.style, c.factor, c.recent, true, apart, kPageTokens,
+                           kPages, 6, 4, kMaxPages, {0, 1, 2, 3}, kPasses, std::size(kPasses)},
+                  inputs);
 }
 
 class OpenclRopeJoin : public ::testing::TestWithParam<RopeJoinCase> {};
@@ -551,45 +575,15 @@ const Pass kJoinPasses[] = {{[] {
                             {{151}, {0}},
                             {{152, 21}, {0, 1}}};
 
+// The joined-attention passes (kJoinPasses) over scattered pages of twice the table's length.
 std::vector<PassResult> run_join_passes(Device& d, const AttentionJoinCase& c, const std::vector<PassInputs>& inputs) {
-  std::vector<PassResult> results;
-  const sl_backend_api* api = d.api();
-  sl_error err{};
-  test::F16KvLayout kv(c.n_kv_heads, c.head_dim, kJoinPageTokens, 2 * kJoinMaxPages);
-  kv.layout.recent_window = c.recent ? 24 : 0;
-  kv.layout.n_recent_pages = c.recent ? 2 * kJoinMaxPages : 0;
-  EXPECT_EQ(api->kv_create(d.be(), &kv.layout, &d.cache(), &err), SL_OK) << err.message;
   std::vector<int32_t> table(2 * kJoinMaxPages);
   for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 5) % table.size());  // scattered pages
-  const auto inv_freq = inverse_frequencies(c.rotary_dim);
-  for (std::size_t p = 0; p < std::size(kJoinPasses) && d.cache(); ++p) {
-    const Pass& pass = kJoinPasses[p];
-    sl_batch batch{};
-    batch.struct_size = sizeof(batch);
-    batch.n_tokens = static_cast<uint32_t>(pass.positions.size());
-    batch.positions = pass.positions.data();
-    batch.seq_slots = pass.slots.data();
-    batch.n_seqs = 2;
-    batch.max_pages = kJoinMaxPages;
-    batch.page_table = table.data();
-    batch.recent_table = c.recent ? table.data() : nullptr;
-    EXPECT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
-    sl_buffer* q = d.upload(inputs[p].q);
-    sl_buffer* k = d.upload(inputs[p].k);
-    sl_buffer* v = d.upload(inputs[p].v);
-    sl_buffer* out = d.upload(std::vector<float>(inputs[p].q.size(), 0.0f));
-    if (c.rope) {
-      EXPECT_EQ(api->rope(d.be(), q, c.n_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK);
-      EXPECT_EQ(api->rope(d.be(), k, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK);
-    }
-    EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, k, v, &err), SL_OK) << err.message;
-    sl_attention_params params = causal_attention(c.n_heads, c.n_kv_heads, c.head_dim);
-    EXPECT_EQ(api->attention(d.be(), d.cache(), 0, q, &params, out, &err), SL_OK) << err.message;
-    results.push_back({d.download(q, inputs[p].q.size()), d.download(k, inputs[p].k.size()), d.download(out, inputs[p].q.size())});
-  }
-  api->kv_destroy(d.be(), d.cache());
-  d.cache() = nullptr;
-  return results;
+  return run_plan(d,
+                  PassPlan{c.n_heads, c.n_kv_heads, c.head_dim, c.rotary_dim, c.style, c.factor, c.recent, c.rope, false,
+                           kJoinPageTokens, 2 * kJoinMaxPages, 24, 2 * kJoinMaxPages, kJoinMaxPages, table, kJoinPasses,
+                           std::size(kJoinPasses)},
+                  inputs);
 }
 
 TEST_P(OpenclAttentionJoin, DecodeKvWriteAndRopeRunInTheAttentionLaunch) {
