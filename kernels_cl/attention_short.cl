@@ -49,14 +49,22 @@ inline float att_shfl_idx(float v, uint src, __local float* scratch) {
 }
 #endif
 
+// attention_short's arguments (those of `attention` in attention.cl), shared by both kernels and the
+// passes' body.
+#define SHORT_ARGS                                                                                                     \
+  __global float *q, __global float *out, __global uchar *layer, ulong page_bytes, uint page_tokens, uint n_kv_heads,  \
+      uint k_row_bytes, uint v_row_bytes, __global const int *positions, __global const int *seq_slots,               \
+      __global const int *page_table, uint max_pages, float scale, uint window, float softcap,                        \
+      __global const float *sinks, uint has_sinks, uint n_splits, __global float *partial, __global half *recent_layer, \
+      __global const int *recent_table, uint recent_window, __global uchar *oq, __global float2 *oblocks, uint q15
+#define SHORT_PASS                                                                                                  \
+  q, out, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table, \
+      max_pages, scale, window, softcap, sinks, has_sinks, n_splits, partial, recent_layer, recent_table,         \
+      recent_window, oq, oblocks, q15
+
 // The kernels' body; `join` is a constant in each (the deferred work: attention_short_join's
 // arguments k .. style, kv_scratch the encoders' local memory).
-inline void short_passes(__global float* q, __global float* out, __global uchar* layer, ulong page_bytes, uint page_tokens,
-                         uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
-                         __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
-                         uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
-                         __global float* partial, __global half* recent_layer, __global const int* recent_table,
-                         uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15, __local float* scratch,
+inline void short_passes(SHORT_ARGS, __local float* scratch,
                          __local float (*warp_m)[GROUP], __local float (*warp_l)[GROUP],
                          __local float (*warp_acc)[GROUP][HEAD_DIM], const bool join, __global float* k,
                          __global const float* v, __global const float* inv_freq, uint half_rot, float factor, uint style,
@@ -252,18 +260,11 @@ inline void short_passes(__global float* q, __global float* out, __global uchar*
 }
 
 __kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
-void attention_short(__global float* q, __global float* out, __global uchar* layer, ulong page_bytes, uint page_tokens,
-                     uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
-                     __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
-                     uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
-                     __global float* partial, __global half* recent_layer, __global const int* recent_table,
-                     uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15) {
+void attention_short(SHORT_ARGS) {
   __local float scratch[WIDE_WG];  // the emulated shuffles' (ATT_SHFL_LOCAL); unused with PTX
   __local float warp_m[SHORT_WARPS][GROUP], warp_l[SHORT_WARPS][GROUP];
   __local float warp_acc[SHORT_WARPS][GROUP][HEAD_DIM];
-  short_passes(q, out, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
-               max_pages, scale, window, softcap, sinks, has_sinks, n_splits, partial, recent_layer, recent_table,
-               recent_window, oq, oblocks, q15, scratch, warp_m, warp_l, warp_acc, false, q, q, q, 0u, 0.0f, 0u, scratch);
+  short_passes(SHORT_PASS, scratch, warp_m, warp_l, warp_acc, false, q, q, q, 0u, 0.0f, 0u, scratch);
 }
 
 // attention_short's arguments, then kv_write's k and v and the deferred rope's (half_rot 0: none).
@@ -271,24 +272,18 @@ void attention_short(__global float* q, __global float* out, __global uchar* lay
 #define SHORT_ACC (SHORT_WARPS * GROUP * HEAD_DIM)
 #define SHORT_POOL (SHORT_ACC > 2 * KV_WRITE_SCRATCH ? SHORT_ACC : 2 * KV_WRITE_SCRATCH)
 __kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
-void attention_short_join(__global float* q, __global float* out, __global uchar* layer, ulong page_bytes, uint page_tokens,
-                          uint n_kv_heads, uint k_row_bytes, uint v_row_bytes, __global const int* positions,
-                          __global const int* seq_slots, __global const int* page_table, uint max_pages, float scale,
-                          uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
-                          __global float* partial, __global half* recent_layer, __global const int* recent_table,
-                          uint recent_window, __global uchar* oq, __global float2* oblocks, uint q15, __global float* k,
-                          __global const float* v, __global const float* inv_freq, uint half_rot, float factor,
-                          uint style) {
+void attention_short_join(SHORT_ARGS, __global float* k, __global const float* v, __global const float* inv_freq,
+                          uint half_rot, float factor, uint style) {
   __local float scratch[WIDE_WG];
   __local float warp_m[SHORT_WARPS][GROUP], warp_l[SHORT_WARPS][GROUP];
   __local float pool[SHORT_POOL];
-  short_passes(q, out, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
-               max_pages, scale, window, softcap, sinks, has_sinks, n_splits, partial, recent_layer, recent_table,
-               recent_window, oq, oblocks, q15, scratch, warp_m, warp_l, (__local float (*)[GROUP][HEAD_DIM])pool, true, k, v,
-               inv_freq, half_rot, factor, style, pool);
+  short_passes(SHORT_PASS, scratch, warp_m, warp_l, (__local float (*)[GROUP][HEAD_DIM])pool, true, k, v, inv_freq, half_rot,
+               factor, style, pool);
 }
 #undef SHORT_ACC
 #undef SHORT_POOL
+#undef SHORT_ARGS
+#undef SHORT_PASS
 
 #undef SHORT_WARPS
 #undef SHORT_GP
