@@ -16,6 +16,7 @@
 
 #include "cpu_backend.h"
 #include "util/batch_pages.h"
+#include "util/kv_shape.h"
 #include "util/recent_window.h"
 #include "util/vec.h"
 
@@ -211,25 +212,19 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
 }  // namespace
 
 sl_status kv_create(sl_backend*, const sl_kv_layout* layout, sl_kv_cache** out, sl_error* err) {
-  if (!layout || !layout->k_api || !layout->v_api || !layout->k_codec || !layout->v_codec || layout->page_tokens == 0)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
+  KvShape shape;
+  if (auto s = read_kv_layout(layout, shape, err); s != SL_OK) return s;
   try {
     auto c = std::make_unique<sl_kv_cache>();
-    // An older host's layout is shorter: take what it has; the rest (the recent window) stays 0.
-    std::memcpy(&c->layout, layout, std::min<std::size_t>(layout->struct_size, sizeof(sl_kv_layout)));
-    c->layout.struct_size = sizeof(sl_kv_layout);
-    c->k_format.struct_size = sizeof(sl_kv_format);
-    c->v_format.struct_size = sizeof(sl_kv_format);
-    layout->k_api->get_format(layout->k_codec, &c->k_format);
-    layout->v_api->get_format(layout->v_codec, &c->v_format);
-    c->page_bytes = static_cast<uint64_t>(layout->n_kv_heads) * layout->page_tokens *
-                    (c->k_format.row_bytes + c->v_format.row_bytes);
-    c->layer_bytes = c->page_bytes * layout->n_pages;
-    c->storage.resize(c->layer_bytes * layout->n_layers);
-    if (c->layout.n_recent_pages == 0) c->layout.recent_window = 0;
+    c->layout = shape.layout;
+    c->k_format = shape.k_format;
+    c->v_format = shape.v_format;
+    c->page_bytes = shape.page_bytes;
+    c->layer_bytes = c->page_bytes * c->layout.n_pages;
+    c->storage.resize(c->layer_bytes * c->layout.n_layers);
     if (c->layout.recent_window > 0)
-      c->recent.resize(static_cast<std::size_t>(layout->n_layers) * c->layout.n_recent_pages * 2 * layout->n_kv_heads *
-                       layout->page_tokens * layout->head_dim);
+      c->recent.resize(static_cast<std::size_t>(c->layout.n_layers) * c->layout.n_recent_pages * 2 * c->layout.n_kv_heads *
+                       c->layout.page_tokens * c->layout.head_dim);
     *out = c.release();
     return SL_OK;
   } catch (const std::bad_alloc&) {

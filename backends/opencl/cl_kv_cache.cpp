@@ -22,6 +22,7 @@
 
 #include "cl_kv_cache.h"
 #include "util/batch_pages.h"
+#include "util/kv_shape.h"
 #include "util/vec.h"  // f16 conversions of the recent window on the host path
 
 namespace sluice::ocl {
@@ -228,22 +229,15 @@ void set_page_args(cl::Kernel& kn, const sl_backend* be, const sl_kv_cache* c, u
 bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec) { return codec_source(api, codec) != nullptr; }
 
 sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** out, sl_error* err) {
-  if (!layout || !layout->k_api || !layout->v_api || !layout->k_codec || !layout->v_codec || layout->page_tokens == 0 ||
-      layout->head_dim == 0 || layout->n_kv_heads == 0)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
+  KvShape shape;
+  if (auto s = read_kv_layout(layout, shape, err); s != SL_OK) return s;
   return guarded(err, "kv_create", [&] {
     auto c = std::make_unique<sl_kv_cache>();
-    // An older host's layout is shorter: take what it has; the rest (the recent window) stays 0.
-    std::memcpy(&c->layout, layout, std::min<std::size_t>(layout->struct_size, sizeof(sl_kv_layout)));
-    c->layout.struct_size = sizeof(sl_kv_layout);
-    if (c->layout.n_recent_pages == 0) c->layout.recent_window = 0;
+    c->layout = shape.layout;
+    c->k_format = shape.k_format;
+    c->v_format = shape.v_format;
+    c->page_bytes = shape.page_bytes;
     const uint64_t recent_bytes = uint64_t(c->layout.n_recent_pages) * 2 * layout->n_kv_heads * layout->page_tokens * layout->head_dim * 2;
-    c->k_format.struct_size = sizeof(sl_kv_format);
-    c->v_format.struct_size = sizeof(sl_kv_format);
-    layout->k_api->get_format(layout->k_codec, &c->k_format);
-    layout->v_api->get_format(layout->v_codec, &c->v_format);
-    c->page_bytes = static_cast<uint64_t>(layout->n_kv_heads) * layout->page_tokens *
-                    (c->k_format.row_bytes + c->v_format.row_bytes);
     const uint64_t layer_bytes = c->page_bytes * layout->n_pages;
     const bool allow_device = be->options.find("host-kv") == std::string::npos;
     c->on_device = allow_device && codec_has_opencl(layout->k_api, layout->k_codec) &&

@@ -327,6 +327,16 @@ TEST_P(AttentionTest, IncompleteLayoutIsRefused) {
   layout = codecs.layout(1, 8);
   layout.v_codec = nullptr;
   EXPECT_EQ(api()->kv_create(be(), &layout, &cache, &err), SL_ERR_INVALID_ARGUMENT);
+  layout = codecs.layout(1, 8);
+  layout.n_kv_heads = 0;
+  EXPECT_EQ(api()->kv_create(be(), &layout, &cache, &err), SL_ERR_INVALID_ARGUMENT);
+  // Codecs made for 8 values a row under a layout of 16: rows would be written past their ends.
+  layout = codecs.layout(1, 8);
+  layout.head_dim = 16;
+  err = sl_error{};
+  EXPECT_EQ(api()->kv_create(be(), &layout, &cache, &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("head_dim is 16"), std::string::npos) << err.message;
+  EXPECT_EQ(cache, nullptr);
 }
 
 TEST_P(AttentionTest, BadBatchesAreRefused) {
