@@ -11,6 +11,7 @@
 #include "engine/runtime.h"
 #include "plugin/plugin_registry.h"
 #include "golden.h"
+#include "golden_run.h"
 #include "opencl_probe.h"
 #include "reference.h"
 #include "util/json.h"
@@ -20,14 +21,7 @@ namespace {
 
 
 EngineOptions opencl_options(const std::string& model, const std::string& codec) {
-  EngineOptions o;
-  o.model_dir = test::reference_path("models/" + model).string();
-  o.plugin_dir = test::binary_path("lib").string();
-  o.backend = "opencl";
-  o.kv_codec = codec;
-  o.threads = 2;
-  o.ctx_size = 512;
-  return o;
+  return test::golden_options(model, "opencl", codec, 512);
 }
 
 struct Case {
@@ -47,30 +41,8 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
   ASSERT_EQ((*rt)->backend().name(), "opencl");
   auto engine = Engine::create(opencl_options(model, codec));
   ASSERT_TRUE(engine.ok()) << engine.message();
-
-  for (const auto& prompt : (*golden)["prompts"].GetArray()) {
-    const auto ids = test::golden_ids(prompt["ids"]);
-    SequenceState seq;
-    std::vector<float> logits;
-    ASSERT_TRUE((*rt)->run(seq, ids, false, logits).ok());
-    (*rt)->release(seq);
-    const auto& expected = prompt["last_logits"].GetArray();
-    ASSERT_EQ(logits.size(), expected.Size());
-    const auto [max_err, max_abs] = test::logit_distance(logits, prompt["last_logits"]);
-    // The f16 cache rounds K and V: its logits are held to greedy ids only.
-    if (codec == "f32") {
-      EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
-    }
-
-    GenerationRequest req;
-    req.prompt_ids = ids;
-    req.max_tokens = static_cast<int>(prompt["greedy_ids"].Size());
-    req.sampling.temperature = 0;
-    req.ignore_eos = true;
-    auto result = (*engine)->generate(req);
-    ASSERT_NE(result.finish, FinishReason::kError) << result.error;
-    EXPECT_EQ(result.ids, test::golden_ids(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
-  }
+  // The f16 cache rounds K and V: its logits are held to greedy ids only.
+  test::expect_golden_prompts(**rt, **engine, *golden, model, codec == "f32");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OpenclGoldenModel,

@@ -11,6 +11,7 @@
 #include "engine/perplexity.h"
 #include "engine/runtime.h"
 #include "golden.h"
+#include "golden_run.h"
 #include "reference.h"
 #include "util/json.h"
 
@@ -18,16 +19,7 @@ namespace sluice {
 namespace {
 
 
-EngineOptions options_for(const std::string& model) {
-  EngineOptions o;
-  o.model_dir = test::reference_path("models/" + model).string();
-  o.plugin_dir = test::binary_path("lib").string();
-  o.backend = "cpu";
-  o.kv_codec = "f32";
-  o.threads = 2;
-  o.ctx_size = 2048;
-  return o;
-}
+EngineOptions options_for(const std::string& model) { return test::golden_options(model, "cpu", "f32", 2048); }
 
 class QuantizedGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -40,26 +32,7 @@ TEST_P(QuantizedGolden, GreedyIdsAndLastLogitsMatchTransformers) {
   ASSERT_TRUE(rt.ok()) << rt.message();
   auto engine = Engine::create(options_for(model));
   ASSERT_TRUE(engine.ok()) << engine.message();
-  for (const auto& prompt : (*golden)["prompts"].GetArray()) {
-    const auto ids = test::golden_ids(prompt["ids"]);
-    SequenceState seq;
-    std::vector<float> logits;
-    ASSERT_TRUE((*rt)->run(seq, ids, false, logits).ok());
-    (*rt)->release(seq);
-    const auto& expected = prompt["last_logits"].GetArray();
-    ASSERT_EQ(logits.size(), expected.Size());
-    const auto [max_err, max_abs] = test::logit_distance(logits, prompt["last_logits"]);
-    EXPECT_LE(max_err, 1e-3 * max_abs) << model << ": prompt " << prompt["text"].GetString();
-
-    GenerationRequest req;
-    req.prompt_ids = ids;
-    req.max_tokens = static_cast<int>(prompt["greedy_ids"].Size());
-    req.sampling.temperature = 0;
-    req.ignore_eos = true;
-    auto result = (*engine)->generate(req);
-    ASSERT_NE(result.finish, FinishReason::kError) << result.error;
-    EXPECT_EQ(result.ids, test::golden_ids(prompt["greedy_ids"])) << model << ": prompt " << prompt["text"].GetString();
-  }
+  test::expect_golden_prompts(**rt, **engine, *golden, model);
 }
 
 // The same last-position logits through the decode kernels: the prompt fed one token at a time.
