@@ -35,27 +35,104 @@ __kernel void gated_activation_int15(__global const float* gate, __global const 
 }
 #endif
 
-// out[i, :] = table[ids[i], :] for unquantized tables.
-__kernel void embed_rows(__global const uchar* table, ulong t_off, uint dtype, uint cols, __global const int* ids,
-                         __global float* out) {
+// out[i, :] = table[ids[i], :] for unquantized tables of `rows` rows. The ids may come from the device
+// (a greedy pass's choice, embed_device), so one outside the table gives zeros rather than a read
+// past the table's end.
+__kernel void embed_rows(__global const uchar* table, ulong t_off, uint dtype, uint cols, uint rows, __global const int* ids,
+                         ulong ids_off, __global float* out) {
   const uint c = get_global_id(0), i = get_global_id(1);
   if (c >= cols) return;
   table += t_off;
-  out[(ulong)i * cols + c] = load_value(table, dtype, (ulong)ids[i] * cols + c);
+  const int id = ids[ids_off + i];
+  out[(ulong)i * cols + c] = id >= 0 && (uint)id < rows ? load_value(table, dtype, (ulong)id * cols + c) : 0.0f;
 }
 
 // The same for affine-quantized tables.
 __kernel void embed_rows_quant(__global const uchar* wbase, ulong w_off, ulong words_per_row, uint bits,
                                __global const uchar* scales, ulong s_off, __global const uchar* biases, ulong b_off,
-                               uint scale_dtype, uint group_size, uint cols, __global const int* ids,
-                               __global float* out) {
+                               uint scale_dtype, uint group_size, uint cols, uint rows, __global const int* ids,
+                               ulong ids_off, __global float* out) {
   const uint c = get_global_id(0), i = get_global_id(1);
   if (c >= cols) return;
   __global const uint* words = (__global const uint*)(wbase + w_off);
   scales += s_off;
   biases += b_off;
-  out[(ulong)i * cols + c] = quant_value(words, words_per_row, bits, scales, biases, scale_dtype, cols / group_size,
-                                         group_size, (uint)ids[i], c);
+  const int id = ids[ids_off + i];
+  out[(ulong)i * cols + c] = id >= 0 && (uint)id < rows ? quant_value(words, words_per_row, bits, scales, biases, scale_dtype,
+                                                                      cols / group_size, group_size, (uint)id, c)
+                                                        : 0.0f;
+}
+
+// Greedy decoding's choice, left on the device for the next pass's embedding: ids[ids_off + r] = the
+// first index of the largest value of row r of x [n_rows, dim], NaN passed over (0 when the row has
+// nothing else). Two launches, so a 128k-entry row is read by many work-groups at once, not walked
+// by one: argmax_parts gives each of n_parts groups a row's columns c ≡ group·WG + lid (mod
+// n_parts·WG) and writes its first maximum; argmax_rows keeps the best of a row's parts. Everywhere
+// the larger value wins, the lower index on a tie.
+#define ARGMAX_WG 256
+
+// Folds the group's (value, index) pairs, index -1 meaning none, into lid 0's.
+void argmax_group(float bv, int bi, __local float* best_v, __local int* best_i, float* out_v, int* out_i) {
+  const uint lid = get_local_id(0);
+  best_v[lid] = bv;
+  best_i[lid] = bi;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint step = ARGMAX_WG / 2; step > 0; step /= 2) {
+    if (lid < step) {
+      const float ov = best_v[lid + step];
+      const int oi = best_i[lid + step];
+      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+        bv = ov;
+        bi = oi;
+        best_v[lid] = bv;
+        best_i[lid] = bi;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  *out_v = bv;
+  *out_i = bi;
+}
+
+__kernel __attribute__((reqd_work_group_size(ARGMAX_WG, 1, 1)))
+void argmax_parts(__global const float* x, uint dim, __global float* part_v, __global int* part_i) {
+  __local float best_v[ARGMAX_WG];
+  __local int best_i[ARGMAX_WG];
+  const uint g = get_group_id(0), n_parts = get_num_groups(0), r = get_group_id(1);
+  __global const float* row = x + (ulong)r * dim;
+  float bv = 0.0f;
+  int bi = -1;
+  for (uint c = g * ARGMAX_WG + get_local_id(0); c < dim; c += n_parts * ARGMAX_WG) {
+    const float v = row[c];
+    if (!isnan(v) && (bi < 0 || v > bv)) {
+      bv = v;
+      bi = (int)c;
+    }
+  }
+  argmax_group(bv, bi, best_v, best_i, &bv, &bi);
+  if (get_local_id(0) == 0) {
+    part_v[(ulong)r * n_parts + g] = bv;
+    part_i[(ulong)r * n_parts + g] = bi;
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(ARGMAX_WG, 1, 1)))
+void argmax_rows(__global const float* part_v, __global const int* part_i, uint n_parts, __global int* ids, ulong ids_off) {
+  __local float best_v[ARGMAX_WG];
+  __local int best_i[ARGMAX_WG];
+  const uint r = get_group_id(0);
+  float bv = 0.0f;
+  int bi = -1;
+  for (uint p = get_local_id(0); p < n_parts; p += ARGMAX_WG) {  // parts in order: a tie keeps the lower index
+    const float v = part_v[(ulong)r * n_parts + p];
+    const int i = part_i[(ulong)r * n_parts + p];
+    if (i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi))) {
+      bv = v;
+      bi = i;
+    }
+  }
+  argmax_group(bv, bi, best_v, best_i, &bv, &bi);
+  if (get_local_id(0) == 0) ids[ids_off + r] = bi < 0 ? 0 : bi;
 }
 
 // Rows of a weight (any unquantized form) to float32: dst[r * cols + c], for the prefill GEMMs.

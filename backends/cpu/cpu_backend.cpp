@@ -139,6 +139,22 @@ sl_status download(sl_backend*, const sl_buffer* src, uint64_t offset, void* dst
 
 sl_status synchronize(sl_backend*, sl_error*) { return SL_OK; }  // every CPU op is synchronous
 
+// Every op has run when it returns, so the copy is done at once; the ticket only has to be one this
+// backend gave.
+sl_status download_begin(sl_backend* be, const sl_buffer* src, uint64_t offset, void* dst, uint64_t bytes, uint64_t* ticket,
+                         sl_error* err) {
+  if (!ticket) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download_begin: no ticket to write");
+  if (sl_status s = download(be, src, offset, dst, bytes, err); s != SL_OK) return s;
+  *ticket = ++be->downloads_begun;
+  return SL_OK;
+}
+
+sl_status download_wait(sl_backend* be, uint64_t ticket, sl_error* err) {
+  if (ticket == 0 || ticket > be->downloads_begun)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "download_wait: ticket " + std::to_string(ticket) + " was never given");
+  return SL_OK;
+}
+
 sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
   if (!batch || batch->n_tokens == 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
   try {
@@ -198,6 +214,10 @@ const sl_backend_api kApi = {
     scatter_add_rows,
     matmul_multi,
     add_rms_norm,
+    argmax,
+    embed_device,
+    download_begin,
+    download_wait,
 };
 
 const sl_plugin_descriptor kDescriptor = {

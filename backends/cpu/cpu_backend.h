@@ -36,6 +36,7 @@ struct sl_backend {
   std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
   uint32_t n_seqs = 0;
   uint32_t max_pages = 0;
+  uint64_t downloads_begun = 0;  // download_begin's tickets so far
   // Scratch reused across calls (weights converted to float32 block by block for prefill GEMMs).
   std::vector<std::vector<float>> scratch;  // one per thread
 };
@@ -76,6 +77,10 @@ sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const 
                        sl_buffer* const*, sl_error*);
 sl_status add_rms_norm(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
                        sl_error*);
+
+// ABI 1.4: greedy decoding a token ahead (cpu_ops.cpp).
+sl_status argmax(sl_backend*, const sl_buffer*, uint32_t, uint32_t, sl_buffer*, uint64_t, sl_error*);
+sl_status embed_device(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t, uint32_t, sl_buffer*, sl_error*);
 
 sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);

@@ -40,17 +40,54 @@ sl_status bad_weight(sl_error* err, const char* op) {
 }
 }  // namespace
 
-sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
+namespace {
+sl_status check_table(const sl_weight* table, const char* what, sl_error* err) {
   if (table && table->bits) {
-    if (const char* why = quant_weight_problem(table); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string("embed: ") + why);
+    if (const char* why = quant_weight_problem(table); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(what) + ": " + why);
   } else if (!weight_dtype_supported(table)) {
-    return bad_weight(err, "embed");
+    return bad_weight(err, what);
   }
+  return SL_OK;
+}
+}  // namespace
+
+sl_status embed(sl_backend*, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
+  if (sl_status s = check_table(table, "embed", err); s != SL_OK) return s;
   for (uint32_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= table->rows)
       return set_error(err, SL_ERR_INVALID_ARGUMENT,
                        "token id " + std::to_string(ids[i]) + " outside the vocabulary of " + std::to_string(table->rows));
     weight_row_to_f32(table, static_cast<uint32_t>(ids[i]), f32(out) + static_cast<std::size_t>(i) * table->cols);
+  }
+  return SL_OK;
+}
+
+sl_status embed_device(sl_backend*, const sl_weight* table, const sl_buffer* ids, uint64_t ids_offset, uint32_t n, sl_buffer* out,
+                       sl_error* err) {
+  if (!ids || !fits(ids->bytes / 4, ids_offset, n)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed_device: ids past the buffer's end");
+  if (sl_status s = check_table(table, "embed_device", err); s != SL_OK) return s;
+  if (!out || out->bytes / 4 / std::max<uint32_t>(1, table->cols) < n) return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed_device: output too small");
+  const int32_t* id = reinterpret_cast<const int32_t*>(ids->data) + ids_offset;
+  for (uint32_t i = 0; i < n; ++i) {
+    float* row = f32(out) + std::size_t(i) * table->cols;
+    if (id[i] >= 0 && static_cast<uint32_t>(id[i]) < table->rows)
+      weight_row_to_f32(table, static_cast<uint32_t>(id[i]), row);
+    else
+      std::fill(row, row + table->cols, 0.0f);  // as on a device, which cannot refuse the id
+  }
+  return SL_OK;
+}
+
+sl_status argmax(sl_backend*, const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err) {
+  if (!x || dim == 0 || x->bytes / 4 / dim < n_rows) return set_error(err, SL_ERR_INVALID_ARGUMENT, "argmax: input too small");
+  if (!ids || !fits(ids->bytes / 4, ids_offset, n_rows)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "argmax: ids past the buffer's end");
+  int32_t* to = reinterpret_cast<int32_t*>(ids->data) + ids_offset;
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    const float* row = f32(x) + std::size_t(r) * dim;
+    int32_t best = -1;
+    for (uint32_t c = 0; c < dim; ++c)
+      if (!std::isnan(row[c]) && (best < 0 || row[c] > row[best])) best = static_cast<int32_t>(c);
+    to[r] = std::max(best, 0);
   }
   return SL_OK;
 }

@@ -160,6 +160,7 @@ void destroy(sl_backend* be) {
   if (!be) return;
   try {
     if (be->pinned_map) be->queue.enqueueUnmapMemObject(be->pinned, be->pinned_map);
+    if (be->small_pinned_map) be->queue.enqueueUnmapMemObject(be->small_pinned, be->small_pinned_map);
     be->queue.finish();
     be->batch_uploads.clear();
     be->ids_uploads.clear();
@@ -305,6 +306,67 @@ sl_status download(sl_backend* be, const sl_buffer* src, uint64_t offset, void* 
   });
 }
 
+constexpr uint64_t kSmallStageBytes = 4096;
+constexpr int kSmallStageSlots = 16;
+
+// A pinned slot for a small download_begin, or -1 (none free, too large, or the device shares the
+// host's memory).
+int small_stage(sl_backend* be, uint64_t bytes) {
+  if (be->caps.unified || bytes > kSmallStageBytes) return -1;
+  if (!be->small_pinned_map) {
+    be->small_pinned = cl::Buffer(be->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, kSmallStageBytes * kSmallStageSlots);
+    be->small_pinned_map = static_cast<unsigned char*>(
+        be->queue.enqueueMapBuffer(be->small_pinned, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, kSmallStageBytes * kSmallStageSlots));
+    for (int i = kSmallStageSlots - 1; i >= 0; --i) be->small_stage_free.push_back(i);
+  }
+  if (be->small_stage_free.empty()) return -1;
+  const int slot = be->small_stage_free.back();
+  be->small_stage_free.pop_back();
+  return slot;
+}
+
+sl_status download_begin(sl_backend* be, const sl_buffer* src, uint64_t offset, void* dst, uint64_t bytes, uint64_t* ticket,
+                         sl_error* err) {
+  if (!ticket) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download_begin: no ticket to write");
+  if (!fits(src->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download past the buffer's end");
+  return guarded(err, "download_begin", [&] {
+    sl_backend::PendingDownload pending;
+    pending.stage_slot = small_stage(be, bytes);
+    pending.dst = dst;
+    pending.bytes = bytes;
+    unsigned char* to = pending.stage_slot >= 0 ? be->small_pinned_map + uint64_t(pending.stage_slot) * kSmallStageBytes
+                                                : static_cast<unsigned char*>(dst);
+    try {
+      for_chunks(src, offset, bytes, [&](const cl::Buffer& c, uint64_t in, uint64_t at, uint64_t n) {
+        be->queue.enqueueReadBuffer(c, CL_FALSE, in, n, to + at, nullptr, &pending.done);
+      });
+    } catch (...) {
+      if (pending.stage_slot >= 0) be->small_stage_free.push_back(pending.stage_slot);
+      throw;
+    }
+    be->queue.flush();  // the device starts on what is queued while the host issues the next pass
+    *ticket = ++be->downloads_begun;
+    be->downloads.emplace(*ticket, std::move(pending));  // the queue is in order: the last piece done means all are
+    return SL_OK;
+  });
+}
+
+sl_status download_wait(sl_backend* be, uint64_t ticket, sl_error* err) {
+  const auto it = be->downloads.find(ticket);
+  if (it == be->downloads.end())
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "download_wait: ticket " + std::to_string(ticket) + " is not in flight");
+  sl_backend::PendingDownload pending = std::move(it->second);
+  be->downloads.erase(it);
+  const sl_status s = guarded(err, "download_wait", [&] {
+    if (pending.done()) pending.done.wait();  // a copy of no bytes has no event
+    if (pending.stage_slot >= 0)
+      std::memcpy(pending.dst, be->small_pinned_map + uint64_t(pending.stage_slot) * kSmallStageBytes, pending.bytes);
+    return SL_OK;
+  });
+  if (pending.stage_slot >= 0) be->small_stage_free.push_back(pending.stage_slot);
+  return s;
+}
+
 sl_status synchronize(sl_backend* be, sl_error* err) {
   return guarded(err, "synchronize", [&] {
     be->queue.finish();
@@ -435,6 +497,10 @@ const sl_backend_api kApi = {
     SLUICE_WRITES(scatter_add_rows),
     Entry<false, false, false, decltype(&matmul_multi)>::call<&matmul_multi>,  // may join a waiting norm of its input
     Entry<false, false, false, decltype(&add_rms_norm)>::call<&add_rms_norm>,  // may join the product before it
+    SLUICE_WRITES(argmax),
+    SLUICE_WRITES(embed_device),
+    Entry<true, false, false, decltype(&download_begin)>::call<&download_begin>,  // issues a copy, does not wait
+    SLUICE_WAITS(download_wait),
 };
 #undef SLUICE_WRITES
 #undef SLUICE_WAITS

@@ -180,7 +180,8 @@ struct sl_backend {
   // Scratch: float32 weight blocks for prefill GEMMs (or the tensor-core GEMM's f16 activations),
   // attention split partials, and attention_fused_queries' query areas (read by every key split).
   sluice::ocl::Scratch gemm_scratch, att_partial, att_q_images;
-  sluice::ocl::Scratch moe_rows, moe_weights;  // gather_rows/scatter_add_rows: the host's indices and weights
+  sluice::ocl::Scratch moe_rows, moe_weights;
+  sluice::ocl::Scratch argmax_values, argmax_indices;  // argmax's per-part maxima (cl_ops.cpp)  // gather_rows/scatter_add_rows: the host's indices and weights
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;
   // SLUICE_OPENCL_HOST_TIMING=1: the host's time inside the table's entry points (without profiling
@@ -191,6 +192,21 @@ struct sl_backend {
   uint64_t host_calls = 0;
   double host_issue_ms = 0, host_wait_ms = 0;
   std::vector<std::pair<std::string, cl::Event>> events;
+  // download_begin's copies not yet waited for, by ticket: the copy's event and, for a small copy
+  // staged through pinned memory (a read into pageable memory may hold the host until the copy is
+  // done, which would undo what the early start is for), its stage slot, to be copied to dst at the
+  // wait.
+  struct PendingDownload {
+    cl::Event done;
+    int stage_slot = -1;
+    void* dst = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::map<uint64_t, PendingDownload> downloads;
+  uint64_t downloads_begun = 0;
+  cl::Buffer small_pinned;             // kSmallStageSlots × kSmallStageBytes, mapped at small_pinned_map
+  unsigned char* small_pinned_map = nullptr;
+  std::vector<int> small_stage_free;   // free slots of small_pinned
   uint64_t launches_unflushed = 0;  // SLUICE_OPENCL_FLUSH_EVERY (cl_backend.cpp, launch)
   bool clblast_ok = true;    // false after CLBlast failed once on this device: our GEMM kernel instead
   // Quantized prefill GEMM on tensor cores (kernels_cl/gemm_mma.cl): 0 not tried yet, 1 built, -1 off
@@ -351,6 +367,9 @@ void kv_write_flush(sl_backend* be);
 
 // Ops.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
+// ABI 1.4: greedy decoding a token ahead (cl_ops.cpp; download_begin/download_wait in cl_backend.cpp).
+sl_status embed_device(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t, uint32_t, sl_buffer*, sl_error*);
+sl_status argmax(sl_backend*, const sl_buffer*, uint32_t, uint32_t, sl_buffer*, uint64_t, sl_error*);
 sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
 sl_status layer_norm(sl_backend*, const sl_buffer*, const sl_weight*, const sl_weight*, sl_buffer*, uint32_t, uint32_t,
                      float, sl_error*);

@@ -129,6 +129,7 @@ sl_status describe_device(const DeviceRef& ref, sl_device_info* out) {
   if (ext.find("cl_khr_integer_dot_product") != std::string::npos) info.caps |= SL_CAP_INT8_DOT;
   if (caps.nvidia && caps.sm >= 80) info.caps |= SL_CAP_MATRIX;     // mma.sync through inline PTX
   if (caps.unified) info.caps |= SL_CAP_UNIFIED;
+  info.caps |= SL_CAP_QUEUED;  // every op is enqueued; download and synchronize wait
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof(info)) : sizeof(info);
   std::memcpy(out, &info, size);
   out->struct_size = size;

@@ -39,6 +39,57 @@ sl_status too_small(sl_error* err, const char* op) {
 
 }  // namespace
 
+namespace {
+// The embedding lookup of n ids read from the device (ids from element ids_off): embed's and
+// embed_device's launch.
+sl_status embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer& ids, uint64_t ids_off, uint32_t n, sl_buffer* out,
+                       sl_error* err) {
+  const cl::NDRange global(round_up(table->cols, kLocal), n);
+  if (table->bits == 0) {
+    const DevPtr t = read_range(be, table->data, table->offset, weight_bytes(table), table->dtype == SL_DTYPE_F32 ? 4 : 2);
+    auto& k = kernel(be, "ops", "embed_rows");
+    cl_uint a = 0;
+    k.setArg(a++, t.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(t.offset));
+    k.setArg(a++, static_cast<cl_uint>(table->dtype));
+    k.setArg(a++, static_cast<cl_uint>(table->cols));
+    k.setArg(a++, static_cast<cl_uint>(table->rows));
+    k.setArg(a++, ids);
+    k.setArg(a++, static_cast<cl_ulong>(ids_off));
+    k.setArg(a++, single(out));
+    launch(be, k, global, cl::NDRange(kLocal, 1));
+    return SL_OK;
+  }
+  if (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
+  const uint64_t wpr = uint64_t(table->cols) * table->bits / 32;
+  const uint64_t groups = uint64_t(table->rows) * (table->cols / table->group_size);
+  const uint64_t sb = table->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
+  const DevPtr words = read_range(be, table->data, table->offset, weight_bytes(table), 4);
+  const DevPtr scales = read_range(be, table->scales, table->scales_offset, groups * sb, sb);
+  const DevPtr biases = read_range(be, table->biases, table->biases_offset, groups * sb, sb);
+  auto& k = kernel(be, "ops", "embed_rows_quant");
+  cl_uint a = 0;
+  k.setArg(a++, words.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(words.offset));
+  k.setArg(a++, static_cast<cl_ulong>(wpr));
+  k.setArg(a++, static_cast<cl_uint>(table->bits));
+  k.setArg(a++, scales.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(scales.offset));
+  k.setArg(a++, biases.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(biases.offset));
+  k.setArg(a++, static_cast<cl_uint>(table->scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(table->group_size));
+  k.setArg(a++, static_cast<cl_uint>(table->cols));
+  k.setArg(a++, static_cast<cl_uint>(table->rows));
+  k.setArg(a++, ids);
+  k.setArg(a++, static_cast<cl_ulong>(ids_off));
+  k.setArg(a++, single(out));
+  launch(be, k, global, cl::NDRange(kLocal, 1));
+  return SL_OK;
+}
+}  // namespace
+
 sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
   if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed");
   for (uint32_t i = 0; i < n; ++i)
@@ -51,42 +102,46 @@ sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint
     wait_uploads(be->ids_uploads);  // be->ids may still feed the previous copy
     be->ids.assign(ids, ids + n);
     upload_batch_vector(be, be->d_ids, be->d_ids_cap, be->ids, be->ids_uploads);
-    const cl::NDRange global(round_up(table->cols, kLocal), n);
-    if (table->bits == 0) {
-      const DevPtr t = read_range(be, table->data, table->offset, weight_bytes(table), table->dtype == SL_DTYPE_F32 ? 4 : 2);
-      auto& k = kernel(be, "ops", "embed_rows");
-      k.setArg(0, t.buffer);
-      k.setArg(1, static_cast<cl_ulong>(t.offset));
-      k.setArg(2, static_cast<cl_uint>(table->dtype));
-      k.setArg(3, static_cast<cl_uint>(table->cols));
-      k.setArg(4, be->d_ids);
-      k.setArg(5, single(out));
-      launch(be, k, global, cl::NDRange(kLocal, 1));
-    } else {
-      if (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32)
-        return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
-      const uint64_t wpr = uint64_t(table->cols) * table->bits / 32;
-      const uint64_t groups = uint64_t(table->rows) * (table->cols / table->group_size);
-      const uint64_t sb = table->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
-      const DevPtr words = read_range(be, table->data, table->offset, weight_bytes(table), 4);
-      const DevPtr scales = read_range(be, table->scales, table->scales_offset, groups * sb, sb);
-      const DevPtr biases = read_range(be, table->biases, table->biases_offset, groups * sb, sb);
-      auto& k = kernel(be, "ops", "embed_rows_quant");
-      k.setArg(0, words.buffer);
-      k.setArg(1, static_cast<cl_ulong>(words.offset));
-      k.setArg(2, static_cast<cl_ulong>(wpr));
-      k.setArg(3, static_cast<cl_uint>(table->bits));
-      k.setArg(4, scales.buffer);
-      k.setArg(5, static_cast<cl_ulong>(scales.offset));
-      k.setArg(6, biases.buffer);
-      k.setArg(7, static_cast<cl_ulong>(biases.offset));
-      k.setArg(8, static_cast<cl_uint>(table->scale_dtype));
-      k.setArg(9, static_cast<cl_uint>(table->group_size));
-      k.setArg(10, static_cast<cl_uint>(table->cols));
-      k.setArg(11, be->d_ids);
-      k.setArg(12, single(out));
-      launch(be, k, global, cl::NDRange(kLocal, 1));
-    }
+    return embed_launch(be, table, be->d_ids, 0, n, out, err);
+  });
+}
+
+sl_status embed_device(sl_backend* be, const sl_weight* table, const sl_buffer* ids, uint64_t ids_offset, uint32_t n, sl_buffer* out,
+                       sl_error* err) {
+  if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed_device");
+  if (!ids || ids_offset > ids->bytes / 4 || n > ids->bytes / 4 - ids_offset)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed_device: ids past the buffer's end");
+  if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed_device");
+  if (n == 0) return SL_OK;
+  return guarded(err, "embed_device", [&] { return embed_launch(be, table, single(ids), ids_offset, n, out, err); });
+}
+
+sl_status argmax(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err) {
+  if (dim == 0 || !float_buffer_ok(x, uint64_t(n_rows) * dim)) return too_small(err, "argmax");
+  if (!ids || ids_offset > ids->bytes / 4 || n_rows > ids->bytes / 4 - ids_offset)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "argmax: ids past the buffer's end");
+  if (n_rows == 0) return SL_OK;
+  return guarded(err, "argmax", [&] {
+    // A row's parts: a work-item reads ~8 values (a 128k vocabulary: 63 work-groups), at most two
+    // work-groups a compute unit.
+    constexpr uint64_t kArgmaxWg = 256;  // ARGMAX_WG in kernels_cl/elementwise.cl
+    const uint32_t parts = static_cast<uint32_t>(
+        std::clamp<uint64_t>((dim + kArgmaxWg * 8 - 1) / (kArgmaxWg * 8), 1, uint64_t(std::max<uint32_t>(be->caps.compute_units, 1)) * 2));
+    cl::Buffer& part_v = be->argmax_values.at_least(be->context, uint64_t(n_rows) * parts * 4);
+    cl::Buffer& part_i = be->argmax_indices.at_least(be->context, uint64_t(n_rows) * parts * 4);
+    auto& kp = kernel(be, "ops", "argmax_parts");
+    kp.setArg(0, single(x));
+    kp.setArg(1, static_cast<cl_uint>(dim));
+    kp.setArg(2, part_v);
+    kp.setArg(3, part_i);
+    launch(be, kp, cl::NDRange(size_t(parts) * kArgmaxWg, n_rows), cl::NDRange(kArgmaxWg, 1));
+    auto& kr = kernel(be, "ops", "argmax_rows");
+    kr.setArg(0, part_v);
+    kr.setArg(1, part_i);
+    kr.setArg(2, static_cast<cl_uint>(parts));
+    kr.setArg(3, single(ids));
+    kr.setArg(4, static_cast<cl_ulong>(ids_offset));
+    launch(be, kr, cl::NDRange(size_t(n_rows) * kArgmaxWg), cl::NDRange(kArgmaxWg));
     return SL_OK;
   });
 }

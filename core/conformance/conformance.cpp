@@ -472,6 +472,7 @@ std::vector<OpResult> run_all(const BackendHandle& backend, const Options& optio
   run_matmul(r);
   run_fused(r);
   run_row_moves(r);
+  run_greedy_ops(r);
   run_rope(r);
   run_elementwise(r);
   run_attention(r);

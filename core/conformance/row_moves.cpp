@@ -16,19 +16,11 @@
 namespace sluice::conformance {
 namespace {
 
-constexpr const char* kAbsent = "not implemented";
-
 std::vector<int32_t> random_rows(std::mt19937& rng, uint32_t n, uint32_t n_rows) {
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n_rows) - 1);
   std::vector<int32_t> rows(n);
   for (auto& r : rows) r = pick(rng);
   return rows;
-}
-
-// The entry in the backend's table (no op query: any float32 rows).
-template <class Member>
-Needs needs_entry(Member sl_backend_api::*member) {
-  return [member](const BackendHandle& be) { return table_has(be.api(), member) ? std::string() : std::string(kAbsent); };
 }
 
 void run_gather_rows(Runner& r) {

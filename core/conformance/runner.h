@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "conformance/conformance.h"
+#include "plugin/plugin_registry.h"
 #include "util/vec.h"
 
 namespace sluice::conformance {
@@ -339,8 +340,16 @@ inline sl_op_query query(sl_op op, uint32_t dtype = SL_DTYPE_F32, uint32_t bits 
 
 inline constexpr double kRel = 1e-5, kFloor = 1e-6;
 
+// An optional entry of the table (no op query): offered when the backend's table has it. A backend
+// without it gets a "skipped: not implemented" row, which passes (the host does without).
+template <class Member>
+Needs needs_entry(Member sl_backend_api::*member) {
+  return [member](const BackendHandle& be) { return table_has(be.api(), member) ? std::string() : std::string("not implemented"); };
+}
+
 // The op groups in files of their own beside conformance.cpp.
 void run_fused(Runner& r);  // ABI 1.3's matmul_multi and add_rms_norm (fused_ops.cpp)
 void run_row_moves(Runner& r);  // ABI 1.1's gather_rows and scatter_add_rows (row_moves.cpp)
+void run_greedy_ops(Runner& r);  // ABI 1.4's argmax, embed_device, download_begin/download_wait (greedy_ops.cpp)
 
 }  // namespace sluice::conformance

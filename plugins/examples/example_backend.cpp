@@ -332,7 +332,9 @@ const sl_backend_api kApi = {sizeof(sl_backend_api), device_count, device_info, 
                              kv_copy_page, begin_batch, embed, rms_norm, layer_norm, matmul, rope, kv_write, attention,
                              gated_activation, add, mul, scale, copy, softmax, topk,
                              nullptr /* gather_rows: optional (ABI 1.1), the host falls back */, nullptr /* scatter_add_rows */,
-                             nullptr /* matmul_multi: optional (ABI 1.3), the host falls back */, nullptr /* add_rms_norm */};
+                             nullptr /* matmul_multi: optional (ABI 1.3), the host falls back */, nullptr /* add_rms_norm */,
+                             nullptr /* argmax: optional (ABI 1.4), the host reads logits instead */, nullptr /* embed_device */,
+                             nullptr /* download_begin */, nullptr /* download_wait */};
 
 const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_BACKEND, "example", "0.1.0",
                                           "Example backend: the whole ABI in plain loops on host memory", nullptr, &kApi};

@@ -36,7 +36,9 @@ enum sl_device_caps {
   SL_CAP_F16 = 1u << 0,       /* native half arithmetic */
   SL_CAP_INT8_DOT = 1u << 1,  /* packed int8 dot products */
   SL_CAP_MATRIX = 1u << 2,    /* matrix units (tensor cores) */
-  SL_CAP_UNIFIED = 1u << 3    /* shares memory with the host */
+  SL_CAP_UNIFIED = 1u << 3,   /* shares memory with the host */
+  SL_CAP_QUEUED = 1u << 4     /* ops return before the device has run them (a queue): the host gains
+                                 by issuing the next pass while the device runs this one (ABI 1.4) */
 };
 
 typedef struct sl_device_info {
@@ -257,6 +259,25 @@ typedef struct sl_backend_api {
                             const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err);
   sl_status (*add_rms_norm)(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
                             sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err);
+
+  /* --- added in ABI 1.4 (may be absent: the host then reads every token's logits) ------------- */
+  /* Greedy decoding a token ahead: the token a pass picks stays on the device and is the next
+   * pass's input, which the host issues before it reads that token back.
+   * argmax: ids[ids_offset + r] (i32) = the first index of the largest value in row r of x
+   *   [n_rows, dim]; NaN values are passed over (a row of nothing but NaN gives 0).
+   * embed_device: embed with the n ids read from a device buffer (i32, from element ids_offset)
+   *   instead of a host array; an id outside the table gives a row of zeros (the device cannot
+   *   refuse it).
+   * download_begin: starts copying `bytes` of src from `offset` into host memory dst, after all work
+   *   issued before it; *ticket names the copy. dst must stay valid until download_wait returns
+   *   for the ticket. download_wait: waits for that copy; each ticket is waited for once. */
+  sl_status (*argmax)(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset,
+                      sl_error* err);
+  sl_status (*embed_device)(sl_backend* be, const sl_weight* table, const sl_buffer* ids, uint64_t ids_offset, uint32_t n,
+                            sl_buffer* out, sl_error* err);
+  sl_status (*download_begin)(sl_backend* be, const sl_buffer* src, uint64_t offset, void* dst, uint64_t bytes, uint64_t* ticket,
+                              sl_error* err);
+  sl_status (*download_wait)(sl_backend* be, uint64_t ticket, sl_error* err);
 } sl_backend_api;
 
 #define SL_MATMUL_MULTI_MAX 4u
