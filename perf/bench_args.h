@@ -1,6 +1,6 @@
 #pragma once
 // What the model benchmarks in perf/ parse alike: the options that choose the model and how it runs
-// (--model, --backend, --threads, --kv-codec, --kv-recent, --plugin-dir), and comma-separated lists.
+// (--model, --backend, --threads, --kv-codec, --kv-recent, --plugin-dir, --decode-ahead), and comma-separated lists.
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +18,7 @@ bool engine_option(const std::string& arg, Next&& next, EngineOptions& o) {
   else if (arg == "--kv-codec") o.kv_codec = next();
   else if (arg == "--kv-recent") o.kv_recent = std::stoi(next());
   else if (arg == "--plugin-dir") o.plugin_dir = next();
+  else if (arg == "--decode-ahead") o.decode_ahead = next();
   else return false;
   return true;
 }

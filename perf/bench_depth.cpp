@@ -7,6 +7,10 @@
 //   bench_depth --model DIR [--backend opencl] [--kv-codec f16] [--depths 0,8192,32768] [--pp 512] [--tg 64] [--reps 5]
 // The fill writes random K/V into the cache directly (--fill random, the default: decode speed does
 // not depend on the values) or runs the model over random tokens (--fill forward).
+// Decode runs as the engine runs a greedy request: where the backend queues its ops, a token ahead
+// (engine/greedy_ahead.h: each step's token is the step before's choice, left on the device, and the
+// host issues the next step before it reads that choice back); elsewhere, or with --decode-ahead off,
+// each step's logits come to the host before the next step (its token then random, as llama-bench's).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "engine/greedy_ahead.h"
 #include "engine/runtime.h"
 
 using namespace sluice;
@@ -126,7 +131,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_depth --model DIR [--backend B] [--kv-codec C] [--kv-recent N] [--depths 0,8192] [--pp N] [--tg N]\n"
-                   "                   [--reps N] [--fill random|forward] [--json]\n");
+                   "                   [--reps N] [--fill random|forward] [--decode-ahead auto|on|off] [--json]\n");
       return 2;
     }
   }
@@ -142,7 +147,30 @@ int main(int argc, char** argv) {
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> id(0, (*rt)->config().vocab_size - 1);
   using Clock = std::chrono::steady_clock;
-  std::printf("| model | backend | kv | depth | pp%d tokens/s | tg%d tokens/s |\n| --- | --- | --- | --- | --- | --- |\n", pp, tg);
+  const bool ahead = GreedyAhead::available(**rt);
+  std::printf("| model | backend | kv | depth | pp%d tokens/s | tg%d tokens/s%s |\n| --- | --- | --- | --- | --- | --- |\n", pp, tg,
+              ahead ? " (greedy, a token ahead)" : "");
+  // tg steps from seq.n_past, each one's token known to the host before the loop goes on.
+  auto decode = [&](SequenceState& seq, int steps) -> Status {
+    if (!ahead) {
+      std::vector<float> logits;
+      std::vector<int32_t> one(1);
+      for (int i = 0; i < steps; ++i) {
+        one[0] = id(rng);
+        if (auto s = (*rt)->run(seq, one, false, logits); !s) return s;
+      }
+      return {};
+    }
+    GreedyAhead greedy(**rt, seq.pages, seq.recent, 0, seq.n_past);
+    if (auto s = greedy.issue(id(rng)); !s) return s;
+    for (int i = 0; i < steps; ++i) {
+      if (i + 1 < steps)
+        if (auto s = greedy.issue_next(); !s) return s;
+      if (auto t = greedy.take(); !t) return t.error();
+    }
+    seq.n_past = greedy.next_position();
+    return {};
+  };
   for (int depth : depths) {
     SequenceState seq;
     std::vector<float> logits;
@@ -159,22 +187,17 @@ int main(int argc, char** argv) {
     // Warm-up: programs built, buffers sized, and a GPU brought to its working clocks — after loading,
     // the device sat idle, and on the H100 one warm-up token left the first timed decode anywhere
     // between 191 and 259 tokens/s (perf/results/fused_decode_gpu/run10); 16 tokens of work steady it.
-    std::vector<int32_t> one(1, id(rng));
-    for (int w = 0; w < 16; ++w)
-      if (auto s = (*rt)->run(seq, one, false, logits); !s) {
-        std::fprintf(stderr, "bench_depth: %s\n", s.message().c_str());
-        return 1;
-      }
+    if (auto s = decode(seq, 16); !s) {
+      std::fprintf(stderr, "bench_depth: %s\n", s.message().c_str());
+      return 1;
+    }
     std::vector<double> tg_tps;
     for (int rep = 0; rep < reps; ++rep) {
       seq.n_past = depth;
       const auto t0 = Clock::now();
-      for (int i = 0; i < tg; ++i) {
-        one[0] = id(rng);
-        if (auto s = (*rt)->run(seq, one, false, logits); !s) {
-          std::fprintf(stderr, "bench_depth: decode failed: %s\n", s.message().c_str());
-          return 1;
-        }
+      if (auto s = decode(seq, tg); !s) {
+        std::fprintf(stderr, "bench_depth: decode failed: %s\n", s.message().c_str());
+        return 1;
       }
       tg_tps.push_back(tg / std::chrono::duration<double>(Clock::now() - t0).count());
     }
@@ -203,9 +226,9 @@ int main(int argc, char** argv) {
     if (json)
       std::printf("{\"model\":\"%s\",\"kv\":\"%s\",\"kv_recent\":%u,\"kv_bytes_per_token\":%.1f,\"depth\":%d,\"pp\":%d,"
                   "\"prefill_tps\":%.2f,\"prefill_tps_sd\":%.2f,\"tg\":%d,\"decode_tps\":%.2f,\"decode_tps_sd\":%.2f,"
-                  "\"reps\":%d,\"prefill_tps_each\":%s,\"decode_tps_each\":%s}\n",
+                  "\"reps\":%d,\"decode_ahead\":%s,\"prefill_tps_each\":%s,\"decode_tps_each\":%s}\n",
                   (*rt)->model_name().c_str(), o.kv_codec.c_str(), (*rt)->kv().recent_window(), (*rt)->kv().bytes_per_token(), depth,
-                  pp, pp_rate.mean, pp_rate.sd, tg, tg_rate.mean, tg_rate.sd, reps, json_list(pp_tps).c_str(),
+                  pp, pp_rate.mean, pp_rate.sd, tg, tg_rate.mean, tg_rate.sd, reps, ahead ? "true" : "false", json_list(pp_tps).c_str(),
                   json_list(tg_tps).c_str());
     std::fflush(stdout);
   }

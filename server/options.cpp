@@ -36,6 +36,8 @@ po::options_description describe(ServerOptions& o) {
     ("max-tokens", po::value(&o.max_tokens)->default_value(o.max_tokens), "default and ceiling of a request's max_tokens")
     ("ctx-size", po::value(&o.ctx_size)->default_value(o.ctx_size), "context size in tokens (0 = the model's)")
     ("prefill-size", po::value(&o.prefill_size)->default_value(o.prefill_size), "prompt tokens per forward pass")
+    ("decode-ahead", po::value(&o.decode_ahead)->default_value(o.decode_ahead),
+     "greedy requests decode a token ahead, the choice kept on the device: auto (where the backend queues its ops) | on | off")
     ("temp", po::value(&o.temp)->default_value(o.temp), "default temperature")
     ("top-p", po::value(&o.top_p)->default_value(o.top_p), "default top-p")
     ("top-k", po::value(&o.top_k)->default_value(o.top_k), "default top-k (0 = off)")
@@ -73,6 +75,8 @@ Status validate(const ServerOptions& o) {
   if (o.ctx_size < 0) return make_error("--ctx-size must not be negative");
   if (o.kv_recent < -1) return make_error("--kv-recent must be -1 (auto), 0 (off) or a number of tokens");
   if (o.prefill_size < 1) return make_error("--prefill-size must be at least 1");
+  if (o.decode_ahead != "auto" && o.decode_ahead != "on" && o.decode_ahead != "off")
+    return make_error("--decode-ahead must be auto, on or off");
   if (o.parallel < 1) return make_error("--parallel must be at least 1");
   if (o.queue_size < 1) return make_error("--queue-size must be at least 1");
   if (o.threads < 0) return make_error("--threads must not be negative");
@@ -167,6 +171,7 @@ EngineOptions to_engine_options(const ServerOptions& o) {
   e.threads = o.threads;
   e.ctx_size = o.ctx_size;
   e.prefill_size = o.prefill_size;
+  e.decode_ahead = o.decode_ahead;
   e.parallel = o.parallel;
   e.queue_size = o.queue_size;
   return e;

@@ -24,6 +24,7 @@ struct ServerOptions {
   int max_tokens = 2048;       // default and ceiling of a request's max_tokens
   int ctx_size = 0;
   int prefill_size = 512;
+  std::string decode_ahead = "auto";  // greedy decoding a token ahead: auto | on | off (EngineOptions::decode_ahead)
   float temp = 0.6f;
   float top_p = 1.0f;
   int top_k = 0;

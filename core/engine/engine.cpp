@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/greedy_ahead.h"
 #include "engine/runtime.h"
 #include "engine/sequence.h"
 
@@ -38,7 +39,7 @@ class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<Runtime> rt, const EngineOptions& options)
       : rt_(std::move(rt)), queue_limit_(options.queue_size), parallel_(std::max(1, options.parallel)),
-        prefill_size_(std::max(1, options.prefill_size)) {
+        prefill_size_(std::max(1, options.prefill_size)), decode_ahead_(GreedyAhead::available(*rt_)) {
     metrics_.weight_bytes = rt_->model().weight_bytes();
     metrics_.kv_bytes_capacity = rt_->kv().capacity_bytes();
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();
@@ -194,8 +195,58 @@ class EngineImpl final : public Engine {
     s.result.error = std::move(error);
   }
 
+  // The one sequence the engine serves, when it decodes greedily with nothing else to do: then it
+  // decodes a token ahead (decode_ahead). Sampling that reads the logits on the host (temperature,
+  // penalties, logprobs) keeps to step().
+  Sequence* lone_greedy() {
+    if (!decode_ahead_ || others_waiting()) return nullptr;
+    Sequence* lone = nullptr;
+    for (auto& sp : active_) {
+      if (sp->finished) continue;
+      if (lone) return nullptr;
+      lone = sp.get();
+    }
+    if (!lone || !lone->decoding || lone->tokens.size() != static_cast<std::size_t>(lone->n_past) + 1 || should_stop(*lone))
+      return nullptr;
+    const GenerationRequest& req = *lone->request;
+    const SamplingParams& p = req.sampling;
+    const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+    return greedy && req.top_logprobs == 0 ? lone : nullptr;
+  }
+
+  bool others_waiting() {
+    std::lock_guard lock(mu_);
+    return stopping_ || !queue_.empty();
+  }
+
+  // Greedy decoding a token ahead (engine/greedy_ahead.h): while the device runs the step that picks
+  // token n+1, this thread hands token n to the request. Returns when the sequence finishes, is
+  // cancelled, or another request arrives (after the steps in flight are taken in).
+  void decode_ahead(Sequence& s) {
+    GreedyAhead ahead(*rt_, s.pages, s.recent, s.first_own, s.n_past);
+    if (auto st = ahead.issue(s.tokens.back()); !st) return finish(s, FinishReason::kError, st.message());
+    while (ahead.in_flight() > 0) {
+      // The next step while this one runs, where its token may still be wanted.
+      const bool more = !should_stop(s) && !others_waiting() &&
+                        s.result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s.limit);
+      if (more)
+        if (auto st = ahead.issue_next(); !st) return finish(s, FinishReason::kError, st.message());
+      auto token = ahead.take();
+      if (!token) return finish(s, FinishReason::kError, token.message());
+      if (should_stop(s)) return finish(s, FinishReason::kCancelled);  // as step() would, before this token
+      s.n_past += 1;
+      rt_->kv().trim_recent(s.recent, s.n_past);
+      publish_full_blocks(s);
+      TokenEvent event;
+      event.id = *token;
+      accept(s, event);
+      if (s.finished) return;  // ahead drops the step issued past the end
+    }
+  }
+
   // One forward pass over every active sequence.
   void step() {
+    if (Sequence* lone = lone_greedy()) return decode_ahead(*lone);
     ForwardBatch batch;
     std::vector<Sequence*> in_batch;     // sequences with tokens in this batch
     std::vector<uint32_t> chunk_sizes;
@@ -280,13 +331,19 @@ class EngineImpl final : public Engine {
     const TokenChoice choice = s.sampler->sample(logits, s.tokens, s.n_prompt);
     event.id = choice.id;
     event.logprob = choice.logprob;
+    accept(s, event);
+  }
+
+  // A sequence's next token, chosen: the end of the sequence, or one more token for the request.
+  void accept(Sequence& s, const TokenEvent& event) {
+    GenerationRequest& req = *s.request;
     const auto& eos = rt_->config().eos_token_ids;
-    if (!req.ignore_eos && std::find(eos.begin(), eos.end(), choice.id) != eos.end()) {
+    if (!req.ignore_eos && std::find(eos.begin(), eos.end(), event.id) != eos.end()) {
       finish(s, FinishReason::kStop);
       return;
     }
-    s.result.ids.push_back(choice.id);
-    s.tokens.push_back(choice.id);
+    s.result.ids.push_back(event.id);
+    s.tokens.push_back(event.id);
     s.result.stats.completion_tokens = static_cast<int>(s.result.ids.size());
     if (req.on_token && !req.on_token(event)) {
       finish(s, req.cancelled->load() ? FinishReason::kCancelled : FinishReason::kStop);
@@ -375,6 +432,7 @@ class EngineImpl final : public Engine {
   const int queue_limit_;
   const int parallel_;
   const int prefill_size_;
+  const bool decode_ahead_;  // the backend and model decode greedily a token ahead (GreedyAhead::available)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;

@@ -39,6 +39,9 @@ struct EngineOptions {
   // Several offload devices, e.g. "opencl:0:0,opencl:0:1" (instead of --backend): the offloaded
   // layers are split evenly between them, in this order; "" = the one --backend.
   std::string devices;
+  // Greedy decoding a token ahead (engine/greedy_ahead.h): "auto" where the backend queues its ops
+  // (a GPU), "on", "off".
+  std::string decode_ahead = "auto";
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

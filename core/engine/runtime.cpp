@@ -97,6 +97,8 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   if (!tok) return tok.error();
   rt->tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
 
+  if (options.decode_ahead != "auto" && options.decode_ahead != "on" && options.decode_ahead != "off")
+    return make_error("--decode-ahead must be auto, on or off, not \"" + options.decode_ahead + "\"");
   rt->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(rt->config_.max_position_embeddings, 8192);
   auto codecs = KvCodecChoice::parse(options.kv_codec);
   if (!codecs) return codecs.error();
@@ -140,6 +142,9 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   auto kv = KvCache::create(kv_stages, *rt->registry_, rt->config_, *codecs, capacity, recent);
   if (!kv) return kv.error();
   rt->kv_ = std::move(*kv);
+  if (options.decode_ahead == "on" && !rt->model_->greedy_on_device())
+    return make_error("--decode-ahead on: greedy decoding a token ahead needs the whole model on one backend with ABI 1.4's argmax, "
+                      "embed_device and download_begin/download_wait");
   return rt;
 }
 

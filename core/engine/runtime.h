@@ -48,6 +48,7 @@ class Runtime {
   const std::vector<std::unique_ptr<BackendHandle>>& backends() const { return backends_; }
   const std::string& placement() const { return placement_; }
   Transformer& model() { return *model_; }
+  const Transformer& model() const { return *model_; }
   KvCache& kv() { return *kv_; }
   const PluginRegistry& plugins() const { return *registry_; }
   ExpertStoreHandle* expert_store() const { return store_.get(); }

@@ -683,6 +683,71 @@ Status Transformer::forward(const ForwardBatch& batch, sl_kv_cache* cache, std::
 }
 
 Status Transformer::forward(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, std::vector<float>& logits) {
+  if (auto s = run_layers(batch, caches, -1); !s) return s;
+  if (batch.logit_rows.empty()) {
+    logits.clear();
+    for (const auto& st : stages_)
+      if (auto s = st.backend->synchronize(); !s) return s;
+    return {};
+  }
+  if (auto s = run_head(stages_.back(), batch); !s) return s;
+  const Stage& st = stages_.back();
+  logits.resize(batch.logit_rows.size() * config_.vocab_size);
+  return st.backend->download(st.act.logits, 0, logits.data(), logits.size() * 4);
+}
+
+bool Transformer::greedy_on_device() const {
+  if (stages_.size() != 1) return false;  // the choice would have to cross devices
+  const sl_backend_api* api = stages_.front().backend->api();
+  return table_has(api, &sl_backend_api::argmax) && table_has(api, &sl_backend_api::embed_device) &&
+         table_has(api, &sl_backend_api::download_begin) && table_has(api, &sl_backend_api::download_wait);
+}
+
+Status Transformer::forward_greedy(const ForwardBatch& batch, sl_kv_cache* cache, int from_slot, uint32_t to_slot) {
+  if (!greedy_on_device()) return make_error("forward_greedy: the backend cannot keep a greedy choice on the device (ABI 1.4)");
+  if (to_slot >= kGreedySlots || from_slot >= static_cast<int>(kGreedySlots) || from_slot == static_cast<int>(to_slot))
+    return make_error("forward_greedy: bad slots");
+  if (batch.logit_rows.size() != 1) return make_error("forward_greedy: a greedy pass picks one token (one logit row)");
+  if (from_slot >= 0 && batch.tokens.size() != 1) return make_error("forward_greedy: a token from the device is one token");
+  if (greedy_ticket_[to_slot] != 0) return make_error("forward_greedy: slot " + std::to_string(to_slot) + " is still in flight");
+  Stage& st = stages_.front();
+  const BackendHandle& backend = *st.backend;
+  if (!greedy_ids_) {
+    auto b = backend.alloc(kGreedySlots * sizeof(int32_t));
+    if (!b) return b.error();
+    greedy_ids_ = std::move(*b);
+  }
+  if (auto s = run_layers(batch, std::span<sl_kv_cache* const>(&cache, 1), from_slot); !s) return s;
+  if (auto s = run_head(st, batch); !s) return s;
+  sl_error err{};
+  const sl_backend_api* api = backend.api();
+  if (auto s = backend.check(api->argmax(backend.raw(), st.act.logits.get(), 1, config_.vocab_size, greedy_ids_.get(), to_slot, &err), err,
+                             "argmax");
+      !s)
+    return s;
+  uint64_t ticket = 0;
+  if (auto s = backend.check(api->download_begin(backend.raw(), greedy_ids_.get(), uint64_t(to_slot) * sizeof(int32_t),
+                                                 &greedy_host_[to_slot], sizeof(int32_t), &ticket, &err),
+                             err, "download_begin");
+      !s)
+    return s;
+  greedy_ticket_[to_slot] = ticket;
+  return {};
+}
+
+Result<int32_t> Transformer::greedy_choice(uint32_t slot) {
+  if (slot >= kGreedySlots || greedy_ticket_[slot] == 0) return make_error("greedy_choice: no pass in flight in slot " + std::to_string(slot));
+  const BackendHandle& backend = *stages_.front().backend;
+  sl_error err{};
+  const uint64_t ticket = greedy_ticket_[slot];
+  greedy_ticket_[slot] = 0;
+  if (auto s = backend.check(backend.api()->download_wait(backend.raw(), ticket, &err), err, "download_wait"); !s) return s.error();
+  return greedy_host_[slot];
+}
+
+// Everything of a pass before the head: the batch announced to every stage, the tokens embedded
+// (from the host, or from_slot's greedy choice on the device), and every layer, stage by stage.
+Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot) {
   const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
   if (n == 0) return make_error("forward: empty batch");
   if (batch.positions.size() != n || batch.seq_slots.size() != n)
@@ -712,10 +777,11 @@ Status Transformer::forward(const ForwardBatch& batch, std::span<sl_kv_cache* co
     if (auto s = st.backend->check(st.backend->api()->begin_batch(st.backend->raw(), &b, &err), err, "begin_batch"); !s) return s;
   {
     const Stage& first = stages_.front();
-    if (auto s = first.backend->check(first.backend->api()->embed(first.backend->raw(), &embed_, batch.tokens.data(), n, first.act.x.get(), &err),
-                                      err, "embed");
-        !s)
-      return s;
+    const sl_backend_api* api = first.backend->api();
+    const sl_status embedded = from_slot < 0 ? api->embed(first.backend->raw(), &embed_, batch.tokens.data(), n, first.act.x.get(), &err)
+                                             : api->embed_device(first.backend->raw(), &embed_, greedy_ids_.get(),
+                                                                 static_cast<uint64_t>(from_slot), n, first.act.x.get(), &err);
+    if (auto s = first.backend->check(embedded, err, "embed"); !s) return s;
   }
 
   const uint64_t hidden_bytes = uint64_t(n) * config_.hidden_size * 4;
@@ -730,24 +796,18 @@ Status Transformer::forward(const ForwardBatch& batch, std::span<sl_kv_cache* co
     for (uint32_t i = st.first; i < st.end; ++i)
       if (auto r = run_layer(st, layers_[i], i - st.first, n, caches[s], residual_pending); !r) return r;
   }
-  if (n_logits == 0) {
-    logits.clear();
-    for (const auto& st : stages_)
-      if (auto s = st.backend->synchronize(); !s) return s;
-    return {};
-  }
-  return run_head(stages_.back(), batch, logits);
+  return {};
 }
 
-// The final norm and the LM head over the rows that need logits, on the last stage.
-Status Transformer::run_head(Stage& st, const ForwardBatch& batch, std::vector<float>& logits) {
+// The final norm and the LM head over the rows that need logits, on the last stage, into a.logits.
+Status Transformer::run_head(Stage& st, const ForwardBatch& batch) {
   const BackendHandle& backend = *st.backend;
   const sl_backend_api* api = backend.api();
   sl_backend* be = backend.raw();
   Activations& a = st.act;
   sl_error err{};
   const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
-  const uint32_t H = config_.hidden_size, V = config_.vocab_size;
+  const uint32_t H = config_.hidden_size;
   for (uint32_t i = 0; i < n_logits; ++i) {
     if (auto s = backend.check(api->copy(be, a.x.get(), uint64_t(batch.logit_rows[i]) * H, a.last.get(), uint64_t(i) * H, H, &err),
                                 err, "copy");
@@ -758,11 +818,7 @@ Status Transformer::run_head(Stage& st, const ForwardBatch& batch, std::vector<f
                               err, "final norm");
       !s)
     return s;
-  if (auto s = backend.check(api->matmul(be, a.last_norm.get(), n_logits, &lm_head_, nullptr, a.logits.get(), &err), err, "lm_head");
-      !s)
-    return s;
-  logits.resize(std::size_t(n_logits) * V);
-  return backend.download(a.logits, 0, logits.data(), logits.size() * 4);
+  return backend.check(api->matmul(be, a.last_norm.get(), n_logits, &lm_head_, nullptr, a.logits.get(), &err), err, "lm_head");
 }
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 // from which tensors the checkpoint has. Weights stay in the memory-mapped safetensors files; a
 // backend sees them through buffers wrapping the byte ranges of the tensors it runs. The layers may
 // be split across backends in stages (--gpu-layers, --devices): one forward pass, run stage by stage.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -66,6 +67,19 @@ class Transformer {
   // per stage, each holding that stage's layers (indices from 0); the first form is for one stage.
   Status forward(const ForwardBatch& batch, sl_kv_cache* cache, std::vector<float>& logits);
   Status forward(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, std::vector<float>& logits);
+
+  // Greedy decoding a token ahead (ABI 1.4; one stage, whose backend has argmax, embed_device and
+  // download_begin/download_wait): a pass reads its token on the device, where the pass before it
+  // left its choice (the argmax of its logits), and leaves its own choice there, copied back to the
+  // host without waiting — so the host can issue the next pass before it knows this one's token.
+  static constexpr uint32_t kGreedySlots = 4;
+  bool greedy_on_device() const;
+  // Issues one pass of batch (one logit row) without waiting for it. from_slot < 0: the batch's
+  // tokens from the host; otherwise its one token is the choice of the pass issued to from_slot.
+  // The pass's choice goes to to_slot, which must not be in flight.
+  Status forward_greedy(const ForwardBatch& batch, sl_kv_cache* cache, int from_slot, uint32_t to_slot);
+  // Waits for the choice of the pass issued to `slot` and frees the slot.
+  Result<int32_t> greedy_choice(uint32_t slot);
 
   const ModelConfig& config() const { return config_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -147,7 +161,8 @@ class Transformer {
   Status gather_rows(const BackendHandle& be, const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst);
   Status scatter_add_rows(const BackendHandle& be, const Buffer& src, const std::vector<int32_t>& rows,
                           const std::vector<float>& weights, uint32_t dim, const Buffer& dst);
-  Status run_head(Stage& stage, const ForwardBatch& batch, std::vector<float>& logits);
+  Status run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot);
+  Status run_head(Stage& stage, const ForwardBatch& batch);
 
   ModelConfig config_;
   std::vector<Stage> stages_;
@@ -157,6 +172,12 @@ class Transformer {
   float rope_factor_ = 1.0f;
   uint64_t weight_bytes_ = 0;
   std::vector<float> hidden_;  // the hidden state on its way between stages
+
+  // Greedy choices on the device (forward_greedy): a slot's id, its copy on the host and the
+  // download's ticket (0: none in flight).
+  Buffer greedy_ids_;
+  std::array<int32_t, kGreedySlots> greedy_host_{};
+  std::array<uint64_t, kGreedySlots> greedy_ticket_{};
 
   // Mixture of Experts.
   std::optional<ExpertLayout> experts_;

@@ -145,11 +145,12 @@ TEST(ServerOptions, OutOfRangeValuesAreRejected) {
   EXPECT_FALSE(parse_server_options({"--model", "m", "--top-p", "0"}).ok());
   EXPECT_FALSE(parse_server_options({"--model", "m", "--log-level", "loud"}).ok());
   EXPECT_FALSE(parse_server_options({"--model", "m", "--port", "abc"}).ok());
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--decode-ahead", "sometimes"}).ok());
 }
 
 TEST(ServerOptions, MapToEngineOptions) {
   auto p = parse_server_options({"--model", "dir", "--backend", "cpu", "--kv-codec", "f32", "--threads", "3",
-                                 "--ctx-size", "1024", "--prefill-size", "64", "--parallel", "2"});
+                                 "--ctx-size", "1024", "--prefill-size", "64", "--parallel", "2", "--decode-ahead", "off"});
   ASSERT_TRUE(p.ok());
   auto e = to_engine_options(p->options);
   EXPECT_EQ(e.model_dir, "dir");
@@ -159,6 +160,7 @@ TEST(ServerOptions, MapToEngineOptions) {
   EXPECT_EQ(e.ctx_size, 1024);
   EXPECT_EQ(e.prefill_size, 64);
   EXPECT_EQ(e.parallel, 2);
+  EXPECT_EQ(e.decode_ahead, "off");
 }
 
 TEST(ServerOptions, HelpIsRecognized) {

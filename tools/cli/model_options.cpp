@@ -12,6 +12,9 @@ namespace {
 void check_gpu_layers(const std::string& value) {
   if (auto g = GpuLayers::parse(value); !g) throw po::error(g.message());
 }
+void check_decode_ahead(const std::string& value) {
+  if (value != "auto" && value != "on" && value != "off") throw po::error("--decode-ahead must be auto, on or off");
+}
 void check_devices(const std::string& value) {
   if (auto d = parse_devices(value); !d) throw po::error(d.message());
 }
@@ -33,6 +36,8 @@ void add_model_options(po::options_description& desc, EngineOptions& o) {
       ("threads", po::value(&o.threads)->default_value(0), "CPU threads (0 = all cores)")
       ("ctx-size", po::value(&o.ctx_size)->default_value(0), "context size in tokens (0 = the model's, at most 8192)")
       ("prefill-size", po::value(&o.prefill_size)->default_value(512), "prompt tokens per forward pass")
+      ("decode-ahead", po::value(&o.decode_ahead)->default_value("auto")->notifier(check_decode_ahead),
+       "greedy requests decode a token ahead, the choice kept on the device: auto (where the backend queues its ops) | on | off")
       ("expert-store", po::value(&o.expert_store)->default_value("resident"),
        "where MoE experts live: resident | uring[:direct=0,uring=0,qd=N] | plugin name")
       ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(0), "expert cache budget in MiB for a streaming store (0 = its default)");

@@ -1,0 +1,61 @@
+#pragma once
+// Greedy decoding a token ahead. A decode step's token depends on the step before, so a host that
+// reads each step's logits leaves the device idle from the step's end until the next step's first
+// op arrives: the logits' copy, the host's argmax, the next step's issue (~0.1 ms a token on an
+// H100, perf/NOTES.md). On a backend that queues its ops (SL_CAP_QUEUED) with ABI 1.4, the greedy
+// choice stays on the device (Transformer::forward_greedy) and feeds the next step, which the host
+// issues before it reads the choice back: the device always has the next step queued.
+//
+// The device runs steps in issue order, so every host-side record (pages, recent window) may
+// advance at issue; only the tokens are known late. A step issued after the sequence's last real
+// one (past an end-of-sequence token, a stop string) is waited for and dropped.
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "util/result.h"
+
+namespace sluice {
+
+class Runtime;
+
+class GreedyAhead {
+ public:
+  // Steps of one sequence whose KV pages and recent-window pages are `pages` and `recent` (kept up
+  // to date here), positions below first_own reused from the prefix cache; the next step is at
+  // position next_position.
+  GreedyAhead(Runtime& rt, std::vector<int32_t>& pages, std::vector<int32_t>& recent, int32_t first_own, int32_t next_position);
+  ~GreedyAhead();  // drops the steps in flight
+  GreedyAhead(const GreedyAhead&) = delete;
+  GreedyAhead& operator=(const GreedyAhead&) = delete;
+
+  // Whether rt's model and backend decode this way (the model's check, and --decode-ahead: "on",
+  // "off", or "auto" = where the backend queues its ops).
+  static bool available(const Runtime& rt);
+
+  // Issues the step of `token` (from the host) at the next position.
+  Status issue(int32_t token);
+  // Issues the step whose token is the choice of the newest step in flight.
+  Status issue_next();
+  // Waits for the oldest step in flight and returns its choice.
+  Result<int32_t> take();
+  // Waits for every step in flight and forgets their choices.
+  void drop();
+
+  int in_flight() const { return static_cast<int>(slots_.size()); }
+  int32_t next_position() const { return next_position_; }
+
+ private:
+  Status issue_from(std::optional<int32_t> host_token);
+
+  Runtime& rt_;
+  std::vector<int32_t>& pages_;
+  std::vector<int32_t>& recent_;
+  int32_t first_own_;
+  int32_t next_position_;
+  std::deque<uint32_t> slots_;  // the steps in flight, oldest first: each one's choice slot
+  uint32_t next_slot_ = 0;
+};
+
+}  // namespace sluice
