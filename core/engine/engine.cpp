@@ -241,6 +241,7 @@ class EngineImpl final : public Engine {
       event.id = *token;
       accept(s, event);
       if (s.finished) return;  // ahead drops the step issued past the end
+      publish_metrics();  // as between steps: the pages this sequence holds now
     }
   }
 
