@@ -44,48 +44,41 @@ namespace {
 // embed_device's launch.
 sl_status embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer& ids, uint64_t ids_off, uint32_t n, sl_buffer* out,
                        sl_error* err) {
-  const cl::NDRange global(round_up(table->cols, kLocal), n);
+  cl::Kernel* k = nullptr;
+  cl_uint a = 0;
   if (table->bits == 0) {
     const DevPtr t = read_range(be, table->data, table->offset, weight_bytes(table), table->dtype == SL_DTYPE_F32 ? 4 : 2);
-    auto& k = kernel(be, "ops", "embed_rows");
-    cl_uint a = 0;
-    k.setArg(a++, t.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(t.offset));
-    k.setArg(a++, static_cast<cl_uint>(table->dtype));
-    k.setArg(a++, static_cast<cl_uint>(table->cols));
-    k.setArg(a++, static_cast<cl_uint>(table->rows));
-    k.setArg(a++, ids);
-    k.setArg(a++, static_cast<cl_ulong>(ids_off));
-    k.setArg(a++, single(out));
-    launch(be, k, global, cl::NDRange(kLocal, 1));
-    return SL_OK;
+    k = &kernel(be, "ops", "embed_rows");
+    k->setArg(a++, t.buffer);
+    k->setArg(a++, static_cast<cl_ulong>(t.offset));
+    k->setArg(a++, static_cast<cl_uint>(table->dtype));
+  } else {
+    if (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
+    const uint64_t groups = uint64_t(table->rows) * (table->cols / table->group_size);
+    const uint64_t sb = table->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
+    const DevPtr words = read_range(be, table->data, table->offset, weight_bytes(table), 4);
+    const DevPtr scales = read_range(be, table->scales, table->scales_offset, groups * sb, sb);
+    const DevPtr biases = read_range(be, table->biases, table->biases_offset, groups * sb, sb);
+    k = &kernel(be, "ops", "embed_rows_quant");
+    k->setArg(a++, words.buffer);
+    k->setArg(a++, static_cast<cl_ulong>(words.offset));
+    k->setArg(a++, static_cast<cl_ulong>(uint64_t(table->cols) * table->bits / 32));  // words a row
+    k->setArg(a++, static_cast<cl_uint>(table->bits));
+    k->setArg(a++, scales.buffer);
+    k->setArg(a++, static_cast<cl_ulong>(scales.offset));
+    k->setArg(a++, biases.buffer);
+    k->setArg(a++, static_cast<cl_ulong>(biases.offset));
+    k->setArg(a++, static_cast<cl_uint>(table->scale_dtype));
+    k->setArg(a++, static_cast<cl_uint>(table->group_size));
   }
-  if (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
-  const uint64_t wpr = uint64_t(table->cols) * table->bits / 32;
-  const uint64_t groups = uint64_t(table->rows) * (table->cols / table->group_size);
-  const uint64_t sb = table->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
-  const DevPtr words = read_range(be, table->data, table->offset, weight_bytes(table), 4);
-  const DevPtr scales = read_range(be, table->scales, table->scales_offset, groups * sb, sb);
-  const DevPtr biases = read_range(be, table->biases, table->biases_offset, groups * sb, sb);
-  auto& k = kernel(be, "ops", "embed_rows_quant");
-  cl_uint a = 0;
-  k.setArg(a++, words.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(words.offset));
-  k.setArg(a++, static_cast<cl_ulong>(wpr));
-  k.setArg(a++, static_cast<cl_uint>(table->bits));
-  k.setArg(a++, scales.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(scales.offset));
-  k.setArg(a++, biases.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(biases.offset));
-  k.setArg(a++, static_cast<cl_uint>(table->scale_dtype));
-  k.setArg(a++, static_cast<cl_uint>(table->group_size));
-  k.setArg(a++, static_cast<cl_uint>(table->cols));
-  k.setArg(a++, static_cast<cl_uint>(table->rows));
-  k.setArg(a++, ids);
-  k.setArg(a++, static_cast<cl_ulong>(ids_off));
-  k.setArg(a++, single(out));
-  launch(be, k, global, cl::NDRange(kLocal, 1));
+  // Both kernels end alike: the row's length, the table's rows (an id outside gives zeros), the ids.
+  k->setArg(a++, static_cast<cl_uint>(table->cols));
+  k->setArg(a++, static_cast<cl_uint>(table->rows));
+  k->setArg(a++, ids);
+  k->setArg(a++, static_cast<cl_ulong>(ids_off));
+  k->setArg(a++, single(out));
+  launch(be, *k, cl::NDRange(round_up(table->cols, kLocal), n), cl::NDRange(kLocal, 1));
   return SL_OK;
 }
 }  // namespace

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/page_pool.h"
 #include "plugin/plugin_registry.h"
+#include "greedy_requests.h"
 #include "reference.h"
 #include "util/json.h"
 
@@ -30,20 +31,8 @@ std::unique_ptr<Engine> make_engine(int parallel, int ctx = 512, int prefill = 6
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-std::vector<int32_t> prompt_of(int seed, int length) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < length; ++i) ids.push_back(200 + (seed * 977 + i * 131) % 7000);
-  return ids;
-}
-
-GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest r;
-  r.prompt_ids = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  return r;
-}
+using test::greedy;
+using test::prompt_of;
 
 // Submits all requests at once and waits for every result.
 std::vector<GenerationResult> run_together(Engine& engine, const std::vector<GenerationRequest>& requests) {

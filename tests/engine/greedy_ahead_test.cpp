@@ -14,18 +14,15 @@
 #include "engine/engine.h"
 #include "engine/greedy_ahead.h"
 #include "engine/runtime.h"
-#include "plugin/plugin_registry.h"
+#include "greedy_requests.h"
+#include "opencl_probe.h"
 #include "reference.h"
 #include "util/json.h"
 
 namespace sluice {
 namespace {
 
-bool opencl_built() {
-  PluginRegistry probe;
-  probe.scan(test::binary_path("lib"));
-  return probe.find(SL_PLUGIN_BACKEND, "opencl") != nullptr;
-}
+bool opencl_built() { return test::opencl_unavailable().empty(); }
 
 EngineOptions options(const std::string& backend, const std::string& ahead, int parallel = 1) {
   EngineOptions o;
@@ -46,20 +43,8 @@ std::unique_ptr<Engine> make_engine(const std::string& backend, const std::strin
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-std::vector<int32_t> prompt_of(int seed, int length) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < length; ++i) ids.push_back(200 + (seed * 613 + i * 97) % 7000);
-  return ids;
-}
-
-GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest r;
-  r.prompt_ids = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  return r;
-}
+using test::greedy;
+using test::prompt_of;
 
 int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
