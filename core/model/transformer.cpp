@@ -502,10 +502,11 @@ Status Transformer::run_layer(Stage& st, const Layer& L, uint32_t index, uint32_
     SLUICE_CALL("matmul down", api->matmul(be, a.act.get(), n, &L.down, nullptr, a.o.get(), &err));
   }
   // The MLP output (a.o) joins the residual stream now, unless the next layer runs here too and the
-  // backend fuses the add with that layer's attn_norm. A stage's last layer always adds: the final
-  // norm (on copied rows) or the next stage reads a.x.
+  // backend fuses the add with that layer's attn_norm — or, after the last layer, with the final norm,
+  // when the head reads every row in order (st.head_takes_residual: decode). Otherwise a stage's last
+  // layer adds: the final norm (on copied rows) or the next stage reads a.x.
   const bool last_of_stage = index + 1 == st.end - st.first;
-  residual_pending = !last_of_stage && table_has(api, &sl_backend_api::add_rms_norm);
+  residual_pending = (!last_of_stage || st.head_takes_residual) && table_has(api, &sl_backend_api::add_rms_norm);
   if (!residual_pending) SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
 #undef SLUICE_STEP
 #undef SLUICE_CALL
@@ -792,9 +793,15 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
       if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
       if (auto r = st.backend->upload(st.act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
     }
+    // The head can take the last MLP output with its final norm (one add_rms_norm, no copy) when
+    // it reads every row of the batch in order — a decode step's one row.
+    bool every_row = st.has_head && batch.logit_rows.size() == n;
+    for (uint32_t i = 0; every_row && i < n; ++i) every_row = batch.logit_rows[i] == i;
+    st.head_takes_residual = every_row && st.first < st.end;
     bool residual_pending = false;  // a layer's MLP output waiting in a.o for the next one's norm
     for (uint32_t i = st.first; i < st.end; ++i)
       if (auto r = run_layer(st, layers_[i], i - st.first, n, caches[s], residual_pending); !r) return r;
+    st.residual_pending = residual_pending;
   }
   return {};
 }
@@ -808,6 +815,15 @@ Status Transformer::run_head(Stage& st, const ForwardBatch& batch) {
   sl_error err{};
   const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
   const uint32_t H = config_.hidden_size;
+  if (st.residual_pending) {  // every row, in order: the last residual step and the final norm at once
+    st.residual_pending = false;
+    if (auto s = backend.check(api->add_rms_norm(be, a.x.get(), a.o.get(), &final_norm_, 0.0f, a.last_norm.get(), n_logits, H,
+                                                 config_.norm_eps, &err),
+                               err, "residual + final norm");
+        !s)
+      return s;
+    return backend.check(api->matmul(be, a.last_norm.get(), n_logits, &lm_head_, nullptr, a.logits.get(), &err), err, "lm_head");
+  }
   for (uint32_t i = 0; i < n_logits; ++i) {
     if (auto s = backend.check(api->copy(be, a.x.get(), uint64_t(batch.logit_rows[i]) * H, a.last.get(), uint64_t(i) * H, H, &err),
                                 err, "copy");

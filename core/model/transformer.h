@@ -122,6 +122,9 @@ class Transformer {
     const BackendHandle* backend = nullptr;
     uint32_t first = 0, end = 0;  // layers [first, end)
     bool embeds = false, has_head = false;
+    // This pass: the head reads every row in order, so the last layer leaves its MLP output in a.o
+    // for the head's add_rms_norm (head_takes_residual), and whether it did (residual_pending).
+    bool head_takes_residual = false, residual_pending = false;
     // Binding runs twice: first recording the tensors the stage needs (to wrap only their bytes),
     // then for real against the spans.
     bool recording = false;
