@@ -181,7 +181,8 @@ struct sl_backend {
   // attention split partials, and attention_fused_queries' query areas (read by every key split).
   sluice::ocl::Scratch gemm_scratch, att_partial, att_q_images;
   sluice::ocl::Scratch moe_rows, moe_weights;
-  sluice::ocl::Scratch argmax_values, argmax_indices;  // argmax's per-part maxima (cl_ops.cpp)  // gather_rows/scatter_add_rows: the host's indices and weights
+  sluice::ocl::Scratch argmax_values, argmax_indices;  // argmax's per-part maxima (cl_ops.cpp)
+  sluice::ocl::Scratch argmax_done;  // NVIDIA's one-launch argmax: parts finished per row, zero between launches  // gather_rows/scatter_add_rows: the host's indices and weights
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;
   // SLUICE_OPENCL_HOST_TIMING=1: the host's time inside the table's entry points (without profiling

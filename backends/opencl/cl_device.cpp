@@ -311,6 +311,7 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
                 kernel_source("gemm");
       options += " -DWG=64";
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";  // the producers of the dp4a matvec's input
+      if (be->use_ptx && be->caps.sm >= 70) options += " -DSLUICE_PTX_FENCE";  // argmax in one launch
     } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64_r2" and the like: Q4_TEAM, R4
       source += kernel_source("warp") + kernel_source("matvec");
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8";

@@ -122,6 +122,23 @@ sl_status argmax(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t d
         std::clamp<uint64_t>((dim + kArgmaxWg * 8 - 1) / (kArgmaxWg * 8), 1, uint64_t(std::max<uint32_t>(be->caps.compute_units, 1)) * 2));
     cl::Buffer& part_v = be->argmax_values.at_least(be->context, uint64_t(n_rows) * parts * 4);
     cl::Buffer& part_i = be->argmax_indices.at_least(be->context, uint64_t(n_rows) * parts * 4);
+    if (be->use_ptx && be->caps.sm >= 70) {  // one launch: the last part of a row to finish folds the row
+      if (be->argmax_done.bytes < uint64_t(n_rows) * 4) {
+        cl::Buffer& done = be->argmax_done.at_least(be->context, uint64_t(n_rows) * 4);
+        be->queue.enqueueFillBuffer(done, cl_uint(0), 0, uint64_t(n_rows) * 4);  // counts start at zero, end there
+      }
+      auto& k = kernel(be, "ops", "argmax_parts_last");
+      cl_uint a = 0;
+      k.setArg(a++, single(x));
+      k.setArg(a++, static_cast<cl_uint>(dim));
+      k.setArg(a++, part_v);
+      k.setArg(a++, part_i);
+      k.setArg(a++, be->argmax_done.buffer);
+      k.setArg(a++, single(ids));
+      k.setArg(a++, static_cast<cl_ulong>(ids_offset));
+      launch(be, k, cl::NDRange(size_t(parts) * kArgmaxWg, n_rows), cl::NDRange(kArgmaxWg, 1));
+      return SL_OK;
+    }
     auto& kp = kernel(be, "ops", "argmax_parts");
     kp.setArg(0, single(x));
     kp.setArg(1, static_cast<cl_uint>(dim));

@@ -813,6 +813,43 @@ TEST_F(OpenclVendorPaths, DownloadsThroughPinnedMemoryArriveWhole) {
   o.api->free(o.be, b);
 }
 
+// NVIDIA's argmax in one launch (the last part of a row to finish folds the row and sets its count
+// back to zero) against the portable two launches and the reference: rows of a 128k vocabulary whose
+// largest value appears in three parts (the lowest index must win), several launches in a row on
+// one backend (a count not set back would show in the next).
+TEST_F(OpenclVendorPaths, TheArgmaxInOneLaunchAgreesWithThePortableTwo) {
+  if (!dp4a) GTEST_SKIP() << "no NVIDIA fast path on this device";
+  Opened portable;
+  ASSERT_TRUE(open(api, "portable", portable, why)) << why;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n01;
+  const uint32_t dim = 128256;
+  for (uint32_t rows : {1u, 3u, 1u, 2u}) {
+    std::vector<float> x(std::size_t(rows) * dim);
+    for (auto& v : x) v = n01(rng);
+    std::vector<int32_t> want(rows);
+    for (uint32_t r = 0; r < rows; ++r) {
+      float* row = x.data() + std::size_t(r) * dim;
+      for (uint32_t c : {120000u, 70000u + r, 100000u}) row[c] = 9.0f;
+      want[r] = static_cast<int32_t>(std::max_element(row, row + dim) - row);
+      ASSERT_EQ(want[r], static_cast<int32_t>(70000 + r));
+    }
+    for (const Opened* o : {&probe, &portable}) {
+      sl_buffer* dx = device_copy(*o, x.data(), x.size() * 4);
+      const std::vector<int32_t> init(rows + 1, -5);
+      sl_buffer* di = device_copy(*o, init.data(), init.size() * 4);
+      sl_error err{};
+      ASSERT_EQ(o->api->argmax(o->be, dx, rows, dim, di, 1, &err), SL_OK) << err.message;
+      std::vector<int32_t> got(init.size());
+      ASSERT_EQ(o->api->download(o->be, di, 0, got.data(), got.size() * 4, &err), SL_OK) << err.message;
+      EXPECT_EQ(got[0], -5) << "an id before the offset was written";
+      for (uint32_t r = 0; r < rows; ++r) EXPECT_EQ(got[1 + r], want[r]) << (o == &probe ? "fast" : "portable") << ", row " << r;
+      o->api->free(o->be, dx);
+      o->api->free(o->be, di);
+    }
+  }
+}
+
 // Decode attention writes its output's 15-bit form on NVIDIA (att_write, attention_merge), so the
 // output projection right after reads it with dp4a — below the 2²⁴ weights where a product would
 // round its input itself. At a short history (one key split: the attention kernel writes the form)
