@@ -161,34 +161,6 @@ void rms_norm(__global const float* x, __global const uchar* w, ulong w_off, uin
   rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
 }
 
-// A decode step's first two ops in one launch (cl_ops.cpp, embed_join): the token's embedding row
-// into x (embed_rows or embed_rows_quant's value; zeros for an id outside the table's `rows`), then
-// out = rms_norm(x) as the kernel above. The group writes x, then reads it back in the norm's order
-// after a barrier — within one work-group, a global fence makes the other work-items' writes seen.
-__kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1)))
-void embed_rms_norm(__global const uchar* table, ulong t_off, uint t_dtype, uint bits, ulong words_per_row,
-                    __global const uchar* scales, ulong s_off, __global const uchar* biases, ulong b_off, uint scale_dtype,
-                    uint group_size, uint rows, __global const int* ids, ulong ids_off, __global float* x,
-                    __global const uchar* w, ulong w_off, uint w_dtype, float w_offset, __global float* out, uint dim, float eps,
-                    __global uchar* xq, __global float2* blocks, uint q15) {
-  __local float scratch[NORM_WG];
-  const ulong row = get_group_id(0);
-  const int id = ids[ids_off + row];
-  const bool inside = id >= 0 && (uint)id < rows;
-  __global float* xr = x + row * dim;
-  for (uint c = get_local_id(0); c < dim; c += NORM_WG) {
-    float v = 0.0f;
-    if (inside)
-      v = bits ? quant_value((__global const uint*)(table + t_off), words_per_row, bits, scales + s_off, biases + b_off, scale_dtype,
-                             dim / group_size, group_size, (uint)id, c)
-               : load_value(table + t_off, t_dtype, (ulong)id * dim + c);
-    xr[c] = v;
-  }
-  barrier(CLK_GLOBAL_MEM_FENCE);
-  rms_norm_row(xr, 0, 0u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, xq, blocks);
-  rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
-}
-
 // The pre-norm residual step: x += delta, out = rms_norm(x).
 __kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1)))
 void add_rms_norm(__global float* x, __global const float* delta, __global const uchar* w, ulong w_off, uint w_dtype,

@@ -234,14 +234,6 @@ struct sl_backend {
   // (cl_ops.cpp, cl_kv_cache.cpp; x null: none), and a gate/up matmul_multi
   // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
   sluice::ocl::PendingRope pending_rope;
-  // A decode step's embedding not yet launched: the rms_norm of its output right after runs it in
-  // its own launch (embed_rms_norm, cl_ops.cpp); any other entry point launches it alone first.
-  struct PendingEmbed {
-    sl_buffer* out = nullptr;  // null: none
-    sl_weight table{};
-    cl::Buffer ids;
-    uint64_t ids_off = 0;
-  } pending_embed;
   sluice::ocl::PendingGlu pending_glu;
   sluice::ocl::PendingKvWrite pending_kv;  // a decode kv_write waiting for its attention (cl_kv_cache.cpp)
   // A product waiting for the add_rms_norm of its output, and the norm that joined it, waiting for

@@ -42,12 +42,8 @@ sl_status too_small(sl_error* err, const char* op) {
 namespace {
 // The embedding lookup of n ids read from the device (ids from element ids_off): embed's and
 // embed_device's launch.
-bool embed_rows_whole(const sl_weight* table) {
-  return table->bits == 0 ||
-         (table->group_size != 0 && table->cols % table->group_size == 0 && (uint64_t(table->cols) * table->bits) % 32 == 0);
-}
-
-void embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer& ids, uint64_t ids_off, uint32_t n, sl_buffer* out) {
+sl_status embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer& ids, uint64_t ids_off, uint32_t n, sl_buffer* out,
+                       sl_error* err) {
   cl::Kernel* k = nullptr;
   cl_uint a = 0;
   if (table->bits == 0) {
@@ -57,6 +53,8 @@ void embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer& ids,
     k->setArg(a++, static_cast<cl_ulong>(t.offset));
     k->setArg(a++, static_cast<cl_uint>(table->dtype));
   } else {
+    if (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
     const uint64_t groups = uint64_t(table->rows) * (table->cols / table->group_size);
     const uint64_t sb = table->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
     const DevPtr words = read_range(be, table->data, table->offset, weight_bytes(table), 4);
@@ -81,83 +79,9 @@ void embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer& ids,
   k->setArg(a++, static_cast<cl_ulong>(ids_off));
   k->setArg(a++, single(out));
   launch(be, *k, cl::NDRange(round_up(table->cols, kLocal), n), cl::NDRange(kLocal, 1));
-}
-
-// embed and embed_device: a decode step's one row waits for the rms_norm of layer 0, which runs it
-// (embed_join); more rows (prefill) launch at once.
-sl_status embed_issue(sl_backend* be, const sl_weight* table, const cl::Buffer& ids, uint64_t ids_off, uint32_t n, sl_buffer* out,
-                      sl_error* err) {
-  if (!embed_rows_whole(table)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
-  if (n != 1 || out->chunks.size() != 1) {
-    embed_launch(be, table, ids, ids_off, n, out);
-    return SL_OK;
-  }
-  be->pending_embed.out = out;
-  be->pending_embed.table = *table;
-  be->pending_embed.ids = ids;
-  be->pending_embed.ids_off = ids_off;
   return SL_OK;
 }
 }  // namespace
-
-void embed_flush(sl_backend* be) {
-  if (!be->pending_embed.out) return;
-  const sl_backend::PendingEmbed e = be->pending_embed;
-  be->pending_embed = sl_backend::PendingEmbed{};
-  embed_launch(be, &e.table, e.ids, e.ids_off, 1, e.out);
-}
-
-// rms_norm of the row a waiting embedding writes: both in one launch (embed_rms_norm). False when
-// nothing waits for this norm.
-bool embed_join(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out, uint32_t n_rows,
-                uint32_t dim, float eps) {
-  const sl_backend::PendingEmbed& e = be->pending_embed;
-  if (!e.out || e.out != x || n_rows != 1 || e.table.cols != dim || out == x) return false;
-  const sl_backend::PendingEmbed pe = e;
-  be->pending_embed = sl_backend::PendingEmbed{};
-  flush_deferred(be);  // nothing else should wait before a step's first norm; keep the order if it does
-  be->x15_of = nullptr;
-  const sl_weight* t = &pe.table;
-  const DevPtr w = vector_weight(be, weight, dim);
-  cl::Buffer *xq = nullptr, *blocks = nullptr;
-  const bool q15 = int15_scratch(be, 1, dim, xq, blocks);
-  const uint64_t sb = t->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
-  const uint64_t groups = t->bits ? uint64_t(t->rows) * (t->cols / t->group_size) : 0;
-  const DevPtr words = read_range(be, t->data, t->offset, weight_bytes(t), t->bits ? 4 : (t->dtype == SL_DTYPE_F32 ? 4 : 2));
-  const DevPtr scales = t->bits ? read_range(be, t->scales, t->scales_offset, groups * sb, sb) : words;
-  const DevPtr biases = t->bits ? read_range(be, t->biases, t->biases_offset, groups * sb, sb) : words;
-  auto& k = kernel(be, "ops", "embed_rms_norm");
-  cl_uint a = 0;
-  k.setArg(a++, words.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(words.offset));
-  k.setArg(a++, static_cast<cl_uint>(t->dtype));
-  k.setArg(a++, static_cast<cl_uint>(t->bits));
-  k.setArg(a++, static_cast<cl_ulong>(t->bits ? uint64_t(t->cols) * t->bits / 32 : 0));
-  k.setArg(a++, scales.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(scales.offset));
-  k.setArg(a++, biases.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(biases.offset));
-  k.setArg(a++, static_cast<cl_uint>(t->scale_dtype));
-  k.setArg(a++, static_cast<cl_uint>(t->bits ? t->group_size : 1));
-  k.setArg(a++, static_cast<cl_uint>(t->rows));
-  k.setArg(a++, pe.ids);
-  k.setArg(a++, static_cast<cl_ulong>(pe.ids_off));
-  k.setArg(a++, single(pe.out));
-  k.setArg(a++, w.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(w.offset));
-  k.setArg(a++, static_cast<cl_uint>(weight->dtype));
-  k.setArg(a++, weight_offset);
-  k.setArg(a++, single(out));
-  k.setArg(a++, static_cast<cl_uint>(dim));
-  k.setArg(a++, eps);
-  k.setArg(a++, q15 ? *xq : single(out));  // unread without q15
-  k.setArg(a++, q15 ? *blocks : single(out));
-  k.setArg(a++, static_cast<cl_uint>(q15));
-  constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
-  launch(be, k, cl::NDRange(kNormWg), cl::NDRange(kNormWg));
-  if (q15) int15_made(be, out, dim);
-  return true;
-}
 
 sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
   if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed");
@@ -171,7 +95,7 @@ sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint
     wait_uploads(be->ids_uploads);  // be->ids may still feed the previous copy
     be->ids.assign(ids, ids + n);
     upload_batch_vector(be, be->d_ids, be->d_ids_cap, be->ids, be->ids_uploads);
-    return embed_issue(be, table, be->d_ids, 0, n, out, err);
+    return embed_launch(be, table, be->d_ids, 0, n, out, err);
   });
 }
 
@@ -182,7 +106,7 @@ sl_status embed_device(sl_backend* be, const sl_weight* table, const sl_buffer* 
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed_device: ids past the buffer's end");
   if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed_device");
   if (n == 0) return SL_OK;
-  return guarded(err, "embed_device", [&] { return embed_issue(be, table, single(ids), ids_offset, n, out, err); });
+  return guarded(err, "embed_device", [&] { return embed_launch(be, table, single(ids), ids_offset, n, out, err); });
 }
 
 sl_status argmax(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err) {
@@ -274,8 +198,6 @@ sl_status rms_norm_checked(sl_backend* be, const char* op, sl_buffer* x, const s
   return guarded(err, op, [&] {
     // add_rms_norm of a product's output right after it: one launch with the product (res_join).
     if (delta && n_rows == 1 && res_join(be, x, delta, weight, weight_offset, out, dim, eps)) return SL_OK;
-    // rms_norm of the row a decode step's embedding writes: one launch with it (embed_join).
-    if (!delta && embed_join(be, x, weight, weight_offset, out, n_rows, dim, eps)) return SL_OK;
     flush_deferred(be);
     be->x15_of = nullptr;  // what every other writing entry point forgets before it runs (cl_backend.cpp)
     rms_norm_run(be, x, delta, weight, weight_offset, out, n_rows, dim, eps);
@@ -354,7 +276,6 @@ void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n
 }  // namespace
 
 void flush_deferred(sl_backend* be, const sl_buffer* reader) {
-  embed_flush(be);  // a step's first op: before anything issued after it
   glu_flush(be);  // a pending gate/up pair takes a pending norm of its input itself
   product_flush(be);
   if (be->pending_norm.out && be->pending_norm.out != reader) norm_flush(be);
