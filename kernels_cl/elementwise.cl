@@ -63,6 +63,31 @@ __kernel void embed_rows_quant(__global const uchar* wbase, ulong w_off, ulong w
                                                         : 0.0f;
 }
 
+#ifdef SLUICE_PTX_SHFL
+// A decode step's embedding with layer 0's norm joined as the residual products join theirs
+// (matvec_q4_dp4a_res): a work-item a column writes the embedding's value into x (zeros for an id
+// outside the table's `rows`), the next product's input (w + w_offset) ⊙ x in 15-bit form, and a
+// warp's block Σ x² into parts; the product that reads the norm scales by 1/rms (cl_ops.cpp,
+// embed_join). Global size dim (a multiple of 32), work-groups of whole warps.
+__kernel void embed_norm_blocks(__global const uchar* table, ulong t_off, uint t_dtype, uint bits, ulong words_per_row,
+                                __global const uchar* scales, ulong s_off, __global const uchar* biases, ulong b_off,
+                                uint scale_dtype, uint group_size, uint rows, __global const int* ids, ulong ids_off,
+                                __global float* x, uint dim, __global const uchar* nw, ulong nw_off, uint nw_dtype,
+                                float nw_offset, __global uchar* out_q, __global float2* out_blocks, __global float* parts) {
+  const uint c = get_global_id(0);
+  const int id = ids[ids_off];
+  float v = 0.0f;
+  if (id >= 0 && (uint)id < rows)
+    v = bits ? quant_value((__global const uint*)(table + t_off), words_per_row, bits, scales + s_off, biases + b_off, scale_dtype,
+                           dim / group_size, group_size, (uint)id, c)
+             : load_value(table + t_off, t_dtype, (ulong)id * dim + c);
+  x[c] = v;
+  int15_store((load_value(nw + nw_off, nw_dtype, c) + nw_offset) * v, c, true, dim, out_q, out_blocks);
+  const float ss = warp_sum(v * v);
+  if (c % 32u == 0u) parts[c / 32u] = ss;
+}
+#endif
+
 // Greedy decoding's choice, left on the device for the next pass's embedding: ids[ids_off + r] = the
 // first index of the largest value of row r of x [n_rows, dim], NaN passed over (0 when the row has
 // nothing else). Two launches, so a 128k-entry row is read by many work-groups at once, not walked

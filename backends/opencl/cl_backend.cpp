@@ -480,7 +480,7 @@ const sl_backend_api kApi = {
     SLUICE_SETUP(kv_copy_page),
     SLUICE_WRITES(begin_batch),
     SLUICE_WRITES(embed),
-    SLUICE_WRITES(rms_norm),
+    Entry<false, false, false, decltype(&rms_norm)>::call<&rms_norm>,  // may join a waiting embedding of its input
     SLUICE_WRITES(layer_norm),
     Entry<false, false, false, decltype(&matmul)>::call<&matmul>,  // may join a waiting norm of its input, or wait itself
     Entry<false, true, false, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it

@@ -234,6 +234,15 @@ struct sl_backend {
   // (cl_ops.cpp, cl_kv_cache.cpp; x null: none), and a gate/up matmul_multi
   // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
   sluice::ocl::PendingRope pending_rope;
+  // A decode step's embedding not yet launched (NVIDIA dp4a): the rms_norm of its row right after
+  // runs with it (embed_norm_blocks, cl_ops.cpp: embed_join), the norm left to the product that
+  // reads it; any other entry point launches the embedding alone first.
+  struct PendingEmbed {
+    sl_buffer* out = nullptr;  // null: none
+    sl_weight table{};
+    cl::Buffer ids;
+    uint64_t ids_off = 0;
+  } pending_embed;
   sluice::ocl::PendingGlu pending_glu;
   sluice::ocl::PendingKvWrite pending_kv;  // a decode kv_write waiting for its attention (cl_kv_cache.cpp)
   // A product waiting for the add_rms_norm of its output, and the norm that joined it, waiting for
@@ -316,6 +325,7 @@ bool use_dp4a(const sl_backend* be);
 // For an op producing n_rows × cols values that a product may read next: whether to write their 15-bit
 // form too (decode, one row of whole 32-column blocks, dp4a on), and where (grown to fit).
 bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks);
+std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols);  // a slot's form buffers (cl_matmul.cpp)
 // Records that the form now holds `out`'s cols values (after the producing launch was enqueued), in
 // the first pair of buffers (slot 0) or the second.
 inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols, uint32_t slot = 0) {

@@ -79,12 +79,16 @@ std::vector<Segment> segments(sl_backend* be, const sl_weight* w) {
   return out;
 }
 
+}  // namespace
+
 // The 15-bit form's buffers of pair `slot` (sl_backend::x15_slot), grown to hold cols values.
 std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols) {
   Scratch& q = slot ? be->matvec_x8_alt : be->matvec_x8;
   Scratch& b = slot ? be->matvec_x8_alt_blocks : be->matvec_x8_blocks;
   return {q.at_least(be->context, cols * 2), b.at_least(be->context, cols / 32 * 8)};
 }
+
+namespace {
 
 // One weight's share of a 4-bit decode launch (kernels_cl/matvec.cl, Q4_PARTS_ARGS).
 struct Q4Part {

@@ -81,6 +81,84 @@ sl_status embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer&
   launch(be, *k, cl::NDRange(round_up(table->cols, kLocal), n), cl::NDRange(kLocal, 1));
   return SL_OK;
 }
+
+// embed and embed_device: on NVIDIA a decode step's one row waits for layer 0's rms_norm of it,
+// which runs it (embed_join); elsewhere, and for more rows (prefill), it launches at once.
+sl_status embed_issue(sl_backend* be, const sl_weight* table, const cl::Buffer& ids, uint64_t ids_off, uint32_t n, sl_buffer* out,
+                      sl_error* err) {
+  if (table->bits && (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
+  cl::Buffer *xq = nullptr, *blocks = nullptr;
+  if (n == 1 && out->chunks.size() == 1 && int15_scratch(be, 1, table->cols, xq, blocks)) {
+    be->pending_embed.out = out;
+    be->pending_embed.table = *table;
+    be->pending_embed.ids = ids;
+    be->pending_embed.ids_off = ids_off;
+    return SL_OK;
+  }
+  return embed_launch(be, table, ids, ids_off, n, out, err);
+}
+
+void embed_flush(sl_backend* be) {
+  if (!be->pending_embed.out) return;
+  const sl_backend::PendingEmbed e = be->pending_embed;
+  be->pending_embed = sl_backend::PendingEmbed{};
+  sl_error unused{};  // its rows were checked when it was issued
+  embed_launch(be, &e.table, e.ids, e.ids_off, 1, e.out, &unused);
+}
+
+// rms_norm of the row a waiting embedding writes: the embedding launched with the norm's step of
+// the residual products (embed_norm_blocks: x, the form of (w + w_offset) ⊙ x, the blocks' Σ x²),
+// the norm itself left pending for the product that reads it, as after res_join. False when
+// nothing waits for this norm.
+bool embed_join(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out, uint32_t n_rows,
+                uint32_t dim, float eps) {
+  const sl_backend::PendingEmbed& e = be->pending_embed;
+  if (!e.out || e.out != x || n_rows != 1 || e.table.cols != dim || dim % 32 || out == x || out->chunks.size() != 1) return false;
+  const sl_backend::PendingEmbed pe = e;
+  be->pending_embed = sl_backend::PendingEmbed{};
+  flush_deferred(be);  // anything issued before the embedding (nothing, in a forward pass) runs first
+  be->x15_of = nullptr;
+  const sl_weight* t = &pe.table;
+  const uint64_t sb = t->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
+  const uint64_t groups = t->bits ? uint64_t(t->rows) * (t->cols / t->group_size) : 0;
+  const DevPtr words = read_range(be, t->data, t->offset, weight_bytes(t), t->bits ? 4 : (t->dtype == SL_DTYPE_F32 ? 4 : 2));
+  const DevPtr scales = t->bits ? read_range(be, t->scales, t->scales_offset, groups * sb, sb) : words;
+  const DevPtr biases = t->bits ? read_range(be, t->biases, t->biases_offset, groups * sb, sb) : words;
+  const DevPtr nw = vector_weight(be, weight, dim);
+  auto form = form_pair(be, 0, dim);
+  cl::Buffer& parts = be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4);
+  auto& k = kernel(be, "ops", "embed_norm_blocks");
+  cl_uint a = 0;
+  k.setArg(a++, words.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(words.offset));
+  k.setArg(a++, static_cast<cl_uint>(t->dtype));
+  k.setArg(a++, static_cast<cl_uint>(t->bits));
+  k.setArg(a++, static_cast<cl_ulong>(t->bits ? uint64_t(t->cols) * t->bits / 32 : 0));
+  k.setArg(a++, scales.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(scales.offset));
+  k.setArg(a++, biases.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(biases.offset));
+  k.setArg(a++, static_cast<cl_uint>(t->scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(t->bits ? t->group_size : 1));
+  k.setArg(a++, static_cast<cl_uint>(t->rows));
+  k.setArg(a++, pe.ids);
+  k.setArg(a++, static_cast<cl_ulong>(pe.ids_off));
+  k.setArg(a++, single(pe.out));
+  k.setArg(a++, static_cast<cl_uint>(dim));
+  k.setArg(a++, nw.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(nw.offset));
+  k.setArg(a++, static_cast<cl_uint>(weight->dtype));
+  k.setArg(a++, weight_offset);
+  k.setArg(a++, form.first);
+  k.setArg(a++, form.second);
+  k.setArg(a++, parts);
+  launch(be, k, cl::NDRange(dim), cl::NDRange(dim % 128 == 0 ? 128 : 32));
+  be->pending_norm = PendingNorm{pe.out, *weight, weight_offset, eps, out, dim};
+  int15_made(be, out, dim, 0);
+  return true;
+}
+
 }  // namespace
 
 sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
@@ -95,7 +173,7 @@ sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint
     wait_uploads(be->ids_uploads);  // be->ids may still feed the previous copy
     be->ids.assign(ids, ids + n);
     upload_batch_vector(be, be->d_ids, be->d_ids_cap, be->ids, be->ids_uploads);
-    return embed_launch(be, table, be->d_ids, 0, n, out, err);
+    return embed_issue(be, table, be->d_ids, 0, n, out, err);
   });
 }
 
@@ -106,7 +184,7 @@ sl_status embed_device(sl_backend* be, const sl_weight* table, const sl_buffer* 
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed_device: ids past the buffer's end");
   if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed_device");
   if (n == 0) return SL_OK;
-  return guarded(err, "embed_device", [&] { return embed_launch(be, table, single(ids), ids_offset, n, out, err); });
+  return guarded(err, "embed_device", [&] { return embed_issue(be, table, single(ids), ids_offset, n, out, err); });
 }
 
 sl_status argmax(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err) {
@@ -198,6 +276,8 @@ sl_status rms_norm_checked(sl_backend* be, const char* op, sl_buffer* x, const s
   return guarded(err, op, [&] {
     // add_rms_norm of a product's output right after it: one launch with the product (res_join).
     if (delta && n_rows == 1 && res_join(be, x, delta, weight, weight_offset, out, dim, eps)) return SL_OK;
+    // rms_norm of the row a decode step's embedding writes: its norm step in the embedding's launch.
+    if (!delta && embed_join(be, x, weight, weight_offset, out, n_rows, dim, eps)) return SL_OK;
     flush_deferred(be);
     be->x15_of = nullptr;  // what every other writing entry point forgets before it runs (cl_backend.cpp)
     rms_norm_run(be, x, delta, weight, weight_offset, out, n_rows, dim, eps);
@@ -276,6 +356,7 @@ void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n
 }  // namespace
 
 void flush_deferred(sl_backend* be, const sl_buffer* reader) {
+  embed_flush(be);  // a step's first op: before anything issued after it
   glu_flush(be);  // a pending gate/up pair takes a pending norm of its input itself
   product_flush(be);
   if (be->pending_norm.out && be->pending_norm.out != reader) norm_flush(be);

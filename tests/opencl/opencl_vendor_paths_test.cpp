@@ -710,6 +710,82 @@ TEST_F(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
   EXPECT_EQ(profile_launches(apart, "rms_norm"), 3) << apart;
 }
 
+// A decode step's embedding with layer 0's norm step (NVIDIA; cl_ops.cpp, embed_join): the embedding
+// waits for the rms_norm of its row, and the two run as one launch that writes x, the next product's
+// 15-bit input and the blocks' Σ x², the norm's 1/rms left to the product (as after res_join). Three
+// sequences on one backend — ids from the host, an id outside the table from a device buffer (a row
+// of zeros), and an embedding read back before its norm (which must run alone first) — each x held
+// bit for bit to the table's row, each normalised row (written by the product) to double arithmetic,
+// each product to the float64 product of it; the profile shows which launches ran.
+TEST_F(OpenclVendorPaths, TheEmbeddingRunsWithTheFirstNormsStep) {
+  const uint32_t H = 1024, V = 40;
+  std::mt19937 rng(31);
+  const QuantWeight table = random_quant(V, H, 4, 64, SL_DTYPE_BF16, rng), wq = random_quant(256, H, 4, 64, SL_DTYPE_F16, rng);
+  std::normal_distribution<float> nd(0, 0.3f);
+  std::vector<float> nw(H);
+  for (auto& e : nw) e = nd(rng);
+  const int32_t ids[] = {17, V + 3, 5};  // the second from a device buffer, outside the table
+  struct Run {
+    std::vector<float> x[3], h[3], q[3];
+  };
+  auto run = [&](const Opened& o) {
+    Run r;
+    Packed pk;
+    pk.add(table);
+    pk.add(wq);
+    std::vector<sl_buffer*> owned = pk.upload(o);
+    auto buf = [&](const void* p, std::size_t bytes) {
+      owned.push_back(device_copy(o, p, bytes));
+      return owned.back();
+    };
+    const std::vector<float> zero(H);
+    const sl_weight w_norm = f32_vector(buf(nw.data(), H * 4), H);
+    sl_buffer* dids = buf(ids, sizeof ids);
+    sl_error err{};
+    auto get = [&](sl_buffer* b, std::size_t n) {
+      std::vector<float> v(n);
+      EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
+      return v;
+    };
+    for (int i = 0; i < 3; ++i) {
+      begin_one_token(o);
+      sl_buffer *dx = buf(zero.data(), H * 4), *dh = buf(zero.data(), H * 4), *dq = buf(zero.data(), 256 * 4);
+      if (i == 1) {
+        EXPECT_EQ(o.api->embed_device(o.be, &pk.weights[0], dids, 1, 1, dx, &err), SL_OK) << err.message;
+      } else {
+        EXPECT_EQ(o.api->embed(o.be, &pk.weights[0], &ids[i], 1, dx, &err), SL_OK) << err.message;
+      }
+      if (i == 2) r.x[i] = get(dx, H);  // read back before its norm: the embedding runs alone
+      EXPECT_EQ(o.api->rms_norm(o.be, dx, &w_norm, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.api->matmul(o.be, dh, 1, &pk.weights[1], nullptr, dq, &err), SL_OK) << err.message;
+      r.q[i] = get(dq, 256), r.h[i] = get(dh, H);
+      if (i != 2) r.x[i] = get(dx, H);
+    }
+    for (sl_buffer* b : owned) o.api->free(o.be, b);
+    return r;
+  };
+  const Run r = run(probe);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("sequence " + std::to_string(i));
+    const bool inside = ids[i] >= 0 && ids[i] < static_cast<int32_t>(V);
+    for (uint32_t c = 0; c < H; ++c)
+      ASSERT_EQ(r.x[i][c], inside ? table.values[std::size_t(ids[i]) * H + c] : 0.0f) << "x " << c;
+    double ss = 0;
+    for (float e : r.x[i]) ss += double(e) * e;
+    const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
+    for (uint32_t c = 0; c < H; ++c) {
+      const double want = double(nw[c]) * r.x[i][c] * inv;
+      ASSERT_NEAR(r.h[i][c], want, 1e-5 * (std::abs(want) + 1e-3)) << "h " << c;
+    }
+    expect_product(wq, r.h[i], {}, r.q[i], dp4a, "q");
+  }
+  if (!dp4a) return;
+  const std::string profile = profile_of(api, "", run);
+  EXPECT_EQ(profile_launches(profile, "embed_norm_blocks"), 2) << profile;
+  EXPECT_EQ(profile_launches(profile, "embed_rows_quant"), 1) << profile;  // the one read back before its norm
+  EXPECT_EQ(profile_launches(profile, "rms_norm"), 1) << profile;
+}
+
 // The gate/up/activation launch in work-groups of four row pairs (NVIDIA; cl_matmul.cpp,
 // matvec_q4_dp4a_glu_blocks): the last group of each 32-row block to finish writes the block's 15-bit
 // form for the down product, counted on an atomic that each launch leaves at zero. Three layers on one
