@@ -3,7 +3,8 @@
 // launches (perf/NOTES.md); each pays the device's launch latency between the end of one kernel and the
 // start of the next. This times chains of --chain launches of two shapes: `tiny` (one work-group that
 // adds 1 to 256 floats: the launch alone) and `stream` (--groups work-groups of 128 reading --mb MB,
-// a small product's size), issued one by one; queued behind a user event and released (the device's
+// a small product's size), each alone and alternated with a kernel that uses 40 KB of local memory
+// (does changing the L1 / local-memory split between kernels cost time?), issued one by one; queued behind a user event and released (the device's
 // own pace, and the host's cost of an enqueue call); and — where the device has the extension —
 // recorded once into a command buffer and replayed. Per launch: the wall time of --reps chains, each
 // waited for, over reps × chain (the host's wait, ~10 µs a chain, is in every column).
@@ -14,6 +15,7 @@
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,15 @@ namespace {
 
 const char* kSource = R"CL(
 __kernel void tiny(__global float* x) { x[get_global_id(0)] += 1.0f; }
+// tiny with LOCAL_FLOATS of local memory in use: alternated with tiny, it shows whether changing the
+// compute units' split between L1 and local memory from one kernel to the next costs time.
+__kernel void tiny_local(__global float* x) {
+  __local float s[LOCAL_FLOATS];
+  const uint lid = get_local_id(0);
+  for (uint i = lid; i < LOCAL_FLOATS; i += get_local_size(0)) s[i] = (float)i;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  x[get_global_id(0)] += s[(lid * 97u) % LOCAL_FLOATS];
+}
 // Reads its share of n uint4 words (grid-stride), folds them into one value so the loads stay, and adds
 // it to x so that each launch depends on the last.
 __kernel void stream(__global const uint4* p, ulong n, __global uint* x) {
@@ -62,17 +73,26 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-struct Shape {
-  const char* name;
+struct Kernel {
   cl_kernel kernel;
   size_t global, local;
+};
+
+// A chain's launches: kernels[i % size] for launch i.
+struct Shape {
+  std::string name;
+  std::vector<Kernel> kernels;
+  cl_int enqueue(cl_command_queue q, int i, cl_uint n_wait = 0, const cl_event* wait = nullptr) const {
+    const Kernel& k = kernels[i % kernels.size()];
+    return clEnqueueNDRangeKernel(q, k.kernel, 1, nullptr, &k.global, &k.local, n_wait, wait, nullptr);
+  }
 };
 
 // Microseconds a launch: `reps` chains of `chain` launches issued one by one, each waited for (as a
 // command buffer without simultaneous use must be), after one untimed chain.
 double issued(cl_command_queue q, const Shape& s, int chain, int reps) {
   auto run = [&] {
-    for (int i = 0; i < chain; ++i) check(clEnqueueNDRangeKernel(q, s.kernel, 1, nullptr, &s.global, &s.local, 0, nullptr, nullptr), "enqueue");
+    for (int i = 0; i < chain; ++i) check(s.enqueue(q, i), "enqueue");
     check(clFinish(q), "clFinish");
   };
   run();
@@ -91,8 +111,7 @@ std::pair<double, double> queued_first(cl_context ctx, cl_command_queue q, const
     check(e, "clCreateUserEvent");
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < chain; ++i)
-      check(clEnqueueNDRangeKernel(q, s.kernel, 1, nullptr, &s.global, &s.local, i == 0 ? 1 : 0, i == 0 ? &gate : nullptr, nullptr),
-            "enqueue");
+      check(s.enqueue(q, i, i == 0 ? 1 : 0, i == 0 ? &gate : nullptr), "enqueue");
     const double issued_s = seconds_since(t0);
     const auto t1 = std::chrono::steady_clock::now();
     check(clSetUserEventStatus(gate, CL_COMPLETE), "clSetUserEventStatus");
@@ -115,8 +134,10 @@ double recorded(cl_command_queue q, const CommandBufferApi& api, const Shape& s,
     std::printf("  clCreateCommandBufferKHR: error %d\n", e);
     return -1;
   }
-  for (int i = 0; i < chain && e == CL_SUCCESS; ++i)
-    e = api.ndrange(cb, nullptr, nullptr, s.kernel, 1, nullptr, &s.global, &s.local, 0, nullptr, nullptr, nullptr);
+  for (int i = 0; i < chain && e == CL_SUCCESS; ++i) {
+    const Kernel& k = s.kernels[i % s.kernels.size()];
+    e = api.ndrange(cb, nullptr, nullptr, k.kernel, 1, nullptr, &k.global, &k.local, 0, nullptr, nullptr, nullptr);
+  }
   if (e == CL_SUCCESS) e = api.finalize(cb);
   if (e != CL_SUCCESS) {
     std::printf("  recording the chain: error %d\n", e);
@@ -216,9 +237,15 @@ int main(int argc, char** argv) {
   check(e, "clCreateCommandQueueWithProperties");
   cl_program prog = clCreateProgramWithSource(ctx, 1, &kSource, nullptr, &e);
   check(e, "clCreateProgramWithSource");
-  check(clBuildProgram(prog, 1, &device, "", nullptr, nullptr), "clBuildProgram");
+  cl_ulong local_bytes = 0;
+  clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, nullptr);
+  const cl_ulong local_floats = std::min<cl_ulong>(40 * 1024, local_bytes > 2048 ? local_bytes - 1024 : 1024) / 4;
+  const std::string options = "-DLOCAL_FLOATS=" + std::to_string(local_floats) + "u";
+  check(clBuildProgram(prog, 1, &device, options.c_str(), nullptr, nullptr), "clBuildProgram");
   cl_kernel tiny = clCreateKernel(prog, "tiny", &e);
   check(e, "clCreateKernel tiny");
+  cl_kernel tiny_local = clCreateKernel(prog, "tiny_local", &e);
+  check(e, "clCreateKernel tiny_local");
   cl_kernel stream = clCreateKernel(prog, "stream", &e);
   check(e, "clCreateKernel stream");
 
@@ -231,6 +258,7 @@ int main(int argc, char** argv) {
   check(clEnqueueFillBuffer(q, x, &zero, sizeof zero, 0, 256 * sizeof(float), 0, nullptr, nullptr), "fill");
   check(clEnqueueFillBuffer(q, p, &zero, sizeof zero, 0, words * 16, 0, nullptr, nullptr), "fill");
   check(clSetKernelArg(tiny, 0, sizeof x, &x), "arg");
+  check(clSetKernelArg(tiny_local, 0, sizeof x, &x), "arg");
   check(clSetKernelArg(stream, 0, sizeof p, &p), "arg");
   check(clSetKernelArg(stream, 1, sizeof words, &words), "arg");
   check(clSetKernelArg(stream, 2, sizeof x, &x), "arg");
@@ -246,24 +274,28 @@ int main(int argc, char** argv) {
     if (!api.complete()) std::printf("  the extension's entry points are not all there\n");
   }
 
-  const Shape shapes[] = {{"tiny", tiny, 256, 256}, {"stream", stream, size_t(groups) * 128, 128}};
+  const Kernel k_tiny{tiny, 256, 256}, k_local{tiny_local, 256, 256}, k_stream{stream, size_t(groups) * 128, 128};
+  char stream_name[64];
+  std::snprintf(stream_name, sizeof stream_name, "stream, %d groups, %.0f MB", groups, mb);
+  const std::string local_name = "tiny with " + std::to_string(local_floats * 4 / 1024) + " KB of local memory";
+  const Shape shapes[] = {{"tiny", {k_tiny}},
+                          {local_name, {k_local}},
+                          {"tiny and " + local_name + ", alternating", {k_tiny, k_local}},
+                          {stream_name, {k_stream}},
+                          {std::string(stream_name) + " and " + local_name + ", alternating", {k_stream, k_local}}};
   std::printf("\n| kernel | chain | issued, µs a launch | queued first: host µs an enqueue | queued first: µs a launch after the release | command buffer, µs a launch |\n| --- | --- | --- | --- | --- | --- |\n");
   for (const Shape& s : shapes) {
     const double a = issued(q, s, chain, reps);
     const auto [host, device] = queued_first(ctx, q, s, chain, reps);
     const double b = api.complete() ? recorded(q, api, s, chain, reps) : -1;
-    char label[64];
-    if (s.kernel == stream)
-      std::snprintf(label, sizeof label, "%s, %d groups, %.0f MB", s.name, groups, mb);
-    else
-      std::snprintf(label, sizeof label, "%s", s.name);
     char recorded_us[32] = "—";
     if (b > 0) std::snprintf(recorded_us, sizeof recorded_us, "%.2f", b);
-    std::printf("| %s | %d | %.2f | %.2f | %.2f | %s |\n", label, chain, a, host, device, recorded_us);
+    std::printf("| %s | %d | %.2f | %.2f | %.2f | %s |\n", s.name.c_str(), chain, a, host, device, recorded_us);
   }
   clReleaseMemObject(p);
   clReleaseMemObject(x);
   clReleaseKernel(stream);
+  clReleaseKernel(tiny_local);
   clReleaseKernel(tiny);
   clReleaseProgram(prog);
   clReleaseCommandQueue(q);
