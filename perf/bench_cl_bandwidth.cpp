@@ -17,6 +17,8 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
+#include "cl_first_device.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -147,14 +149,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  cl_uint n_platforms = 0;
-  check(clGetPlatformIDs(0, nullptr, &n_platforms), "clGetPlatformIDs");
-  std::vector<cl_platform_id> platforms(n_platforms);
-  check(clGetPlatformIDs(n_platforms, platforms.data(), nullptr), "clGetPlatformIDs");
-  cl_device_id device = nullptr;
-  for (cl_device_type type : {cl_device_type(CL_DEVICE_TYPE_GPU), cl_device_type(CL_DEVICE_TYPE_ALL)})
-    for (auto p : platforms)
-      if (!device && clGetDeviceIDs(p, type, 1, &device, nullptr) != CL_SUCCESS) device = nullptr;
+  cl_device_id device = perf::first_cl_device().device;
   if (!device) {
     std::fprintf(stderr, "bench_cl_bandwidth: no OpenCL device\n");
     return 1;

@@ -15,6 +15,8 @@
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
 
+#include "cl_first_device.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -189,17 +191,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  cl_uint n_platforms = 0;
-  check(clGetPlatformIDs(0, nullptr, &n_platforms), "clGetPlatformIDs");
-  std::vector<cl_platform_id> platforms(n_platforms);
-  check(clGetPlatformIDs(n_platforms, platforms.data(), nullptr), "clGetPlatformIDs");
-  cl_platform_id platform = nullptr;
-  cl_device_id device = nullptr;
-  for (cl_device_type type : {cl_device_type(CL_DEVICE_TYPE_GPU), cl_device_type(CL_DEVICE_TYPE_ALL)}) {
-    for (cl_platform_id p : platforms)
-      if (!device && clGetDeviceIDs(p, type, 1, &device, nullptr) == CL_SUCCESS) platform = p;
-    if (device) break;
-  }
+  const auto [platform, device] = perf::first_cl_device();
   if (!device) {
     std::fprintf(stderr, "bench_cl_launch: no OpenCL device\n");
     return 1;

@@ -326,6 +326,11 @@ bool use_dp4a(const sl_backend* be);
 // form too (decode, one row of whole 32-column blocks, dp4a on), and where (grown to fit).
 bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks);
 std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols);  // a slot's form buffers (cl_matmul.cpp)
+// The norm step's last arguments, shared by the kernels that run it (matvec_q4_dp4a_res,
+// embed_norm_blocks): the norm weight, its dtype and offset, slot `slot`'s form and the blocks' Σ x²
+// (norm_parts), from argument a on; returns the next index (cl_matmul.cpp).
+cl_uint set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
+                           uint32_t slot, uint32_t dim);
 // Records that the form now holds `out`'s cols values (after the producing launch was enqueued), in
 // the first pair of buffers (slot 0) or the second.
 inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols, uint32_t slot = 0) {

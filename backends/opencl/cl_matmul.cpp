@@ -643,15 +643,26 @@ void product_flush(sl_backend* be) {
   matmul_one(be, p.x, 1, &p.w, nullptr, p.out);
 }
 
+cl_uint set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
+                           uint32_t slot, uint32_t dim) {
+  const DevPtr nw = vector_weight(be, weight, dim);
+  auto form = form_pair(be, slot, dim);
+  k.setArg(a++, nw.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(nw.offset));
+  k.setArg(a++, static_cast<cl_uint>(weight->dtype));
+  k.setArg(a++, weight_offset);
+  k.setArg(a++, form.first);
+  k.setArg(a++, form.second);
+  k.setArg(a++, be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4));
+  return a;
+}
+
 bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
               sl_buffer* out, uint32_t dim, float eps) {
   const PendingProduct& p = be->pending_product;
   if (!p.x || delta != p.out || p.w.rows != dim || x == p.x || out == p.x || x->chunks.size() != 1 || out->chunks.size() != 1)
     return false;
   const uint32_t out_slot = 1 - p.slot;
-  auto form = form_pair(be, out_slot, dim);
-  cl::Buffer& parts = be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4);
-  const DevPtr nw = vector_weight(be, weight, dim);
   const Q4Shape shape = res_shape();
   auto& k = kernel(be, q4_program(shape), "matvec_q4_dp4a_res");
   cl_uint a = 0;
@@ -671,13 +682,7 @@ bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_wei
   k.setArg(a++, static_cast<cl_uint>(dim));
   k.setArg(a++, single(p.out));
   k.setArg(a++, single(x));
-  k.setArg(a++, nw.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(nw.offset));
-  k.setArg(a++, static_cast<cl_uint>(weight->dtype));
-  k.setArg(a++, weight_offset);
-  k.setArg(a++, form.first);
-  k.setArg(a++, form.second);
-  k.setArg(a++, parts);
+  set_norm_step_args(be, k, a, weight, weight_offset, out_slot, dim);
   const size_t res_wg = 32 / shape.rows * shape.team;  // RES_WG in kernels_cl/matvec.cl: 32 rows a work-group
   launch(be, k, cl::NDRange(size_t(dim) / 32 * res_wg), cl::NDRange(res_wg));
   be->pending_product = PendingProduct{};

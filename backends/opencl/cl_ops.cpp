@@ -125,9 +125,6 @@ bool embed_join(sl_backend* be, const sl_buffer* x, const sl_weight* weight, flo
   const DevPtr words = read_range(be, t->data, t->offset, weight_bytes(t), t->bits ? 4 : (t->dtype == SL_DTYPE_F32 ? 4 : 2));
   const DevPtr scales = t->bits ? read_range(be, t->scales, t->scales_offset, groups * sb, sb) : words;
   const DevPtr biases = t->bits ? read_range(be, t->biases, t->biases_offset, groups * sb, sb) : words;
-  const DevPtr nw = vector_weight(be, weight, dim);
-  auto form = form_pair(be, 0, dim);
-  cl::Buffer& parts = be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4);
   auto& k = kernel(be, "ops", "embed_norm_blocks");
   cl_uint a = 0;
   k.setArg(a++, words.buffer);
@@ -146,13 +143,7 @@ bool embed_join(sl_backend* be, const sl_buffer* x, const sl_weight* weight, flo
   k.setArg(a++, static_cast<cl_ulong>(pe.ids_off));
   k.setArg(a++, single(pe.out));
   k.setArg(a++, static_cast<cl_uint>(dim));
-  k.setArg(a++, nw.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(nw.offset));
-  k.setArg(a++, static_cast<cl_uint>(weight->dtype));
-  k.setArg(a++, weight_offset);
-  k.setArg(a++, form.first);
-  k.setArg(a++, form.second);
-  k.setArg(a++, parts);
+  set_norm_step_args(be, k, a, weight, weight_offset, 0, dim);
   launch(be, k, cl::NDRange(dim), cl::NDRange(dim % 128 == 0 ? 128 : 32));
   be->pending_norm = PendingNorm{pe.out, *weight, weight_offset, eps, out, dim};
   int15_made(be, out, dim, 0);
