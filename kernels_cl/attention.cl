@@ -107,7 +107,7 @@ void kv_write(__global const float* k, __global const float* v, __global uchar* 
 
 // kv_write with the rope of q and k before it, in one launch (the host defers the two ropes and
 // joins them here: cl_kv_cache.cpp). Arguments 0-15 are kv_write's; then q [n_tokens][n_q_heads]
-// [HEAD_DIM] and the rope's frequencies and parameters (kernels_cl/rope.cl). The work-group of
+// [HEAD_DIM] and the rope's (cos, sin) table and parameters (kernels_cl/rope.cl). The work-group of
 // (token t, KV head h) rotates k's head h and q's heads h, h + n_kv_heads, ... of t in place — their
 // pairs spread over the group, no barrier inside the loop — then, after a barrier that makes its
 // rotated K row visible to the whole group, encodes the rows as kv_write does.
@@ -116,8 +116,8 @@ void kv_write_rope(__global float* k, __global const float* v, __global uchar* l
                    uint page_tokens, uint n_kv_heads, uint k_row_bytes, uint v_row_bytes,
                    __global const int* positions, __global const int* seq_slots, __global const int* page_table,
                    uint max_pages, uint n_tokens, __global half* recent_layer, __global const int* recent_table,
-                   uint has_recent, __global float* q, uint n_q_heads, __global const float* inv_freq, uint half_rot,
-                   float factor, uint style) {
+                   uint has_recent, __global float* q, uint n_q_heads, __global const float2* rope_table, uint half_rot,
+                   uint style) {
   __local float scratch[KV_WRITE_SCRATCH];
   const uint item = get_group_id(0), lid = get_local_id(0);
   const uint t = item / n_kv_heads, h = item % n_kv_heads;
@@ -126,7 +126,7 @@ void kv_write_rope(__global float* k, __global const float* v, __global uchar* l
   for (uint w = lid; w < (1u + q_rows) * half_rot; w += WIDE_WG) {
     const uint r = w / half_rot, i = w % half_rot;
     __global float* row = r == 0u ? k + (ulong)item * HEAD_DIM : q + ((ulong)t * n_q_heads + h + (r - 1u) * n_kv_heads) * HEAD_DIM;
-    rope_rotate_pair(row, i, pos, inv_freq, half_rot, factor, style);
+    rope_rotate_pair(row, i, pos, rope_table, half_rot, style);
   }
   barrier(CLK_GLOBAL_MEM_FENCE);  // the rotated K row, written across the group, before it is encoded
   kv_write_rows(k, v, layer, page_bytes, page_tokens, n_kv_heads, k_row_bytes, v_row_bytes, positions, seq_slots, page_table,
@@ -511,13 +511,13 @@ void attention(__global const float* q, __global float* out, __global const ucha
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
 void attention_merge(__global const float* partial, __global float* out, uint n_splits, __global uchar* oq,
                      __global float2* oblocks, uint q15, uint cols, __global float* q, __global const int* positions,
-                     __global const float* inv_freq, uint half_rot, float factor, uint style) {
+                     __global const float2* rope_table, uint half_rot, uint style) {
   __local float w[MERGE_MAX_SPLITS];
   __local float red[MERGE_WG];
   const uint head = get_group_id(0), lid = get_local_id(0);
 #if ATT_SHUFFLES  // attention_short_join exists only with warp exchanges (attention_short.cl)
   for (uint i = lid; i < half_rot; i += MERGE_WG)
-    rope_rotate_pair(q + (ulong)head * HEAD_DIM, i, positions[head / (cols / HEAD_DIM)], inv_freq, half_rot, factor, style);
+    rope_rotate_pair(q + (ulong)head * HEAD_DIM, i, positions[head / (cols / HEAD_DIM)], rope_table, half_rot, style);
 #endif
   __global const float* part = partial + (ulong)head * n_splits * (HEAD_DIM + 2);
   float m = -INFINITY;

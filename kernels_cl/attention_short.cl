@@ -67,7 +67,7 @@ inline float att_shfl_idx(float v, uint src, __local float* scratch) {
 inline void short_passes(SHORT_ARGS, __local float* scratch,
                          __local float (*warp_m)[GROUP], __local float (*warp_l)[GROUP],
                          __local float (*warp_acc)[GROUP][HEAD_DIM], const bool join, __global float* k,
-                         __global const float* v, __global const float* inv_freq, uint half_rot, float factor, uint style,
+                         __global const float* v, __global const float2* rope_table, uint half_rot, uint style,
                          __local float* kv_scratch) {
   const uint kvh = get_group_id(0), t = get_group_id(1), split = get_group_id(2), lid = get_local_id(0);
   const uint warp = lid / 32u, lane = lid % 32u;
@@ -88,7 +88,7 @@ inline void short_passes(SHORT_ARGS, __local float* scratch,
     const bool rotary = join && d < 2u * half_rot;
     const uint pair = style == 0u ? (d < half_rot ? d : d - half_rot) : d / 2u;
     const uint a = rope_dim_a(pair, half_rot, style), b = rope_dim_b(pair, half_rot, style);
-    const float2 cs = rotary ? rope_cs(pair, pos, inv_freq, factor) : (float2)(1.0f, 0.0f);
+    const float2 cs = rotary ? rope_cs(pair, pos, rope_table, half_rot) : (float2)(1.0f, 0.0f);
 #pragma unroll
     for (uint g = 0; g < GROUP; ++g) {
       __global const float* row = q + ((ulong)t * n_heads + kvh * GROUP + g) * HEAD_DIM;
@@ -106,7 +106,7 @@ inline void short_passes(SHORT_ARGS, __local float* scratch,
     const bool writer = lo <= pos && pos <= hi;
     __global float* krow = k + ((ulong)t * n_kv_heads + kvh) * HEAD_DIM;
     if (writer)
-      for (uint i = lid; i < half_rot; i += WIDE_WG) rope_rotate_pair(krow, i, pos, inv_freq, half_rot, factor, style);
+      for (uint i = lid; i < half_rot; i += WIDE_WG) rope_rotate_pair(krow, i, pos, rope_table, half_rot, style);
     barrier(CLK_GLOBAL_MEM_FENCE);  // the rotated K row before it is encoded; every query read before it is written
     // No barrier inside this branch (PoCL miscompiles one under a work-group-uniform if): the
     // encoders get scratch of their own, and the host joins only codecs whose encoders have none.
@@ -264,7 +264,7 @@ void attention_short(SHORT_ARGS) {
   __local float scratch[WIDE_WG];  // the emulated shuffles' (ATT_SHFL_LOCAL); unused with PTX
   __local float warp_m[SHORT_WARPS][GROUP], warp_l[SHORT_WARPS][GROUP];
   __local float warp_acc[SHORT_WARPS][GROUP][HEAD_DIM];
-  short_passes(SHORT_PASS, scratch, warp_m, warp_l, warp_acc, false, q, q, q, 0u, 0.0f, 0u, scratch);
+  short_passes(SHORT_PASS, scratch, warp_m, warp_l, warp_acc, false, q, q, (__global const float2*)q, 0u, 0u, scratch);
 }
 
 // attention_short's arguments, then kv_write's k and v and the deferred rope's (half_rot 0: none).
@@ -272,13 +272,13 @@ void attention_short(SHORT_ARGS) {
 #define SHORT_ACC (SHORT_WARPS * GROUP * HEAD_DIM)
 #define SHORT_POOL (SHORT_ACC > 2 * KV_WRITE_SCRATCH ? SHORT_ACC : 2 * KV_WRITE_SCRATCH)
 __kernel __attribute__((reqd_work_group_size(WIDE_WG, 1, 1)))
-void attention_short_join(SHORT_ARGS, __global float* k, __global const float* v, __global const float* inv_freq,
-                          uint half_rot, float factor, uint style) {
+void attention_short_join(SHORT_ARGS, __global float* k, __global const float* v, __global const float2* rope_table,
+                          uint half_rot, uint style) {
   __local float scratch[WIDE_WG];
   __local float warp_m[SHORT_WARPS][GROUP], warp_l[SHORT_WARPS][GROUP];
   __local float pool[SHORT_POOL];
-  short_passes(SHORT_PASS, scratch, warp_m, warp_l, (__local float (*)[GROUP][HEAD_DIM])pool, true, k, v, inv_freq, half_rot,
-               factor, style, pool);
+  short_passes(SHORT_PASS, scratch, warp_m, warp_l, (__local float (*)[GROUP][HEAD_DIM])pool, true, k, v, rope_table, half_rot,
+               style, pool);
 }
 #undef SHORT_ACC
 #undef SHORT_POOL

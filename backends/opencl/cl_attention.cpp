@@ -310,10 +310,9 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   if (join) {
     kn.setArg(25, single(join->k));
     kn.setArg(26, single(join->v));
-    kn.setArg(27, rope ? be->d_inv_freq : be->d_positions);  // unread without a rope
+    kn.setArg(27, rope ? rope->table : be->d_positions);  // unread without a rope
     kn.setArg(28, static_cast<cl_uint>(rope ? rope->half : 0));
-    kn.setArg(29, rope ? rope->factor : 0.0f);
-    kn.setArg(30, static_cast<cl_uint>(rope ? rope->style : 0));
+    kn.setArg(29, static_cast<cl_uint>(rope ? rope->style : 0));
   }
   launch(be, kn, cl::NDRange(size_t(wg) * p->n_heads / heads_per_group, n_tokens, splits), cl::NDRange(wg, 1, 1));
   if (splits > 1) {
@@ -328,10 +327,9 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     // The splits rotated the joined query in registers only: the merge writes it back (attention.cl).
     mk.setArg(7, single(q));
     mk.setArg(8, be->d_positions);
-    mk.setArg(9, rope ? be->d_inv_freq : be->d_positions);  // unread without a rope
+    mk.setArg(9, rope ? rope->table : be->d_positions);  // unread without a rope
     mk.setArg(10, static_cast<cl_uint>(rope ? rope->half : 0));
-    mk.setArg(11, rope ? rope->factor : 0.0f);
-    mk.setArg(12, static_cast<cl_uint>(rope ? rope->style : 0));
+    mk.setArg(11, static_cast<cl_uint>(rope ? rope->style : 0));
     launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
   }
   if (q15) int15_made(be, out, static_cast<uint32_t>(cols));

@@ -86,6 +86,7 @@ struct PendingRope {
   uint32_t n_heads = 0, head_dim = 0, half = 0;
   float factor = 0.0f;
   uint32_t style = 0;
+  cl::Buffer table;  // its (cos, sin) table (sl_backend::RopeTable), covering the batch's positions
   sl_buffer* x2 = nullptr;  // null: x alone
   uint32_t n_heads2 = 0;
 };
@@ -173,9 +174,19 @@ struct sl_backend {
   uint64_t pinned_bytes = 0;
   std::vector<cl::Event> batch_uploads, ids_uploads;  // copies of the vectors above not yet known done
   size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0, d_recent_cap = 0;
-  // Small host inputs kept on the device while unchanged (rope inverse frequencies, embed ids).
-  std::vector<float> inv_freq_host;
-  cl::Buffer d_inv_freq, d_ids;
+  // The rope's (cos, sin) · factor per (position, pair), one table per frequency set and factor a
+  // model uses (a few: Gemma 3's local and global layers differ), grown with the positions
+  // (cl_ops.cpp, rope_table; kernels_cl/rope.cl says why a table).
+  struct RopeTable {
+    std::vector<float> inv_freq;
+    float factor = 0.0f;
+    cl::Buffer d_inv_freq;  // for rope_table_fill
+    cl::Buffer table;       // float2 [positions][inv_freq.size()]
+    uint32_t positions = 0;
+  };
+  std::vector<RopeTable> rope_tables;
+  // embed's ids, kept on the device while unchanged.
+  cl::Buffer d_ids;
   size_t d_ids_cap = 0;
   // Scratch: float32 weight blocks for prefill GEMMs (or the tensor-core GEMM's f16 activations),
   // attention split partials, and attention_fused_queries' query areas (read by every key split).

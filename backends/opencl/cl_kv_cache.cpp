@@ -337,10 +337,9 @@ void launch_kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_bu
   if (rope) {
     kn.setArg(16, single(rope->x));
     kn.setArg(17, static_cast<cl_uint>(rope->n_heads));
-    kn.setArg(18, be->d_inv_freq);
+    kn.setArg(18, rope->table);
     kn.setArg(19, static_cast<cl_uint>(rope->half));
-    kn.setArg(20, rope->factor);
-    kn.setArg(21, static_cast<cl_uint>(rope->style));
+    kn.setArg(20, static_cast<cl_uint>(rope->style));
   }
   launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.wide_wg));
 }

@@ -333,15 +333,56 @@ void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n
   auto& k = kernel(be, "ops", "rope");
   k.setArg(0, single(r.x));
   k.setArg(1, be->d_positions);
-  k.setArg(2, be->d_inv_freq);
+  k.setArg(2, r.table);
   k.setArg(3, static_cast<cl_uint>(r.n_heads));
   k.setArg(4, static_cast<cl_uint>(r.head_dim));
   k.setArg(5, static_cast<cl_uint>(r.half));
-  k.setArg(6, r.factor);
-  k.setArg(7, static_cast<cl_uint>(r.style));
-  k.setArg(8, single(x2 ? x2 : r.x));
-  k.setArg(9, static_cast<cl_uint>(x2 ? n_heads2 : 0));
+  k.setArg(6, static_cast<cl_uint>(r.style));
+  k.setArg(7, single(x2 ? x2 : r.x));
+  k.setArg(8, static_cast<cl_uint>(x2 ? n_heads2 : 0));
   launch(be, k, cl::NDRange(r.half, r.n_heads + (x2 ? n_heads2 : 0), be->positions.size()));
+}
+
+// The (cos, sin) table of these frequencies and factor, covering positions [0, n_positions): found
+// among the backend's tables or made, and grown (doubling, from 4096 positions) by rope_table_fill
+// for the positions it lacks — into a new buffer, so a waiting rope keeps the one it was given.
+// A fifth frequency set replaces the least recently used table.
+const cl::Buffer& rope_table(sl_backend* be, const float* inv_freq, uint32_t half, float factor, uint32_t n_positions) {
+  auto& tables = be->rope_tables;
+  auto it = std::find_if(tables.begin(), tables.end(), [&](const sl_backend::RopeTable& t) {
+    return t.factor == factor && t.inv_freq.size() == half && std::memcmp(t.inv_freq.data(), inv_freq, half * 4) == 0;
+  });
+  if (it == tables.end()) {
+    if (tables.size() >= 4) tables.erase(tables.begin());
+    sl_backend::RopeTable t;
+    t.inv_freq.assign(inv_freq, inv_freq + half);
+    t.factor = factor;
+    t.d_inv_freq = cl::Buffer(be->context, CL_MEM_READ_ONLY, half * 4);
+    be->queue.enqueueWriteBuffer(t.d_inv_freq, CL_TRUE, 0, half * 4, inv_freq);
+    tables.push_back(std::move(t));
+    it = tables.end() - 1;
+  } else if (it != tables.end() - 1) {
+    std::rotate(it, it + 1, tables.end());  // the most recently used last
+    it = tables.end() - 1;
+  }
+  sl_backend::RopeTable& t = *it;
+  if (n_positions > t.positions) {
+    uint32_t grown = std::max<uint32_t>(t.positions ? t.positions : 4096, 4096);
+    while (grown < n_positions) grown = grown > UINT32_MAX / 2 ? n_positions : grown * 2;
+    cl::Buffer table(be->context, CL_MEM_READ_WRITE, uint64_t(grown) * half * 8);
+    if (t.positions) be->queue.enqueueCopyBuffer(t.table, table, 0, 0, uint64_t(t.positions) * half * 8);
+    auto& k = kernel(be, "ops", "rope_table_fill");
+    k.setArg(0, table);
+    k.setArg(1, t.d_inv_freq);
+    k.setArg(2, static_cast<cl_uint>(half));
+    k.setArg(3, factor);
+    k.setArg(4, static_cast<cl_uint>(t.positions));
+    k.setArg(5, static_cast<cl_uint>(grown));
+    launch(be, k, cl::NDRange(half, grown - t.positions));
+    t.table = table;
+    t.positions = grown;
+  }
+  return t.table;
 }
 
 }  // namespace
@@ -378,17 +419,16 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
   const size_t n_tokens = be->positions.size();
   if (half == 0 || n_tokens == 0) return SL_OK;
   if (!float_buffer_ok(x, uint64_t(n_tokens) * n_heads * head_dim)) return too_small(err, "rope");
+  int32_t last = -1;
+  for (int32_t pos : be->positions) {
+    if (pos < 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "rope: negative position " + std::to_string(pos));
+    last = std::max(last, pos);
+  }
   return guarded(err, "rope", [&] {
-    // The frequencies rarely change: keep them on the device while they don't.
-    if (be->inv_freq_host.size() != half || std::memcmp(be->inv_freq_host.data(), inv_freq, half * 4) != 0) {
-      flush_deferred(be);  // a waiting rope reads the old ones
-      be->inv_freq_host.assign(inv_freq, inv_freq + half);
-      be->d_inv_freq = cl::Buffer(be->context, CL_MEM_READ_ONLY, half * 4);
-      be->queue.enqueueWriteBuffer(be->d_inv_freq, CL_TRUE, 0, half * 4, inv_freq);
-    }
+    const cl::Buffer& table = rope_table(be, inv_freq, half, attention_factor, static_cast<uint32_t>(last) + 1);
     const PendingRope& p = be->pending_rope;
     if (p.x && !p.x2 && p.x != x && p.head_dim == head_dim && p.half == half && p.factor == attention_factor &&
-        p.style == style) {
+        p.style == style && p.table() == table()) {
       if (rope_waits_for_kv_write()) {
         be->pending_rope.x2 = x;
         be->pending_rope.n_heads2 = n_heads;
@@ -400,7 +440,7 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
       return SL_OK;
     }
     flush_deferred(be);
-    be->pending_rope = PendingRope{x, n_heads, head_dim, half, attention_factor, style};
+    be->pending_rope = PendingRope{x, n_heads, head_dim, half, attention_factor, style, table};
     return SL_OK;
   });
 }
