@@ -148,34 +148,40 @@ void run_matmul(Runner& r) {
 void run_rope(Runner& r) {
   auto q = query(SL_OP_ROPE);
   r.op("rope", &q, [&] {
-    const std::vector<int32_t> positions = {0, 1, 17, 300, 2999};
-    r.begin_batch(positions, std::vector<int32_t>(positions.size(), 0), 1, 1, {0});
-    const uint32_t n_heads = 3, head_dim = 10;
-    for (uint32_t style : {0u, 1u})
-      for (uint32_t rot : {10u, 6u}) {
-        r.new_case("style " + std::to_string(style) + " rotary " + std::to_string(rot));
-        std::vector<float> inv(rot / 2);
-        for (uint32_t i = 0; i < rot / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rot));
-        const auto x = r.random(positions.size() * n_heads * head_dim);
-        auto buf = r.upload(x);
-        sl_error err{};
-        r.expect_ok(r.api()->rope(r.raw(), buf.get(), n_heads, head_dim, rot, inv.data(), 1.1f, style, &err), err, "rope");
-        const auto got = r.download(buf, x.size());
-        for (std::size_t t = 0; t < positions.size(); ++t)
-          for (uint32_t h = 0; h < n_heads; ++h) {
-            const float* v = x.data() + (t * n_heads + h) * head_dim;
-            std::vector<double> ref(v, v + head_dim);
-            for (uint32_t i = 0; i < rot / 2; ++i) {
-              const double angle = static_cast<float>(positions[t]) * inv[i];
-              const double c = std::cos(angle) * 1.1, s = std::sin(angle) * 1.1;
-              const uint32_t a = style == 0 ? i : 2 * i, b = style == 0 ? i + rot / 2 : 2 * i + 1;
-              ref[a] = v[a] * c - v[b] * s;
-              ref[b] = v[b] * c + v[a] * s;
+    // Two batches, the second at later positions than the first: a backend that keeps per-position
+    // state (the OpenCL backend's (cos, sin) tables) must extend it, not read past it.
+    for (const std::vector<int32_t>& positions :
+         {std::vector<int32_t>{0, 1, 17, 300, 2999}, std::vector<int32_t>{4095, 4096, 9000, 20000, 5}}) {
+      r.begin_batch(positions, std::vector<int32_t>(positions.size(), 0), 1, 1, {0});
+      const uint32_t n_heads = 3, head_dim = 10;
+      for (uint32_t style : {0u, 1u})
+        for (uint32_t rot : {10u, 6u}) {
+          r.new_case("positions to " + std::to_string(positions[3]) + ", style " + std::to_string(style) + " rotary " +
+                     std::to_string(rot));
+          std::vector<float> inv(rot / 2);
+          for (uint32_t i = 0; i < rot / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rot));
+          const auto x = r.random(positions.size() * n_heads * head_dim);
+          auto buf = r.upload(x);
+          sl_error err{};
+          r.expect_ok(r.api()->rope(r.raw(), buf.get(), n_heads, head_dim, rot, inv.data(), 1.1f, style, &err), err, "rope");
+          const auto got = r.download(buf, x.size());
+          for (std::size_t t = 0; t < positions.size(); ++t)
+            for (uint32_t h = 0; h < n_heads; ++h) {
+              const float* v = x.data() + (t * n_heads + h) * head_dim;
+              std::vector<double> ref(v, v + head_dim);
+              for (uint32_t i = 0; i < rot / 2; ++i) {
+                const double angle = static_cast<float>(positions[t]) * inv[i];
+                const double c = std::cos(angle) * 1.1, s = std::sin(angle) * 1.1;
+                const uint32_t a = style == 0 ? i : 2 * i, b = style == 0 ? i + rot / 2 : 2 * i + 1;
+                ref[a] = v[a] * c - v[b] * s;
+                ref[b] = v[b] * c + v[a] * s;
+              }
+              for (uint32_t d = 0; d < head_dim; ++d)
+                r.check(got[(t * n_heads + h) * head_dim + d], ref[d], 4 * kRel * (std::abs(v[d]) + 1.0),
+                        "token " + std::to_string(t));
             }
-            for (uint32_t d = 0; d < head_dim; ++d)
-              r.check(got[(t * n_heads + h) * head_dim + d], ref[d], 4 * kRel * (std::abs(v[d]) + 1.0), "token " + std::to_string(t));
-          }
-      }
+        }
+    }
   });
 }
 
