@@ -84,9 +84,8 @@ struct Scratch {
 struct PendingRope {
   sl_buffer* x = nullptr;
   uint32_t n_heads = 0, head_dim = 0, half = 0;
-  float factor = 0.0f;
   uint32_t style = 0;
-  cl::Buffer table;  // its (cos, sin) table (sl_backend::RopeTable), covering the batch's positions
+  cl::Buffer table;  // its (cos, sin) · factor table (sl_backend::RopeTable), covering the batch's positions
   sl_buffer* x2 = nullptr;  // null: x alone
   uint32_t n_heads2 = 0;
 };
@@ -339,9 +338,9 @@ bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& 
 std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols);  // a slot's form buffers (cl_matmul.cpp)
 // The norm step's last arguments, shared by the kernels that run it (matvec_q4_dp4a_res,
 // embed_norm_blocks): the norm weight, its dtype and offset, slot `slot`'s form and the blocks' Σ x²
-// (norm_parts), from argument a on; returns the next index (cl_matmul.cpp).
-cl_uint set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
-                           uint32_t slot, uint32_t dim);
+// (norm_parts), from argument a on (cl_matmul.cpp).
+void set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
+                        uint32_t slot, uint32_t dim);
 // Records that the form now holds `out`'s cols values (after the producing launch was enqueued), in
 // the first pair of buffers (slot 0) or the second.
 inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols, uint32_t slot = 0) {

@@ -643,8 +643,8 @@ void product_flush(sl_backend* be) {
   matmul_one(be, p.x, 1, &p.w, nullptr, p.out);
 }
 
-cl_uint set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
-                           uint32_t slot, uint32_t dim) {
+void set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
+                        uint32_t slot, uint32_t dim) {
   const DevPtr nw = vector_weight(be, weight, dim);
   auto form = form_pair(be, slot, dim);
   k.setArg(a++, nw.buffer);
@@ -653,8 +653,7 @@ cl_uint set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_we
   k.setArg(a++, weight_offset);
   k.setArg(a++, form.first);
   k.setArg(a++, form.second);
-  k.setArg(a++, be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4));
-  return a;
+  k.setArg(a, be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4));
 }
 
 bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,

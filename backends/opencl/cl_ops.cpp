@@ -367,7 +367,7 @@ const cl::Buffer& rope_table(sl_backend* be, const float* inv_freq, uint32_t hal
   }
   sl_backend::RopeTable& t = *it;
   if (n_positions > t.positions) {
-    uint32_t grown = std::max<uint32_t>(t.positions ? t.positions : 4096, 4096);
+    uint32_t grown = std::max<uint32_t>(t.positions, 4096);
     while (grown < n_positions) grown = grown > UINT32_MAX / 2 ? n_positions : grown * 2;
     cl::Buffer table(be->context, CL_MEM_READ_WRITE, uint64_t(grown) * half * 8);
     if (t.positions) be->queue.enqueueCopyBuffer(t.table, table, 0, 0, uint64_t(t.positions) * half * 8);
@@ -427,8 +427,8 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
   return guarded(err, "rope", [&] {
     const cl::Buffer& table = rope_table(be, inv_freq, half, attention_factor, static_cast<uint32_t>(last) + 1);
     const PendingRope& p = be->pending_rope;
-    if (p.x && !p.x2 && p.x != x && p.head_dim == head_dim && p.half == half && p.factor == attention_factor &&
-        p.style == style && p.table() == table()) {
+    // One table: the same frequencies, factor and half.
+    if (p.x && !p.x2 && p.x != x && p.head_dim == head_dim && p.style == style && p.table() == table()) {
       if (rope_waits_for_kv_write()) {
         be->pending_rope.x2 = x;
         be->pending_rope.n_heads2 = n_heads;
@@ -440,7 +440,7 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
       return SL_OK;
     }
     flush_deferred(be);
-    be->pending_rope = PendingRope{x, n_heads, head_dim, half, attention_factor, style, table};
+    be->pending_rope = PendingRope{x, n_heads, head_dim, half, style, table};
     return SL_OK;
   });
 }
