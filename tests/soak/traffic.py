@@ -301,13 +301,23 @@ async def deep_json(target, rng):
 
 
 async def many_keys(target, rng):
-    """An object of tens of thousands of distinct keys: refused (400) or served, but never a stall."""
+    """An object of tens of thousands of distinct keys — at the top of a completion request, or in a chat's
+    tools or message (where it becomes a template value): refused (400) or served, but never a stall."""
     n = rng.choice([5000, 20000, 50000])
     keys = ",".join('"k%d": %d' % (i, i) for i in range(n))
-    body = '{"prompt": "x", "max_tokens": 1, %s}' % keys
-    res = await exchange(target, build_request("POST", "/v1/completions", body.encode()))
+    where = rng.randrange(3)
+    if where == 0:
+        path, body = "/v1/completions", '{"prompt": "x", "max_tokens": 1, %s}' % keys
+    elif where == 1:
+        path, body = "/v1/chat/completions", ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
+                                              '"tools": [{"type": "function", "function": {"name": "f", '
+                                              '"parameters": {%s}}}]}' % keys)
+    else:
+        path, body = "/v1/chat/completions", ('{"messages": [{"role": "user", "content": "hi", "extra": {%s}}], '
+                                              '"max_tokens": 1}' % keys)
+    res = await exchange(target, build_request("POST", path, body.encode()))
     if res.status == 200:
-        return check_generation(res, False, False)
+        return check_generation(res, where > 0, False)
     return expect_error(res, (400, 413))
 
 
