@@ -247,6 +247,7 @@ void Interpreter::eval_args(const Expr& e, const ScopePtr& scope, CallArgs& args
 }
 
 Value Interpreter::eval_filter(const Expr& e, const ScopePtr& scope, const Value* block_input) {
+  DepthGuard guard(meter_);  // a chain x|f|g|... recurses here, not through eval
   // A filter block's chain ends in a filter without a target: that one receives the block's text.
   Value target;
   if (!e.target) target = block_input ? *block_input : Value();
