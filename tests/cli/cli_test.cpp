@@ -145,5 +145,34 @@ TEST(CliErrors, UsageErrorsExitTwoAndRuntimeErrorsExitOneWithMessages) {
   EXPECT_NE(bad_ids.out.find("'x' is not a token id"), std::string::npos) << bad_ids.out;
 }
 
+TEST(CliChatTemplate, HostileTemplatesAndVariablesEndInExitOneWithAMessage) {
+  const auto dir = std::filesystem::temp_directory_path() / ("sluice_cli_tmpl_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto chat_template = [&](const std::string& source, const std::string& variables = "{}") {
+    const auto file = dir / "t.jinja";
+    std::ofstream(file) << source;
+    return run("chat-template --template " + file.string(), variables, false);
+  };
+  const auto cyclic = chat_template("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}");
+  EXPECT_EQ(cyclic.exit_code, 0) << cyclic.out;
+  EXPECT_EQ(cyclic.out, "<Namespace {'a': <Namespace {...}>}>");
+  const auto power = chat_template("{{ 1 ** 9999999999999 }}");
+  EXPECT_EQ(power.exit_code, 0) << power.out;
+  EXPECT_EQ(power.out, "1");
+  const auto wide = chat_template("{{ 'x'|center(99999999999999999) }}");
+  EXPECT_EQ(wide.exit_code, 1);
+  EXPECT_NE(wide.out.find("size budget"), std::string::npos) << wide.out;
+  std::string deep_template;
+  for (int i = 0; i < 100000; ++i) deep_template += "{% if true %}";
+  const auto nested = chat_template(deep_template);
+  EXPECT_EQ(nested.exit_code, 1);
+  EXPECT_NE(nested.out.find("TemplateSyntaxError: the template nests too deeply"), std::string::npos) << nested.out;
+  const std::string deep_json = "{\"tools\": " + std::string(24000, '[') + std::string(24000, ']') + "}";
+  const auto deep = chat_template("{{ tools|length }}", deep_json);
+  EXPECT_EQ(deep.exit_code, 1);
+  EXPECT_NE(deep.out.find("nested deeper than"), std::string::npos) << deep.out;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace sluice

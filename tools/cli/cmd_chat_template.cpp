@@ -54,7 +54,9 @@ int run_chat_template(const Args& args) {
   }
   std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   rapidjson::Document vars;
-  vars.Parse(input.c_str(), input.size());
+  // Iterative: rapidjson's default parser recurses once per nesting level, and stdin may nest deep;
+  // the template engine then refuses values nested past its own limit with a message.
+  vars.Parse<rapidjson::kParseIterativeFlag>(input.c_str(), input.size());
   if (vars.HasParseError() || !vars.IsObject()) {
     std::fprintf(stderr, "sluice chat-template: stdin must be a JSON object of template variables\n");
     return 2;
