@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -21,13 +22,14 @@ Result<std::string> read_text_file(const std::filesystem::path& path, std::size_
     return make_error(path.string() + ": file of " + std::to_string(st.st_size) + " bytes is larger than the " +
                       std::to_string(max_bytes) + "-byte limit");
   }
-  auto text = read_all(fd, max_bytes, path.string());
+  auto text = read_all(fd, max_bytes, path.string(), S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) : 0);
   ::close(fd);
   return text;
 }
 
-Result<std::string> read_all(int fd, std::size_t max_bytes, const std::string& what) {
+Result<std::string> read_all(int fd, std::size_t max_bytes, const std::string& what, std::size_t expected_bytes) {
   std::string out;
+  out.reserve(std::min(expected_bytes, max_bytes));
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);

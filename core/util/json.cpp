@@ -1,5 +1,6 @@
 #include "util/json.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <rapidjson/encodedstream.h>
@@ -22,7 +23,12 @@ using rapidjson::SizeType;
 // buffer here bounded by the limits rather than by the input.
 class LimitedBuilder {
  public:
-  LimitedBuilder(rapidjson::Document& doc, const JsonLimits& limits) : doc_(doc), limits_(limits) {}
+  LimitedBuilder(rapidjson::Document& doc, const JsonLimits& limits) : doc_(doc), limits_(limits) {
+    // Reserved before the document's pool chunks: grown among them, this small block ends up at the
+    // heap's top and every parse of a large file gave its pages back to the kernel and faulted them in
+    // again (measured: 2.4x the page faults on a 19 MB tokenizer.json).
+    open_.reserve(std::min<std::size_t>(limits.max_depth, 256));
+  }
 
   bool Null() { return add_value() && doc_.Null(); }
   bool Bool(bool b) { return add_value() && doc_.Bool(b); }

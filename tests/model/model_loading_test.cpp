@@ -397,7 +397,7 @@ TEST(ModelConfig, RejectsWrongTypesAndBadDimensions) {
   ASSERT_FALSE(wrong_type.ok());
   EXPECT_THAT(wrong_type.message(), HasSubstr("'rms_norm_eps' must be a number"));
   auto indivisible = load_config(dir, config_json("llama").replace(config_json("llama").find("\"num_key_value_heads\":2"),
-                                                                   22, "\"num_key_value_heads\":3"));
+                                                                   23, "\"num_key_value_heads\":3"));
   ASSERT_FALSE(indivisible.ok());
   EXPECT_THAT(indivisible.message(), HasSubstr("not divisible by num_key_value_heads 3"));
   auto odd_head = load_config(dir, config_json("llama", R"(,"head_dim":15)"));
