@@ -56,6 +56,7 @@ void Listener::on_accept_failed(const beast::error_code& ec) {
     spdlog::warn("accept failed {} time(s) since the last report: {} (retrying after up to {} ms)",
                  unreported_failures_, ec.message(), kMaxBackoff.count());
     unreported_failures_ = 0;
+    streak_reported_ = true;
   }
   retry_timer_.expires_after(backoff_);
   retry_timer_.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
@@ -66,8 +67,10 @@ void Listener::on_accept_failed(const beast::error_code& ec) {
 
 void Listener::on_accepted() {
   if (failures_in_a_row_ == 0) return;
-  // Failures not reported yet stay counted for the next report (accept can flap at the limit).
-  if (due_report()) spdlog::info("accepting again after {} failed accept(s) in a row", failures_in_a_row_);
+  // Only a streak whose failures were reported says it ended, so a flapping accept logs at most two
+  // lines per interval; failures not reported yet stay counted for the next report.
+  if (streak_reported_) spdlog::info("accepting again after {} failed accept(s) in a row", failures_in_a_row_);
+  streak_reported_ = false;
   failures_in_a_row_ = 0;
   backoff_ = std::chrono::milliseconds(0);
 }

@@ -44,6 +44,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
   uint64_t failures_in_a_row_ = 0;
   std::chrono::steady_clock::time_point last_report_{};
   bool reported_once_ = false;
+  bool streak_reported_ = false;  // the current run of failures has a log line
 };
 
 }  // namespace sluice::server

@@ -14,14 +14,12 @@
 namespace sluice::server {
 namespace {
 
-// Beast reports one error for a header block over its limit. When the request line alone (still in
-// the buffer: nothing of an incomplete header is consumed) is longer than the target limit, the URL is
-// what is too long.
-bool request_line_longer_than(const beast::flat_buffer& buffer, std::size_t limit) {
-  const auto data = buffer.data();
-  const std::string_view text(static_cast<const char*>(data.data()), data.size());
-  const std::size_t eol = text.find('\n');
-  return (eol == std::string_view::npos ? text.size() : eol) > limit;
+// Beast reports one error for a header block over its limit. Its parser takes the request line as soon
+// as that line is complete, so an empty target means the line alone did not fit: then, or when the
+// target it took is over the target limit, the URL is what is too long.
+bool target_too_long(const http::request_parser<http::string_body>& parser, std::size_t limit) {
+  const auto target = parser.get().target();
+  return target.empty() || target.size() > limit;
 }
 
 std::optional<Reply> call_handler(const Handler& handler, const HttpRequest& request,
@@ -126,8 +124,8 @@ void Session::on_body(beast::error_code ec) {
   if (ec) {
     if (ec == http::error::body_limit) return reject(ApiError::payload_too_large(ctx_.options.body_limit));
     if (ec == http::error::header_limit) {
-      return reject(request_line_longer_than(buffer_, kMaxTargetBytes) ? ApiError::uri_too_long(kMaxTargetBytes)
-                                                                       : ApiError::header_fields_too_large(kMaxHeaderBytes));
+      return reject(target_too_long(*parser_, kMaxTargetBytes) ? ApiError::uri_too_long(kMaxTargetBytes)
+                                                               : ApiError::header_fields_too_large(kMaxHeaderBytes));
     }
     if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
         ec != http::error::end_of_stream && ec != http::error::partial_message) {
