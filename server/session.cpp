@@ -28,6 +28,8 @@ std::optional<Reply> call_handler(const Handler& handler, const HttpRequest& req
     return handler(request, channel);
   } catch (const std::exception& e) {
     return Reply::error(ApiError::server_error(e.what()));
+  } catch (...) {
+    return Reply::error(ApiError::server_error("internal error"));
   }
 }
 

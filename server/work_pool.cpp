@@ -1,5 +1,9 @@
 #include "server/work_pool.h"
 
+#include <exception>
+
+#include <spdlog/spdlog.h>
+
 namespace sluice::server {
 
 WorkPool::WorkPool(int threads, std::size_t queue_limit) : queue_limit_(queue_limit) {
@@ -47,7 +51,14 @@ void WorkPool::run() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    job();
+    // A job answers its own errors; one that escapes must not end the process (std::terminate).
+    try {
+      job();
+    } catch (const std::exception& e) {
+      spdlog::error("request work failed: {}", e.what());
+    } catch (...) {
+      spdlog::error("request work failed");
+    }
   }
 }
 

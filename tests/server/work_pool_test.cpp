@@ -56,3 +56,11 @@ TEST(WorkPool, StopWaitsForRunningJobsDropsQueuedOnesAndRefusesMore) {
   EXPECT_FALSE(pool.submit([] {}));
   pool.stop();  // idempotent
 }
+
+TEST(WorkPool, AJobThatThrowsDoesNotEndThePoolOrTheProcess) {
+  WorkPool pool(1, 4);
+  ASSERT_TRUE(pool.submit([] { throw std::runtime_error("bad input"); }));
+  std::promise<void> after;
+  ASSERT_TRUE(pool.submit([&] { after.set_value(); }));
+  EXPECT_EQ(after.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
