@@ -114,6 +114,10 @@ void Session::do_read() {
 }
 
 void Session::on_header(beast::error_code ec) {
+  if (!ec && state_ != State::kClosed && parser_->get().target().size() > kMaxTargetBytes) {  // before the body
+    stream_.expires_never();
+    return reject(ApiError::uri_too_long(kMaxTargetBytes));
+  }
   if (ec || parser_->is_done()) return on_body(ec);
   stream_.expires_after(std::chrono::seconds(ctx_.options.read_timeout_s));
   http::async_read(stream_, buffer_, *parser_,
@@ -136,7 +140,6 @@ void Session::on_body(beast::error_code ec) {
     return close();  // end of stream, timeout, reset
   }
   request_ = std::make_shared<HttpRequest>(parser_->release());
-  if (request_->target().size() > kMaxTargetBytes) return reject(ApiError::uri_too_long(kMaxTargetBytes));
   handle();
 }
 
