@@ -158,6 +158,13 @@ bool valid_role(std::string_view role) {
 
 }  // namespace
 
+ApiResult<std::optional<bool>> optional_boolean(const Value& object, const char* name) {
+  Fields f{object, std::nullopt};
+  auto value = f.boolean(name);
+  if (f.error) return *f.error;
+  return value;
+}
+
 ApiResult<rapidjson::Document> parse_body_object(std::string_view body) {
   auto doc = json::parse(body, "request body", request_json_limits());
   if (!doc) return ApiError::bad_request(doc.message());
@@ -213,7 +220,9 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDe
     if (!tools->IsArray()) return ApiError::bad_request("tools must be an array", "tools");
     req.tools.CopyFrom(*tools, req.tools.GetAllocator());
   }
-  if (auto agp = json::boolean(*doc, "add_generation_prompt")) req.add_generation_prompt = agp;
+  auto agp = optional_boolean(*doc, "add_generation_prompt");
+  if (!agp) return agp.error();
+  req.add_generation_prompt = *agp;
   return req;
 }
 
@@ -241,7 +250,9 @@ ApiResult<TextCompletionRequest> parse_completion_request(std::string_view body,
   } else {
     return ApiError::bad_request("prompt must be a string or an array of token ids", "prompt");
   }
-  if (auto echo = json::boolean(*doc, "echo")) req.echo = *echo;
+  auto echo = optional_boolean(*doc, "echo");
+  if (!echo) return echo.error();
+  req.echo = echo->value_or(false);
   return req;
 }
 
