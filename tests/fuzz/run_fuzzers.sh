@@ -11,7 +11,8 @@ build=$(cd "$1" && pwd)
 seconds=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
-reference=${SLUICE_REFERENCE_DIR:-$(cd "$here/../.." && pwd)/../shared}
+reference=${SLUICE_REFERENCE_DIR:-$here/../../../shared}
+reference=$(cd "$reference" 2>/dev/null && pwd) || { echo "fuzz: no reference data at ${SLUICE_REFERENCE_DIR:-../shared}" >&2; exit 2; }
 rss_mb=${FUZZ_RSS_MB:-2048}
 
 # name  max_len  dictionary. max_len fits the largest real seed; longer inputs only slow each execution.
