@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <tuple>
 
 #include "util/json.h"
 
@@ -21,6 +22,11 @@ constexpr long long kMaxHeadDim = 1LL << 12;
 constexpr long long kMaxPositions = 1LL << 28;
 constexpr long long kMaxExperts = 1LL << 12;
 constexpr std::size_t kMaxEosIds = 1024;
+// A float-typed field from a double: positive and finite also once narrowed (1e-60 becomes 0).
+bool positive_float(double x) {
+  const auto f = static_cast<float>(x);
+  return std::isfinite(x) && x > 0 && std::isfinite(f) && f > 0;
+}
 
 // Typed reads that tell "absent/null" (use the default) from "present with the wrong type" (an error).
 class Fields {
@@ -181,6 +187,8 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
   SLUICE_TRY_ASSIGN(beta_fast, p.number("beta_fast"));
   SLUICE_TRY_ASSIGN(beta_slow, p.number("beta_slow"));
   SLUICE_TRY_ASSIGN(attention_factor, p.number("attention_factor"));
+  if (original && (*original <= 0 || *original > INT32_MAX))
+    return make_error(params_where + ": original_max_position_embeddings must be a positive 32-bit integer");
   if (factor) rope.factor = *factor;
   if (low) rope.low_freq_factor = *low;
   if (high) rope.high_freq_factor = *high;
@@ -189,8 +197,14 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
   if (beta_slow) rope.beta_slow = *beta_slow;
   if (attention_factor) rope.attention_factor = *attention_factor;
 
-  if (rope.scaling != RopeScaling::kNone && !(rope.factor > 0))
+  // Every value below feeds the frequency table: NaN or infinity there would be NaN logits, not an error.
+  if (rope.scaling != RopeScaling::kNone && !(std::isfinite(rope.factor) && rope.factor > 0))
     return make_error(params_where + ": 'factor' must be positive");
+  for (double x : {rope.low_freq_factor, rope.high_freq_factor, rope.beta_fast, rope.beta_slow})
+    if (!(std::isfinite(x) && x > 0))
+      return make_error(params_where + ": low_freq_factor, high_freq_factor, beta_fast and beta_slow must be positive");
+  if (rope.attention_factor && !std::isfinite(*rope.attention_factor))
+    return make_error(params_where + ": 'attention_factor' must be finite");
   if (rope.scaling == RopeScaling::kLlama3 && !(rope.high_freq_factor > rope.low_freq_factor))
     return make_error(params_where + ": llama3 needs high_freq_factor > low_freq_factor");
   if (original && (*original <= 0 || *original > kMaxPositions))
@@ -367,7 +381,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   }
   SLUICE_TRY_ASSIGN(eps, f.number("rms_norm_eps"));
   if (eps) {
-    if (!(*eps > 0)) return make_error(where + ": 'rms_norm_eps' must be positive");
+    if (!positive_float(*eps)) return make_error(where + ": 'rms_norm_eps' must be positive and fit a float");
     c.norm_eps = static_cast<float>(*eps);
   }
   SLUICE_TRY_ASSIGN(tie, f.boolean("tie_word_embeddings"));
@@ -390,7 +404,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (auto s = parse_moe(doc, where, c); !s) return s.error();
 
   if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
-  if (!(c.rope.theta > 1)) return make_error(where + ": rope_theta must be greater than 1");
+  if (!(std::isfinite(c.rope.theta) && c.rope.theta > 1)) return make_error(where + ": rope_theta must be greater than 1 and finite");
   if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
     return make_error(where + ": partial_rotary_factor must be in (0, 1]");
   if (c.rotary_dim() <= 0 || c.rotary_dim() % 2 != 0)

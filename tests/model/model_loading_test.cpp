@@ -526,5 +526,48 @@ TEST(RopeConfig, DefaultAndLinearAndYarn) {
   EXPECT_FLOAT_EQ(rope.attention_scaling(), 1.5f);
 }
 
+// Found by the fuzz harness (tests/fuzz/model_config_fuzz.cpp) or its review: values a config may hold
+// that the model would only trip over later (a zero epsilon after narrowing to float, NaN rope tables,
+// per-layer tables of billions of entries, int casts that wrap) are refused when the config is read.
+TEST(ModelConfig, RejectsValuesOutsideWhatAModelCanUse) {
+  TempDir dir;
+  const std::pair<std::string, std::string> cases[] = {
+      {R"(,"rms_norm_eps":1e-60)", "'rms_norm_eps' must be positive and fit a float"},
+      {R"(,"rms_norm_eps":1e300)", "'rms_norm_eps' must be positive and fit a float"},
+      {R"(,"rope_theta":0)", "rope_theta must be greater than 1"},
+      {R"(,"rope_theta":-10000)", "rope_theta must be greater than 1"},
+      {R"(,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":-1})", "high_freq_factor, beta_fast"},
+      {R"(,"rope_scaling":{"rope_type":"yarn","factor":4,"beta_fast":-1})", "beta_slow must be positive"},
+      {R"(,"rope_scaling":{"rope_type":"yarn","factor":4,"original_max_position_embeddings":4294967297})",
+       "original_max_position_embeddings must be a positive integer at most"},
+      {R"(,"max_position_embeddings":4294967297)", "'max_position_embeddings' must be a positive integer at most"},
+      {R"(,"head_dim":1073741824)", "head_dim must be positive and even"},
+  };
+  for (const auto& [extra, message] : cases) {
+    auto c = load_config(dir, config_json("llama", extra));
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_THAT(c.message(), HasSubstr(message)) << extra;
+  }
+  std::string many_eos = R"(,"eos_token_id":[0)";
+  for (int i = 1; i < 2000; ++i) many_eos += "," + std::to_string(i);
+  auto eos = load_config(dir, config_json("llama", many_eos + "]"));
+  ASSERT_FALSE(eos.ok());
+  EXPECT_THAT(eos.message(), HasSubstr("more than 1024 ids"));
+
+  std::string layers = config_json("llama");
+  layers.replace(layers.find("\"num_hidden_layers\":4"), 21, "\"num_hidden_layers\":2147483647");
+  auto huge = load_config(dir, layers);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.message(), HasSubstr("'num_hidden_layers' must be a positive integer up to 4096"));
+  std::string kv_heads = config_json("llama");
+  kv_heads.replace(kv_heads.find("\"num_key_value_heads\":2"), 23, "\"num_key_value_heads\":4294967298");
+  auto kv = load_config(dir, kv_heads);  // 2^32 + 2 would wrap to 2 heads in an int
+  ASSERT_FALSE(kv.ok());
+  EXPECT_THAT(kv.message(), HasSubstr("'num_key_value_heads' must be between 1 and 4096"));
+  auto experts = load_config(dir, config_json("mixtral", R"(,"num_local_experts":4294967304,"num_experts_per_tok":2)"));
+  ASSERT_FALSE(experts.ok());
+  EXPECT_THAT(experts.message(), HasSubstr("num_experts (or num_local_experts) in 1..65536"));
+}
+
 }  // namespace
 }  // namespace sluice
