@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: setup configure build run test soak sanitize clean
+.PHONY: setup configure build run test soak sanitize fuzz clean
 
 setup:
 	@bash tools/setup.sh
@@ -39,5 +39,15 @@ sanitize:
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizer/lsan.supp \
 	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DSLUICE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
 
+# libFuzzer harnesses (tests/fuzz) in their own clang tree, build-fuzz, holding only the parsers they reach;
+# each runs FUZZ_SECONDS (FUZZERS="request jinja" picks some). Non-zero exit and the reproducer's path on
+# any crash, leak, timeout or broken invariant.
+FUZZ_SECONDS ?= 60
+FUZZERS ?=
+fuzz: setup
+	@cmake -S . -B build-fuzz -DSLUICE_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@bash tests/fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZERS)
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz
