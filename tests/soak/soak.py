@@ -32,7 +32,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 from sluice_server_harness import Server  # noqa: E402
 import traffic  # noqa: E402
-from traffic import KINDS, Target, Unexpected  # noqa: E402
+from answers import Unexpected  # noqa: E402
+from traffic import KINDS, Target  # noqa: E402
 from raw_http import ProtocolError  # noqa: E402
 
 # The server's limits for the run: a 1 MiB body limit (so nested and oversized bodies stay cheap to send),
