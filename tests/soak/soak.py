@@ -149,6 +149,7 @@ class Tally:
     def __init__(self):
         self.outcomes = defaultdict(Counter)  # kind -> label -> count
         self.problems = defaultdict(Counter)  # kind -> message -> count
+        self.loop_lag = []  # seconds the driver's event loop woke up late, every 0.1 s
 
     def add(self, kind, label, problem=None):
         self.outcomes[kind][label] += 1
@@ -190,11 +191,19 @@ async def run_traffic(target, seconds, clients, seed, names, alive, tally, grace
                 problem = "server died: " + problem
             tally.add(name, label, problem)
 
+    async def lag_meter():  # how late this loop wakes up: a driver starved of CPU delays its own clients
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.1)
+            tally.loop_lag.append(loop.time() - before - 0.1)
+
+    meter = asyncio.ensure_future(lag_meter())
     tasks = [asyncio.ensure_future(client(i)) for i in range(clients)]
     _, pending = await asyncio.wait(tasks, timeout=seconds + grace)
     for t in pending:
         t.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
+    meter.cancel()
+    await asyncio.gather(meter, *pending, return_exceptions=True)
 
 
 class HealthProbe:
@@ -346,6 +355,10 @@ def main():
                    "disconnect cancels %g, slow-client cancels %g, 503s %g" %
                    (disconnects, slow, m.get("sluice_rejected_overloaded_total", 0))))
 
+    if tally.loop_lag:
+        lag = [x * 1000 for x in (percentile(tally.loop_lag, 50), percentile(tally.loop_lag, 99), max(tally.loop_lag))]
+        print("\ndriver event-loop lag: p50 %.1f ms, p99 %.1f ms, max %.0f ms%s" %
+              (lag[0], lag[1], lag[2], " (the machine was short of CPU: timings are noisy)" if lag[1] > 50 else ""))
     log = [line.rstrip() for line in srv.stderr_lines]
     print("\nserver log (--log-level warn): %d lines%s" % (len(log), ", the last:" if log else ""))
     for line in log[-5:]:

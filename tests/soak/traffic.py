@@ -230,7 +230,7 @@ async def deep_json(target, rng):
     else:
         path, body = "/v1/chat/completions", ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
                                               '"tools": [%s]}' % nested(depth, rng))
-    res = await exchange(target, build_request("POST", path, body.encode()))
+    res = await exchange_tolerant(target, build_request("POST", path, body.encode()))
     return expect_error(res, (400, 413))
 
 
@@ -249,7 +249,7 @@ async def many_keys(target, rng):
     else:
         path, body = "/v1/chat/completions", ('{"messages": [{"role": "user", "content": "hi", "extra": {%s}}], '
                                               '"max_tokens": 1}' % keys)
-    res = await exchange(target, build_request("POST", path, body.encode()))
+    res = await exchange_tolerant(target, build_request("POST", path, body.encode()))
     if res.status == 200:
         return check_generation(res, where > 0, False)
     return expect_error(res, (400, 413))
@@ -475,7 +475,8 @@ async def slow_reader_trickle(target, rng):
     return "completed" if b"data: [DONE]" in data else "cut"
 
 
-# name -> (coroutine, weight, time bound in seconds beyond the target's timeouts)
+# name -> (coroutine, weight, time bound in seconds beyond the target's timeouts). The bounds are a safety
+# net, generous because on a loaded machine this driver's own event loop falls behind (its lag is reported).
 KINDS = {
     "generation": (generation, 30, 120),
     "light": (light, 10, 60),
@@ -496,8 +497,8 @@ KINDS = {
     "bad_route": (bad_route, 2, 60),
     "slow_writer": (slow_writer, 2, 60),
     "slow_writer_stall": (slow_writer_stall, 2, 60),
-    "slow_reader_queue": (slow_reader_queue, 1, 120),
-    "slow_reader_stall": (slow_reader_stall, 1, 120),
+    "slow_reader_queue": (slow_reader_queue, 1, 240),
+    "slow_reader_stall": (slow_reader_stall, 1, 240),
     "slow_reader_trickle": (slow_reader_trickle, 2, 90),
 }
 
