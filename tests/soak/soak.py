@@ -59,6 +59,23 @@ def rss_bytes(pid):
     return 0
 
 
+def rss_by_kind(pid):
+    """Resident bytes by kind of mapping (/proc/PID/smaps): the main heap, anonymous mappings (glibc's
+    per-thread arenas, large blocks, the KV cache), the model files, other files."""
+    out = Counter()
+    kind = None
+    with open("/proc/%d/smaps" % pid) as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                path = head[5] if len(head) > 5 else ""
+                kind = ("heap" if path == "[heap]" else "anonymous" if not path else "stack" if path.startswith("[stack")
+                        else "model files" if path.endswith(".safetensors") else "other")
+            elif head and head[0] == "Rss:":
+                out[kind] += int(head[1]) * 1024
+    return out
+
+
 class Watcher(threading.Thread):
     """Samples the server every half second: alive or not, and its resident memory."""
 
@@ -291,11 +308,13 @@ def main():
     tally, warm_tally = Tally(), Tally()
     soak_started = time.time()
     samples, m, state, idle, baseline, after, alive_after_traffic, quarters = [], {}, {}, False, 0, 0, False, []
+    baseline_kinds = after_kinds = Counter()
     probe = HealthProbe(srv)
     try:
         asyncio.run(run_traffic(target, warmup, args.clients, args.seed + 1, names, lambda: watcher.alive, warm_tally))
         warm_idle = settle(srv)[0] if watcher.alive else False
         baseline = steady_rss(srv.proc.pid) if watcher.alive else 0
+        baseline_kinds = rss_by_kind(srv.proc.pid) if watcher.alive else Counter()
         print("warm-up done: idle %s, baseline RSS %s, load %s" % (warm_idle, mib(baseline), load()), flush=True)
 
         started = time.time()
@@ -306,6 +325,7 @@ def main():
         alive_after_traffic = watcher.alive
         idle, m, state = settle(srv) if alive_after_traffic else (False, {}, {})
         after = steady_rss(srv.proc.pid) if alive_after_traffic else 0
+        after_kinds = rss_by_kind(srv.proc.pid) if alive_after_traffic else Counter()
         print("run done in %.0f s, load %s" % (elapsed, load()), flush=True)
     finally:
         stop_started = time.time()
@@ -359,6 +379,10 @@ def main():
         lag = [x * 1000 for x in (percentile(tally.loop_lag, 50), percentile(tally.loop_lag, 99), max(tally.loop_lag))]
         print("\ndriver event-loop lag: p50 %.1f ms, p99 %.1f ms, max %.0f ms%s" %
               (lag[0], lag[1], lag[2], " (the machine was short of CPU: timings are noisy)" if lag[1] > 50 else ""))
+    if after_kinds:
+        print("resident memory by mapping, baseline -> after: " + ", ".join(
+            "%s %.1f -> %.1f MiB" % (k, baseline_kinds[k] / (1 << 20), after_kinds[k] / (1 << 20))
+            for k in sorted(set(baseline_kinds) | set(after_kinds), key=lambda k: -after_kinds[k])))
     log = [line.rstrip() for line in srv.stderr_lines]
     print("\nserver log (--log-level warn): %d lines%s" % (len(log), ", the last:" if log else ""))
     for line in log[-5:]:
