@@ -283,12 +283,16 @@ def main():
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--skip", default="", help="comma-separated request kinds to leave out (see traffic.KINDS)")
+    ap.add_argument("--only", default="", help="comma-separated request kinds to run, no others (to find what grows)")
     ap.add_argument("--health-p99-ms", type=float, default=100.0)
     ap.add_argument("--rss-tolerance", type=float, default=0.05)
     args = ap.parse_args()
 
     skip = {s for s in args.skip.split(",") if s}
-    unknown = skip - set(KINDS)
+    only = {s for s in args.only.split(",") if s}
+    if only:
+        skip |= set(KINDS) - only
+    unknown = (skip | only) - set(KINDS)
     if unknown:
         ap.error("unknown kinds: %s (known: %s)" % (", ".join(sorted(unknown)), ", ".join(KINDS)))
     names = [k for k in KINDS if k not in skip]
