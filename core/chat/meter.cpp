@@ -19,6 +19,11 @@ RenderMeter::RenderMeter(const RenderBudget& budget)
   current_meter = this;
 }
 
+void RenderMeter::start_clock() {
+  deadline_ = std::chrono::steady_clock::now() + budget_.max_wall_time;
+  next_clock_check_ = steps_;
+}
+
 RenderMeter::~RenderMeter() {
   current_meter = previous_;
   // Emptying every mutated container breaks any cycle through it; what they held is freed here

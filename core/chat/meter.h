@@ -19,6 +19,9 @@ class RenderMeter {
   RenderMeter& operator=(const RenderMeter&) = delete;
 
   const RenderBudget& budget() const { return budget_; }
+  // Starts the wall clock: called once the variables are converted, so that the time budget covers
+  // the template's own work (converting a large request is linear and bounded by the body limit).
+  void start_clock();
   void step(std::uint64_t n);
   void enter();  // one level deeper; fails past max_depth
   void leave() { --depth_; }
