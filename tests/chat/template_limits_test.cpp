@@ -184,6 +184,12 @@ TEST(TemplateNesting, VeryDeepValuesAreFreedAndPrintedWithoutOverflow) {
       "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}";
   const std::string compared = render_with(two_chains + "{{ ns.x == ns.y }}", "{}", o);
   EXPECT_TRUE(starts_with(compared, "ERROR: RecursionError")) << compared;
+  // Nested through dict keys: the lookup of each key compares one level deeper.
+  const std::string through_keys =
+      "{% set ns = namespace(a={}, b={}) %}{% for i in range(3000) %}"
+      "{% set ns.a = {(ns.a,): 1} %}{% set ns.b = {(ns.b,): 1} %}{% endfor %}{{ ns.a == ns.b }}";
+  const std::string keyed = render_with(through_keys, "{}", o);
+  EXPECT_TRUE(starts_with(keyed, "ERROR: RecursionError")) << keyed;
 }
 
 // --- arithmetic and sizes -------------------------------------------------------------------------
@@ -207,6 +213,13 @@ TEST(TemplateArithmetic, RepetitionSizeIsOverflowChecked) {
   EXPECT_TRUE(starts_with(render_or_error("{{ 'abcd' * 9999999999 }}"), "ERROR: TemplateRuntimeError"));
   // Copies of a list copy its strings: a list of one big string repeated is big.
   EXPECT_TRUE(starts_with(render_or_error("{% set s = 'x' * 1000000 %}{{ ([s] * 100)|length }}"), "ERROR:"));
+}
+
+TEST(TemplateArithmetic, StepsNearTheInt64LimitDoNotWrap) {
+  // Jinja2: [5], [2], [-5]. The next index used to overflow (undefined behaviour, then a wrap).
+  EXPECT_EQ(render_or_error("{{ range(5, 10, 9223372036854775807)|list }}|{{ [1, 2, 3][1::9223372036854775807] }}|"
+                            "{{ range(-5, -10, -9223372036854775807)|list }}"),
+            "[5]|[2]|[-5]");
 }
 
 TEST(TemplateArithmetic, HugePaddingWidthsFailFast) {
