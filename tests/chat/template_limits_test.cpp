@@ -8,12 +8,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include <rapidjson/document.h>
 
 #include "chat/template.h"
 #include "chat_test_util.h"
+#include "reference.h"
+#include "util/file_io.h"
 
 namespace {
 
@@ -289,6 +292,19 @@ TEST(TemplateBudget, OutputStopsAtTheOutputBudget) {
   EXPECT_NE(out.find("exceeds the size budget"), std::string::npos) << out.substr(0, 80);
 }
 
+TEST(TemplateBudget, HeldStringsStopAtTheMemoryBudget) {
+  // Every level of the recursion holds its own copy of an 8 MB argument: ~1 GB by level 120.
+  const std::string recursion =
+      "{% macro m(s, n) %}{% if n > 0 %}{{ m(s, n - 1) }}{% endif %}{% endmacro %}{{ m('x' * 8000000, 120) }}";
+  const std::string out = render_with(recursion, "{}", patient());
+  EXPECT_NE(out.find("memory budget"), std::string::npos) << out.substr(0, 80);
+  // Building a string by accumulation holds only the latest copy: long conversations do this.
+  EXPECT_EQ(render_with("{% set ns = namespace(s='') %}{% for i in range(200) %}{% set ns.s = ns.s ~ ('x' * 20000) %}"
+                        "{% endfor %}{{ ns.s|length }}",
+                        "{}", patient()),
+            "4000000");
+}
+
 TEST(TemplateBudget, WallTimeStopsARenderThatStaysWithinItsSteps) {
   RenderOptions o;
   o.budget.max_steps = UINT64_MAX;
@@ -301,11 +317,46 @@ TEST(TemplateBudget, WallTimeStopsARenderThatStaysWithinItsSteps) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - wall_start).count(), 5.0);
 }
 
+// The defaults must leave real templates alone: every template in ../shared renders a long
+// conversation with tools (1.6 MiB of content) without touching any part of the budget.
+TEST(TemplateBudget, DefaultsLeaveRealTemplatesWithLongConversationsAlone) {
+  SLUICE_REQUIRE_REFERENCE("chat_templates");
+  const std::string content = repeat("lorem ipsum dolor sit amet, ", 292);  // ~8 KiB
+  std::string messages = "[";
+  for (int i = 0; i < 200; ++i)
+    messages += std::string(i ? "," : "") + R"({"role": ")" + (i % 2 ? "assistant" : "user") + R"(", "content": ")" +
+                content + std::to_string(i) + R"("})";
+  messages += "]";
+  std::string tools = "[";
+  for (int i = 0; i < 20; ++i)
+    tools += std::string(i ? "," : "") + R"({"type": "function", "function": {"name": "tool)" + std::to_string(i) +
+             R"(", "description": "does things", "parameters": {"type": "object", "properties": {"a": {"type": "object",
+             "properties": {"b": {"type": "array", "items": {"type": "string"}}}}}, "required": ["a"]}}})";
+  tools += "]";
+  const std::string vars = R"({"messages": )" + messages + R"(, "tools": )" + tools +
+                           R"(, "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})";
+  int rendered = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(sluice::test::reference_path("chat_templates"))) {
+    auto source = sluice::read_text_file(entry.path());
+    ASSERT_TRUE(source.ok()) << source.message();
+    const std::string out = render_vars(*source, vars);
+    // A template may refuse the conversation itself (raise_exception), never for want of budget.
+    for (const char* limit : {"budget", "RecursionError", "nested deeper", "nests too deeply"})
+      EXPECT_EQ(out.find(limit), std::string::npos) << entry.path().filename() << ": " << out.substr(0, 200);
+    if (!starts_with(out, "ERROR:")) ++rendered;
+  }
+  EXPECT_GT(rendered, 40);
+}
+
 TEST(TemplateBudget, CallersMayTightenEachPart) {
   RenderOptions o;
   o.budget.max_output_bytes = 10;
   EXPECT_EQ(render_with("{{ 'x' * 10 }}", "{}", o), "xxxxxxxxxx");
   EXPECT_TRUE(starts_with(render_with("{{ 'x' * 11 }}", "{}", o), "ERROR:"));
+  RenderOptions held;
+  held.budget.max_held_bytes = 100000;
+  EXPECT_NE(render_with("{% set a = 'x' * 60000 %}{% set b = a ~ 'y' %}", "{}", held).find("memory budget"),
+            std::string::npos);
   RenderOptions steps;
   steps.budget.max_steps = 1000;
   EXPECT_NE(render_with("{% for i in range(2000) %}{% endfor %}", "{}", steps).find("step budget"), std::string::npos);
