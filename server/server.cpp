@@ -14,7 +14,10 @@ Server::Server(Engine& engine, const ServerOptions& options, ChatPrompt chat)
       ioc_(options.http_threads),
       signals_(ioc_, SIGINT, SIGTERM),
       shutdown_timer_(ioc_),
-      listener_(std::make_shared<Listener>(ioc_, ctx_, router_, registry_)) {}
+      listener_(std::make_shared<Listener>(ioc_, ctx_, router_, registry_)),
+      work_pool_(options.work_threads, static_cast<std::size_t>(options.work_queue)) {
+  ctx_.work_pool = &work_pool_;
+}
 
 Server::~Server() = default;
 
@@ -45,6 +48,9 @@ void Server::run() {
   for (int i = 1; i < ctx_.options.http_threads; ++i) threads.emplace_back([this] { ioc_.run(); });
   ioc_.run();
   for (auto& t : threads) t.join();
+  // Requests still being prepared finish (a generation they submit ends with the engine below); the
+  // ones not started are answered 503 by the final run below.
+  work_pool_.stop();
 
   // Whatever still runs in the engine ends now; its last callbacks post into the (stopped) context,
   // which runs briefly once more so connections close cleanly.
@@ -76,6 +82,7 @@ void Server::poll_shutdown() {
   if (now >= grace_deadline_ && !engine_stopped_) {
     spdlog::info("cancelling {} in-flight connection(s)", registry_.open_count());
     engine_stopped_ = true;
+    work_pool_.cancel_queued();  // requests not yet prepared are answered 503
     ctx_.engine.shutdown();  // running and waiting requests finish as cancelled; streams end with [DONE]
     hard_deadline_ = now + std::chrono::seconds(3);
   }

@@ -6,7 +6,7 @@
 namespace sluice::server {
 
 // One event carrying a JSON payload. JSON text has no raw newlines, so one `data:` line suffices;
-// a payload that does contain newlines is split into several `data:` lines as the SSE spec requires.
+// a payload that does contain line breaks (\n, \r or \r\n) is split into several `data:` lines, as the SSE spec requires.
 std::string sse_event(std::string_view data);
 inline std::string sse_done() { return "data: [DONE]\n\n"; }
 

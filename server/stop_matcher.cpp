@@ -5,18 +5,41 @@
 
 namespace sluice::server {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (auto& text : stops) {
+    if (text.empty()) continue;
+    Stop stop{std::move(text), {}, 0};
+    const std::string& s = stop.text;
+    stop.fallback.assign(s.size(), 0);
+    for (std::size_t i = 1, k = 0; i < s.size(); ++i) {
+      while (k > 0 && s[i] != s[k]) k = stop.fallback[k - 1];
+      if (s[i] == s[k]) ++k;
+      stop.fallback[i] = k;
+    }
+    stops_.push_back(std::move(stop));
+  }
 }
 
 std::string StopMatcher::push(std::string_view piece) {
   if (stopped_) return {};
+  const std::size_t scanned = pending_.size();  // the held-back bytes were scanned by an earlier push
   pending_.append(piece);
   if (stops_.empty()) return std::exchange(pending_, {});
 
-  // The earliest complete stop string ends generation.
+  // Each stop string's first completion in the new bytes; the earliest start among them ends generation.
   std::size_t first = std::string::npos;
-  for (const auto& stop : stops_) first = std::min(first, pending_.find(stop));
+  for (Stop& stop : stops_) {
+    std::size_t k = stop.matched;
+    for (std::size_t i = scanned; i < pending_.size(); ++i) {
+      while (k > 0 && pending_[i] != stop.text[k]) k = stop.fallback[k - 1];
+      if (pending_[i] == stop.text[k]) ++k;
+      if (k == stop.text.size()) {
+        first = std::min(first, i + 1 - k);
+        break;
+      }
+    }
+    stop.matched = k;
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, first);
@@ -26,15 +49,7 @@ std::string StopMatcher::push(std::string_view piece) {
 
   // Hold back the longest suffix that is a proper prefix of some stop string.
   std::size_t hold = 0;
-  for (const auto& stop : stops_) {
-    std::size_t longest = std::min(stop.size() - 1, pending_.size());
-    for (std::size_t len = longest; len > hold; --len) {
-      if (std::string_view(pending_).substr(pending_.size() - len) == std::string_view(stop).substr(0, len)) {
-        hold = len;
-        break;
-      }
-    }
-  }
+  for (const Stop& stop : stops_) hold = std::max(hold, stop.matched);
   std::string out = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
   return out;

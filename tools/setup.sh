@@ -10,6 +10,7 @@ packages=(
   ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers libclblast-dev pocl-opencl-icd clinfo
   liburing-dev libpcre2-dev libutf8proc-dev libspdlog-dev libfmt-dev libxxhash-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-dev llvm
   prometheus python3 python3-matplotlib fio curl
 )
 

@@ -3,11 +3,30 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <tuple>
 
 #include "util/json.h"
 
 namespace sluice {
 namespace {
+
+// Plausible bounds, far above any real model (the largest have vocabularies of ~262K, widths of
+// ~16K, 128 layers and heads, 512 experts, contexts of 10M): a value past one is a corrupt or
+// hostile file, refused before anything is sized by it.
+constexpr long long kMaxVocab = 1LL << 24;
+constexpr long long kMaxWidth = 1LL << 17;
+constexpr long long kMaxFfnWidth = 1LL << 20;
+constexpr long long kMaxLayers = 1LL << 12;
+constexpr long long kMaxHeads = 1LL << 12;
+constexpr long long kMaxHeadDim = 1LL << 12;
+constexpr long long kMaxPositions = 1LL << 28;
+constexpr long long kMaxExperts = 1LL << 12;
+constexpr std::size_t kMaxEosIds = 1024;
+// A float-typed field from a double: positive and finite also once narrowed (1e-60 becomes 0).
+bool positive_float(double x) {
+  const auto f = static_cast<float>(x);
+  return std::isfinite(x) && x > 0 && std::isfinite(f) && f > 0;
+}
 
 // Typed reads that tell "absent/null" (use the default) from "present with the wrong type" (an error).
 class Fields {
@@ -66,6 +85,10 @@ Status collect_eos(const rapidjson::Value& doc, const std::string& where, std::v
     return {};
   };
   if (v->IsArray()) {
+    // Checked against every id kept so far, so the list is bounded (real ones hold a handful).
+    if (v->Size() > kMaxEosIds)
+      return make_error(where + ": 'eos_token_id' lists " + std::to_string(v->Size()) + " ids, more than " +
+                        std::to_string(kMaxEosIds));
     for (const auto& id : v->GetArray()) {
       auto s = add(id);
       if (!s) return s;
@@ -164,6 +187,9 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
   SLUICE_TRY_ASSIGN(beta_fast, p.number("beta_fast"));
   SLUICE_TRY_ASSIGN(beta_slow, p.number("beta_slow"));
   SLUICE_TRY_ASSIGN(attention_factor, p.number("attention_factor"));
+  if (original && (*original <= 0 || *original > kMaxPositions))
+    return make_error(params_where + ": original_max_position_embeddings must be a positive integer at most " +
+                      std::to_string(kMaxPositions));
   if (factor) rope.factor = *factor;
   if (low) rope.low_freq_factor = *low;
   if (high) rope.high_freq_factor = *high;
@@ -172,11 +198,16 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
   if (beta_slow) rope.beta_slow = *beta_slow;
   if (attention_factor) rope.attention_factor = *attention_factor;
 
-  if (rope.scaling != RopeScaling::kNone && !(rope.factor > 0))
+  // Every value below feeds the frequency table: NaN or infinity there would be NaN logits, not an error.
+  if (rope.scaling != RopeScaling::kNone && !(std::isfinite(rope.factor) && rope.factor > 0))
     return make_error(params_where + ": 'factor' must be positive");
+  for (double x : {rope.low_freq_factor, rope.high_freq_factor, rope.beta_fast, rope.beta_slow})
+    if (!(std::isfinite(x) && x > 0))
+      return make_error(params_where + ": low_freq_factor, high_freq_factor, beta_fast and beta_slow must be positive");
+  if (rope.attention_factor && !std::isfinite(*rope.attention_factor))
+    return make_error(params_where + ": 'attention_factor' must be finite");
   if (rope.scaling == RopeScaling::kLlama3 && !(rope.high_freq_factor > rope.low_freq_factor))
     return make_error(params_where + ": llama3 needs high_freq_factor > low_freq_factor");
-  if (rope.original_max_position <= 0) return make_error(params_where + ": original_max_position_embeddings must be positive");
   return {};
 }
 
@@ -235,27 +266,31 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
   SLUICE_TRY_ASSIGN(norm, f.boolean("norm_topk_prob"));
   SLUICE_TRY_ASSIGN(sparse_step, f.integer("decoder_sparse_step"));
   MoeConfig& m = c.moe;
-  m.n_experts = static_cast<int>(experts.value_or(local_experts.value_or(0)));
-  m.top_k = static_cast<int>(top_k.value_or(0));
-  if (m.n_experts <= 0 || m.top_k <= 0 || m.top_k > m.n_experts)
-    return make_error(where + ": a " + c.architecture + " model needs num_experts (or num_local_experts) > 0 and 0 < num_experts_per_tok <= it");
-  m.expert_intermediate = qwen3_moe ? static_cast<int>(moe_ffn.value_or(0)) : c.intermediate_size;
-  if (m.expert_intermediate <= 0) return make_error(where + ": 'moe_intermediate_size' must be positive");
+  const long long n_experts = experts.value_or(local_experts.value_or(0)), k = top_k.value_or(0);
+  if (n_experts <= 0 || n_experts > kMaxExperts || k <= 0 || k > n_experts)
+    return make_error(where + ": a " + c.architecture + " model needs num_experts (or num_local_experts) in 1.." +
+                      std::to_string(kMaxExperts) + " and 0 < num_experts_per_tok <= it");
+  m.n_experts = static_cast<int>(n_experts);
+  m.top_k = static_cast<int>(k);
+  const long long expert_ffn = qwen3_moe ? moe_ffn.value_or(0) : c.intermediate_size;
+  if (expert_ffn <= 0 || expert_ffn > kMaxFfnWidth)
+    return make_error(where + ": 'moe_intermediate_size' must be a positive integer at most " +
+                      std::to_string(kMaxFfnWidth));
+  m.expert_intermediate = static_cast<int>(expert_ffn);
   m.normalize_top_k = mixtral ? true : norm.value_or(false);
   m.sparse_layer.assign(c.num_layers, true);
   if (qwen3_moe) {
     const long long step = sparse_step.value_or(1);
     if (step <= 0) return make_error(where + ": 'decoder_sparse_step' must be positive");
-    std::vector<long long> dense_only;
+    std::vector<bool> dense_only(c.num_layers, false);  // indexed, not searched: the list may be long
     if (const auto* mlp_only = json::member(doc, "mlp_only_layers")) {
       if (!mlp_only->IsArray()) return make_error(where + ": 'mlp_only_layers' must be a list");
       for (const auto& v : mlp_only->GetArray()) {
         if (!v.IsInt64()) return make_error(where + ": 'mlp_only_layers' entries must be integers");
-        dense_only.push_back(v.GetInt64());
+        if (v.GetInt64() >= 0 && v.GetInt64() < c.num_layers) dense_only[static_cast<std::size_t>(v.GetInt64())] = true;
       }
     }
-    for (int i = 0; i < c.num_layers; ++i)
-      m.sparse_layer[i] = std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() && (i + 1) % step == 0;
+    for (int i = 0; i < c.num_layers; ++i) m.sparse_layer[i] = !dense_only[i] && (i + 1) % step == 0;
   }
   if (olmoe) {
     if (const auto* clip = json::member(doc, "clip_qkv"))
@@ -293,26 +328,35 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   }
   c.architecture = *model_type;
 
-  auto required_int = [&](const char* name, int& out) -> Status {
+  auto required_int = [&](const char* name, long long max, int& out) -> Status {
     auto v = f.integer(name);
     if (!v) return v.error();
     if (!*v) return make_error(where + ": '" + name + "' missing");
-    if (**v <= 0 || **v > INT32_MAX) return make_error(where + ": '" + name + "' must be a positive integer, got " + std::to_string(**v));
+    if (**v <= 0 || **v > max)
+      return make_error(where + ": '" + name + "' must be a positive integer at most " + std::to_string(max) + ", got " +
+                        std::to_string(**v));
     out = static_cast<int>(**v);
     return {};
   };
-  for (auto [name, out] : {std::pair<const char*, int*>{"vocab_size", &c.vocab_size},
-                           {"hidden_size", &c.hidden_size},
-                           {"intermediate_size", &c.intermediate_size},
-                           {"num_hidden_layers", &c.num_layers},
-                           {"num_attention_heads", &c.num_heads}}) {
-    auto s = required_int(name, *out);
+  struct Required {
+    const char* name;
+    long long max;
+    int* out;
+  };
+  for (const Required& r : {Required{"vocab_size", kMaxVocab, &c.vocab_size},
+                            Required{"hidden_size", kMaxWidth, &c.hidden_size},
+                            Required{"intermediate_size", kMaxFfnWidth, &c.intermediate_size},
+                            Required{"num_hidden_layers", kMaxLayers, &c.num_layers},
+                            Required{"num_attention_heads", kMaxHeads, &c.num_heads}}) {
+    auto s = required_int(r.name, r.max, *r.out);
     if (!s) return s.error();
   }
 
   SLUICE_TRY_ASSIGN(kv_heads, f.integer("num_key_value_heads"));
+  if (kv_heads && (*kv_heads <= 0 || *kv_heads > c.num_heads))
+    return make_error(where + ": 'num_key_value_heads' must be between 1 and num_attention_heads (" +
+                      std::to_string(c.num_heads) + "), got " + std::to_string(*kv_heads));
   c.num_kv_heads = static_cast<int>(kv_heads.value_or(c.num_heads));
-  if (c.num_kv_heads <= 0) return make_error(where + ": 'num_key_value_heads' must be positive");
   if (c.num_heads % c.num_kv_heads != 0)
     return make_error(where + ": num_attention_heads " + std::to_string(c.num_heads) +
                       " is not divisible by num_key_value_heads " + std::to_string(c.num_kv_heads));
@@ -321,18 +365,21 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   // transformers' Qwen3Config defaults head_dim to 128 rather than hidden/heads.
   const long long default_head_dim = c.architecture == "qwen3" ? 128 : c.hidden_size / c.num_heads;
   const long long hd = head_dim.value_or(default_head_dim);
-  if (hd <= 0 || hd % 2 != 0)
-    return make_error(where + ": head_dim must be positive and even, got " + std::to_string(hd));
+  if (hd <= 0 || hd % 2 != 0 || hd > kMaxHeadDim)
+    return make_error(where + ": head_dim must be positive and even (at most " + std::to_string(kMaxHeadDim) +
+                      "), got " + std::to_string(hd));
   c.head_dim = static_cast<int>(hd);
 
   SLUICE_TRY_ASSIGN(max_pos, f.integer("max_position_embeddings"));
   if (max_pos) {
-    if (*max_pos <= 0) return make_error(where + ": 'max_position_embeddings' must be positive");
+    if (*max_pos <= 0 || *max_pos > kMaxPositions)
+      return make_error(where + ": 'max_position_embeddings' must be a positive integer at most " +
+                        std::to_string(kMaxPositions) + ", got " + std::to_string(*max_pos));
     c.max_position_embeddings = static_cast<int>(*max_pos);
   }
   SLUICE_TRY_ASSIGN(eps, f.number("rms_norm_eps"));
   if (eps) {
-    if (!(*eps > 0)) return make_error(where + ": 'rms_norm_eps' must be positive");
+    if (!positive_float(*eps)) return make_error(where + ": 'rms_norm_eps' must be positive and fit a float");
     c.norm_eps = static_cast<float>(*eps);
   }
   SLUICE_TRY_ASSIGN(tie, f.boolean("tie_word_embeddings"));
@@ -355,6 +402,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (auto s = parse_moe(doc, where, c); !s) return s.error();
 
   if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
+  if (!(std::isfinite(c.rope.theta) && c.rope.theta > 1)) return make_error(where + ": rope_theta must be greater than 1 and finite");
   if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
     return make_error(where + ": partial_rotary_factor must be in (0, 1]");
   if (c.rotary_dim() <= 0 || c.rotary_dim() % 2 != 0)
@@ -367,6 +415,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
 
   if (auto s = collect_eos(doc, where, c.eos_token_ids); !s) return s.error();
   SLUICE_TRY_ASSIGN(bos, f.integer("bos_token_id"));
+  if (bos && (*bos < 0 || *bos > INT32_MAX)) return make_error(where + ": 'bos_token_id' out of range");
   if (bos) c.bos_token_id = static_cast<int32_t>(*bos);
 
   const auto gen_path = model_dir / "generation_config.json";
@@ -379,6 +428,8 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     if (!c.bos_token_id) {
       Fields g(*gen, gen_path.string());
       SLUICE_TRY_ASSIGN(gen_bos, g.integer("bos_token_id"));
+      if (gen_bos && (*gen_bos < 0 || *gen_bos > INT32_MAX))
+        return make_error(gen_path.string() + ": 'bos_token_id' out of range");
       if (gen_bos) c.bos_token_id = static_cast<int32_t>(*gen_bos);
     }
   }

@@ -58,10 +58,16 @@ std::string StreamingDecoder::flush() {
 std::string StreamingDecoder::settled_text(bool final) {
   const Tokenizer::Impl& s = *tokenizer_.impl_;
   // A trailing run of <0xNN> tokens is decoded as one unit (invalid as a whole -> one U+FFFD per
-  // byte), so none of it is settled until a different token closes the run.
+  // byte), so none of it is settled until a different token closes the run. Unknown ids close
+  // nothing: decode() drops them, joining the byte tokens on either side into one run.
   std::size_t settled_ids = window_.size();
-  if (!final)
-    while (settled_ids > 0 && is_byte_token(s.token_string(window_[settled_ids - 1]))) --settled_ids;
+  if (!final) {
+    while (settled_ids > 0) {
+      const std::string* token = s.token_string(window_[settled_ids - 1]);
+      if (token != nullptr && !is_byte_token(token)) break;
+      --settled_ids;
+    }
+  }
   std::string text = tokenizer_.decode(std::span(window_.data(), settled_ids), skip_special_tokens_);
   std::size_t end = text.size();
   if (!final) {

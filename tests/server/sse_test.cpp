@@ -13,3 +13,9 @@ TEST(Sse, NewlinesInAPayloadBecomeSeveralDataLines) {
 }
 
 TEST(Sse, DoneMarkerEndsTheStream) { EXPECT_EQ(sse_done(), "data: [DONE]\n\n"); }
+
+// Found by the fuzz harness (tests/fuzz/sse_stop_fuzz.cpp): a bare \r ended the client's line early.
+TEST(Sse, CarriageReturnsBreakLinesAsTheClientWill) {
+  EXPECT_EQ(sse_event("a\rb\r\nc\n\rd"), "data: a\ndata: b\ndata: c\ndata: \ndata: d\n\n");
+  EXPECT_EQ(sse_event("x\r"), "data: x\ndata: \n\n");
+}

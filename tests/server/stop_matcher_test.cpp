@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 using sluice::server::StopMatcher;
 
 namespace {
@@ -79,4 +81,38 @@ TEST(StopMatcher, MultibyteTextIsNeverSplit) {
 TEST(StopMatcher, EmptyStopStringsAreIgnored) {
   StopMatcher m({"", "x"});
   EXPECT_EQ(m.push("abc"), "abc");
+}
+
+// Stop strings come from requests: the work per pushed byte must not grow with their length. A 1 MB
+// stop string fed its own prefix one byte at a time took time quadratic in the prefix (minutes) when
+// each push re-compared the held-back text against every prefix; it is linear now.
+TEST(StopMatcher, LongStopStringFedByteByByteStaysLinear) {
+  const std::size_t n = 1 << 20;
+  std::string stop(n - 1, 'a');
+  stop += 'b';
+  StopMatcher m({stop});
+  const auto start = std::chrono::steady_clock::now();
+  std::string out;
+  for (std::size_t i = 0; i + 1 < n; ++i) out += m.push("a");  // all of it may still become the stop
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(m.push("c"), std::string(n - 1, 'a') + "c");  // now it cannot: everything is released
+  out.clear();
+  for (std::size_t i = 0; i + 1 < n; ++i) out += m.push("a");
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(m.push("b"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Knuth-Morris-Pratt fallbacks: after a partial match fails, a shorter prefix of the stop string that the
+// text still ends with must be kept, or a stop string overlapping itself is missed.
+TEST(StopMatcher, SelfOverlappingStopIsFoundAfterAPartialMatch) {
+  StopMatcher m({"aab"});
+  EXPECT_EQ(m.push("xaa"), "x");
+  EXPECT_EQ(m.push("a"), "a");  // "aaa": the last "aa" may still start the stop
+  EXPECT_EQ(m.push("b!"), "");
+  EXPECT_TRUE(m.stopped());
+
+  StopMatcher abc({"abcabd"});
+  EXPECT_EQ(run(abc, {"zabcab", "cabd tail"}), "zabc");
 }

@@ -76,3 +76,30 @@ TEST(StreamingDecoder, IsReusableAfterFlush) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Found by the fuzz harness (tests/fuzz/tokenizer_fuzz.cpp): unknown ids between byte tokens are
+// dropped by decode(), which joins the byte runs on either side; every chunk must stay valid UTF-8
+// and the chunks must still add up to decode().
+TEST(StreamingDecoder, UnknownIdsInsideAByteRunKeepChunksValid) {
+  SLUICE_REQUIRE_REFERENCE("golden/tokenizers/sp-legacy/tokenizer.json");
+  auto tok = Tokenizer::load(test::reference_path("golden/tokenizers/sp-legacy/tokenizer.json"));
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  std::vector<int32_t> ids = {403, 3369, 458, 2567, 64, -8, -8};
+  ids.insert(ids.end(), 16, 193);  // <0xBC>, a continuation byte
+  ids.push_back(545);
+  StreamingDecoder stream(*tok);
+  std::string streamed;
+  for (int32_t id : ids) {
+    std::string chunk = stream.push(id);
+    EXPECT_TRUE(tokenizer::is_valid_utf8(chunk)) << "after id " << id << ": " << test::label(chunk);
+    streamed += chunk;
+  }
+  streamed += stream.flush();
+  EXPECT_EQ(streamed, tok->decode(ids));
+}
+
+}  // namespace
+}  // namespace sluice
