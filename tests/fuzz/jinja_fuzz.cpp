@@ -5,7 +5,7 @@
 // defaults only so that each execution stays fast.
 #include <chrono>
 
-#include "chat/interpreter.h"
+#include "chat/budget.h"
 #include "chat/template.h"
 #include "fuzz_support.h"
 #include "util/json.h"
@@ -51,12 +51,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const rapidjson::Value& vars = variables && variables->IsObject() ? *variables : default_variables();
 
   chat::RenderOptions options;
-  options.max_output_bytes = 1u << 20;
-  options.max_loop_iterations = 100'000;
+  options.budget.max_output_bytes = 1u << 20;
+  options.budget.max_steps = 100'000;
+  options.budget.max_held_bytes = 16u << 20;
   // A fixed clock keeps strftime_now reproducible.
   const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1795000000));
   auto rendered = tmpl->render(vars, now, options);
   if (!rendered) FUZZ_CHECK(!rendered.message().empty());
-  else FUZZ_CHECK(rendered->size() <= options.max_output_bytes, "output %zu bytes", rendered->size());
+  else FUZZ_CHECK(rendered->size() <= options.budget.max_output_bytes, "output %zu bytes", rendered->size());
   return 0;
 }
