@@ -4,8 +4,6 @@
 // ImmutableSandboxedEnvironment or, where mutation is needed, SandboxedEnvironment).
 #include <gtest/gtest.h>
 
-#include <time.h>
-
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -23,7 +21,6 @@ namespace {
 using sluice::chat::RenderOptions;
 using sluice::chat::Template;
 using sluice::test::render_or_error;
-using Clock = std::chrono::steady_clock;
 
 std::string repeat(const std::string& s, int n) {
   std::string out;
@@ -62,15 +59,8 @@ RenderOptions mutable_lists() {
   return o;
 }
 
-// "Fails fast" is measured in this thread's CPU time: the wall clock of a loaded test machine says
-// more about the machine than about the engine.
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-double seconds_since(double start) { return cpu_seconds() - start; }
+// No clocks in these tests (speed belongs to benchmarks): each names the limit it expects to hit, and the
+// runaway forms they replace (loops of 10^13 steps, quadratic key checks) run past the test's timeout.
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -140,12 +130,10 @@ TEST(TemplateNesting, DeeplyNestedTemplatesAreSyntaxErrorsWithALine) {
       "{% set " + repeat("(", n) + "a" + repeat(")", n) + " = 1 %}",
   };
   for (const auto& source : cases) {
-    const double start = cpu_seconds();
     auto t = Template::parse(source);
     ASSERT_FALSE(t.ok()) << source.substr(0, 40);
     EXPECT_NE(t.message().find("TemplateSyntaxError"), std::string::npos) << t.message();
     EXPECT_NE(t.message().find("(line 1)"), std::string::npos) << t.message();
-    EXPECT_LT(seconds_since(start), 5.0) << source.substr(0, 40);  // ~0.05 s in a release build
   }
 }
 
@@ -160,10 +148,8 @@ TEST(TemplateNesting, RecursiveMacrosStopWithRecursionErrorNotACrash) {
   const std::string countdown =
       "{% macro m(n) %}{% if n > 0 %}{{ m(n - 1) }}{% else %}{{ n }}{% endif %}{% endmacro %}{{ m(N) }}";
   EXPECT_EQ(render_vars(countdown, R"({"N": 150})"), "0");  // Jinja2 3.1 manages 150, as we must
-  const double start = cpu_seconds();
   const std::string out = render_vars(countdown, R"({"N": 1000000})");
   EXPECT_TRUE(starts_with(out, "ERROR: RecursionError")) << out;
-  EXPECT_LT(seconds_since(start), 2.0);
 }
 
 // A value nested a million deep used to be freed one native frame per level (SIGSEGV at the end
@@ -198,9 +184,7 @@ TEST(TemplateNesting, VeryDeepValuesAreFreedAndPrintedWithoutOverflow) {
 // --- arithmetic and sizes -------------------------------------------------------------------------
 
 TEST(TemplateArithmetic, PowerUsesSquaringAndReportsOverflow) {
-  const double start = cpu_seconds();
   EXPECT_EQ(render_or_error("{{ 1 ** 9999999999999 }}|{{ (-1) ** 9999999999999 }}|{{ 0 ** 9999999999999 }}"), "1|-1|0");
-  EXPECT_LT(seconds_since(start), 1.0);  // was a loop of 10^13 multiplications
   EXPECT_EQ(render_or_error("{{ 2 ** 62 }}|{{ (-2) ** 63 }}|{{ 7 ** 0 }}|{{ 2 ** -1 }}"),
             "4611686018427387904|-9223372036854775808|1|0.5");
   // Python's ints are unbounded (3 ** 40 = 12157665459056928801); ours are 64-bit and say so.
@@ -245,10 +229,8 @@ TEST(TemplateArithmetic, HugePaddingWidthsFailFast) {
       "{{ [1]|slice(9999999999)|list }}",
   };
   for (const auto& source : cases) {
-    const double start = cpu_seconds();
     const std::string out = render_or_error(source);
     EXPECT_TRUE(starts_with(out, "ERROR:")) << source << " -> " << out.substr(0, 80);
-    EXPECT_LT(seconds_since(start), 1.0) << source;
   }
   // A moderate indent times many lines is also bounded.
   EXPECT_TRUE(starts_with(render_or_error("{{ ('x\n' * 100000)|indent(1000) }}"), "ERROR:"));
@@ -267,10 +249,8 @@ TEST(TemplateArithmetic, StringsCannotGrowPastTheSizeBudget) {
       "{% set ns = namespace(x=[1], y=[1]) %}{% for i in range(64) %}{% set ns.x = [ns.x, ns.x] %}"
       "{% set ns.y = [ns.y, ns.y] %}{% endfor %}";
   for (const std::string tail : {"{{ ns.x }}", "{{ ns.x|tojson }}", "{{ ns.x == ns.y }}"}) {
-    const double start = cpu_seconds();
     const std::string out = render_or_error(shared + tail);
     EXPECT_TRUE(starts_with(out, "ERROR: TemplateRuntimeError")) << tail << " -> " << out.substr(0, 80);
-    EXPECT_LT(seconds_since(start), 5.0) << tail;
   }
 }
 
@@ -278,10 +258,8 @@ TEST(TemplateArithmetic, StringsCannotGrowPastTheSizeBudget) {
 
 TEST(TemplateBudget, RunawayLoopsStopAtTheStepBudget) {
   const std::string loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
-  const double start = cpu_seconds();
   const std::string out = render_or_error(loops);  // steps or wall time, whichever comes first
   EXPECT_TRUE(starts_with(out, "ERROR: TemplateRuntimeError: the template exceeded its")) << out;
-  EXPECT_LT(seconds_since(start), 10.0);
   RenderOptions o = patient();
   o.budget.max_steps = 100000;
   EXPECT_NE(render_with(loops, "{}", o).find("step budget (100000 steps)"), std::string::npos);
@@ -309,12 +287,9 @@ TEST(TemplateBudget, WallTimeStopsARenderThatStaysWithinItsSteps) {
   RenderOptions o;
   o.budget.max_steps = UINT64_MAX;
   o.budget.max_wall_time = std::chrono::milliseconds(100);
-  const double start = cpu_seconds();
-  const auto wall_start = Clock::now();
   const std::string out = render_with(
       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}", o);
   EXPECT_NE(out.find("time budget (100 ms)"), std::string::npos) << out;
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - wall_start).count(), 5.0);
 }
 
 // The defaults must leave real templates alone: every template in ../shared renders a long
@@ -340,9 +315,7 @@ TEST(TemplateBudget, DefaultsLeaveRealTemplatesWithLongConversationsAlone) {
   for (const auto& entry : std::filesystem::directory_iterator(sluice::test::reference_path("chat_templates"))) {
     auto source = sluice::read_text_file(entry.path());
     ASSERT_TRUE(source.ok()) << source.message();
-    const double start = cpu_seconds();
     const std::string out = render_with(*source, vars, patient());
-    EXPECT_LT(seconds_since(start), 10.0) << entry.path().filename();  // release: < 0.1 s
     // A template may refuse the conversation itself (raise_exception), never for want of budget.
     for (const char* limit : {"budget", "RecursionError", "nested deeper", "nests too deeply"})
       EXPECT_EQ(out.find(limit), std::string::npos) << entry.path().filename() << ": " << out.substr(0, 200);
@@ -376,10 +349,8 @@ TEST(TemplateBudget, QuadraticBuiltinsAreCharged) {
   std::string pairs = "[";
   for (int i = 0; i < 100000; ++i) pairs += (i ? "," : "") + std::string("[\"k") + std::to_string(i) + "\",1]";
   pairs += "]";
-  const double start = cpu_seconds();
   const std::string out = render_with("{{ dict(pairs)|length }}", R"({"pairs": )" + pairs + "}", patient());
   EXPECT_NE(out.find("step budget"), std::string::npos) << out.substr(0, 80);
-  EXPECT_LT(seconds_since(start), 5.0);
   EXPECT_TRUE(starts_with(render_vars("{{ pairs|unique|list|length }}", R"({"pairs": )" + pairs + "}"), "ERROR:"));
 }
 
@@ -397,7 +368,7 @@ TEST(TemplateVariables, DeeplyNestedJsonIsAnErrorNotAStackOverflow) {
   EXPECT_EQ(render_vars("{{ tools|tojson }}", R"({"tools": )" + nested + "}"), nested);
 }
 
-TEST(TemplateVariables, DuplicateKeysKeepFirstPositionAndLastValueInLinearTime) {
+TEST(TemplateVariables, DuplicateKeysKeepFirstPositionAndLastValueWithAHashIndex) {
   EXPECT_EQ(render_vars("{{ d }}", R"({"d": {"a": 1, "b": 2, "a": 3}})"), "{'a': 3, 'b': 2}");
   std::string many = "{";
   for (int i = 0; i < 20; ++i) many += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ", ";
@@ -408,9 +379,7 @@ TEST(TemplateVariables, DuplicateKeysKeepFirstPositionAndLastValueInLinearTime) 
   std::string object = "{";
   for (int i = 0; i < 100000; ++i) object += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
   object += R"(,"k0":"again"})";
-  const double start = cpu_seconds();
   EXPECT_EQ(render_vars("{{ d|length }} {{ d.k0 }}", R"({"d": )" + object + "}"), "100000 again");
-  EXPECT_LT(seconds_since(start), 5.0);
 }
 
 }  // namespace
