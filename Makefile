@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: setup configure build run test sanitize fuzz clean
+.PHONY: setup configure build run test soak sanitize fuzz clean
 
 setup:
 	@bash tools/setup.sh
@@ -19,6 +19,14 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The soak test (tests/soak/soak.py): the served bundled model under a seeded mix of normal, abusive,
+# slow and hung-up clients for SOAK_SECONDS (loopback only); fails on a crash, a wrong answer, a leak,
+# RSS growth over 5 % or a /health p99 over 100 ms. SOAK_ARGS passes more options (--skip, --clients, --seed).
+SOAK_SECONDS ?= 600
+SOAK_ARGS ?=
+soak: build
+	python3 tests/soak/soak.py --sluice $(BUILD)/bin/sluice --model models/tiny-code-qwen2 --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the whole suite; leaks inside the OpenCL runtime
 # (PoCL, the ICD loader) are suppressed, ours are not. Plugins stay loaded so reports keep their frames.

@@ -32,6 +32,16 @@ ApiError ApiError::payload_too_large(std::size_t limit) {
           "", "payload_too_large"};
 }
 
+ApiError ApiError::uri_too_long(std::size_t limit) {
+  return {414, "Request target longer than the limit of " + std::to_string(limit) + " bytes", "invalid_request_error",
+          "", "uri_too_long"};
+}
+
+ApiError ApiError::header_fields_too_large(std::size_t limit) {
+  return {431, "Request header larger than the limit of " + std::to_string(limit) + " bytes",
+          "invalid_request_error", "", "header_fields_too_large"};
+}
+
 ApiError ApiError::overloaded(std::string message) {
   return {503, std::move(message), "server_error", "", "server_overloaded"};
 }

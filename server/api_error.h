@@ -20,6 +20,8 @@ struct ApiError {
   static ApiError not_found(const std::string& path);
   static ApiError method_not_allowed(const std::string& method, const std::string& path);
   static ApiError payload_too_large(std::size_t limit);
+  static ApiError uri_too_long(std::size_t limit);              // 414
+  static ApiError header_fields_too_large(std::size_t limit);   // 431
   static ApiError overloaded(std::string message);      // 503: the queue is full
   static ApiError server_error(std::string message);    // 500
 };

@@ -11,6 +11,8 @@
 
 namespace sluice::server {
 
+class WorkPool;
+
 struct ServerContext {
   ServerContext(Engine& e, const ServerOptions& o, ChatPrompt c)
       : engine(e), options(o), chat(std::move(c)), cors(o.cors_origin) {
@@ -32,6 +34,7 @@ struct ServerContext {
   RequestDefaults defaults;
   ServerInfo info;
   ServerCounters counters;
+  WorkPool* work_pool = nullptr;  // where body-parsing routes run; null → inline (the server sets it)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 

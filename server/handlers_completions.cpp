@@ -10,17 +10,18 @@ namespace {
 
 // Validates the prompt against the context, builds the engine request and submits it. Returns the
 // immediate error reply, or nullopt when the answer will come through the channel.
+// `prompt_param` names the field an error about the prompt points at (messages or prompt).
 std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams& params,
-                                      std::vector<int32_t> prompt_ids, JobSpec spec,
+                                      std::vector<int32_t> prompt_ids, JobSpec spec, const char* prompt_param,
                                       const std::shared_ptr<ResponseChannel>& channel) {
   const int context = ctx.engine.context_size();
   const int prompt_tokens = static_cast<int>(prompt_ids.size());
-  if (prompt_tokens == 0) return Reply::error(ApiError::bad_request("the prompt is empty", "prompt"));
+  if (prompt_tokens == 0) return Reply::error(ApiError::bad_request("the prompt is empty", prompt_param));
   if (prompt_tokens >= context) {
     return Reply::error(ApiError{400,
                                  "the prompt is " + std::to_string(prompt_tokens) + " tokens; the context holds " +
                                      std::to_string(context),
-                                 "invalid_request_error", "messages", "context_length_exceeded"});
+                                 "invalid_request_error", prompt_param, "context_length_exceeded"});
   }
   auto request = std::make_shared<GenerationRequest>();
   request->prompt_ids = std::move(prompt_ids);
@@ -60,7 +61,7 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   std::vector<int32_t> ids = ctx.engine.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/true, ctx.info.model);
-  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), channel);
+  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel);
 }
 
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
@@ -84,7 +85,7 @@ std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& r
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/false, ctx.info.model);
   if (completion.echo) spec.echo_text = completion.prompt_text ? *completion.prompt_text : tok.decode(ids);
-  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), channel);
+  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), "prompt", channel);
 }
 
 Router make_router(ServerContext& ctx) {
@@ -108,13 +109,14 @@ Router make_router(ServerContext& ctx) {
   r.add(V::get, "/v1/models", now(handle_models));
   r.add(V::get, "/models", now(handle_models));
   r.add(V::get, "/metrics", now(handle_metrics));
-  r.add(V::post, "/tokenize", with_body(handle_tokenize));
-  r.add(V::post, "/detokenize", with_body(handle_detokenize));
-  r.add(V::post, "/apply-template", with_body(handle_apply_template));
-  r.add(V::post, "/v1/chat/completions", generate(handle_chat_completions));
-  r.add(V::post, "/chat/completions", generate(handle_chat_completions));
-  r.add(V::post, "/v1/completions", generate(handle_completions));
-  r.add(V::post, "/completions", generate(handle_completions));
+  // Everything with a body parses JSON and tokenizes or renders: off the I/O threads.
+  r.add(V::post, "/tokenize", with_body(handle_tokenize), Work::kPool);
+  r.add(V::post, "/detokenize", with_body(handle_detokenize), Work::kPool);
+  r.add(V::post, "/apply-template", with_body(handle_apply_template), Work::kPool);
+  r.add(V::post, "/v1/chat/completions", generate(handle_chat_completions), Work::kPool);
+  r.add(V::post, "/chat/completions", generate(handle_chat_completions), Work::kPool);
+  r.add(V::post, "/v1/completions", generate(handle_completions), Work::kPool);
+  r.add(V::post, "/completions", generate(handle_completions), Work::kPool);
   return r;
 }
 

@@ -21,8 +21,12 @@ Reply handle_tokenize(ServerContext& ctx, const HttpRequest& req) {
   if (!body) return Reply::error(body.error());
   auto content = json::string(*body, "content");
   if (!content) return Reply::error(ApiError::bad_request("content must be a string", "content"));
-  const bool add_special = json::boolean(*body, "add_special").value_or(false);
-  const bool with_pieces = json::boolean(*body, "with_pieces").value_or(false);
+  auto add_special_field = optional_boolean(*body, "add_special");
+  if (!add_special_field) return Reply::error(add_special_field.error());
+  auto with_pieces_field = optional_boolean(*body, "with_pieces");
+  if (!with_pieces_field) return Reply::error(with_pieces_field.error());
+  const bool add_special = add_special_field->value_or(false);
+  const bool with_pieces = with_pieces_field->value_or(false);
   const Tokenizer& tok = ctx.engine.tokenizer();
   const std::vector<int32_t> ids = tok.encode(*content, add_special);
   rapidjson::StringBuffer buffer;
@@ -73,8 +77,10 @@ Reply handle_apply_template(ServerContext& ctx, const HttpRequest& req) {
   rapidjson::Document normalized;
   if (auto err = normalize_messages(*messages, normalized)) return Reply::error(*err);
   const auto* tools = json::member(*body, "tools");
-  auto prompt = ctx.chat.render(normalized, tools,
-                                json::boolean(*body, "add_generation_prompt").value_or(true));
+  if (tools && !tools->IsArray()) return Reply::error(ApiError::bad_request("tools must be an array", "tools"));
+  auto add_generation_prompt = optional_boolean(*body, "add_generation_prompt");
+  if (!add_generation_prompt) return Reply::error(add_generation_prompt.error());
+  auto prompt = ctx.chat.render(normalized, tools, add_generation_prompt->value_or(true));
   if (!prompt) return Reply::error(ApiError::bad_request("chat template: " + prompt.message(), "messages"));
   rapidjson::StringBuffer buffer;
   Writer w(buffer);

@@ -97,6 +97,12 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          static_cast<double>(e.kv_bytes_capacity));
   metric(out, "sluice_kv_cache_used_bytes", "gauge", "Bytes of the KV cache in use.",
          static_cast<double>(e.kv_bytes_used));
+  metric(out, "sluice_kv_pages_capacity", "gauge", "KV cache pages in all (used, cached or free).", e.kv_pages_total);
+  metric(out, "sluice_kv_pages_in_use", "gauge", "KV pages held by live sequences (0 when idle).", e.kv_pages_in_use);
+  metric(out, "sluice_kv_pages_cached", "gauge",
+         "KV pages the prefix cache keeps (reusable prompt blocks; some also held by sequences).", e.kv_pages_cached);
+  metric(out, "sluice_kv_recent_pages_in_use", "gauge", "Recent-window pages held by live sequences (0 when idle).",
+         e.kv_recent_pages_in_use);
   metric(out, "sluice_kv_cache_bytes_per_token", "gauge", "KV cache bytes per token under the configured codec.",
          e.kv_bytes_per_token);
   metric(out, "sluice_kv_recent_window_tokens", "gauge", "Newest keys before each query attended from exact f16 copies.",

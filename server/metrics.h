@@ -31,7 +31,7 @@ class ServerCounters {
   std::atomic<int64_t> active_generations{0};
   std::atomic<uint64_t> disconnect_cancels{0};  // generations cancelled because the client left
   std::atomic<uint64_t> slow_client_cancels{0}; // ... because the client did not read fast enough
-  std::atomic<uint64_t> rejected_overloaded{0}; // 503s: the engine's queue was full
+  std::atomic<uint64_t> rejected_overloaded{0}; // 503s: the engine's queue or the work queue was full
 
  private:
   mutable std::mutex mutex_;

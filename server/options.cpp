@@ -63,6 +63,8 @@ po::options_description describe(ServerOptions& o) {
     ("idle-timeout", po::value(&o.idle_timeout_s)->default_value(o.idle_timeout_s), "seconds a keep-alive connection may idle")
     ("write-timeout", po::value(&o.write_timeout_s)->default_value(o.write_timeout_s), "seconds one write may take")
     ("http-threads", po::value(&o.http_threads)->default_value(o.http_threads), "threads serving HTTP")
+    ("work-threads", po::value(&o.work_threads)->default_value(o.work_threads), "threads preparing requests (JSON, templates, tokenizing)")
+    ("work-queue", po::value(&o.work_queue)->default_value(o.work_queue), "requests waiting for a work thread before 503")
     ("shutdown-grace", po::value(&o.shutdown_grace_s)->default_value(o.shutdown_grace_s), "seconds to wait for in-flight requests on SIGTERM");
   // clang-format on
   return desc;
@@ -86,6 +88,8 @@ Status validate(const ServerOptions& o) {
   if (o.min_p < 0 || o.min_p > 1) return make_error("--min-p must be in [0, 1]");
   if (o.repeat_penalty <= 0) return make_error("--repeat-penalty must be positive");
   if (o.http_threads < 1) return make_error("--http-threads must be at least 1");
+  if (o.work_threads < 1) return make_error("--work-threads must be at least 1");
+  if (o.work_queue < 1) return make_error("--work-queue must be at least 1");
   if (o.body_limit < 1024) return make_error("--body-limit must be at least 1024");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   bool level_ok = false;

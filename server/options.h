@@ -49,6 +49,8 @@ struct ServerOptions {
   int idle_timeout_s = 60;      // keep-alive connection waiting for the next request
   int write_timeout_s = 30;     // one write to a client that does not read
   int http_threads = 2;
+  int work_threads = 2;         // request preparation (JSON, templates, tokenizing) off the I/O threads
+  int work_queue = 64;          // requests waiting for a work thread before 503
   int shutdown_grace_s = 5;
 };
 

@@ -1,6 +1,7 @@
 #include "server/request_parser.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "util/json.h"
 
@@ -138,6 +139,18 @@ std::optional<ApiError> parse_common(const Value& body, const RequestDefaults& d
   return f.error;
 }
 
+// Requests are shallower and narrower than model files: OpenAI tool schemas nest a few levels, no
+// field needs thousands of keys, while a prompt of token ids may be a whole long context. Every
+// later walk of the body (copies, the template's variables) is then bounded by these too.
+json::JsonLimits request_json_limits() {
+  json::JsonLimits limits;
+  limits.max_bytes = SIZE_MAX;  // the HTTP layer has already bounded the body (--body-limit)
+  limits.max_string_bytes = SIZE_MAX;
+  limits.max_depth = 64;
+  limits.max_object_members = 10000;
+  return limits;
+}
+
 bool valid_role(std::string_view role) {
   return role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool" ||
          role == "function";
@@ -145,8 +158,15 @@ bool valid_role(std::string_view role) {
 
 }  // namespace
 
+ApiResult<std::optional<bool>> optional_boolean(const Value& object, const char* name) {
+  Fields f{object, std::nullopt};
+  auto value = f.boolean(name);
+  if (f.error) return *f.error;
+  return value;
+}
+
 ApiResult<rapidjson::Document> parse_body_object(std::string_view body) {
-  auto doc = json::parse(body, "request body");
+  auto doc = json::parse(body, "request body", request_json_limits());
   if (!doc) return ApiError::bad_request(doc.message());
   if (!doc->IsObject()) return ApiError::bad_request("request body must be a JSON object");
   return std::move(*doc);
@@ -200,7 +220,9 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDe
     if (!tools->IsArray()) return ApiError::bad_request("tools must be an array", "tools");
     req.tools.CopyFrom(*tools, req.tools.GetAllocator());
   }
-  if (auto agp = json::boolean(*doc, "add_generation_prompt")) req.add_generation_prompt = agp;
+  auto agp = optional_boolean(*doc, "add_generation_prompt");
+  if (!agp) return agp.error();
+  req.add_generation_prompt = *agp;
   return req;
 }
 
@@ -228,7 +250,9 @@ ApiResult<TextCompletionRequest> parse_completion_request(std::string_view body,
   } else {
     return ApiError::bad_request("prompt must be a string or an array of token ids", "prompt");
   }
-  if (auto echo = json::boolean(*doc, "echo")) req.echo = *echo;
+  auto echo = optional_boolean(*doc, "echo");
+  if (!echo) return echo.error();
+  req.echo = echo->value_or(false);
   return req;
 }
 

@@ -57,6 +57,9 @@ ApiResult<TextCompletionRequest> parse_completion_request(std::string_view body,
 // Shared by /apply-template: validates and normalizes an OpenAI `messages` array into `out`.
 std::optional<ApiError> normalize_messages(const rapidjson::Value& messages, rapidjson::Document& out);
 
+// An optional boolean field: absent or null → nullopt; any other type → a 400 naming the field.
+ApiResult<std::optional<bool>> optional_boolean(const rapidjson::Value& object, const char* name);
+
 // Parses a request body as a JSON object, or the 400 to answer with.
 ApiResult<rapidjson::Document> parse_body_object(std::string_view body);
 

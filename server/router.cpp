@@ -2,8 +2,8 @@
 
 namespace sluice::server {
 
-void Router::add(http::verb method, std::string path, Handler handler) {
-  routes_.push_back({method, std::move(path), std::move(handler)});
+void Router::add(http::verb method, std::string path, Handler handler, Work work) {
+  routes_.push_back({method, std::move(path), std::move(handler), work});
 }
 
 Router::Match Router::find(http::verb method, std::string_view path) const {
@@ -11,7 +11,7 @@ Router::Match Router::find(http::verb method, std::string_view path) const {
   for (const auto& r : routes_) {
     if (r.path != path) continue;
     path_known = true;
-    if (r.method == method) return {&r.handler, std::nullopt, r.path};
+    if (r.method == method) return {&r.handler, std::nullopt, r.path, r.work};
   }
   Match m;
   if (path_known) {

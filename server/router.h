@@ -29,14 +29,19 @@ struct Reply {
 
 using Handler = std::function<std::optional<Reply>(const HttpRequest&, const std::shared_ptr<ResponseChannel>&)>;
 
+// Where a route's handler runs: inline on the connection's I/O thread (cheap, bounded work: /health,
+// /metrics, /v1/models) or on the work pool (anything that parses a body, renders or tokenizes).
+enum class Work { kInline, kPool };
+
 class Router {
  public:
-  void add(http::verb method, std::string path, Handler handler);
+  void add(http::verb method, std::string path, Handler handler, Work work = Work::kInline);
 
   struct Match {
     const Handler* handler = nullptr;  // null → `error` says why (404 or 405)
     std::optional<ApiError> error;
     std::string route;                 // the matched path, or "other" (a metrics label)
+    Work work = Work::kInline;
   };
   Match find(http::verb method, std::string_view path) const;
 
@@ -45,6 +50,7 @@ class Router {
     http::verb method;
     std::string path;
     Handler handler;
+    Work work;
   };
   std::vector<Route> routes_;
 };

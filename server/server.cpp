@@ -14,7 +14,10 @@ Server::Server(Engine& engine, const ServerOptions& options, ChatPrompt chat)
       ioc_(options.http_threads),
       signals_(ioc_, SIGINT, SIGTERM),
       shutdown_timer_(ioc_),
-      listener_(std::make_shared<Listener>(ioc_, ctx_, router_, registry_)) {}
+      listener_(std::make_shared<Listener>(ioc_, ctx_, router_, registry_)),
+      work_pool_(options.work_threads, static_cast<std::size_t>(options.work_queue)) {
+  ctx_.work_pool = &work_pool_;
+}
 
 Server::~Server() = default;
 
@@ -45,6 +48,9 @@ void Server::run() {
   for (int i = 1; i < ctx_.options.http_threads; ++i) threads.emplace_back([this] { ioc_.run(); });
   ioc_.run();
   for (auto& t : threads) t.join();
+  // Requests still being prepared finish (a generation they submit ends with the engine below); the
+  // ones not started are dropped: their connections close with the rest.
+  work_pool_.stop();
 
   // Whatever still runs in the engine ends now; its last callbacks post into the (stopped) context,
   // which runs briefly once more so connections close cleanly.

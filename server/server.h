@@ -14,6 +14,7 @@
 #include "server/listener.h"
 #include "server/router.h"
 #include "server/session.h"
+#include "server/work_pool.h"
 
 namespace sluice::server {
 
@@ -44,6 +45,8 @@ class Server {
   bool engine_stopped_ = false;
   std::chrono::steady_clock::time_point grace_deadline_;
   std::chrono::steady_clock::time_point hard_deadline_;
+  // Last, so it stops (its jobs hold sessions and use the context) before anything above is destroyed.
+  WorkPool work_pool_;
 };
 
 }  // namespace sluice::server

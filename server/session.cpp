@@ -8,8 +8,32 @@
 #include <spdlog/spdlog.h>
 
 #include "server/http_policy.h"
+#include "server/utf8_output.h"
+#include "server/work_pool.h"
 
 namespace sluice::server {
+namespace {
+
+// Beast reports one error for a header block over its limit. Its parser takes the request line as soon
+// as that line is complete, so an empty target means the line alone did not fit: then, or when the
+// target it took is over the target limit, the URL is what is too long.
+bool target_too_long(const http::request_parser<http::string_body>& parser, std::size_t limit) {
+  const auto target = parser.get().target();
+  return target.empty() || target.size() > limit;
+}
+
+std::optional<Reply> call_handler(const Handler& handler, const HttpRequest& request,
+                                  const std::shared_ptr<ResponseChannel>& channel) {
+  try {
+    return handler(request, channel);
+  } catch (const std::exception& e) {
+    return Reply::error(ApiError::server_error(e.what()));
+  } catch (...) {
+    return Reply::error(ApiError::server_error("internal error"));
+  }
+}
+
+}  // namespace
 
 // What the engine thread holds for one exchange: posts everything into the session's strand.
 class SessionChannel final : public ResponseChannel {
@@ -19,13 +43,15 @@ class SessionChannel final : public ResponseChannel {
         gone_(session_->gone_), queued_(session_->queued_bytes_) {}
 
   void respond(int status, std::string body) override {
+    make_valid_utf8(body);  // here, on the engine thread, not on the connection's strand
     net::post(session_->stream_.get_executor(), [s = session_, ex = exchange_, status, b = std::move(body)]() mutable {
-      s->deliver_response(ex, status, std::move(b));
+      s->deliver_response(ex, Reply{status, std::move(b), "application/json"});
     });
   }
 
   bool send_event(std::string event) override {
     if (gone_->load()) return false;
+    make_valid_utf8(event);
     const std::size_t n = event.size();
     if (queued_->fetch_add(n) + n > Session::kMaxQueuedBytes) {
       queued_->fetch_sub(n);
@@ -80,7 +106,7 @@ void Session::do_read() {
   state_ = State::kReading;
   parser_.emplace();
   parser_->body_limit(ctx_.options.body_limit);
-  parser_->header_limit(64 * 1024);
+  parser_->header_limit(kMaxHeaderBytes);
   // The idle timeout covers the wait for the next request's header; the read timeout its body.
   stream_.expires_after(std::chrono::seconds(ctx_.options.idle_timeout_s));
   http::async_read_header(stream_, buffer_, *parser_,
@@ -88,6 +114,10 @@ void Session::do_read() {
 }
 
 void Session::on_header(beast::error_code ec) {
+  if (!ec && state_ != State::kClosed && parser_->get().target().size() > kMaxTargetBytes) {  // before the body
+    stream_.expires_never();
+    return reject(ApiError::uri_too_long(kMaxTargetBytes));
+  }
   if (ec || parser_->is_done()) return on_body(ec);
   stream_.expires_after(std::chrono::seconds(ctx_.options.read_timeout_s));
   http::async_read(stream_, buffer_, *parser_,
@@ -98,34 +128,42 @@ void Session::on_body(beast::error_code ec) {
   stream_.expires_never();
   if (state_ == State::kClosed) return;
   if (ec) {
-    keep_alive_ = false;
-    ++exchange_;
-    if (ec == http::error::body_limit) {
-      request_ = {};
-      request_.version(11);
-      return write_reply(Reply::error(ApiError::payload_too_large(ctx_.options.body_limit)), "other");
+    if (ec == http::error::body_limit) return reject(ApiError::payload_too_large(ctx_.options.body_limit));
+    if (ec == http::error::header_limit) {
+      return reject(target_too_long(*parser_, kMaxTargetBytes) ? ApiError::uri_too_long(kMaxTargetBytes)
+                                                               : ApiError::header_fields_too_large(kMaxHeaderBytes));
     }
     if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
         ec != http::error::end_of_stream && ec != http::error::partial_message) {
-      request_ = {};
-      request_.version(11);
-      return write_reply(Reply::error(ApiError::bad_request("malformed HTTP request: " + ec.message())), "other");
+      return reject(ApiError::bad_request("malformed HTTP request: " + ec.message()));
     }
     return close();  // end of stream, timeout, reset
   }
-  request_ = parser_->release();
+  request_ = std::make_shared<HttpRequest>(parser_->release());
   handle();
+}
+
+// An error about the request itself (not its route): answered, then the connection closes, since
+// what follows in the stream cannot be trusted to start a request.
+void Session::reject(const ApiError& error) {
+  keep_alive_ = false;
+  ++exchange_;
+  // The answer speaks the request's HTTP version when its header got parsed.
+  const unsigned version = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
+  request_ = std::make_shared<HttpRequest>();
+  request_->version(version == 10 ? 10 : 11);
+  write_reply(Reply::error(error), "other");
 }
 
 void Session::handle() {
   ++exchange_;
-  keep_alive_ = request_.keep_alive() && !stopping_;
+  keep_alive_ = request_->keep_alive() && !stopping_;
   route_ = "other";
-  const std::string path(target_path(std::string_view(request_.target().data(), request_.target().size())));
-  SPDLOG_DEBUG("{} {}", std::string(request_.method_string()), path);
+  const std::string path(target_path(std::string_view(request_->target().data(), request_->target().size())));
+  SPDLOG_DEBUG("{} {}", std::string(request_->method_string()), path);
 
-  if (request_.method() == http::verb::options) {
-    auto res = std::make_shared<http::response<http::string_body>>(ctx_.cors.preflight(request_));
+  if (request_->method() == http::verb::options) {
+    auto res = std::make_shared<http::response<http::string_body>>(ctx_.cors.preflight(*request_));
     ctx_.counters.count_request("preflight", res->result_int());
     res->keep_alive(keep_alive_);
     state_ = State::kReplying;
@@ -139,8 +177,8 @@ void Session::handle() {
     return;
   }
 
-  Router::Match match = router_.find(request_.method(), path);
-  if (!is_authorized(request_, path, ctx_.options.api_key)) {
+  Router::Match match = router_.find(request_->method(), path);
+  if (!is_authorized(*request_, path, ctx_.options.api_key)) {
     return write_reply(Reply::error(ApiError::unauthorized()), match.route);
   }
   if (!match.handler) return write_reply(Reply::error(*match.error), match.route);
@@ -153,28 +191,47 @@ void Session::handle() {
   head_written_ = writing_ = end_requested_ = false;
   state_ = State::kWaiting;
 
-  std::optional<Reply> reply;
-  try {
-    reply = (*match.handler)(request_, std::make_shared<SessionChannel>(shared_from_this(), exchange_));
-  } catch (const std::exception& e) {
-    reply = Reply::error(ApiError::server_error(e.what()));
-  }
+  auto channel = std::make_shared<SessionChannel>(shared_from_this(), exchange_);
+  if (match.work == Work::kPool && ctx_.work_pool) return run_on_pool(*match.handler, channel);
+  std::optional<Reply> reply = call_handler(*match.handler, *request_, channel);
   if (reply) return write_reply(*reply, route_);
   watch_disconnect();
 }
 
-void Session::write_reply(const Reply& reply, const std::string& route) {
+// The handler runs on a pool thread; its reply (if it answers at once) comes back through the strand.
+// Meanwhile the session waits as for a generation: a client that hangs up closes it, and a job whose
+// client is gone before it starts is skipped. The job shares the request and keeps the session alive.
+void Session::run_on_pool(const Handler& handler, const std::shared_ptr<ResponseChannel>& channel) {
+  auto job = [self = shared_from_this(), exchange = exchange_, handler = &handler, request = request_, channel] {
+    if (self->gone_->load()) return;
+    std::optional<Reply> reply = call_handler(*handler, *request, channel);
+    if (!reply) return;  // the channel answers
+    make_valid_utf8(reply->body);
+    net::post(self->stream_.get_executor(), [self, exchange, r = std::move(*reply)]() mutable {
+      self->deliver_response(exchange, std::move(r));
+    });
+  };
+  if (!ctx_.work_pool->submit(std::move(job))) {
+    ++ctx_.counters.rejected_overloaded;
+    return write_reply(Reply::error(ApiError::overloaded("the server is busy: too many requests are being prepared")),
+                       route_);
+  }
+  watch_disconnect();
+}
+
+void Session::write_reply(const Reply& reply, const std::string& route, bool body_checked) {
   state_ = State::kReplying;
   ctx_.counters.count_request(route, reply.status);
   auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status),
-                                                                  request_.version());
+                                                                  request_->version());
   res->set(http::field::server, "sluice");
   res->set(http::field::content_type, reply.content_type);
   if (reply.status == 401) res->set(http::field::www_authenticate, "Bearer");
-  if (reply.status == 405) res->set(http::field::allow, request_.method() == http::verb::get ? "POST" : "GET");
-  ctx_.cors.apply(request_, *res);
+  if (reply.status == 405) res->set(http::field::allow, request_->method() == http::verb::get ? "POST" : "GET");
+  ctx_.cors.apply(*request_, *res);
   res->keep_alive(keep_alive_);
   res->body() = reply.body;
+  if (!body_checked) make_valid_utf8(res->body());
   res->prepare_payload();
   reply_ = res;
   stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
@@ -230,9 +287,9 @@ void Session::close() {
   stream_.close();
 }
 
-void Session::deliver_response(uint64_t exchange, int status, std::string body) {
+void Session::deliver_response(uint64_t exchange, Reply reply) {
   if (exchange != exchange_ || state_ != State::kWaiting) return;
-  write_reply(Reply{status, std::move(body), "application/json"}, route_);
+  write_reply(reply, route_, /*body_checked=*/true);
 }
 
 void Session::deliver_event(uint64_t exchange, std::string event) {
@@ -245,14 +302,17 @@ void Session::deliver_event(uint64_t exchange, std::string event) {
 
   state_ = State::kStreaming;
   ctx_.counters.count_request(route_, 200);
-  stream_head_ = std::make_unique<http::response<http::empty_body>>(http::status::ok, request_.version());
+  stream_head_ = std::make_unique<http::response<http::empty_body>>(http::status::ok, request_->version());
   stream_head_->set(http::field::server, "sluice");
   stream_head_->set(http::field::content_type, "text/event-stream");
   stream_head_->set(http::field::cache_control, "no-cache");
   stream_head_->set("X-Accel-Buffering", "no");
-  ctx_.cors.apply(request_, *stream_head_);
+  ctx_.cors.apply(*request_, *stream_head_);
+  chunked_ = request_->version() >= 11;
+  if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the end of the stream is the end of the connection
   stream_head_->keep_alive(keep_alive_);
-  stream_head_->chunked(true);
+  if (chunked_) stream_head_->chunked(true);
+  else stream_head_->set(http::field::connection, "close");
   stream_serializer_ = std::make_unique<http::response_serializer<http::empty_body>>(*stream_head_);
   writing_ = true;
   stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
@@ -284,17 +344,19 @@ void Session::pump() {
     outbox_.clear();
     writing_ = true;
     stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
-    net::async_write(stream_, http::make_chunk(net::buffer(in_flight_)),
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       self->stream_.expires_never();
-                       self->writing_ = false;
-                       self->queued_bytes_->fetch_sub(std::min(self->queued_bytes_->load(), self->in_flight_.size()));
-                       if (ec) return self->client_gone(ec == beast::error::timeout);
-                       self->pump();
-                     });
+    auto on_written = [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->stream_.expires_never();
+      self->writing_ = false;
+      self->queued_bytes_->fetch_sub(std::min(self->queued_bytes_->load(), self->in_flight_.size()));
+      if (ec) return self->client_gone(ec == beast::error::timeout);
+      self->pump();
+    };
+    if (chunked_) net::async_write(stream_, http::make_chunk(net::buffer(in_flight_)), std::move(on_written));
+    else net::async_write(stream_, net::buffer(in_flight_), std::move(on_written));
     return;
   }
   if (!end_requested_) return;
+  if (!chunked_) return close();  // everything is written: closing ends the body
   static const std::string kLastChunk = "0\r\n\r\n";
   writing_ = true;
   stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));

@@ -31,6 +31,9 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   // Bytes of events queued for a client before it counts as too slow and its generation is cancelled.
   static constexpr std::size_t kMaxQueuedBytes = 4u << 20;
+  // A request's header block (431 above) and its request target (414 above).
+  static constexpr std::size_t kMaxHeaderBytes = 64u << 10;
+  static constexpr std::size_t kMaxTargetBytes = 8u << 10;
 
   Session(tcp::socket&& socket, ServerContext& ctx, const Router& router, SessionRegistry& registry);
   ~Session();
@@ -47,14 +50,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(beast::error_code ec);
   void on_body(beast::error_code ec);
   void handle();
-  void write_reply(const Reply& reply, const std::string& route);
+  void run_on_pool(const Handler& handler, const std::shared_ptr<ResponseChannel>& channel);
+  void reject(const ApiError& error);
+  // `body_checked`: the body was already made valid UTF-8 (off the strand, where large bodies come from).
+  void write_reply(const Reply& reply, const std::string& route, bool body_checked = false);
   void finish_exchange();
   void watch_disconnect();
   void client_gone(bool too_slow);
   void close();
 
   // Channel side, on the strand.
-  void deliver_response(uint64_t exchange, int status, std::string body);
+  void deliver_response(uint64_t exchange, Reply reply);
   void deliver_event(uint64_t exchange, std::string event);
   void deliver_end(uint64_t exchange);
   void pump();
@@ -62,7 +68,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  HttpRequest request_;
+  // The exchange's request; shared (read-only) with its handler when that runs on the work pool.
+  std::shared_ptr<HttpRequest> request_ = std::make_shared<HttpRequest>();
   ServerContext& ctx_;
   const Router& router_;
   SessionRegistry& registry_;
@@ -85,6 +92,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool head_written_ = false;
   bool writing_ = false;
   bool end_requested_ = false;
+  bool chunked_ = true;  // HTTP/1.0 has no chunked encoding: its stream is the raw events, ended by closing
 
   std::shared_ptr<http::response<http::string_body>> reply_;
   std::atomic<bool> closed_flag_{false};

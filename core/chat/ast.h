@@ -40,6 +40,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
+  int height = 1;  // 1 + the tallest operand: the parser bounds it (evaluation recurses this deep)
   Value value;
   std::string name;               // Name, GetAttr, Filter, Test, Binary op
   std::vector<std::string> ops;   // Compare

@@ -7,6 +7,7 @@
 
 #include "chat/builtins.h"
 #include "chat/interpreter.h"
+#include "chat/meter.h"
 
 namespace sluice::chat {
 namespace {
@@ -96,6 +97,7 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& args) {
     if (!first) out += sep;
     first = false;
     out += to_str(a.has(1) ? attr_path(in, item, to_str(a.get(1))) : item);
+    check_size(out.size(), "a joined string");
   }
   return Value(std::move(out));
 }
@@ -238,7 +240,8 @@ Value f_round(Interpreter&, const Value& v, CallArgs& args) {
     if (!v.is_float()) return Value(v.to_int());  // round(int, n) stays an int
     // Python's round(): round-half-even on the exact decimal value, done via correctly rounded printing.
     char buf[512];
-    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::max<std::int64_t>(0, precision)), v.as_float());
+    // Beyond 340 decimals every double is exact; clamping keeps the printed digits within buf.
+    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::clamp<std::int64_t>(precision, 0, 340)), v.as_float());
     double r = precision >= 0 ? std::strtod(buf, nullptr) : std::nearbyint(v.as_float() / std::pow(10.0, -precision)) * std::pow(10.0, -precision);
     return Value(r);
   }
@@ -254,7 +257,7 @@ Value f_tojson(Interpreter&, const Value& v, CallArgs& args) {
   o.ensure_ascii = truthy(a.get_or(0, Value(false)));
   Value indent = a.get_or(1, Value::none());
   if (indent.is_string()) o.indent = indent.as_string();
-  else if (indent.is_number()) o.indent = std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, indent.to_int())), ' ');
+  else if (indent.is_number()) o.indent = std::string(checked_size(indent.to_int(), 1, "a tojson indent"), ' ');
   else if (!indent.is_none()) fail("TypeError: indent must be an int or str");
   if (o.indent) o.item_separator = ",";
   Value seps = a.get_or(2, Value::none());
@@ -409,6 +412,7 @@ Value f_unique(Interpreter& in, const Value& v, CallArgs& args) {
   std::vector<Value> seen, out;
   for (auto& item : iterate(v)) {
     Value key = sort_key(in, item, attrs, cs);
+    charge_steps(seen.size());  // compared with every key kept so far
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
     seen.push_back(key);
     out.push_back(item);
@@ -466,6 +470,7 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder a("batch", args, {"linecount", "fill_with"});
   std::int64_t n = a.get(0).to_int();
   if (n <= 0) fail("ValueError: batch size must be positive");
+  if (a.has(1) && !a.get(1).is_none()) checked_size(n, sizeof(Value), "a batch");  // the last batch is filled up to n
   std::vector<Value> out, cur;
   for (auto& item : iterate(v)) {
     cur.push_back(item);
@@ -486,6 +491,8 @@ Value f_slice(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder a("slice", args, {"slices", "fill_with"});
   std::int64_t slices = a.get(0).to_int();
   if (slices <= 0) fail("ValueError: slices must be positive");
+  checked_size(slices, sizeof(Value), "a slice");  // one list per slice, even empty ones
+  charge_steps(static_cast<std::uint64_t>(slices));
   auto seq = iterate(v);
   std::int64_t length = static_cast<std::int64_t>(seq.size());
   std::int64_t per = length / slices, extra = length % slices, offset = 0;
@@ -504,17 +511,24 @@ Value f_slice(Interpreter&, const Value& v, CallArgs& args) {
 Value f_indent(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder a("indent", args, {"width", "first", "blank"});
   Value width = a.get_or(0, Value(4));
-  std::string ind = width.is_string() ? width.as_string() : std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, width.to_int())), ' ');
+  std::string ind = width.is_string() ? width.as_string() : std::string(checked_size(width.to_int(), 1, "an indent"), ' ');
   bool first = truthy(a.get_or(1, Value(false)));
   bool blank = truthy(a.get_or(2, Value(false)));
   std::string s = to_str(v) + "\n";  // Jinja appends a newline so splitlines keeps a trailing empty line
   auto lines = py_splitlines(s);
   std::string rv;
+  // Every line gains the indent: the result is checked as it grows, not after.
   if (blank) {
-    for (std::size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      check_size(rv.size() + ind.size() + lines[i].size() + 1, "an indented string");
+      rv += (i ? "\n" + ind : "") + lines[i];
+    }
   } else if (!lines.empty()) {
     rv = lines[0];
-    for (std::size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
+    for (std::size_t i = 1; i < lines.size(); ++i) {
+      check_size(rv.size() + ind.size() + lines[i].size() + 1, "an indented string");
+      rv += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
+    }
   }
   if (first) rv = ind + rv;
   return Value(std::move(rv));

@@ -4,6 +4,7 @@
 
 #include "chat/builtins.h"
 #include "chat/interpreter.h"
+#include "chat/meter.h"
 
 namespace sluice::chat {
 
@@ -25,24 +26,30 @@ std::vector<std::pair<std::string, Value>> make_globals(Interpreter& in) {
       if (out.size() >= 100000) fail("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       out.emplace_back(i);
     }
-    in.count_iterations(out.size());
+    charge_steps(out.size());
     return Value::list(std::move(out));
   }));
   auto dict_from = [](CallArgs& args, DictObject::Kind kind) {
     auto d = std::make_shared<DictObject>();
     d->kind = kind;
+    // Each set scans the keys so far: charged as steps, so that a huge list of pairs cannot spend
+    // quadratic time inside this one call.
+    auto put = [&d](const Value& k, const Value& v) {
+      charge_steps(1 + d->items.size());
+      d->set(k, v);
+    };
     for (const auto& p : args.positional) {
       if (p.is_dict()) {
-        for (const auto& [k, v] : p.as_dict()->items) d->set(k, v);
+        for (const auto& [k, v] : p.as_dict()->items) put(k, v);
       } else {
         for (const auto& pair : iterate(p)) {
           auto kv = iterate(pair);
           if (kv.size() != 2) fail("ValueError: dictionary update sequence element has wrong length");
-          d->set(kv[0], kv[1]);
+          put(kv[0], kv[1]);
         }
       }
     }
-    for (const auto& [k, v] : args.keyword) d->set(Value(k), v);
+    for (const auto& [k, v] : args.keyword) put(Value(k), v);
     return Value(d);
   };
   g.emplace_back("dict", make_callable("dict", [dict_from](Interpreter&, CallArgs& args) {

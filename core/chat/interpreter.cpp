@@ -4,37 +4,22 @@
 #include "chat/interpreter.h"
 
 #include <cmath>
+#include <optional>
 
 #include "chat/builtins.h"
 
 namespace sluice::chat {
 
 Interpreter::Interpreter(std::chrono::system_clock::time_point now, RenderOptions options)
-    : now_(now), options_(options) {}
-
-void Interpreter::count_iterations(std::size_t n) {
-  iterations_ += n;
-  if (iterations_ > options_.max_loop_iterations) fail("TemplateRuntimeError: iteration limit exceeded");
-}
+    : now_(now), options_(options), meter_(options_.budget) {}
 
 void Interpreter::append_output(std::string& out, const std::string& text) {
-  if (out.size() + text.size() > options_.max_output_bytes) fail("TemplateRuntimeError: output size limit exceeded");
+  // Captured text (set blocks, macro bodies) counts too: it is output on its way somewhere.
+  if (out.size() + text.size() > options_.budget.max_output_bytes)
+    fail("TemplateRuntimeError: the output exceeds the size budget (" + std::to_string(options_.budget.max_output_bytes) +
+         " bytes)");
   out += text;
 }
-
-namespace {
-// Guards native recursion (macro calls, nested evaluation) against hostile templates.
-struct DepthGuard {
-  int& depth;
-  DepthGuard(int& d, int limit) : depth(d) {
-    if (++depth > limit) {
-      --depth;
-      fail("RecursionError: maximum template recursion depth exceeded");
-    }
-  }
-  ~DepthGuard() { --depth; }
-};
-}  // namespace
 
 std::string Interpreter::render(const Body& body, const rapidjson::Value& variables) {
   auto globals = std::make_shared<Scope>();
@@ -67,6 +52,7 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, const ScopePtr& scope
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+  DepthGuard guard(meter_);
   switch (s.kind) {
     case Stmt::Kind::Text:
       append_output(out, s.text);
@@ -134,6 +120,7 @@ void Interpreter::assign(const Target& t, Value v, const ScopePtr& scope) {
     Value obj = lookup(t.name, scope);
     if (!obj.is_dict() || obj.as_dict()->kind != DictObject::Kind::Namespace)
       fail("TemplateRuntimeError: cannot assign attribute on non-namespace object");
+    meter_.track_mutable(obj.as_dict());
     obj.as_dict()->set(Value(t.attr), std::move(v));
     return;
   }
@@ -157,7 +144,7 @@ void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& ou
   }
   const std::int64_t n = static_cast<std::int64_t>(items.size());
   for (std::int64_t i = 0; i < n; ++i) {
-    count_iterations(1);
+    meter_.step(1);
     auto loop = std::make_shared<DictObject>();
     loop->kind = DictObject::Kind::Loop;
     loop->items = {
@@ -193,7 +180,6 @@ Value Interpreter::make_macro(const std::string& name, const std::vector<MacroPa
   // the scope outlives every call that can reach the macro.
   std::weak_ptr<Scope> weak_scope = defining_scope;
   auto fn = [name, &params, &body, weak_scope](Interpreter& in, CallArgs& args) -> Value {
-    DepthGuard guard(in.depth_, in.options_.max_call_depth);
     auto scope = std::make_shared<Scope>();
     scope->parent = weak_scope.lock();
     if (!scope->parent) fail("TemplateRuntimeError: macro '" + name + "' called outside its scope");
@@ -251,7 +237,7 @@ void Interpreter::exec_call_block(const Stmt& s, const ScopePtr& scope, std::str
 Value Interpreter::call(const Value& callee, CallArgs& args) {
   if (callee.is_undefined()) fail_undefined(callee);
   if (!callee.is_callable()) fail("TypeError: '" + type_name(callee) + "' object is not callable");
-  DepthGuard guard(depth_, options_.max_call_depth + 50);
+  DepthGuard guard(meter_);
   return callee.as_callable()->fn(*this, args);
 }
 
@@ -261,6 +247,7 @@ void Interpreter::eval_args(const Expr& e, const ScopePtr& scope, CallArgs& args
 }
 
 Value Interpreter::eval_filter(const Expr& e, const ScopePtr& scope, const Value* block_input) {
+  DepthGuard guard(meter_);  // a chain x|f|g|... recurses here, not through eval
   // A filter block's chain ends in a filter without a target: that one receives the block's text.
   Value target;
   if (!e.target) target = block_input ? *block_input : Value();
@@ -273,7 +260,7 @@ Value Interpreter::eval_filter(const Expr& e, const ScopePtr& scope, const Value
 }
 
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
-  DepthGuard guard(depth_, options_.max_call_depth + 400);
+  DepthGuard guard(meter_);
   switch (e.kind) {
     case Expr::Kind::Literal: return e.value;
     case Expr::Kind::Name: return lookup(e.name, scope);
@@ -363,6 +350,25 @@ Value int_or_float(long double exact, std::int64_t value, bool overflow) {
   return Value(value);
 }
 
+// Exponentiation by squaring: log2(exp) multiplications; nullopt when the result overflows int64.
+std::optional<std::int64_t> int_pow(std::int64_t base, std::int64_t exp) {
+  std::int64_t result = 1;
+  while (true) {
+    if ((exp & 1) && __builtin_mul_overflow(result, base, &result)) return std::nullopt;
+    exp >>= 1;
+    if (exp == 0) return result;
+    // Squaring overflows only when base^2 (a factor of the result) does not fit, i.e. |base| >= 2^32.
+    if (__builtin_mul_overflow(base, base, &base)) return std::nullopt;
+  }
+}
+
+// What copying a list's items costs in memory: copies share nested lists and dicts but not strings.
+std::size_t copy_bytes(const ListObject& list) {
+  std::size_t bytes = 0;
+  for (const auto& v : list.items) bytes += sizeof(Value) + (v.is_string() ? v.as_string().size() : 0);
+  return bytes;
+}
+
 double py_fmod(double a, double b) {
   double m = std::fmod(a, b);
   if (m != 0 && ((m < 0) != (b < 0))) m += b;
@@ -394,14 +400,14 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       return Value(x.as_string() + y.as_string()).mark_safe();
     }
     if (a.is_string() && b.is_string()) {
-      std::string s = a.as_string() + b.as_string();
-      if (s.size() > options_.max_output_bytes) fail("TemplateRuntimeError: string size limit exceeded");
-      return Value(std::move(s));
+      check_size(a.as_string().size() + b.as_string().size(), "a concatenated string");
+      return Value(a.as_string() + b.as_string());
     }
     if (a.is_list() && b.is_list() && a.as_list()->is_tuple == b.as_list()->is_tuple) {
+      check_size(copy_bytes(*a.as_list()) + copy_bytes(*b.as_list()), "a concatenated list");
+      meter_.step(a.as_list()->items.size() + b.as_list()->items.size());
       std::vector<Value> items = a.as_list()->items;
       items.insert(items.end(), b.as_list()->items.begin(), b.as_list()->items.end());
-      count_iterations(items.size());
       return a.as_list()->is_tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     }
     if (a.is_string() || b.is_string())
@@ -426,15 +432,16 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     const Value* count = seq == &a ? &b : &a;
     if (!(seq->is_string() || seq->is_list()) || !(count->is_int() || count->is_bool())) return type_error();
     std::int64_t n = std::max<std::int64_t>(0, count->to_int());
-    std::size_t unit = seq->is_string() ? seq->as_string().size() : seq->as_list()->items.size();
-    if (unit * static_cast<std::size_t>(n) > options_.max_output_bytes) fail("TemplateRuntimeError: repetition too large");
     if (seq->is_string()) {
       std::string s;
-      for (std::int64_t i = 0; i < n; ++i) s += seq->as_string();
+      s.reserve(checked_size(n, seq->as_string().size(), "a repeated string"));
+      for (std::int64_t i = 0; i < n && !seq->as_string().empty(); ++i) s += seq->as_string();
       return Value(std::move(s));
     }
+    checked_size(n, copy_bytes(*seq->as_list()), "a repeated list");
+    meter_.step(static_cast<std::uint64_t>(n) * seq->as_list()->items.size());
     std::vector<Value> items;
-    for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t i = 0; i < n && !seq->as_list()->items.empty(); ++i)
       items.insert(items.end(), seq->as_list()->items.begin(), seq->as_list()->items.end());
     return seq->as_list()->is_tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
   }
@@ -467,11 +474,11 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   if (op == "**") {
     if (!numeric) return type_error();
     if (!any_float && b.to_int() >= 0) {
-      std::int64_t base = a.to_int(), exp = b.to_int(), r = 1;
-      bool o = false;
-      for (std::int64_t i = 0; i < exp && !o; ++i) o = __builtin_mul_overflow(r, base, &r);
-      if (!o) return Value(r);
-      return Value(std::pow(static_cast<double>(base), static_cast<double>(exp)));
+      // Python's ints are unbounded; ours are 64-bit, so a power that does not fit is an error
+      // rather than a silently rounded float.
+      if (auto r = int_pow(a.to_int(), b.to_int())) return Value(*r);
+      fail("OverflowError: " + std::to_string(a.to_int()) + " ** " + std::to_string(b.to_int()) +
+           " does not fit in a 64-bit integer");
     }
     if (a.to_double() == 0 && b.to_double() < 0) fail("ZeroDivisionError: 0.0 cannot be raised to a negative power");
     return Value(std::pow(a.to_double(), b.to_double()));

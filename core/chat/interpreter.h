@@ -1,6 +1,6 @@
 #pragma once
 // Executes a parsed template. One Interpreter renders one template once; it owns the variable
-// scopes and enforces the limits that keep hostile templates from running away.
+// scopes and the meter that holds the render to its budget (chat/budget.h).
 #include <chrono>
 #include <memory>
 #include <string>
@@ -9,17 +9,10 @@
 #include <rapidjson/document.h>
 
 #include "chat/ast.h"
+#include "chat/budget.h"
+#include "chat/meter.h"
 
 namespace sluice::chat {
-
-struct RenderOptions {
-  // transformers renders with ImmutableSandboxedEnvironment: list.append, dict.update, ... are
-  // refused as unsafe. Set true to behave like the plain SandboxedEnvironment instead.
-  bool allow_mutation = false;
-  std::size_t max_output_bytes = 64u << 20;
-  std::size_t max_loop_iterations = 10'000'000;
-  int max_call_depth = 200;
-};
 
 struct Scope {
   std::unordered_map<std::string, Value> vars;
@@ -37,7 +30,7 @@ class Interpreter {
   Value call(const Value& callee, CallArgs& args);
   std::chrono::system_clock::time_point now() const { return now_; }
   const RenderOptions& options() const { return options_; }
-  void count_iterations(std::size_t n);
+  RenderMeter& meter() { return meter_; }
 
  private:
   enum class Flow { Normal, Break, Continue };
@@ -62,8 +55,7 @@ class Interpreter {
 
   std::chrono::system_clock::time_point now_;
   RenderOptions options_;
-  std::size_t iterations_ = 0;
-  int depth_ = 0;
+  RenderMeter meter_;
 };
 
 }  // namespace sluice::chat

@@ -3,12 +3,22 @@
 // indent), insertion order kept, floats in repr() form, NaN/Infinity spelled as Python does.
 #include <cmath>
 #include <cstdio>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "chat/budget.h"
 #include "chat/builtins.h"
+#include "chat/meter.h"
 
 namespace sluice::chat {
 
-Value from_json(const rapidjson::Value& json) {
+namespace {
+
+// Objects with more members than this index their keys to find repeats; smaller ones scan.
+constexpr std::size_t kKeyIndexThreshold = 16;
+
+Value from_json_at(const rapidjson::Value& json, int depth) {
   switch (json.GetType()) {
     case rapidjson::kNullType: return Value::none();
     case rapidjson::kFalseType: return Value(false);
@@ -18,33 +28,44 @@ Value from_json(const rapidjson::Value& json) {
       if (json.IsInt64()) return Value(static_cast<std::int64_t>(json.GetInt64()));
       if (json.IsUint64()) return Value(static_cast<double>(json.GetUint64()));
       return Value(json.GetDouble());
-    case rapidjson::kArrayType: {
-      std::vector<Value> items;
-      items.reserve(json.Size());
-      for (const auto& item : json.GetArray()) items.push_back(from_json(item));
-      return Value::list(std::move(items));
-    }
-    case rapidjson::kObjectType: {
-      Value d = Value::dict();
-      auto& items = d.as_dict()->items;
-      for (auto it = json.MemberBegin(); it != json.MemberEnd(); ++it) {
-        Value key(std::string(it->name.GetString(), it->name.GetStringLength()));
-        Value value = from_json(it->value);
-        bool replaced = false;  // a repeated key keeps its first position and its last value, like json.loads
-        for (auto& kv : items) {
-          if (kv.first.as_string() == key.as_string()) {
-            kv.second = std::move(value);
-            replaced = true;
-            break;
-          }
-        }
-        if (!replaced) items.emplace_back(std::move(key), std::move(value));
-      }
-      return d;
-    }
+    case rapidjson::kArrayType:
+    case rapidjson::kObjectType: break;
   }
-  return Value::none();
+  // One native frame per level, bounded: the variables come from a request body.
+  if (depth >= kMaxValueDepth)
+    fail("ValueError: template variables nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  if (json.IsArray()) {
+    std::vector<Value> items;
+    items.reserve(json.Size());
+    for (const auto& item : json.GetArray()) items.push_back(from_json_at(item, depth + 1));
+    return Value::list(std::move(items));
+  }
+  // A repeated key keeps its first position and its last value, like json.loads; found through an
+  // index so that many keys cost linear time.
+  Value d = Value::dict();
+  auto& items = d.as_dict()->items;
+  const bool indexed = json.MemberCount() > kKeyIndexThreshold;
+  std::unordered_map<std::string_view, std::size_t> position;
+  if (indexed) position.reserve(json.MemberCount());
+  for (auto it = json.MemberBegin(); it != json.MemberEnd(); ++it) {
+    std::string_view key(it->name.GetString(), it->name.GetStringLength());
+    Value value = from_json_at(it->value, depth + 1);
+    std::size_t at = items.size();
+    if (indexed) {
+      at = position.emplace(key, items.size()).first->second;
+    } else {
+      for (std::size_t i = 0; i < items.size(); ++i)
+        if (items[i].first.as_string() == key) at = i;
+    }
+    if (at < items.size()) items[at].second = std::move(value);
+    else items.emplace_back(Value(std::string(key)), std::move(value));
+  }
+  return d;
 }
+
+}  // namespace
+
+Value from_json(const rapidjson::Value& json) { return from_json_at(json, 0); }
 
 namespace {
 
@@ -97,7 +118,6 @@ class JsonWriter {
   explicit JsonWriter(const JsonOptions& o) : o_(o) {}
 
   void write(const Value& v, int level, std::string& out) {
-    if (level > 500) fail("ValueError: Circular reference detected");
     if (v.is_none()) out += "null";
     else if (v.is_bool()) out += v.as_bool() ? "true" : "false";
     else if (v.is_int()) out += std::to_string(v.as_int());
@@ -109,6 +129,7 @@ class JsonWriter {
         out += "[]";
         return;
       }
+      Nested nested(*this, v.as_list().get(), level, items.size());
       out += '[';
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (i) out += o_.item_separator;
@@ -118,11 +139,12 @@ class JsonWriter {
       newline(level, out);
       out += ']';
     } else if (v.is_dict() && v.as_dict()->kind == DictObject::Kind::Dict) {
-      auto items = v.as_dict()->items;
-      if (items.empty()) {
+      if (v.as_dict()->items.empty()) {
         out += "{}";
         return;
       }
+      Nested nested(*this, v.as_dict().get(), level, v.as_dict()->items.size());
+      auto items = v.as_dict()->items;
       if (o_.sort_keys) {
         std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return compare(a.first, b.first) < 0; });
       }
@@ -139,6 +161,7 @@ class JsonWriter {
     } else {
       fail("TypeError: Object of type " + type_name(v) + " is not JSON serializable");
     }
+    check_size(out.size(), "tojson output");
   }
 
  private:
@@ -153,11 +176,34 @@ class JsonWriter {
 
   void newline(int level, std::string& out) const {
     if (!o_.indent) return;
+    check_size(out.size() + 1 + checked_size(level, o_.indent->size(), "tojson indentation"), "tojson output");
     out += '\n';
     for (int i = 0; i < level; ++i) out += *o_.indent;
   }
 
+  // A container being written, for the span of its writing: seeing it again inside itself is
+  // json.dumps' "Circular reference detected"; nesting is bounded like Python's recursion.
+  class Nested {
+   public:
+    Nested(JsonWriter& w, const void* object, int level, std::size_t items) : w_(w), object_(object) {
+      if (!w_.active_.insert(object_).second) fail("ValueError: Circular reference detected");
+      if (level >= kMaxValueDepth) {
+        w_.active_.erase(object_);
+        fail("RecursionError: maximum recursion depth exceeded while encoding a JSON object");
+      }
+      charge_steps(1 + items);
+    }
+    ~Nested() { w_.active_.erase(object_); }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    JsonWriter& w_;
+    const void* object_;
+  };
+
   const JsonOptions& o_;
+  std::unordered_set<const void*> active_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "chat/builtins.h"
 #include "chat/interpreter.h"
+#include "chat/meter.h"
 
 namespace sluice::chat {
 namespace {
@@ -250,8 +251,11 @@ Value string_method(const std::string& s, const std::string& name) {
       std::int64_t len = static_cast<std::int64_t>(utf8_length(s));
       if (width <= len) return Value(s);
       std::int64_t pad = width - len;
+      if (utf8_length(fill) != 1) fail("TypeError: The fill character must be exactly one character long");
+      check_size(s.size() + checked_size(pad, fill.size(), "a padded string"), "a padded string");
       auto rep = [&](std::int64_t n) {
         std::string r;
+        r.reserve(static_cast<std::size_t>(n) * fill.size());
         for (std::int64_t i = 0; i < n; ++i) r += fill;
         return r;
       };
@@ -293,8 +297,8 @@ Value dict_method(Interpreter& in, const DictPtr& d, const Value& self, const st
   }
   if (name == "copy") {
     return bound(name, [d](Interpreter&, CallArgs&) {
-      auto c = std::make_shared<DictObject>(*d);
-      c->kind = DictObject::Kind::Dict;
+      auto c = std::make_shared<DictObject>();
+      c->items = d->items;
       return Value(c);
     });
   }
@@ -302,7 +306,8 @@ Value dict_method(Interpreter& in, const DictPtr& d, const Value& self, const st
   for (const char* m : kMutating) {
     if (name != m) continue;
     if (!in.options().allow_mutation) return unsafe(self, name);
-    return bound(name, [d, name](Interpreter&, CallArgs& args) -> Value {
+    return bound(name, [d, name](Interpreter& in, CallArgs& args) -> Value {
+      in.meter().track_mutable(d);
       if (name == "clear") {
         d->items.clear();
         return Value::none();
@@ -310,7 +315,10 @@ Value dict_method(Interpreter& in, const DictPtr& d, const Value& self, const st
       if (name == "update") {
         for (const auto& p : args.positional) {
           if (!p.is_dict()) fail("TypeError: update() expects a mapping");
-          for (const auto& [k, v] : p.as_dict()->items) d->set(k, v);
+          for (const auto& [k, v] : p.as_dict()->items) {
+            charge_steps(1 + d->items.size());  // each set scans the keys
+            d->set(k, v);
+          }
         }
         for (const auto& [k, v] : args.keyword) d->set(Value(k), v);
         return Value::none();
@@ -360,15 +368,16 @@ Value list_method(Interpreter& in, const ListPtr& l, const Value& self, const st
     if (name != m || l->is_tuple) continue;
     if (!in.options().allow_mutation) return unsafe(self, name);
     return bound(name, [l, name](Interpreter& in, CallArgs& args) -> Value {
+      in.meter().track_mutable(l);
       auto& items = l->items;
       if (name == "append") {
         ArgBinder a(name, args, {"object"});
-        in.count_iterations(1);
+        charge_steps(1);
         items.push_back(a.get(0));
       } else if (name == "extend") {
         ArgBinder a(name, args, {"iterable"});
         auto more = iterate(a.get(0));
-        in.count_iterations(more.size());
+        check_size(sizeof(Value) * (items.size() + more.size()), "an extended list");
         items.insert(items.end(), more.begin(), more.end());
       } else if (name == "pop") {
         ArgBinder a(name, args, {"index"});

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "chat/budget.h"
 #include "chat/builtins.h"
 #include "chat/lexer.h"
 
@@ -61,6 +62,49 @@ class Parser {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
     e->line = line;
+    return e;
+  }
+
+  // Limits ---------------------------------------------------------------------------------------
+  // The parser recurses for nested constructs and the interpreter for tall expression trees, both
+  // on the native stack, so both are bounded here: a template past a limit is a syntax error.
+
+  // One level of parser recursion (brackets, `not`, unary signs, a tag inside a tag, ...).
+  class Nesting {
+   public:
+    explicit Nesting(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxParseNesting) {
+        --p_.nesting_;
+        p_.syntax_error("the template nests too deeply (more than " + std::to_string(kMaxParseNesting) + " levels)");
+      }
+    }
+    ~Nesting() { --p_.nesting_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
+  // Sets e's height from its operands (already sealed) and bounds it. Chains such as a + b + c or
+  // x|f|g are built by loops, not recursion, so their height is checked here as each link is added.
+  ExprPtr seal(ExprPtr e) {
+    int h = 0;
+    auto see = [&h](const ExprPtr& child) {
+      if (child) h = std::max(h, child->height);
+    };
+    see(e->target);
+    see(e->right);
+    see(e->third);
+    see(e->slice_start);
+    see(e->slice_stop);
+    see(e->slice_step);
+    for (const auto& item : e->items) see(item);
+    for (const auto& kw : e->kwargs) see(kw.second);
+    e->height = h + 1;
+    if (e->height > kMaxExpressionHeight)
+      fail("TemplateSyntaxError: expression nested too deeply (more than " + std::to_string(kMaxExpressionHeight) +
+           " operators deep) (line " + std::to_string(e->line) + ")");
     return e;
   }
 
@@ -130,6 +174,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    Nesting nesting(*this);
     int line = cur().line;
     if (cur().type != TokenType::Name) syntax_error("tag name expected");
     std::string kw = next().text;
@@ -178,6 +223,7 @@ class Parser {
 
   Target parse_target(bool allow_attr) {
     auto one = [&]() -> Target {
+      Nesting nesting(*this);
       Target t;
       if (is_op("(")) {
         next();
@@ -333,12 +379,13 @@ class Parser {
         break;
       t->items.push_back(parse_expression(with_condexpr));
     }
-    return t;
+    return seal(std::move(t));
   }
 
   ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
 
   ExprPtr parse_condexpr() {
+    Nesting nesting(*this);  // `a if b else c if d else ...` recurses once per `else`
     std::size_t pending_before = pending_unknown_.size();
     int line = cur().line;
     ExprPtr expr1 = parse_or();
@@ -351,7 +398,7 @@ class Parser {
         next();
         c->third = parse_condexpr();
       }
-      expr1 = std::move(c);
+      expr1 = seal(std::move(c));
       // Jinja compiles conditional expressions in a "soft" frame: unknown filters there fail only
       // when evaluated.
       pending_unknown_.resize(std::min(pending_unknown_.size(), pending_before));
@@ -364,7 +411,7 @@ class Parser {
     e->name = std::move(op);
     e->target = std::move(a);
     e->right = std::move(b);
-    return e;
+    return seal(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -387,10 +434,11 @@ class Parser {
 
   ExprPtr parse_not() {
     if (is_name("not")) {
+      Nesting nesting(*this);
       int line = next().line;
       auto e = node(Expr::Kind::Not, line);
       e->target = parse_not();
-      return e;
+      return seal(std::move(e));
     }
     return parse_compare();
   }
@@ -421,6 +469,7 @@ class Parser {
       }
       cmp->ops.push_back(op);
       cmp->items.push_back(parse_math1());
+      cmp = seal(std::move(cmp));
     }
     return cmp ? std::move(cmp) : std::move(left);
   }
@@ -462,18 +511,14 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
-    // Bounds native recursion on hostile input such as 100000 nested parentheses.
-    struct Depth {
-      int& d;
-      ~Depth() { --d; }
-    } depth{++nesting_};
-    if (nesting_ > 500) syntax_error("expression nested too deeply");
+    Nesting nesting(*this);  // every bracket nests through here
     int line = cur().line;
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       bool neg = next().text == "-";
       e = node(neg ? Expr::Kind::Neg : Expr::Kind::Pos, line);
       e->target = parse_unary(false);
+      e = seal(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -539,7 +584,7 @@ class Parser {
         t->items.push_back(parse_expression(true));
       }
       expect_op(")");
-      return t;
+      return seal(std::move(t));
     }
     if (is_op("[")) {
       next();
@@ -550,7 +595,7 @@ class Parser {
         l->items.push_back(parse_expression(true));
       }
       next();
-      return l;
+      return seal(std::move(l));
     }
     if (is_op("{")) {
       next();
@@ -563,7 +608,7 @@ class Parser {
         d->items.push_back(parse_expression(true));
       }
       next();
-      return d;
+      return seal(std::move(d));
     }
     syntax_error("unexpected " + describe(tok));
   }
@@ -578,13 +623,13 @@ class Parser {
           g->target = std::move(e);
           g->right = node(Expr::Kind::Literal, line);
           g->right->value = Value(static_cast<std::int64_t>(std::stoll(next().text)));
-          e = std::move(g);
+          e = seal(std::move(g));
           continue;
         }
         auto g = node(Expr::Kind::GetAttr, line);
         g->name = expect_name();
         g->target = std::move(e);
-        e = std::move(g);
+        e = seal(std::move(g));
       } else if (is_op("[")) {
         next();
         e = parse_subscript(std::move(e), line);
@@ -619,7 +664,7 @@ class Parser {
           if (is_op("]")) break;
           t->items.push_back(parse_expression(true));
         }
-        parts[0] = std::move(t);
+        parts[0] = seal(std::move(t));
       }
     }
     next();
@@ -628,14 +673,14 @@ class Parser {
       auto g = node(Expr::Kind::GetItem, line);
       g->target = std::move(target);
       g->right = std::move(parts[0]);
-      return g;
+      return seal(std::move(g));
     }
     auto s = node(Expr::Kind::Slice, line);
     s->target = std::move(target);
     s->slice_start = std::move(parts[0]);
     s->slice_stop = std::move(parts[1]);
     s->slice_step = std::move(parts[2]);
-    return s;
+    return seal(std::move(s));
   }
 
   void parse_call_args(Expr& e) {
@@ -661,7 +706,7 @@ class Parser {
     auto c = node(Expr::Kind::Call, cur().line);
     c->target = std::move(target);
     parse_call_args(*c);
-    return c;
+    return seal(std::move(c));
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
@@ -698,7 +743,7 @@ class Parser {
       if (is_op("(")) parse_call_args(*f);
       if (!is_known_filter(f->name)) note_unknown(*f, true);
       f->target = std::move(target);
-      target = std::move(f);
+      target = seal(std::move(f));
     } while (!single && is_op("|"));
     return target;
   }
@@ -726,10 +771,11 @@ class Parser {
       t->items.push_back(parse_postfix(parse_primary()));
     }
     if (!is_known_test(t->name)) note_unknown(*t, false);
+    t = seal(std::move(t));
     if (!negated) return t;
     auto n = node(Expr::Kind::Not, line);
     n->target = std::move(t);
-    return n;
+    return seal(std::move(n));
   }
 
   std::vector<Token> t_;

@@ -6,6 +6,7 @@
 #include <utf8proc.h>
 
 #include "chat/builtins.h"
+#include "chat/meter.h"
 #include "chat/interpreter.h"
 
 namespace sluice::chat {
@@ -122,6 +123,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
         ++done;
       }
       out += c;
+      check_size(out.size(), "a replaced string");
     }
     if (count < 0 || done < count) out += repl;
     return out;
@@ -133,6 +135,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     if (hit == std::string::npos) break;
     out.append(s, pos, hit - pos);
     out += repl;
+    check_size(out.size(), "a replaced string");
     pos = hit + old.size();
     ++done;
   }
@@ -213,6 +216,34 @@ Value py_split(const std::string& s, const Value& sep, long long maxsplit, bool 
 
 namespace {
 
+// printf can print at most this many digits into our buffers; Python prints more but no template
+// needs a thousand decimals.
+constexpr std::size_t kMaxPrecision = 400;
+
+// snprintf into a string of the size it needs (widths are bounded by the size budget beforehand).
+template <class... Args>
+std::string printf_string(const char* format, Args... args) {
+  int n = std::snprintf(nullptr, 0, format, args...);
+  if (n < 0) fail("ValueError: invalid format");
+  std::string out(static_cast<std::size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), format, args...);
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+// Reads the decimal digits at spec[i...]: a width or precision, bounded by the size budget (a width
+// of 10^18 would otherwise be an allocation of that size, and the digits could overflow).
+std::size_t parse_width(const std::string& spec, std::size_t& i, const char* what) {
+  std::size_t value = 0;
+  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) {
+    if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, spec[i] - '0', &value))
+      fail(std::string("ValueError: Too many decimal digits in ") + what);
+    check_size(value, what);
+    ++i;
+  }
+  return value;
+}
+
 // Applies a format spec [[fill]align][sign][width][.precision][type] to a value, the subset of
 // Python's format mini-language that templates plausibly use.
 std::string format_spec(const Value& v, const std::string& spec) {
@@ -233,23 +264,19 @@ std::string format_spec(const Value& v, const std::string& spec) {
     align = '=';
     ++i;
   }
-  std::size_t width = 0;
-  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = width * 10 + (spec[i++] - '0');
+  std::size_t width = parse_width(spec, i, "a format width");
   int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
     ++i;
-    precision = 0;
-    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) precision = precision * 10 + (spec[i++] - '0');
+    precision = static_cast<int>(std::min<std::size_t>(parse_width(spec, i, "a format precision"), kMaxPrecision));
   }
   char type = i < spec.size() ? spec[i] : 0;
   std::string body;
   if (type == 'f' || type == 'F' || type == 'e' || type == 'g' || type == '%') {
     double d = v.to_double();
     if (type == '%') d *= 100;
-    char buf[512];
     std::string f = "%." + std::to_string(precision < 0 ? 6 : precision) + (type == '%' ? 'f' : type);
-    std::snprintf(buf, sizeof buf, f.c_str(), d);
-    body = buf;
+    body = printf_string(f.c_str(), d);
     if (type == '%') body += '%';
   } else if (type == 'd') {
     body = std::to_string(v.to_int());
@@ -274,9 +301,7 @@ std::string format_spec(const Value& v, const std::string& spec) {
         for (int k = 0; k < precision; ++k) body += chars[k];
       }
     } else if (precision >= 0 && v.is_float()) {
-      char buf[512];
-      std::snprintf(buf, sizeof buf, "%.*g", precision, v.as_float());
-      body = buf;
+      body = printf_string("%.*g", precision, v.as_float());
     }
   }
   if (sign == '+' && v.is_number() && !body.empty() && body[0] != '-') body = "+" + body;
@@ -326,11 +351,11 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     std::string flags;
     while (i < fmt.size() && std::string("-+ 0#").find(fmt[i]) != std::string::npos) flags += fmt[i++];
     std::string width, precision;
-    while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i]))) width += fmt[i++];
+    std::size_t width_start = i;
+    if (parse_width(fmt, i, "a format width") > 0) width = fmt.substr(width_start, i - width_start);
     if (i < fmt.size() && fmt[i] == '.') {
       ++i;
-      precision = "0";
-      while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i]))) precision += fmt[i++];
+      precision = std::to_string(std::min<std::size_t>(parse_width(fmt, i, "a format precision"), kMaxPrecision));
     }
     if (i >= fmt.size()) fail("ValueError: incomplete format");
     char conv = fmt[i];
@@ -344,12 +369,11 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     else if (conv == 'r') body = to_repr(*arg);
     else if (conv == 'd' || conv == 'i') body = std::to_string(arg->to_int());
     else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'g' || conv == 'x' || conv == 'X' || conv == 'o') {
-      char buf[512];
       std::string f = "%" + flags + width + (precision.empty() ? "" : "." + precision) +
                       (conv == 'x' || conv == 'X' || conv == 'o' ? std::string("ll") + conv : std::string(1, conv));
-      if (conv == 'x' || conv == 'X' || conv == 'o') std::snprintf(buf, sizeof buf, f.c_str(), static_cast<long long>(arg->to_int()));
-      else std::snprintf(buf, sizeof buf, f.c_str(), arg->to_double());
-      out += buf;
+      if (conv == 'x' || conv == 'X' || conv == 'o') out += printf_string(f.c_str(), static_cast<long long>(arg->to_int()));
+      else out += printf_string(f.c_str(), arg->to_double());
+      check_size(out.size(), "a formatted string");
       continue;
     } else {
       fail(std::string("ValueError: unsupported format character '") + conv + "'");
@@ -369,6 +393,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       else body = std::string(w - len, flags.find('0') != std::string::npos && conv != 's' ? '0' : ' ') + body;
     }
     out += body;
+    check_size(out.size(), "a formatted string");
   }
   if (!mapping && next < positional.size()) fail("TypeError: not all arguments converted during string formatting");
   return out;
@@ -449,6 +474,7 @@ std::string str_format(Interpreter& in, const std::string& fmt, CallArgs& args) 
     if (conversion == 'r') v = Value(to_repr(v));
     else if (conversion == 's') v = Value(to_str(v));
     out += format_spec(v, spec);
+    check_size(out.size(), "a formatted string");
   }
   return out;
 }

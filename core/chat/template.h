@@ -11,12 +11,12 @@
 
 #include <rapidjson/document.h>
 
+#include "chat/budget.h"
 #include "util/result.h"
 
 namespace sluice::chat {
 
 struct Stmt;
-struct RenderOptions;
 
 class Template {
  public:
@@ -24,7 +24,8 @@ class Template {
   static Result<Template> parse(std::string_view source);
 
   // variables: a JSON object (messages, tools, add_generation_prompt, bos_token, eos_token, kwargs).
-  // Runtime failures (raise_exception, undefined values used wrongly, limits) come back as errors.
+  // Runtime failures (raise_exception, undefined values used wrongly, an exhausted RenderBudget)
+  // come back as errors.
   Result<std::string> render(const rapidjson::Value& variables) const;
   Result<std::string> render(const rapidjson::Value& variables, std::chrono::system_clock::time_point now) const;
   Result<std::string> render(const rapidjson::Value& variables, std::chrono::system_clock::time_point now,

@@ -5,8 +5,55 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <unordered_set>
+
+#include "chat/budget.h"
+#include "chat/meter.h"
 
 namespace sluice::chat {
+
+namespace {
+
+// Freeing a value nested N deep would take N native frames (each container's destructor frees its
+// items, which free theirs, ...). Instead the outermost destructor queues the nested containers and
+// frees them one at a time; destructors running inside it only add to the queue.
+thread_local std::vector<Value>* release_queue = nullptr;
+
+bool holds_shared(const Value& v) { return v.is_list() || v.is_dict() || v.is_callable(); }
+
+template <class Collect>
+void release_nested(Collect collect) {
+  if (release_queue) {
+    collect(*release_queue);
+    return;
+  }
+  std::vector<Value> queue;
+  release_queue = &queue;
+  collect(queue);
+  while (!queue.empty()) {
+    Value last = std::move(queue.back());
+    queue.pop_back();
+  }  // `last` may be the final owner: its destructor queues its own children
+  release_queue = nullptr;
+}
+
+}  // namespace
+
+ListObject::~ListObject() {
+  release_nested([this](std::vector<Value>& queue) {
+    for (auto& v : items)
+      if (holds_shared(v)) queue.push_back(std::move(v));
+  });
+}
+
+DictObject::~DictObject() {
+  release_nested([this](std::vector<Value>& queue) {
+    for (auto& [k, v] : items) {
+      if (holds_shared(k)) queue.push_back(std::move(k));
+      if (holds_shared(v)) queue.push_back(std::move(v));
+    }
+  });
+}
 
 Value Value::list(std::vector<Value> items) {
   auto l = std::make_shared<ListObject>();
@@ -96,7 +143,27 @@ bool truthy(const Value& v) {
   }
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+
+// Comparing nested values recurses once per level: deep (or cyclic, with mutation allowed) values
+// end in Python's RecursionError instead of a native stack overflow, and each container compared is
+// a step, so comparing values that share structure many times over cannot run unbounded.
+void enter_nested_comparison(int depth) {
+  if (depth > kMaxValueDepth) fail("RecursionError: maximum recursion depth exceeded in comparison");
+  charge_steps(1);
+}
+
+bool equals_at(const Value& a, const Value& b, int depth);
+int compare_at(const Value& a, const Value& b, int depth);
+
+}  // namespace
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+int compare(const Value& a, const Value& b) { return compare_at(a, b, 0); }
+
+namespace {
+
+bool equals_at(const Value& a, const Value& b, int depth) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.to_double() == b.to_double();
     return a.to_int() == b.to_int();
@@ -109,8 +176,9 @@ bool equals(const Value& a, const Value& b) {
     const auto& y = b.as_list();
     if (x == y) return true;
     if (x->is_tuple != y->is_tuple || x->items.size() != y->items.size()) return false;
+    enter_nested_comparison(depth + 1);
     for (std::size_t i = 0; i < x->items.size(); ++i)
-      if (!equals(x->items[i], y->items[i])) return false;
+      if (!equals_at(x->items[i], y->items[i], depth + 1)) return false;
     return true;
   }
   if (a.is_dict()) {
@@ -119,9 +187,10 @@ bool equals(const Value& a, const Value& b) {
     if (x == y) return true;
     if (x->kind != DictObject::Kind::Dict || y->kind != DictObject::Kind::Dict) return false;
     if (x->items.size() != y->items.size()) return false;
+    enter_nested_comparison(depth + 1);
     for (const auto& [k, v] : x->items) {
       const Value* other = y->find(k);
-      if (!other || !equals(v, *other)) return false;
+      if (!other || !equals_at(v, *other, depth + 1)) return false;
     }
     return true;
   }
@@ -129,7 +198,7 @@ bool equals(const Value& a, const Value& b) {
   return false;
 }
 
-int compare(const Value& a, const Value& b) {
+int compare_at(const Value& a, const Value& b, int depth) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) {
       double x = a.to_double(), y = b.to_double();
@@ -146,9 +215,10 @@ int compare(const Value& a, const Value& b) {
   if (a.is_list() && b.is_list() && a.as_list()->is_tuple == b.as_list()->is_tuple) {
     const auto& x = a.as_list()->items;
     const auto& y = b.as_list()->items;
+    enter_nested_comparison(depth + 1);
     for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (equals(x[i], y[i])) continue;
-      return compare(x[i], y[i]);
+      if (equals_at(x[i], y[i], depth + 1)) continue;
+      return compare_at(x[i], y[i], depth + 1);
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
@@ -156,6 +226,8 @@ int compare(const Value& a, const Value& b) {
   if (b.is_undefined()) fail_undefined(b);
   fail("TypeError: '<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
+
+}  // namespace
 
 std::string type_name(const Value& v) {
   switch (v.storage().index()) {
@@ -244,34 +316,97 @@ static std::string repr_string(const std::string& s) {
   return out;
 }
 
-std::string to_repr(const Value& v) {
-  if (v.is_string()) return repr_string(v.as_string());
-  if (v.is_undefined()) return "Undefined";
-  if (v.is_list()) {
-    const auto& l = *v.as_list();
-    if (l.is_generator) return "<generator object>";
-    std::string out = l.is_tuple ? "(" : "[";
+namespace {
+
+// Python's repr() of nested values: a container already being printed prints as [...] / {...}
+// (Py_ReprEnter), too deep a nesting is a RecursionError, and the text may not outgrow the size
+// budget (a value sharing one list many times over prints exponentially long).
+class ReprWriter {
+ public:
+  void write(const Value& v, std::string& out) {
+    if (v.is_string()) {
+      out += repr_string(v.as_string());
+    } else if (v.is_undefined()) {
+      out += "Undefined";
+    } else if (v.is_list()) {
+      write_list(*v.as_list(), out);
+    } else if (v.is_dict()) {
+      write_dict(*v.as_dict(), out);
+    } else {
+      out += to_str(v);
+    }
+    check_size(out.size(), "a printed value");
+  }
+
+ private:
+  // Marks `object` as being printed for the lifetime of the guard.
+  struct Active {
+    std::unordered_set<const void*>& set;
+    const void* object;
+    ~Active() { set.erase(object); }
+  };
+
+  void enter(std::size_t items) {
+    if (depth_ >= kMaxValueDepth) fail("RecursionError: maximum recursion depth exceeded while getting the repr of an object");
+    charge_steps(1 + items);
+  }
+
+  void write_list(const ListObject& l, std::string& out) {
+    if (l.is_generator) {
+      out += "<generator object>";
+      return;
+    }
+    if (!active_.insert(&l).second) {
+      out += l.is_tuple ? "(...)" : "[...]";
+      return;
+    }
+    Active guard{active_, &l};
+    enter(l.items.size());
+    ++depth_;
+    out += l.is_tuple ? "(" : "[";
     for (std::size_t i = 0; i < l.items.size(); ++i) {
       if (i) out += ", ";
-      out += to_repr(l.items[i]);
+      write(l.items[i], out);
     }
     if (l.is_tuple && l.items.size() == 1) out += ",";
     out += l.is_tuple ? ")" : "]";
-    return out;
+    --depth_;
   }
-  if (v.is_dict()) {
-    const auto& d = *v.as_dict();
-    std::string out = "{";
+
+  void write_dict(const DictObject& d, std::string& out) {
+    if (d.kind == DictObject::Kind::Loop) {
+      out += "<LoopContext>";
+      return;
+    }
+    const bool ns = d.kind == DictObject::Kind::Namespace;
+    if (!active_.insert(&d).second) {
+      out += ns ? "<Namespace {...}>" : "{...}";
+      return;
+    }
+    Active guard{active_, &d};
+    enter(d.items.size());
+    ++depth_;
+    out += ns ? "<Namespace {" : "{";
     for (std::size_t i = 0; i < d.items.size(); ++i) {
       if (i) out += ", ";
-      out += to_repr(d.items[i].first) + ": " + to_repr(d.items[i].second);
+      write(d.items[i].first, out);
+      out += ": ";
+      write(d.items[i].second, out);
     }
-    out += "}";
-    if (d.kind == DictObject::Kind::Namespace) return "<Namespace " + out + ">";
-    if (d.kind == DictObject::Kind::Loop) return "<LoopContext>";
-    return out;
+    out += ns ? "}>" : "}";
+    --depth_;
   }
-  return to_str(v);
+
+  std::unordered_set<const void*> active_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+std::string to_repr(const Value& v) {
+  std::string out;
+  ReprWriter().write(v, out);
+  return out;
 }
 
 std::string to_str(const Value& v) {
@@ -311,13 +446,18 @@ std::vector<Value> iterate(const Value& v) {
     if (v.as_undefined().unsafe) fail_undefined(v);
     return {};
   }
-  if (v.is_list()) return v.as_list()->items;
+  if (v.is_list()) {
+    charge_steps(v.as_list()->items.size());
+    return v.as_list()->items;
+  }
   if (v.is_dict()) {
+    charge_steps(v.as_dict()->items.size());
     std::vector<Value> keys;
     for (const auto& kv : v.as_dict()->items) keys.push_back(kv.first);
     return keys;
   }
   if (v.is_string()) {
+    charge_steps(v.as_string().size());
     std::vector<Value> out;
     for (auto& c : utf8_chars(v.as_string())) out.emplace_back(std::move(c));
     return out;

@@ -19,6 +19,9 @@ class TemplateError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Fails when a string of `bytes` exceeds the size budget of the render running on this thread (meter.cpp).
+void check_string_value(std::size_t bytes);
+
 class Value;
 struct ListObject;
 struct DictObject;
@@ -37,6 +40,7 @@ using CallablePtr = std::shared_ptr<Callable>;
 
 class Value {
  public:
+  static constexpr std::size_t kSizeCheckThreshold = 4096;
   using Storage = std::variant<Undefined, std::nullptr_t, bool, std::int64_t, double, std::string, ListPtr, DictPtr,
                                CallablePtr>;
 
@@ -47,7 +51,11 @@ class Value {
   Value(int i) : v_(std::int64_t{i}) {}
   Value(std::int64_t i) : v_(i) {}
   Value(double d) : v_(d) {}
-  Value(std::string s) : v_(std::move(s)) {}
+  // Every string the engine makes passes here: one above the render's size budget is an error, so
+  // no chain of string operations can grow a value without bound.
+  Value(std::string s) : v_(std::move(s)) {
+    if (std::get<std::string>(v_).size() > kSizeCheckThreshold) check_string_value(std::get<std::string>(v_).size());
+  }
   Value(const char* s) : v_(std::string(s)) {}
   Value(ListPtr l) : v_(std::move(l)) {}
   Value(DictPtr d) : v_(std::move(d)) {}
@@ -99,16 +107,28 @@ class Value {
 };
 
 struct ListObject {
+  ListObject() = default;
+  ListObject(const ListObject&) = delete;
+  ListObject& operator=(const ListObject&) = delete;
+  ~ListObject();  // frees nested values iteratively (a list nested 10^6 deep must not overflow the stack)
+
   std::vector<Value> items;
   bool is_tuple = false;      // tuples print as (a, b) and are immutable
   bool is_generator = false;  // lazy results of map/select/...: always truthy, no len(), not JSON
+  bool tracked = false;       // registered with the render's meter as mutated (may be in a cycle)
 };
 
 // Insertion-ordered mapping (Python dicts keep insertion order; tojson must preserve it).
 struct DictObject {
   enum class Kind { Dict, Namespace, Loop, Object };
+  DictObject() = default;
+  DictObject(const DictObject&) = delete;
+  DictObject& operator=(const DictObject&) = delete;
+  ~DictObject();  // like ~ListObject
+
   std::vector<std::pair<Value, Value>> items;
   Kind kind = Kind::Dict;
+  bool tracked = false;
 
   const Value* find(const Value& key) const;
   const Value* find(const std::string& key) const;

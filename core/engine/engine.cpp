@@ -45,6 +45,7 @@ class EngineImpl final : public Engine {
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();
     metrics_.kv_recent_window = rt_->kv().recent_window();
     metrics_.kv_recent_bytes = rt_->kv().recent_bytes();
+    metrics_.kv_pages_total = rt_->kv().n_pages();
     thread_ = std::thread([this] { loop(); });
   }
   ~EngineImpl() override { shutdown(); }
@@ -413,6 +414,10 @@ class EngineImpl final : public Engine {
     metrics_.queue_depth = static_cast<int>(queue_.size());
     metrics_.active_sequences = static_cast<int>(active_.size());
     metrics_.kv_bytes_used = static_cast<uint64_t>(rt_->kv().bytes_per_token() * pool.pages_in_use() * pool.page_tokens());
+    metrics_.kv_pages_total = pool.n_pages();
+    metrics_.kv_pages_in_use = pool.pages_in_use();
+    metrics_.kv_pages_cached = pool.cached_pages();
+    metrics_.kv_recent_pages_in_use = rt_->kv().recent_pages_in_use();
     if (const auto* store = rt_->expert_store()) {  // read here: the store belongs to this thread
       const auto st = store->stats();
       metrics_.expert_store = store->name();

@@ -100,6 +100,12 @@ struct EngineMetrics {
   uint64_t weight_bytes = 0;
   uint64_t kv_bytes_capacity = 0;
   uint64_t kv_bytes_used = 0;
+  // KV pages: held by live sequences (0 when idle, so anything else is a leak) and kept by the prefix
+  // cache (reusable prompt blocks, some also held by sequences; evicted on demand).
+  uint32_t kv_pages_total = 0;
+  uint32_t kv_pages_in_use = 0;
+  uint32_t kv_pages_cached = 0;
+  uint32_t kv_recent_pages_in_use = 0;  // the recent window's exact pages sequences hold
   double kv_bytes_per_token = 0;
   uint32_t kv_recent_window = 0;      // newest keys attended exactly (0: none)
   uint64_t kv_recent_bytes = 0;       // the recent window's pool of exact rows

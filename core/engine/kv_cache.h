@@ -87,6 +87,7 @@ class KvCache {
   // The recent window in tokens (0: every key is read from the codec's rows), and the bytes of its pool.
   uint32_t recent_window() const { return recent_window_; }
   uint64_t recent_bytes() const { return recent_page_bytes_ * recent_free_capacity_; }
+  uint32_t recent_pages_in_use() const { return recent_free_capacity_ - static_cast<uint32_t>(recent_free_.size()); }
   // Before a forward pass of one sequence over positions [n_past, n_end): frees the recent pages that
   // left the window and gives a recent page to every page those positions touch, except positions
   // below first_own (a reused prefix: its exact rows were never kept). `recent` parallels the

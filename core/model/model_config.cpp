@@ -10,16 +10,18 @@
 namespace sluice {
 namespace {
 
-// Upper bounds on sizes a config.json may claim: far above any real model, low enough that the tables
-// built from them (per layer, per rotary pair) and the int arithmetic on them stay small and exact.
-constexpr long long kMaxLayers = 4096;
-constexpr long long kMaxHeads = 4096;
-constexpr long long kMaxHeadDim = 1 << 16;
-constexpr long long kMaxWidth = 1 << 20;         // hidden_size
-constexpr long long kMaxIntermediate = 1 << 22;  // intermediate_size, moe_intermediate_size
-constexpr long long kMaxVocab = 1 << 24;
-constexpr long long kMaxExperts = 1 << 16;
-
+// Plausible bounds, far above any real model (the largest have vocabularies of ~262K, widths of
+// ~16K, 128 layers and heads, 512 experts, contexts of 10M): a value past one is a corrupt or
+// hostile file, refused before anything is sized by it.
+constexpr long long kMaxVocab = 1LL << 24;
+constexpr long long kMaxWidth = 1LL << 17;
+constexpr long long kMaxFfnWidth = 1LL << 20;
+constexpr long long kMaxLayers = 1LL << 12;
+constexpr long long kMaxHeads = 1LL << 12;
+constexpr long long kMaxHeadDim = 1LL << 12;
+constexpr long long kMaxPositions = 1LL << 28;
+constexpr long long kMaxExperts = 1LL << 12;
+constexpr std::size_t kMaxEosIds = 1024;
 // A float-typed field from a double: positive and finite also once narrowed (1e-60 becomes 0).
 bool positive_float(double x) {
   const auto f = static_cast<float>(x);
@@ -83,8 +85,10 @@ Status collect_eos(const rapidjson::Value& doc, const std::string& where, std::v
     return {};
   };
   if (v->IsArray()) {
-    // Each id is checked against the ones kept (a handful in real configs); the cap keeps that linear.
-    if (v->Size() > 1024) return make_error(where + ": 'eos_token_id' lists more than 1024 ids");
+    // Checked against every id kept so far, so the list is bounded (real ones hold a handful).
+    if (v->Size() > kMaxEosIds)
+      return make_error(where + ": 'eos_token_id' lists " + std::to_string(v->Size()) + " ids, more than " +
+                        std::to_string(kMaxEosIds));
     for (const auto& id : v->GetArray()) {
       auto s = add(id);
       if (!s) return s;
@@ -203,7 +207,9 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
     return make_error(params_where + ": 'attention_factor' must be finite");
   if (rope.scaling == RopeScaling::kLlama3 && !(rope.high_freq_factor > rope.low_freq_factor))
     return make_error(params_where + ": llama3 needs high_freq_factor > low_freq_factor");
-  if (rope.original_max_position <= 0) return make_error(params_where + ": original_max_position_embeddings must be positive");
+  if (original && (*original <= 0 || *original > kMaxPositions))
+    return make_error(params_where + ": original_max_position_embeddings must be a positive integer at most " +
+                      std::to_string(kMaxPositions));
   return {};
 }
 
@@ -262,28 +268,28 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
   SLUICE_TRY_ASSIGN(norm, f.boolean("norm_topk_prob"));
   SLUICE_TRY_ASSIGN(sparse_step, f.integer("decoder_sparse_step"));
   MoeConfig& m = c.moe;
-  const long long n_experts = experts.value_or(local_experts.value_or(0));
-  const long long k = top_k.value_or(0);
+  const long long n_experts = experts.value_or(local_experts.value_or(0)), k = top_k.value_or(0);
   if (n_experts <= 0 || n_experts > kMaxExperts || k <= 0 || k > n_experts)
     return make_error(where + ": a " + c.architecture + " model needs num_experts (or num_local_experts) in 1.." +
                       std::to_string(kMaxExperts) + " and 0 < num_experts_per_tok <= it");
   m.n_experts = static_cast<int>(n_experts);
   m.top_k = static_cast<int>(k);
   const long long expert_ffn = qwen3_moe ? moe_ffn.value_or(0) : c.intermediate_size;
-  if (expert_ffn <= 0 || expert_ffn > kMaxIntermediate)
-    return make_error(where + ": 'moe_intermediate_size' must be a positive integer up to " + std::to_string(kMaxIntermediate));
+  if (expert_ffn <= 0 || expert_ffn > kMaxFfnWidth)
+    return make_error(where + ": 'moe_intermediate_size' must be a positive integer at most " +
+                      std::to_string(kMaxFfnWidth));
   m.expert_intermediate = static_cast<int>(expert_ffn);
   m.normalize_top_k = mixtral ? true : norm.value_or(false);
   m.sparse_layer.assign(c.num_layers, true);
   if (qwen3_moe) {
     const long long step = sparse_step.value_or(1);
     if (step <= 0) return make_error(where + ": 'decoder_sparse_step' must be positive");
-    std::vector<bool> dense_only(c.num_layers, false);  // marked, not searched: linear in the list's length
+    std::vector<bool> dense_only(c.num_layers, false);  // indexed, not searched: the list may be long
     if (const auto* mlp_only = json::member(doc, "mlp_only_layers")) {
       if (!mlp_only->IsArray()) return make_error(where + ": 'mlp_only_layers' must be a list");
       for (const auto& v : mlp_only->GetArray()) {
         if (!v.IsInt64()) return make_error(where + ": 'mlp_only_layers' entries must be integers");
-        if (v.GetInt64() >= 0 && v.GetInt64() < c.num_layers) dense_only[v.GetInt64()] = true;
+        if (v.GetInt64() >= 0 && v.GetInt64() < c.num_layers) dense_only[static_cast<std::size_t>(v.GetInt64())] = true;
       }
     }
     for (int i = 0; i < c.num_layers; ++i) m.sparse_layer[i] = !dense_only[i] && (i + 1) % step == 0;
@@ -329,23 +335,29 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     if (!v) return v.error();
     if (!*v) return make_error(where + ": '" + name + "' missing");
     if (**v <= 0 || **v > max)
-      return make_error(where + ": '" + name + "' must be a positive integer up to " + std::to_string(max) + ", got " +
+      return make_error(where + ": '" + name + "' must be a positive integer at most " + std::to_string(max) + ", got " +
                         std::to_string(**v));
     out = static_cast<int>(**v);
     return {};
   };
-  for (auto [name, max, out] : {std::tuple<const char*, long long, int*>{"vocab_size", kMaxVocab, &c.vocab_size},
-                                {"hidden_size", kMaxWidth, &c.hidden_size},
-                                {"intermediate_size", kMaxIntermediate, &c.intermediate_size},
-                                {"num_hidden_layers", kMaxLayers, &c.num_layers},
-                                {"num_attention_heads", kMaxHeads, &c.num_heads}}) {
-    auto s = required_int(name, max, *out);
+  struct Required {
+    const char* name;
+    long long max;
+    int* out;
+  };
+  for (const Required& r : {Required{"vocab_size", kMaxVocab, &c.vocab_size},
+                            Required{"hidden_size", kMaxWidth, &c.hidden_size},
+                            Required{"intermediate_size", kMaxFfnWidth, &c.intermediate_size},
+                            Required{"num_hidden_layers", kMaxLayers, &c.num_layers},
+                            Required{"num_attention_heads", kMaxHeads, &c.num_heads}}) {
+    auto s = required_int(r.name, r.max, *r.out);
     if (!s) return s.error();
   }
 
   SLUICE_TRY_ASSIGN(kv_heads, f.integer("num_key_value_heads"));
-  if (kv_heads && (*kv_heads <= 0 || *kv_heads > kMaxHeads))
-    return make_error(where + ": 'num_key_value_heads' must be between 1 and " + std::to_string(kMaxHeads));
+  if (kv_heads && (*kv_heads <= 0 || *kv_heads > c.num_heads))
+    return make_error(where + ": 'num_key_value_heads' must be between 1 and num_attention_heads (" +
+                      std::to_string(c.num_heads) + "), got " + std::to_string(*kv_heads));
   c.num_kv_heads = static_cast<int>(kv_heads.value_or(c.num_heads));
   if (c.num_heads % c.num_kv_heads != 0)
     return make_error(where + ": num_attention_heads " + std::to_string(c.num_heads) +
@@ -362,8 +374,9 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
 
   SLUICE_TRY_ASSIGN(max_pos, f.integer("max_position_embeddings"));
   if (max_pos) {
-    if (*max_pos <= 0 || *max_pos > INT32_MAX)
-      return make_error(where + ": 'max_position_embeddings' must be a positive 32-bit integer");
+    if (*max_pos <= 0 || *max_pos > kMaxPositions)
+      return make_error(where + ": 'max_position_embeddings' must be a positive integer at most " +
+                        std::to_string(kMaxPositions) + ", got " + std::to_string(*max_pos));
     c.max_position_embeddings = static_cast<int>(*max_pos);
   }
   SLUICE_TRY_ASSIGN(eps, f.number("rms_norm_eps"));
@@ -391,7 +404,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (auto s = parse_moe(doc, where, c); !s) return s.error();
 
   if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
-  if (!(std::isfinite(c.rope.theta) && c.rope.theta > 0)) return make_error(where + ": 'rope_theta' must be positive");
+  if (!(std::isfinite(c.rope.theta) && c.rope.theta > 1)) return make_error(where + ": rope_theta must be greater than 1 and finite");
   if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
     return make_error(where + ": partial_rotary_factor must be in (0, 1]");
   if (c.rotary_dim() <= 0 || c.rotary_dim() % 2 != 0)
@@ -404,6 +417,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
 
   if (auto s = collect_eos(doc, where, c.eos_token_ids); !s) return s.error();
   SLUICE_TRY_ASSIGN(bos, f.integer("bos_token_id"));
+  if (bos && (*bos < 0 || *bos > INT32_MAX)) return make_error(where + ": 'bos_token_id' out of range");
   if (bos) c.bos_token_id = static_cast<int32_t>(*bos);
 
   const auto gen_path = model_dir / "generation_config.json";
@@ -416,6 +430,8 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     if (!c.bos_token_id) {
       Fields g(*gen, gen_path.string());
       SLUICE_TRY_ASSIGN(gen_bos, g.integer("bos_token_id"));
+      if (gen_bos && (*gen_bos < 0 || *gen_bos > INT32_MAX))
+        return make_error(gen_path.string() + ": 'bos_token_id' out of range");
       if (gen_bos) c.bos_token_id = static_cast<int32_t>(*gen_bos);
     }
   }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <unordered_map>
 
 #include "util/json.h"
 
@@ -12,6 +13,20 @@ namespace {
 
 // A header larger than this is corrupt, not a model: real headers are a few MB at most.
 constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+// Real files hold at most tens of thousands of tensors of rank <= 5; beyond these a file is corrupt.
+constexpr std::size_t kMaxTensors = 1u << 20;
+constexpr std::size_t kMaxRank = 16;
+
+// The header is {name: {dtype, shape: [...], data_offsets: [b, e]}, "__metadata__": {k: v}}: three
+// levels deep, so anything deeper is refused while parsing rather than walked.
+json::JsonLimits header_json_limits() {
+  json::JsonLimits limits;
+  limits.max_bytes = kMaxHeaderBytes;
+  limits.max_depth = 4;
+  limits.max_object_members = kMaxTensors + 1;  // + __metadata__
+  limits.max_array_elements = 4 * kMaxRank;  // shapes; a longer one gets the clearer rank error below
+  return limits;
+}
 
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "F32") return DType::kF32;
@@ -59,20 +74,27 @@ Result<TensorInfo> parse_tensor(const std::string& name, const rapidjson::Value&
   auto shape_it = entry.FindMember("shape");
   if (shape_it == entry.MemberEnd() || !shape_it->value.IsArray())
     return make_error(where + ": 'shape' missing or not an array");
-  uint64_t numel = 1;
-  bool overflow = false;
-  for (const auto& dim : shape_it->value.GetArray()) {
+  const auto& dims = shape_it->value;
+  if (dims.Size() > kMaxRank)
+    return make_error(where + ": shape has " + std::to_string(dims.Size()) + " dimensions, more than " +
+                      std::to_string(kMaxRank));
+  // The byte count must fit, and so must the product of the non-zero dimensions: a zero-sized
+  // tensor of shape [0, 2^62, 2^62] would overflow any later arithmetic on its shape.
+  const uint64_t elem = dtype_size(info.dtype);
+  const uint64_t max_product = static_cast<uint64_t>(INT64_MAX) / elem;
+  uint64_t nonzero_product = 1;
+  bool has_zero = false, overflow = false;
+  for (const auto& dim : dims.GetArray()) {
     if (dim.IsInt64() && dim.GetInt64() < 0) return make_error(where + ": negative dimension in shape");
     if (!dim.IsInt64()) return make_error(where + ": shape entries must be non-negative integers");
     auto d = static_cast<uint64_t>(dim.GetInt64());
     info.shape.push_back(static_cast<int64_t>(d));
-    if (d != 0 && numel > UINT64_MAX / d) overflow = true;
-    else numel *= d;
+    if (d == 0) has_zero = true;
+    else if (nonzero_product > max_product / d) overflow = true;
+    else nonzero_product *= d;
   }
-  const uint64_t elem = dtype_size(info.dtype);
-  if (overflow || numel > UINT64_MAX / elem)
-    return make_error(where + ": shape " + shape_string(info.shape) + " overflows the byte count");
-  const uint64_t expected = numel * elem;
+  if (overflow) return make_error(where + ": shape " + shape_string(info.shape) + " overflows the byte count");
+  const uint64_t expected = has_zero ? 0 : nonzero_product * elem;
 
   auto off_it = entry.FindMember("data_offsets");
   if (off_it == entry.MemberEnd() || !off_it->value.IsArray() || off_it->value.Size() != 2 ||
@@ -147,7 +169,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path)
   const uint64_t data_size = size - data_start;
 
   std::string_view header(reinterpret_cast<const char*>(mapping->data() + 8), header_len);
-  auto doc = json::parse(header, file + " header");
+  auto doc = json::parse(header, file + " header", header_json_limits());
   if (!doc) return doc.error();
   if (!doc->IsObject()) return make_error(file + ": header is not a JSON object");
 
@@ -205,6 +227,7 @@ Result<SafetensorsSet> SafetensorsSet::open_dir(const std::filesystem::path& dir
 
   // shard file name → tensors the index assigns to it (in index order of first appearance).
   std::vector<std::pair<std::string, std::vector<std::string>>> shards;
+  std::unordered_map<std::string, std::size_t> shard_index;
   std::error_code ec;
   if (fs::exists(index_path, ec)) {
     const std::string index = index_path.string();
@@ -219,12 +242,9 @@ Result<SafetensorsSet> SafetensorsSet::open_dir(const std::filesystem::path& dir
       const fs::path rel(shard);
       if (shard.empty() || rel.is_absolute() || shard.find("..") != std::string::npos)
         return make_error(index + ": tensor '" + tensor + "' names an invalid shard '" + shard + "'");
-      auto it = std::find_if(shards.begin(), shards.end(), [&](const auto& s) { return s.first == shard; });
-      if (it == shards.end()) {
-        shards.emplace_back(shard, std::vector<std::string>{});
-        it = std::prev(shards.end());
-      }
-      it->second.push_back(std::move(tensor));
+      auto [at, added] = shard_index.emplace(shard, shards.size());  // a map: an index may list 10^5 tensors
+      if (added) shards.emplace_back(shard, std::vector<std::string>{});
+      shards[at->second].second.push_back(std::move(tensor));
     }
     if (shards.empty()) return make_error(index + ": 'weight_map' lists no tensors");
     for (const auto& [shard, _] : shards) {

@@ -9,9 +9,10 @@
 namespace sluice::quant {
 namespace {
 
+// Negative sizes are read as absent: they would only feed divisions and products below.
 int int_field(const rapidjson::Value& doc, const char* name, int fallback = 0) {
   const auto* v = json::member(doc, name);
-  return v && v->IsInt() ? v->GetInt() : fallback;
+  return v && v->IsInt() && v->GetInt() >= 0 ? v->GetInt() : fallback;
 }
 
 // The codec's row size for one head vector, or 0 when it cannot be made for this head_dim.
@@ -68,7 +69,8 @@ Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRe
     uint64_t n = static_cast<uint64_t>(t.numel());
     const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
     const auto sc = module.empty() ? all.end() : all.find(module + ".scales");
-    if (sc != all.end() && t.dtype == DType::kU32 && !t.shape.empty() && !sc->second.shape.empty()) {
+    if (sc != all.end() && t.dtype == DType::kU32 && !t.shape.empty() && !sc->second.shape.empty() &&
+        t.numel() > 0 && sc->second.numel() > 0) {  // sizes bounded by the file's bytes; none zero to divide by
       ModuleQuantization q = qc.for_module(module);
       const uint64_t packed = static_cast<uint64_t>(t.shape.back()), groups = static_cast<uint64_t>(sc->second.shape.back());
       if (q.bits == 0 && q.group_size > 0) q.bits = static_cast<int>(packed * 32 / (groups * q.group_size));

@@ -25,8 +25,8 @@ Result<AddedVocabulary> AddedVocabulary::from_json(const rapidjson::Value& added
   if (added_tokens.IsNull()) return vocab;
   if (!added_tokens.IsArray()) return make_error("\"added_tokens\" must be an array");
   for (const auto& item : added_tokens.GetArray()) {
-    if (!item.IsObject() || !item.HasMember("id") || !item["id"].IsInt() || field_string(item, "content").empty())
-      return make_error("an added token needs an integer id and non-empty content");
+    if (!item.IsObject() || !item.HasMember("id") || !is_token_id(item["id"]) || field_string(item, "content").empty())
+      return make_error("an added token needs an id (" + token_id_rule() + ") and non-empty content");
     AddedToken token;
     token.id = item["id"].GetInt();
     token.content = field_string(item, "content");

@@ -35,9 +35,10 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_json(const rapidjson::Value& mo
   if (vocab == nullptr || !vocab->IsObject()) return make_error("BPE model without a \"vocab\" object");
   int32_t max_id = -1;
   for (const auto& entry : vocab->GetObject()) {
-    if (!entry.value.IsInt()) return make_error("vocab entry without an integer id");
+    if (!is_token_id(entry.value))
+      return make_error("vocab entry '" + std::string(entry.name.GetString(), entry.name.GetStringLength()) +
+                        "' has no valid id (" + token_id_rule() + ")");
     int32_t id = entry.value.GetInt();
-    if (id < 0) return make_error("negative id in vocab");
     bpe->vocab_.emplace(std::string(entry.name.GetString(), entry.name.GetStringLength()), id);
     max_id = std::max(max_id, id);
   }

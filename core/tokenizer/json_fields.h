@@ -1,10 +1,17 @@
 #pragma once
 // Lenient field access for tokenizer.json: absent or null fields take the default HF gives them.
+#include <cstdint>
 #include <string>
 
 #include <rapidjson/document.h>
 
 namespace sluice::tokenizer {
+
+// Token ids a tokenizer.json may use: 0 .. 2^22 - 1, far above any real vocabulary (~262K), so
+// that tables indexed by id (32 bytes a slot) stay within 128 MiB whatever a file claims.
+inline constexpr int32_t kTokenIdLimit = 1 << 22;
+inline bool is_token_id(const rapidjson::Value& v) { return v.IsInt() && v.GetInt() >= 0 && v.GetInt() < kTokenIdLimit; }
+inline std::string token_id_rule() { return "an integer from 0 to " + std::to_string(kTokenIdLimit - 1); }
 
 inline std::string field_string(const rapidjson::Value& object, const char* name, std::string fallback = {}) {
   auto it = object.FindMember(name);

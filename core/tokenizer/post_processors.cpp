@@ -56,8 +56,12 @@ Result<Ptr> make_template(const rapidjson::Value& spec) {
     for (const auto& entry : map->GetObject()) {
       std::vector<int32_t> ids;
       if (const auto* list = field_array(entry.value, "ids"))
-        for (const auto& id : list->GetArray())
-          if (id.IsInt()) ids.push_back(id.GetInt());
+        for (const auto& id : list->GetArray()) {
+          if (!is_token_id(id))
+            return make_error("TemplateProcessing special token '" + std::string(entry.name.GetString()) +
+                              "' has an id that is not " + token_id_rule());
+          ids.push_back(id.GetInt());
+        }
       specials[entry.name.GetString()] = std::move(ids);
     }
   }
@@ -84,11 +88,11 @@ Result<Ptr> make_template(const rapidjson::Value& spec) {
 Result<Ptr> make_cls_sep(const rapidjson::Value& spec) {
   auto id_of = [&](const char* name) -> std::optional<int32_t> {
     const auto* pair = field_array(spec, name);
-    if (pair == nullptr || pair->Size() != 2 || !(*pair)[1].IsInt()) return std::nullopt;
+    if (pair == nullptr || pair->Size() != 2 || !is_token_id((*pair)[1])) return std::nullopt;
     return (*pair)[1].GetInt();
   };
   auto cls = id_of("cls"), sep = id_of("sep");
-  if (!cls || !sep) return make_error("Bert/RobertaProcessing without cls/sep ids");
+  if (!cls || !sep) return make_error("Bert/RobertaProcessing without cls/sep ids (each " + token_id_rule() + ")");
   std::vector<Template::Item> items{{false, {*cls}}, {true, {}}, {false, {*sep}}};
   return Ptr(new Template(std::move(items)));
 }

@@ -53,7 +53,7 @@ Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const st
 }
 
 Result<Tokenizer> Tokenizer::load(const std::filesystem::path& tokenizer_json) {
-  auto text = read_text_file(tokenizer_json);
+  auto text = read_text_file(tokenizer_json, json::JsonLimits{}.max_bytes);
   if (!text) return text.error();
   return from_json_text(*text, tokenizer_json.string());
 }

@@ -5,20 +5,43 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace sluice {
 
-Result<std::string> read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot open " + path.string() + ": " + std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return make_error("cannot read " + path.string());
-  return buffer.str();
+Result<std::string> read_text_file(const std::filesystem::path& path, std::size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error("cannot open " + path.string() + ": " + std::strerror(errno));
+  // A regular file's size is known up front: refuse an oversized one before allocating for it.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return make_error(path.string() + ": file of " + std::to_string(st.st_size) + " bytes is larger than the " +
+                      std::to_string(max_bytes) + "-byte limit");
+  }
+  auto text = read_all(fd, max_bytes, path.string(), S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) : 0);
+  ::close(fd);
+  return text;
+}
+
+Result<std::string> read_all(int fd, std::size_t max_bytes, const std::string& what, std::size_t expected_bytes) {
+  std::string out;
+  out.reserve(std::min(expected_bytes, max_bytes));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n == 0) return out;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error("cannot read " + what + ": " + std::strerror(errno));
+    }
+    if (static_cast<std::size_t>(n) > max_bytes - out.size())
+      return make_error(what + ": more than " + std::to_string(max_bytes) + " bytes (the input limit)");
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
 }
 
 Result<MappedFile> MappedFile::open(const std::filesystem::path& path) {

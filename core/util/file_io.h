@@ -9,7 +9,14 @@
 
 namespace sluice {
 
-Result<std::string> read_text_file(const std::filesystem::path& path);
+// A whole file's bytes. Bounded: a file (or pipe, or device) holding more than max_bytes is an error
+// naming the limit, found without reading past it. The default fits any text file a model ships.
+inline constexpr std::size_t kMaxTextFileBytes = std::size_t{1} << 30;
+Result<std::string> read_text_file(const std::filesystem::path& path, std::size_t max_bytes = kMaxTextFileBytes);
+
+// Everything readable from an open descriptor (stdin, a pipe) up to end of input, at most max_bytes;
+// `what` names the source in errors; expected_bytes (when known) is reserved up front.
+Result<std::string> read_all(int fd, std::size_t max_bytes, const std::string& what, std::size_t expected_bytes = 0);
 
 // A read-only memory map of a whole file; unmapped on destruction. Move-only.
 class MappedFile {

@@ -145,5 +145,71 @@ TEST(CliErrors, UsageErrorsExitTwoAndRuntimeErrorsExitOneWithMessages) {
   EXPECT_NE(bad_ids.out.find("'x' is not a token id"), std::string::npos) << bad_ids.out;
 }
 
+TEST(CliChatTemplate, HostileTemplatesAndVariablesEndInAMessageNotACrash) {
+  const auto dir = std::filesystem::temp_directory_path() / ("sluice_cli_tmpl_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto chat_template = [&](const std::string& source, const std::string& variables = "{}") {
+    const auto file = dir / "t.jinja";
+    std::ofstream(file) << source;
+    return run("chat-template --template " + file.string(), variables, false);
+  };
+  const auto cyclic = chat_template("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}");
+  EXPECT_EQ(cyclic.exit_code, 0) << cyclic.out;
+  EXPECT_EQ(cyclic.out, "<Namespace {'a': <Namespace {...}>}>");
+  const auto power = chat_template("{{ 1 ** 9999999999999 }}");
+  EXPECT_EQ(power.exit_code, 0) << power.out;
+  EXPECT_EQ(power.out, "1");
+  const auto wide = chat_template("{{ 'x'|center(99999999999999999) }}");
+  EXPECT_EQ(wide.exit_code, 1);
+  EXPECT_NE(wide.out.find("size budget"), std::string::npos) << wide.out;
+  std::string deep_template;
+  for (int i = 0; i < 100000; ++i) deep_template += "{% if true %}";
+  const auto nested = chat_template(deep_template);
+  EXPECT_EQ(nested.exit_code, 1);
+  EXPECT_NE(nested.out.find("TemplateSyntaxError: the template nests too deeply"), std::string::npos) << nested.out;
+  const std::string deep_json = "{\"tools\": " + std::string(24000, '[') + std::string(24000, ']') + "}";
+  const auto deep = chat_template("{{ tools|length }}", deep_json);
+  EXPECT_EQ(deep.exit_code, 2);  // stdin's JSON reader refuses it before the template sees it
+  EXPECT_NE(deep.out.find("max_depth"), std::string::npos) << deep.out;
+  std::filesystem::remove_all(dir);
+}
+
+// Deep JSON used to overflow the stack (SIGSEGV) in detokenize, chat-template and in generate's
+// safetensors header; now each is a message and a non-zero exit, as is stdin over its limit.
+TEST(CliErrors, DeepOrOversizedInputIsAMessageAndNonZeroExitNotACrash) {
+  const std::string model = test::source_path("models/tiny-code-qwen2").string();
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+
+  const auto detok = run("detokenize --model " + model, deep, false);
+  EXPECT_EQ(detok.exit_code, 1) << detok.out;
+  EXPECT_NE(detok.out.find("sluice detokenize: stdin: JSON over a limit"), std::string::npos) << detok.out;
+  EXPECT_NE(detok.out.find("max_depth"), std::string::npos) << detok.out;
+
+  const auto tmpl = run("chat-template --model " + model, R"({"messages":)" + deep + "}", false);
+  EXPECT_EQ(tmpl.exit_code, 2) << tmpl.out;
+  EXPECT_NE(tmpl.out.find("max_depth"), std::string::npos) << tmpl.out;
+  const auto malformed = run("chat-template --model " + model, R"({"messages": [}})", false);
+  EXPECT_EQ(malformed.exit_code, 2) << malformed.out;
+  EXPECT_NE(malformed.out.find("stdin: malformed JSON at offset"), std::string::npos) << malformed.out;
+
+  const auto big = run("tokenize --model " + model, std::string((64u << 20) + 1, 'a'), false);
+  EXPECT_EQ(big.exit_code, 1) << big.out.substr(0, 500);
+  EXPECT_NE(big.out.find("stdin: more than 67108864 bytes"), std::string::npos) << big.out.substr(0, 500);
+
+  // A model folder whose weights file has a deep JSON header.
+  const auto dir = std::filesystem::temp_directory_path() / ("sluice_cli_deep_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(std::filesystem::path(model) / name, dir / name,
+                               std::filesystem::copy_options::overwrite_existing);
+  std::string header_length(8, '\0');
+  for (int i = 0; i < 8; ++i) header_length[i] = static_cast<char>((deep.size() >> (8 * i)) & 0xff);
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << header_length << deep;
+  const auto gen = run("generate --model " + dir.string() + " --prompt hi");
+  EXPECT_EQ(gen.exit_code, 1) << gen.out;
+  EXPECT_NE(gen.out.find("model.safetensors header: JSON over a limit"), std::string::npos) << gen.out;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace sluice

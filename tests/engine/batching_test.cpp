@@ -149,6 +149,8 @@ TEST(PagePoolAccounting, CancellingFreesPagesAtOnceAndBurstsReturnToBaseline) {
   req->on_done = [&](const GenerationResult& r) { done.set_value(r); };
   ASSERT_TRUE(engine->submit(req).ok());
   while (seen.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GE(engine->metrics().kv_pages_in_use, 100u / 16);  // the running request's pages
+  EXPECT_EQ(engine->metrics().kv_pages_total, 8u * 256 / 16);
   req->cancelled->store(true);
   auto result = done.get_future().get();
   EXPECT_EQ(result.finish, FinishReason::kCancelled);
@@ -160,8 +162,11 @@ TEST(PagePoolAccounting, CancellingFreesPagesAtOnceAndBurstsReturnToBaseline) {
   }
   // Give the engine thread a moment to publish its last metrics.
   for (int i = 0; i < 100 && engine->metrics().active_sequences != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(engine->metrics().active_sequences, 0);
-  EXPECT_EQ(engine->metrics().kv_bytes_used, baseline);
+  const EngineMetrics idle = engine->metrics();
+  EXPECT_EQ(idle.active_sequences, 0);
+  EXPECT_EQ(idle.kv_bytes_used, baseline);
+  EXPECT_EQ(idle.kv_pages_in_use, 0u);
+  EXPECT_GT(idle.kv_pages_cached, 0u);  // the published prompt blocks stay for reuse
 }
 
 TEST(PagePoolUnit, SharedBlocksAreRefcountedAndEvictedLeastRecentlyUsedFirst) {

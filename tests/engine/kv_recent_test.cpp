@@ -3,7 +3,9 @@
 // while inside the window and returned after, never to a reused prefix; a backend without the
 // window refuses an explicit --kv-recent; and the engine serves concurrent requests with it exactly
 // as it serves each alone.
+#include <chrono>
 #include <future>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -55,6 +57,7 @@ TEST(KvRecentWindow, PagesFollowTheWindowAndComeBack) {
   // A 64-token pass from 0: every page it writes gets a recent page.
   ASSERT_TRUE(kv.update_recent(recent, 0, 0, 64));
   EXPECT_EQ(held(recent), 4);
+  EXPECT_EQ(kv.recent_pages_in_use(), 4u);
   // After it, only the pages a later query's window reaches stay (positions 44..63: pages 2 and 3).
   kv.trim_recent(recent, 64);
   EXPECT_EQ(recent[0], -1);
@@ -79,9 +82,11 @@ TEST(KvRecentWindow, PagesFollowTheWindowAndComeBack) {
       if (a >= 0) {
         EXPECT_NE(a, b);
       }
+  EXPECT_EQ(kv.recent_pages_in_use(), static_cast<uint32_t>(held(recent) + held(other)));
   kv.release_recent(recent);
   kv.release_recent(other);
   EXPECT_TRUE(recent.empty());
+  EXPECT_EQ(kv.recent_pages_in_use(), 0u);
   // The pool holds both sequences' windows plus one full batch, again and again.
   for (int round = 0; round < 3; ++round) {
     std::vector<int32_t> a, b;
@@ -143,6 +148,12 @@ TEST(KvRecentWindow, ConcurrentRequestsEqualEachAlone) {
     EXPECT_EQ(got.finish, FinishReason::kLength) << got.error;
     EXPECT_EQ(got.ids, solo[i]) << "request " << i;
   }
+  // Every recent page and KV page comes back once the requests are done.
+  for (int i = 0; i < 100 && (*together)->metrics().active_sequences != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const EngineMetrics idle = (*together)->metrics();
+  EXPECT_EQ(idle.kv_recent_pages_in_use, 0u);
+  EXPECT_EQ(idle.kv_pages_in_use, 0u);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "model/model_config.h"
 #include "model/safetensors.h"
+#include "model_test_files.h"
 #include "reference.h"
 #include "util/file_io.h"
 
@@ -22,42 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("sluice_model_test_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string le64(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
-
-// A safetensors file: 8-byte length, the header text, then `data_bytes` bytes of data (value = index).
-std::string safetensors_bytes(const std::string& header, std::size_t data_bytes) {
-  std::string s = le64(header.size()) + header;
-  for (std::size_t i = 0; i < data_bytes; ++i) s.push_back(static_cast<char>(i & 0xff));
-  return s;
-}
 
 std::string open_error(const fs::path& path) {
   auto r = SafetensorsFile::open(path);
@@ -409,19 +374,6 @@ INSTANTIATE_TEST_SUITE_P(Zoo, ZooModel, ::testing::Values("llama", "qwen2", "qwe
 
 // ---- config: rejections and rules, from hand-written config.json files ----
 
-std::string config_json(const std::string& model_type, const std::string& extra = "") {
-  return R"({"model_type":")" + model_type +
-         R"(","vocab_size":100,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":4,)"
-         R"("num_attention_heads":4,"num_key_value_heads":2)" +
-         extra + "}";
-}
-
-Result<ModelConfig> load_config(const TempDir& dir, const std::string& config, const std::string& generation = "") {
-  write_bytes(dir.path() / "config.json", config);
-  if (!generation.empty()) write_bytes(dir.path() / "generation_config.json", generation);
-  return ModelConfig::load(dir.path());
-}
-
 TEST(ModelConfig, RejectsUnknownArchitectureListingSupported) {
   TempDir dir;
   auto c = load_config(dir, config_json("gpt_neox"));
@@ -445,7 +397,7 @@ TEST(ModelConfig, RejectsWrongTypesAndBadDimensions) {
   ASSERT_FALSE(wrong_type.ok());
   EXPECT_THAT(wrong_type.message(), HasSubstr("'rms_norm_eps' must be a number"));
   auto indivisible = load_config(dir, config_json("llama").replace(config_json("llama").find("\"num_key_value_heads\":2"),
-                                                                   22, "\"num_key_value_heads\":3"));
+                                                                   23, "\"num_key_value_heads\":3"));
   ASSERT_FALSE(indivisible.ok());
   EXPECT_THAT(indivisible.message(), HasSubstr("not divisible by num_key_value_heads 3"));
   auto odd_head = load_config(dir, config_json("llama", R"(,"head_dim":15)"));
@@ -582,13 +534,13 @@ TEST(ModelConfig, RejectsValuesOutsideWhatAModelCanUse) {
   const std::pair<std::string, std::string> cases[] = {
       {R"(,"rms_norm_eps":1e-60)", "'rms_norm_eps' must be positive and fit a float"},
       {R"(,"rms_norm_eps":1e300)", "'rms_norm_eps' must be positive and fit a float"},
-      {R"(,"rope_theta":0)", "'rope_theta' must be positive"},
-      {R"(,"rope_theta":-10000)", "'rope_theta' must be positive"},
+      {R"(,"rope_theta":0)", "rope_theta must be greater than 1"},
+      {R"(,"rope_theta":-10000)", "rope_theta must be greater than 1"},
       {R"(,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":-1})", "high_freq_factor, beta_fast"},
       {R"(,"rope_scaling":{"rope_type":"yarn","factor":4,"beta_fast":-1})", "beta_slow must be positive"},
       {R"(,"rope_scaling":{"rope_type":"yarn","factor":4,"original_max_position_embeddings":4294967297})",
-       "original_max_position_embeddings must be a positive 32-bit integer"},
-      {R"(,"max_position_embeddings":4294967297)", "'max_position_embeddings' must be a positive 32-bit integer"},
+       "original_max_position_embeddings must be a positive integer at most"},
+      {R"(,"max_position_embeddings":4294967297)", "'max_position_embeddings' must be a positive integer at most"},
       {R"(,"head_dim":1073741824)", "head_dim must be positive and even"},
   };
   for (const auto& [extra, message] : cases) {

@@ -23,6 +23,8 @@ TEST(ApiError, StatusCodesMatchTheirKinds) {
   EXPECT_EQ(ApiError::not_found("/x").status, 404);
   EXPECT_EQ(ApiError::method_not_allowed("GET", "/x").status, 405);
   EXPECT_EQ(ApiError::payload_too_large(10).status, 413);
+  EXPECT_EQ(ApiError::uri_too_long(10).status, 414);
+  EXPECT_EQ(ApiError::header_fields_too_large(10).status, 431);
   EXPECT_EQ(ApiError::overloaded("full").status, 503);
   auto doc = json::parse(ApiError::bad_request("x", "n").to_json(), "error");
   EXPECT_STREQ((*doc)["error"]["param"].GetString(), "n");

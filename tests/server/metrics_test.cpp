@@ -25,6 +25,8 @@ std::string sample_text() {
   e.expert_bytes_read = 4096;
   e.expert_misses = 2;
   e.expert_hits = 6;
+  e.kv_pages_total = 64;
+  e.kv_pages_cached = 5;
   ServerCounters c;
   c.count_request("/v1/chat/completions", 200);
   c.count_request("/v1/chat/completions", 200);
@@ -49,6 +51,20 @@ TEST(Metrics, CountsRequestsByRouteAndCode) {
   EXPECT_NE(text.find("sluice_queue_depth 2"), std::string::npos);
   EXPECT_NE(text.find("sluice_decode_tokens_per_second 8"), std::string::npos);
   EXPECT_NE(text.find("model=\"tiny \\\"model\\\"\""), std::string::npos);  // label escaping
+}
+
+TEST(Metrics, KvPageGaugesSeparateSequencesFromThePrefixCache) {
+  EngineMetrics e;
+  e.kv_pages_total = 128;
+  e.kv_pages_in_use = 3;
+  e.kv_pages_cached = 40;
+  e.kv_recent_pages_in_use = 2;
+  const std::string text = render_metrics(e, ServerCounters{}, ServerInfo{}, 1.0);
+  EXPECT_NE(text.find("\nsluice_kv_pages_capacity 128\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nsluice_kv_pages_in_use 3\n"), std::string::npos);
+  EXPECT_NE(text.find("\nsluice_kv_pages_cached 40\n"), std::string::npos);
+  EXPECT_NE(text.find("\nsluice_kv_recent_pages_in_use 2\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE sluice_kv_pages_in_use gauge"), std::string::npos);
 }
 
 TEST(Metrics, PassesPromtoolCheck) {

@@ -169,3 +169,16 @@ TEST(ServerOptions, HelpIsRecognized) {
   EXPECT_TRUE(p->help);
   EXPECT_NE(p->help_text.find("--kv-codec"), std::string::npos);
 }
+
+TEST(ServerOptions, WorkPoolSizeIsReadAndChecked) {
+  auto p = parse_server_options({"--model", "m", "--work-threads", "3", "--work-queue", "5"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->options.work_threads, 3);
+  EXPECT_EQ(p->options.work_queue, 5);
+  auto defaults = parse_server_options({"--model", "m"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->options.work_threads, 2);
+  EXPECT_EQ(defaults->options.work_queue, 64);
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--work-threads", "0"}).ok());
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--work-queue", "0"}).ok());
+}

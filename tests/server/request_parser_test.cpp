@@ -146,3 +146,43 @@ TEST(CompletionRequest, TimeoutBecomesADeadline) {
   ASSERT_TRUE(r.ok());
   EXPECT_DOUBLE_EQ(*r->params.timeout_s, 2.5);
 }
+
+// Every optional flag is checked like the rest: a wrong type is a 400 naming it, not silently "absent".
+TEST(ChatRequest, AddGenerationPromptOfTheWrongTypeIs400) {
+  for (const char* value : {R"("x")", "1", "[]", "{}"}) {
+    ApiError e = chat_error(std::string(R"("add_generation_prompt":)") + value);
+    EXPECT_EQ(e.status, 400) << value;
+    EXPECT_EQ(e.param, "add_generation_prompt") << value;
+  }
+  auto off = parse_chat_request(chat(R"("add_generation_prompt":false)"), defaults());
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->add_generation_prompt, std::optional<bool>(false));
+  auto null = parse_chat_request(chat(R"("add_generation_prompt":null)"), defaults());
+  ASSERT_TRUE(null.ok());
+  EXPECT_FALSE(null->add_generation_prompt.has_value());
+}
+
+TEST(CompletionRequest, EchoOfTheWrongTypeIs400) {
+  for (const char* value : {R"("x")", "0", "[true]"}) {
+    auto r = parse_completion_request(std::string(R"({"prompt":"x","echo":)") + value + "}", defaults());
+    ASSERT_FALSE(r.ok()) << value;
+    EXPECT_EQ(r.error().status, 400);
+    EXPECT_EQ(r.error().param, "echo");
+  }
+  auto r = parse_completion_request(R"({"prompt":"x","echo":null})", defaults());
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->echo);
+}
+
+TEST(OptionalBoolean, AbsentNullTrueFalseOrA400) {
+  rapidjson::Document doc;
+  doc.Parse(R"({"t":true,"f":false,"n":null,"s":"true"})");
+  EXPECT_EQ(*optional_boolean(doc, "t"), std::optional<bool>(true));
+  EXPECT_EQ(*optional_boolean(doc, "f"), std::optional<bool>(false));
+  EXPECT_FALSE(optional_boolean(doc, "n")->has_value());
+  EXPECT_FALSE(optional_boolean(doc, "absent")->has_value());
+  auto s = optional_boolean(doc, "s");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().status, 400);
+  EXPECT_EQ(s.error().param, "s");
+}

@@ -15,9 +15,10 @@ READY = re.compile(r"sluice ready: http://([0-9.]+):(\d+) ")
 
 
 class Server:
-    def __init__(self, sluice, model, *extra, ready_timeout=90):
+    def __init__(self, sluice, model, *extra, ready_timeout=90, preexec_fn=None):
         self.cmd = [sluice, "serve", *(["--model", model] if model else []), "--port", "0", "--threads", "2", *extra]
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     errors="replace", preexec_fn=preexec_fn)
         self.stderr_lines = []
         self._readers = [threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines), daemon=True)]
         lines = queue.Queue()

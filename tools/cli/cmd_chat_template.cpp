@@ -1,15 +1,13 @@
 // `sluice chat-template (--model DIR | --template FILE)`: renders a chat template with the JSON
 // object of variables read from stdin and prints exactly the rendering (no trailing newline).
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 #include <string>
-
-#include <rapidjson/document.h>
 
 #include "chat/template.h"
 #include "commands.h"
+#include "stdin_input.h"
 #include "util/file_io.h"
+#include "util/json.h"
 
 namespace sluice::cli {
 
@@ -52,10 +50,17 @@ int run_chat_template(const Args& args) {
     std::fprintf(stderr, "sluice chat-template: %s\n", source.message().c_str());
     return 1;
   }
-  std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  rapidjson::Document vars;
-  vars.Parse(input.c_str(), input.size());
-  if (vars.HasParseError() || !vars.IsObject()) {
+  auto input = read_stdin();
+  if (!input) {
+    std::fprintf(stderr, "sluice chat-template: %s\n", input.message().c_str());
+    return 2;
+  }
+  auto vars = json::parse(*input, "stdin");
+  if (!vars) {
+    std::fprintf(stderr, "sluice chat-template: %s\n", vars.message().c_str());
+    return 2;
+  }
+  if (!vars->IsObject()) {
     std::fprintf(stderr, "sluice chat-template: stdin must be a JSON object of template variables\n");
     return 2;
   }
@@ -64,7 +69,7 @@ int run_chat_template(const Args& args) {
     std::fprintf(stderr, "%s\n", tmpl.message().c_str());
     return 1;
   }
-  auto rendered = tmpl->render(vars);
+  auto rendered = tmpl->render(*vars);
   if (!rendered) {
     std::fprintf(stderr, "%s\n", rendered.message().c_str());
     return 1;

@@ -9,12 +9,11 @@
 // {"ids":[...]} object tokenize --json writes) and prints the text, special tokens included,
 // with nothing appended, so the two commands round-trip byte for byte.
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 #include <optional>
 #include <string>
 
 #include "commands.h"
+#include "stdin_input.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
 
@@ -82,11 +81,6 @@ Result<Tokenizer> load_tokenizer(const Options& options) {
   return Tokenizer::load(options.tokenizer_file);
 }
 
-std::string read_stdin() {
-  std::ios::sync_with_stdio(false);
-  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 int run_tokenize(const Args& args) {
@@ -101,7 +95,12 @@ int run_tokenize(const Args& args) {
     std::fprintf(stderr, "sluice tokenize: %s\n", tokenizer.message().c_str());
     return 1;
   }
-  auto ids = tokenizer->encode(read_stdin(), options->add_special);
+  auto input = read_stdin();
+  if (!input) {
+    std::fprintf(stderr, "sluice tokenize: %s\n", input.message().c_str());
+    return 1;
+  }
+  auto ids = tokenizer->encode(*input, options->add_special);
   std::string out = options->json ? "{\"ids\":[" : "";
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (i) out += options->json ? "," : " ";
@@ -124,7 +123,12 @@ int run_detokenize(const Args& args) {
     std::fprintf(stderr, "sluice detokenize: %s\n", tokenizer.message().c_str());
     return 1;
   }
-  auto doc = json::parse(read_stdin(), "stdin");
+  auto input = read_stdin();
+  if (!input) {
+    std::fprintf(stderr, "sluice detokenize: %s\n", input.message().c_str());
+    return 1;
+  }
+  auto doc = json::parse(*input, "stdin");
   if (!doc) {
     std::fprintf(stderr, "sluice detokenize: %s\n", doc.message().c_str());
     return 1;

@@ -1,0 +1,66 @@
+#include "server/work_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <future>
+
+#include <gtest/gtest.h>
+
+using sluice::server::WorkPool;
+
+TEST(WorkPool, RunsJobsOffTheCallingThread) {
+  WorkPool pool(2, 8);
+  std::promise<std::thread::id> ran_on;
+  ASSERT_TRUE(pool.submit([&] { ran_on.set_value(std::this_thread::get_id()); }));
+  auto f = ran_on.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_NE(f.get(), std::this_thread::get_id());
+}
+
+TEST(WorkPool, AFullQueueRefusesInsteadOfGrowing) {
+  WorkPool pool(1, 2);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> started;
+  ASSERT_TRUE(pool.submit([&, released] {
+    started.set_value();
+    released.wait();
+  }));
+  started.get_future().wait();  // the only thread is busy; what follows waits in the queue
+  EXPECT_TRUE(pool.submit([] {}));
+  EXPECT_TRUE(pool.submit([] {}));
+  EXPECT_FALSE(pool.submit([] {}));
+  EXPECT_EQ(pool.queued(), 2u);
+  release.set_value();
+}
+
+TEST(WorkPool, StopWaitsForRunningJobsDropsQueuedOnesAndRefusesMore) {
+  WorkPool pool(1, 4);
+  std::promise<void> started;
+  std::atomic<bool> finished{false};
+  std::atomic<int> queued_ran{0};
+  auto owned = std::make_shared<int>(1);  // a queued job's captures are released by stop()
+  ASSERT_TRUE(pool.submit([&] {
+    started.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    finished = true;
+  }));
+  started.get_future().wait();
+  ASSERT_TRUE(pool.submit([&queued_ran, owned] { ++queued_ran; }));
+  std::weak_ptr<int> watch = owned;
+  owned.reset();
+  pool.stop();
+  EXPECT_TRUE(finished.load());
+  EXPECT_EQ(queued_ran.load(), 0);
+  EXPECT_TRUE(watch.expired());
+  EXPECT_FALSE(pool.submit([] {}));
+  pool.stop();  // idempotent
+}
+
+TEST(WorkPool, AJobThatThrowsDoesNotEndThePoolOrTheProcess) {
+  WorkPool pool(1, 4);
+  ASSERT_TRUE(pool.submit([] { throw std::runtime_error("bad input"); }));
+  std::promise<void> after;
+  ASSERT_TRUE(pool.submit([&] { after.set_value(); }));
+  EXPECT_EQ(after.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}

@@ -1,0 +1,131 @@
+// json::parse under limits: every limit is an error that names it, deep input never recurses (the
+// old parser overflowed the stack at ~130 000 levels), and wide input stays linear.
+#include <chrono>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "util/json.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string nested_arrays(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+std::string nested_objects(std::size_t depth) {
+  std::string text;
+  for (std::size_t i = 0; i < depth; ++i) text += "{\"a\":";
+  text += "0";
+  text += std::string(depth, '}');
+  return text;
+}
+
+std::string wide_object(std::size_t keys) {
+  std::string text = "{";
+  for (std::size_t i = 0; i < keys; ++i) text += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+  return text + "}";
+}
+
+std::string parse_error(std::string_view text, const json::JsonLimits& limits = {}) {
+  auto doc = json::parse(text, "input", limits);
+  EXPECT_FALSE(doc.ok()) << "expected a limit error";
+  return doc.ok() ? std::string() : doc.message();
+}
+
+TEST(JsonLimits, TwoHundredThousandNestedArraysAreAnErrorNotACrash) {
+  const std::string msg = parse_error(nested_arrays(200000));
+  EXPECT_THAT(msg, HasSubstr("input"));
+  EXPECT_THAT(msg, HasSubstr("nesting deeper than 128 levels"));
+  EXPECT_THAT(msg, HasSubstr("max_depth"));
+  // Stopped at the first bracket too deep, not after reading the whole text.
+  const auto at = msg.find("at offset ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  EXPECT_LE(std::stoul(msg.substr(at + 10)), 130u) << msg;
+}
+
+TEST(JsonLimits, DeepObjectsAndUnclosedNestingAreErrorsToo) {
+  EXPECT_THAT(parse_error(nested_objects(200000)), HasSubstr("max_depth"));
+  EXPECT_THAT(parse_error(std::string(200000, '[')), HasSubstr("max_depth"));
+  EXPECT_THAT(parse_error(std::string(200000, '{')), HasSubstr("malformed JSON"));  // a key must follow '{'
+}
+
+TEST(JsonLimits, DepthLimitIsExact) {
+  json::JsonLimits limits;
+  limits.max_depth = 5;
+  EXPECT_TRUE(json::parse(nested_arrays(5), "input", limits).ok());
+  EXPECT_TRUE(json::parse(nested_objects(5), "input", limits).ok());
+  EXPECT_THAT(parse_error(nested_arrays(6), limits), HasSubstr("nesting deeper than 5 levels"));
+  EXPECT_THAT(parse_error(nested_objects(6), limits), HasSubstr("max_depth"));
+}
+
+TEST(JsonLimits, WideObjectOfHundredThousandKeysParsesInWellUnderASecond) {
+  const std::string text = wide_object(100000);
+  const auto start = std::chrono::steady_clock::now();
+  auto doc = json::parse(text, "input");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(doc.ok()) << doc.message();
+  EXPECT_EQ(doc->MemberCount(), 100000u);
+  EXPECT_EQ((*doc)["k99999"].GetInt(), 99999);
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count(), 1000);
+
+  json::JsonLimits narrow;
+  narrow.max_object_members = 1000;
+  const auto refuse_start = std::chrono::steady_clock::now();
+  const std::string msg = parse_error(text, narrow);
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - refuse_start).count(),
+            1000);
+  EXPECT_THAT(msg, HasSubstr("an object of more than 1000 members (limit max_object_members)"));
+}
+
+TEST(JsonLimits, EachLimitIsNamedWhenExceeded) {
+  json::JsonLimits limits;
+  limits.max_array_elements = 3;
+  EXPECT_THAT(parse_error("[1,2,3,4]", limits), HasSubstr("an array of more than 3 elements (limit max_array_elements)"));
+  EXPECT_TRUE(json::parse("[1,2,3]", "input", limits).ok());
+
+  limits = {};
+  limits.max_object_members = 2;
+  EXPECT_THAT(parse_error(R"({"a":1,"b":2,"c":3})", limits), HasSubstr("max_object_members"));
+  EXPECT_TRUE(json::parse(R"({"a":[1,2,3],"b":{"x":1,"y":2}})", "input", limits).ok());  // counted per object
+
+  limits = {};
+  limits.max_string_bytes = 4;
+  EXPECT_THAT(parse_error(R"(["abcde"])", limits), HasSubstr("a string of 5 bytes, longer than 4 (limit max_string_bytes)"));
+  EXPECT_THAT(parse_error(R"({"abcde":1})", limits), HasSubstr("max_string_bytes"));  // keys too
+  EXPECT_TRUE(json::parse(R"({"abcd":"abcd"})", "input", limits).ok());
+
+  limits = {};
+  limits.max_values = 4;
+  EXPECT_THAT(parse_error("[[1],[2]]", limits), HasSubstr("more than 4 values (limit max_values)"));
+  EXPECT_TRUE(json::parse("[[1],2]", "input", limits).ok());
+
+  limits = {};
+  limits.max_bytes = 8;
+  EXPECT_THAT(parse_error("[1,2,3,4,5]", limits), HasSubstr("JSON text of 11 bytes is larger than 8 (limit max_bytes)"));
+}
+
+TEST(JsonLimits, MalformedTextStillReportsOffsetAndReason) {
+  const std::string msg = parse_error(R"({"a": 1,,})");
+  EXPECT_THAT(msg, HasSubstr("input: malformed JSON at offset 8"));
+  EXPECT_THAT(parse_error("[1] [2]"), HasSubstr("malformed JSON"));  // one root value only
+  EXPECT_THAT(parse_error(""), HasSubstr("malformed JSON"));
+}
+
+TEST(JsonLimits, ParsedValuesAreTheSameAsBefore) {
+  auto doc = json::parse("\xEF\xBB\xBF" R"({"s":"x\u00e9\n","i":-3,"u":18446744073709551615,"d":0.1,"b":true,"n":null,"a":[]})",
+                         "input");
+  ASSERT_TRUE(doc.ok()) << doc.message();
+  EXPECT_EQ(std::string((*doc)["s"].GetString()), "x\xC3\xA9\n");
+  EXPECT_EQ((*doc)["i"].GetInt(), -3);
+  EXPECT_EQ((*doc)["u"].GetUint64(), 18446744073709551615ull);
+  EXPECT_EQ((*doc)["d"].GetDouble(), 0.1);  // full precision
+  EXPECT_TRUE((*doc)["b"].GetBool());
+  EXPECT_TRUE((*doc)["n"].IsNull());
+  EXPECT_TRUE((*doc)["a"].IsArray());
+}
+
+}  // namespace
+}  // namespace sluice
