@@ -133,6 +133,39 @@ class HealthUnderLoad(unittest.TestCase):
             srv.stop()
 
 
+    def test_sigterm_answers_work_running_and_queued_and_exits_0(self):
+        srv = start("--work-threads", "1", "--work-queue", "4", "--shutdown-grace", "1")
+        body = json.dumps({"content": "x = 1\n" * 200000}).encode()
+        answers = []
+
+        def client():
+            head, data = raw_exchange(srv, post_bytes("/tokenize", body), timeout=60)
+            answers.append((head.split("\r\n")[0], data))
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.time() + 20  # one job runs, the others wait in the queue
+        while srv.metric("sluice_http_preparing_requests") < 4 and time.time() < deadline:
+            time.sleep(0.02)
+        t0 = time.time()
+        self.assertEqual(srv.stop(timeout=30), 0, "".join(srv.stderr_lines[-20:]))
+        self.assertLess(time.time() - t0, 10)
+        for t in threads:
+            t.join(30)
+        self.assertEqual(len(answers), 4, answers)
+        # Queued work is cancelled after the grace period with an answer; the running job finishes, or is
+        # cut (no answer) if it outlives the hard deadline on a slow machine.
+        cancelled = 0
+        for status_line, data in answers:
+            if " 503 " in status_line:
+                self.assertEqual(strict_json(data)["error"]["code"], "server_shutting_down")
+                cancelled += 1
+            elif status_line:
+                self.assertIn(" 200 ", status_line)
+        self.assertGreaterEqual(cancelled, 1, [a[0] for a in answers])
+
+
 class AcceptBackoff(unittest.TestCase):
     """Out of descriptors, accept waits and retries instead of spinning and flooding the log."""
 
