@@ -20,7 +20,7 @@ harnesses=(
   "request       16384 json.dict"
   "safetensors   20480 safetensors.dict"
   "model_config   4096 model_config.dict"
-  "tokenizer      2048 -"
+  "tokenizer      1024 -"
   "jinja         20480 jinja.dict"
   "sse_stop       1024 -"
 )
