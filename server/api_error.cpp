@@ -46,6 +46,10 @@ ApiError ApiError::overloaded(std::string message) {
   return {503, std::move(message), "server_error", "", "server_overloaded"};
 }
 
+ApiError ApiError::shutting_down() {
+  return {503, "The server is shutting down", "server_error", "", "server_shutting_down"};
+}
+
 ApiError ApiError::server_error(std::string message) {
   return {500, std::move(message), "server_error", "", ""};
 }

@@ -23,6 +23,7 @@ struct ApiError {
   static ApiError uri_too_long(std::size_t limit);              // 414
   static ApiError header_fields_too_large(std::size_t limit);   // 431
   static ApiError overloaded(std::string message);      // 503: the queue is full
+  static ApiError shutting_down();                      // 503: cancelled by shutdown before it started
   static ApiError server_error(std::string message);    // 500
 };
 

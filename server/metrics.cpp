@@ -63,6 +63,9 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          static_cast<double>(c.open_connections.load()));
   metric(out, "sluice_http_active_generations", "gauge", "Completions being generated or waiting.",
          static_cast<double>(c.active_generations.load()));
+  metric(out, "sluice_http_preparing_requests", "gauge",
+         "Requests waiting for or on a work thread (JSON, chat template, tokenizing).",
+         static_cast<double>(c.preparing_requests.load()));
   metric(out, "sluice_disconnect_cancels_total", "counter", "Generations cancelled because the client disconnected.",
          static_cast<double>(c.disconnect_cancels.load()));
   metric(out, "sluice_slow_client_cancels_total", "counter",

@@ -29,6 +29,7 @@ class ServerCounters {
 
   std::atomic<int64_t> open_connections{0};
   std::atomic<int64_t> active_generations{0};
+  std::atomic<int64_t> preparing_requests{0};   // waiting for or running on a work thread
   std::atomic<uint64_t> disconnect_cancels{0};  // generations cancelled because the client left
   std::atomic<uint64_t> slow_client_cancels{0}; // ... because the client did not read fast enough
   std::atomic<uint64_t> rejected_overloaded{0}; // 503s: the engine's queue or the work queue was full

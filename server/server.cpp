@@ -49,7 +49,7 @@ void Server::run() {
   ioc_.run();
   for (auto& t : threads) t.join();
   // Requests still being prepared finish (a generation they submit ends with the engine below); the
-  // ones not started are dropped: their connections close with the rest.
+  // ones not started are answered 503 by the final run below.
   work_pool_.stop();
 
   // Whatever still runs in the engine ends now; its last callbacks post into the (stopped) context,
@@ -82,6 +82,7 @@ void Server::poll_shutdown() {
   if (now >= grace_deadline_ && !engine_stopped_) {
     spdlog::info("cancelling {} in-flight connection(s)", registry_.open_count());
     engine_stopped_ = true;
+    work_pool_.cancel_queued();  // requests not yet prepared are answered 503
     ctx_.engine.shutdown();  // running and waiting requests finish as cancelled; streams end with [DONE]
     hard_deadline_ = now + std::chrono::seconds(3);
   }

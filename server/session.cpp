@@ -202,7 +202,13 @@ void Session::handle() {
 // Meanwhile the session waits as for a generation: a client that hangs up closes it, and a job whose
 // client is gone before it starts is skipped. The job shares the request and keeps the session alive.
 void Session::run_on_pool(const Handler& handler, const std::shared_ptr<ResponseChannel>& channel) {
-  auto job = [self = shared_from_this(), exchange = exchange_, handler = &handler, request = request_, channel] {
+  auto& preparing = ctx_.counters.preparing_requests;
+  auto job = [self = shared_from_this(), exchange = exchange_, handler = &handler, request = request_, channel,
+              &preparing] {
+    struct Done {
+      std::atomic<int64_t>& count;
+      ~Done() { --count; }
+    } done{preparing};
     if (self->gone_->load()) return;
     std::optional<Reply> reply = call_handler(*handler, *request, channel);
     if (!reply) return;  // the channel answers
@@ -211,7 +217,16 @@ void Session::run_on_pool(const Handler& handler, const std::shared_ptr<Response
       self->deliver_response(exchange, std::move(r));
     });
   };
-  if (!ctx_.work_pool->submit(std::move(job))) {
+  // Cancelled by shutdown before it started: the client still gets an answer.
+  auto dropped = [self = shared_from_this(), exchange = exchange_, &preparing] {
+    --preparing;
+    net::post(self->stream_.get_executor(), [self, exchange] {
+      self->deliver_response(exchange, Reply::error(ApiError::shutting_down()));
+    });
+  };
+  ++preparing;
+  if (!ctx_.work_pool->submit(std::move(job), std::move(dropped))) {
+    --preparing;
     ++ctx_.counters.rejected_overloaded;
     return write_reply(Reply::error(ApiError::overloaded("the server is busy: too many requests are being prepared")),
                        route_);

@@ -21,8 +21,12 @@ class WorkPool {
   WorkPool& operator=(const WorkPool&) = delete;
 
   // Queues a job. False when the queue already holds queue_limit jobs or the pool has stopped.
-  bool submit(std::function<void()> job);
-  // Drops the jobs not yet started, waits for the running ones and joins the threads. Idempotent.
+  // `dropped` runs instead of `job` when the job is cancelled before it starts (so its request can
+  // still be answered).
+  bool submit(std::function<void()> job, std::function<void()> dropped = {});
+  // Drops the jobs not yet started (their `dropped` runs here); running ones go on.
+  void cancel_queued();
+  // cancel_queued(), refuses new jobs, waits for the running ones and joins the threads. Idempotent.
   void stop();
   std::size_t queued() const;
 
@@ -32,7 +36,13 @@ class WorkPool {
   const std::size_t queue_limit_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> queue_;
+  struct Job {
+    std::function<void()> run;
+    std::function<void()> dropped;
+  };
+  void drop(std::deque<Job> jobs);
+
+  std::deque<Job> queue_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -187,8 +187,9 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
   SLUICE_TRY_ASSIGN(beta_fast, p.number("beta_fast"));
   SLUICE_TRY_ASSIGN(beta_slow, p.number("beta_slow"));
   SLUICE_TRY_ASSIGN(attention_factor, p.number("attention_factor"));
-  if (original && (*original <= 0 || *original > INT32_MAX))
-    return make_error(params_where + ": original_max_position_embeddings must be a positive 32-bit integer");
+  if (original && (*original <= 0 || *original > kMaxPositions))
+    return make_error(params_where + ": original_max_position_embeddings must be a positive integer at most " +
+                      std::to_string(kMaxPositions));
   if (factor) rope.factor = *factor;
   if (low) rope.low_freq_factor = *low;
   if (high) rope.high_freq_factor = *high;
@@ -207,9 +208,6 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
     return make_error(params_where + ": 'attention_factor' must be finite");
   if (rope.scaling == RopeScaling::kLlama3 && !(rope.high_freq_factor > rope.low_freq_factor))
     return make_error(params_where + ": llama3 needs high_freq_factor > low_freq_factor");
-  if (original && (*original <= 0 || *original > kMaxPositions))
-    return make_error(params_where + ": original_max_position_embeddings must be a positive integer at most " +
-                      std::to_string(kMaxPositions));
   return {};
 }
 

@@ -1,11 +1,11 @@
 // Fuzzes the chat-template engine: the input is a template, a NUL byte, then the variables as a JSON
 // object (messages, tools, bos_token, ...). Without a NUL, or when the variables are not a JSON object,
 // the template renders a small tool-calling conversation. Parse and render errors are fine; a crash,
-// a hang or unbounded memory is a finding. The output and loop budgets are set below the production
-// defaults only so that each execution stays fast.
+// a hang or unbounded memory is a finding. The output and step budgets are set below the production
+// defaults only so that each execution stays fast; depth and wall time keep theirs.
 #include <chrono>
 
-#include "chat/interpreter.h"
+#include "chat/budget.h"
 #include "chat/template.h"
 #include "fuzz_support.h"
 #include "util/json.h"
@@ -51,12 +51,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const rapidjson::Value& vars = variables && variables->IsObject() ? *variables : default_variables();
 
   chat::RenderOptions options;
-  options.max_output_bytes = 1u << 20;
-  options.max_loop_iterations = 100'000;
+  options.budget.max_output_bytes = 1u << 20;
+  options.budget.max_steps = 1'000'000;
+  options.budget.max_held_bytes = 16u << 20;
   // A fixed clock keeps strftime_now reproducible.
   const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1795000000));
   auto rendered = tmpl->render(vars, now, options);
   if (!rendered) FUZZ_CHECK(!rendered.message().empty());
-  else FUZZ_CHECK(rendered->size() <= options.max_output_bytes, "output %zu bytes", rendered->size());
+  else FUZZ_CHECK(rendered->size() <= options.budget.max_output_bytes, "output %zu bytes", rendered->size());
   return 0;
 }

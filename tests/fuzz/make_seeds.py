@@ -58,6 +58,15 @@ def request_seeds(ref: Path, out: Path):
     for prompt in ("def fib(n):", [1, 2, 3], [[4, 5]], ["one"], ""):
         s.add(dumps(dict(sampling, prompt=prompt, logprobs=2, echo=True)))
         s.add(dumps({"prompt": prompt}))
+    # The attacks issue 23 reports, cut to the harness's max_len: deep nesting in `tools` and in an extra
+    # message field, many keys in one object, invalid UTF-8, wrongly typed flags.
+    user = '{"messages":[{"role":"user","content":"hi"'
+    s.add(user + '}],"tools":' + "[" * 8000 + "]" * 8000 + "}")
+    s.add(user + ',"extra":' + '{"a":' * 2500 + "1" + "}" * 2500 + "}]}")
+    s.add("{" + ",".join(f'"k{i}":{i}' for i in range(1500)) + ',"prompt":"x"}')
+    s.add(b'{"prompt":"\xff\xfe caf\xc3","stop":["\xc3"],"model":"\x80"}')
+    s.add(user + '}],"add_generation_prompt":"x"}')
+    s.add('{"prompt":"x","echo":"x"}')
     return s.count
 
 
@@ -134,6 +143,18 @@ def jinja_seeds(ref: Path, out: Path):
         source = templates.get(case["template"])
         if source is not None:
             s.add(source + b"\0" + dumps(case["variables"]).encode())
+    # The crashes and hangs issue 23 reports, so every run starts from them.
+    for source in ("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}",
+                   "{{ 1 ** 9999999999999 }}", "{{ 2 ** 64 ** 64 }}",
+                   "{{ 'abcd' * 4611686018427387904 }}", "{{ [1, 2] * 4611686018427387904 }}",
+                   "{{ 'x' | center(99999999999) }}", "{{ 'x' | ljust(99999999999) }}",
+                   "{% if true %}" * 3000 + "{% endif %}" * 3000,
+                   "{% for i in range(2) %}" * 1500 + "{% endfor %}" * 1500,
+                   "{{ " + "not " * 8000 + "true }}", "{{ x" + " | string" * 4000 + " }}",
+                   "{{ " + "(" * 8000 + "1" + ")" * 8000 + " }}",
+                   "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"):
+        s.add(source)
+    s.add(b"{{ messages }}\0" + b'{"messages":' + b"[" * 9000 + b"]" * 9000 + b"}")
     return s.count
 
 

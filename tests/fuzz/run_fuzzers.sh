@@ -12,7 +12,13 @@ seconds=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 reference=${SLUICE_REFERENCE_DIR:-$here/../../../shared}
-reference=$(cd "$reference" 2>/dev/null && pwd) || { echo "fuzz: no reference data at ${SLUICE_REFERENCE_DIR:-../shared}" >&2; exit 2; }
+# The harnesses load real tokenizers and templates and start from real files: without the reference
+# data they are skipped with a message, as the tests that need it are.
+if ! reference=$(cd "$reference" 2>/dev/null && pwd) || [ ! -d "$reference/golden" ]; then
+  echo "fuzz: no reference data at ${SLUICE_REFERENCE_DIR:-$here/../../../shared}: every harness skipped"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
 rss_mb=${FUZZ_RSS_MB:-2048}
 
 # name  max_len  dictionary. max_len fits the largest real seed; longer inputs only slow each execution.
@@ -20,7 +26,7 @@ harnesses=(
   "request       16384 json.dict"
   "safetensors   20480 safetensors.dict"
   "model_config   4096 model_config.dict"
-  "tokenizer      2048 -"
+  "tokenizer      1024 -"
   "jinja         20480 jinja.dict"
   "sse_stop       1024 -"
 )

@@ -46,12 +46,14 @@ TEST(WorkPool, StopWaitsForRunningJobsDropsQueuedOnesAndRefusesMore) {
     finished = true;
   }));
   started.get_future().wait();
-  ASSERT_TRUE(pool.submit([&queued_ran, owned] { ++queued_ran; }));
+  std::atomic<int> dropped{0};
+  ASSERT_TRUE(pool.submit([&queued_ran, owned] { ++queued_ran; }, [&dropped] { ++dropped; }));
   std::weak_ptr<int> watch = owned;
   owned.reset();
   pool.stop();
   EXPECT_TRUE(finished.load());
   EXPECT_EQ(queued_ran.load(), 0);
+  EXPECT_EQ(dropped.load(), 1);
   EXPECT_TRUE(watch.expired());
   EXPECT_FALSE(pool.submit([] {}));
   pool.stop();  // idempotent
@@ -63,4 +65,26 @@ TEST(WorkPool, AJobThatThrowsDoesNotEndThePoolOrTheProcess) {
   std::promise<void> after;
   ASSERT_TRUE(pool.submit([&] { after.set_value(); }));
   EXPECT_EQ(after.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+TEST(WorkPool, CancelQueuedAnswersWaitingJobsAndKeepsServing) {
+  WorkPool pool(1, 4);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> started;
+  ASSERT_TRUE(pool.submit([&, released] {
+    started.set_value();
+    released.wait();
+  }));
+  started.get_future().wait();
+  std::atomic<int> ran{0}, dropped{0};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool.submit([&ran] { ++ran; }, [&dropped] { ++dropped; }));
+  pool.cancel_queued();
+  EXPECT_EQ(dropped.load(), 3);
+  EXPECT_EQ(pool.queued(), 0u);
+  release.set_value();
+  std::promise<void> later;
+  ASSERT_TRUE(pool.submit([&] { later.set_value(); }));
+  EXPECT_EQ(later.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(ran.load(), 0);
 }
