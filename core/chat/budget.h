@@ -19,6 +19,9 @@ struct RenderBudget {
   int max_depth = 1000;
   // The rendering, and any single string or list the template builds on the way.
   std::size_t max_output_bytes = 8u << 20;
+  // String bytes that the render's values hold at once (strings are copied, not shared), the
+  // converted variables included. A conversation filling the output budget holds a few times it.
+  std::size_t max_held_bytes = 256u << 20;
   std::chrono::milliseconds max_wall_time{2000};
 };
 

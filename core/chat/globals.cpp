@@ -21,10 +21,11 @@ std::vector<std::pair<std::string, Value>> make_globals(Interpreter& in) {
     std::int64_t step = p.size() > 2 ? p[2].to_int() : 1;
     if (step == 0) fail("ValueError: range() arg 3 must not be zero");
     std::vector<Value> out;
-    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (std::int64_t i = start; step > 0 ? i < stop : i > stop;) {
       // The sandbox's MAX_RANGE.
       if (out.size() >= 100000) fail("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       out.emplace_back(i);
+      if (__builtin_add_overflow(i, step, &i)) break;  // the next value is past any int64 stop
     }
     charge_steps(out.size());
     return Value::list(std::move(out));

@@ -30,6 +30,7 @@ std::string Interpreter::render(const Body& body, const rapidjson::Value& variab
   }
   auto root = std::make_shared<Scope>();
   root->parent = globals;
+  meter_.start_clock();
   std::string out;
   exec_body(body, root, out);
   return out;

@@ -19,6 +19,18 @@ RenderMeter::RenderMeter(const RenderBudget& budget)
   current_meter = this;
 }
 
+void RenderMeter::start_clock() {
+  deadline_ = std::chrono::steady_clock::now() + budget_.max_wall_time;
+  next_clock_check_ = steps_;
+}
+
+void RenderMeter::hold(std::size_t bytes) {
+  if (held_ + static_cast<std::int64_t>(bytes) > static_cast<std::int64_t>(budget_.max_held_bytes))
+    fail("TemplateRuntimeError: the template exceeded its memory budget (" + std::to_string(budget_.max_held_bytes) +
+         " bytes of strings held at once)");
+  held_ += static_cast<std::int64_t>(bytes);
+}
+
 RenderMeter::~RenderMeter() {
   current_meter = previous_;
   // Emptying every mutated container breaks any cycle through it; what they held is freed here
@@ -79,6 +91,14 @@ void check_size(std::size_t bytes, const char* what) {
   const std::size_t limit = current_meter ? current_meter->budget().max_output_bytes : RenderBudget{}.max_output_bytes;
   if (bytes > limit)
     fail(std::string("TemplateRuntimeError: ") + what + " exceeds the size budget (" + std::to_string(limit) + " bytes)");
+}
+
+void hold_string_bytes(std::size_t bytes) {
+  if (current_meter) current_meter->hold(bytes);
+}
+
+void release_string_bytes(std::size_t bytes) noexcept {
+  if (current_meter) current_meter->release(bytes);
 }
 
 void check_string_value(std::size_t bytes) {

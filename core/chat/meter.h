@@ -19,7 +19,12 @@ class RenderMeter {
   RenderMeter& operator=(const RenderMeter&) = delete;
 
   const RenderBudget& budget() const { return budget_; }
+  // Starts the wall clock: called once the variables are converted, so that the time budget covers
+  // the template's own work (converting a large request is linear and bounded by the body limit).
+  void start_clock();
   void step(std::uint64_t n);
+  void hold(std::size_t bytes);
+  void release(std::size_t bytes) { held_ -= static_cast<std::int64_t>(bytes); }
   void enter();  // one level deeper; fails past max_depth
   void leave() { --depth_; }
   // A container that the template mutated may now be part of a cycle (`set ns.a = ns`); the meter
@@ -28,12 +33,14 @@ class RenderMeter {
   void track_mutable(const DictPtr& dict);
 
   std::uint64_t steps() const { return steps_; }
+  std::int64_t held_bytes() const { return held_; }
   int peak_depth() const { return peak_depth_; }
 
  private:
   RenderBudget budget_;
   std::chrono::steady_clock::time_point deadline_;
   std::uint64_t steps_ = 0;
+  std::int64_t held_ = 0;  // signed: values made before this render may be freed during it
   std::uint64_t next_clock_check_ = 0;
   int depth_ = 0;
   int peak_depth_ = 0;

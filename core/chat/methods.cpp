@@ -209,6 +209,7 @@ Value string_method(const std::string& s, const std::string& name) {
         if (!first) out += s;
         out += item.as_string();
         first = false;
+        check_size(out.size(), "a joined string");
       }
       return Value(std::move(out));
     });
@@ -511,9 +512,10 @@ Value slice_value(const Value& obj, const Value& start_v, const Value& stop_v, c
   std::int64_t stop = adjust(bound(stop_v, "stop"), step < 0 ? -1 : n);
   std::string s;
   std::vector<Value> out;
-  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (std::int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (items) out.push_back((*items)[static_cast<std::size_t>(i)]);
     else s += chars[static_cast<std::size_t>(i)];
+    if (__builtin_add_overflow(i, step, &i)) break;  // a step near 2^63 leaves the sequence at once
   }
   if (!items) return Value(std::move(s));
   return obj.as_list()->is_tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));

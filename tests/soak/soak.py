@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -31,7 +32,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 from sluice_server_harness import Server  # noqa: E402
 import traffic  # noqa: E402
-from traffic import KINDS, Target, Unexpected  # noqa: E402
+from answers import Unexpected  # noqa: E402
+from traffic import KINDS, Target  # noqa: E402
 from raw_http import ProtocolError  # noqa: E402
 
 # The server's limits for the run: a 1 MiB body limit (so nested and oversized bodies stay cheap to send),
@@ -57,6 +59,23 @@ def rss_bytes(pid):
     return 0
 
 
+def rss_by_kind(pid):
+    """Resident bytes by kind of mapping (/proc/PID/smaps): the main heap, anonymous mappings (glibc's
+    per-thread arenas, large blocks, the KV cache), the model files, other files."""
+    out = Counter()
+    kind = None
+    with open("/proc/%d/smaps" % pid) as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                path = head[5] if len(head) > 5 else ""
+                kind = ("heap" if path == "[heap]" else "anonymous" if not path else "stack" if path.startswith("[stack")
+                        else "model files" if path.endswith(".safetensors") else "other")
+            elif head and head[0] == "Rss:":
+                out[kind] += int(head[1]) * 1024
+    return out
+
+
 class Watcher(threading.Thread):
     """Samples the server every half second: alive or not, and its resident memory."""
 
@@ -65,6 +84,7 @@ class Watcher(threading.Thread):
         self.proc = proc
         self.died_at = None
         self.peak_rss = 0
+        self.rss = []  # (time, bytes)
         self.stop_event = threading.Event()
 
     def run(self):
@@ -73,9 +93,20 @@ class Watcher(threading.Thread):
                 self.died_at = time.time()
                 return
             try:
-                self.peak_rss = max(self.peak_rss, rss_bytes(self.proc.pid))
+                rss = rss_bytes(self.proc.pid)
             except OSError:
-                pass
+                continue
+            self.peak_rss = max(self.peak_rss, rss)
+            self.rss.append((time.time(), rss))
+
+    def rss_between(self, start, end, parts=4):
+        """The highest RSS in each of `parts` equal spans of [start, end): growth that goes on, or levels off."""
+        out = []
+        for i in range(parts):
+            a, b = start + (end - start) * i / parts, start + (end - start) * (i + 1) / parts
+            values = [r for t, r in self.rss if a <= t < b]
+            out.append(max(values) if values else 0)
+        return out
 
     @property
     def alive(self):
@@ -135,11 +166,12 @@ class Tally:
     def __init__(self):
         self.outcomes = defaultdict(Counter)  # kind -> label -> count
         self.problems = defaultdict(Counter)  # kind -> message -> count
+        self.loop_lag = []  # seconds the driver's event loop woke up late, every 0.1 s
 
     def add(self, kind, label, problem=None):
         self.outcomes[kind][label] += 1
-        if problem:
-            self.problems[kind][problem[:200]] += 1
+        if problem:  # long numbers masked, so that one kind of wrong answer is listed once
+            self.problems[kind][re.sub(r"\d{4,}", "N", problem[:200])] += 1
 
     def total(self):
         return sum(sum(c.values()) for c in self.outcomes.values())
@@ -176,11 +208,19 @@ async def run_traffic(target, seconds, clients, seed, names, alive, tally, grace
                 problem = "server died: " + problem
             tally.add(name, label, problem)
 
+    async def lag_meter():  # how late this loop wakes up: a driver starved of CPU delays its own clients
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.1)
+            tally.loop_lag.append(loop.time() - before - 0.1)
+
+    meter = asyncio.ensure_future(lag_meter())
     tasks = [asyncio.ensure_future(client(i)) for i in range(clients)]
     _, pending = await asyncio.wait(tasks, timeout=seconds + grace)
     for t in pending:
         t.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
+    meter.cancel()
+    await asyncio.gather(meter, *pending, return_exceptions=True)
 
 
 class HealthProbe:
@@ -207,8 +247,8 @@ def percentile(values, q):
 
 # --- report --------------------------------------------------------------------------------------------
 
-def print_mix(tally):
-    print("\n%-20s %7s  %-44s %s" % ("request kind", "count", "outcomes", "wrong"))
+def print_mix(tally, title):
+    print("\n%-20s %7s  %-44s %s" % (title, "count", "outcomes", "wrong"))
     for kind in sorted(tally.outcomes, key=lambda k: -sum(tally.outcomes[k].values())):
         c = tally.outcomes[kind]
         labels = " ".join("%s×%d" % (k, v) for k, v in sorted(c.items(), key=lambda kv: -kv[1]))
@@ -238,7 +278,7 @@ def main():
     ap.add_argument("--sluice", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--seconds", type=float, default=600, help="length of the measured run")
-    ap.add_argument("--warmup", type=float, default=None, help="seconds of warm-up (default: a tenth of the run, 10-60 s)")
+    ap.add_argument("--warmup", type=float, default=None, help="seconds of warm-up (default: a tenth of the run, 30-60 s)")
     ap.add_argument("--clients", type=int, default=24)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--seed", type=int, default=23)
@@ -252,7 +292,7 @@ def main():
     if unknown:
         ap.error("unknown kinds: %s (known: %s)" % (", ".join(sorted(unknown)), ", ".join(KINDS)))
     names = [k for k in KINDS if k not in skip]
-    warmup = args.warmup if args.warmup is not None else min(60.0, max(10.0, args.seconds / 10))
+    warmup = args.warmup if args.warmup is not None else min(60.0, max(30.0, args.seconds / 10))
     if not os.path.exists(args.sluice):
         print("soak: no binary at %s (make build)" % args.sluice)
         return 2
@@ -265,22 +305,27 @@ def main():
     ctx_size = srv.json("GET", "/health")[1]["context_size"]
     target = Target(srv.host, srv.port, ctx_size=ctx_size, **SERVER_LIMITS)
     checks = []
-    tally = Tally()
-    samples, m, state, idle, baseline, after, alive_after_traffic = [], {}, {}, False, 0, 0, False
+    tally, warm_tally = Tally(), Tally()
+    soak_started = time.time()
+    samples, m, state, idle, baseline, after, alive_after_traffic, quarters = [], {}, {}, False, 0, 0, False, []
+    baseline_kinds = after_kinds = Counter()
     probe = HealthProbe(srv)
     try:
-        asyncio.run(run_traffic(target, warmup, args.clients, args.seed + 1, names, lambda: watcher.alive, Tally()))
+        asyncio.run(run_traffic(target, warmup, args.clients, args.seed + 1, names, lambda: watcher.alive, warm_tally))
         warm_idle = settle(srv)[0] if watcher.alive else False
         baseline = steady_rss(srv.proc.pid) if watcher.alive else 0
+        baseline_kinds = rss_by_kind(srv.proc.pid) if watcher.alive else Counter()
         print("warm-up done: idle %s, baseline RSS %s, load %s" % (warm_idle, mib(baseline), load()), flush=True)
 
         started = time.time()
         asyncio.run(run_traffic(target, args.seconds, args.clients, args.seed, names, lambda: watcher.alive, tally))
         elapsed = time.time() - started
+        quarters = watcher.rss_between(started, started + elapsed)
         samples = probe.finish()
         alive_after_traffic = watcher.alive
         idle, m, state = settle(srv) if alive_after_traffic else (False, {}, {})
         after = steady_rss(srv.proc.pid) if alive_after_traffic else 0
+        after_kinds = rss_by_kind(srv.proc.pid) if alive_after_traffic else Counter()
         print("run done in %.0f s, load %s" % (elapsed, load()), flush=True)
     finally:
         stop_started = time.time()
@@ -292,14 +337,17 @@ def main():
         watcher.stop_event.set()
         probe.kill()
 
-    print_mix(tally)
+    if warm_tally.wrong() or not tally.total():
+        print_mix(warm_tally, "warm-up: kind")
+    print_mix(tally, "request kind")
 
     died = watcher.died_at is not None and watcher.died_at < stop_started
     checks.append(("server alive throughout", alive_after_traffic and not died,
-                   "up for the whole run" if alive_after_traffic else "died (exit %s): %s" %
-                   (srv.proc.returncode, "".join(srv.stderr_lines[-5:]).strip()[-400:])))
-    checks.append(("every answer as expected", tally.wrong() == 0 and tally.total() > 0,
-                   "%d wrong of %d requests" % (tally.wrong(), tally.total())))
+                   "up for the whole run" if alive_after_traffic and not died else "died %.0f s after the start (exit %s)" %
+                   ((watcher.died_at or time.time()) - soak_started, srv.proc.returncode)))
+    wrong, total = tally.wrong() + warm_tally.wrong(), tally.total() + warm_tally.total()
+    checks.append(("every answer as expected", wrong == 0 and tally.total() > 0,
+                   "%d wrong of %d requests (warm-up included)" % (wrong, total)))
 
     lat = [s[1] for s in samples]
     failed_probes = [s for s in samples if s[2] != 200]
@@ -315,8 +363,8 @@ def main():
 
     growth = (after - baseline) / baseline if baseline else float("inf")
     checks.append(("RSS within %g %% of baseline" % (args.rss_tolerance * 100), abs(growth) <= args.rss_tolerance,
-                   "baseline %s, after %s (%+.1f %%), peak %s" % (mib(baseline), mib(after), growth * 100,
-                                                                   mib(watcher.peak_rss))))
+                   "baseline %s, after %s (%+.1f %%); peak by quarter of the run %s" %
+                   (mib(baseline), mib(after), growth * 100, " ".join("%.1f" % (q / (1 << 20)) for q in quarters))))
     checks.append(("clean exit on SIGTERM", rc == 0, "exit %s in %.1f s" % (rc, stop_seconds)))
 
     disconnects = m.get("sluice_disconnect_cancels_total", 0)
@@ -327,6 +375,14 @@ def main():
                    "disconnect cancels %g, slow-client cancels %g, 503s %g" %
                    (disconnects, slow, m.get("sluice_rejected_overloaded_total", 0))))
 
+    if tally.loop_lag:
+        lag = [x * 1000 for x in (percentile(tally.loop_lag, 50), percentile(tally.loop_lag, 99), max(tally.loop_lag))]
+        print("\ndriver event-loop lag: p50 %.1f ms, p99 %.1f ms, max %.0f ms%s" %
+              (lag[0], lag[1], lag[2], " (the machine was short of CPU: timings are noisy)" if lag[1] > 50 else ""))
+    if after_kinds:
+        print("resident memory by mapping, baseline -> after: " + ", ".join(
+            "%s %.1f -> %.1f MiB" % (k, baseline_kinds[k] / (1 << 20), after_kinds[k] / (1 << 20))
+            for k in sorted(set(baseline_kinds) | set(after_kinds), key=lambda k: -after_kinds[k])))
     log = [line.rstrip() for line in srv.stderr_lines]
     print("\nserver log (--log-level warn): %d lines%s" % (len(log), ", the last:" if log else ""))
     for line in log[-5:]:

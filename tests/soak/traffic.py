@@ -6,7 +6,8 @@ import asyncio
 import json
 import random
 
-from raw_http import Connection, ProtocolError, build_request, sse_events
+from answers import Unexpected, check_generation, expect_error, utf8_json
+from raw_http import Connection, build_request
 
 GENERATE_ROUTES = ("/v1/completions", "/v1/chat/completions")
 JSON_ROUTES = GENERATE_ROUTES + ("/tokenize", "/detokenize", "/apply-template")
@@ -15,10 +16,6 @@ SNIPPETS = ["def add(a, b):", "import os\n", "class Stack:\n    def __init__(sel
             "# sort a list\n", "fn main() {", "SELECT * FROM", "héllo wörld, 你好 🙂", "while True:\n    ",
             "return x * 2", "#include <stdio.h>\n", "const x = [1, 2, 3].map("]
 SYSTEM = "You are a careful assistant that writes short, correct Python. " * 8  # shared prefix: cache reuse
-
-
-class Unexpected(Exception):
-    """The server answered, but not as it should."""
 
 
 class Target:
@@ -32,69 +29,6 @@ class Target:
 
     async def connect(self, rcvbuf=None, mss=None):
         return await Connection.open(self.host, self.port, rcvbuf=rcvbuf, mss=mss)
-
-
-# --- checks on what came back -------------------------------------------------------------------------
-
-def utf8_json(data, what="body"):
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise Unexpected("%s is not valid UTF-8: %s" % (what, e))
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise Unexpected("%s is not JSON (%s): %r" % (what, e, text[:120]))
-
-
-def expect_error(res, statuses, param=None, code=None):
-    """An OpenAI-style error object with one of `statuses`."""
-    if res.status not in statuses:
-        raise Unexpected("status %d, wanted %s: %r" % (res.status, "/".join(map(str, statuses)), res.body[:160]))
-    if not res.headers.get("content-type", "").startswith("application/json"):
-        raise Unexpected("error %d with content type %r" % (res.status, res.headers.get("content-type")))
-    err = utf8_json(res.body, "error body").get("error")
-    if not isinstance(err, dict) or not all(k in err for k in ("message", "type", "param", "code")):
-        raise Unexpected("status %d without an error object: %r" % (res.status, res.body[:160]))
-    if not isinstance(err["message"], str) or not err["message"]:
-        raise Unexpected("error %d with an empty message" % res.status)
-    if param is not None and err["param"] != param:
-        raise Unexpected("error %d names param %r, wanted %r (%s)" % (res.status, err["param"], param, err["message"]))
-    if code is not None and err["code"] != code:
-        raise Unexpected("error %d has code %r, wanted %r" % (res.status, err["code"], code))
-    return str(res.status)
-
-
-def check_generation(res, chat, stream):
-    """200 with a completion (plain or streamed, ending in [DONE]), or 503 when the queue is full."""
-    if res.status == 503:
-        return expect_error(res, (503,))
-    if res.status != 200:
-        raise Unexpected("generation answered %d: %r" % (res.status, res.body[:200]))
-    if stream:
-        if not res.headers.get("content-type", "").startswith("text/event-stream"):
-            raise Unexpected("stream with content type %r" % res.headers.get("content-type"))
-        try:
-            events = sse_events(res.body)
-        except UnicodeDecodeError as e:
-            raise Unexpected("stream is not valid UTF-8: %s" % e)
-        except ProtocolError as e:
-            raise Unexpected(str(e))
-        if not events or events[-1] != "[DONE]":
-            raise Unexpected("stream does not end with [DONE]")
-        want = "chat.completion.chunk" if chat else "text_completion"
-        for e in events[:-1]:
-            obj = utf8_json(e.encode(), "event")
-            if "error" in obj:
-                raise Unexpected("stream carried an error: %r" % e[:160])
-            if obj.get("object") != want:
-                raise Unexpected("event object %r, wanted %r" % (obj.get("object"), want))
-        return "200"
-    body = utf8_json(res.body)
-    want = "chat.completion" if chat else "text_completion"
-    if body.get("object") != want or not body.get("choices"):
-        raise Unexpected("completion object %r: %r" % (body.get("object"), res.body[:160]))
-    return "200"
 
 
 # --- request bodies ------------------------------------------------------------------------------------
@@ -296,18 +230,28 @@ async def deep_json(target, rng):
     else:
         path, body = "/v1/chat/completions", ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
                                               '"tools": [%s]}' % nested(depth, rng))
-    res = await exchange(target, build_request("POST", path, body.encode()))
+    res = await exchange_tolerant(target, build_request("POST", path, body.encode()))
     return expect_error(res, (400, 413))
 
 
 async def many_keys(target, rng):
-    """An object of tens of thousands of distinct keys: refused (400) or served, but never a stall."""
+    """An object of tens of thousands of distinct keys — at the top of a completion request, or in a chat's
+    tools or message (where it becomes a template value): refused (400) or served, but never a stall."""
     n = rng.choice([5000, 20000, 50000])
     keys = ",".join('"k%d": %d' % (i, i) for i in range(n))
-    body = '{"prompt": "x", "max_tokens": 1, %s}' % keys
-    res = await exchange(target, build_request("POST", "/v1/completions", body.encode()))
+    where = rng.randrange(3)
+    if where == 0:
+        path, body = "/v1/completions", '{"prompt": "x", "max_tokens": 1, %s}' % keys
+    elif where == 1:
+        path, body = "/v1/chat/completions", ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
+                                              '"tools": [{"type": "function", "function": {"name": "f", '
+                                              '"parameters": {%s}}}]}' % keys)
+    else:
+        path, body = "/v1/chat/completions", ('{"messages": [{"role": "user", "content": "hi", "extra": {%s}}], '
+                                              '"max_tokens": 1}' % keys)
+    res = await exchange_tolerant(target, build_request("POST", path, body.encode()))
     if res.status == 200:
-        return check_generation(res, False, False)
+        return check_generation(res, where > 0, False)
     return expect_error(res, (400, 413))
 
 
@@ -469,8 +413,8 @@ async def slow_writer_stall(target, rng):
 
 async def unread_stream(target, body, wait):
     """Sends a streamed request, reads nothing for `wait` seconds (a small receive buffer and segment
-    size, so the unread bytes pile up in the server), then reads what is left: the server must have
-    given up on the connection ("cut") unless it managed to send the whole stream ("completed")."""
+    size, so the unread bytes pile up in the server), then reads what is left: the server gave up on the
+    connection ("cut"), or managed to send the whole stream ("completed"), or is still sending."""
     conn = await target.connect(rcvbuf=4096, mss=536)
     try:
         await conn.send(build_request("POST", body.pop("path"), body))
@@ -480,7 +424,9 @@ async def unread_stream(target, body, wait):
         except ConnectionResetError:
             return "cut (reset)"
         except asyncio.TimeoutError:
-            raise Unexpected("a client that stopped reading for %d s was still being served a minute later" % wait)
+            # Still streaming to us now that we read (say the request waited long in the queue): fine.
+            # A server that never gives up on unread streams fails "abuse paths exercised" instead.
+            return "still streaming"
     finally:
         conn.close()
     if not data.startswith(b"HTTP/1.1 "):
@@ -531,7 +477,8 @@ async def slow_reader_trickle(target, rng):
     return "completed" if b"data: [DONE]" in data else "cut"
 
 
-# name -> (coroutine, weight, time bound in seconds beyond the target's timeouts)
+# name -> (coroutine, weight, time bound in seconds beyond the target's timeouts). The bounds are a safety
+# net, generous because on a loaded machine this driver's own event loop falls behind (its lag is reported).
 KINDS = {
     "generation": (generation, 30, 120),
     "light": (light, 10, 60),
@@ -552,8 +499,8 @@ KINDS = {
     "bad_route": (bad_route, 2, 60),
     "slow_writer": (slow_writer, 2, 60),
     "slow_writer_stall": (slow_writer_stall, 2, 60),
-    "slow_reader_queue": (slow_reader_queue, 1, 120),
-    "slow_reader_stall": (slow_reader_stall, 1, 120),
+    "slow_reader_queue": (slow_reader_queue, 1, 240),
+    "slow_reader_stall": (slow_reader_stall, 1, 240),
     "slow_reader_trickle": (slow_reader_trickle, 2, 90),
 }
 
