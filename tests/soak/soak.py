@@ -151,6 +151,18 @@ def settle(srv, timeout=30):
         time.sleep(0.5)
 
 
+def rss_after_malloc_trim(pid):
+    """Asks the server's allocator to give free memory back (glibc malloc_trim(0), called through gdb),
+    then reads RSS again: growth that goes away was free memory the allocator kept, not live data.
+    None where gdb is missing or cannot attach."""
+    try:
+        subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "call (int) malloc_trim(0)"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return steady_rss(pid)
+
+
 def steady_rss(pid):
     """The median of five readings a quarter second apart (after the server went idle)."""
     samples = []
@@ -283,12 +295,18 @@ def main():
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--skip", default="", help="comma-separated request kinds to leave out (see traffic.KINDS)")
+    ap.add_argument("--only", default="", help="comma-separated request kinds to run, no others (to find what grows)")
     ap.add_argument("--health-p99-ms", type=float, default=100.0)
     ap.add_argument("--rss-tolerance", type=float, default=0.05)
+    ap.add_argument("--trim-check", action="store_true",
+                    help="after the run, also read RSS once the allocator has trimmed (gdb; done anyway when RSS fails)")
     args = ap.parse_args()
 
     skip = {s for s in args.skip.split(",") if s}
-    unknown = skip - set(KINDS)
+    only = {s for s in args.only.split(",") if s}
+    if only:
+        skip |= set(KINDS) - only
+    unknown = (skip | only) - set(KINDS)
     if unknown:
         ap.error("unknown kinds: %s (known: %s)" % (", ".join(sorted(unknown)), ", ".join(KINDS)))
     names = [k for k in KINDS if k not in skip]
@@ -309,6 +327,7 @@ def main():
     soak_started = time.time()
     samples, m, state, idle, baseline, after, alive_after_traffic, quarters = [], {}, {}, False, 0, 0, False, []
     baseline_kinds = after_kinds = Counter()
+    trimmed = None
     probe = HealthProbe(srv)
     try:
         asyncio.run(run_traffic(target, warmup, args.clients, args.seed + 1, names, lambda: watcher.alive, warm_tally))
@@ -326,6 +345,8 @@ def main():
         idle, m, state = settle(srv) if alive_after_traffic else (False, {}, {})
         after = steady_rss(srv.proc.pid) if alive_after_traffic else 0
         after_kinds = rss_by_kind(srv.proc.pid) if alive_after_traffic else Counter()
+        if alive_after_traffic and (args.trim_check or abs(after - baseline) > args.rss_tolerance * baseline):
+            trimmed = rss_after_malloc_trim(srv.proc.pid)
         print("run done in %.0f s, load %s" % (elapsed, load()), flush=True)
     finally:
         stop_started = time.time()
@@ -379,6 +400,9 @@ def main():
         lag = [x * 1000 for x in (percentile(tally.loop_lag, 50), percentile(tally.loop_lag, 99), max(tally.loop_lag))]
         print("\ndriver event-loop lag: p50 %.1f ms, p99 %.1f ms, max %.0f ms%s" %
               (lag[0], lag[1], lag[2], " (the machine was short of CPU: timings are noisy)" if lag[1] > 50 else ""))
+    if trimmed is not None:
+        print("RSS after malloc_trim(0) in the server: %s (%+.1f %% on the baseline, which was not trimmed)" %
+              (mib(trimmed), (trimmed - baseline) / baseline * 100))
     if after_kinds:
         print("resident memory by mapping, baseline -> after: " + ", ".join(
             "%s %.1f -> %.1f MiB" % (k, baseline_kinds[k] / (1 << 20), after_kinds[k] / (1 << 20))
