@@ -46,7 +46,9 @@ void check_params(const CompletionParams& p) {
   FUZZ_CHECK(p.max_tokens >= 1 && p.max_tokens <= kDefaultMaxTokens, "max_tokens %d", p.max_tokens);
   const auto& s = p.sampling;
   FUZZ_CHECK(s.temperature >= 0 && s.temperature <= 2);
-  FUZZ_CHECK(s.top_p > 0 && s.top_p <= 1);
+  // A top_p below float's range (8e-69) narrows to 0; the sampler then keeps the one best token, as
+  // it does for the 1e-6 an explicit 0 becomes, so 0 is tolerated here.
+  FUZZ_CHECK(s.top_p >= 0 && s.top_p <= 1);
   FUZZ_CHECK(s.top_k >= 0);
   FUZZ_CHECK(s.min_p >= 0 && s.min_p <= 1);
   FUZZ_CHECK(std::isfinite(s.presence_penalty) && std::isfinite(s.frequency_penalty));
