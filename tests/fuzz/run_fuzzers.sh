@@ -37,6 +37,11 @@ mkdir -p "$work"/{seeds,corpus,artifacts,logs}
 python3 "$here/make_seeds.py" "$reference" "$work/seeds" || exit 2
 
 export SLUICE_REFERENCE_DIR=$reference
+# The harnesses' scratch files (inputs written for the readers that take a path), in memory where there
+# is /dev/shm; removed here since a harness that stops on a finding cannot clean up after itself.
+scratch=$(mktemp -d /dev/shm/sluice-fuzz-run.XXXXXX 2>/dev/null || mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR=$scratch
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 
