@@ -4,7 +4,6 @@
 responses are valid UTF-8 whatever the request held, HTTP/1.0 streams are not chunked, 431 and 414 for
 oversized headers and targets, wrongly typed flags are 400, the work queue answers 503 when full.
 Exit 77 (ctest SKIP_RETURN_CODE) when the binary or model is missing."""
-import argparse
 import json
 import os
 import resource
@@ -15,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_server_harness import Server  # noqa: E402
+from sluice_server_harness import Server, run_e2e_tests  # noqa: E402
 
 ARGS = None
 
@@ -323,19 +322,10 @@ class Protocol(unittest.TestCase):
 
 
 def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    ap.add_argument("--model", required=True)
-    ARGS, rest = ap.parse_known_args()
-    if not os.access(ARGS.sluice, os.X_OK):
-        print("SKIP: %s not built" % ARGS.sluice)
-        return 77
-    if not os.path.exists(os.path.join(ARGS.model, "config.json")):
-        print("SKIP: model %s missing" % ARGS.model)
-        return 77
-    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
-    return 0 if prog.result.wasSuccessful() else 1
+    def use(args):
+        global ARGS
+        ARGS = args
+    return run_e2e_tests(use)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Starting the real `sluice serve` on a free port and talking plain HTTP to it (standard library only).
 Shared by the end-to-end tests and the Node SDK test runner."""
+import argparse
 import http.client
 import json
 import os
@@ -8,8 +9,10 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
+import unittest
 
 READY = re.compile(r"sluice ready: http://([0-9.]+):(\d+) ")
 
@@ -140,3 +143,21 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def run_e2e_tests(use_args):
+    """The end-to-end scripts' main: --sluice and --model, exit 77 (skipped) when either is missing, the
+    calling script's unittest cases otherwise (0 when they pass, 1 when not)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--model", required=True)
+    args, rest = ap.parse_known_args()
+    if not os.access(args.sluice, os.X_OK):
+        print("SKIP: %s not built" % args.sluice)
+        return 77
+    if not os.path.exists(os.path.join(args.model, "config.json")):
+        print("SKIP: model %s missing" % args.model)
+        return 77
+    use_args(args)
+    prog = unittest.main(module="__main__", argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
