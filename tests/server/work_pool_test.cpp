@@ -8,6 +8,32 @@
 
 using sluice::server::WorkPool;
 
+namespace {
+
+// Keeps a pool's only thread busy until release(), so the jobs submitted meanwhile wait in its queue.
+class BusyWorker {
+ public:
+  // Returns once the job runs; false when the pool refused it.
+  bool occupy(WorkPool& pool) {
+    std::promise<void> started;
+    std::shared_future<void> released = released_;
+    if (!pool.submit([&started, released] {
+          started.set_value();
+          released.wait();
+        }))
+      return false;
+    started.get_future().wait();
+    return true;
+  }
+  void release() { release_.set_value(); }
+
+ private:
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+};
+
+}  // namespace
+
 TEST(WorkPool, RunsJobsOffTheCallingThread) {
   WorkPool pool(2, 8);
   std::promise<std::thread::id> ran_on;
@@ -19,19 +45,13 @@ TEST(WorkPool, RunsJobsOffTheCallingThread) {
 
 TEST(WorkPool, AFullQueueRefusesInsteadOfGrowing) {
   WorkPool pool(1, 2);
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::promise<void> started;
-  ASSERT_TRUE(pool.submit([&, released] {
-    started.set_value();
-    released.wait();
-  }));
-  started.get_future().wait();  // the only thread is busy; what follows waits in the queue
+  BusyWorker busy;
+  ASSERT_TRUE(busy.occupy(pool));  // the only thread is busy; what follows waits in the queue
   EXPECT_TRUE(pool.submit([] {}));
   EXPECT_TRUE(pool.submit([] {}));
   EXPECT_FALSE(pool.submit([] {}));
   EXPECT_EQ(pool.queued(), 2u);
-  release.set_value();
+  busy.release();
 }
 
 TEST(WorkPool, StopWaitsForRunningJobsDropsQueuedOnesAndRefusesMore) {
@@ -69,20 +89,14 @@ TEST(WorkPool, AJobThatThrowsDoesNotEndThePoolOrTheProcess) {
 
 TEST(WorkPool, CancelQueuedAnswersWaitingJobsAndKeepsServing) {
   WorkPool pool(1, 4);
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::promise<void> started;
-  ASSERT_TRUE(pool.submit([&, released] {
-    started.set_value();
-    released.wait();
-  }));
-  started.get_future().wait();
+  BusyWorker busy;
+  ASSERT_TRUE(busy.occupy(pool));
   std::atomic<int> ran{0}, dropped{0};
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool.submit([&ran] { ++ran; }, [&dropped] { ++dropped; }));
   pool.cancel_queued();
   EXPECT_EQ(dropped.load(), 3);
   EXPECT_EQ(pool.queued(), 0u);
-  release.set_value();
+  busy.release();
   std::promise<void> later;
   ASSERT_TRUE(pool.submit([&] { later.set_value(); }));
   EXPECT_EQ(later.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
