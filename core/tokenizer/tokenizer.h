@@ -58,6 +58,7 @@ class StreamingDecoder {
 
  private:
   std::string settled_text(bool final);
+  bool cut_window(const std::string& text, std::size_t settled_ids);
 
   Tokenizer tokenizer_;
   bool skip_special_tokens_ = false;
@@ -66,6 +67,7 @@ class StreamingDecoder {
   // as SentencePiece's leading-space strip and multi-token UTF-8 characters right.
   std::vector<int32_t> window_;
   std::size_t emitted_bytes_ = 0;  // bytes of decode(window_) already returned
+  std::size_t next_cut_at_ = 0;    // window length at which cut_window is tried again
 };
 
 }  // namespace sluice
