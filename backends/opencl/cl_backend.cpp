@@ -508,7 +508,7 @@ const sl_backend_api kApi = {
 
 const sl_plugin_descriptor kDescriptor = {
     sizeof(sl_plugin_descriptor),
-    SL_ABI_MAJOR,
+    SL_ABI_VERSION,
     SL_PLUGIN_BACKEND,
     "opencl",
     "0.1.0",

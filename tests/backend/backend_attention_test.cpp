@@ -430,7 +430,7 @@ const char* opencl_source(const sl_kvcodec*) {
          "}\n"
          "float SL_KV_FN(load)(__global const uchar* row, uint i) { return (float)(char)row[i] * 0.25f; }\n";
 }
-const sl_kvcodec_api kApi = {sizeof(sl_kvcodec_api), create, destroy, get_format, encode, decode,
+const sl_kvcodec_api kApi = {sizeof(sl_kvcodec_api), SL_ABI_VERSION, create, destroy, get_format, encode, decode,
                              nullptr, nullptr, nullptr, nullptr, nullptr, opencl_source};
 }  // namespace coarse
 
