@@ -134,7 +134,7 @@ static const sl_plugin_descriptor desc = {sizeof desc, SL_ABI_VERSION, SL_PLUGIN
 static sl_status future_op(sl_backend* be, sl_error* err) { (void)be; (void)err; return SL_OK; }
 static const newer_backend_api api = {{sizeof(newer_backend_api), SL_ABI_VERSION_OF(SL_ABI_MAJOR, 9), BACKEND_MEMBERS}, future_op, 42};
 static const newer_descriptor newer = {
-    {sizeof(newer_descriptor), SL_ABI_VERSION, SL_PLUGIN_BACKEND, "stub-newer", "1.9.0", "from ABI 1.9", NULL, &api},
+    {sizeof(newer_descriptor), SL_ABI_VERSION_OF(SL_ABI_MAJOR, 9), SL_PLUGIN_BACKEND, "stub-newer", "1.9.0", "from ABI 1.9", NULL, &api},
     "MIT", 1};
 #define desc newer.v2_0
 #elif defined(STUB_NEWER_KVCODEC)
