@@ -1,27 +1,20 @@
 #pragma once
-// The CPU backend's fusion pass: which runs of a step graph's nodes it runs as one fused kernel.
-// Device-free and pure (graph in, launches out), so the choice is unit-tested on its own.
+// The CPU backend's fusion pass: which runs of a step graph's nodes it runs as one fused kernel —
+// products of one input (matvec_multi reads the input's quantized form once for all of them) and the
+// residual add with the norm after it (one pass over the rows). Device-free and pure (graph in,
+// launches out), so the choice is unit-tested on its own (cpu_fusion_plan_test.cpp).
 #include <cstdint>
 #include <vector>
 
-#include "sluice/graph.h"
+#include "graph/patterns.h"
 
 namespace sluice::cpu {
 
-enum class LaunchKind {
-  kSingle,       // one node, its own kernel
-  kMatmulMulti,  // 2..4 MATMULs of one input: one pass over the input's quantized form (matvec_multi)
-  kAddRmsNorm,   // ADD in place, then RMS_NORM of its result: one pass over the rows
-};
-
-struct Launch {
-  LaunchKind kind;
-  uint32_t first;  // nodes [first, first + count)
-  uint32_t count;
-};
+using Launch = graph::Run;
+using LaunchKind = graph::RunKind;
 
 constexpr uint32_t kMatmulMultiMax = 4;
 
-std::vector<Launch> plan_launches(const sl_graph& g);
+inline std::vector<Launch> plan_launches(const sl_graph& g) { return graph::plan_common_runs(g, kMatmulMultiMax); }
 
 }  // namespace sluice::cpu

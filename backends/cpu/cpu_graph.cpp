@@ -146,7 +146,7 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
 sl_status run_launch(sl_backend* be, const sl_graph& g, const Launch& l, sl_kv_cache* cache, sl_error* err) {
   const sl_node& first = g.nodes[l.first];
   switch (l.kind) {
-    case LaunchKind::kMatmulMulti: {
+    case LaunchKind::kProducts: {
       View x = view(*input(g, first, 0));
       const sl_weight* ws[kMatmulMultiMax];
       const sl_weight* biases[kMatmulMultiMax];
@@ -161,14 +161,14 @@ sl_status run_launch(sl_backend* be, const sl_graph& g, const Launch& l, sl_kv_c
       }
       return matmul_multi(be, x.get(), input(g, first, 0)->rows, l.count, ws, biases, out_ptrs, err);
     }
-    case LaunchKind::kAddRmsNorm: {
+    case LaunchKind::kAddNorm: {
       const sl_node& norm = g.nodes[l.first + 1];
       const auto* p = graph::params<sl_norm_params>(norm);
       const sl_tensor* x = input(g, norm, 0);
       View xv = view(*x), delta = view(*input(g, first, 1)), o = view(*output(g, norm, 0));
       return add_rms_norm(be, xv.get(), delta.get(), input(g, norm, 1)->weight, p->weight_offset, o.get(), x->rows, x->cols, p->eps, err);
     }
-    case LaunchKind::kSingle:
+    case LaunchKind::kNode:
       break;
   }
   return run_node(be, g, first, cache, err);

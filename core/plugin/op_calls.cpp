@@ -52,19 +52,39 @@ sl_step OpCalls::step(sl_kv_cache* cache) {
   return s;
 }
 
-// A graph of a few nodes, run at the end.
+OpCalls::~OpCalls() = default;
+
+void OpCalls::record() {
+  recording_ = std::make_unique<StepGraph>();
+  recording_cache_ = nullptr;
+}
+
+sl_status OpCalls::run_recorded(sl_error* err) {
+  if (!recording_) return SL_OK;
+  std::unique_ptr<StepGraph> g = std::move(recording_);
+  const sl_step s = step(recording_cache_);
+  return api_->graph_compute(be_, &g->view(), &s, err);
+}
+
+// The graph of a call: its own, run at the end, or the one being recorded.
 class OpCalls::GraphRun {
  public:
-  explicit GraphRun(OpCalls& calls) : calls_(calls) {}
-  StepGraph g;
+  explicit GraphRun(OpCalls& calls) : calls_(calls), g(calls.recording_ ? *calls.recording_ : own_) {}
   sl_status run(sl_error* err, sl_kv_cache* cache = nullptr) {
+    if (calls_.recording_) {
+      if (cache) calls_.recording_cache_ = cache;
+      return SL_OK;
+    }
     const sl_step s = calls_.step(cache);
-    const sl_backend_api* api = calls_.backend_->api();
-    return api->graph_compute(calls_.backend_->raw(), &g.view(), &s, err);
+    return calls_.api_->graph_compute(calls_.be_, &g.view(), &s, err);
   }
 
  private:
   OpCalls& calls_;
+  StepGraph own_;
+
+ public:
+  StepGraph& g;
 };
 
 namespace {

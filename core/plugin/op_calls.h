@@ -3,10 +3,13 @@
 // backend joins): what the conformance checks and the op tests drive. The calls keep ABI 1's shapes
 // (raw buffers, sizes as arguments) so a check reads as the op it checks; a batch set with
 // begin_batch is the step of every later call (a one-token batch until then), and kv_write needs the
-// cache's layout (set_kv_layout) for the width of K and V.
+// cache's layout (set_kv_layout) for the width of K and V. Between record() and run_recorded() the
+// calls only append their nodes, and run as one graph — what a backend's fusion pass sees in a step.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "graph/step_graph.h"
 #include "plugin/backend_handle.h"
 #include "sluice/backend.h"
 
@@ -14,7 +17,14 @@ namespace sluice {
 
 class OpCalls {
  public:
-  explicit OpCalls(const BackendHandle& backend) : backend_(&backend) {}
+  explicit OpCalls(const BackendHandle& backend) : api_(backend.api()), be_(backend.raw()) {}
+  OpCalls(const sl_backend_api* api, sl_backend* be) : api_(api), be_(be) {}
+  ~OpCalls();
+
+  // Appends the calls that follow into one graph, run by run_recorded (every call until then
+  // answers SL_OK: errors come from the run). Host arrays passed meanwhile must stay valid until it.
+  void record();
+  sl_status run_recorded(sl_error* err);
 
   sl_status begin_batch(const sl_batch* batch, sl_error* err);
   void set_kv_layout(const sl_kv_layout& layout) { kv_layout_ = layout; has_layout_ = true; }
@@ -48,7 +58,10 @@ class OpCalls {
   class GraphRun;
   sl_step step(sl_kv_cache* cache);
 
-  const BackendHandle* backend_;
+  const sl_backend_api* api_;
+  sl_backend* be_;
+  std::unique_ptr<StepGraph> recording_;
+  sl_kv_cache* recording_cache_ = nullptr;
   std::vector<int32_t> positions_, slots_, pages_, recent_;
   sl_batch batch_{};
   bool has_batch_ = false;

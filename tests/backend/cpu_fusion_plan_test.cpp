@@ -28,7 +28,7 @@ std::string text(const std::vector<Launch>& plan) {
   std::string out;
   for (const Launch& l : plan) {
     out += out.empty() ? "" : " ";
-    out += l.kind == LaunchKind::kSingle ? "1" : l.kind == LaunchKind::kMatmulMulti ? "M" + std::to_string(l.count) : "AN";
+    out += l.kind == LaunchKind::kNode ? "1" : l.kind == LaunchKind::kProducts ? "M" + std::to_string(l.count) : "AN";
   }
   return out;
 }
