@@ -455,7 +455,11 @@ void kv_destroy_entry(sl_backend* be, sl_kv_cache* cache) {
 
 // The ops a graph's launches run through (cl_graph.cpp), wrapped as above.
 const OpEntries kOps = {
-    SLUICE_WRITES(begin_batch),
+    // A new graph's batch: work deferred by the last graph runs first, but an activation's 15-bit form
+    // stays valid (the batch vectors are not activations), so a product at the start of this graph
+    // still reads the form the last graph's producer wrote — a pass split into graphs (a MoE layer's
+    // routing, a read-back between them) joins across the split as one graph would.
+    Entry<true, false, false, decltype(&begin_batch)>::call<&begin_batch>,
     SLUICE_WRITES(embed),
     SLUICE_WRITES(embed_device),
     Entry<false, false, false, decltype(&rms_norm)>::call<&rms_norm>,  // may join a waiting embedding of its input

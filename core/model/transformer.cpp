@@ -272,6 +272,8 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
   std::unique_ptr<Transformer> m(new Transformer(config));
   const ModelConfig& c = m->config_;
   if (specs.empty()) return make_error("no backend to run the model on");
+  m->family_ = families::family_for(c);
+  if (!m->family_) return make_error("no graph builder for architecture (model_type) '" + c.architecture + "'");
   uint32_t placed = 0;
   for (const auto& spec : specs) {
     if (!spec.backend || spec.n_layers == 0) return make_error("a model stage needs a backend and at least one layer");

@@ -19,6 +19,7 @@
 #include "graph/step_graph.h"
 #include "model/blocks.h"
 #include "model/expert_layout.h"
+#include "model/families/family.h"
 #include "model/layer_weights.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -166,6 +167,7 @@ class Transformer {
   void build_head(Stage& stage, PassGraph& pass, const ForwardBatch& batch, uint32_t n);
 
   ModelConfig config_;
+  const families::Family* family_ = nullptr;  // writes each layer's nodes
   std::vector<Stage> stages_;
   sl_weight embed_{}, final_norm_{}, lm_head_{};
   std::vector<Layer> layers_;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "model/families/llama.h"
+#include "model/families/family.h"
 #include "model/transformer.h"
 
 namespace sluice {
@@ -46,7 +46,7 @@ Status Transformer::flush(Stage& st, PassGraph& pass, uint32_t n) {
 }
 
 Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint32_t cache_layer, uint32_t n) {
-  families::llama::LayerContext ctx;
+  families::LayerContext ctx;
   ctx.config = &config_;
   ctx.act = &pass.act;
   ctx.rope.struct_size = sizeof(ctx.rope);
@@ -56,13 +56,13 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
   ctx.rope.inv_freq = inv_freq_.data();
   ctx.cache_layer = cache_layer;
   ctx.prefix = "layer " + std::to_string(st.first + cache_layer) + " ";
-  families::llama::attention_half(pass.graph, ctx, L);
+  family_->before_ffn(pass.graph, ctx, L);
   if (L.moe_index >= 0) {
     if (auto s = build_moe(st, pass, L, n); !s) return s;
   } else {
-    families::llama::dense_ffn(pass.graph, ctx, L);
+    family_->dense_ffn(pass.graph, ctx, L);
   }
-  families::llama::residual(pass.graph, ctx);
+  family_->after_ffn(pass.graph, ctx, L);
   return {};
 }
 

@@ -130,7 +130,7 @@ TEST(CpuFusionPlan, LlamaLayersJoinTheirProductsAndResidualNorms) {
   a.up = g.buffer(fake(8), n, 32);
   a.act = g.buffer(fake(9), n, 32);
   const float inv_freq[4] = {1, 1, 1, 1};
-  families::llama::LayerContext ctx;
+  families::LayerContext ctx;
   ctx.config = &c;
   ctx.act = &a;
   ctx.rope.rotary_dim = 8;
@@ -138,9 +138,10 @@ TEST(CpuFusionPlan, LlamaLayersJoinTheirProductsAndResidualNorms) {
   ctx.rope.attention_factor = 1.0f;
   for (uint32_t layer = 0; layer < 2; ++layer) {
     ctx.cache_layer = layer;
-    families::llama::attention_half(g, ctx, w);
-    families::llama::dense_ffn(g, ctx, w);
-    families::llama::residual(g, ctx);
+    const families::Llama family;
+    family.before_ffn(g, ctx, w);
+    family.dense_ffn(g, ctx, w);
+    family.after_ffn(g, ctx, w);
   }
   // attn_norm, q/k/v, rope q, rope k, kv_write, attention, o, residual+ffn_norm, gate/up, glu, down;
   // the second layer's attn_norm joins the first one's last residual add.

@@ -1,8 +1,10 @@
 #include "model/families/llama.h"
 
-namespace sluice::families::llama {
+#include <string>
 
-void attention_half(StepGraph& g, const LayerContext& c, const LayerWeights& w) {
+namespace sluice::families {
+
+void Llama::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const {
   const ModelConfig& cfg = *c.config;
   const blocks::Activations& a = *c.act;
   g.rms_norm(a.x, g.weight(w.attn_norm), cfg.norm_eps, 0.0f, a.h, c.prefix + "attn_norm");
@@ -28,15 +30,17 @@ void attention_half(StepGraph& g, const LayerContext& c, const LayerWeights& w) 
   s.rope = c.rope;
   s.window = w.window;
   blocks::attention(g, a, aw, s, c.cache_layer, c.prefix);
-  residual(g, c);
+  g.add(a.x, a.o, a.x, c.prefix + "attention residual");
   g.rms_norm(a.x, g.weight(w.ffn_norm), cfg.norm_eps, 0.0f, a.h, c.prefix + "ffn_norm");
 }
 
-void dense_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) {
+void Llama::dense_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const {
   blocks::gated_mlp(g, *c.act, g.weight(w.gate), g.weight(w.up), g.weight(w.down), activation(*c.config), c.prefix);
 }
 
-void residual(StepGraph& g, const LayerContext& c) { g.add(c.act->x, c.act->o, c.act->x, c.prefix + "residual"); }
+void Llama::after_ffn(StepGraph& g, const LayerContext& c, const LayerWeights&) const {
+  g.add(c.act->x, c.act->o, c.act->x, c.prefix + "ffn residual");
+}
 
 uint32_t activation(const ModelConfig& config) {
   const std::string& act = config.hidden_act;
@@ -45,4 +49,11 @@ uint32_t activation(const ModelConfig& config) {
   return SL_ACT_SILU;
 }
 
-}  // namespace sluice::families::llama
+const Family* family_for(const ModelConfig& config) {
+  static const Llama llama;
+  const std::string& t = config.architecture;
+  if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3" || t == "qwen3_moe" || t == "olmoe") return &llama;
+  return nullptr;
+}
+
+}  // namespace sluice::families
