@@ -5,16 +5,6 @@ __kernel void add_f32(__global const float* a, __global const float* b, __global
   if (i < n) out[i] = a[i] + b[i];
 }
 
-__kernel void mul_f32(__global const float* a, __global const float* b, __global float* out, ulong n) {
-  const ulong i = get_global_id(0);
-  if (i < n) out[i] = a[i] * b[i];
-}
-
-__kernel void scale_f32(__global float* x, float s, ulong n) {
-  const ulong i = get_global_id(0);
-  if (i < n) x[i] = x[i] * s;
-}
-
 // out = act(gate) * up.
 __kernel void gated_activation(__global const float* gate, __global const float* up, __global float* out, ulong n,
                                uint activation) {

@@ -21,19 +21,6 @@ inline float wg_sum_n(__local float* scratch, float v, uint n) {
 
 inline float wg_sum(__local float* scratch, float v) { return wg_sum_n(scratch, v, WG); }
 
-inline float wg_max(__local float* scratch, float v) {
-  const uint lid = get_local_id(0);
-  scratch[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] = fmax(scratch[lid], scratch[lid + s]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  const float r = scratch[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return r;
-}
-
 // RMS norm with its own, larger work-group: decode normalises one row of a few thousand values,
 // and with WG items each walking dim / WG values the kernel is a chain of dependent loads (measured
 // ~30 us a launch on an H100 at WG 64). NORM_WG items with float4 loads cut the chain to a few steps.
@@ -171,89 +158,4 @@ void add_rms_norm(__global float* x, __global const float* delta, __global const
   rms_norm_row(x + row * dim, delta + row * dim, 1u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, xq,
                blocks);
   rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
-}
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void layer_norm(__global const float* x, __global const uchar* w, ulong w_off, uint w_dtype, __global const uchar* b,
-                ulong b_off, uint b_dtype,
-                uint has_bias, __global float* out, uint dim, float eps) {
-  __local float scratch[WG];
-  const ulong row = get_group_id(0);
-  const uint lid = get_local_id(0);
-  __global const float* xr = x + row * dim;
-  w += w_off;
-  b += b_off;
-  float s = 0.0f;
-  for (uint i = lid; i < dim; i += WG) s += xr[i];
-  const float mean = wg_sum(scratch, s) / (float)dim;
-  float v = 0.0f;
-  for (uint i = lid; i < dim; i += WG) v += (xr[i] - mean) * (xr[i] - mean);
-  const float inv = 1.0f / sqrt(wg_sum(scratch, v) / (float)dim + eps);
-  for (uint i = lid; i < dim; i += WG) {
-    const float bias = has_bias ? load_value(b, b_dtype, i) : 0.0f;
-    out[row * dim + i] = (xr[i] - mean) * inv * load_value(w, w_dtype, i) + bias;
-  }
-}
-
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void softmax_rows(__global float* x, uint dim) {
-  __local float scratch[WG];
-  __global float* xr = x + (ulong)get_group_id(0) * dim;
-  const uint lid = get_local_id(0);
-  float m = -INFINITY;
-  for (uint i = lid; i < dim; i += WG) m = fmax(m, xr[i]);
-  m = wg_max(scratch, m);
-  float s = 0.0f;
-  for (uint i = lid; i < dim; i += WG) {
-    const float e = exp(xr[i] - m);
-    xr[i] = e;
-    s += e;
-  }
-  const float inv = 1.0f / wg_sum(scratch, s);
-  for (uint i = lid; i < dim; i += WG) xr[i] *= inv;
-}
-
-// Top-k routing, one work-item per row (n_experts and k are small). Ties go to the lower index.
-__kernel void topk_rows(__global const float* logits, uint n_rows, uint n_experts, uint k, uint softmax_first,
-                        uint normalize, __global int* ids, __global float* weights) {
-  const uint r = get_global_id(0);
-  if (r >= n_rows) return;
-  __global const float* row = logits + (ulong)r * n_experts;
-  float m = -INFINITY;
-  for (uint e = 0; e < n_experts; ++e) m = fmax(m, row[e]);
-  float total = 0.0f;
-  if (softmax_first)
-    for (uint e = 0; e < n_experts; ++e) total += exp(row[e] - m);
-  __global int* out_ids = ids + (ulong)r * k;
-  __global float* out_w = weights + (ulong)r * k;
-  float prev = INFINITY;
-  int prev_id = -1;
-  for (uint i = 0; i < k; ++i) {
-    int best = -1;
-    float best_v = -INFINITY;
-    for (uint e = 0; e < n_experts; ++e) {
-      const float v = row[e];
-      // Strictly after the previous pick in (value desc, index asc) order.
-      const bool after = v < prev || (v == prev && (int)e > prev_id);
-      if (after && (best < 0 || v > best_v)) {
-        best = (int)e;
-        best_v = v;
-      }
-    }
-    out_ids[i] = best;
-    out_w[i] = softmax_first ? exp(best_v - m) / total : best_v;
-    prev = best_v;
-    prev_id = best;
-  }
-  if (!softmax_first) {
-    const float top = out_w[0];
-    float s = 0.0f;
-    for (uint i = 0; i < k; ++i) s += (out_w[i] = exp(out_w[i] - top));
-    for (uint i = 0; i < k; ++i) out_w[i] /= s;
-  }
-  if (normalize) {
-    float s = 0.0f;
-    for (uint i = 0; i < k; ++i) s += out_w[i];
-    for (uint i = 0; i < k; ++i) out_w[i] /= s;
-  }
 }

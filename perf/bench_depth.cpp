@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "graph/step_graph.h"
 #include "engine/greedy_ahead.h"
 #include "engine/runtime.h"
 
@@ -64,11 +65,16 @@ Status fill_random(Runtime& rt, SequenceState& seq, int depth, std::mt19937& rng
     b.max_pages = static_cast<uint32_t>(seq.pages.size());
     b.page_table = seq.pages.data();
     b.recent_table = recent.empty() ? nullptr : recent.data();
-    sl_error err{};
-    if (auto s = be.check(be.api()->begin_batch(be.raw(), &b, &err), err, "begin_batch"); !s) return s;
-    for (uint32_t layer = 0; layer < static_cast<uint32_t>(cfg.num_layers); ++layer)
-      if (auto s = be.check(be.api()->kv_write(be.raw(), rt.kv().raw(), layer, dk->get(), dv->get(), &err), err, "kv_write"); !s)
-        return s;
+    // One graph of a KV_WRITE per layer.
+    StepGraph g;
+    const StepGraph::Id kt = g.buffer(dk->get(), static_cast<uint32_t>(n), static_cast<uint32_t>(row));
+    const StepGraph::Id vt = g.buffer(dv->get(), static_cast<uint32_t>(n), static_cast<uint32_t>(row));
+    for (uint32_t layer = 0; layer < static_cast<uint32_t>(cfg.num_layers); ++layer) g.kv_write(kt, vt, layer, "kv_write");
+    sl_step step{};
+    step.struct_size = sizeof(step);
+    step.batch = &b;
+    step.cache = rt.kv().raw();
+    if (auto s = be.compute(g.view(), step); !s) return s;
     seq.n_past = start + n;
     rt.kv().trim_recent(seq.recent, seq.n_past);
   }

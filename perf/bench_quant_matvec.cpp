@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "plugin/backend_handle.h"
+#include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"
 #include "quant/affine.h"
 
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_quant_matvec: %s\n", be.message().c_str());
     return 1;
   }
-  const sl_backend_api* api = (*be)->api();
+  OpCalls ops(**be);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> w(std::size_t(rows) * cols), x(std::size_t(std::max(prefill, 4u)) * cols);
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
       const double c0 = cpu_now();
       auto t = std::chrono::steady_clock::now();
       for (int i = 0; i < r; ++i)
-        if (api->matmul((*be)->raw(), xb->get(), n, &sw, nullptr, ob->get(), &err) != SL_OK) {
+        if (ops.matmul(xb->get(), n, &sw, nullptr, ob->get(), &err) != SL_OK) {
           std::fprintf(stderr, "matmul: %s\n", err.message);
           std::exit(1);
         }

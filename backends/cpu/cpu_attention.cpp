@@ -111,15 +111,14 @@ void decode_range(sl_kv_cache* c, uint32_t layer, const int32_t* table, uint32_t
   }
 }
 
-void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, const sl_attention_params* p, float* out,
-                const QueryRun& run) {
+void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, const sl_attention_params* p, const float* sinks,
+                float* out, const QueryRun& run) {
   const uint32_t D = p->head_dim, group = p->n_heads / p->n_kv_heads;
   const int32_t last_pos = run.first_pos + static_cast<int32_t>(run.n_tokens) - 1;
   const int32_t k_lo = p->window ? std::max<int32_t>(0, run.first_pos - static_cast<int32_t>(p->window) + 1) : 0;
   const std::size_t nk = static_cast<std::size_t>(last_pos - k_lo + 1);
   const int32_t* table = be->page_table.data() + static_cast<std::size_t>(run.seq) * be->max_pages;
   const std::size_t q_stride = static_cast<std::size_t>(p->n_heads) * D;
-  const float* sinks = p->sinks ? f32(p->sinks) : nullptr;
 
   // The recent window: where each query's exact keys start, and the lowest of them.
   std::vector<int32_t> exact_lo(run.n_tokens);
@@ -271,7 +270,7 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
 }
 
 sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
-                    sl_buffer* out, sl_error* err) {
+                    const float* sinks, sl_buffer* out, sl_error* err) {
   const auto& L = c->layout;
   if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
   if (p->n_kv_heads != L.n_kv_heads || p->head_dim != L.head_dim || p->n_heads % p->n_kv_heads)
@@ -282,7 +281,6 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
   const bool fused_k = has_fused_keys(L.k_api), fused_v = has_fused_values(L.v_api);
   const uint32_t qstate_bytes = fused_k ? L.k_api->query_state_bytes(L.k_codec) : 0;
   const uint32_t v_domain = fused_v ? std::max(c->v_format.domain_dim, head_dim) : head_dim;
-  const float* sinks = p->sinks ? f32(p->sinks) : nullptr;
 
   // Long runs of one sequence (prefill chunks) go through the blocked GEMM path; the rest (decode
   // tokens, short runs) through the per-query path below, which uses the codec's fused hooks.
@@ -290,7 +288,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
   try {
     for (const auto& run : query_runs(be)) {
       if (run.n_tokens >= kMinBlockedRun) {
-        attend_run(be, c, layer, f32(q), p, f32(out), run);
+        attend_run(be, c, layer, f32(q), p, sinks, f32(out), run);
       } else {
         for (uint32_t i = 0; i < run.n_tokens; ++i) single.push_back(run.first_token + i);
       }

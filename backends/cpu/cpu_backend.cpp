@@ -1,5 +1,5 @@
-// The reference CPU backend: the plugin entry, device description, memory and batch bookkeeping.
-// The ops live in cpu_ops.cpp, cpu_matmul.cpp and cpu_attention.cpp.
+// The reference CPU backend: the plugin entry, device description and memory. Graphs run in
+// cpu_graph.cpp; the kernels live in cpu_ops.cpp, cpu_matmul.cpp and cpu_attention.cpp.
 #include "cpu_backend.h"
 
 #include <unistd.h>
@@ -41,6 +41,7 @@ sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
   if (index != 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "the CPU backend has one device (0)");
   sl_device_info info{};
   info.struct_size = sizeof(info);
+  info.abi_version = SL_ABI_VERSION;
   copy_str(info.name, sizeof(info.name), cpu_model_name());
   copy_str(info.vendor, sizeof(info.vendor), "host");
   copy_str(info.driver, sizeof(info.driver), "sluice-cpu");
@@ -50,7 +51,7 @@ sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
   info.free_memory = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
   info.max_alloc = info.total_memory;
   info.compute_units = std::thread::hardware_concurrency();
-  info.caps = SL_CAP_UNIFIED;
+  info.caps = SL_CAP_UNIFIED | SL_CAP_KV_RECENT_WINDOW;
   std::memcpy(out, &info, std::min<std::size_t>(out->struct_size ? out->struct_size : sizeof(info), sizeof(info)));
   out->struct_size = std::min<uint32_t>(out->struct_size ? out->struct_size : sizeof(info), sizeof(info));
   return SL_OK;
@@ -78,18 +79,6 @@ sl_status get_device_info(const sl_backend* be, sl_device_info* out, sl_error* e
   auto status = device_info(0, out, err);
   if (status == SL_OK) out->compute_units = be->n_threads;
   return status;
-}
-
-int supports_op(const sl_backend*, const sl_op_query* q) {
-  if (!q || q->op >= SL_OP_COUNT) return 0;
-  if (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED || q->op == SL_OP_RMS_NORM || q->op == SL_OP_LAYER_NORM) {
-    if (q->weight_bits != 0)  // affine-quantized (MLX layout): matmul and embedding lookups
-      return (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED) &&
-             (q->weight_bits == 2 || q->weight_bits == 3 || q->weight_bits == 4 || q->weight_bits == 5 ||
-              q->weight_bits == 6 || q->weight_bits == 8);
-    return q->weight_dtype == SL_DTYPE_F32 || q->weight_dtype == SL_DTYPE_F16 || q->weight_dtype == SL_DTYPE_BF16;
-  }
-  return 1;  // every codec works through encode/decode or its fused hooks
 }
 
 sl_status alloc(sl_backend*, uint64_t bytes, sl_buffer** out, sl_error* err) {
@@ -155,74 +144,35 @@ sl_status download_wait(sl_backend* be, uint64_t ticket, sl_error* err) {
   return SL_OK;
 }
 
-sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
-  if (!batch || batch->n_tokens == 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
-  try {
-    be->positions.assign(batch->positions, batch->positions + batch->n_tokens);
-    be->seq_slots.assign(batch->seq_slots, batch->seq_slots + batch->n_tokens);
-    be->n_seqs = batch->n_seqs;
-    be->max_pages = batch->max_pages;
-    be->page_table.assign(batch->page_table, batch->page_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
-    const bool has_recent = batch->struct_size >= offsetof(sl_batch, recent_table) + sizeof(batch->recent_table) && batch->recent_table;
-    if (has_recent)
-      be->recent_table.assign(batch->recent_table, batch->recent_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
-    else
-      be->recent_table.clear();
-    for (uint32_t i = 0; i < batch->n_tokens; ++i) {
-      if (be->seq_slots[i] < 0 || static_cast<uint32_t>(be->seq_slots[i]) >= batch->n_seqs || be->positions[i] < 0)
-        return set_error(err, SL_ERR_INVALID_ARGUMENT, "batch token " + std::to_string(i) + " has a bad sequence or position");
-    }
-    return SL_OK;
-  } catch (const std::exception& e) {
-    return set_error(err, SL_ERR_OUT_OF_MEMORY, e.what());
-  }
-}
-
 const sl_backend_api kApi = {
     sizeof(sl_backend_api),
+    SL_ABI_VERSION,
     device_count,
     device_info,
     create,
     destroy,
     get_device_info,
-    supports_op,
     alloc,
     wrap_host,
     free_buffer,
     upload,
     download,
+    download_begin,
+    download_wait,
     synchronize,
     kv_create,
     kv_destroy,
     kv_copy_page,
-    begin_batch,
-    embed,
-    rms_norm,
-    layer_norm,
-    matmul,
-    rope,
-    kv_write,
-    attention,
-    gated_activation,
-    add,
-    mul,
-    scale,
-    copy,
-    softmax,
-    topk,
-    gather_rows,
-    scatter_add_rows,
-    matmul_multi,
-    add_rms_norm,
-    argmax,
-    embed_device,
-    download_begin,
-    download_wait,
+    supports_node,
+    graph_compute,
+    nullptr,  // plan_create: a CPU graph is cheap to walk; nothing to record
+    nullptr,
+    nullptr,
 };
 
 const sl_plugin_descriptor kDescriptor = {
     sizeof(sl_plugin_descriptor),
-    SL_ABI_MAJOR,
+    SL_ABI_VERSION,
     SL_PLUGIN_BACKEND,
     "cpu",
     "0.1.0",

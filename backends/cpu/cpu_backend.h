@@ -1,10 +1,13 @@
 #pragma once
-// The CPU backend's objects behind the C handles, and the op entry points shared by its files.
+// The CPU backend's objects behind the C handles, and the kernels its graph runner (cpu_graph.cpp)
+// calls for each node or fused run of nodes (cpu_fusion.h). Tensors reach the kernels as buffers
+// exactly their size (views into the graph's buffers).
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cpu_fusion.h"
 #include "sluice/backend.h"
 #include "util/plugin_error.h"  // set_error
 #include "thread_pool.h"
@@ -29,7 +32,7 @@ struct sl_kv_cache {
 struct sl_backend {
   std::unique_ptr<sluice::cpu::ThreadPool> pool;
   unsigned n_threads = 1;
-  // The current batch (copied in begin_batch).
+  // The current step's batch (copied at graph_compute).
   std::vector<int32_t> positions;
   std::vector<int32_t> seq_slots;
   std::vector<int32_t> page_table;
@@ -60,25 +63,19 @@ bool weight_dtype_supported(const sl_weight* w);
 
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
 sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
-sl_status layer_norm(sl_backend*, const sl_buffer*, const sl_weight*, const sl_weight*, sl_buffer*, uint32_t, uint32_t,
-                     float, sl_error*);
 sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
 sl_status rope(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
 sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
 sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
-sl_status mul(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
-sl_status scale(sl_backend*, sl_buffer*, float, uint64_t, sl_error*);
 sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
-sl_status softmax(sl_backend*, sl_buffer*, uint32_t, uint32_t, sl_error*);
-sl_status topk(sl_backend*, const sl_buffer*, uint32_t, uint32_t, uint32_t, int, int, sl_buffer*, sl_buffer*, sl_error*);
 
-// ABI 1.3's fused forms (cpu_matmul.cpp, cpu_ops.cpp).
+// Fused forms the fusion pass chooses (cpu_matmul.cpp, cpu_ops.cpp).
 sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
                        sl_buffer* const*, sl_error*);
 sl_status add_rms_norm(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
                        sl_error*);
 
-// ABI 1.4: greedy decoding a token ahead (cpu_ops.cpp).
+// Embedding with ids on the device, and the argmax of rows (cpu_ops.cpp).
 sl_status argmax(sl_backend*, const sl_buffer*, uint32_t, uint32_t, sl_buffer*, uint64_t, sl_error*);
 sl_status embed_device(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t, uint32_t, sl_buffer*, sl_error*);
 
@@ -89,6 +86,11 @@ sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);
 sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
 sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
-sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_attention_params*, sl_buffer*, sl_error*);
+sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_attention_params*, const float* sinks, sl_buffer*,
+                    sl_error*);
+
+// The graph entry points (cpu_graph.cpp).
+int supports_node(const sl_backend*, const sl_node_query*);
+sl_status graph_compute(sl_backend*, const sl_graph*, const sl_step*, sl_error*);
 
 }  // namespace sluice::cpu

@@ -133,10 +133,10 @@ void matvec_multi(sl_backend* be, const float* x, uint32_t n_rows, uint32_t coun
   // Reused from call to call; the workers reach them through these references (a thread_local named
   // inside the lambda would be each worker's own).
   thread_local std::vector<Chunk> chunk_list;
-  thread_local QuantMatvecInput inputs[SL_MATMUL_MULTI_MAX];
+  thread_local QuantMatvecInput inputs[kMatmulMultiMax];
   std::vector<Chunk>& chunks = chunk_list;
-  QuantView views[SL_MATMUL_MULTI_MAX];
-  MatvecActivations prepared[SL_MATMUL_MULTI_MAX];
+  QuantView views[kMatmulMultiMax];
+  MatvecActivations prepared[kMatmulMultiMax];
   chunks.clear();
   for (uint32_t i = 0; i < count; ++i) {
     const sl_weight* w = ws[i];
@@ -179,8 +179,8 @@ sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_w
 
 sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
                        const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err) {
-  if (count == 0 || count > SL_MATMUL_MULTI_MAX || !ws || !outs)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: count must be 1.." + std::to_string(SL_MATMUL_MULTI_MAX) +
+  if (count == 0 || count > kMatmulMultiMax || !ws || !outs)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: count must be 1.." + std::to_string(kMatmulMultiMax) +
                                                        " with a weight and an output each");
   for (uint32_t i = 0; i < count; ++i) {
     if (!ws[i]) return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: weight " + std::to_string(i) + " is missing");
@@ -188,7 +188,7 @@ sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint
     if (ws[i]->cols != ws[0]->cols)
       return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: the weights differ in columns (one input for all)");
   }
-  float* out_f[SL_MATMUL_MULTI_MAX];
+  float* out_f[kMatmulMultiMax];
   for (uint32_t i = 0; i < count; ++i) out_f[i] = f32(outs[i]);
   try {
     if (n_rows <= kMatvecMaxRows) {

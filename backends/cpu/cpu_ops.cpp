@@ -143,29 +143,6 @@ sl_status add_rms_norm(sl_backend* be, sl_buffer* x, const sl_buffer* delta, con
   return SL_OK;
 }
 
-sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, const sl_weight* bias, sl_buffer* out,
-                     uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
-  if (!weight_dtype_supported(weight) || weight->cols != dim) return bad_weight(err, "layer_norm");
-  std::vector<float> w(dim), b(dim, 0.0f);
-  weight_row_to_f32(weight, 0, w.data());
-  if (bias) {
-    if (!weight_dtype_supported(bias) || bias->cols != dim) return bad_weight(err, "layer_norm bias");
-    weight_row_to_f32(bias, 0, b.data());
-  }
-  for (uint32_t r = 0; r < n_rows; ++r) {
-    const float* xr = f32(x) + static_cast<std::size_t>(r) * dim;
-    float* yr = f32(out) + static_cast<std::size_t>(r) * dim;
-    double mean = 0, var = 0;
-    for (uint32_t i = 0; i < dim; ++i) mean += xr[i];
-    mean /= dim;
-    for (uint32_t i = 0; i < dim; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    var /= dim;
-    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-    for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] - static_cast<float>(mean)) * inv * w[i] + b[i];
-  }
-  return SL_OK;
-}
-
 sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
                const float* inv_freq, float attention_factor, uint32_t style, sl_error* err) {
   if (rotary_dim > head_dim || rotary_dim % 2) return set_error(err, SL_ERR_INVALID_ARGUMENT, "rope: bad rotary_dim");
@@ -240,67 +217,11 @@ sl_status add(sl_backend*, const sl_buffer* a, const sl_buffer* b, sl_buffer* ou
   return SL_OK;
 }
 
-sl_status mul(sl_backend*, const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error*) {
-  const float* x = f32(a);
-  const float* y = f32(b);
-  float* o = f32(out);
-  for (uint64_t i = 0; i < n; ++i) o[i] = x[i] * y[i];
-  return SL_OK;
-}
-
-sl_status scale(sl_backend*, sl_buffer* x, float s, uint64_t n, sl_error*) {
-  float* v = f32(x);
-  for (uint64_t i = 0; i < n; ++i) v[i] *= s;
-  return SL_OK;
-}
-
 sl_status copy(sl_backend*, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
                sl_error* err) {
   if (!fits(src->bytes / 4, src_offset, n) || !fits(dst->bytes / 4, dst_offset, n))
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy past a buffer's end");
   std::memmove(f32(dst) + dst_offset, f32(src) + src_offset, n * 4);
-  return SL_OK;
-}
-
-namespace {
-void softmax_row(float* v, std::size_t n) {
-  const float m = *std::max_element(v, v + n);
-  const float inv = 1.0f / exp_shifted_sum(v, n, m);
-  for (std::size_t i = 0; i < n; ++i) v[i] *= inv;
-}
-}  // namespace
-
-sl_status softmax(sl_backend*, sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_error*) {
-  for (uint32_t r = 0; r < n_rows; ++r) softmax_row(f32(x) + static_cast<std::size_t>(r) * dim, dim);
-  return SL_OK;
-}
-
-sl_status topk(sl_backend*, const sl_buffer* logits, uint32_t n_rows, uint32_t n_experts, uint32_t k, int softmax_first,
-               int normalize, sl_buffer* ids, sl_buffer* weights, sl_error* err) {
-  if (k == 0 || k > n_experts) return set_error(err, SL_ERR_INVALID_ARGUMENT, "topk: k must be in 1..n_experts");
-  std::vector<float> row(n_experts);
-  std::vector<uint32_t> order(n_experts);
-  auto* out_ids = reinterpret_cast<int32_t*>(ids->data);
-  float* out_w = f32(weights);
-  for (uint32_t r = 0; r < n_rows; ++r) {
-    std::copy_n(f32(logits) + static_cast<std::size_t>(r) * n_experts, n_experts, row.begin());
-    if (softmax_first) softmax_row(row.data(), n_experts);
-    std::iota(order.begin(), order.end(), 0u);
-    // Ties go to the lower expert index, as torch.topk does on CPU.
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](uint32_t a, uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    float* w = out_w + static_cast<std::size_t>(r) * k;
-    for (uint32_t i = 0; i < k; ++i) {
-      out_ids[static_cast<std::size_t>(r) * k + i] = static_cast<int32_t>(order[i]);
-      w[i] = row[order[i]];
-    }
-    if (!softmax_first) softmax_row(w, k);
-    if (normalize) {
-      float sum = 0.0f;
-      for (uint32_t i = 0; i < k; ++i) sum += w[i];
-      for (uint32_t i = 0; i < k; ++i) w[i] /= sum;
-    }
-  }
   return SL_OK;
 }
 

@@ -24,7 +24,7 @@ int32_t exact_from(const sl_backend* be, const sl_kv_cache* c, int32_t seq, int3
 }
 
 // Decode-then-attend on the host, for codecs without OpenCL source.
-sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                          sl_buffer* out, sl_error* err) {
   const auto& L = c->layout;
   const uint32_t D = p->head_dim, group = p->n_heads / p->n_kv_heads;
@@ -125,7 +125,7 @@ std::vector<QueryRun> query_runs(const sl_backend* be) {
 // and no recent window in this batch — with one, a key is read exactly by some queries of a run and
 // through the codec by others, which one gathered copy cannot give. SLUICE_OPENCL_MMA_ATT=0 keeps
 // the portable kernels; a program that fails to build is reported once and the portable kernels serve.
-bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const sl_attention_params* p) {
+bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const AttentionParams* p) {
   static const bool off = [] {
     const char* e = std::getenv("SLUICE_OPENCL_MMA_ATT");
     return e && std::strcmp(e, "0") == 0;
@@ -159,7 +159,7 @@ uint32_t mma_splits(const sl_backend* be, uint64_t groups, uint32_t key_tiles) {
 
 // One run's attention on tensor cores: its keys and values (from the window start of its first
 // query to its last position) gathered as f16 rows per KV head, then attention_mma over them.
-void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                        sl_buffer* out, sl_kv_cache::Kernels& ks, const QueryRun& run) {
   const auto& L = c->layout;
   const uint32_t D = p->head_dim;
@@ -215,7 +215,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
 }
 
 // The most keys a query of the batch attends.
-int32_t longest_history(const sl_backend* be, const sl_attention_params* p) {
+int32_t longest_history(const sl_backend* be, const AttentionParams* p) {
   int32_t longest = 1;
   for (const int32_t pos : be->positions) {
     const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
@@ -225,13 +225,13 @@ int32_t longest_history(const sl_backend* be, const sl_attention_params* p) {
 }
 
 // Whether the portable attention takes attention_short (else the fused or the generic kernel).
-bool takes_short_passes(const sl_backend* be, const sl_kv_cache::Kernels& ks, const sl_attention_params* p) {
+bool takes_short_passes(const sl_backend* be, const sl_kv_cache::Kernels& ks, const AttentionParams* p) {
   return ks.hpw == 0 && ks.short_passes() && longest_history(be, p) <= short_passes_max_keys(be);
 }
 
 // The portable attention kernels over the whole batch (attention.cl, attention_fused.cl); `join`:
 // the waiting kv_write that attention_short_join runs in its launch (takes_short_passes holds).
-void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                         sl_buffer* out, sl_kv_cache::Kernels& ks, const PendingKvWrite* join) {
   const auto& L = c->layout;
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
@@ -335,7 +335,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   if (q15) int15_made(be, out, static_cast<uint32_t>(cols));
 }
 
-sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                             sl_buffer* out, sl_error* err) {
   const auto& L = c->layout;
   if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
@@ -383,7 +383,7 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
 }  // namespace
 
 // Runs what waits first where the checks fail (the other entry points' order).
-sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
+sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                     sl_buffer* out, sl_error* err) {
   const sl_status s = checked_attention(be, c, layer, q, p, out, err);
   if (s != SL_OK) {

@@ -178,14 +178,6 @@ sl_status get_device_info(const sl_backend* be, sl_device_info* out, sl_error* e
   return guarded(err, "get_device_info", [&] { return describe_device(be->ref, out); });
 }
 
-int supports_op(const sl_backend*, const sl_op_query* q) {
-  if (!q || q->op >= SL_OP_COUNT) return 0;
-  if (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED) return weight_form_supported(q->weight_dtype, q->weight_bits) ? 1 : 0;
-  if (q->op == SL_OP_RMS_NORM || q->op == SL_OP_LAYER_NORM)
-    return q->weight_bits == 0 && weight_form_supported(q->weight_dtype, 0) ? 1 : 0;
-  return 1;  // every codec: on the device with its OpenCL source, else through the host
-}
-
 // ---- memory ------------------------------------------------------------------------------------
 
 uint64_t chunk_size(const sl_backend* be) {
@@ -461,46 +453,58 @@ void kv_destroy_entry(sl_backend* be, sl_kv_cache* cache) {
   kv_destroy(be, cache);
 }
 
-const sl_backend_api kApi = {
-    sizeof(sl_backend_api),
-    device_count,
-    device_info,
-    create,
-    destroy,
-    get_device_info,
-    supports_op,
-    SLUICE_SETUP(alloc),
-    SLUICE_SETUP(wrap_host),
-    free_entry,
-    SLUICE_SETUP(upload),
-    SLUICE_WAITS(download),
-    SLUICE_WAITS(synchronize),
-    SLUICE_SETUP(kv_create),
-    kv_destroy_entry,
-    SLUICE_SETUP(kv_copy_page),
-    SLUICE_WRITES(begin_batch),
+// The ops a graph's launches run through (cl_graph.cpp), wrapped as above.
+const OpEntries kOps = {
+    // A new graph's batch: work deferred by the last graph runs first, but an activation's 15-bit form
+    // stays valid (the batch vectors are not activations), so a product at the start of this graph
+    // still reads the form the last graph's producer wrote — a pass split into graphs (a MoE layer's
+    // routing, a read-back between them) joins across the split as one graph would.
+    Entry<true, false, false, decltype(&begin_batch)>::call<&begin_batch>,
     SLUICE_WRITES(embed),
+    SLUICE_WRITES(embed_device),
     Entry<false, false, false, decltype(&rms_norm)>::call<&rms_norm>,  // may join a waiting embedding of its input
-    SLUICE_WRITES(layer_norm),
+    Entry<false, false, false, decltype(&add_rms_norm)>::call<&add_rms_norm>,  // may join the product before it
     Entry<false, false, false, decltype(&matmul)>::call<&matmul>,  // may join a waiting norm of its input, or wait itself
+    Entry<false, false, false, decltype(&matmul_multi)>::call<&matmul_multi>,  // may join a waiting norm of its input
     Entry<false, true, false, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
     Entry<false, true, false, decltype(&kv_write)>::call<&kv_write>,  // may run a waiting rope pair in its launch
     Entry<false, true, false, decltype(&attention)>::call<&attention>,  // may run a waiting kv_write in its launch
     Entry<false, false, false, decltype(&gated_activation)>::call<&gated_activation>,  // may join the gate/up products before it
     SLUICE_WRITES(add),
-    SLUICE_WRITES(mul),
-    SLUICE_WRITES(scale),
     SLUICE_WRITES(copy),
-    SLUICE_WRITES(softmax),
-    SLUICE_WRITES(topk),
     SLUICE_WRITES(gather_rows),
     SLUICE_WRITES(scatter_add_rows),
-    Entry<false, false, false, decltype(&matmul_multi)>::call<&matmul_multi>,  // may join a waiting norm of its input
-    Entry<false, false, false, decltype(&add_rms_norm)>::call<&add_rms_norm>,  // may join the product before it
     SLUICE_WRITES(argmax),
-    SLUICE_WRITES(embed_device),
+};
+
+sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err) {
+  return guarded(err, "graph_compute", [&] { return run_graph(be, g, step, kOps, err); });
+}
+
+const sl_backend_api kApi = {
+    sizeof(sl_backend_api),
+    SL_ABI_VERSION,
+    device_count,
+    device_info,
+    create,
+    destroy,
+    get_device_info,
+    SLUICE_SETUP(alloc),
+    SLUICE_SETUP(wrap_host),
+    free_entry,
+    SLUICE_SETUP(upload),
+    SLUICE_WAITS(download),
     Entry<true, false, false, decltype(&download_begin)>::call<&download_begin>,  // issues a copy, does not wait
     SLUICE_WAITS(download_wait),
+    SLUICE_WAITS(synchronize),
+    SLUICE_SETUP(kv_create),
+    kv_destroy_entry,
+    SLUICE_SETUP(kv_copy_page),
+    node_supported,
+    graph_compute,
+    nullptr,  // plans: not yet (a recorded launch list, or cl_khr_command_buffer, is the next step)
+    nullptr,
+    nullptr,
 };
 #undef SLUICE_WRITES
 #undef SLUICE_WAITS
@@ -508,7 +512,7 @@ const sl_backend_api kApi = {
 
 const sl_plugin_descriptor kDescriptor = {
     sizeof(sl_plugin_descriptor),
-    SL_ABI_MAJOR,
+    SL_ABI_VERSION,
     SL_PLUGIN_BACKEND,
     "opencl",
     "0.1.0",

@@ -132,6 +132,11 @@ struct PendingNorm {
   uint32_t dim = 0;
 };
 
+// ATTENTION's parameters as the kernels take them: the node's, and its sinks' buffer (null: none).
+struct AttentionParams : sl_attention_params {
+  const sl_buffer* sinks = nullptr;
+};
+
 struct DeviceRef {
   cl::Platform platform;
   cl::Device device;
@@ -397,8 +402,6 @@ sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buff
 sl_status embed_device(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t, uint32_t, sl_buffer*, sl_error*);
 sl_status argmax(sl_backend*, const sl_buffer*, uint32_t, uint32_t, sl_buffer*, uint64_t, sl_error*);
 sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
-sl_status layer_norm(sl_backend*, const sl_buffer*, const sl_weight*, const sl_weight*, sl_buffer*, uint32_t, uint32_t,
-                     float, sl_error*);
 sl_status add_rms_norm(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
                        sl_error*);
 sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
@@ -407,11 +410,7 @@ sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const 
 sl_status rope(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
 sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
 sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
-sl_status mul(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
-sl_status scale(sl_backend*, sl_buffer*, float, uint64_t, sl_error*);
 sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
-sl_status softmax(sl_backend*, sl_buffer*, uint32_t, uint32_t, sl_error*);
-sl_status topk(sl_backend*, const sl_buffer*, uint32_t, uint32_t, uint32_t, int, int, sl_buffer*, sl_buffer*, sl_error*);
 sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 
@@ -419,8 +418,33 @@ sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);
 sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
 sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
-sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_attention_params*, sl_buffer*, sl_error*);
+sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const AttentionParams*, sl_buffer*, sl_error*);
 bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec);
+
+// The entry points graph_compute runs a graph's launches through (cl_graph.cpp), each wrapped as
+// cl_backend.cpp says: flushing work an earlier op deferred, or joining it.
+struct OpEntries {
+  sl_status (*begin_batch)(sl_backend*, const sl_batch*, sl_error*);
+  sl_status (*embed)(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
+  sl_status (*embed_device)(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t, uint32_t, sl_buffer*, sl_error*);
+  sl_status (*rms_norm)(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
+  sl_status (*add_rms_norm)(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
+                            sl_error*);
+  sl_status (*matmul)(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
+  sl_status (*matmul_multi)(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
+                            sl_buffer* const*, sl_error*);
+  sl_status (*rope)(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
+  sl_status (*kv_write)(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
+  sl_status (*attention)(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const AttentionParams*, sl_buffer*, sl_error*);
+  sl_status (*gated_activation)(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+  sl_status (*add)(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+  sl_status (*copy)(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
+  sl_status (*gather_rows)(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
+  sl_status (*scatter_add_rows)(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);
+  sl_status (*argmax)(sl_backend*, const sl_buffer*, uint32_t, uint32_t, sl_buffer*, uint64_t, sl_error*);
+};
+sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, const OpEntries& ops, sl_error* err);
+int node_supported(const sl_backend* be, const sl_node_query* q);
 
 template <class Fn>
 sl_status guarded(sl_error* err, const char* what, Fn&& fn) {

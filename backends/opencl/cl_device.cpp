@@ -112,6 +112,7 @@ std::string trim(std::string s) {
 sl_status describe_device(const DeviceRef& ref, sl_device_info* out) {
   sl_device_info info{};
   info.struct_size = sizeof(info);
+  info.abi_version = SL_ABI_VERSION;
   const cl::Device& d = ref.device;
   copy_str(info.name, sizeof(info.name), trim(d.getInfo<CL_DEVICE_NAME>()));
   copy_str(info.vendor, sizeof(info.vendor), trim(d.getInfo<CL_DEVICE_VENDOR>()));
@@ -130,6 +131,7 @@ sl_status describe_device(const DeviceRef& ref, sl_device_info* out) {
   if (caps.nvidia && caps.sm >= 80) info.caps |= SL_CAP_MATRIX;     // mma.sync through inline PTX
   if (caps.unified) info.caps |= SL_CAP_UNIFIED;
   info.caps |= SL_CAP_QUEUED;  // every op is enqueued; download and synchronize wait
+  info.caps |= SL_CAP_KV_RECENT_WINDOW;
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof(info)) : sizeof(info);
   std::memcpy(out, &info, size);
   out->struct_size = size;

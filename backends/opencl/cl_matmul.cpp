@@ -14,6 +14,7 @@
 #include <clblast.h>
 
 #include "cl_backend.h"
+#include "cl_fusion.h"
 
 namespace sluice::ocl {
 namespace {
@@ -727,8 +728,8 @@ sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_w
 
 sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
                        const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err) {
-  if (count == 0 || count > SL_MATMUL_MULTI_MAX || !ws || !outs)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: count must be 1.." + std::to_string(SL_MATMUL_MULTI_MAX));
+  if (count == 0 || count > kMatmulMultiMax || !ws || !outs)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: count must be 1.." + std::to_string(kMatmulMultiMax));
   for (uint32_t i = 0; i < count; ++i) {
     if (auto s = check_matmul(x, n_rows, ws[i], biases ? biases[i] : nullptr, outs[i], err); s != SL_OK) return s;
     if (ws[i]->cols != ws[0]->cols) return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: the weights' cols differ");

@@ -289,34 +289,6 @@ sl_status add_rms_norm(sl_backend* be, sl_buffer* x, const sl_buffer* delta, con
   return rms_norm_checked(be, "add_rms_norm", x, delta, weight, weight_offset, out, n_rows, dim, eps, err);
 }
 
-sl_status layer_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, const sl_weight* bias, sl_buffer* out,
-                     uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
-  if (!weight || !weight->data || weight->bits || !weight_form_supported(weight->dtype, 0) || weight->cols != dim)
-    return bad_weight(err, "layer_norm");
-  if (bias && (!bias->data || bias->bits || !weight_form_supported(bias->dtype, 0) || bias->cols != dim))
-    return bad_weight(err, "layer_norm bias");
-  if (!float_buffer_ok(x, uint64_t(n_rows) * dim) || !float_buffer_ok(out, uint64_t(n_rows) * dim)) return too_small(err, "layer_norm");
-  if (n_rows == 0) return SL_OK;
-  return guarded(err, "layer_norm", [&] {
-    const DevPtr w = vector_weight(be, weight, dim);
-    const DevPtr b = bias ? vector_weight(be, bias, dim) : w;
-    auto& k = kernel(be, "ops", "layer_norm");
-    k.setArg(0, single(x));
-    k.setArg(1, w.buffer);
-    k.setArg(2, static_cast<cl_ulong>(w.offset));
-    k.setArg(3, static_cast<cl_uint>(weight->dtype));
-    k.setArg(4, b.buffer);
-    k.setArg(5, static_cast<cl_ulong>(b.offset));
-    k.setArg(6, static_cast<cl_uint>(bias ? bias->dtype : weight->dtype));
-    k.setArg(7, static_cast<cl_uint>(bias ? 1 : 0));
-    k.setArg(8, single(out));
-    k.setArg(9, static_cast<cl_uint>(dim));
-    k.setArg(10, eps);
-    launch(be, k, cl::NDRange(size_t(n_rows) * kLocal), cl::NDRange(kLocal));
-    return SL_OK;
-  });
-}
-
 namespace {
 
 // SLUICE_OPENCL_ROPE_JOIN=0: a rope pair launches at once, as one `rope`, instead of waiting for the
@@ -494,23 +466,6 @@ sl_status add(sl_backend* be, const sl_buffer* a, const sl_buffer* b, sl_buffer*
   return binary(be, "add_f32", a, b, out, n, err);
 }
 
-sl_status mul(sl_backend* be, const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err) {
-  return binary(be, "mul_f32", a, b, out, n, err);
-}
-
-sl_status scale(sl_backend* be, sl_buffer* x, float s, uint64_t n, sl_error* err) {
-  if (!float_buffer_ok(x, n)) return too_small(err, "scale");
-  if (n == 0) return SL_OK;
-  return guarded(err, "scale", [&] {
-    auto& k = kernel(be, "ops", "scale_f32");
-    k.setArg(0, single(x));
-    k.setArg(1, s);
-    k.setArg(2, static_cast<cl_ulong>(n));
-    launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
-    return SL_OK;
-  });
-}
-
 sl_status copy(sl_backend* be, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
                sl_error* err) {
   if (!fits(src->bytes / 4, src_offset, n) || !fits(dst->bytes / 4, dst_offset, n))
@@ -581,40 +536,6 @@ sl_status scatter_add_rows(sl_backend* be, const sl_buffer* src, const int32_t* 
     k.setArg(4, static_cast<cl_uint>(dim));
     k.setArg(5, single(dst));
     launch(be, k, cl::NDRange(round_up(dim, kLocal)), cl::NDRange(kLocal));
-    return SL_OK;
-  });
-}
-
-sl_status softmax(sl_backend* be, sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_error* err) {
-  if (!float_buffer_ok(x, uint64_t(n_rows) * dim)) return too_small(err, "softmax");
-  if (n_rows == 0 || dim == 0) return SL_OK;
-  return guarded(err, "softmax", [&] {
-    auto& k = kernel(be, "ops", "softmax_rows");
-    k.setArg(0, single(x));
-    k.setArg(1, static_cast<cl_uint>(dim));
-    launch(be, k, cl::NDRange(size_t(n_rows) * kLocal), cl::NDRange(kLocal));
-    return SL_OK;
-  });
-}
-
-sl_status topk(sl_backend* be, const sl_buffer* logits, uint32_t n_rows, uint32_t n_experts, uint32_t k, int softmax_first,
-               int normalize, sl_buffer* ids, sl_buffer* weights, sl_error* err) {
-  if (k == 0 || k > n_experts) return set_error(err, SL_ERR_INVALID_ARGUMENT, "topk: k must be in 1..n_experts");
-  if (!float_buffer_ok(logits, uint64_t(n_rows) * n_experts) || !float_buffer_ok(ids, uint64_t(n_rows) * k) ||
-      !float_buffer_ok(weights, uint64_t(n_rows) * k))
-    return too_small(err, "topk");
-  if (n_rows == 0) return SL_OK;
-  return guarded(err, "topk", [&] {
-    auto& kn = kernel(be, "ops", "topk_rows");
-    kn.setArg(0, single(logits));
-    kn.setArg(1, static_cast<cl_uint>(n_rows));
-    kn.setArg(2, static_cast<cl_uint>(n_experts));
-    kn.setArg(3, static_cast<cl_uint>(k));
-    kn.setArg(4, static_cast<cl_uint>(softmax_first ? 1 : 0));
-    kn.setArg(5, static_cast<cl_uint>(normalize ? 1 : 0));
-    kn.setArg(6, single(ids));
-    kn.setArg(7, single(weights));
-    launch(be, kn, cl::NDRange(round_up(n_rows, kLocal)), cl::NDRange(kLocal));
     return SL_OK;
   });
 }

@@ -19,15 +19,14 @@ void run_embed(Runner& r) {
     uint32_t bits;
   };
   for (Form f : {Form{SL_DTYPE_F32, 0}, {SL_DTYPE_F16, 0}, {SL_DTYPE_BF16, 0}, {SL_DTYPE_U32, 4}, {SL_DTYPE_U32, 8}, {SL_DTYPE_U32, 3}}) {
-    auto q = query(SL_OP_EMBED, f.dtype, f.bits);
-    r.op(std::string("embed ") + form_name(f.dtype, f.bits), &q, [&] {
+    r.op(std::string("embed ") + form_name(f.dtype, f.bits), weight_form(SL_OP_EMBED, f.dtype, f.bits), [&] {
       for (uint32_t cols : {64u, 128u}) {
         r.new_case("40x" + std::to_string(cols));
         Weight t = f.bits ? r.quant_weight(f.bits, 32, 40, cols) : r.weight(f.dtype, 40, cols, 1.0f);
         const std::vector<int32_t> ids = {0, 39, 7, 7, 20};
         auto out = r.zeros(ids.size() * cols);
         sl_error err{};
-        r.expect_ok(r.api()->embed(r.raw(), &t.w, ids.data(), 5, out.get(), &err), err, "embed");
+        r.expect_ok(r.ops().embed(&t.w, ids.data(), 5, out.get(), &err), err, "embed");
         const auto got = r.download(out, ids.size() * cols);
         for (std::size_t i = 0; i < ids.size(); ++i)
           for (uint32_t c = 0; c < cols; ++c) {
@@ -41,15 +40,14 @@ void run_embed(Runner& r) {
 
 void run_norms(Runner& r) {
   for (sl_dtype d : {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16}) {
-    auto q = query(SL_OP_RMS_NORM, d);
-    r.op(std::string("rms_norm ") + form_name(d, 0), &q, [&] {
+    r.op(std::string("rms_norm ") + form_name(d, 0), weight_form(SL_OP_RMS_NORM, d, 0), [&] {
       for (auto [rows, dim] : {std::pair{1u, 7u}, {3u, 64u}, {70u, 33u}, {2u, 1000u}}) {
         r.new_case(std::to_string(rows) + "x" + std::to_string(dim));
         Weight w = r.weight(d, 1, dim, 0.5f);
         const auto x = r.random(std::size_t(rows) * dim, 2.0f, 0.3f);
         auto in = r.upload(x), out = r.zeros(x.size());
         sl_error err{};
-        r.expect_ok(r.api()->rms_norm(r.raw(), in.get(), &w.w, 1.0f, out.get(), rows, dim, 1e-6f, &err), err, "rms_norm");
+        r.expect_ok(r.ops().rms_norm(in.get(), &w.w, 1.0f, out.get(), rows, dim, 1e-6f, &err), err, "rms_norm");
         const auto got = r.download(out, x.size());
         for (uint32_t row = 0; row < rows; ++row) {
           double ss = 0;
@@ -58,29 +56,6 @@ void run_norms(Runner& r) {
           for (uint32_t i = 0; i < dim; ++i) {
             const double ref = x[row * dim + i] * inv * (double(w.values[i]) + 1.0);
             r.check(got[row * dim + i], ref, 2 * kRel * std::abs(ref) + kFloor, "row " + std::to_string(row));
-          }
-        }
-      }
-    });
-    auto ql = query(SL_OP_LAYER_NORM, d);
-    r.op(std::string("layer_norm ") + form_name(d, 0), &ql, [&] {
-      for (auto [rows, dim] : {std::pair{1u, 9u}, {5u, 64u}, {3u, 515u}}) {
-        r.new_case(std::to_string(rows) + "x" + std::to_string(dim));
-        Weight w = r.weight(d, 1, dim, 0.5f, 1.0f), b = r.weight(d, 1, dim, 0.2f);
-        const auto x = r.random(std::size_t(rows) * dim, 1.5f, 3.0f);
-        auto in = r.upload(x), out = r.zeros(x.size());
-        sl_error err{};
-        r.expect_ok(r.api()->layer_norm(r.raw(), in.get(), &w.w, &b.w, out.get(), rows, dim, 1e-5f, &err), err, "layer_norm");
-        const auto got = r.download(out, x.size());
-        for (uint32_t row = 0; row < rows; ++row) {
-          double mean = 0, var = 0;
-          for (uint32_t i = 0; i < dim; ++i) mean += x[row * dim + i];
-          mean /= dim;
-          for (uint32_t i = 0; i < dim; ++i) var += (x[row * dim + i] - mean) * (x[row * dim + i] - mean);
-          const double inv = 1.0 / std::sqrt(var / dim + 1e-5);
-          for (uint32_t i = 0; i < dim; ++i) {
-            const double normed = (x[row * dim + i] - mean) * inv * w.values[i];
-            r.check(got[row * dim + i], normed + b.values[i], 4 * kRel * (std::abs(normed) + 1.0) + kFloor, "row " + std::to_string(row));
           }
         }
       }
@@ -101,8 +76,7 @@ void run_matmul(Runner& r) {
   // kernels_cl/gemm_mma.cl): rounding x and w to f16 puts up to 2⁻¹⁰ relative error on each product.
   // Decode-sized products, and every product elsewhere, keep float32 precision.
   for (const Form& f : forms) {
-    auto q = query(SL_OP_MATMUL, f.dtype, f.bits);
-    r.op(std::string("matmul ") + form_name(f.dtype, f.bits), &q, [&] {
+    r.op(std::string("matmul ") + form_name(f.dtype, f.bits), weight_form(SL_OP_MATMUL, f.dtype, f.bits), [&] {
       const bool matrix_units = r.matrix_units();  // of this pass's backend
       std::vector<std::pair<uint32_t, uint32_t>> shapes =
           f.bits ? std::vector<std::pair<uint32_t, uint32_t>>{{8, 64}, {33, 128}, {300, 512}}
@@ -126,7 +100,7 @@ void run_matmul(Runner& r) {
           const auto x = r.random(std::size_t(n_rows) * in_f);
           auto in = r.upload(x), out = r.zeros(std::size_t(n_rows) * out_f);
           sl_error err{};
-          r.expect_ok(r.api()->matmul(r.raw(), in.get(), n_rows, &w.w, with_bias ? &bias.w : nullptr, out.get(), &err), err, "matmul");
+          r.expect_ok(r.ops().matmul(in.get(), n_rows, &w.w, with_bias ? &bias.w : nullptr, out.get(), &err), err, "matmul");
           const auto got = r.download(out, std::size_t(n_rows) * out_f);
           const double rel = matrix_units && n_rows > 8 ? std::ldexp(1.0, -10) + 2 * kRel : 2 * kRel;
           for (uint32_t t = 0; t < n_rows; ++t)
@@ -146,8 +120,7 @@ void run_matmul(Runner& r) {
 }
 
 void run_rope(Runner& r) {
-  auto q = query(SL_OP_ROPE);
-  r.op("rope", &q, [&] {
+  r.op("rope", Needs{}, [&] {
     // Two batches, the second at later positions than the first: a backend that keeps per-position
     // state (the OpenCL backend's (cos, sin) tables) must extend it, not read past it.
     for (const std::vector<int32_t>& positions :
@@ -163,7 +136,7 @@ void run_rope(Runner& r) {
           const auto x = r.random(positions.size() * n_heads * head_dim);
           auto buf = r.upload(x);
           sl_error err{};
-          r.expect_ok(r.api()->rope(r.raw(), buf.get(), n_heads, head_dim, rot, inv.data(), 1.1f, style, &err), err, "rope");
+          r.expect_ok(r.ops().rope(buf.get(), n_heads, head_dim, rot, inv.data(), 1.1f, style, &err), err, "rope");
           const auto got = r.download(buf, x.size());
           for (std::size_t t = 0; t < positions.size(); ++t)
             for (uint32_t h = 0; h < n_heads; ++h) {
@@ -186,15 +159,14 @@ void run_rope(Runner& r) {
 }
 
 void run_elementwise(Runner& r) {
-  auto qa = query(SL_OP_GATED_ACTIVATION);
-  r.op("gated_activation", &qa, [&] {
+  r.op("gated_activation", Needs{}, [&] {
     for (uint32_t act : {0u, 1u, 2u}) {
       r.new_case("activation " + std::to_string(act));
       const uint64_t n = 4099;
       const auto g = r.random(n, 3.0f), u = r.random(n);
       auto dg = r.upload(g), du = r.upload(u), out = r.zeros(n);
       sl_error err{};
-      r.expect_ok(r.api()->gated_activation(r.raw(), act, dg.get(), du.get(), out.get(), n, &err), err, "gated_activation");
+      r.expect_ok(r.ops().gated_activation(act, dg.get(), du.get(), out.get(), n, &err), err, "gated_activation");
       const auto got = r.download(out, n);
       for (uint64_t i = 0; i < n; ++i) {
         const double x = g[i];
@@ -205,9 +177,8 @@ void run_elementwise(Runner& r) {
       }
     }
   });
-  for (const char* name : {"add", "mul", "scale", "copy"}) {
-    auto q = query(std::string(name) == "add" ? SL_OP_ADD : std::string(name) == "mul" ? SL_OP_MUL : std::string(name) == "scale" ? SL_OP_SCALE : SL_OP_COPY);
-    r.op(name, &q, [&] {
+  for (const char* name : {"add", "copy"}) {
+    r.op(name, Needs{}, [&] {
       for (uint64_t n : {1u, 13u, 4099u}) {
         r.new_case("n " + std::to_string(n));
         const auto a = r.random(n + 8), b = r.random(n + 8);
@@ -216,17 +187,10 @@ void run_elementwise(Runner& r) {
         const std::string op = name;
         std::vector<double> ref(n);
         if (op == "add") {
-          r.expect_ok(r.api()->add(r.raw(), da.get(), db.get(), out.get(), n, &err), err, name);
+          r.expect_ok(r.ops().add(da.get(), db.get(), out.get(), n, &err), err, name);
           for (uint64_t i = 0; i < n; ++i) ref[i] = a[i] + b[i];
-        } else if (op == "mul") {
-          r.expect_ok(r.api()->mul(r.raw(), da.get(), db.get(), out.get(), n, &err), err, name);
-          for (uint64_t i = 0; i < n; ++i) ref[i] = a[i] * b[i];
-        } else if (op == "scale") {
-          r.expect_ok(r.api()->copy(r.raw(), da.get(), 0, out.get(), 0, n + 8, &err), err, "copy");
-          r.expect_ok(r.api()->scale(r.raw(), out.get(), -0.375f, n, &err), err, name);
-          for (uint64_t i = 0; i < n; ++i) ref[i] = a[i] * -0.375f;
         } else {
-          r.expect_ok(r.api()->copy(r.raw(), da.get(), 8, out.get(), 0, n, &err), err, name);
+          r.expect_ok(r.ops().copy(da.get(), 8, out.get(), 0, n, &err), err, name);
           for (uint64_t i = 0; i < n; ++i) ref[i] = a[i + 8];
         }
         const auto got = r.download(out, n);
@@ -234,57 +198,6 @@ void run_elementwise(Runner& r) {
       }
     });
   }
-  auto qs = query(SL_OP_SOFTMAX);
-  r.op("softmax", &qs, [&] {
-    for (auto [rows, dim] : {std::pair{1u, 1u}, {3u, 7u}, {4u, 129u}, {2u, 5000u}}) {
-      r.new_case(std::to_string(rows) + "x" + std::to_string(dim));
-      const auto x = r.random(std::size_t(rows) * dim, 30.0f, 50.0f);
-      auto buf = r.upload(x);
-      sl_error err{};
-      r.expect_ok(r.api()->softmax(r.raw(), buf.get(), rows, dim, &err), err, "softmax");
-      const auto got = r.download(buf, x.size());
-      for (uint32_t row = 0; row < rows; ++row) {
-        const float* v = x.data() + row * dim;
-        const double m = *std::max_element(v, v + dim);
-        double sum = 0;
-        for (uint32_t i = 0; i < dim; ++i) sum += std::exp(v[i] - m);
-        for (uint32_t i = 0; i < dim; ++i) {
-          const double p = std::exp(v[i] - m) / sum;
-          r.check(got[row * dim + i], p, 1e-5 * p + 1e-7, "row " + std::to_string(row));
-        }
-      }
-    }
-  });
-  auto qk = query(SL_OP_TOPK);
-  r.op("topk", &qk, [&] {
-    for (uint32_t experts : {8u, 61u})
-      for (uint32_t k : {1u, 2u, 6u})
-        for (int softmax_first : {0, 1}) {
-          r.new_case("experts " + std::to_string(experts) + " k " + std::to_string(k) + (softmax_first ? " softmax-first" : ""));
-          const uint32_t rows = 5;
-          const auto logits = r.random(std::size_t(rows) * experts, 2.0f);
-          auto in = r.upload(logits), ids = r.zeros(rows * k), weights = r.zeros(rows * k);
-          sl_error err{};
-          r.expect_ok(r.api()->topk(r.raw(), in.get(), rows, experts, k, softmax_first, 1, ids.get(), weights.get(), &err), err, "topk");
-          const auto idf = r.download(ids, rows * k);
-          const auto w = r.download(weights, rows * k);
-          for (uint32_t row = 0; row < rows; ++row) {
-            const float* l = logits.data() + row * experts;
-            std::vector<int32_t> order(experts);
-            std::iota(order.begin(), order.end(), 0);
-            std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-            std::vector<double> ref(k);
-            double sum = 0;
-            for (uint32_t i = 0; i < k; ++i) sum += (ref[i] = std::exp(double(l[order[i]]) - l[order[0]]));
-            for (uint32_t i = 0; i < k; ++i) {
-              int32_t got_id;
-              std::memcpy(&got_id, &idf[row * k + i], 4);
-              r.check(got_id, order[i], 0.5, "row " + std::to_string(row) + " rank id " + std::to_string(i));
-              r.check(w[row * k + i], ref[i] / sum, 1e-5 * ref[i] / sum + 1e-7, "row " + std::to_string(row) + " weight");
-            }
-          }
-        }
-  });
 }
 
 struct AttnShape {
@@ -322,6 +235,7 @@ void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s
   layout.v_codec = vc;
   sl_kv_cache* cache = nullptr;
   r.expect_ok(r.api()->kv_create(r.raw(), &layout, &cache, &err), err, "kv_create");
+  r.ops().set_kv_layout(layout);
   std::unique_ptr<sl_kv_cache, std::function<void(sl_kv_cache*)>> cguard(cache, [&](sl_kv_cache* c) { r.api()->kv_destroy(r.raw(), c); });
   const uint32_t n_seqs = static_cast<uint32_t>(lengths.size());
   const std::size_t kv_row = std::size_t(s.kv_heads) * s.dim, q_row = std::size_t(s.heads) * s.dim;
@@ -346,7 +260,7 @@ void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s
   }
   r.begin_batch(positions, slots, n_seqs, max_pages, table);
   auto dk = r.upload(k_all), dv = r.upload(v_all);
-  r.expect_ok(r.api()->kv_write(r.raw(), cache, 1, dk.get(), dv.get(), &err), err, "kv_write");
+  r.expect_ok(r.ops().kv_write(cache, 1, dk.get(), dv.get(), &err), err, "kv_write");
 
   positions.clear();
   slots.clear();
@@ -366,8 +280,7 @@ void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s
   p.scale = static_cast<float>(1.0 / std::sqrt(double(s.dim)));
   p.window = s.window;
   p.softcap = s.softcap;
-  p.sinks = s.sinks ? ds.get() : nullptr;
-  r.expect_ok(r.api()->attention(r.raw(), cache, 1, dq.get(), &p, out.get(), &err), err, "attention");
+  r.expect_ok(r.ops().attention(cache, 1, dq.get(), &p, s.sinks ? ds.get() : nullptr, out.get(), &err), err, "attention");
   const auto got = r.download(out, qv.size());
   const uint32_t group = s.heads / s.kv_heads;
   for (std::size_t t = 0; t < positions.size(); ++t) {
@@ -440,10 +353,7 @@ void run_attention(Runner& r) {
                               {"f16 foreign device source", with_broken_device_source(builtin_f16_codec())}};
   const AttnShape shapes[] = {{4, 2, 16, 0, 0, false}, {8, 2, 64, 0, 0, false}, {6, 6, 32, 7, 0, false}, {4, 1, 16, 0, 5.0f, true}};
   for (const auto& cc : codecs) {
-    sl_op_query q = query(SL_OP_ATTENTION);
-    q.k_api = &cc.api;
-    q.v_api = &cc.api;
-    r.op(std::string("kv_write+attention ") + cc.name, &q, [&] {
+    r.op(std::string("kv_write+attention ") + cc.name, Needs{}, [&] {
       const bool matrix_units = r.matrix_units();  // of this pass's backend
       for (const auto& s : shapes) {
         const std::string shape = "heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " dim " +

@@ -1,12 +1,11 @@
-// ABI 1.3's fused ops against reference math, with the bounds of the ops they stand for:
-// - matmul_multi: every output within matmul's bound (run_matmul derives it: float32 sums, or f16
+// The runs of nodes backends join into one launch (their fusion passes), against reference math with
+// the bounds of the nodes they stand for:
+// - products of one input (consecutive MATMULs of one x): every output within matmul's bound (run_matmul derives it: float32 sums, or f16
 //   inputs for products of more than 8 rows on a device with matrix units), for every weight form,
 //   1 to 4 products whose output rows are not multiples of 4, with and without biases (NULL entries
 //   among them), decode- and prefill-sized row counts, and weights of different forms in one call.
-// - add_rms_norm: the sum x + delta exact (one float addition, as add is checked), the output within
-//   rms_norm's bound of the RMSNorm of that sum, with weight offsets 0 and 1.
-// Both entries are optional: a backend without them gets "skipped: not implemented" rows (the host
-// runs the single ops instead), which pass.
+// - ADD in place then RMS_NORM of the sum: the sum x + delta exact (one float addition, as add is
+//   checked), the output within rms_norm's bound of the RMSNorm of that sum, with weight offsets 0 and 1.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -17,7 +16,7 @@
 namespace sluice::conformance {
 namespace {
 
-constexpr const char* kAbsent = "not implemented";  // optional entries: the host runs the single ops
+constexpr uint32_t kMaxProducts = 4;  // q/k/v and gate/up: the most products of one input a layer makes
 
 struct Form {
   sl_dtype dtype;
@@ -33,9 +32,9 @@ void check_multi(Runner& r, const std::vector<Form>& forms, const std::vector<ui
   r.new_case(what + (with_biases ? " biases" : ""));
   std::vector<Weight> ws, bs;
   std::vector<Buffer> outs;
-  const sl_weight* w_ptr[SL_MATMUL_MULTI_MAX];
-  const sl_weight* b_ptr[SL_MATMUL_MULTI_MAX];
-  sl_buffer* o_ptr[SL_MATMUL_MULTI_MAX];
+  const sl_weight* w_ptr[kMaxProducts];
+  const sl_weight* b_ptr[kMaxProducts];
+  sl_buffer* o_ptr[kMaxProducts];
   for (uint32_t i = 0; i < count; ++i) {
     const Form& f = forms[i];
     ws.push_back(f.bits ? r.quant_weight(f.bits, f.group, rows[i], cols) : r.weight(f.dtype, rows[i], cols));
@@ -50,7 +49,7 @@ void check_multi(Runner& r, const std::vector<Form>& forms, const std::vector<ui
   const auto x = r.random(std::size_t(n_rows) * cols);
   auto in = r.upload(x);
   sl_error err{};
-  r.expect_ok(r.api()->matmul_multi(r.raw(), in.get(), n_rows, count, w_ptr, with_biases ? b_ptr : nullptr, o_ptr, &err), err,
+  r.expect_ok(r.ops().matmul_multi(in.get(), n_rows, count, w_ptr, with_biases ? b_ptr : nullptr, o_ptr, &err), err,
               "matmul_multi");
   const double rel = matrix_units && n_rows > 8 ? std::ldexp(1.0, -10) + 2 * kRel : 2 * kRel;
   for (uint32_t i = 0; i < count; ++i) {
@@ -70,12 +69,11 @@ void check_multi(Runner& r, const std::vector<Form>& forms, const std::vector<ui
   }
 }
 
-// matmul_multi in the backend's table, and each form's matmul supported.
+// Each form's matmul supported.
 Needs needs_matmul_multi(const std::vector<Form>& forms) {
   return [forms](const BackendHandle& be) -> std::string {
-    if (!table_has(be.api(), &sl_backend_api::matmul_multi)) return kAbsent;
     for (const Form& f : forms)
-      if (!be.supports(query(SL_OP_MATMUL, f.dtype, f.bits))) return "unsupported";
+      if (!weight_form(SL_OP_MATMUL, f.dtype, f.bits)(be).empty()) return "unsupported";
     return "";
   };
 }
@@ -112,10 +110,7 @@ void run_matmul_multi(Runner& r) {
 
 void run_add_rms_norm(Runner& r) {
   for (sl_dtype d : {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16}) {
-    const Needs needs = [q = query(SL_OP_RMS_NORM, d)](const BackendHandle& be) -> std::string {
-      if (!table_has(be.api(), &sl_backend_api::add_rms_norm)) return kAbsent;
-      return be.supports(q) ? "" : "unsupported";
-    };
+    const Needs needs = weight_form(SL_OP_RMS_NORM, d, 0);
     r.op(std::string("add_rms_norm ") + form_name(d, 0), needs, [&] {
       std::vector<std::pair<uint32_t, uint32_t>> shapes = {{1, 7}, {3, 64}, {70, 33}, {2, 1000}};
       if (!r.options().quick) shapes.push_back({5, 4096});
@@ -126,7 +121,7 @@ void run_add_rms_norm(Runner& r) {
           const auto x = r.random(std::size_t(rows) * dim, 2.0f, 0.3f), delta = r.random(x.size(), 0.7f);
           auto dx = r.upload(x), dd = r.upload(delta), out = r.zeros(x.size());
           sl_error err{};
-          r.expect_ok(r.api()->add_rms_norm(r.raw(), dx.get(), dd.get(), &w.w, offset, out.get(), rows, dim, 1e-6f, &err), err,
+          r.expect_ok(r.ops().add_rms_norm(dx.get(), dd.get(), &w.w, offset, out.get(), rows, dim, 1e-6f, &err), err,
                       "add_rms_norm");
           const auto got_x = r.download(dx, x.size()), got = r.download(out, x.size());
           for (uint32_t row = 0; row < rows; ++row) {

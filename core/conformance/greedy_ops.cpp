@@ -1,12 +1,10 @@
-// ABI 1.4's ops for greedy decoding a token ahead, against the host's arithmetic:
-// - argmax: each row's first index of its largest value, exactly (ties to the lower index, NaN passed
+// The ops of greedy decoding a token ahead, against the host's arithmetic:
+// - ARGMAX: each row's first index of its largest value, exactly (ties to the lower index, NaN passed
 //   over, a row of nothing but NaN giving 0), written at the ids' offset and nowhere else;
-// - embed_device: the rows embed gives for ids read from a device buffer (any form embed has), and a
+// - EMBED of ids in a device buffer: the rows embed gives for host ids (any form embed has), and a
 //   row of zeros for an id outside the table;
 // - download_begin/download_wait: the bytes as download gives them, after the work issued before,
 //   with several copies in flight and waited for in any order; a ticket not in flight refused.
-// All are optional: a backend without them gets "skipped: not implemented" rows (the host then reads
-// every step's logits), which pass.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -41,7 +39,7 @@ void check_argmax(Runner& r, const std::vector<float>& x, uint32_t rows, uint32_
   std::vector<int32_t> ids0(rows + 2, kSentinel);
   auto dx = r.upload(x), dids = r.upload_bytes(ids0.data(), ids0.size() * 4);
   sl_error err{};
-  r.expect_ok(r.api()->argmax(r.raw(), dx.get(), rows, dim, dids.get(), 1, &err), err, "argmax");
+  r.expect_ok(r.ops().argmax(dx.get(), rows, dim, dids.get(), 1, &err), err, "argmax");
   const auto got = download_ints(r, dids, ids0.size());
   r.check(got.front(), kSentinel, kExact, "the id before the offset");
   r.check(got.back(), kSentinel, kExact, "the id after the rows");
@@ -49,7 +47,7 @@ void check_argmax(Runner& r, const std::vector<float>& x, uint32_t rows, uint32_
 }
 
 void run_argmax(Runner& r) {
-  r.op("argmax", needs_entry(&sl_backend_api::argmax), [&] {
+  r.op("argmax", Needs{}, [&] {
     struct Shape {
       uint32_t rows, dim;
     };
@@ -80,7 +78,7 @@ void run_argmax(Runner& r) {
     r.new_case("ids past the buffer refused");
     auto dx = r.zeros(16), dids = r.zeros(2);
     sl_error err{};
-    if (r.api()->argmax(r.raw(), dx.get(), 2, 8, dids.get(), 1, &err) == SL_OK)
+    if (r.ops().argmax(dx.get(), 2, 8, dids.get(), 1, &err) == SL_OK)
       throw CaseFailed{"argmax of 2 rows into ids [1, 3) of a 2-id buffer returned SL_OK"};
   });
 }
@@ -91,12 +89,7 @@ void run_embed_device(Runner& r) {
     uint32_t bits;
   };
   for (Form f : {Form{SL_DTYPE_F32, 0}, {SL_DTYPE_F16, 0}, {SL_DTYPE_BF16, 0}, {SL_DTYPE_U32, 4}, {SL_DTYPE_U32, 8}}) {
-    auto q = query(SL_OP_EMBED, f.dtype, f.bits);
-    Needs needs = [q, entry = needs_entry(&sl_backend_api::embed_device)](const BackendHandle& be) {
-      if (std::string why = entry(be); !why.empty()) return why;
-      return be.supports(q) ? std::string() : std::string("unsupported");
-    };
-    r.op(std::string("embed_device ") + form_name(f.dtype, f.bits), needs, [&] {
+    r.op(std::string("embed_device ") + form_name(f.dtype, f.bits), weight_form(SL_OP_EMBED, f.dtype, f.bits), [&] {
       const uint32_t cols = 128;
       Weight t = f.bits ? r.quant_weight(f.bits, 32, 40, cols) : r.weight(f.dtype, 40, cols, 1.0f);
       // ids from element 1: five in the table, then two outside it (zeros).
@@ -107,7 +100,7 @@ void run_embed_device(Runner& r) {
         auto out = r.random(std::size_t(n) * cols);  // not zeros: a row of zeros must be written
         auto dout = r.upload(out);
         sl_error err{};
-        r.expect_ok(r.api()->embed_device(r.raw(), &t.w, dids.get(), first, n, dout.get(), &err), err, "embed_device");
+        r.expect_ok(r.ops().embed_device(&t.w, dids.get(), first, n, dout.get(), &err), err, "embed_device");
         const auto got = r.download(dout, std::size_t(n) * cols);
         for (uint32_t i = 0; i < n; ++i) {
           const int32_t id = ids[first + i];
@@ -124,12 +117,7 @@ void run_embed_device(Runner& r) {
 }
 
 void run_download_begin(Runner& r) {
-  Needs needs = [begin = needs_entry(&sl_backend_api::download_begin),
-                 wait = needs_entry(&sl_backend_api::download_wait)](const BackendHandle& be) {
-    if (std::string why = begin(be); !why.empty()) return why;
-    return wait(be);
-  };
-  r.op("download_begin", needs, [&] {
+  r.op("download_begin", Needs{}, [&] {
     r.new_case("three copies in flight, waited for out of order");
     const std::vector<std::size_t> sizes = {1, 1000, 70000};
     std::vector<std::vector<float>> values, got;
@@ -150,11 +138,11 @@ void run_download_begin(Runner& r) {
 
     r.new_case("after the work issued before it, from an offset");
     const std::vector<float> x = r.random(1000);
-    auto dx = r.upload(x);
-    r.expect_ok(r.api()->scale(r.raw(), dx.get(), 2.0f, x.size(), &err), err, "scale");  // exact: a power of two
+    auto dx = r.upload(x), d2x = r.zeros(x.size());
+    r.expect_ok(r.ops().add(dx.get(), dx.get(), d2x.get(), x.size(), &err), err, "add");  // exact: x + x
     std::vector<float> doubled(600, -1.0f);
     uint64_t ticket = 0;
-    r.expect_ok(r.api()->download_begin(r.raw(), dx.get(), 400 * 4, doubled.data(), doubled.size() * 4, &ticket, &err), err,
+    r.expect_ok(r.api()->download_begin(r.raw(), d2x.get(), 400 * 4, doubled.data(), doubled.size() * 4, &ticket, &err), err,
                 "download_begin");
     r.expect_ok(r.api()->download_wait(r.raw(), ticket, &err), err, "download_wait");
     for (std::size_t j = 0; j < doubled.size(); ++j) r.check(doubled[j], 2.0 * x[400 + j], kExact, "value " + std::to_string(400 + j));

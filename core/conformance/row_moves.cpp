@@ -1,11 +1,9 @@
-// ABI 1.1's Mixture-of-Experts row movement against the host's arithmetic:
-// - gather_rows: every row an exact copy of the source row it names, repeats and any order allowed;
-// - scatter_add_rows: each destination row the source rows that name it, weighted and added in order
+// Mixture-of-Experts row movement against the host's arithmetic:
+// - GET_ROWS: every row an exact copy of the source row it names, repeats and any order allowed;
+// - SCATTER_ADD_ROWS: each destination row the source rows that name it, weighted and added in order
 //   (a float32 multiply and add a term: within (2·terms + 1) units of rounding of the magnitudes), rows
 //   no index names untouched (bit for bit);
-// - both refuse a row index outside their buffer with an error status instead of touching memory.
-// Both entries are optional: a backend without them gets "skipped: not implemented" rows (the host
-// moves the rows through host memory instead), which pass.
+// - both refuse a row index outside their tensors with an error status instead of touching memory.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -24,7 +22,7 @@ std::vector<int32_t> random_rows(std::mt19937& rng, uint32_t n, uint32_t n_rows)
 }
 
 void run_gather_rows(Runner& r) {
-  r.op("gather_rows", needs_entry(&sl_backend_api::gather_rows), [&] {
+  r.op("gather_rows", Needs{}, [&] {
     for (uint32_t dim : {1u, 33u, 256u})
       for (uint32_t n : {1u, 7u, 50u}) {
         r.new_case(std::to_string(n) + " rows of " + std::to_string(dim) + " from 37");
@@ -33,7 +31,7 @@ void run_gather_rows(Runner& r) {
         const auto rows = random_rows(r.rng(), n, src_rows);  // repeats and any order
         auto dsrc = r.upload(src), dst = r.zeros(std::size_t(n) * dim);
         sl_error err{};
-        r.expect_ok(r.api()->gather_rows(r.raw(), dsrc.get(), rows.data(), n, dim, dst.get(), &err), err, "gather_rows");
+        r.expect_ok(r.ops().gather_rows(dsrc.get(), rows.data(), n, dim, dst.get(), &err), err, "gather_rows");
         const auto got = r.download(dst, std::size_t(n) * dim);
         for (uint32_t i = 0; i < n; ++i)
           for (uint32_t c = 0; c < dim; ++c)
@@ -43,13 +41,13 @@ void run_gather_rows(Runner& r) {
     auto dsrc = r.zeros(4 * 8), dst = r.zeros(2 * 8);
     const int32_t bad[] = {1, 4};
     sl_error err{};
-    if (r.api()->gather_rows(r.raw(), dsrc.get(), bad, 2, 8, dst.get(), &err) == SL_OK)
+    if (r.ops().gather_rows(dsrc.get(), bad, 2, 8, dst.get(), &err) == SL_OK)
       throw CaseFailed{"gather_rows of row 4 from a 4-row source returned SL_OK"};
   });
 }
 
 void run_scatter_add_rows(Runner& r) {
-  r.op("scatter_add_rows", needs_entry(&sl_backend_api::scatter_add_rows), [&] {
+  r.op("scatter_add_rows", Needs{}, [&] {
     for (uint32_t dim : {1u, 33u, 256u})
       for (uint32_t n : {1u, 7u, 50u}) {
         r.new_case(std::to_string(n) + " rows of " + std::to_string(dim) + " into 19");
@@ -59,7 +57,7 @@ void run_scatter_add_rows(Runner& r) {
         const auto rows = random_rows(r.rng(), n, dst_rows);  // repeats: later rows add to earlier sums
         auto dsrc = r.upload(src), dst = r.upload(dst0);
         sl_error err{};
-        r.expect_ok(r.api()->scatter_add_rows(r.raw(), dsrc.get(), rows.data(), weights.data(), n, dim, dst.get(), &err), err,
+        r.expect_ok(r.ops().scatter_add_rows(dsrc.get(), rows.data(), weights.data(), n, dim, dst.get(), dst_rows, &err), err,
                     "scatter_add_rows");
         const auto got = r.download(dst, dst0.size());
         for (uint32_t row = 0; row < dst_rows; ++row)
@@ -83,7 +81,7 @@ void run_scatter_add_rows(Runner& r) {
     const int32_t bad[] = {0, -1};
     const float w[] = {1.0f, 1.0f};
     sl_error err{};
-    if (r.api()->scatter_add_rows(r.raw(), dsrc.get(), bad, w, 2, 8, dst.get(), &err) == SL_OK)
+    if (r.ops().scatter_add_rows(dsrc.get(), bad, w, 2, 8, dst.get(), 4, &err) == SL_OK)
       throw CaseFailed{"scatter_add_rows to row -1 returned SL_OK"};
   });
 }

@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "conformance/conformance.h"
+#include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"
 #include "util/vec.h"
 
@@ -110,13 +112,14 @@ class Runner {
     results.push_back(r);
   }
 
-  void op(const std::string& name, const sl_op_query* q, const std::function<void()>& body) {
-    Needs needs;
-    if (q) needs = [q = *q](const BackendHandle& be) { return be.supports(q) ? std::string() : std::string("unsupported"); };
-    op(name, needs, body);
+  // The ops of this pass's backend, one graph each (plugin/op_calls.h).
+  OpCalls& ops() {
+    if (ops_for_ != be_) {
+      ops_ = std::make_unique<OpCalls>(*be_);
+      ops_for_ = be_;
+    }
+    return *ops_;
   }
-
-  bool supports(const sl_op_query& q) const { return be_->supports(q); }
 
   // Whether the device has matrix units: prefill-sized products and attention may then take f16
   // inputs, and are checked to that precision.
@@ -250,7 +253,7 @@ class Runner {
     b.max_pages = max_pages;
     b.page_table = table.data();
     sl_error err{};
-    expect_ok(api()->begin_batch(raw(), &b, &err), err, "begin_batch");
+    expect_ok(ops().begin_batch(&b, &err), err, "begin_batch");
   }
 
   const sl_backend_api* api() const { return be_->api(); }
@@ -322,6 +325,8 @@ class Runner {
   Options opt_;
   std::mt19937 rng_;
   Pass pass_ = Pass::alone;
+  std::unique_ptr<OpCalls> ops_;
+  const BackendHandle* ops_for_ = nullptr;
   std::vector<Recorded> recorded_;  // the second backend's values of the op, in check() order
   std::size_t next_ = 0;            // the next of them to compare with
   OpResult* current_ = nullptr;
@@ -329,27 +334,27 @@ class Runner {
 };
 
 
-inline sl_op_query query(sl_op op, uint32_t dtype = SL_DTYPE_F32, uint32_t bits = 0) {
-  sl_op_query q{};
-  q.struct_size = sizeof(q);
-  q.op = op;
-  q.weight_dtype = dtype;
-  q.weight_bits = bits;
-  return q;
+// An op whose weight has a form the backend may not run (dtype, quantization): asked with a weight of
+// that form; a backend without it gets a "skipped: unsupported" row.
+inline Needs weight_form(sl_op op, sl_dtype dtype, uint32_t bits) {
+  return [op, dtype, bits](const BackendHandle& be) {
+    sl_weight w{};
+    w.struct_size = sizeof(w);
+    w.dtype = bits ? SL_DTYPE_U32 : dtype;
+    w.bits = bits;
+    w.group_size = bits ? 32 : 0;
+    w.scale_dtype = SL_DTYPE_F32;
+    w.rows = op == SL_OP_RMS_NORM ? 1 : 64;
+    w.cols = 64;
+    return be.runs_weight(op, w) ? std::string() : std::string("unsupported");
+  };
 }
 
 inline constexpr double kRel = 1e-5, kFloor = 1e-6;
 
-// An optional entry of the table (no op query): offered when the backend's table has it. A backend
-// without it gets a "skipped: not implemented" row, which passes (the host does without).
-template <class Member>
-Needs needs_entry(Member sl_backend_api::*member) {
-  return [member](const BackendHandle& be) { return table_has(be.api(), member) ? std::string() : std::string("not implemented"); };
-}
-
 // The op groups in files of their own beside conformance.cpp.
-void run_fused(Runner& r);  // ABI 1.3's matmul_multi and add_rms_norm (fused_ops.cpp)
-void run_row_moves(Runner& r);  // ABI 1.1's gather_rows and scatter_add_rows (row_moves.cpp)
-void run_greedy_ops(Runner& r);  // ABI 1.4's argmax, embed_device, download_begin/download_wait (greedy_ops.cpp)
+void run_fused(Runner& r);  // the runs of nodes backends join: products of one input, add then rms_norm (fused_ops.cpp)
+void run_row_moves(Runner& r);  // GET_ROWS and SCATTER_ADD_ROWS (row_moves.cpp)
+void run_greedy_ops(Runner& r);  // ARGMAX, EMBED of device ids, download_begin/download_wait (greedy_ops.cpp)
 
 }  // namespace sluice::conformance

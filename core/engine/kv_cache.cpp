@@ -122,13 +122,10 @@ Result<std::unique_ptr<KvCache>> KvCache::create(std::span<const KvStage> stages
   // The recent window: automatic only where it buys quality (a compressing codec) and the backend
   // keeps one; asked for explicitly on a backend without it, an error.
   auto exact = [](const std::string& name) { return name == "f16" || name == "f32"; };
-  sl_op_query q{};
-  q.struct_size = sizeof(q);
-  q.op = SL_OP_KV_RECENT_WINDOW;
   // Split across backends (--gpu-layers), every one of them must keep it.
   const BackendHandle* cannot = nullptr;
   for (const auto& st : stages)
-    if (!cannot && st.backend->api()->supports_op(st.backend->raw(), &q) != 1) cannot = st.backend;
+    if (!cannot && !st.backend->has_cap(SL_CAP_KV_RECENT_WINDOW)) cannot = st.backend;
   const bool backend_can = cannot == nullptr;
   if (recent.tokens < -1) return make_error("--kv-recent must be -1 (auto), 0 (off) or a number of tokens");
   if (recent.tokens > 0 && !backend_can)

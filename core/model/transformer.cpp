@@ -131,14 +131,9 @@ Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, Sta
   const bool embedding = wname == "model.embed_tokens.weight";
   const bool tied_head = embedding && (config_.tie_word_embeddings || !tensors.find("lm_head.weight"));
   const bool lookup = embedding && st.embeds, product = !embedding || (tied_head && st.has_head);
-  for (uint32_t op : {uint32_t{SL_OP_EMBED}, uint32_t{SL_OP_MATMUL}}) {
+  for (sl_op op : {SL_OP_EMBED, SL_OP_MATMUL}) {
     if (!st.backend || !(op == SL_OP_EMBED ? lookup : product)) continue;
-    sl_op_query query{};
-    query.struct_size = sizeof(query);
-    query.op = op;
-    query.weight_dtype = SL_DTYPE_U32;
-    query.weight_bits = w.bits;
-    if (!st.backend->supports(query))
+    if (!st.backend->runs_weight(op, w))
       return make_error("tensor '" + wname + "': backend '" + st.backend->name() + "' does not run " +
                         std::to_string(q.bits) + "-bit weights" + (op == SL_OP_EMBED ? " in lookups" : " in matmul"));
   }
@@ -277,6 +272,8 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
   std::unique_ptr<Transformer> m(new Transformer(config));
   const ModelConfig& c = m->config_;
   if (specs.empty()) return make_error("no backend to run the model on");
+  m->family_ = families::family_for(c);
+  if (!m->family_) return make_error("no graph builder for architecture (model_type) '" + c.architecture + "'");
   uint32_t placed = 0;
   for (const auto& spec : specs) {
     if (!spec.backend || spec.n_layers == 0) return make_error("a model stage needs a backend and at least one layer");
@@ -314,12 +311,15 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
         if (l < 0) continue;
         for (auto p : {ExpertLayout::kGate, ExpertLayout::kUp, ExpertLayout::kDown}) {
           const auto& proj = m->experts_->projection(static_cast<uint32_t>(l), p);
-          sl_op_query query{};
-          query.struct_size = sizeof(query);
-          query.op = SL_OP_MATMUL;
-          query.weight_dtype = proj.dtype;
-          query.weight_bits = proj.bits;
-          if (!st.backend->supports(query))
+          sl_weight form{};
+          form.struct_size = sizeof(form);
+          form.dtype = proj.quantized() ? SL_DTYPE_U32 : proj.dtype;
+          form.rows = proj.rows;
+          form.cols = proj.cols;
+          form.bits = proj.bits;
+          form.group_size = proj.group_size;
+          form.scale_dtype = proj.scale_dtype;
+          if (!st.backend->runs_weight(SL_OP_MATMUL, form))
             return make_error("backend '" + st.backend->name() + "' cannot multiply the experts' weights (" +
                               (proj.bits ? std::to_string(proj.bits) + "-bit" : std::string("this dtype")) + ")");
         }
@@ -388,7 +388,8 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     const uint64_t ffn = std::max<uint64_t>(c.intermediate_size, c.moe.expert_intermediate);
     for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, KD}, {&a.attn, QD}, {&a.o, H},
                              {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
-                             {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))}}) {
+                             {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))},
+                             {&a.next_router_logits, uint64_t(std::max(1, c.moe.n_experts))}}) {
       if (auto s = grow(*buf, size * n); !s) return s;
     }
     a.capacity_tokens = n;
@@ -403,438 +404,6 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     a.capacity_logit_rows = n_logit_rows;
   }
   return {};
-}
-
-// The products of one input (q/k/v, gate/up): one matmul_multi where the backend has it (ABI 1.3),
-// else a matmul each.
-Status Transformer::multiply(const BackendHandle& backend, const Buffer& in, uint32_t n, std::span<const Product> products,
-                             const char* what) {
-  const sl_backend_api* api = backend.api();
-  sl_error err{};
-  if (table_has(api, &sl_backend_api::matmul_multi) && products.size() <= SL_MATMUL_MULTI_MAX) {
-    const sl_weight* ws[SL_MATMUL_MULTI_MAX];
-    const sl_weight* biases[SL_MATMUL_MULTI_MAX];
-    sl_buffer* outs[SL_MATMUL_MULTI_MAX];
-    for (std::size_t i = 0; i < products.size(); ++i) {
-      ws[i] = products[i].weight;
-      biases[i] = products[i].bias;
-      outs[i] = products[i].out;
-    }
-    return backend.check(api->matmul_multi(backend.raw(), in.get(), n, static_cast<uint32_t>(products.size()), ws, biases, outs, &err), err,
-                          what);
-  }
-  for (const Product& p : products)
-    if (auto s = backend.check(api->matmul(backend.raw(), in.get(), n, p.weight, p.bias, p.out, &err), err, p.what); !s) return s;
-  return {};
-}
-
-// The residual step before a norm: a.x += a.o, then a.h = rms_norm(a.x) — one add_rms_norm where
-// the backend has it (ABI 1.3), else add then rms_norm.
-Status Transformer::add_then_norm(Stage& st, const sl_weight& norm, uint32_t n) {
-  const BackendHandle& backend = *st.backend;
-  const sl_backend_api* api = backend.api();
-  Activations& a = st.act;
-  const uint32_t H = config_.hidden_size;
-  sl_error err{};
-  if (table_has(api, &sl_backend_api::add_rms_norm))
-    return backend.check(api->add_rms_norm(backend.raw(), a.x.get(), a.o.get(), &norm, 0.0f, a.h.get(), n, H, config_.norm_eps, &err), err,
-                          "residual + rms_norm");
-  if (auto s = backend.check(api->add(backend.raw(), a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err), err, "residual"); !s) return s;
-  return backend.check(api->rms_norm(backend.raw(), a.x.get(), &norm, 0.0f, a.h.get(), n, H, config_.norm_eps, &err), err, "rms_norm");
-}
-
-// One layer. residual_pending: the previous layer left its MLP output in a.o, not yet added to a.x
-// (this layer's attn_norm adds it, fused); on return, whether this layer left its own there — it
-// does when the next layer runs on the same stage and the backend fuses the add with the norm.
-Status Transformer::run_layer(Stage& st, const Layer& L, uint32_t index, uint32_t n, sl_kv_cache* cache, bool& residual_pending) {
-  const ModelConfig& c = config_;
-  const BackendHandle& backend = *st.backend;
-  Activations& a = st.act;
-  const sl_backend_api* api = backend.api();
-  sl_backend* be = backend.raw();
-  sl_error err{};
-  const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads;
-#define SLUICE_CALL(what, call)                                                   \
-  if (auto s_ = backend.check((call), err, what); !s_) return s_
-#define SLUICE_STEP(call) \
-  if (auto s_ = (call); !s_) return s_
-
-  if (residual_pending) {
-    SLUICE_STEP(add_then_norm(st, L.attn_norm, n));
-  } else {
-    SLUICE_CALL("rms_norm", api->rms_norm(be, a.x.get(), &L.attn_norm, 0.0f, a.h.get(), n, H, c.norm_eps, &err));
-  }
-  residual_pending = false;
-  const Product qkv[] = {{"matmul q", &L.q, L.has_q_bias ? &L.q_bias : nullptr, a.q.get()},
-                         {"matmul k", &L.k, L.has_k_bias ? &L.k_bias : nullptr, a.k.get()},
-                         {"matmul v", &L.v, L.has_v_bias ? &L.v_bias : nullptr, a.v.get()}};
-  SLUICE_STEP(multiply(backend, a.h, n, qkv, "matmul q/k/v"));
-  if (L.qk_norm_full) {
-    SLUICE_CALL("q_norm", api->rms_norm(be, a.q.get(), &L.q_norm, 0.0f, a.q.get(), n, NH * D, c.norm_eps, &err));
-    SLUICE_CALL("k_norm", api->rms_norm(be, a.k.get(), &L.k_norm, 0.0f, a.k.get(), n, NKV * D, c.norm_eps, &err));
-  } else if (L.has_qk_norm) {
-    SLUICE_CALL("q_norm", api->rms_norm(be, a.q.get(), &L.q_norm, 0.0f, a.q.get(), n * NH, D, c.norm_eps, &err));
-    SLUICE_CALL("k_norm", api->rms_norm(be, a.k.get(), &L.k_norm, 0.0f, a.k.get(), n * NKV, D, c.norm_eps, &err));
-  }
-  const uint32_t rot = static_cast<uint32_t>(c.rotary_dim());
-  SLUICE_CALL("rope q", api->rope(be, a.q.get(), NH, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
-  SLUICE_CALL("rope k", api->rope(be, a.k.get(), NKV, D, rot, inv_freq_.data(), rope_factor_, SL_ROPE_NEOX, &err));
-  SLUICE_CALL("kv_write", api->kv_write(be, cache, index, a.k.get(), a.v.get(), &err));
-  sl_attention_params ap{};
-  ap.struct_size = sizeof(ap);
-  ap.n_heads = NH;
-  ap.n_kv_heads = NKV;
-  ap.head_dim = D;
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ap.window = L.window;
-  SLUICE_CALL("attention", api->attention(be, cache, index, a.q.get(), &ap, a.attn.get(), &err));
-  SLUICE_CALL("matmul o", api->matmul(be, a.attn.get(), n, &L.o, L.has_o_bias ? &L.o_bias : nullptr, a.o.get(), &err));
-  SLUICE_STEP(add_then_norm(st, L.ffn_norm, n));
-
-  if (L.moe_index >= 0) {
-    SLUICE_STEP(run_moe(st, L, n));
-  } else {
-    const Product gate_up[] = {{"matmul gate", &L.gate, nullptr, a.gate.get()}, {"matmul up", &L.up, nullptr, a.up.get()}};
-    SLUICE_STEP(multiply(backend, a.h, n, gate_up, "matmul gate/up"));
-    const uint32_t act = c.hidden_act == "gelu_pytorch_tanh" || c.hidden_act == "gelu_tanh" ? SL_ACT_GELU_TANH
-                         : c.hidden_act == "gelu" ? SL_ACT_GELU : SL_ACT_SILU;
-    SLUICE_CALL("activation", api->gated_activation(be, act, a.gate.get(), a.up.get(), a.act.get(), uint64_t(n) * c.intermediate_size, &err));
-    SLUICE_CALL("matmul down", api->matmul(be, a.act.get(), n, &L.down, nullptr, a.o.get(), &err));
-  }
-  // The MLP output (a.o) joins the residual stream now, unless the next layer runs here too and the
-  // backend fuses the add with that layer's attn_norm — or, after the last layer, with the final norm,
-  // when the head reads every row in order (st.head_takes_residual: decode). Otherwise a stage's last
-  // layer adds: the final norm (on copied rows) or the next stage reads a.x.
-  const bool last_of_stage = index + 1 == st.end - st.first;
-  residual_pending = (!last_of_stage || st.head_takes_residual) && table_has(api, &sl_backend_api::add_rms_norm);
-  if (!residual_pending) SLUICE_CALL("residual", api->add(be, a.x.get(), a.o.get(), a.x.get(), uint64_t(n) * H, &err));
-#undef SLUICE_STEP
-#undef SLUICE_CALL
-  return {};
-}
-
-// Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
-// over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
-// the architecture says so. Returns, per token, its (expert, weight) pairs.
-Result<std::vector<std::vector<std::pair<uint32_t, float>>>> Transformer::route(Stage& st, const sl_weight& router, uint32_t n) {
-  const auto& moe = config_.moe;
-  const BackendHandle& backend = *st.backend;
-  Activations& a = st.act;
-  const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
-  sl_error err{};
-  if (auto s = backend.check(backend.api()->matmul(backend.raw(), a.h.get(), n, &router, nullptr, a.router_logits.get(), &err), err,
-                              "router");
-      !s)
-    return s.error();
-  std::vector<float> logits(static_cast<std::size_t>(n) * E);
-  if (auto s = backend.download(a.router_logits, 0, logits.data(), logits.size() * 4); !s) return s.error();
-  std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
-  std::vector<uint32_t> order(E);
-  std::vector<float> p(E);
-  for (uint32_t t = 0; t < n; ++t) {
-    const float* row = logits.data() + static_cast<std::size_t>(t) * E;
-    const float m = *std::max_element(row, row + E);
-    float sum = 0.0f;
-    for (uint32_t e = 0; e < E; ++e) sum += (p[e] = std::exp(row[e] - m));
-    for (uint32_t e = 0; e < E; ++e) p[e] /= sum;
-    std::iota(order.begin(), order.end(), 0u);
-    std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](uint32_t a, uint32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float top_sum = 0.0f;
-    for (uint32_t i = 0; i < K; ++i) top_sum += p[order[i]];
-    for (uint32_t i = 0; i < K; ++i)
-      routes[t].emplace_back(order[i], moe.normalize_top_k ? p[order[i]] / top_sum : p[order[i]]);
-  }
-  return routes;
-}
-
-Status Transformer::gather_rows(const BackendHandle& backend, const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst) {
-  const sl_backend_api* api = backend.api();
-  sl_error err{};
-  if (table_has(api, &sl_backend_api::gather_rows))
-    return backend.check(api->gather_rows(backend.raw(), src.get(), rows.data(), static_cast<uint32_t>(rows.size()), dim, dst.get(), &err),
-                          err, "gather_rows");
-  for (std::size_t i = 0; i < rows.size(); ++i)  // a backend without the op: one copy per row
-    if (auto s = backend.check(api->copy(backend.raw(), src.get(), uint64_t(rows[i]) * dim, dst.get(), uint64_t(i) * dim, dim, &err), err, "copy");
-        !s)
-      return s;
-  return {};
-}
-
-Status Transformer::scatter_add_rows(const BackendHandle& backend, const Buffer& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
-                                     uint32_t dim, const Buffer& dst) {
-  const sl_backend_api* api = backend.api();
-  sl_error err{};
-  if (table_has(api, &sl_backend_api::scatter_add_rows))
-    return backend.check(api->scatter_add_rows(backend.raw(), src.get(), rows.data(), weights.data(), static_cast<uint32_t>(rows.size()), dim,
-                                                dst.get(), &err),
-                          err, "scatter_add_rows");
-  // A backend without the op: through host memory.
-  std::vector<float> s(rows.size() * dim), d(dst.bytes() / 4);
-  if (auto st = backend.download(src, 0, s.data(), s.size() * 4); !st) return st;
-  if (auto st = backend.download(dst, 0, d.data(), d.size() * 4); !st) return st;
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    for (uint32_t j = 0; j < dim; ++j) d[std::size_t(rows[i]) * dim + j] += weights[i] * s[i * dim + j];
-  return backend.upload(dst, 0, d.data(), d.size() * 4);
-}
-
-// A MoE block: route every token, fetch the routed experts from the store (hinting the next MoE
-// layer's likely experts first, so their reads overlap this layer's compute), then for each expert
-// run its gated MLP on the rows routed to it and add the weighted result into a.o.
-Status Transformer::run_moe(Stage& st, const Layer& L, uint32_t n) {
-  if (!store_) return make_error("a Mixture-of-Experts model needs an expert store");
-  const ModelConfig& c = config_;
-  const BackendHandle& backend = *st.backend;
-  Activations& a = st.act;
-  const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate;
-  const uint32_t moe_layer = static_cast<uint32_t>(L.moe_index);
-  auto routes = route(st, L.router, n);
-  if (!routes) return routes.error();
-
-  // Tokens per expert, experts in ascending order.
-  std::vector<std::vector<int32_t>> rows(c.moe.n_experts);
-  std::vector<std::vector<float>> weights(c.moe.n_experts);
-  for (uint32_t t = 0; t < n; ++t)
-    for (auto [e, w] : (*routes)[t]) {
-      rows[e].push_back(static_cast<int32_t>(t));
-      weights[e].push_back(w);
-    }
-  std::vector<uint32_t> used;
-  for (uint32_t e = 0; e < rows.size(); ++e)
-    if (!rows[e].empty()) used.push_back(e);
-
-  // Prefetch: the next MoE layer's router on this layer's input predicts its experts (its copy on
-  // this stage's backend when that layer runs on a later stage).
-  const sl_weight* next_router = nullptr;
-  if (moe_layer + 1 < experts_->n_moe_layers()) {
-    const auto next = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
-    next_router = next < st.end ? &layers_[next].router : st.has_next_router ? &st.next_router : nullptr;
-  }
-  if (next_router) {
-    if (auto guess = route(st, *next_router, n); guess) {
-      std::vector<bool> want(c.moe.n_experts, false);
-      for (const auto& r : *guess)
-        for (auto [e, w] : r) want[e] = true;
-      std::vector<uint32_t> hint;
-      for (uint32_t e = 0; e < want.size(); ++e)
-        if (want[e]) hint.push_back(e);
-      store_->prefetch(moe_layer + 1, hint);
-    }
-  }
-
-  std::vector<const void*> parts;
-  if (auto s = store_->acquire(moe_layer, used, parts); !s) return s;
-  struct Release {
-    ExpertStoreHandle* store;
-    uint32_t layer;
-    const std::vector<uint32_t>& experts;
-    ~Release() { store->release(layer, experts); }
-  } release{store_, moe_layer, used};
-
-  sl_error err{};
-  const sl_backend_api* api = backend.api();
-  sl_backend* be = backend.raw();
-  if (auto s = backend.check(api->copy(be, a.zeros.get(), 0, a.o.get(), 0, uint64_t(n) * H, &err), err, "copy"); !s) return s;
-  const uint32_t per_part = experts_->n_parts() / 3;
-  for (std::size_t i = 0; i < used.size(); ++i) {
-    const uint32_t e = used[i];
-    const uint32_t m = static_cast<uint32_t>(rows[e].size());
-    // Wrap the expert's parts for the backend (zero-copy on the CPU; an upload on a device).
-    std::vector<Buffer> buffers;
-    sl_weight w[3]{};
-    for (uint32_t p = 0; p < 3; ++p) {
-      const auto& proj = experts_->projection(moe_layer, static_cast<ExpertLayout::Projection>(p));
-      for (uint32_t k = 0; k < per_part; ++k) {
-        const uint32_t index = p * per_part + k;
-        auto buf = backend.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
-        if (!buf) return buf.error();
-        buffers.push_back(std::move(*buf));
-      }
-      sl_weight& wp = w[p];
-      wp.struct_size = sizeof(sl_weight);
-      wp.data = buffers[p * per_part].get();
-      wp.dtype = proj.dtype;
-      wp.rows = proj.rows;
-      wp.cols = proj.cols;
-      if (proj.quantized()) {
-        wp.bits = proj.bits;
-        wp.group_size = proj.group_size;
-        wp.scale_dtype = proj.scale_dtype;
-        wp.scales = buffers[p * per_part + 1].get();
-        wp.biases = buffers[p * per_part + 2].get();
-      }
-    }
-    if (auto s = gather_rows(backend, a.h, rows[e], H, a.expert_in); !s) return s;
-    if (auto s = backend.check(api->matmul(be, a.expert_in.get(), m, &w[0], nullptr, a.gate.get(), &err), err, "expert gate"); !s) return s;
-    if (auto s = backend.check(api->matmul(be, a.expert_in.get(), m, &w[1], nullptr, a.up.get(), &err), err, "expert up"); !s) return s;
-    if (auto s = backend.check(api->gated_activation(be, SL_ACT_SILU, a.gate.get(), a.up.get(), a.act.get(), uint64_t(m) * F, &err), err,
-                                "expert activation");
-        !s)
-      return s;
-    if (auto s = backend.check(api->matmul(be, a.act.get(), m, &w[2], nullptr, a.expert_out.get(), &err), err, "expert down"); !s) return s;
-    if (auto s = scatter_add_rows(backend, a.expert_out, rows[e], weights[e], H, a.o); !s) return s;
-    // The wrapped parts must outlive the ops that read them (asynchronous backends).
-    if (auto s = backend.synchronize(); !s) return s;
-  }
-  return {};
-}
-
-Status Transformer::forward(const ForwardBatch& batch, sl_kv_cache* cache, std::vector<float>& logits) {
-  return forward(batch, std::span<sl_kv_cache* const>(&cache, 1), logits);
-}
-
-Status Transformer::forward(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, std::vector<float>& logits) {
-  if (auto s = run_layers(batch, caches, -1); !s) return s;
-  if (batch.logit_rows.empty()) {
-    logits.clear();
-    for (const auto& st : stages_)
-      if (auto s = st.backend->synchronize(); !s) return s;
-    return {};
-  }
-  if (auto s = run_head(stages_.back(), batch); !s) return s;
-  const Stage& st = stages_.back();
-  logits.resize(batch.logit_rows.size() * config_.vocab_size);
-  return st.backend->download(st.act.logits, 0, logits.data(), logits.size() * 4);
-}
-
-bool Transformer::greedy_on_device() const {
-  if (stages_.size() != 1) return false;  // the choice would have to cross devices
-  const sl_backend_api* api = stages_.front().backend->api();
-  return table_has(api, &sl_backend_api::argmax) && table_has(api, &sl_backend_api::embed_device) &&
-         table_has(api, &sl_backend_api::download_begin) && table_has(api, &sl_backend_api::download_wait);
-}
-
-Status Transformer::forward_greedy(const ForwardBatch& batch, sl_kv_cache* cache, int from_slot, uint32_t to_slot) {
-  if (!greedy_on_device()) return make_error("forward_greedy: the backend cannot keep a greedy choice on the device (ABI 1.4)");
-  if (to_slot >= kGreedySlots || from_slot >= static_cast<int>(kGreedySlots) || from_slot == static_cast<int>(to_slot))
-    return make_error("forward_greedy: bad slots");
-  if (batch.logit_rows.size() != 1) return make_error("forward_greedy: a greedy pass picks one token (one logit row)");
-  if (from_slot >= 0 && batch.tokens.size() != 1) return make_error("forward_greedy: a token from the device is one token");
-  if (greedy_ticket_[to_slot] != 0) return make_error("forward_greedy: slot " + std::to_string(to_slot) + " is still in flight");
-  Stage& st = stages_.front();
-  const BackendHandle& backend = *st.backend;
-  if (!greedy_ids_) {
-    auto b = backend.alloc(kGreedySlots * sizeof(int32_t));
-    if (!b) return b.error();
-    greedy_ids_ = std::move(*b);
-  }
-  if (auto s = run_layers(batch, std::span<sl_kv_cache* const>(&cache, 1), from_slot); !s) return s;
-  if (auto s = run_head(st, batch); !s) return s;
-  sl_error err{};
-  const sl_backend_api* api = backend.api();
-  if (auto s = backend.check(api->argmax(backend.raw(), st.act.logits.get(), 1, config_.vocab_size, greedy_ids_.get(), to_slot, &err), err,
-                             "argmax");
-      !s)
-    return s;
-  uint64_t ticket = 0;
-  if (auto s = backend.check(api->download_begin(backend.raw(), greedy_ids_.get(), uint64_t(to_slot) * sizeof(int32_t),
-                                                 &greedy_host_[to_slot], sizeof(int32_t), &ticket, &err),
-                             err, "download_begin");
-      !s)
-    return s;
-  greedy_ticket_[to_slot] = ticket;
-  return {};
-}
-
-Result<int32_t> Transformer::greedy_choice(uint32_t slot) {
-  if (slot >= kGreedySlots || greedy_ticket_[slot] == 0) return make_error("greedy_choice: no pass in flight in slot " + std::to_string(slot));
-  const BackendHandle& backend = *stages_.front().backend;
-  sl_error err{};
-  const uint64_t ticket = greedy_ticket_[slot];
-  greedy_ticket_[slot] = 0;
-  if (auto s = backend.check(backend.api()->download_wait(backend.raw(), ticket, &err), err, "download_wait"); !s) return s.error();
-  return greedy_host_[slot];
-}
-
-// Everything of a pass before the head: the batch announced to every stage, the tokens embedded
-// (from the host, or from_slot's greedy choice on the device), and every layer, stage by stage.
-Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot) {
-  const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
-  if (n == 0) return make_error("forward: empty batch");
-  if (batch.positions.size() != n || batch.seq_slots.size() != n)
-    return make_error("forward: tokens, positions and sequence slots differ in length");
-  for (uint32_t r : batch.logit_rows)
-    if (r >= n) return make_error("forward: logit row out of range");
-  if (caches.size() != stages_.size())
-    return make_error("forward: the model runs on " + std::to_string(stages_.size()) + " backends and needs one KV cache for each, got " +
-                      std::to_string(caches.size()));
-  const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
-  for (auto& st : stages_)
-    if (auto s = ensure_activations(st, n, st.has_head ? std::max(1u, n_logits) : 0); !s) return s;
-
-  sl_error err{};
-  sl_batch b{};
-  b.struct_size = sizeof(b);
-  b.n_tokens = n;
-  b.positions = batch.positions.data();
-  b.seq_slots = batch.seq_slots.data();
-  b.n_seqs = batch.n_seqs;
-  b.max_pages = batch.max_pages;
-  b.page_table = batch.page_table.data();
-  if (!batch.recent_table.empty() && batch.recent_table.size() != batch.page_table.size())
-    return make_error("forward: recent table and page table differ in size");
-  b.recent_table = batch.recent_table.empty() ? nullptr : batch.recent_table.data();
-  for (auto& st : stages_)
-    if (auto s = st.backend->check(st.backend->api()->begin_batch(st.backend->raw(), &b, &err), err, "begin_batch"); !s) return s;
-  {
-    const Stage& first = stages_.front();
-    const sl_backend_api* api = first.backend->api();
-    const sl_status embedded = from_slot < 0 ? api->embed(first.backend->raw(), &embed_, batch.tokens.data(), n, first.act.x.get(), &err)
-                                             : api->embed_device(first.backend->raw(), &embed_, greedy_ids_.get(),
-                                                                 static_cast<uint64_t>(from_slot), n, first.act.x.get(), &err);
-    if (auto s = first.backend->check(embedded, err, "embed"); !s) return s;
-  }
-
-  const uint64_t hidden_bytes = uint64_t(n) * config_.hidden_size * 4;
-  for (std::size_t s = 0; s < stages_.size(); ++s) {
-    Stage& st = stages_[s];
-    if (s > 0) {  // the hidden state moves to the next backend through host memory
-      hidden_.resize(hidden_bytes / 4);
-      if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
-      if (auto r = st.backend->upload(st.act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
-    }
-    // The head can take the last MLP output with its final norm (one add_rms_norm, no copy) when
-    // it reads every row of the batch in order — a decode step's one row.
-    bool every_row = st.has_head && batch.logit_rows.size() == n;
-    for (uint32_t i = 0; every_row && i < n; ++i) every_row = batch.logit_rows[i] == i;
-    st.head_takes_residual = every_row && st.first < st.end;
-    bool residual_pending = false;  // a layer's MLP output waiting in a.o for the next one's norm
-    for (uint32_t i = st.first; i < st.end; ++i)
-      if (auto r = run_layer(st, layers_[i], i - st.first, n, caches[s], residual_pending); !r) return r;
-    st.residual_pending = residual_pending;
-  }
-  return {};
-}
-
-// The final norm and the LM head over the rows that need logits, on the last stage, into a.logits.
-Status Transformer::run_head(Stage& st, const ForwardBatch& batch) {
-  const BackendHandle& backend = *st.backend;
-  const sl_backend_api* api = backend.api();
-  sl_backend* be = backend.raw();
-  Activations& a = st.act;
-  sl_error err{};
-  const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
-  const uint32_t H = config_.hidden_size;
-  if (st.residual_pending) {  // every row, in order: the last residual step and the final norm at once
-    st.residual_pending = false;
-    if (auto s = backend.check(api->add_rms_norm(be, a.x.get(), a.o.get(), &final_norm_, 0.0f, a.last_norm.get(), n_logits, H,
-                                                 config_.norm_eps, &err),
-                               err, "residual + final norm");
-        !s)
-      return s;
-    return backend.check(api->matmul(be, a.last_norm.get(), n_logits, &lm_head_, nullptr, a.logits.get(), &err), err, "lm_head");
-  }
-  for (uint32_t i = 0; i < n_logits; ++i) {
-    if (auto s = backend.check(api->copy(be, a.x.get(), uint64_t(batch.logit_rows[i]) * H, a.last.get(), uint64_t(i) * H, H, &err),
-                                err, "copy");
-        !s)
-      return s;
-  }
-  if (auto s = backend.check(api->rms_norm(be, a.last.get(), &final_norm_, 0.0f, a.last_norm.get(), n_logits, H, config_.norm_eps, &err),
-                              err, "final norm");
-      !s)
-    return s;
-  return backend.check(api->matmul(be, a.last_norm.get(), n_logits, &lm_head_, nullptr, a.logits.get(), &err), err, "lm_head");
 }
 
 }  // namespace sluice

@@ -1,10 +1,13 @@
 #pragma once
-// The decoder-only transformer, written once for every supported architecture: the differences
-// (biases, q/k norms, rotary variants, sliding windows, tied embeddings) come from ModelConfig and
-// from which tensors the checkpoint has. Weights stay in the memory-mapped safetensors files; a
-// backend sees them through buffers wrapping the byte ranges of the tensors it runs. The layers may
-// be split across backends in stages (--gpu-layers, --devices): one forward pass, run stage by stage.
+// The decoder-only transformer: binds a checkpoint's tensors, then runs each forward pass as step
+// graphs (sluice/graph.h) that the family's builder (core/model/families/) writes from shared blocks
+// (core/model/blocks.h) and each stage's backend runs. Weights stay in the memory-mapped safetensors
+// files; a backend sees them through buffers wrapping the byte ranges of the tensors it runs. The
+// layers may be split across backends in stages (--gpu-layers, --devices): one graph per stage, the
+// hidden state carried between them by the host. A Mixture-of-Experts layer ends its graph at the
+// router: the host routes, fetches the experts from the store and goes on in a new graph.
 #include <array>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -13,7 +16,11 @@
 
 #include <optional>
 
+#include "graph/step_graph.h"
+#include "model/blocks.h"
 #include "model/expert_layout.h"
+#include "model/families/family.h"
+#include "model/layer_weights.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "plugin/backend_handle.h"
@@ -68,10 +75,10 @@ class Transformer {
   Status forward(const ForwardBatch& batch, sl_kv_cache* cache, std::vector<float>& logits);
   Status forward(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, std::vector<float>& logits);
 
-  // Greedy decoding a token ahead (ABI 1.4; one stage, whose backend has argmax, embed_device and
-  // download_begin/download_wait): a pass reads its token on the device, where the pass before it
-  // left its choice (the argmax of its logits), and leaves its own choice there, copied back to the
-  // host without waiting — so the host can issue the next pass before it knows this one's token.
+  // Greedy decoding a token ahead (one stage, whose backend runs ARGMAX and EMBED of ids on the
+  // device): a pass reads its token on the device, where the pass before it left its choice (the
+  // argmax of its logits), and leaves its own choice there, copied back to the host without waiting
+  // — so the host can issue the next pass before it knows this one's token.
   static constexpr uint32_t kGreedySlots = 4;
   bool greedy_on_device() const;
   // Issues one pass of batch (one logit row) without waiting for it. from_slot < 0: the batch's
@@ -94,21 +101,13 @@ class Transformer {
   void attach_expert_store(ExpertStoreHandle* store) { store_ = store; }
 
  private:
-  struct Layer {
-    sl_weight attn_norm{}, q{}, k{}, v{}, o{}, q_bias{}, k_bias{}, v_bias{}, o_bias{};
-    sl_weight q_norm{}, k_norm{}, ffn_norm{}, gate{}, up{}, down{};
-    bool has_q_bias = false, has_k_bias = false, has_v_bias = false, has_o_bias = false, has_qk_norm = false;
-    bool qk_norm_full = false;  // q/k norms over the whole projection (olmoe) rather than per head
-    uint32_t window = 0;
-    int moe_index = -1;         // >= 0: a MoE block (router below, experts in the store)
-    sl_weight router{};
-  };
+  using Layer = LayerWeights;
 
   // Activation buffers on one backend, grown to the largest batch seen.
   struct Activations {
     uint32_t capacity_tokens = 0, capacity_logit_rows = 0;
     Buffer x, h, q, k, v, attn, o, gate, up, act, last, last_norm, logits;
-    Buffer router_logits, expert_in, expert_out, zeros;  // Mixture of Experts
+    Buffer router_logits, next_router_logits, expert_in, expert_out, zeros;  // Mixture of Experts
   };
 
   // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.
@@ -122,9 +121,6 @@ class Transformer {
     const BackendHandle* backend = nullptr;
     uint32_t first = 0, end = 0;  // layers [first, end)
     bool embeds = false, has_head = false;
-    // This pass: the head reads every row in order, so the last layer leaves its MLP output in a.o
-    // for the head's add_rms_norm (head_takes_residual), and whether it did (residual_pending).
-    bool head_takes_residual = false, residual_pending = false;
     // Binding runs twice: first recording the tensors the stage needs (to wrap only their bytes),
     // then for real against the spans.
     bool recording = false;
@@ -145,29 +141,33 @@ class Transformer {
   Result<sl_weight> bind_quantized(const SafetensorsSet& tensors, Stage& stage, const std::string& module, const TensorInfo& weight,
                                    const std::vector<int64_t>& shape) const;
   Status ensure_activations(Stage& stage, uint32_t n_tokens, uint32_t n_logit_rows);
-  Status run_layer(Stage& stage, const Layer& layer, uint32_t index, uint32_t n, sl_kv_cache* cache, bool& residual_pending);
-  // One of several products of one input.
-  struct Product {
-    const char* what;  // the op's name in errors
-    const sl_weight* weight;
-    const sl_weight* bias;  // or null
-    sl_buffer* out;
+
+  // A pass's graph on one stage, and what its nodes read that must stay put until it has run.
+  struct PassGraph {
+    StepGraph graph;
+    blocks::Activations act;
+    sl_batch batch{};
+    sl_kv_cache* cache = nullptr;
+    std::vector<Buffer> keep;                 // expert weights wrapped for this pass
+    std::deque<std::vector<int32_t>> rows;    // host index arrays (MoE rows)
+    std::deque<std::vector<float>> weights;   // host weights (MoE routing)
   };
-  // Products of one input: what names them together in errors (each Product's own name where they
-  // run one by one).
-  Status multiply(const BackendHandle& be, const Buffer& in, uint32_t n, std::span<const Product> products, const char* what);
-  // a.x += a.o, then a.h = rms_norm(a.x, norm).
-  Status add_then_norm(Stage& stage, const sl_weight& norm, uint32_t n);
-  // h → o: the routed experts' weighted sum for every token.
-  Status run_moe(Stage& stage, const Layer& layer, uint32_t n);
-  Result<std::vector<std::vector<std::pair<uint32_t, float>>>> route(Stage& stage, const sl_weight& router, uint32_t n);
-  Status gather_rows(const BackendHandle& be, const Buffer& src, const std::vector<int32_t>& rows, uint32_t dim, const Buffer& dst);
-  Status scatter_add_rows(const BackendHandle& be, const Buffer& src, const std::vector<int32_t>& rows,
-                          const std::vector<float>& weights, uint32_t dim, const Buffer& dst);
-  Status run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot);
-  Status run_head(Stage& stage, const ForwardBatch& batch);
+  // Registers the stage's activation buffers in the graph for n tokens.
+  void declare_activations(Stage& stage, PassGraph& pass, uint32_t n) const;
+  // Runs what the graph holds on the stage's backend and starts a new graph (same activations).
+  Status flush(Stage& stage, PassGraph& pass, uint32_t n);
+  // One layer's nodes (the family's builder); a MoE layer's experts run between two graphs.
+  Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t cache_layer, uint32_t n);
+  // h → o: routed on the host from the router's logits, the experts' gated MLPs as nodes.
+  Status build_moe(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n);
+  std::vector<std::vector<std::pair<uint32_t, float>>> route(const std::vector<float>& logits, uint32_t n) const;
+  // Every stage's layers; the last stage's graph is left open for the head (returned in `last`).
+  Status run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot, PassGraph& last);
+  // The final norm and the LM head over the rows that need logits, into the stage's a.logits.
+  void build_head(Stage& stage, PassGraph& pass, const ForwardBatch& batch, uint32_t n);
 
   ModelConfig config_;
+  const families::Family* family_ = nullptr;  // writes each layer's nodes
   std::vector<Stage> stages_;
   sl_weight embed_{}, final_norm_{}, lm_head_{};
   std::vector<Layer> layers_;

@@ -1,5 +1,6 @@
 #include "plugin/backend_handle.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace sluice {
@@ -85,8 +86,65 @@ Status BackendHandle::synchronize() const {
   return check(api_->synchronize(be_, &err), err, "synchronize");
 }
 
-bool BackendHandle::supports(const sl_op_query& query) const {
-  return api_->supports_op && api_->supports_op(be_, &query) == 1;
+bool BackendHandle::supports(const sl_node& node, std::span<const sl_tensor> tensors, const sl_kv_layout* kv) const {
+  sl_node_query q{};
+  q.struct_size = sizeof(q);
+  q.node = &node;
+  q.tensors = tensors.data();
+  q.n_tensors = static_cast<uint32_t>(tensors.size());
+  q.kv = kv;
+  return api_->supports_node(be_, &q) == 1;
+}
+
+bool BackendHandle::runs_weight(sl_op op, const sl_weight& w) const {
+  // A node of the op with the weight where that op takes it (EMBED: the table; MATMUL: the
+  // weight), the other tensors plain activations.
+  sl_tensor tensors[3]{};
+  for (auto& t : tensors) {
+    t.struct_size = sizeof(t);
+    t.kind = SL_TENSOR_BUFFER;
+    t.dtype = SL_DTYPE_F32;
+    t.rows = 1;
+  }
+  tensors[0].kind = SL_TENSOR_WEIGHT;
+  tensors[0].weight = &w;
+  tensors[0].dtype = w.dtype;
+  tensors[0].rows = w.rows;
+  tensors[0].cols = w.cols;
+  tensors[1].dtype = op == SL_OP_EMBED ? SL_DTYPE_I32 : SL_DTYPE_F32;
+  tensors[1].cols = op == SL_OP_EMBED ? 1 : w.cols;
+  tensors[2].cols = op == SL_OP_EMBED ? w.cols : w.rows;
+  sl_node n{};
+  n.struct_size = sizeof(n);
+  n.op = op;
+  std::fill(std::begin(n.inputs), std::end(n.inputs), SL_NO_TENSOR);
+  std::fill(std::begin(n.outputs), std::end(n.outputs), SL_NO_TENSOR);
+  if (op == SL_OP_EMBED) {
+    n.inputs[0] = 0;
+    n.inputs[1] = 1;
+  } else {
+    n.inputs[0] = 1;
+    n.inputs[1] = 0;
+  }
+  n.outputs[0] = 2;
+  return supports(n, tensors, nullptr);
+}
+
+Status BackendHandle::compute(const sl_graph& graph, const sl_step& step) const {
+  sl_error err{};
+  return check(api_->graph_compute(be_, &graph, &step, &err), err, "graph_compute");
+}
+
+Result<uint64_t> BackendHandle::download_begin(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) const {
+  sl_error err{};
+  uint64_t ticket = 0;
+  if (auto s = check(api_->download_begin(be_, src.get(), offset, dst, bytes, &ticket, &err), err, "download_begin"); !s) return s.error();
+  return ticket;
+}
+
+Status BackendHandle::download_wait(uint64_t ticket) const {
+  sl_error err{};
+  return check(api_->download_wait(be_, ticket, &err), err, "download_wait");
 }
 
 }  // namespace sluice

@@ -3,6 +3,7 @@
 // Every call returns a Status carrying the plugin's message; nothing here throws.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "sluice/backend.h"
@@ -53,7 +54,18 @@ class BackendHandle {
   Status upload(const Buffer& dst, uint64_t offset, const void* src, uint64_t bytes) const;
   Status download(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) const;
   Status synchronize() const;
-  bool supports(const sl_op_query& query) const;
+  // Starts a download after the work issued so far; the ticket is waited for once (download_wait).
+  Result<uint64_t> download_begin(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) const;
+  Status download_wait(uint64_t ticket) const;
+
+  // Whether the backend runs the node as given (its tensors: the graph's), kv: the cache's layout
+  // for KV_WRITE and ATTENTION.
+  bool supports(const sl_node& node, std::span<const sl_tensor> tensors, const sl_kv_layout* kv = nullptr) const;
+  // Whether it runs op (EMBED or MATMUL) with weight w in its form (dtype, quantization).
+  bool runs_weight(sl_op op, const sl_weight& w) const;
+  bool has_cap(uint32_t cap) const { return (device_.caps & cap) != 0; }
+  // Runs a step graph (asynchronously where the device queues work).
+  Status compute(const sl_graph& graph, const sl_step& step) const;
 
   // Turns a plugin call's status into a Status with the op's name and the plugin's message.
   Status check(sl_status status, const sl_error& err, const char* what) const;

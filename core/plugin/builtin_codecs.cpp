@@ -30,6 +30,7 @@ void destroy(sl_kvcodec* c) { delete c; }
 void get_format(const sl_kvcodec* c, sl_kv_format* f) {
   const uint32_t bytes = c->half ? 2 : 4;
   f->struct_size = sizeof(sl_kv_format);
+  f->abi_version = SL_ABI_VERSION;
   f->head_dim = c->head_dim;
   f->values_per_block = 1;
   f->bytes_per_block = bytes;
@@ -121,7 +122,7 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) { return vload_half(i, (
 
 template <bool Half>
 constexpr sl_kvcodec_api make_api() {
-  return sl_kvcodec_api{sizeof(sl_kvcodec_api), create<Half>, destroy, get_format, encode, decode,
+  return sl_kvcodec_api{sizeof(sl_kvcodec_api), SL_ABI_VERSION, create<Half>, destroy, get_format, encode, decode,
                         query_state_bytes, prepare_query, score_keys, accumulate_values, finish_values, opencl_source};
 }
 

@@ -9,9 +9,9 @@
 namespace sluice {
 namespace {
 
-// The smallest tables this host accepts: every member of ABI 1.0 present.
+// The smallest tables this host accepts: every member of ABI 2.0 present.
 constexpr uint32_t kMinDescriptorSize = offsetof(sl_plugin_descriptor, api) + sizeof(void*);
-constexpr uint32_t kMinBackendApiSize = offsetof(sl_backend_api, topk) + sizeof(void*);
+constexpr uint32_t kMinBackendApiSize = offsetof(sl_backend_api, plan_destroy) + sizeof(void*);
 constexpr uint32_t kMinKvcodecApiSize = offsetof(sl_kvcodec_api, decode) + sizeof(void*);
 constexpr uint32_t kMinExpertstoreApiSize = offsetof(sl_expertstore_api, get_stats) + sizeof(void*);
 
@@ -22,8 +22,13 @@ std::string check_api(const sl_plugin_descriptor* d) {
     case SL_PLUGIN_BACKEND: {
       if (size < kMinBackendApiSize) return "backend table too small (" + std::to_string(size) + " bytes)";
       const auto* t = static_cast<const sl_backend_api*>(d->api);
-      if (!t->create || !t->destroy || !t->alloc || !t->free || !t->matmul || !t->attention)
+      if (!t->device_count || !t->device_info || !t->create || !t->destroy || !t->get_device_info || !t->alloc ||
+          !t->wrap_host || !t->free || !t->upload || !t->download || !t->download_begin || !t->download_wait ||
+          !t->synchronize || !t->kv_create || !t->kv_destroy || !t->kv_copy_page || !t->supports_node || !t->graph_compute)
         return "backend table lacks required functions";
+      if ((t->plan_create != nullptr) != (t->plan_compute != nullptr) || (t->plan_create != nullptr) != (t->plan_destroy != nullptr))
+        return "backend table has some of plan_create, plan_compute and plan_destroy but not all";
+      return "";
       return "";
     }
     case SL_PLUGIN_KVCODEC: {
@@ -47,6 +52,10 @@ std::string check_api(const sl_plugin_descriptor* d) {
 }
 
 }  // namespace
+
+std::string abi_text(uint32_t version) {
+  return std::to_string(SL_ABI_VERSION_MAJOR(version)) + "." + std::to_string(SL_ABI_VERSION_MINOR(version));
+}
 
 const char* kind_name(uint32_t kind) {
   switch (kind) {
@@ -118,8 +127,12 @@ const PluginRecord& PluginRegistry::load_file(const std::filesystem::path& path)
   record.kind = kind_name(d->kind);
   if (d->name) record.name = d->name;
   if (d->version) record.version = d->version;
-  if (d->abi_major != SL_ABI_MAJOR) {
-    return refuse(handle, "ABI major " + std::to_string(d->abi_major) + ", host needs " + std::to_string(SL_ABI_MAJOR));
+  // ABI 1 descriptors held their major alone where abi_version now is.
+  const uint32_t major = d->abi_version < 0x10000u ? d->abi_version : SL_ABI_VERSION_MAJOR(d->abi_version);
+  record.abi = d->abi_version < 0x10000u ? std::to_string(major) : abi_text(d->abi_version);
+  if (major != SL_ABI_MAJOR) {
+    return refuse(handle, "built for plugin ABI " + record.abi + "; this host runs ABI " + abi_text(SL_ABI_VERSION) +
+                              " and loads plugins of major version " + std::to_string(SL_ABI_MAJOR) + " only (rebuild it against this host's headers)");
   }
   if (!d->name || !d->api) {
     return refuse(handle, "descriptor lacks name or function table");

@@ -19,6 +19,7 @@ struct PluginRecord {
   std::string name;
   std::string kind;     // "backend" | "kvcodec" | "expertstore" | "unknown"
   std::string version;
+  std::string abi;      // the plugin ABI it was built for, "2.0"
   std::string path;
   std::string status;   // "loaded" or "skipped: <reason>"
   bool loaded = false;
@@ -51,6 +52,8 @@ class PluginRegistry {
   std::vector<void*> handles_;
 };
 
+// "2.0" for SL_ABI_VERSION_OF(2, 0).
+std::string abi_text(uint32_t version);
 const char* kind_name(uint32_t kind);
 
 // Does a table written with `struct_size` bytes contain `member`? (Tables only grow at the end.)

@@ -64,9 +64,10 @@ void get_stats(const sl_expertstore* s, sl_expertstore_stats* out) {
   const uint32_t size = out->struct_size ? out->struct_size : sizeof(sl_expertstore_stats);
   std::memcpy(out, &s->stats, std::min<std::size_t>(size, sizeof(sl_expertstore_stats)));
   out->struct_size = std::min<uint32_t>(size, sizeof(sl_expertstore_stats));
+  out->abi_version = SL_ABI_VERSION;
 }
 
-const sl_expertstore_api kResident = {sizeof(sl_expertstore_api), create, destroy, acquire, release, nullptr, get_stats, nullptr};
+const sl_expertstore_api kResident = {sizeof(sl_expertstore_api), SL_ABI_VERSION, create, destroy, acquire, release, nullptr, get_stats, nullptr};
 
 }  // namespace
 

@@ -1,7 +1,8 @@
-// Example backend "example": the whole backend ABI in one file, on host memory, single-threaded,
-// plain loops. Float32 weights only — supports_op says so, and the host keeps other forms on
-// another backend. Attention decodes the KV rows through the codec (works with every codec).
-// `sluice conformance --backend build/lib/examples/sluice-example-backend.so` checks it.
+// Example backend "example": the whole backend ABI (2.0) in one file, on host memory, single-
+// threaded, plain loops, one node at a time (no fusion). Float32 weights only — supports_node says
+// so, and the host keeps other forms on another backend. Attention decodes the KV rows through the
+// codec (works with every codec). It reads only the public headers (sluice/*.h), as an out-of-tree
+// plugin would. `sluice conformance --backend build/lib/examples/sluice-example-backend.so` checks it.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -28,6 +29,7 @@ struct sl_kv_cache {
 struct sl_backend {
   std::vector<int32_t> positions, slots, table;
   uint32_t max_pages = 0;
+  uint64_t tickets = 0;
 };
 
 namespace {
@@ -37,7 +39,6 @@ sl_status fail(sl_error* err, sl_status s, const std::string& m) {
   err->message[SL_ERROR_MESSAGE_SIZE - 1] = '\0';
   return s;
 }
-float* F(const sl_buffer* b) { return reinterpret_cast<float*>(b->data); }
 bool fits(uint64_t size, uint64_t off, uint64_t n) { return off <= size && n <= size - off; }
 const float* W(const sl_weight* w) { return reinterpret_cast<const float*>(w->data->data + w->offset); }
 bool f32_weight(const sl_weight* w) { return w && w->data && w->bits == 0 && w->dtype == SL_DTYPE_F32; }
@@ -47,12 +48,13 @@ sl_status device_info(uint32_t i, sl_device_info* out, sl_error* err) {
   if (i != 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "the example backend has one device (0)");
   sl_device_info d{};
   d.struct_size = sizeof(d);
+  d.abi_version = SL_ABI_VERSION;
   std::strcpy(d.name, "example host device");
   std::strcpy(d.vendor, "example");
   std::strcpy(d.driver, "0.1.0");
   std::strcpy(d.kind, "cpu");
   d.compute_units = 1;
-  d.caps = SL_CAP_UNIFIED;
+  d.caps = SL_CAP_UNIFIED;  // no SL_CAP_KV_RECENT_WINDOW: every key is read through the codec
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof(d)) : sizeof(d);
   std::memcpy(out, &d, size);
   out->struct_size = size;
@@ -64,13 +66,6 @@ sl_status create(const sl_backend_config*, sl_backend** out, sl_error* err) {
 }
 void destroy(sl_backend* be) { delete be; }
 sl_status get_device_info(const sl_backend*, sl_device_info* out, sl_error* err) { return device_info(0, out, err); }
-int supports_op(const sl_backend*, const sl_op_query* q) {
-  if (!q || q->op >= SL_OP_COUNT) return 0;
-  if (q->op == SL_OP_KV_RECENT_WINDOW) return 0;  // every key is read through the codec
-  if (q->op == SL_OP_MATMUL || q->op == SL_OP_EMBED || q->op == SL_OP_RMS_NORM || q->op == SL_OP_LAYER_NORM)
-    return q->weight_bits == 0 && q->weight_dtype == SL_DTYPE_F32;
-  return 1;
-}
 
 sl_status alloc(sl_backend*, uint64_t bytes, sl_buffer** out, sl_error* err) {
   try {
@@ -103,6 +98,15 @@ sl_status download(sl_backend*, const sl_buffer* s, uint64_t off, void* dst, uin
   std::memcpy(dst, s->data + off, n);
   return SL_OK;
 }
+// Every node has run when graph_compute returns: a download can be done at once.
+sl_status download_begin(sl_backend* be, const sl_buffer* s, uint64_t off, void* dst, uint64_t n, uint64_t* ticket, sl_error* err) {
+  if (auto st = download(be, s, off, dst, n, err); st != SL_OK) return st;
+  *ticket = ++be->tickets;
+  return SL_OK;
+}
+sl_status download_wait(sl_backend* be, uint64_t ticket, sl_error* err) {
+  return ticket == 0 || ticket > be->tickets ? fail(err, SL_ERR_INVALID_ARGUMENT, "download_wait: unknown ticket") : SL_OK;
+}
 sl_status synchronize(sl_backend*, sl_error*) { return SL_OK; }
 
 unsigned char* row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot, bool v) {
@@ -129,7 +133,7 @@ sl_status kv_copy_page(sl_backend*, sl_kv_cache* c, uint32_t src, uint32_t dst, 
   for (auto& l : c->layers) std::memmove(l.data() + dst * c->page_bytes, l.data() + src * c->page_bytes, c->page_bytes);
   return SL_OK;
 }
-sl_status begin_batch(sl_backend* be, const sl_batch* b, sl_error* err) {
+sl_status take_batch(sl_backend* be, const sl_batch* b, sl_error* err) {
   if (!b || b->n_tokens == 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
   be->positions.assign(b->positions, b->positions + b->n_tokens);
   be->slots.assign(b->seq_slots, b->seq_slots + b->n_tokens);
@@ -148,66 +152,75 @@ int64_t page_of(const sl_backend* be, const sl_kv_cache* c, std::size_t t, int32
   return page < 0 || uint32_t(page) >= c->layout.n_pages ? -1 : page;
 }
 
-sl_status embed(sl_backend*, const sl_weight* t, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
+// ---- the ops, one node at a time ---------------------------------------------------------------
+// A tensor's values: BUFFER tensors at their buffer's offset, HOST tensors where the host put them.
+float* F(const sl_tensor* t) {
+  return t->kind == SL_TENSOR_HOST ? static_cast<float*>(const_cast<void*>(t->host)) : reinterpret_cast<float*>(t->buffer->data + t->offset);
+}
+int32_t* I(const sl_tensor* t) { return reinterpret_cast<int32_t*>(F(t)); }
+uint64_t count(const sl_tensor* t) { return uint64_t(t->rows) * t->cols; }
+
+struct Node {  // a node's tensors, looked up once
+  const sl_node* n;
+  const sl_tensor* in[SL_NODE_MAX_INPUTS]{};
+  const sl_tensor* out[SL_NODE_MAX_OUTPUTS]{};
+};
+
+sl_status embed(const Node& n, sl_error* err) {
+  const sl_weight* t = n.in[0]->weight;
+  const sl_tensor* ids = n.in[1];
   if (!f32_weight(t)) return fail(err, SL_ERR_UNSUPPORTED, "embed: float32 tables only");
-  for (uint32_t i = 0; i < n; ++i) {
-    if (ids[i] < 0 || uint32_t(ids[i]) >= t->rows)
-      return fail(err, SL_ERR_INVALID_ARGUMENT, "token id " + std::to_string(ids[i]) + " outside the vocabulary");
-    std::memcpy(F(out) + std::size_t(i) * t->cols, W(t) + std::size_t(ids[i]) * t->cols, t->cols * 4);
+  for (uint64_t i = 0; i < count(ids); ++i) {
+    const int32_t id = I(ids)[i];
+    float* row = F(n.out[0]) + i * t->cols;
+    if (id >= 0 && uint32_t(id) < t->rows)
+      std::memcpy(row, W(t) + std::size_t(id) * t->cols, t->cols * 4);
+    else if (ids->kind == SL_TENSOR_HOST)
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "token id " + std::to_string(id) + " outside the vocabulary");
+    else
+      std::fill(row, row + t->cols, 0.0f);  // ids on the device cannot be refused
   }
   return SL_OK;
 }
-sl_status rms_norm(sl_backend*, const sl_buffer* x, const sl_weight* w, float off, sl_buffer* out, uint32_t rows, uint32_t dim,
-                   float eps, sl_error* err) {
+sl_status rms_norm(const Node& n, sl_error* err) {
+  const auto* p = static_cast<const sl_norm_params*>(n.n->params);
+  const sl_weight* w = n.in[1]->weight;
+  const uint32_t rows = n.in[0]->rows, dim = n.in[0]->cols;
   if (!f32_weight(w) || w->cols != dim) return fail(err, SL_ERR_UNSUPPORTED, "rms_norm: float32 weights only");
   for (uint32_t r = 0; r < rows; ++r) {
-    const float* xr = F(x) + std::size_t(r) * dim;
+    const float* xr = F(n.in[0]) + std::size_t(r) * dim;
     float ss = 0;
     for (uint32_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / dim + eps);
-    for (uint32_t i = 0; i < dim; ++i) F(out)[std::size_t(r) * dim + i] = (W(w)[i] + off) * (xr[i] * inv);
+    const float inv = 1.0f / std::sqrt(ss / dim + p->eps);
+    float* o = F(n.out[0]) + std::size_t(r) * dim;  // may be x: each value read before it is written
+    for (uint32_t i = 0; i < dim; ++i) o[i] = (W(w)[i] + p->weight_offset) * (xr[i] * inv);
   }
   return SL_OK;
 }
-sl_status layer_norm(sl_backend*, const sl_buffer* x, const sl_weight* w, const sl_weight* b, sl_buffer* out, uint32_t rows,
-                     uint32_t dim, float eps, sl_error* err) {
-  if (!f32_weight(w) || (b && !f32_weight(b))) return fail(err, SL_ERR_UNSUPPORTED, "layer_norm: float32 weights only");
-  for (uint32_t r = 0; r < rows; ++r) {
-    const float* xr = F(x) + std::size_t(r) * dim;
-    double mean = 0, var = 0;
-    for (uint32_t i = 0; i < dim; ++i) mean += xr[i];
-    mean /= dim;
-    for (uint32_t i = 0; i < dim; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    const double inv = 1.0 / std::sqrt(var / dim + eps);
-    for (uint32_t i = 0; i < dim; ++i)
-      F(out)[std::size_t(r) * dim + i] = float((xr[i] - mean) * inv * W(w)[i] + (b ? W(b)[i] : 0.0f));
-  }
-  return SL_OK;
-}
-sl_status matmul(sl_backend*, const sl_buffer* x, uint32_t n, const sl_weight* w, const sl_weight* bias, sl_buffer* out,
-                 sl_error* err) {
-  if (!f32_weight(w)) return fail(err, SL_ERR_UNSUPPORTED, "matmul: float32 weights only");
-  if (uint64_t(n) * w->cols * 4 > x->bytes || uint64_t(n) * w->rows * 4 > out->bytes)
-    return fail(err, SL_ERR_INVALID_ARGUMENT, "matmul: activation buffers too small for the shapes");
-  if (bias && (!f32_weight(bias) || bias->cols != w->rows)) return fail(err, SL_ERR_INVALID_ARGUMENT, "matmul: bad bias");
-  for (uint32_t t = 0; t < n; ++t)
+sl_status matmul(const Node& n, sl_error* err) {
+  const sl_weight* w = n.in[1]->weight;
+  const sl_weight* bias = n.in[2] ? n.in[2]->weight : nullptr;
+  if (!f32_weight(w) || (bias && !f32_weight(bias))) return fail(err, SL_ERR_UNSUPPORTED, "matmul: float32 weights only");
+  const float* x = F(n.in[0]);
+  float* out = F(n.out[0]);
+  for (uint32_t t = 0; t < n.in[0]->rows; ++t)
     for (uint32_t r = 0; r < w->rows; ++r) {
       float s = bias ? W(bias)[r] : 0.0f;
-      for (uint32_t c = 0; c < w->cols; ++c) s += F(x)[std::size_t(t) * w->cols + c] * W(w)[std::size_t(r) * w->cols + c];
-      F(out)[std::size_t(t) * w->rows + r] = s;
+      for (uint32_t c = 0; c < w->cols; ++c) s += x[std::size_t(t) * w->cols + c] * W(w)[std::size_t(r) * w->cols + c];
+      out[std::size_t(t) * w->rows + r] = s;
     }
   return SL_OK;
 }
-sl_status rope(sl_backend* be, sl_buffer* x, uint32_t heads, uint32_t dim, uint32_t rot, const float* inv_freq, float factor,
-               uint32_t style, sl_error* err) {
-  if (rot > dim || rot % 2) return fail(err, SL_ERR_INVALID_ARGUMENT, "rope: bad rotary_dim");
+sl_status rope(const sl_backend* be, const Node& n, sl_error*) {
+  const auto* p = static_cast<const sl_rope_params*>(n.n->params);
+  const uint32_t heads = p->n_heads, dim = p->head_dim, rot = p->rotary_dim;
   for (std::size_t t = 0; t < be->positions.size(); ++t)
     for (uint32_t h = 0; h < heads; ++h) {
-      float* v = F(x) + (t * heads + h) * dim;
+      float* v = F(n.in[0]) + (t * heads + h) * dim;
       for (uint32_t i = 0; i < rot / 2; ++i) {
-        const float angle = float(be->positions[t]) * inv_freq[i];
-        const float c = std::cos(angle) * factor, s = std::sin(angle) * factor;
-        const uint32_t a = style == SL_ROPE_NEOX ? i : 2 * i, b = style == SL_ROPE_NEOX ? i + rot / 2 : 2 * i + 1;
+        const float angle = float(be->positions[t]) * p->inv_freq[i];
+        const float c = std::cos(angle) * p->attention_factor, s = std::sin(angle) * p->attention_factor;
+        const uint32_t a = p->style == SL_ROPE_NEOX ? i : 2 * i, b = p->style == SL_ROPE_NEOX ? i + rot / 2 : 2 * i + 1;
         const float va = v[a], vb = v[b];
         v[a] = va * c - vb * s;
         v[b] = vb * c + va * s;
@@ -215,25 +228,28 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t heads, uint32_t dim, uint3
     }
   return SL_OK;
 }
-sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v, sl_error* err) {
+sl_status kv_write(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_error* err) {
   const auto& L = c->layout;
+  const uint32_t layer = static_cast<const sl_kv_params*>(n.n->params)->layer;
   if (layer >= L.n_layers) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
+  if (n.in[0]->cols != L.n_kv_heads * L.head_dim) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K and V are not the cache's width");
   for (std::size_t t = 0; t < be->positions.size(); ++t) {
     const int64_t page = page_of(be, c, t, be->positions[t]);
     if (page < 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: position outside the page table");
     const uint32_t slot = uint32_t(be->positions[t]) % L.page_tokens;
     for (uint32_t h = 0; h < L.n_kv_heads; ++h) {
       const std::size_t at = (t * L.n_kv_heads + h) * L.head_dim;
-      if (auto s = L.k_api->encode(L.k_codec, F(k) + at, 1, row(c, layer, uint32_t(page), h, slot, false), err); s != SL_OK) return s;
-      if (auto s = L.v_api->encode(L.v_codec, F(v) + at, 1, row(c, layer, uint32_t(page), h, slot, true), err); s != SL_OK) return s;
+      if (auto s = L.k_api->encode(L.k_codec, F(n.in[0]) + at, 1, row(c, layer, uint32_t(page), h, slot, false), err); s != SL_OK) return s;
+      if (auto s = L.v_api->encode(L.v_codec, F(n.in[1]) + at, 1, row(c, layer, uint32_t(page), h, slot, true), err); s != SL_OK) return s;
     }
   }
   return SL_OK;
 }
-sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const sl_attention_params* p,
-                    sl_buffer* out, sl_error* err) {
+sl_status attention(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_error* err) {
   const auto& L = c->layout;
-  if (layer >= L.n_layers) return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
+  const auto* p = static_cast<const sl_attention_params*>(n.n->params);
+  const float* sinks = n.in[1] ? F(n.in[1]) : nullptr;
+  if (p->layer >= L.n_layers) return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
   if (p->n_kv_heads != L.n_kv_heads || p->head_dim != L.head_dim || p->n_heads % p->n_kv_heads)
     return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: head shape does not match the KV cache");
   const uint32_t D = p->head_dim, group = p->n_heads / p->n_kv_heads;
@@ -243,100 +259,170 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
     for (int32_t j = lo; j <= pos; ++j)
       if (page_of(be, c, t, j) < 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: position outside the page table");
     for (uint32_t h = 0; h < p->n_heads; ++h) {
-      const float* qh = F(q) + (t * p->n_heads + h) * D;
-      float* o = F(out) + (t * p->n_heads + h) * D;
+      const float* qh = F(n.in[0]) + (t * p->n_heads + h) * D;
+      float* o = F(n.out[0]) + (t * p->n_heads + h) * D;
       scores.assign(std::size_t(pos - lo + 1), 0.0f);
-      float m = p->sinks ? F(p->sinks)[h] : -INFINITY;
+      float m = sinks ? sinks[h] : -INFINITY;
       for (int32_t j = lo; j <= pos; ++j) {
-        L.k_api->decode(L.k_codec, row(c, layer, uint32_t(page_of(be, c, t, j)), h / group, uint32_t(j) % L.page_tokens, false), 1, k.data(), err);
+        L.k_api->decode(L.k_codec, row(c, p->layer, uint32_t(page_of(be, c, t, j)), h / group, uint32_t(j) % L.page_tokens, false), 1,
+                        k.data(), err);
         float s = std::inner_product(qh, qh + D, k.begin(), 0.0f) * p->scale;
         if (p->softcap > 0) s = std::tanh(s / p->softcap) * p->softcap;
         m = std::max(m, scores[j - lo] = s);
       }
-      float sum = p->sinks ? std::exp(F(p->sinks)[h] - m) : 0.0f;
+      float sum = sinks ? std::exp(sinks[h] - m) : 0.0f;
       for (auto& s : scores) sum += (s = std::exp(s - m));
       std::fill(o, o + D, 0.0f);
       for (int32_t j = lo; j <= pos; ++j) {
-        L.v_api->decode(L.v_codec, row(c, layer, uint32_t(page_of(be, c, t, j)), h / group, uint32_t(j) % L.page_tokens, true), 1, v.data(), err);
+        L.v_api->decode(L.v_codec, row(c, p->layer, uint32_t(page_of(be, c, t, j)), h / group, uint32_t(j) % L.page_tokens, true), 1,
+                        v.data(), err);
         for (uint32_t d = 0; d < D; ++d) o[d] += scores[j - lo] / sum * v[d];
       }
     }
   }
   return SL_OK;
 }
-sl_status gated_activation(sl_backend*, uint32_t act, const sl_buffer* g, const sl_buffer* u, sl_buffer* out, uint64_t n,
-                           sl_error* err) {
+sl_status glu(const Node& n, sl_error* err) {
+  const uint32_t act = static_cast<const sl_glu_params*>(n.n->params)->activation;
   if (act > SL_ACT_GELU) return fail(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(act));
-  for (uint64_t i = 0; i < n; ++i) {
-    const float x = F(g)[i];
+  const float *g = F(n.in[0]), *u = F(n.in[1]);
+  float* out = F(n.out[0]);
+  for (uint64_t i = 0; i < count(n.out[0]); ++i) {
+    const float x = g[i];
     const float a = act == SL_ACT_SILU ? x / (1 + std::exp(-x))
                     : act == SL_ACT_GELU_TANH ? 0.5f * x * (1 + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)))
                                               : 0.5f * x * (1 + std::erf(x * 0.7071067812f));
-    F(out)[i] = a * F(u)[i];
+    out[i] = a * u[i];
   }
   return SL_OK;
 }
-sl_status add(sl_backend*, const sl_buffer* a, const sl_buffer* b, sl_buffer* o, uint64_t n, sl_error*) {
-  for (uint64_t i = 0; i < n; ++i) F(o)[i] = F(a)[i] + F(b)[i];
+sl_status get_rows(const Node& n, sl_error* err) {
+  const uint32_t dim = n.in[0]->cols;
+  for (uint64_t i = 0; i < count(n.in[1]); ++i) {
+    const int32_t r = I(n.in[1])[i];
+    if (r < 0 || uint32_t(r) >= n.in[0]->rows) return fail(err, SL_ERR_INVALID_ARGUMENT, "get_rows: row " + std::to_string(r) + " out of range");
+    std::memcpy(F(n.out[0]) + i * dim, F(n.in[0]) + std::size_t(r) * dim, dim * 4);
+  }
   return SL_OK;
 }
-sl_status mul(sl_backend*, const sl_buffer* a, const sl_buffer* b, sl_buffer* o, uint64_t n, sl_error*) {
-  for (uint64_t i = 0; i < n; ++i) F(o)[i] = F(a)[i] * F(b)[i];
+sl_status scatter_add_rows(const Node& n, sl_error* err) {
+  const uint32_t dim = n.in[0]->cols;
+  for (uint64_t i = 0; i < count(n.in[1]); ++i) {
+    const int32_t r = I(n.in[1])[i];
+    if (r < 0 || uint32_t(r) >= n.out[0]->rows)
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "scatter_add_rows: row " + std::to_string(r) + " out of range");
+    for (uint32_t c = 0; c < dim; ++c) F(n.out[0])[std::size_t(r) * dim + c] += F(n.in[2])[i] * F(n.in[0])[i * dim + c];
+  }
   return SL_OK;
 }
-sl_status scale(sl_backend*, sl_buffer* x, float s, uint64_t n, sl_error*) {
-  for (uint64_t i = 0; i < n; ++i) F(x)[i] *= s;
-  return SL_OK;
-}
-sl_status copy(sl_backend*, const sl_buffer* s, uint64_t so, sl_buffer* d, uint64_t dof, uint64_t n, sl_error* err) {
-  if (!fits(s->bytes / 4, so, n) || !fits(d->bytes / 4, dof, n)) return fail(err, SL_ERR_INVALID_ARGUMENT, "copy past a buffer's end");
-  std::memmove(F(d) + dof, F(s) + so, n * 4);
-  return SL_OK;
-}
-void softmax_row(float* v, uint32_t n) {
-  const float m = *std::max_element(v, v + n);
-  float sum = 0;
-  for (uint32_t i = 0; i < n; ++i) sum += (v[i] = std::exp(v[i] - m));
-  for (uint32_t i = 0; i < n; ++i) v[i] /= sum;
-}
-sl_status softmax(sl_backend*, sl_buffer* x, uint32_t rows, uint32_t dim, sl_error*) {
-  for (uint32_t r = 0; r < rows; ++r) softmax_row(F(x) + std::size_t(r) * dim, dim);
-  return SL_OK;
-}
-sl_status topk(sl_backend*, const sl_buffer* logits, uint32_t rows, uint32_t n_exp, uint32_t k, int softmax_first,
-               int normalize, sl_buffer* ids, sl_buffer* weights, sl_error* err) {
-  if (k == 0 || k > n_exp) return fail(err, SL_ERR_INVALID_ARGUMENT, "topk: k must be in 1..n_experts");
-  std::vector<float> row_v(n_exp);
-  std::vector<uint32_t> order(n_exp);
-  for (uint32_t r = 0; r < rows; ++r) {
-    std::copy_n(F(logits) + std::size_t(r) * n_exp, n_exp, row_v.begin());
-    if (softmax_first) softmax_row(row_v.data(), n_exp);
-    std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return row_v[a] > row_v[b]; });
-    float* w = F(weights) + std::size_t(r) * k;
-    for (uint32_t i = 0; i < k; ++i) {
-      reinterpret_cast<int32_t*>(ids->data)[std::size_t(r) * k + i] = int32_t(order[i]);
-      w[i] = row_v[order[i]];
-    }
-    if (!softmax_first) softmax_row(w, k);
-    if (normalize) {
-      const float s = std::accumulate(w, w + k, 0.0f);
-      for (uint32_t i = 0; i < k; ++i) w[i] /= s;
-    }
+sl_status argmax(const Node& n, sl_error*) {
+  const uint32_t dim = n.in[0]->cols;
+  for (uint32_t r = 0; r < n.in[0]->rows; ++r) {
+    const float* row_v = F(n.in[0]) + std::size_t(r) * dim;
+    int32_t best = -1;
+    for (uint32_t c = 0; c < dim; ++c)
+      if (!std::isnan(row_v[c]) && (best < 0 || row_v[c] > row_v[best])) best = int32_t(c);
+    I(n.out[0])[r] = std::max(best, 0);
   }
   return SL_OK;
 }
 
-const sl_backend_api kApi = {sizeof(sl_backend_api), device_count, device_info, create, destroy, get_device_info, supports_op,
-                             alloc, wrap_host, free_buffer, upload, download, synchronize, kv_create, kv_destroy,
-                             kv_copy_page, begin_batch, embed, rms_norm, layer_norm, matmul, rope, kv_write, attention,
-                             gated_activation, add, mul, scale, copy, softmax, topk,
-                             nullptr /* gather_rows: optional (ABI 1.1), the host falls back */, nullptr /* scatter_add_rows */,
-                             nullptr /* matmul_multi: optional (ABI 1.3), the host falls back */, nullptr /* add_rms_norm */,
-                             nullptr /* argmax: optional (ABI 1.4), the host reads logits instead */, nullptr /* embed_device */,
-                             nullptr /* download_begin */, nullptr /* download_wait */};
+// What a node needs before it runs: its tensors exist, lie inside their buffers, and have the
+// shapes its op reads (checked here only as far as this backend's loops depend on them).
+sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err) {
+  n.n = node;
+  auto fetch = [&](uint32_t index, const sl_tensor*& t) -> bool {
+    if (index == SL_NO_TENSOR) return true;
+    if (index >= g->n_tensors) return false;
+    t = &g->tensors[index];
+    if (t->kind == SL_TENSOR_BUFFER)
+      return t->buffer && fits(t->buffer->bytes, t->offset, count(t) * (t->dtype == SL_DTYPE_F16 || t->dtype == SL_DTYPE_BF16 ? 2 : 4));
+    if (t->kind == SL_TENSOR_WEIGHT) return t->weight != nullptr;
+    return t->host != nullptr;
+  };
+  for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i)
+    if (!fetch(node->inputs[i], n.in[i])) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node's input lies outside the graph or its buffer");
+  for (uint32_t i = 0; i < SL_NODE_MAX_OUTPUTS; ++i)
+    if (!fetch(node->outputs[i], n.out[i])) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node's output lies outside the graph or its buffer");
+  const bool needs_out = node->op != SL_OP_KV_WRITE;
+  if (!n.in[0] || (needs_out && !n.out[0])) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node lacks its tensors");
+  switch (node->op) {
+    case SL_OP_EMBED:
+    case SL_OP_RMS_NORM:
+    case SL_OP_MATMUL:
+    case SL_OP_KV_WRITE:
+    case SL_OP_GLU:
+    case SL_OP_ADD:
+    case SL_OP_GET_ROWS:
+      if (!n.in[1]) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node lacks its second input");
+      break;
+    case SL_OP_SCATTER_ADD_ROWS:
+      if (!n.in[1] || !n.in[2]) return fail(err, SL_ERR_INVALID_ARGUMENT, "scatter_add_rows lacks rows or weights");
+      break;
+    default:
+      break;
+  }
+  const bool has_params = node->op == SL_OP_RMS_NORM || node->op == SL_OP_ROPE || node->op == SL_OP_KV_WRITE ||
+                          node->op == SL_OP_ATTENTION || node->op == SL_OP_GLU;
+  if (has_params && !node->params) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node lacks its parameters");
+  if (node->op == SL_OP_MATMUL &&
+      (n.in[0]->cols != n.in[1]->weight->cols || n.out[0]->cols != n.in[1]->weight->rows || n.out[0]->rows != n.in[0]->rows))
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "matmul: shapes do not fit");
+  if ((node->op == SL_OP_ADD || node->op == SL_OP_GLU || node->op == SL_OP_COPY) && count(n.out[0]) > count(n.in[0]))
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "elementwise op: output larger than its input");
+  return SL_OK;
+}
 
-const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_BACKEND, "example", "0.1.0",
+int supports_node(const sl_backend*, const sl_node_query* q) {
+  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_ARGMAX) return 0;
+  for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i) {
+    const uint32_t index = q->node->inputs[i];
+    if (index == SL_NO_TENSOR || !q->tensors || index >= q->n_tensors) continue;
+    const sl_tensor& t = q->tensors[index];
+    if (t.kind == SL_TENSOR_WEIGHT && (!t.weight || t.weight->bits != 0 || t.weight->dtype != SL_DTYPE_F32)) return 0;
+    if (t.kind != SL_TENSOR_WEIGHT && t.dtype != SL_DTYPE_F32 && t.dtype != SL_DTYPE_I32) return 0;
+  }
+  return 1;
+}
+
+sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err) {
+  if (!g || !step) return fail(err, SL_ERR_INVALID_ARGUMENT, "graph_compute: no graph or step");
+  if (auto s = take_batch(be, step->batch, err); s != SL_OK) return s;
+  for (uint32_t i = 0; i < g->n_nodes; ++i) {
+    Node n;
+    if (auto s = look_up(g, &g->nodes[i], n, err); s != SL_OK) return s;
+    const uint32_t op = g->nodes[i].op;
+    if ((op == SL_OP_KV_WRITE || op == SL_OP_ATTENTION) && !step->cache)
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "a KV node in a step without a cache");
+    sl_status s = SL_OK;
+    switch (op) {
+      case SL_OP_EMBED: s = embed(n, err); break;
+      case SL_OP_RMS_NORM: s = rms_norm(n, err); break;
+      case SL_OP_MATMUL: s = matmul(n, err); break;
+      case SL_OP_ROPE: s = rope(be, n, err); break;
+      case SL_OP_KV_WRITE: s = kv_write(be, step->cache, n, err); break;
+      case SL_OP_ATTENTION: s = attention(be, step->cache, n, err); break;
+      case SL_OP_GLU: s = glu(n, err); break;
+      case SL_OP_ADD:
+        for (uint64_t k = 0; k < count(n.out[0]); ++k) F(n.out[0])[k] = F(n.in[0])[k] + F(n.in[1])[k];
+        break;
+      case SL_OP_COPY: std::memmove(F(n.out[0]), F(n.in[0]), count(n.out[0]) * 4); break;
+      case SL_OP_GET_ROWS: s = get_rows(n, err); break;
+      case SL_OP_SCATTER_ADD_ROWS: s = scatter_add_rows(n, err); break;
+      case SL_OP_ARGMAX: s = argmax(n, err); break;
+      default: s = fail(err, SL_ERR_UNSUPPORTED, "op " + std::to_string(op) + " is not known to the example backend");
+    }
+    if (s != SL_OK) return s;
+  }
+  return SL_OK;
+}
+
+const sl_backend_api kApi = {sizeof(sl_backend_api), SL_ABI_VERSION, device_count, device_info, create, destroy, get_device_info,
+                             alloc, wrap_host, free_buffer, upload, download, download_begin, download_wait, synchronize,
+                             kv_create, kv_destroy, kv_copy_page, supports_node, graph_compute,
+                             nullptr, nullptr, nullptr /* plans: optional; nothing to record for plain loops */};
+
+const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_BACKEND, "example", "0.1.0",
                                           "Example backend: the whole ABI in plain loops on host memory", nullptr, &kApi};
 
 }  // namespace

@@ -31,6 +31,7 @@ void destroy(sl_kvcodec* c) { delete c; }
 
 void get_format(const sl_kvcodec* c, sl_kv_format* f) {
   f->struct_size = sizeof(sl_kv_format);
+  f->abi_version = SL_ABI_VERSION;
   f->head_dim = c->head_dim;
   f->values_per_block = c->head_dim;
   f->bytes_per_block = 4 + c->head_dim;
@@ -79,11 +80,11 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) {
 )CL";
 }
 
-const sl_kvcodec_api kApi = {sizeof(sl_kvcodec_api), create, destroy, get_format, encode, decode,
+const sl_kvcodec_api kApi = {sizeof(sl_kvcodec_api), SL_ABI_VERSION, create, destroy, get_format, encode, decode,
                              nullptr, nullptr, nullptr, nullptr, nullptr,  // no fused CPU hooks
                              opencl_source};
 
-const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_KVCODEC, "example-i8",
+const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_KVCODEC, "example-i8",
                                           "0.1.0", "Example KV codec: int8 values with one float scale per row",
                                           nullptr, &kApi};
 

@@ -106,12 +106,13 @@ void get_stats(const sl_expertstore* s, sl_expertstore_stats* out) {
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof(sl_expertstore_stats)) : sizeof(sl_expertstore_stats);
   std::memcpy(out, &s->stats, size);
   out->struct_size = size;
+  out->abi_version = SL_ABI_VERSION;
 }
 
-const sl_expertstore_api kApi = {sizeof(sl_expertstore_api), create, destroy, acquire, release, nullptr, get_stats,
-                                 nullptr /* get_layer_stats: optional (ABI 1.1) */};
+const sl_expertstore_api kApi = {sizeof(sl_expertstore_api), SL_ABI_VERSION, create, destroy, acquire, release, nullptr, get_stats,
+                                 nullptr /* get_layer_stats: optional */};
 
-const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_EXPERTSTORE,
+const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_EXPERTSTORE,
                                           "example-pread", "0.1.0", "Example expert store: pread on acquire, no cache",
                                           nullptr, &kApi};
 

@@ -280,7 +280,7 @@ sl_status create(const sl_expertstore_config* cfg, sl_expertstore** out, sl_erro
     s->n_experts = cfg->n_experts;
     s->n_parts = cfg->n_parts;
     s->parts.assign(cfg->parts, cfg->parts + static_cast<std::size_t>(cfg->n_layers) * cfg->n_experts * cfg->n_parts);
-    s->layer_stats.assign(cfg->n_layers, sl_expertstore_layer_stats{sizeof(sl_expertstore_layer_stats), 0, 0, 0});
+    s->layer_stats.assign(cfg->n_layers, sl_expertstore_layer_stats{sizeof(sl_expertstore_layer_stats), SL_ABI_VERSION, 0, 0, 0});
     bool all_direct = true;
     for (uint32_t i = 0; i < cfg->n_files; ++i) {
       FileInfo f;
@@ -467,17 +467,19 @@ void get_stats(const sl_expertstore* s, sl_expertstore_stats* out) {
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof st) : sizeof st;
   std::memcpy(out, &st, size);
   out->struct_size = size;
+  out->abi_version = SL_ABI_VERSION;
 }
 
 void get_layer_stats(const sl_expertstore* s, uint32_t layer, sl_expertstore_layer_stats* out) {
-  sl_expertstore_layer_stats st{sizeof(sl_expertstore_layer_stats), 0, 0, 0};
+  sl_expertstore_layer_stats st{sizeof(sl_expertstore_layer_stats), SL_ABI_VERSION, 0, 0, 0};
   if (layer < s->layer_stats.size()) st = s->layer_stats[layer];
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof st) : sizeof st;
   std::memcpy(out, &st, size);
   out->struct_size = size;
+  out->abi_version = SL_ABI_VERSION;
 }
 
-const sl_expertstore_api kApi = {sizeof(sl_expertstore_api), create, destroy, acquire, release, prefetch, get_stats,
+const sl_expertstore_api kApi = {sizeof(sl_expertstore_api), SL_ABI_VERSION, create, destroy, acquire, release, prefetch, get_stats,
                                  get_layer_stats};
 
 sl_status probe(sl_error* err) {
@@ -485,7 +487,7 @@ sl_status probe(sl_error* err) {
   return SL_OK;
 }
 
-const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_EXPERTSTORE, "uring", "0.1.0",
+const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_EXPERTSTORE, "uring", "0.1.0",
                                           "Experts read on demand from the model files through io_uring into an LRU cache",
                                           probe, &kApi};
 

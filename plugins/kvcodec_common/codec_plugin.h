@@ -91,6 +91,7 @@ inline void get_format_adapter(const sl_kvcodec* c, sl_kv_format* out) {
   const uint32_t size = out->struct_size;  // the host's struct: fill what it has room for
   sl_kv_format f = c->impl->format();
   f.struct_size = static_cast<uint32_t>(sizeof(sl_kv_format));
+  f.abi_version = SL_ABI_VERSION;
   std::memcpy(out, &f, size && size < sizeof f ? size : sizeof f);
   out->struct_size = size && size < sizeof f ? size : static_cast<uint32_t>(sizeof f);
 }
@@ -120,7 +121,7 @@ inline const char* opencl_source_adapter(const sl_kvcodec* c) {
 
 template <Factory F>
 constexpr sl_kvcodec_api make_kvcodec_api() {
-  return sl_kvcodec_api{sizeof(sl_kvcodec_api), create_adapter<F>, destroy_adapter, get_format_adapter,
+  return sl_kvcodec_api{sizeof(sl_kvcodec_api), SL_ABI_VERSION, create_adapter<F>, destroy_adapter, get_format_adapter,
                         encode_adapter, decode_adapter, query_state_bytes_adapter, prepare_query_adapter,
                         score_keys_adapter, accumulate_values_adapter, finish_values_adapter, opencl_source_adapter};
 }

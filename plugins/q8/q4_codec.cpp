@@ -139,7 +139,7 @@ std::unique_ptr<Codec> make_q4(uint32_t head_dim, sl_kv_role, Options&) {
 }
 
 const sl_kvcodec_api kApi = make_kvcodec_api<make_q4>();
-const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_KVCODEC, "q4", "0.1.0",
+const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_KVCODEC, "q4", "0.1.0",
                                           "q4_0-format KV values: blocks of 32 4-bit codes with an f16 scale (4.5 bits per value)",
                                           nullptr, &kApi};
 

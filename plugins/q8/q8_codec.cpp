@@ -174,7 +174,7 @@ std::unique_ptr<Codec> make_q8(uint32_t head_dim, sl_kv_role, Options&) {
 }
 
 const sl_kvcodec_api kApi = make_kvcodec_api<make_q8>();
-const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_KVCODEC, "q8", "0.1.0",
+const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_KVCODEC, "q8", "0.1.0",
                                           "8-bit KV values in blocks of 32 with an f16 scale (8.5 bits per value)",
                                           nullptr, &kApi};
 

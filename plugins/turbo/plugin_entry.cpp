@@ -5,7 +5,7 @@
 namespace {
 
 const sl_kvcodec_api kApi = sluice::kvcodec::make_kvcodec_api<sluice::turbo::TURBO_FACTORY>();
-const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_MAJOR, SL_PLUGIN_KVCODEC, TURBO_NAME, "0.1.0",
+const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_KVCODEC, TURBO_NAME, "0.1.0",
                                           TURBO_DESCRIPTION, nullptr, &kApi};
 
 }  // namespace

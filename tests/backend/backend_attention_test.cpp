@@ -124,8 +124,10 @@ std::vector<double> reference_attention(const AttentionShape& s, const Sequence&
 
 class KvCache {
  public:
-  KvCache(const sl_backend_api* api, sl_backend* be, const sl_kv_layout& layout) : api_(api), be_(be) {
+  // The ops' kv_write takes K and V of the layout's width.
+  KvCache(const sl_backend_api* api, sl_backend* be, const sl_kv_layout& layout, OpCalls& ops) : api_(api), be_(be) {
     status_ = api->kv_create(be, &layout, &cache_, &err_);
+    ops.set_kv_layout(layout);
   }
   ~KvCache() {
     if (cache_) api_->kv_destroy(be_, cache_);
@@ -174,7 +176,7 @@ class AttentionTest : public BackendOpsTest {
     }
     auto dk = upload(k), dv = upload(v);
     sl_error err{};
-    ASSERT_EQ(api()->kv_write(be(), cache.get(), layer, dk.get(), dv.get(), &err), SL_OK) << err.message;
+    ASSERT_EQ(ops().kv_write(cache.get(), layer, dk.get(), dv.get(), &err), SL_OK) << err.message;
   }
 
   // Runs attention for the tokens and compares each head with the reference.
@@ -204,9 +206,8 @@ class AttentionTest : public BackendOpsTest {
     p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
     p.window = s.window;
     p.softcap = s.softcap;
-    p.sinks = s.sinks ? dsinks.get() : nullptr;
     sl_error err{};
-    ASSERT_EQ(api()->attention(be(), cache.get(), layer, dq.get(), &p, out.get(), &err), SL_OK) << err.message;
+    ASSERT_EQ(ops().attention(cache.get(), layer, dq.get(), &p, s.sinks ? dsinks.get() : nullptr, out.get(), &err), SL_OK) << err.message;
     const auto got = download(out, q.size());
     for (std::size_t t = 0; t < tokens.size(); ++t) {
       const auto& [si, pos] = tokens[t];
@@ -255,7 +256,7 @@ TEST_P(AttentionTest, PrefillAndDecodeOfSeveralSequencesMatchNaiveAttention) {
       SCOPED_TRACE(std::string(codec.name) + " " + describe(shape));
       CodecPair codecs(codec.api(), shape.head_dim);
       ASSERT_TRUE(codecs.ok());
-      KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim));
+      KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim), ops());
       ASSERT_EQ(cache.status(), SL_OK) << cache.message();
       const auto seqs = make_sequences(shape, codecs, {37, 5, 50});
       const uint32_t max_pages = 4;
@@ -285,7 +286,7 @@ TEST_P(AttentionTest, PrefillAndDecodeOfSeveralSequencesMatchNaiveAttention) {
 TEST_P(AttentionTest, CopiedPagesServeAttentionLikeTheOriginals) {
   const AttentionShape shape{4, 2, 16, 0, 0.0f, false};
   CodecPair codecs(builtin_f16_codec(), shape.head_dim);
-  KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim));
+  KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim), ops());
   ASSERT_EQ(cache.status(), SL_OK) << cache.message();
   auto seqs = make_sequences(shape, codecs, {20});
   seqs[0].pages = {3, 9};
@@ -307,7 +308,7 @@ TEST_P(AttentionTest, CopiedPagesServeAttentionLikeTheOriginals) {
 
 TEST_P(AttentionTest, CopyingAPageOutOfRangeIsAnError) {
   CodecPair codecs(builtin_f32_codec(), 8);
-  KvCache cache(api(), be(), codecs.layout(1, 8));
+  KvCache cache(api(), be(), codecs.layout(1, 8), ops());
   ASSERT_EQ(cache.status(), SL_OK);
   for (auto [src, dst] : {std::pair{kPages, 0u}, {0u, kPages}}) {
     sl_error err{};
@@ -351,7 +352,12 @@ TEST_P(AttentionTest, BadBatchesAreRefused) {
     b.max_pages = 1;
     b.page_table = table.data();
     sl_error err{};
-    const auto status = api()->begin_batch(be(), &b, &err);
+    sl_graph empty{};
+    empty.struct_size = sizeof(empty);
+    sl_step step{};
+    step.struct_size = sizeof(step);
+    step.batch = &b;
+    const auto status = api()->graph_compute(be(), &empty, &step, &err);
     EXPECT_STRNE(err.message, "");
     return status;
   };
@@ -363,7 +369,7 @@ TEST_P(AttentionTest, BadBatchesAreRefused) {
 TEST_P(AttentionTest, WritesAndAttentionOutsideTheCacheAreErrors) {
   const AttentionShape shape{4, 2, 8, 0, 0.0f, false};
   CodecPair codecs(builtin_f32_codec(), shape.head_dim);
-  KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim));
+  KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim), ops());
   ASSERT_EQ(cache.status(), SL_OK);
   auto kv = zeros(2 * 2 * 8), q = zeros(2 * 4 * 8), out = zeros(2 * 4 * 8);
   sl_attention_params p{};
@@ -375,24 +381,24 @@ TEST_P(AttentionTest, WritesAndAttentionOutsideTheCacheAreErrors) {
   sl_error err{};
 
   begin_batch({0, 1}, {0, 0}, 1, 1, {0});
-  EXPECT_EQ(api()->kv_write(be(), cache.get(), kLayers, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(api()->attention(be(), cache.get(), kLayers, q.get(), &p, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ops().kv_write(cache.get(), kLayers, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ops().attention(cache.get(), kLayers, q.get(), &p, nullptr, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
   auto bad = p;
   bad.n_heads = 5;  // not a multiple of the KV heads
-  EXPECT_EQ(api()->attention(be(), cache.get(), 0, q.get(), &bad, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ops().attention(cache.get(), 0, q.get(), &bad, nullptr, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
   bad = p;
   bad.head_dim = 16;  // not the cache's
-  EXPECT_EQ(api()->attention(be(), cache.get(), 0, q.get(), &bad, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ops().attention(cache.get(), 0, q.get(), &bad, nullptr, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
 
   begin_batch({0, 1}, {0, 0}, 1, 1, {static_cast<int32_t>(kPages)});  // page out of range
   err = {};
-  EXPECT_EQ(api()->kv_write(be(), cache.get(), 0, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ops().kv_write(cache.get(), 0, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
   EXPECT_STRNE(err.message, "");
-  EXPECT_EQ(api()->attention(be(), cache.get(), 0, q.get(), &p, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ops().attention(cache.get(), 0, q.get(), &p, nullptr, out.get(), &err), SL_ERR_INVALID_ARGUMENT);
 
   begin_batch({0, static_cast<int32_t>(kPageTokens)}, {0, 0}, 1, 1, {0});  // position past the page table
   err = {};
-  EXPECT_EQ(api()->kv_write(be(), cache.get(), 0, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ops().kv_write(cache.get(), 0, kv.get(), kv.get(), &err), SL_ERR_INVALID_ARGUMENT);
   EXPECT_STRNE(err.message, "");
 }
 
@@ -412,7 +418,7 @@ sl_status create(uint32_t head_dim, sl_kv_role, const char*, sl_kvcodec** out, s
 void destroy(sl_kvcodec* c) { delete reinterpret_cast<Codec*>(c); }
 void get_format(const sl_kvcodec* c, sl_kv_format* f) {
   const uint32_t d = reinterpret_cast<const Codec*>(c)->head_dim;
-  *f = {sizeof(sl_kv_format), d, d, d, d, 8.0f, d};
+  *f = {sizeof(sl_kv_format), SL_ABI_VERSION, d, d, d, d, 8.0f, d};
 }
 sl_status encode(const sl_kvcodec* c, const float* src, uint32_t n, void* dst, sl_error*) {
   const uint32_t d = reinterpret_cast<const Codec*>(c)->head_dim;
@@ -430,7 +436,7 @@ const char* opencl_source(const sl_kvcodec*) {
          "}\n"
          "float SL_KV_FN(load)(__global const uchar* row, uint i) { return (float)(char)row[i] * 0.25f; }\n";
 }
-const sl_kvcodec_api kApi = {sizeof(sl_kvcodec_api), create, destroy, get_format, encode, decode,
+const sl_kvcodec_api kApi = {sizeof(sl_kvcodec_api), SL_ABI_VERSION, create, destroy, get_format, encode, decode,
                              nullptr, nullptr, nullptr, nullptr, nullptr, opencl_source};
 }  // namespace coarse
 
@@ -446,11 +452,7 @@ int32_t reference_exact_from(const std::vector<int32_t>& recent, uint32_t window
 }
 
 TEST_P(AttentionTest, RecentWindowKeysAreReadExactly) {
-  if (!api()->supports_op(be(), [] {
-        static sl_op_query q{sizeof(sl_op_query), SL_OP_KV_RECENT_WINDOW, 0, 0, nullptr, nullptr};
-        return &q;
-      }()))
-    GTEST_SKIP() << "backend keeps no recent window";
+  if (!backend().has_cap(SL_CAP_KV_RECENT_WINDOW)) GTEST_SKIP() << "backend keeps no recent window";
   for (uint32_t window : {5u, 20u}) {
     for (const AttentionShape& shape : {AttentionShape{4, 2, 24, 0, 0.0f, false}, AttentionShape{6, 3, 16, 9, 0.0f, true}}) {
       SCOPED_TRACE("window " + std::to_string(window) + " " + describe(shape));
@@ -459,7 +461,7 @@ TEST_P(AttentionTest, RecentWindowKeysAreReadExactly) {
       auto layout = codecs.layout(shape.n_kv_heads, shape.head_dim);
       layout.recent_window = window;
       layout.n_recent_pages = 8;
-      KvCache cache(api(), be(), layout);
+      KvCache cache(api(), be(), layout, ops());
       ASSERT_EQ(cache.status(), SL_OK) << cache.message();
       auto seqs = make_sequences(shape, codecs, {50, 37});
       // Sequence 0's first page has no recent page (a reused prefix: compressed only), the others do.
@@ -496,7 +498,7 @@ TEST_P(AttentionTest, RecentWindowKeysAreReadExactly) {
         b.page_table = table.data();
         b.recent_table = recent_table.data();
         sl_error err{};
-        ASSERT_EQ(api()->begin_batch(be(), &b, &err), SL_OK) << err.message;
+        ASSERT_EQ(ops().begin_batch(&b, &err), SL_OK) << err.message;
         write(shape, cache, 1, seqs, tokens);
         // One query at a time against its own mixed history (check_attention runs them all at once,
         // each token checked against the reference of its own sequence).

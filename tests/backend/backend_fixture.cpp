@@ -59,9 +59,11 @@ void BackendOpsTest::SetUp() {
                                     under_test.device, 2);
   if (!opened) GTEST_SKIP() << opened.message();
   backend_ = std::move(*opened);
+  ops_ = std::make_unique<OpCalls>(*backend_);
 }
 
 void BackendOpsTest::TearDown() {
+  ops_.reset();
   backend_.reset();  // before the registry unmaps the plugin
   registry_.reset();
 }
@@ -126,7 +128,7 @@ void BackendOpsTest::begin_batch(const std::vector<int32_t>& positions, const st
   batch.max_pages = max_pages;
   batch.page_table = page_table.data();
   sl_error err{};
-  ASSERT_EQ(api()->begin_batch(be(), &batch, &err), SL_OK) << err.message;
+  ASSERT_EQ(ops().begin_batch(&batch, &err), SL_OK) << err.message;
 }
 
 }  // namespace sluice::test

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "plugin/backend_handle.h"
+#include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"
 
 namespace sluice::test {
@@ -46,6 +47,8 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendUnderTest> {
   void TearDown() override;
 
   const sl_backend_api* api() const { return backend_->api(); }
+  // The backend's ops one at a time, each a graph of its node(s) (plugin/op_calls.h).
+  OpCalls& ops() { return *ops_; }
   sl_backend* be() const { return backend_->raw(); }
   BackendHandle& backend() const { return *backend_; }
 
@@ -66,6 +69,7 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendUnderTest> {
  private:
   std::unique_ptr<PluginRegistry> registry_;
   std::unique_ptr<BackendHandle> backend_;
+  std::unique_ptr<OpCalls> ops_;
 };
 
 const char* dtype_name(sl_dtype dtype);

@@ -84,7 +84,7 @@ class QuantMatmulShapes : public BackendOpsTest {
     auto xb = upload(x);
     auto out = zeros(std::size_t(n) * rows);
     sl_error err{};
-    ASSERT_EQ(api()->matmul(be(), xb.get(), n, &w.weight, nullptr, out.get(), &err), SL_OK) << err.message;
+    ASSERT_EQ(ops().matmul(xb.get(), n, &w.weight, nullptr, out.get(), &err), SL_OK) << err.message;
     const auto got = download(out, std::size_t(n) * rows);
     int failures = 0;
     for (uint32_t t = 0; t < n && failures < 5; ++t)

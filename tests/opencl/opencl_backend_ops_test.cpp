@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "backend_fixture.h"
 #include "f16_kv_layout.h"
+#include "plugin/op_calls.h"
 #include "reference.h"
 
 namespace sluice::test {
@@ -40,12 +42,14 @@ class Device {
     const sl_status s = api_->create(&cfg, &be_, &err);
     if (profiled) unsetenv("SLUICE_OPENCL_PROFILE");
     if (s != SL_OK) why = err.message;
+    if (s == SL_OK) ops_ = std::make_unique<OpCalls>(api_, be_);
     return s == SL_OK;
   }
   ~Device() { close(); }
   std::string close() {
     if (!be_) return "";
     testing::internal::CaptureStderr();
+    ops_.reset();
     for (sl_buffer* b : buffers_) api_->free(be_, b);
     buffers_.clear();
     if (cache_) api_->kv_destroy(be_, cache_);
@@ -57,6 +61,19 @@ class Device {
   const sl_backend_api* api() const { return api_; }
   sl_backend* be() const { return be_; }
   sl_kv_cache*& cache() { return cache_; }
+  // The ops (plugin/op_calls.h): those after begin() record into one graph, run at the next read.
+  OpCalls& ops() { return *ops_; }
+  void begin(const sl_batch& batch, const sl_kv_layout* kv = nullptr) {
+    sl_error err{};
+    EXPECT_EQ(ops_->run_recorded(&err), SL_OK) << err.message;
+    EXPECT_EQ(ops_->begin_batch(&batch, &err), SL_OK) << err.message;
+    if (kv) ops_->set_kv_layout(*kv);
+    ops_->record();
+  }
+  void run() {
+    sl_error err{};
+    EXPECT_EQ(ops_->run_recorded(&err), SL_OK) << err.message;
+  }
 
   sl_buffer* upload(const std::vector<float>& values) {
     sl_buffer* b = nullptr;
@@ -68,6 +85,7 @@ class Device {
     return b;
   }
   std::vector<float> download(sl_buffer* b, std::size_t n) {
+    run();
     std::vector<float> out(n, NAN);
     sl_error err{};
     EXPECT_EQ(api_->download(be_, b, 0, out.data(), n * 4, &err), SL_OK) << err.message;
@@ -80,6 +98,7 @@ class Device {
   sl_backend* be_ = nullptr;
   sl_kv_cache* cache_ = nullptr;
   std::vector<sl_buffer*> buffers_;
+  std::unique_ptr<OpCalls> ops_;
 };
 
 // How many times the profile printed at destroy (cl_backend.cpp, print_profile) says `name` ran.
@@ -225,26 +244,28 @@ std::vector<PassResult> run_plan(Device& d, const PassPlan& plan, const std::vec
     batch.max_pages = plan.max_pages;
     batch.page_table = plan.table.data();
     batch.recent_table = plan.recent ? plan.table.data() : nullptr;  // recent pages as the pages
-    EXPECT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
+    d.begin(batch, &kv.layout);
     sl_buffer* q = d.upload(inputs[p].q);
     sl_buffer* k = d.upload(inputs[p].k);
     sl_buffer* v = d.upload(inputs[p].v);
     sl_buffer* out = d.upload(std::vector<float>(inputs[p].q.size(), 0.0f));
     if (plan.rope) {
-      EXPECT_EQ(api->rope(d.be(), q, plan.n_heads, plan.head_dim, plan.rotary_dim, inv_freq.data(), plan.factor, plan.style, &err),
+      EXPECT_EQ(d.ops().rope(q, plan.n_heads, plan.head_dim, plan.rotary_dim, inv_freq.data(), plan.factor, plan.style, &err),
                 SL_OK)
           << err.message;
-      EXPECT_EQ(api->rope(d.be(), k, plan.n_kv_heads, plan.head_dim, plan.rotary_dim, inv_freq.data(), plan.factor, plan.style,
+      EXPECT_EQ(d.ops().rope(k, plan.n_kv_heads, plan.head_dim, plan.rotary_dim, inv_freq.data(), plan.factor, plan.style,
                           &err),
                 SL_OK)
           << err.message;
     }
-    if (plan.apart) {
+    if (plan.apart) {  // the ropes run (and finish) in a graph of their own
+      d.run();
       EXPECT_EQ(api->synchronize(d.be(), &err), SL_OK) << err.message;
+      d.ops().record();
     }
-    EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, k, v, &err), SL_OK) << err.message;
+    EXPECT_EQ(d.ops().kv_write(d.cache(), 0, k, v, &err), SL_OK) << err.message;
     sl_attention_params params = causal_attention(plan.n_heads, plan.n_kv_heads, plan.head_dim);
-    EXPECT_EQ(api->attention(d.be(), d.cache(), 0, q, &params, out, &err), SL_OK) << err.message;
+    EXPECT_EQ(d.ops().attention(d.cache(), 0, q, &params, nullptr, out, &err), SL_OK) << err.message;
     results.push_back({d.download(q, inputs[p].q.size()), d.download(k, inputs[p].k.size()), d.download(out, inputs[p].q.size())});
   }
   api->kv_destroy(d.be(), d.cache());
@@ -347,15 +368,15 @@ TEST(OpenclRopeJoinElsewhere, KvWriteOfAnotherKRunsThePairFirst) {
   batch.n_seqs = 1;
   batch.max_pages = kMaxPages;
   batch.page_table = table.data();
-  ASSERT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
+  d.begin(batch, &kv.layout);
   sl_buffer* dq = d.upload(q);
   sl_buffer* dk = d.upload(k);
   sl_buffer* dk_other = d.upload(k);
   sl_buffer* dv = d.upload(v);
   const auto inv_freq = inverse_frequencies(c.rotary_dim);
-  ASSERT_EQ(api->rope(d.be(), dq, c.n_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
-  ASSERT_EQ(api->rope(d.be(), dk, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
-  ASSERT_EQ(api->kv_write(d.be(), d.cache(), 0, dk_other, dv, &err), SL_OK) << err.message;
+  ASSERT_EQ(d.ops().rope(dq, c.n_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
+  ASSERT_EQ(d.ops().rope(dk, c.n_kv_heads, c.head_dim, c.rotary_dim, inv_freq.data(), c.factor, c.style, &err), SL_OK) << err.message;
+  ASSERT_EQ(d.ops().kv_write(d.cache(), 0, dk_other, dv, &err), SL_OK) << err.message;
   const auto q_ref = host_rope(c, q, c.n_heads, positions), k_ref = host_rope(c, k, c.n_kv_heads, positions);
   const auto q_got = d.download(dq, q.size()), k_got = d.download(dk, k.size()), k_other = d.download(dk_other, k.size());
   for (std::size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q_got[i], q_ref[i], 1e-5f + 1e-5f * std::fabs(q_ref[i])) << "q " << i;
@@ -407,7 +428,7 @@ std::vector<std::vector<float>> run_decodes(Device& d, const ShortAttentionCase&
     batch.max_pages = max_pages;
     batch.page_table = table.data();
     batch.recent_table = c.recent ? table.data() : nullptr;
-    EXPECT_EQ(api->begin_batch(d.be(), &batch, &err), SL_OK) << err.message;
+    d.begin(batch, &kv.layout);
   };
   // The histories: every sequence's rows, written as one batch.
   const std::size_t row = std::size_t(c.n_kv_heads) * c.head_dim;
@@ -421,7 +442,7 @@ std::vector<std::vector<float>> run_decodes(Device& d, const ShortAttentionCase&
       all_v.insert(all_v.end(), v[s].begin() + pos * row, v[s].begin() + (pos + 1) * row);
     }
   begin(positions, slots);
-  EXPECT_EQ(api->kv_write(d.be(), d.cache(), 0, d.upload(all_k), d.upload(all_v), &err), SL_OK) << err.message;
+  EXPECT_EQ(d.ops().kv_write(d.cache(), 0, d.upload(all_k), d.upload(all_v), &err), SL_OK) << err.message;
   // Each batch decodes the last position of the sequences it names.
   sl_buffer* dsinks = d.upload(sinks);
   std::vector<std::vector<float>> outs;
@@ -435,9 +456,8 @@ std::vector<std::vector<float>> run_decodes(Device& d, const ShortAttentionCase&
     sl_attention_params params = causal_attention(c.n_heads, c.n_kv_heads, c.head_dim);
     params.window = c.window;
     params.softcap = c.softcap;
-    params.sinks = c.sinks ? dsinks : nullptr;
     sl_buffer* out = d.upload(std::vector<float>(q[b].size(), 0.0f));
-    EXPECT_EQ(api->attention(d.be(), d.cache(), 0, d.upload(q[b]), &params, out, &err), SL_OK) << err.message;
+    EXPECT_EQ(d.ops().attention(d.cache(), 0, d.upload(q[b]), &params, c.sinks ? dsinks : nullptr, out, &err), SL_OK) << err.message;
     outs.push_back(d.download(out, q[b].size()));
   }
   api->kv_destroy(d.be(), d.cache());

@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "plugin/backend_handle.h"
+#include "plugin/op_calls.h"
 #include "codec_spec.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
@@ -75,8 +77,11 @@ class Runner {
     be_ = std::move(*be);
     sl_error err{};
     if (be_->api()->kv_create(be_->raw(), &layout, &cache_, &err) != SL_OK) why_ = err.message;
+    ops_ = std::make_unique<OpCalls>(*be_);
+    ops_->set_kv_layout(layout);
   }
   ~Runner() {
+    ops_.reset();
     if (cache_) be_->api()->kv_destroy(be_->raw(), cache_);
   }
   const std::string& why_not() const { return why_; }
@@ -94,12 +99,12 @@ class Runner {
     b.page_table = pages.data();
     b.recent_table = recent.empty() ? nullptr : recent.data();
     sl_error err{};
-    ASSERT_EQ(be_->api()->begin_batch(be_->raw(), &b, &err), SL_OK) << err.message;
+    ASSERT_EQ(ops_->begin_batch(&b, &err), SL_OK) << err.message;
   }
   void write(const std::vector<float>& k, const std::vector<float>& v) {
     auto dk = upload(k), dv = upload(v);
     sl_error err{};
-    ASSERT_EQ(be_->api()->kv_write(be_->raw(), cache_, 0, dk.get(), dv.get(), &err), SL_OK) << err.message;
+    ASSERT_EQ(ops_->kv_write(cache_, 0, dk.get(), dv.get(), &err), SL_OK) << err.message;
   }
   std::vector<float> attend(const Case& c, const std::vector<float>& q) {
     auto dq = upload(q);
@@ -113,7 +118,7 @@ class Runner {
     p.head_dim = c.head_dim;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     sl_error err{};
-    EXPECT_EQ(be_->api()->attention(be_->raw(), cache_, 0, dq.get(), &p, out->get(), &err), SL_OK) << err.message;
+    EXPECT_EQ(ops_->attention(cache_, 0, dq.get(), &p, nullptr, out->get(), &err), SL_OK) << err.message;
     std::vector<float> got(q.size());
     EXPECT_TRUE(be_->download(*out, 0, got.data(), got.size() * 4));
     return got;
@@ -127,6 +132,7 @@ class Runner {
     return std::move(*b);
   }
   std::unique_ptr<BackendHandle> be_;
+  std::unique_ptr<OpCalls> ops_;
   sl_kv_cache* cache_ = nullptr;
   std::string why_;
 };

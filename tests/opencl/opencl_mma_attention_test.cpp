@@ -5,6 +5,7 @@
 // with softcap. Skips with a message where the device has no tensor-core path (PoCL here).
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "plugin/builtin_codecs.h"
+#include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 #include "util/vec.h"
@@ -64,8 +66,11 @@ class Device {
     layout.k_codec = k_codec_;
     layout.v_codec = v_codec_;
     if (api->kv_create(be_, &layout, &cache_, &err) != SL_OK) why_ = err.message;
+    ops_ = std::make_unique<OpCalls>(api, be_);
+    ops_->set_kv_layout(layout);
   }
   ~Device() {
+    ops_.reset();
     if (cache_) api_->kv_destroy(be_, cache_);
     if (k_codec_) builtin_f16_codec()->destroy(k_codec_);
     if (v_codec_) builtin_f16_codec()->destroy(v_codec_);
@@ -88,13 +93,14 @@ class Device {
     b.max_pages = static_cast<uint32_t>(pages_.size());
     b.page_table = pages_.data();
     sl_error err{};
-    EXPECT_EQ(api_->begin_batch(be_, &b, &err), SL_OK) << err.message;
+    EXPECT_EQ(ops_->begin_batch(&b, &err), SL_OK) << err.message;
+    ops_->record();  // the write and the attention as one graph, as in a prefill step
     const std::size_t kv_floats = std::size_t(n) * c.n_kv_heads * c.head_dim, q_floats = std::size_t(n) * c.n_heads * c.head_dim;
     sl_buffer* dk = upload(k, kv_floats);
     sl_buffer* dv = upload(v, kv_floats);
     sl_buffer* dq = upload(q, q_floats);
     sl_buffer* dout = upload(q, q_floats);  // overwritten
-    EXPECT_EQ(api_->kv_write(be_, cache_, 0, dk, dv, &err), SL_OK) << err.message;
+    EXPECT_EQ(ops_->kv_write(cache_, 0, dk, dv, &err), SL_OK) << err.message;
     sl_attention_params p{};
     p.struct_size = sizeof(p);
     p.n_heads = c.n_heads;
@@ -103,7 +109,8 @@ class Device {
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     p.window = c.window;
     p.softcap = c.softcap;
-    EXPECT_EQ(api_->attention(be_, cache_, 0, dq, &p, dout, &err), SL_OK) << err.message;
+    EXPECT_EQ(ops_->attention(cache_, 0, dq, &p, nullptr, dout, &err), SL_OK) << err.message;
+    EXPECT_EQ(ops_->run_recorded(&err), SL_OK) << err.message;
     std::vector<float> out(q_floats);
     EXPECT_EQ(api_->download(be_, dout, 0, out.data(), out.size() * 4, &err), SL_OK) << err.message;
     for (sl_buffer* x : {dk, dv, dq, dout}) api_->free(be_, x);
@@ -123,6 +130,7 @@ class Device {
   sl_kv_cache* cache_ = nullptr;
   sl_kvcodec* k_codec_ = nullptr;
   sl_kvcodec* v_codec_ = nullptr;
+  std::unique_ptr<OpCalls> ops_;
   std::vector<int32_t> pages_;
   std::string why_;
 };

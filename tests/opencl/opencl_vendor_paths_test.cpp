@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,16 +13,22 @@
 #include <gtest/gtest.h>
 
 #include "f16_kv_layout.h"
+#include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 
 namespace sluice {
 namespace {
 
+// An opened backend and its ops (plugin/op_calls.h). The tests that follow a decode step's calls
+// record them (begin_one_token) and run them as one graph before anything is read back, so the
+// backend's fusion pass sees the step's nodes together, as in a forward pass.
 struct Opened {
   const sl_backend_api* api = nullptr;
   sl_backend* be = nullptr;
+  std::unique_ptr<OpCalls> ops;
   ~Opened() {
+    ops.reset();
     if (be) api->destroy(be);
   }
 };
@@ -37,6 +44,7 @@ bool open(const sl_backend_api* api, const char* options, Opened& out, std::stri
     why = err.message;
     return false;
   }
+  out.ops = std::make_unique<OpCalls>(api, out.be);
   return true;
 }
 
@@ -102,9 +110,9 @@ std::vector<float> products(const Opened& o, const std::vector<uint32_t>& words,
   h.cols = cols;
   std::vector<float> out(2 * zero.size());
   sl_error err{};
-  EXPECT_EQ(o.api->matmul(o.be, dx, n_rows, &q, nullptr, dout, &err), SL_OK) << err.message;
+  EXPECT_EQ(o.ops->matmul(dx, n_rows, &q, nullptr, dout, &err), SL_OK) << err.message;
   EXPECT_EQ(o.api->download(o.be, dout, 0, out.data(), zero.size() * 4, &err), SL_OK);
-  EXPECT_EQ(o.api->matmul(o.be, dx, n_rows, &h, nullptr, dout, &err), SL_OK) << err.message;
+  EXPECT_EQ(o.ops->matmul(dx, n_rows, &h, nullptr, dout, &err), SL_OK) << err.message;
   EXPECT_EQ(o.api->download(o.be, dout, 0, out.data() + zero.size(), zero.size() * 4, &err), SL_OK);
   for (sl_buffer* b : {dw, ds, dh, dx, dout}) o.api->free(o.be, b);
   return out;
@@ -281,7 +289,7 @@ std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::
   q.scales = ds;
   q.biases = db;
   sl_error err{};
-  EXPECT_EQ(o.api->matmul(o.be, dx, m, &q, nullptr, dout, &err), SL_OK) << err.message;
+  EXPECT_EQ(o.ops->matmul(dx, m, &q, nullptr, dout, &err), SL_OK) << err.message;
   EXPECT_EQ(o.api->download(o.be, dout, 0, out.data(), out.size() * 4, &err), SL_OK);
   for (sl_buffer* b : {dw, ds, db, dx, dout}) o.api->free(o.be, b);
   return out;
@@ -439,7 +447,9 @@ void begin_one_token(const Opened& o) {
   batch.max_pages = 1;
   batch.page_table = &zero;
   sl_error err{};
-  EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
+  EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
+  EXPECT_EQ(o.ops->begin_batch(&batch, &err), SL_OK) << err.message;
+  o.ops->record();
 }
 
 // Decode's fused path (two hidden sizes, one for each way a norm rounds): rms_norm, add_rms_norm and
@@ -507,24 +517,28 @@ TEST_F(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
       sl_buffer* qkv_out[] = {dq, dk, dv};
       const sl_weight* gu_w[] = {&gu.weights[0], &gu.weights[1]};
       sl_buffer* gu_out[] = {dg, du};
-      EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul_multi(o.be, dh, 1, 3, qkv_w, qkv_b, qkv_out, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->add_rms_norm(o.be, dx, dd, &nw, 1.0f, dh2, 1, H, 1e-5f, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul_multi(o.be, dh2, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->gated_activation(o.be, SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul(o.be, dact, 1, &dn.weights[0], nullptr, ddown, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->rms_norm(dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->matmul_multi(dh, 1, 3, qkv_w, qkv_b, qkv_out, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->add_rms_norm(dx, dd, &nw, 1.0f, dh2, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->matmul_multi(dh2, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->gated_activation(SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->matmul(dact, 1, &dn.weights[0], nullptr, ddown, &err), SL_OK) << err.message;
       // The norm writes h's form; the upload replaces h, so the product must read the new values.
-      EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->rms_norm(dx, &nw, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;  // the upload comes after the norm, as asked
       EXPECT_EQ(o.api->upload(o.be, dh, 0, stale.data(), H * 4, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul(o.be, dh, 1, &qkv.weights[0], nullptr, dqs, &err), SL_OK) << err.message;
+      o.ops->record();
+      EXPECT_EQ(o.ops->matmul(dh, 1, &qkv.weights[0], nullptr, dqs, &err), SL_OK) << err.message;
       // gate/up products read back before any activation: NVIDIA defers them to join a
       // gated_activation (one launch), so the download must run them first, as asked.
       sl_buffer* gu3_out[] = {dg3, du3};
-      EXPECT_EQ(o.api->rms_norm(o.be, dx, &nw, 0.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul_multi(o.be, dh3, 1, 2, gu_w, nullptr, gu3_out, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->rms_norm(dx, &nw, 0.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->matmul_multi(dh3, 1, 2, gu_w, nullptr, gu3_out, &err), SL_OK) << err.message;
       auto get = [&](sl_buffer* b, std::size_t n) {
         std::vector<float> v(n);
+        EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
         EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
+        o.ops->record();
         return v;
       };
       r.h2 = get(dh2, H), r.act = get(dact, F), r.q = get(dq, 512), r.k = get(dk, 128), r.v = get(dv, 130);
@@ -608,7 +622,9 @@ TEST_F(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
     sl_error err{};
     auto get = [&](sl_buffer* b, std::size_t n) {
       std::vector<float> v(n);
+      EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
       EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
+      o.ops->record();
       return v;
     };
     const sl_weight *w_o = &pk.weights[0], *w_d = &pk.weights[3];
@@ -620,33 +636,33 @@ TEST_F(OpenclVendorPaths, TheResidualStepRunsInTheProductsLaunches) {
               *dact = zeros(F), *ddown = zeros(H), *dh3 = zeros(H), *dq = zeros(512), *dk = zeros(128), *dv = zeros(128);
     sl_weight n0a = n0;
     n0a.cols = A;
-    EXPECT_EQ(o.api->rms_norm(o.be, din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul(o.be, da, 1, w_o, nullptr, dout, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->add_rms_norm(o.be, dx, dout, &n1, 0.0f, dh2, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->rms_norm(din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->matmul(da, 1, w_o, nullptr, dout, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->add_rms_norm(dx, dout, &n1, 0.0f, dh2, 1, H, 1e-5f, &err), SL_OK) << err.message;
     sl_buffer* gu_out[] = {dg, du};
-    EXPECT_EQ(o.api->matmul_multi(o.be, dh2, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->gated_activation(o.be, SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->matmul_multi(dh2, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->gated_activation(SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
     r.x1 = get(dx, H);  // after the first residual step (the down product below is still deferred: nothing ran yet)
-    EXPECT_EQ(o.api->matmul(o.be, dact, 1, w_d, nullptr, ddown, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->add_rms_norm(o.be, dx, ddown, &n2, 1.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->matmul(dact, 1, w_d, nullptr, ddown, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->add_rms_norm(dx, ddown, &n2, 1.0f, dh3, 1, H, 1e-5f, &err), SL_OK) << err.message;
     sl_buffer* qkv_out[] = {dq, dk, dv};
-    EXPECT_EQ(o.api->matmul_multi(o.be, dh3, 1, 3, qkv_w, nullptr, qkv_out, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->matmul_multi(dh3, 1, 3, qkv_w, nullptr, qkv_out, &err), SL_OK) << err.message;
     r.a = get(da, A), r.o = get(dout, H), r.h2 = get(dh2, H), r.gate = get(dg, F), r.up = get(du, F), r.act = get(dact, F);
     r.down = get(ddown, H), r.x2 = get(dx, H), r.h3 = get(dh3, H), r.q = get(dq, 512), r.k = get(dk, 128), r.v = get(dv, 128);
     // Read back early: the norm before any product reads it, then gate/up of it; and the o product
     // before its add_rms_norm.
     sl_buffer *dx_b = buf(x0), *dout_b = zeros(H), *dh2_b = zeros(H), *dg_b = zeros(F), *du_b = zeros(F);
-    EXPECT_EQ(o.api->rms_norm(o.be, din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul(o.be, da, 1, w_o, nullptr, dout_b, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->rms_norm(din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->matmul(da, 1, w_o, nullptr, dout_b, &err), SL_OK) << err.message;
     r.o_b = get(dout_b, H);
-    EXPECT_EQ(o.api->add_rms_norm(o.be, dx_b, dout_b, &n1, 0.0f, dh2_b, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->add_rms_norm(dx_b, dout_b, &n1, 0.0f, dh2_b, 1, H, 1e-5f, &err), SL_OK) << err.message;
     // Again, with a's form made anew (the norm above replaced it): the product joins its norm this time.
-    EXPECT_EQ(o.api->rms_norm(o.be, din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->matmul(o.be, da, 1, w_o, nullptr, dout_b, &err), SL_OK) << err.message;
-    EXPECT_EQ(o.api->add_rms_norm(o.be, dx_b, dout_b, &n1, 0.0f, dh2_b, 1, H, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->rms_norm(din, &n0a, 0.0f, da, 1, A, 1e-5f, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->matmul(da, 1, w_o, nullptr, dout_b, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->add_rms_norm(dx_b, dout_b, &n1, 0.0f, dh2_b, 1, H, 1e-5f, &err), SL_OK) << err.message;
     r.h2_b = get(dh2_b, H);
     sl_buffer* gu_out_b[] = {dg_b, du_b};
-    EXPECT_EQ(o.api->matmul_multi(o.be, dh2_b, 1, 2, gu_w, nullptr, gu_out_b, &err), SL_OK) << err.message;
+    EXPECT_EQ(o.ops->matmul_multi(dh2_b, 1, 2, gu_w, nullptr, gu_out_b, &err), SL_OK) << err.message;
     r.g_b = get(dg_b, F), r.u_b = get(du_b, F), r.x1_b = get(dx_b, H), r.o_b2 = get(dout_b, H);
     for (sl_buffer* b : owned) o.api->free(o.be, b);
     return r;
@@ -744,20 +760,22 @@ TEST_F(OpenclVendorPaths, TheEmbeddingRunsWithTheFirstNormsStep) {
     sl_error err{};
     auto get = [&](sl_buffer* b, std::size_t n) {
       std::vector<float> v(n);
+      EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
       EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), n * 4, &err), SL_OK) << err.message;
+      o.ops->record();
       return v;
     };
     for (int i = 0; i < 3; ++i) {
       begin_one_token(o);
       sl_buffer *dx = buf(zero.data(), H * 4), *dh = buf(zero.data(), H * 4), *dq = buf(zero.data(), 256 * 4);
       if (i == 1) {
-        EXPECT_EQ(o.api->embed_device(o.be, &pk.weights[0], dids, 1, 1, dx, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->embed_device(&pk.weights[0], dids, 1, 1, dx, &err), SL_OK) << err.message;
       } else {
-        EXPECT_EQ(o.api->embed(o.be, &pk.weights[0], &ids[i], 1, dx, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->embed(&pk.weights[0], &ids[i], 1, dx, &err), SL_OK) << err.message;
       }
       if (i == 2) r.x[i] = get(dx, H);  // read back before its norm: the embedding runs alone
-      EXPECT_EQ(o.api->rms_norm(o.be, dx, &w_norm, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul(o.be, dh, 1, &pk.weights[1], nullptr, dq, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->rms_norm(dx, &w_norm, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->matmul(dh, 1, &pk.weights[1], nullptr, dq, &err), SL_OK) << err.message;
       r.q[i] = get(dq, 256), r.h[i] = get(dh, H);
       if (i != 2) r.x[i] = get(dx, H);
     }
@@ -823,17 +841,19 @@ TEST_F(OpenclVendorPaths, TheActivationFormIsWrittenOnceEveryBlockIsDone) {
     sl_error err{};
     auto get = [&](sl_buffer* b, std::size_t count) {
       std::vector<float> v(count);
+      EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
       EXPECT_EQ(o.api->download(o.be, b, 0, v.data(), count * 4, &err), SL_OK) << err.message;
+      o.ops->record();
       return v;
     };
     for (uint32_t l = 0; l < kLayers; ++l) {
       sl_buffer *dx = buf(xs[l]), *dh = buf(std::vector<float>(H)), *dg = buf(std::vector<float>(F)),
                 *du = buf(std::vector<float>(F)), *dact = buf(std::vector<float>(F)), *ddown = buf(std::vector<float>(H));
       sl_buffer* gu_out[] = {dg, du};
-      EXPECT_EQ(o.api->rms_norm(o.be, dx, &n, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul_multi(o.be, dh, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->gated_activation(o.be, SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
-      EXPECT_EQ(o.api->matmul(o.be, dact, 1, &pk.weights[2], nullptr, ddown, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->rms_norm(dx, &n, 0.0f, dh, 1, H, 1e-5f, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->matmul_multi(dh, 1, 2, gu_w, nullptr, gu_out, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->gated_activation(SL_ACT_SILU, dg, du, dact, F, &err), SL_OK) << err.message;
+      EXPECT_EQ(o.ops->matmul(dact, 1, &pk.weights[2], nullptr, ddown, &err), SL_OK) << err.message;
       layers.push_back(Layer{get(dh, H), get(dg, F), get(du, F), get(dact, F), get(ddown, H)});
     }
     for (sl_buffer* b : owned) o.api->free(o.be, b);
@@ -915,7 +935,7 @@ TEST_F(OpenclVendorPaths, TheArgmaxInOneLaunchAgreesWithThePortableTwo) {
       const std::vector<int32_t> init(rows + 1, -5);
       sl_buffer* di = device_copy(*o, init.data(), init.size() * 4);
       sl_error err{};
-      ASSERT_EQ(o->api->argmax(o->be, dx, rows, dim, di, 1, &err), SL_OK) << err.message;
+      ASSERT_EQ(o->ops->argmax(dx, rows, dim, di, 1, &err), SL_OK) << err.message;
       std::vector<int32_t> got(init.size());
       ASSERT_EQ(o->api->download(o->be, di, 0, got.data(), got.size() * 4, &err), SL_OK) << err.message;
       EXPECT_EQ(got[0], -5) << "an id before the offset was written";
@@ -988,7 +1008,8 @@ TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
         batch.n_seqs = 1;
         batch.max_pages = kPages;
         batch.page_table = table.data();
-        EXPECT_EQ(o.api->begin_batch(o.be, &batch, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->begin_batch(&batch, &err), SL_OK) << err.message;
+        o.ops->set_kv_layout(kv.layout);
         const auto& qh = pass == 0 ? dd.q : dd.q1;
         sl_buffer* q = device_copy(o, qh.data(), qh.size() * 4);
         sl_buffer* k = device_copy(o, (pass == 0 ? dd.k : dd.k1).data(), (pass == 0 ? dd.k : dd.k1).size() * 4);
@@ -996,10 +1017,12 @@ TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
         const std::vector<float> zeros(qh.size());
         sl_buffer* att = device_copy(o, zeros.data(), zeros.size() * 4);
         sl_buffer* out = device_copy(o, zeros.data(), 512 * 4);
-        EXPECT_EQ(o.api->kv_write(o.be, cache, 0, k, v, &err), SL_OK) << err.message;
-        EXPECT_EQ(o.api->attention(o.be, cache, 0, q, &params, att, &err), SL_OK) << err.message;
+        o.ops->record();  // kv_write, attention and the product as one graph, as in a decode step
+        EXPECT_EQ(o.ops->kv_write(cache, 0, k, v, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->attention(cache, 0, q, &params, nullptr, att, &err), SL_OK) << err.message;
+        if (pass == 1) EXPECT_EQ(o.ops->matmul(att, 1, &pack.weights[0], nullptr, out, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
         if (pass == 1) {
-          EXPECT_EQ(o.api->matmul(o.be, att, 1, &pack.weights[0], nullptr, out, &err), SL_OK) << err.message;
           Result r{std::vector<float>(kCols), std::vector<float>(512)};
           EXPECT_EQ(o.api->download(o.be, att, 0, r.att.data(), kCols * 4, &err), SL_OK) << err.message;
           EXPECT_EQ(o.api->download(o.be, out, 0, r.o.data(), 512 * 4, &err), SL_OK) << err.message;

@@ -64,7 +64,7 @@ TEST(PluginLoader, StubDirectoryWasBuilt) {
 TEST(PluginLoader, ScanRecordsEveryMatchingFileAndIgnoresOthers) {
   PluginRegistry registry;
   const auto records = scan_stubs(registry);
-  EXPECT_EQ(records.size(), 13u);
+  EXPECT_EQ(records.size(), 14u);
   EXPECT_EQ(records.count("not-a-plugin.txt"), 0u);
   EXPECT_EQ(records.count("sluice-garbage.so"), 1u);
 }
@@ -87,9 +87,19 @@ TEST(PluginLoader, WrongAbiMajorIsSkippedNamingBothVersions) {
   PluginRegistry registry;
   const auto records = scan_stubs(registry);
   expect_skipped(records, "sluice-stub-wrong-abi.so",
-                 "ABI major " + std::to_string(SL_ABI_MAJOR + 98) + ", host needs " + std::to_string(SL_ABI_MAJOR));
+                 "built for plugin ABI " + std::to_string(SL_ABI_MAJOR + 98) + ".3; this host runs ABI " + std::to_string(SL_ABI_MAJOR) +
+                     "." + std::to_string(SL_ABI_MINOR));
   EXPECT_EQ(records.at("sluice-stub-wrong-abi.so").name, "stub-abi");  // still named from its descriptor
   EXPECT_EQ(registry.find(SL_PLUGIN_BACKEND, "stub-abi"), nullptr);
+}
+
+// A plugin built against ABI 1 kept its major alone where abi_version is: refused as ABI 1.
+TEST(PluginLoader, Abi1PluginIsRefusedNamingBothVersions) {
+  PluginRegistry registry;
+  const auto records = scan_stubs(registry);
+  expect_skipped(records, "sluice-stub-abi1.so",
+                 "built for plugin ABI 1; this host runs ABI " + std::to_string(SL_ABI_MAJOR) + "." + std::to_string(SL_ABI_MINOR));
+  EXPECT_EQ(registry.find(SL_PLUGIN_BACKEND, "stub-abi1"), nullptr);
 }
 
 TEST(PluginLoader, LibraryWithoutEntrySymbolIsSkipped) {
@@ -116,7 +126,7 @@ TEST(PluginLoader, TableOlderThanTheHostMinimumIsSkipped) {
   PluginRegistry registry;
   const auto records = scan_stubs(registry);
   expect_skipped(records, "sluice-stub-old-backend.so",
-                 "backend table too small (" + std::to_string(offsetof(sl_backend_api, matmul)) + " bytes)");
+                 "backend table too small (" + std::to_string(offsetof(sl_backend_api, graph_compute)) + " bytes)");
   expect_skipped(records, "sluice-stub-old-kvcodec.so",
                  "kvcodec table too small (" + std::to_string(offsetof(sl_kvcodec_api, encode)) + " bytes)");
 }
@@ -149,7 +159,7 @@ TEST(PluginLoader, TablesFromANewerMinorVersionLoad) {
   // The host's own members are usable as usual.
   ASSERT_TRUE(table_has(api, &sl_backend_api::device_count));
   EXPECT_EQ(api->device_count(), 7u);
-  EXPECT_FALSE(table_has(api, &sl_backend_api::embed));  // NULL in the stub
+  EXPECT_FALSE(table_has(api, &sl_backend_api::plan_create));  // NULL in the stub
   sl_backend* be = nullptr;
   sl_error err{};
   EXPECT_EQ(api->create(nullptr, &be, &err), SL_ERR_UNSUPPORTED);
@@ -252,19 +262,20 @@ TEST(PluginsCommand, JsonListsEveryStubWithItsStatus) {
   for (const auto& p : doc["plugins"].GetArray()) {
     ASSERT_TRUE(p.IsObject());
     std::map<std::string, std::string> fields;
-    for (const char* key : {"name", "kind", "version", "path", "status"}) {
+    for (const char* key : {"name", "kind", "version", "abi", "path", "status"}) {
       ASSERT_TRUE(p.HasMember(key) && p[key].IsString()) << "missing string field " << key << " in " << out;
       fields[key] = p[key].GetString();
     }
     EXPECT_TRUE(fs::path(fields["path"]).is_absolute()) << fields["path"];
     by_file[fs::path(fields["path"]).filename().string()] = fields;
   }
-  EXPECT_EQ(by_file.size(), 13u);
+  EXPECT_EQ(by_file.size(), 14u);
 
   const auto& newer = by_file["sluice-stub-newer-backend.so"];
   EXPECT_EQ(newer.at("name"), "stub-newer");
   EXPECT_EQ(newer.at("kind"), "backend");
   EXPECT_EQ(newer.at("version"), "1.9.0");
+  EXPECT_EQ(newer.at("abi"), std::to_string(SL_ABI_MAJOR) + ".9");
   EXPECT_EQ(newer.at("status"), "loaded");
   EXPECT_EQ(fs::path(newer.at("path")).parent_path(), fs::weakly_canonical(stub_dir()));
 
@@ -285,6 +296,7 @@ TEST(PluginsCommand, JsonListsEveryStubWithItsStatus) {
   EXPECT_EQ(by_file["sluice-stub-dup-b.so"].at("status"), "skipped: another kvcodec named 'stub-dup' is already loaded");
   EXPECT_EQ(by_file["sluice-stub-old-backend.so"].at("status").rfind("skipped: backend table too small", 0), 0u);
   EXPECT_EQ(by_file["sluice-stub-wrong-abi.so"].at("kind"), "backend");
+  EXPECT_EQ(by_file["sluice-stub-abi1.so"].at("abi"), "1");
 }
 
 TEST(PluginsCommand, JsonFindsTheCpuBackendInTheBuildTree) {
@@ -303,6 +315,7 @@ TEST(PluginsCommand, JsonFindsTheCpuBackendInTheBuildTree) {
     found = true;
     EXPECT_STREQ(p["kind"].GetString(), "backend");
     EXPECT_STREQ(p["status"].GetString(), "loaded");
+    EXPECT_EQ(std::string(p["abi"].GetString()), std::to_string(SL_ABI_MAJOR) + "." + std::to_string(SL_ABI_MINOR));
   }
   EXPECT_TRUE(found) << out;
 }

@@ -60,13 +60,15 @@ class QuantOpsTest : public BackendOpsTest {
     s.biases = q.biases.get();
     return q;
   }
-  bool supported(int bits) {
-    sl_op_query q{};
-    q.struct_size = sizeof(q);
-    q.op = SL_OP_MATMUL;
-    q.weight_dtype = SL_DTYPE_U32;
-    q.weight_bits = static_cast<uint32_t>(bits);
-    return api()->supports_op(be(), &q) == 1;
+  bool supported(int bits, sl_op op = SL_OP_MATMUL) {
+    sl_weight form{};
+    form.struct_size = sizeof(form);
+    form.dtype = SL_DTYPE_U32;
+    form.bits = static_cast<uint32_t>(bits);
+    form.group_size = 32;
+    form.rows = 32;
+    form.cols = 128;
+    return backend().runs_weight(op, form);
   }
 };
 
@@ -91,7 +93,7 @@ TEST_P(QuantOpsTest, MatmulOnPackedWeightsMatchesTheDequantizedReference) {
       auto xb = upload(x);
       auto out = zeros(std::size_t(n) * rows);
       sl_error err{};
-      ASSERT_EQ(api()->matmul(be(), xb.get(), n, &w.weight, nullptr, out.get(), &err), SL_OK) << err.message;
+      ASSERT_EQ(ops().matmul(xb.get(), n, &w.weight, nullptr, out.get(), &err), SL_OK) << err.message;
       const auto got = download(out, std::size_t(n) * rows);
       for (uint32_t t = 0; t < n; ++t)
         for (uint32_t r = 0; r < rows; ++r) {
@@ -110,18 +112,13 @@ TEST_P(QuantOpsTest, MatmulOnPackedWeightsMatchesTheDequantizedReference) {
 
 TEST_P(QuantOpsTest, EmbeddingLookupDequantizesOneRow) {
   for (const QuantCase c : all_cases()) {
-    sl_op_query q{};
-    q.struct_size = sizeof(q);
-    q.op = SL_OP_EMBED;
-    q.weight_dtype = SL_DTYPE_U32;
-    q.weight_bits = static_cast<uint32_t>(c.bits);
-    if (!api()->supports_op(be(), &q)) continue;
+    if (!supported(c.bits, SL_OP_EMBED)) continue;
     const uint32_t vocab = 50, dim = 128;
     auto table = make_quantized(c, vocab, dim);
     const std::vector<int32_t> ids = {0, 49, 7, 7};
     auto out = zeros(ids.size() * dim);
     sl_error err{};
-    ASSERT_EQ(api()->embed(be(), &table.weight, ids.data(), uint32_t(ids.size()), out.get(), &err), SL_OK) << err.message;
+    ASSERT_EQ(ops().embed(&table.weight, ids.data(), uint32_t(ids.size()), out.get(), &err), SL_OK) << err.message;
     const auto got = download(out, ids.size() * dim);
     for (std::size_t i = 0; i < ids.size(); ++i)
       for (uint32_t k = 0; k < dim; ++k)
@@ -137,10 +134,10 @@ TEST_P(QuantOpsTest, MalformedQuantizedWeightsAreErrorsNotCrashes) {
   auto out = zeros(8);
   auto expect_refused = [&](sl_weight bad, const char* why) {
     sl_error err{};
-    EXPECT_NE(api()->matmul(be(), x.get(), 1, &bad, nullptr, out.get(), &err), SL_OK) << why;
+    EXPECT_NE(ops().matmul(x.get(), 1, &bad, nullptr, out.get(), &err), SL_OK) << why;
     EXPECT_STRNE(err.message, "") << why;
     const int32_t id = 0;
-    EXPECT_NE(api()->embed(be(), &bad, &id, 1, out.get(), &err), SL_OK) << why;
+    EXPECT_NE(ops().embed(&bad, &id, 1, out.get(), &err), SL_OK) << why;
   };
   sl_weight bad = w.weight;
   bad.bits = 7;

@@ -34,7 +34,7 @@ int run_plugins(const Args& args) {
     bool first = true;
     for (const auto& r : registry.records()) {
       std::cout << (first ? "" : ",") << "{\"name\":" << json::quote(r.name) << ",\"kind\":" << json::quote(r.kind)
-                << ",\"version\":" << json::quote(r.version) << ",\"path\":" << json::quote(r.path)
+                << ",\"version\":" << json::quote(r.version) << ",\"abi\":" << json::quote(r.abi) << ",\"path\":" << json::quote(r.path)
                 << ",\"status\":" << json::quote(r.status) << "}";
       first = false;
     }
@@ -43,7 +43,8 @@ int run_plugins(const Args& args) {
   }
   if (registry.records().empty()) std::cout << "no plugins found\n";
   for (const auto& r : registry.records())
-    std::cout << r.kind << "\t" << r.name << "\t" << (r.version.empty() ? "-" : r.version) << "\t" << r.status << "\t" << r.path << "\n";
+    std::cout << r.kind << "\t" << r.name << "\t" << (r.version.empty() ? "-" : r.version) << "\tABI " << (r.abi.empty() ? "-" : r.abi)
+              << "\t" << r.status << "\t" << r.path << "\n";
   return 0;
 }
 

@@ -36,6 +36,7 @@ typedef struct sl_expertstore_config {
 
 typedef struct sl_expertstore_stats {
   uint32_t struct_size;
+  uint32_t abi_version;     /* SL_ABI_VERSION the plugin was built with (it fills this struct) */
   uint64_t bytes_read;      /* bytes that really came from the file system */
   uint64_t read_requests;
   uint64_t hits;            /* acquires served from memory */
@@ -44,7 +45,6 @@ typedef struct sl_expertstore_stats {
   uint64_t cache_bytes;     /* bytes held now */
   uint64_t budget_bytes;
   double read_seconds;      /* wall time with at least one read in flight (for bandwidth) */
-  /* --- added in ABI 1.1 --- */
   double read_p50_us;       /* latency of one read request, percentiles */
   double read_p99_us;
   uint64_t evictions;
@@ -53,6 +53,7 @@ typedef struct sl_expertstore_stats {
 
 typedef struct sl_expertstore_layer_stats {
   uint32_t struct_size;
+  uint32_t abi_version;     /* SL_ABI_VERSION the plugin was built with (it fills this struct) */
   uint64_t hits;
   uint64_t misses;
   uint64_t bytes_read;
@@ -60,6 +61,7 @@ typedef struct sl_expertstore_layer_stats {
 
 typedef struct sl_expertstore_api {
   uint32_t struct_size;
+  uint32_t abi_version;  /* SL_ABI_VERSION the plugin was built with */
   sl_status (*create)(const sl_expertstore_config* config, sl_expertstore** out, sl_error* err);
   void (*destroy)(sl_expertstore* store);
   /* Make experts[0..n) of `layer` usable; parts_out receives n * n_parts host pointers (expert-major),
@@ -70,7 +72,6 @@ typedef struct sl_expertstore_api {
   /* A hint: these experts are likely needed soon. May be NULL. */
   void (*prefetch)(sl_expertstore* store, uint32_t layer, const uint32_t* experts, uint32_t n);
   void (*get_stats)(const sl_expertstore* store, sl_expertstore_stats* out);
-  /* --- added in ABI 1.1 (may be absent: check struct_size) --- */
   void (*get_layer_stats)(const sl_expertstore* store, uint32_t layer, sl_expertstore_layer_stats* out);
 } sl_expertstore_api;
 

@@ -24,6 +24,7 @@ typedef enum sl_kv_role { SL_KV_KEYS = 0, SL_KV_VALUES = 1 } sl_kv_role;
 
 typedef struct sl_kv_format {
   uint32_t struct_size;
+  uint32_t abi_version;     /* SL_ABI_VERSION the plugin was built with (it fills this struct) */
   uint32_t head_dim;
   uint32_t values_per_block;
   uint32_t bytes_per_block;
@@ -34,6 +35,7 @@ typedef struct sl_kv_format {
 
 typedef struct sl_kvcodec_api {
   uint32_t struct_size;
+  uint32_t abi_version;  /* SL_ABI_VERSION the plugin was built with */
 
   /* options: the text after "name:" in --kv-codec, or "" */
   sl_status (*create)(uint32_t head_dim, sl_kv_role role, const char* options, sl_kvcodec** out,

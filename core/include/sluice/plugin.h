@@ -4,12 +4,14 @@
  * function returning a pointer to a static `sl_plugin_descriptor`. Everything else crosses through the
  * function tables the descriptor points to.
  *
- * Versioning rules (see docs/ARCHITECTURE.md):
+ * Versioning rules (see docs/PLUGINS.md):
  *  - SL_ABI_MAJOR changes only when an existing member changes meaning or position; the host refuses
- *    a plugin whose major differs.
+ *    a plugin whose major differs, naming both versions. SL_ABI_MINOR grows when members are added.
  *  - Every struct that crosses the boundary starts with `struct_size` (sizeof as the writer compiled
- *    it). Structs and tables only grow at the end; the reader checks `struct_size` before touching a
- *    member added later, and treats members beyond the writer's size as absent (NULL / 0).
+ *    it); every table and struct a plugin fills carries, next to it, the `abi_version` it was built
+ *    with (SL_ABI_VERSION). Structs and tables only grow at the end; the reader checks `struct_size`
+ *    before touching a member added later, and treats members beyond the writer's size as absent
+ *    (NULL / 0). Each member added after x.0 says in its comment which minor added it.
  *  - Optional function pointers may be NULL; the host checks before calling.
  *
  * Errors: functions return `sl_status`; on failure they write a NUL-terminated message into the
@@ -28,7 +30,13 @@
 extern "C" {
 #endif
 
-#define SL_ABI_MAJOR 1u
+#define SL_ABI_MAJOR 2u
+#define SL_ABI_MINOR 0u
+/* A version in one word: major in the high 16 bits, minor in the low 16. */
+#define SL_ABI_VERSION_OF(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
+#define SL_ABI_VERSION SL_ABI_VERSION_OF(SL_ABI_MAJOR, SL_ABI_MINOR)
+#define SL_ABI_VERSION_MAJOR(v) ((uint32_t)(v) >> 16)
+#define SL_ABI_VERSION_MINOR(v) ((uint32_t)(v) & 0xFFFFu)
 #define SL_PLUGIN_ENTRY_SYMBOL "sluice_plugin_entry"
 
 #if defined(__GNUC__)
@@ -60,7 +68,9 @@ typedef enum sl_plugin_kind {
 
 typedef struct sl_plugin_descriptor {
   uint32_t struct_size; /* sizeof(sl_plugin_descriptor) as the plugin was compiled */
-  uint32_t abi_major;   /* must equal the host's SL_ABI_MAJOR */
+  /* SL_ABI_VERSION the plugin was built with; its major must equal the host's. ABI 1 plugins kept
+   * their major alone here (1), which reads as version 0.1: refused, named as ABI 1. */
+  uint32_t abi_version;
   uint32_t kind;        /* sl_plugin_kind */
   const char* name;     /* short, unique per kind: "cpu", "opencl", "q8", "uring" */
   const char* version;  /* the plugin's own version, e.g. "0.1.0" */

@@ -1,0 +1,126 @@
+#pragma once
+// The shape rules of each op (sluice/graph.h), checked before a backend runs a node: a graph that
+// breaks them gets an error naming the node, never a read or write out of bounds. Header-only, for
+// backend plugins; buffer bounds are the backend's to check (it knows its buffers' sizes).
+#include <cstdint>
+#include <string>
+
+#include "graph/graph_view.h"
+
+namespace sluice::graph {
+
+namespace detail {
+
+inline std::string shape(const sl_tensor& t) { return "[" + std::to_string(t.rows) + ", " + std::to_string(t.cols) + "]"; }
+
+inline bool is_f32_values(const sl_tensor* t) {
+  return t && (t->kind == SL_TENSOR_BUFFER || t->kind == SL_TENSOR_HOST) && t->dtype == SL_DTYPE_F32;
+}
+inline bool is_i32(const sl_tensor* t) {
+  return t && (t->kind == SL_TENSOR_BUFFER || t->kind == SL_TENSOR_HOST) && t->dtype == SL_DTYPE_I32;
+}
+inline bool is_weight(const sl_tensor* t) { return t && t->kind == SL_TENSOR_WEIGHT && t->weight; }
+inline bool is_activation(const sl_tensor* t) { return t && t->kind == SL_TENSOR_BUFFER && t->dtype == SL_DTYPE_F32 && t->buffer; }
+// Every index of a host I32 tensor in [0, limit).
+inline bool rows_within(const sl_tensor& rows, uint32_t limit) {
+  const auto* r = static_cast<const int32_t*>(rows.host);
+  for (uint64_t i = 0; i < values(rows); ++i)
+    if (r[i] < 0 || static_cast<uint32_t>(r[i]) >= limit) return false;
+  return true;
+}
+
+}  // namespace detail
+
+// "" when the node keeps its op's rules, else what is wrong. n_tokens: the step's batch size.
+inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_tokens) {
+  using namespace detail;
+  const sl_tensor* in0 = input(g, n, 0);
+  const sl_tensor* in1 = input(g, n, 1);
+  const sl_tensor* in2 = input(g, n, 2);
+  const sl_tensor* out = output(g, n, 0);
+  auto fail = [&](const std::string& why) { return std::string(node_name(n)) + ": " + why; };
+  for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i)
+    if (n.inputs[i] != SL_NO_TENSOR && n.inputs[i] >= g.n_tensors) return fail("input " + std::to_string(i) + " is not a tensor of the graph");
+  for (uint32_t i = 0; i < SL_NODE_MAX_OUTPUTS; ++i)
+    if (n.outputs[i] != SL_NO_TENSOR && n.outputs[i] >= g.n_tensors) return fail("output " + std::to_string(i) + " is not a tensor of the graph");
+  switch (n.op) {
+    case SL_OP_EMBED:
+      if (!is_weight(in0) || !is_i32(in1) || !is_activation(out)) return fail("needs a table weight, I32 ids and an F32 output");
+      if (out->rows != values(*in1) || out->cols != in0->weight->cols)
+        return fail("output " + shape(*out) + " does not hold " + std::to_string(values(*in1)) + " rows of " + std::to_string(in0->weight->cols));
+      return {};
+    case SL_OP_RMS_NORM: {
+      const auto* p = params<sl_norm_params>(n);
+      if (!p) return fail("missing sl_norm_params");
+      if (!is_activation(in0) || !is_weight(in1) || !is_activation(out)) return fail("needs F32 x and output and a weight");
+      if (in1->weight->bits != 0 || in1->weight->cols != in0->cols || values(*out) != values(*in0))
+        return fail("x " + shape(*in0) + ", weight of " + std::to_string(in1->weight->cols) + ", output " + shape(*out) + " do not fit");
+      return {};
+    }
+    case SL_OP_MATMUL:
+      if (!is_activation(in0) || !is_weight(in1) || !is_activation(out)) return fail("needs F32 x and output and a weight");
+      if (in0->cols != in1->weight->cols || out->rows != in0->rows || out->cols != in1->weight->rows)
+        return fail("x " + shape(*in0) + " times weight [" + std::to_string(in1->weight->rows) + ", " + std::to_string(in1->weight->cols) +
+                    "] does not give " + shape(*out));
+      if (in2 && (!is_weight(in2) || in2->weight->bits != 0 || in2->weight->cols != in1->weight->rows)) return fail("bias does not fit");
+      if (overlaps(*in0, *out)) return fail("output overlaps x");
+      return {};
+    case SL_OP_ROPE: {
+      const auto* p = params<sl_rope_params>(n);
+      if (!p || !p->inv_freq) return fail("missing sl_rope_params or inv_freq");
+      if (!is_activation(in0) || !out || !same_memory(*in0, *out)) return fail("rotates x in place: output must be x");
+      if (p->rotary_dim > p->head_dim || p->rotary_dim % 2 || uint64_t(p->n_heads) * p->head_dim != in0->cols || in0->rows != n_tokens)
+        return fail("x " + shape(*in0) + " is not [tokens, n_heads * head_dim] with rotary_dim <= head_dim");
+      return {};
+    }
+    case SL_OP_KV_WRITE:
+      if (!params<sl_kv_params>(n)) return fail("missing sl_kv_params");
+      if (!is_activation(in0) || !is_activation(in1) || in0->rows != n_tokens || in1->rows != n_tokens || values(*in0) != values(*in1))
+        return fail("needs k and v of [tokens, n_kv_heads * head_dim]");
+      return {};
+    case SL_OP_ATTENTION: {
+      const auto* p = params<sl_attention_params>(n);
+      if (!p) return fail("missing sl_attention_params");
+      if (!is_activation(in0) || !is_activation(out) || in0->rows != n_tokens || out->rows != n_tokens ||
+          uint64_t(p->n_heads) * p->head_dim != in0->cols || values(*out) != values(*in0))
+        return fail("needs q and output of [tokens, n_heads * head_dim]");
+      if (p->n_kv_heads == 0 || p->n_heads % p->n_kv_heads) return fail("n_heads is not a multiple of n_kv_heads");
+      if (in1 && (!is_f32_values(in1) || values(*in1) < p->n_heads)) return fail("sinks must be F32 [1, n_heads]");
+      if (overlaps(*in0, *out)) return fail("output overlaps q");
+      return {};
+    }
+    case SL_OP_GLU:
+      if (!params<sl_glu_params>(n)) return fail("missing sl_glu_params");
+      if (!is_activation(in0) || !is_activation(in1) || !is_activation(out) || values(*in0) != values(*in1) || values(*out) != values(*in0))
+        return fail("needs gate, up and output of one size");
+      return {};
+    case SL_OP_ADD:
+      if (!is_activation(in0) || !is_activation(in1) || !is_activation(out) || values(*in0) != values(*in1) || values(*out) != values(*in0))
+        return fail("needs a, b and output of one size");
+      return {};
+    case SL_OP_COPY:
+      if (!is_activation(in0) || !is_activation(out) || values(*in0) != values(*out)) return fail("needs x and output of one size");
+      return {};
+    case SL_OP_GET_ROWS:
+      if (!is_activation(in0) || !is_i32(in1) || in1->kind != SL_TENSOR_HOST || !is_activation(out)) return fail("needs F32 x, host I32 rows, F32 output");
+      if (out->rows != values(*in1) || out->cols != in0->cols) return fail("output " + shape(*out) + " does not fit the rows asked");
+      if (overlaps(*in0, *out)) return fail("output overlaps x");
+      return rows_within(*in1, in0->rows) ? std::string() : fail("a row index lies outside x " + shape(*in0));
+    case SL_OP_SCATTER_ADD_ROWS:
+      if (!is_activation(in0) || !is_i32(in1) || in1->kind != SL_TENSOR_HOST || !in2 || in2->kind != SL_TENSOR_HOST ||
+          in2->dtype != SL_DTYPE_F32 || !is_activation(out))
+        return fail("needs F32 x, host I32 rows, host F32 weights, F32 output");
+      if (values(*in1) != in0->rows || values(*in2) != in0->rows || out->cols != in0->cols)
+        return fail("x " + shape(*in0) + ", rows and weights do not fit output " + shape(*out));
+      if (overlaps(*in0, *out)) return fail("output overlaps x");
+      return rows_within(*in1, out->rows) ? std::string() : fail("a row index lies outside the output " + shape(*out));
+    case SL_OP_ARGMAX:
+      if (!is_activation(in0) || !out || out->kind != SL_TENSOR_BUFFER || out->dtype != SL_DTYPE_I32 || values(*out) != in0->rows)
+        return fail("needs F32 x [r, c] and an I32 output of r values");
+      return {};
+    default:
+      return fail("op " + std::to_string(n.op) + " is not known to this backend");
+  }
+}
+
+}  // namespace sluice::graph

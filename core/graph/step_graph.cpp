@@ -1,0 +1,127 @@
+#include "graph/step_graph.h"
+
+#include <stdexcept>
+
+namespace sluice {
+
+StepGraph::Id StepGraph::buffer(sl_buffer* b, uint32_t rows, uint32_t cols, sl_dtype dtype, uint64_t offset_bytes) {
+  sl_tensor t{};
+  t.struct_size = sizeof(t);
+  t.kind = SL_TENSOR_BUFFER;
+  t.dtype = dtype;
+  t.rows = rows;
+  t.cols = cols;
+  t.buffer = b;
+  t.offset = offset_bytes;
+  tensors_.push_back(t);
+  return static_cast<Id>(tensors_.size() - 1);
+}
+
+StepGraph::Id StepGraph::weight(const sl_weight& w) {
+  sl_tensor t{};
+  t.struct_size = sizeof(t);
+  t.kind = SL_TENSOR_WEIGHT;
+  t.dtype = w.dtype;
+  t.rows = w.rows;
+  t.cols = w.cols;
+  t.weight = &weights_.emplace_back(w);
+  tensors_.push_back(t);
+  return static_cast<Id>(tensors_.size() - 1);
+}
+
+StepGraph::Id StepGraph::host(const void* data, uint32_t rows, uint32_t cols, sl_dtype dtype) {
+  sl_tensor t{};
+  t.struct_size = sizeof(t);
+  t.kind = SL_TENSOR_HOST;
+  t.dtype = dtype;
+  t.rows = rows;
+  t.cols = cols;
+  t.host = data;
+  tensors_.push_back(t);
+  return static_cast<Id>(tensors_.size() - 1);
+}
+
+void StepGraph::node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name) {
+  if (in.size() > SL_NODE_MAX_INPUTS || out.size() > SL_NODE_MAX_OUTPUTS) throw std::logic_error("node with too many tensors");
+  sl_node n{};
+  n.struct_size = sizeof(n);
+  n.op = op;
+  std::fill(std::begin(n.inputs), std::end(n.inputs), kNone);
+  std::fill(std::begin(n.outputs), std::end(n.outputs), kNone);
+  std::size_t i = 0;
+  for (Id id : in) n.inputs[i++] = id;
+  i = 0;
+  for (Id id : out) n.outputs[i++] = id;
+  n.params = params;
+  n.name = names_.emplace_back(std::move(name)).c_str();
+  nodes_.push_back(n);
+}
+
+void StepGraph::embed(Id table, Id ids, Id out, std::string name) { node(SL_OP_EMBED, {table, ids}, {out}, nullptr, std::move(name)); }
+
+void StepGraph::rms_norm(Id x, Id weight, float eps, float weight_offset, Id out, std::string name) {
+  sl_norm_params p{};
+  p.struct_size = sizeof(p);
+  p.eps = eps;
+  p.weight_offset = weight_offset;
+  node(SL_OP_RMS_NORM, {x, weight}, {out}, keep(p), std::move(name));
+}
+
+void StepGraph::matmul(Id x, Id weight, Id bias, Id out, std::string name) {
+  node(SL_OP_MATMUL, {x, weight, bias}, {out}, nullptr, std::move(name));
+}
+
+void StepGraph::rope(Id x, const sl_rope_params& p, std::string name) {
+  sl_rope_params q = p;
+  q.struct_size = sizeof(q);
+  node(SL_OP_ROPE, {x}, {x}, keep(q), std::move(name));
+}
+
+void StepGraph::kv_write(Id k, Id v, uint32_t layer, std::string name) {
+  sl_kv_params p{};
+  p.struct_size = sizeof(p);
+  p.layer = layer;
+  node(SL_OP_KV_WRITE, {k, v}, {}, keep(p), std::move(name));
+}
+
+void StepGraph::attention(Id q, Id sinks, const sl_attention_params& p, Id out, std::string name) {
+  sl_attention_params a = p;
+  a.struct_size = sizeof(a);
+  node(SL_OP_ATTENTION, {q, sinks}, {out}, keep(a), std::move(name));
+}
+
+void StepGraph::glu(Id gate, Id up, uint32_t activation, Id out, std::string name) {
+  sl_glu_params p{};
+  p.struct_size = sizeof(p);
+  p.activation = activation;
+  node(SL_OP_GLU, {gate, up}, {out}, keep(p), std::move(name));
+}
+
+void StepGraph::add(Id a, Id b, Id out, std::string name) { node(SL_OP_ADD, {a, b}, {out}, nullptr, std::move(name)); }
+void StepGraph::copy(Id x, Id out, std::string name) { node(SL_OP_COPY, {x}, {out}, nullptr, std::move(name)); }
+void StepGraph::get_rows(Id x, Id rows, Id out, std::string name) { node(SL_OP_GET_ROWS, {x, rows}, {out}, nullptr, std::move(name)); }
+void StepGraph::scatter_add_rows(Id x, Id rows, Id weights, Id out, std::string name) {
+  node(SL_OP_SCATTER_ADD_ROWS, {x, rows, weights}, {out}, nullptr, std::move(name));
+}
+void StepGraph::argmax(Id x, Id out, std::string name) { node(SL_OP_ARGMAX, {x}, {out}, nullptr, std::move(name)); }
+
+const sl_graph& StepGraph::view() {
+  graph_ = {};
+  graph_.struct_size = sizeof(graph_);
+  graph_.n_tensors = static_cast<uint32_t>(tensors_.size());
+  graph_.tensors = tensors_.data();
+  graph_.n_nodes = static_cast<uint32_t>(nodes_.size());
+  graph_.nodes = nodes_.data();
+  return graph_;
+}
+
+void StepGraph::clear() {
+  tensors_.clear();
+  nodes_.clear();
+  params_.clear();
+  names_.clear();
+  weights_.clear();
+  graph_ = {};
+}
+
+}  // namespace sluice

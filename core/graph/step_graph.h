@@ -1,0 +1,64 @@
+#pragma once
+// The host's side of a step graph (sluice/graph.h): tensors and nodes appended in order, parameter
+// structs and names kept at stable addresses until the graph is cleared, and the sl_graph view a
+// backend's graph_compute reads. The model's builders (core/model/families/) and the conformance
+// checks write graphs through it.
+#include <cstdint>
+#include <deque>
+#include <initializer_list>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "sluice/graph.h"
+
+namespace sluice {
+
+class StepGraph {
+ public:
+  using Id = uint32_t;
+  static constexpr Id kNone = SL_NO_TENSOR;
+
+  // Tensors. A weight is referenced, not copied: it must outlive the graph.
+  Id buffer(sl_buffer* b, uint32_t rows, uint32_t cols, sl_dtype dtype = SL_DTYPE_F32, uint64_t offset_bytes = 0);
+  Id weight(const sl_weight& w);
+  Id host(const void* data, uint32_t rows, uint32_t cols, sl_dtype dtype);
+
+  // Nodes (sluice/graph.h says what each op computes). Names are for messages and profiles.
+  void embed(Id table, Id ids, Id out, std::string name = "embed");
+  void rms_norm(Id x, Id weight, float eps, float weight_offset, Id out, std::string name);
+  void matmul(Id x, Id weight, Id bias, Id out, std::string name);
+  void rope(Id x, const sl_rope_params& p, std::string name);
+  void kv_write(Id k, Id v, uint32_t layer, std::string name);
+  void attention(Id q, Id sinks, const sl_attention_params& p, Id out, std::string name);
+  void glu(Id gate, Id up, uint32_t activation, Id out, std::string name);
+  void add(Id a, Id b, Id out, std::string name);
+  void copy(Id x, Id out, std::string name);
+  void get_rows(Id x, Id rows, Id out, std::string name);
+  void scatter_add_rows(Id x, Id rows, Id weights, Id out, std::string name);
+  void argmax(Id x, Id out, std::string name);
+
+  const sl_tensor& tensor(Id id) const { return tensors_.at(id); }
+  const std::vector<sl_node>& nodes() const { return nodes_; }
+  bool empty() const { return nodes_.empty(); }
+  // The graph as a backend reads it; valid until the next change.
+  const sl_graph& view();
+  void clear();
+
+ private:
+  using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params>;
+  void node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name);
+  template <class P>
+  const P* keep(const P& p) {
+    return &std::get<P>(params_.emplace_back(p));
+  }
+
+  std::vector<sl_tensor> tensors_;
+  std::vector<sl_node> nodes_;
+  std::deque<Params> params_;     // stable addresses
+  std::deque<std::string> names_;
+  std::deque<sl_weight> weights_; // copies of the weights referenced (the caller's may move)
+  sl_graph graph_{};
+};
+
+}  // namespace sluice

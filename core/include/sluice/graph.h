@@ -1,0 +1,201 @@
+/* Step graphs (Backend ABI 2): what a backend runs. The host builds one graph per step from the
+ * model's description — a list of nodes in an order that respects their data dependencies — and a
+ * backend runs it with graph_compute (sluice/backend.h). Ops are data: a node names its op, its
+ * input and output tensors and a parameter struct, so a new op is a new enum value and parameter
+ * struct, never a new table member. How a backend runs a graph (one kernel per node, or several
+ * nodes joined into one launch) is its own business; the results must be those of the nodes run
+ * one by one in order.
+ *
+ * Versioning (sluice/plugin.h): structs grow only at the end and start with struct_size; the
+ * reader treats members beyond struct_size as absent. Each member added after 2.0 says which minor
+ * added it. A backend answers supports_node for a node it has never heard of with 0.
+ */
+#ifndef SLUICE_GRAPH_H
+#define SLUICE_GRAPH_H
+
+#include "sluice/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sl_buffer sl_buffer;     /* device memory, owned by the backend */
+typedef struct sl_kv_cache sl_kv_cache; /* paged KV storage, owned by the backend */
+
+typedef enum sl_dtype {
+  SL_DTYPE_F32 = 0,
+  SL_DTYPE_F16 = 1,
+  SL_DTYPE_BF16 = 2,
+  SL_DTYPE_I32 = 3,
+  SL_DTYPE_U32 = 4 /* packed quantized words */
+} sl_dtype;
+
+/* A weight matrix [rows, cols] row-major, stored in a buffer. A vector (norm weight, bias) has rows 1.
+ * Affine quantization (bits > 0): `data` holds uint32 words, each packing 32/bits values along cols,
+ * low bits first; value = scale * q + bias per group of group_size consecutive cols. */
+typedef struct sl_weight {
+  uint32_t struct_size;
+  sl_buffer* data;
+  uint64_t offset;       /* bytes */
+  uint32_t dtype;        /* sl_dtype of the values (unquantized) or SL_DTYPE_U32 (quantized) */
+  uint32_t rows;
+  uint32_t cols;
+  uint32_t bits;         /* 0 = not quantized */
+  uint32_t group_size;
+  uint32_t scale_dtype;  /* sl_dtype of scales and biases */
+  sl_buffer* scales;
+  uint64_t scales_offset;
+  sl_buffer* biases;
+  uint64_t biases_offset;
+} sl_weight;
+
+/* Where a tensor's values live. */
+typedef enum sl_tensor_kind {
+  SL_TENSOR_BUFFER = 0, /* rows × cols values of dtype at buffer + offset (bytes), row-major, dense */
+  SL_TENSOR_WEIGHT = 1, /* the weight `weight` (its own form; rows and cols repeat its shape) */
+  SL_TENSOR_HOST = 2    /* rows × cols values of dtype in host memory at `host`, read during graph_compute */
+} sl_tensor_kind;
+
+typedef struct sl_tensor {
+  uint32_t struct_size;
+  uint32_t kind;   /* sl_tensor_kind */
+  uint32_t dtype;  /* sl_dtype (BUFFER, HOST) */
+  uint32_t rows;
+  uint32_t cols;
+  sl_buffer* buffer;
+  uint64_t offset;
+  const sl_weight* weight;
+  const void* host;
+} sl_tensor;
+
+/* Ops. Shapes: x [n, cols] means a tensor of n rows of cols values; "tokens" is the step's batch
+ * (sl_step.batch). Inputs and outputs are tensor indices into sl_graph.tensors; SL_NO_TENSOR marks an
+ * optional one left out. An output may be one of the inputs only where the op says so. */
+typedef enum sl_op {
+  SL_OP_NONE = 0,
+  /* out [n, H] = table[ids[i]]; in: table (WEIGHT [V, H]), ids (I32 [1, n], host or device; an id
+   * outside the table gives a row of zeros). */
+  SL_OP_EMBED = 1,
+  /* out = x / rms(x) * (weight + weight_offset) per row; in: x [r, c], weight (WEIGHT [1, c]).
+   * sl_norm_params. out may be x. */
+  SL_OP_RMS_NORM = 2,
+  /* out[t, r] = sum_c x[t, c] * w[r, c] (+ bias[r]); in: x [n, w.cols], w (WEIGHT), bias (optional,
+   * WEIGHT [1, w.rows]); out [n, w.rows], distinct from x. */
+  SL_OP_MATMUL = 3,
+  /* Rotary embedding in place at the tokens' positions; in: x [tokens, n_heads * head_dim]; out: x.
+   * sl_rope_params. */
+  SL_OP_ROPE = 4,
+  /* Stores the tokens' K and V ([tokens, n_kv_heads * head_dim]) of one layer at their positions;
+   * in: k, v; no output. sl_kv_params. */
+  SL_OP_KV_WRITE = 5,
+  /* Causal attention of the tokens' queries [tokens, n_heads * head_dim] over their sequences' cached
+   * positions (within the window), after every KV_WRITE of the layer before it in the graph; in: q,
+   * sinks (optional, F32 [1, n_heads]); out [tokens, n_heads * head_dim]. sl_attention_params. */
+  SL_OP_ATTENTION = 6,
+  /* out = act(gate) * up, elementwise; in: gate, up; out may be gate. sl_glu_params. */
+  SL_OP_GLU = 7,
+  /* out = a + b, elementwise (same shapes); out may be a. */
+  SL_OP_ADD = 8,
+  /* out = x (same number of values). */
+  SL_OP_COPY = 9,
+  /* out[i, :] = x[rows[i], :]; in: x [r, c], rows (I32 [1, n], host); out [n, c]. */
+  SL_OP_GET_ROWS = 10,
+  /* out[rows[i], :] += weights[i] * x[i, :] in order of i; in: x [n, c], rows (I32 [1, n], host),
+   * weights (F32 [1, n], host); out: the tensor added into (read too). */
+  SL_OP_SCATTER_ADD_ROWS = 11,
+  /* out (I32 [1, r]) = the first index of each row's largest value, NaN passed over (a row of
+   * nothing but NaN gives 0); in: x [r, c]. */
+  SL_OP_ARGMAX = 12,
+  SL_OP_COUNT /* grows with every minor; not part of the ABI */
+} sl_op;
+
+#define SL_NO_TENSOR 0xFFFFFFFFu
+#define SL_NODE_MAX_INPUTS 4u
+#define SL_NODE_MAX_OUTPUTS 2u
+
+typedef struct sl_norm_params {
+  uint32_t struct_size;
+  float eps;
+  float weight_offset; /* Gemma stores weight - 1 */
+} sl_norm_params;
+
+typedef enum sl_rope_style {
+  SL_ROPE_NEOX = 0,        /* rotate the two halves of the rotary dims (HF rotate_half) */
+  SL_ROPE_INTERLEAVED = 1  /* rotate adjacent pairs */
+} sl_rope_style;
+
+/* angle = position * inv_freq[i] for i < rotary_dim / 2; cos and sin multiplied by attention_factor. */
+typedef struct sl_rope_params {
+  uint32_t struct_size;
+  uint32_t n_heads;
+  uint32_t head_dim;
+  uint32_t rotary_dim;
+  uint32_t style;           /* sl_rope_style */
+  float attention_factor;
+  const float* inv_freq;    /* [rotary_dim / 2], host memory that stays valid while the graph (or plan) lives */
+} sl_rope_params;
+
+typedef struct sl_kv_params {
+  uint32_t struct_size;
+  uint32_t layer;  /* the cache's layer */
+} sl_kv_params;
+
+typedef struct sl_attention_params {
+  uint32_t struct_size;
+  uint32_t layer;         /* the cache's layer */
+  uint32_t n_heads;
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  float scale;            /* usually 1/sqrt(head_dim) */
+  uint32_t window;        /* sliding window in tokens; 0 = full causal */
+  float softcap;          /* tanh soft-capping of scores; 0 = none */
+} sl_attention_params;
+
+typedef enum sl_activation {
+  SL_ACT_SILU = 0,
+  SL_ACT_GELU_TANH = 1,
+  SL_ACT_GELU = 2
+} sl_activation;
+
+typedef struct sl_glu_params {
+  uint32_t struct_size;
+  uint32_t activation;  /* sl_activation */
+} sl_glu_params;
+
+typedef struct sl_node {
+  uint32_t struct_size;
+  uint32_t op;                              /* sl_op */
+  uint32_t inputs[SL_NODE_MAX_INPUTS];      /* tensor indices, SL_NO_TENSOR where absent */
+  uint32_t outputs[SL_NODE_MAX_OUTPUTS];
+  const void* params;                       /* the op's parameter struct (starts with struct_size), or NULL */
+  const char* name;                         /* for messages and profiles, e.g. "layer 3 q" */
+} sl_node;
+
+/* The tokens of a step. Host pointers, valid during graph_compute. */
+typedef struct sl_batch {
+  uint32_t struct_size;
+  uint32_t n_tokens;
+  const int32_t* positions;  /* [n_tokens] position of each token in its sequence */
+  const int32_t* seq_slots;  /* [n_tokens] which of the step's sequences it belongs to */
+  uint32_t n_seqs;
+  uint32_t max_pages;        /* columns of page_table */
+  const int32_t* page_table; /* [n_seqs][max_pages]: KV page of each run of page_tokens positions */
+  /* [n_seqs][max_pages]: the recent page holding exact (f16) K/V rows for each page of positions, or
+   * -1. Attention reads key j of a query at position p exactly when j > p - recent_window and
+   * recent_table has a page for j; KV_WRITE stores the exact rows wherever it has one. NULL = none. */
+  const int32_t* recent_table;
+} sl_batch;
+
+typedef struct sl_graph {
+  uint32_t struct_size;
+  uint32_t n_tensors;
+  const sl_tensor* tensors;
+  uint32_t n_nodes;
+  const sl_node* nodes;  /* in an order where every input is written before it is read */
+} sl_graph;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_GRAPH_H */

@@ -1,0 +1,43 @@
+#include "model/blocks.h"
+
+#include <cmath>
+
+namespace sluice::blocks {
+
+void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
+               const std::string& prefix) {
+  g.matmul(a.h, w.q, w.q_bias, a.q, prefix + "q");
+  g.matmul(a.h, w.k, w.k_bias, a.k, prefix + "k");
+  g.matmul(a.h, w.v, w.v_bias, a.v, prefix + "v");
+  if (w.q_norm != StepGraph::kNone) {
+    const Id q = w.norm_per_head ? a.q_heads : a.q, k = w.norm_per_head ? a.k_heads : a.k;
+    g.rms_norm(q, w.q_norm, s.norm_eps, 0.0f, q, prefix + "q_norm");
+    g.rms_norm(k, w.k_norm, s.norm_eps, 0.0f, k, prefix + "k_norm");
+  }
+  sl_rope_params rope = s.rope;
+  rope.head_dim = s.head_dim;
+  rope.n_heads = s.n_heads;
+  g.rope(a.q, rope, prefix + "rope q");
+  rope.n_heads = s.n_kv_heads;
+  g.rope(a.k, rope, prefix + "rope k");
+  g.kv_write(a.k, a.v, layer, prefix + "kv_write");
+  sl_attention_params p{};
+  p.layer = layer;
+  p.n_heads = s.n_heads;
+  p.n_kv_heads = s.n_kv_heads;
+  p.head_dim = s.head_dim;
+  p.scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.window = s.window;
+  p.softcap = s.softcap;
+  g.attention(a.q, w.sinks, p, a.attn, prefix + "attention");
+  g.matmul(a.attn, w.o, w.o_bias, a.o, prefix + "o");
+}
+
+void gated_mlp(StepGraph& g, const Activations& a, Id gate, Id up, Id down, uint32_t activation, const std::string& prefix) {
+  g.matmul(a.h, gate, StepGraph::kNone, a.gate, prefix + "gate");
+  g.matmul(a.h, up, StepGraph::kNone, a.up, prefix + "up");
+  g.glu(a.gate, a.up, activation, a.act, prefix + "activation");
+  g.matmul(a.act, down, StepGraph::kNone, a.o, prefix + "down");
+}
+
+}  // namespace sluice::blocks

@@ -1,0 +1,53 @@
+#pragma once
+// The blocks decoder layers are made of, as graph nodes (core/graph/step_graph.h): attention with its
+// projections, norms and rotary embedding; the gated MLP; the routed experts of a Mixture-of-Experts
+// block; the head. A family's builder (core/model/families/) strings them together in its order.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/step_graph.h"
+#include "sluice/graph.h"
+
+namespace sluice::blocks {
+
+using Id = StepGraph::Id;
+
+// The activations of one stage, as tensors of the step's graph: [n, width] each.
+struct Activations {
+  Id x = StepGraph::kNone;      // the residual stream [n, H]
+  Id h = StepGraph::kNone;      // a norm's output, a block's input [n, H]
+  Id q = StepGraph::kNone, k = StepGraph::kNone, v = StepGraph::kNone;  // [n, heads·D]
+  Id attn = StepGraph::kNone;   // attention's output [n, NH·D]
+  Id o = StepGraph::kNone;      // a block's output [n, H]
+  Id gate = StepGraph::kNone, up = StepGraph::kNone, act = StepGraph::kNone;  // [n, F]
+  // Per-head views of q and k ([n·heads, D]), for per-head norms.
+  Id q_heads = StepGraph::kNone, k_heads = StepGraph::kNone;
+};
+
+struct AttentionWeights {
+  Id q = StepGraph::kNone, k = StepGraph::kNone, v = StepGraph::kNone, o = StepGraph::kNone;
+  Id q_bias = StepGraph::kNone, k_bias = StepGraph::kNone, v_bias = StepGraph::kNone, o_bias = StepGraph::kNone;
+  Id q_norm = StepGraph::kNone, k_norm = StepGraph::kNone;  // none: no q/k norm
+  bool norm_per_head = true;  // q/k norms over each head (Qwen3), else over the whole projection (OLMoE)
+  Id sinks = StepGraph::kNone;
+};
+
+struct AttentionShape {
+  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float norm_eps = 1e-6f;
+  sl_rope_params rope{};  // n_heads is set per use
+  uint32_t window = 0;    // sliding window; 0 = full
+  float softcap = 0.0f;
+  float scale = 0.0f;     // 0: 1/sqrt(head_dim)
+};
+
+// h → o: the q/k/v products (with biases), q/k norms, rotary embedding, the KV write of `layer` and
+// attention over the cache, then the output product.
+void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
+               const std::string& prefix);
+
+// h → o: act(h·gateᵀ) * (h·upᵀ), then ·downᵀ.
+void gated_mlp(StepGraph& g, const Activations& a, Id gate, Id up, Id down, uint32_t activation, const std::string& prefix);
+
+}  // namespace sluice::blocks

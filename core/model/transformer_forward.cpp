@@ -1,0 +1,342 @@
+// The forward pass as step graphs: for each stage, the family's nodes for its layers (the embedding
+// on the first, the head on the last) in one graph run by the stage's backend; a Mixture-of-Experts
+// layer splits it where the host routes (core/model/transformer.h).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "model/families/family.h"
+#include "model/transformer.h"
+
+namespace sluice {
+
+void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) const {
+  const ModelConfig& c = config_;
+  Activations& a = st.act;
+  StepGraph& g = pass.graph;
+  const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads;
+  const uint32_t F = static_cast<uint32_t>(std::max(c.intermediate_size, c.moe.expert_intermediate));
+  blocks::Activations& t = pass.act;
+  t.x = g.buffer(a.x.get(), n, H);
+  t.h = g.buffer(a.h.get(), n, H);
+  t.q = g.buffer(a.q.get(), n, NH * D);
+  t.k = g.buffer(a.k.get(), n, NKV * D);
+  t.v = g.buffer(a.v.get(), n, NKV * D);
+  t.q_heads = g.buffer(a.q.get(), n * NH, D);
+  t.k_heads = g.buffer(a.k.get(), n * NKV, D);
+  t.attn = g.buffer(a.attn.get(), n, NH * D);
+  t.o = g.buffer(a.o.get(), n, H);
+  const uint32_t ffn = c.moe.enabled() && c.intermediate_size <= 0 ? F : static_cast<uint32_t>(std::max(1, c.intermediate_size));
+  t.gate = g.buffer(a.gate.get(), n, ffn);
+  t.up = g.buffer(a.up.get(), n, ffn);
+  t.act = g.buffer(a.act.get(), n, ffn);
+}
+
+Status Transformer::flush(Stage& st, PassGraph& pass, uint32_t n) {
+  if (!pass.graph.empty()) {
+    sl_step step{};
+    step.struct_size = sizeof(step);
+    step.batch = &pass.batch;
+    step.cache = pass.cache;
+    if (auto s = st.backend->compute(pass.graph.view(), step); !s) return s;
+  }
+  pass.graph.clear();
+  declare_activations(st, pass, n);
+  return {};
+}
+
+Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint32_t cache_layer, uint32_t n) {
+  families::LayerContext ctx;
+  ctx.config = &config_;
+  ctx.act = &pass.act;
+  ctx.rope.struct_size = sizeof(ctx.rope);
+  ctx.rope.rotary_dim = static_cast<uint32_t>(config_.rotary_dim());
+  ctx.rope.style = SL_ROPE_NEOX;
+  ctx.rope.attention_factor = rope_factor_;
+  ctx.rope.inv_freq = inv_freq_.data();
+  ctx.cache_layer = cache_layer;
+  ctx.prefix = "layer " + std::to_string(st.first + cache_layer) + " ";
+  family_->before_ffn(pass.graph, ctx, L);
+  if (L.moe_index >= 0) {
+    if (auto s = build_moe(st, pass, L, n); !s) return s;
+  } else {
+    family_->dense_ffn(pass.graph, ctx, L);
+  }
+  family_->after_ffn(pass.graph, ctx, L);
+  return {};
+}
+
+// Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
+// over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
+// the architecture says so. Returns, per token, its (expert, weight) pairs.
+std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const std::vector<float>& logits, uint32_t n) const {
+  const auto& moe = config_.moe;
+  const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
+  std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
+  std::vector<uint32_t> order(E);
+  std::vector<float> p(E);
+  for (uint32_t t = 0; t < n; ++t) {
+    const float* row = logits.data() + static_cast<std::size_t>(t) * E;
+    const float m = *std::max_element(row, row + E);
+    float sum = 0.0f;
+    for (uint32_t e = 0; e < E; ++e) sum += (p[e] = std::exp(row[e] - m));
+    for (uint32_t e = 0; e < E; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), 0u);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](uint32_t a, uint32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top_sum = 0.0f;
+    for (uint32_t i = 0; i < K; ++i) top_sum += p[order[i]];
+    for (uint32_t i = 0; i < K; ++i) routes[t].emplace_back(order[i], moe.normalize_top_k ? p[order[i]] / top_sum : p[order[i]]);
+  }
+  return routes;
+}
+
+// A MoE block: the router (and the next MoE layer's, whose guess at its experts starts the store's
+// prefetch so its reads overlap this layer's compute) ends the graph; the host routes every token and
+// fetches the routed experts; a new graph zeroes o and, per expert, gathers its rows, runs its gated
+// MLP and adds the weighted result into o.
+Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32_t n) {
+  if (!store_) return make_error("a Mixture-of-Experts model needs an expert store");
+  const ModelConfig& c = config_;
+  const BackendHandle& backend = *st.backend;
+  Activations& a = st.act;
+  const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate, E = static_cast<uint32_t>(c.moe.n_experts);
+  const uint32_t moe_layer = static_cast<uint32_t>(L.moe_index);
+  StepGraph& g = pass.graph;
+  g.matmul(pass.act.h, g.weight(L.router), StepGraph::kNone, g.buffer(a.router_logits.get(), n, E), "router");
+  const sl_weight* next_router = nullptr;
+  if (moe_layer + 1 < experts_->n_moe_layers()) {
+    const auto next = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
+    next_router = next < st.end ? &layers_[next].router : st.has_next_router ? &st.next_router : nullptr;
+  }
+  if (next_router) g.matmul(pass.act.h, g.weight(*next_router), StepGraph::kNone, g.buffer(a.next_router_logits.get(), n, E), "next router");
+  if (auto s = flush(st, pass, n); !s) return s;
+
+  std::vector<float> logits(static_cast<std::size_t>(n) * E);
+  if (auto s = backend.download(a.router_logits, 0, logits.data(), logits.size() * 4); !s) return s;
+  if (next_router) {
+    std::vector<float> guess_logits(logits.size());
+    if (auto s = backend.download(a.next_router_logits, 0, guess_logits.data(), guess_logits.size() * 4); !s) return s;
+    std::vector<bool> want(E, false);
+    for (const auto& r : route(guess_logits, n))
+      for (auto [e, w] : r) want[e] = true;
+    std::vector<uint32_t> hint;
+    for (uint32_t e = 0; e < E; ++e)
+      if (want[e]) hint.push_back(e);
+    store_->prefetch(moe_layer + 1, hint);
+  }
+  const auto routes = route(logits, n);
+  std::vector<std::vector<int32_t>> rows(E);
+  std::vector<std::vector<float>> weights(E);
+  for (uint32_t t = 0; t < n; ++t)
+    for (auto [e, w] : routes[t]) {
+      rows[e].push_back(static_cast<int32_t>(t));
+      weights[e].push_back(w);
+    }
+  std::vector<uint32_t> used;
+  for (uint32_t e = 0; e < E; ++e)
+    if (!rows[e].empty()) used.push_back(e);
+
+  std::vector<const void*> parts;
+  if (auto s = store_->acquire(moe_layer, used, parts); !s) return s;
+  struct Release {
+    ExpertStoreHandle* store;
+    uint32_t layer;
+    const std::vector<uint32_t>& experts;
+    ~Release() { store->release(layer, experts); }
+  } release{store_, moe_layer, used};
+
+  g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
+  const uint32_t per_part = experts_->n_parts() / 3;
+  for (std::size_t i = 0; i < used.size(); ++i) {
+    const uint32_t e = used[i];
+    const uint32_t m = static_cast<uint32_t>(rows[e].size());
+    // The expert's parts wrapped for the backend (zero-copy on the CPU; an upload on a device).
+    sl_weight w[3]{};
+    const std::size_t first_buffer = pass.keep.size();
+    for (uint32_t p = 0; p < 3; ++p) {
+      const auto& proj = experts_->projection(moe_layer, static_cast<ExpertLayout::Projection>(p));
+      for (uint32_t k = 0; k < per_part; ++k) {
+        const uint32_t index = p * per_part + k;
+        auto buf = backend.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
+        if (!buf) return buf.error();
+        pass.keep.push_back(std::move(*buf));
+      }
+      sl_weight& wp = w[p];
+      wp.struct_size = sizeof(sl_weight);
+      wp.data = pass.keep[first_buffer + p * per_part].get();
+      wp.dtype = proj.dtype;
+      wp.rows = proj.rows;
+      wp.cols = proj.cols;
+      if (proj.quantized()) {
+        wp.bits = proj.bits;
+        wp.group_size = proj.group_size;
+        wp.scale_dtype = proj.scale_dtype;
+        wp.scales = pass.keep[first_buffer + p * per_part + 1].get();
+        wp.biases = pass.keep[first_buffer + p * per_part + 2].get();
+      }
+    }
+    const std::string prefix = "expert " + std::to_string(e) + " ";
+    const auto& r = pass.rows.emplace_back(std::move(rows[e]));
+    const auto& wt = pass.weights.emplace_back(std::move(weights[e]));
+    const StepGraph::Id in = g.buffer(a.expert_in.get(), m, H), out = g.buffer(a.expert_out.get(), m, H);
+    const StepGraph::Id gate = g.buffer(a.gate.get(), m, F), up = g.buffer(a.up.get(), m, F), act = g.buffer(a.act.get(), m, F);
+    g.get_rows(pass.act.h, g.host(r.data(), 1, m, SL_DTYPE_I32), in, prefix + "gather");
+    g.matmul(in, g.weight(w[0]), StepGraph::kNone, gate, prefix + "gate");
+    g.matmul(in, g.weight(w[1]), StepGraph::kNone, up, prefix + "up");
+    g.glu(gate, up, SL_ACT_SILU, act, prefix + "activation");
+    g.matmul(act, g.weight(w[2]), StepGraph::kNone, out, prefix + "down");
+    g.scatter_add_rows(out, g.host(r.data(), 1, m, SL_DTYPE_I32), g.host(wt.data(), 1, m, SL_DTYPE_F32), pass.act.o,
+                       prefix + "scatter");
+  }
+  // The experts' weights are host memory the store lends until release: run them now and wait.
+  if (auto s = flush(st, pass, n); !s) return s;
+  if (auto s = backend.synchronize(); !s) return s;
+  pass.keep.clear();
+  pass.rows.clear();
+  pass.weights.clear();
+  return {};
+}
+
+void Transformer::build_head(Stage& st, PassGraph& pass, const ForwardBatch& batch, uint32_t n) {
+  Activations& a = st.act;
+  StepGraph& g = pass.graph;
+  const uint32_t H = config_.hidden_size, rows = static_cast<uint32_t>(batch.logit_rows.size());
+  bool every_row = rows == n;
+  for (uint32_t i = 0; every_row && i < n; ++i) every_row = batch.logit_rows[i] == i;
+  StepGraph::Id source = pass.act.x;
+  if (!every_row) {  // the rows that need logits, in order
+    source = g.buffer(a.last.get(), rows, H);
+    g.get_rows(pass.act.x, g.host(batch.logit_rows.data(), 1, rows, SL_DTYPE_I32), source, "head rows");
+  }
+  const StepGraph::Id normed = g.buffer(a.last_norm.get(), rows, H);
+  g.rms_norm(source, g.weight(final_norm_), config_.norm_eps, 0.0f, normed, "final norm");
+  g.matmul(normed, g.weight(lm_head_), StepGraph::kNone, g.buffer(a.logits.get(), rows, config_.vocab_size), "lm_head");
+}
+
+Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot, PassGraph& last) {
+  const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
+  if (n == 0) return make_error("forward: empty batch");
+  if (batch.positions.size() != n || batch.seq_slots.size() != n)
+    return make_error("forward: tokens, positions and sequence slots differ in length");
+  for (uint32_t r : batch.logit_rows)
+    if (r >= n) return make_error("forward: logit row out of range");
+  if (caches.size() != stages_.size())
+    return make_error("forward: the model runs on " + std::to_string(stages_.size()) + " backends and needs one KV cache for each, got " +
+                      std::to_string(caches.size()));
+  if (!batch.recent_table.empty() && batch.recent_table.size() != batch.page_table.size())
+    return make_error("forward: recent table and page table differ in size");
+  const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
+  for (auto& st : stages_)
+    if (auto s = ensure_activations(st, n, st.has_head ? std::max(1u, n_logits) : 0); !s) return s;
+
+  sl_batch b{};
+  b.struct_size = sizeof(b);
+  b.n_tokens = n;
+  b.positions = batch.positions.data();
+  b.seq_slots = batch.seq_slots.data();
+  b.n_seqs = batch.n_seqs;
+  b.max_pages = batch.max_pages;
+  b.page_table = batch.page_table.data();
+  b.recent_table = batch.recent_table.empty() ? nullptr : batch.recent_table.data();
+
+  const uint64_t hidden_bytes = uint64_t(n) * config_.hidden_size * 4;
+  for (std::size_t s = 0; s < stages_.size(); ++s) {
+    Stage& st = stages_[s];
+    PassGraph local;
+    PassGraph& pass = s + 1 == stages_.size() ? last : local;
+    pass.batch = b;
+    pass.cache = caches[s];
+    pass.graph.clear();
+    declare_activations(st, pass, n);
+    if (s == 0) {
+      StepGraph& g = pass.graph;
+      const StepGraph::Id ids = from_slot < 0 ? g.host(batch.tokens.data(), 1, n, SL_DTYPE_I32)
+                                              : g.buffer(greedy_ids_.get(), 1, n, SL_DTYPE_I32, uint64_t(from_slot) * sizeof(int32_t));
+      g.embed(g.weight(embed_), ids, pass.act.x);
+    } else {  // the hidden state moves to the next backend through host memory
+      hidden_.resize(hidden_bytes / 4);
+      if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
+      if (auto r = st.backend->upload(st.act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
+    }
+    for (uint32_t i = st.first; i < st.end; ++i)
+      if (auto r = build_layer(st, pass, layers_[i], i - st.first, n); !r) return r;
+    if (s + 1 < stages_.size())
+      if (auto r = flush(st, pass, n); !r) return r;
+  }
+  return {};
+}
+
+Status Transformer::forward(const ForwardBatch& batch, sl_kv_cache* cache, std::vector<float>& logits) {
+  return forward(batch, std::span<sl_kv_cache* const>(&cache, 1), logits);
+}
+
+Status Transformer::forward(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, std::vector<float>& logits) {
+  PassGraph pass;
+  if (auto s = run_layers(batch, caches, -1, pass); !s) return s;
+  Stage& st = stages_.back();
+  const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
+  if (!batch.logit_rows.empty()) build_head(st, pass, batch, n);
+  if (auto s = flush(st, pass, n); !s) return s;
+  if (batch.logit_rows.empty()) {
+    logits.clear();
+    for (const auto& stage : stages_)
+      if (auto s = stage.backend->synchronize(); !s) return s;
+    return {};
+  }
+  logits.resize(batch.logit_rows.size() * config_.vocab_size);
+  return st.backend->download(st.act.logits, 0, logits.data(), logits.size() * 4);
+}
+
+bool Transformer::greedy_on_device() const {
+  if (stages_.size() != 1) return false;  // the choice would have to cross devices
+  // Ask the backend about the two nodes the greedy pass adds: ARGMAX of the logits into a device
+  // buffer, EMBED of ids read from one.
+  StepGraph g;
+  const BackendHandle& be = *stages_.front().backend;
+  const StepGraph::Id ids = g.buffer(nullptr, 1, 1, SL_DTYPE_I32), rows = g.buffer(nullptr, 1, config_.vocab_size);
+  g.argmax(rows, ids, "argmax");
+  g.embed(g.weight(embed_), ids, g.buffer(nullptr, 1, config_.hidden_size));
+  const sl_graph& view = g.view();
+  std::span<const sl_tensor> tensors(view.tensors, view.n_tensors);
+  return be.supports(view.nodes[0], tensors) && be.supports(view.nodes[1], tensors);
+}
+
+Status Transformer::forward_greedy(const ForwardBatch& batch, sl_kv_cache* cache, int from_slot, uint32_t to_slot) {
+  if (!greedy_on_device()) return make_error("forward_greedy: the backend cannot keep a greedy choice on the device");
+  if (to_slot >= kGreedySlots || from_slot >= static_cast<int>(kGreedySlots) || from_slot == static_cast<int>(to_slot))
+    return make_error("forward_greedy: bad slots");
+  if (batch.logit_rows.size() != 1) return make_error("forward_greedy: a greedy pass picks one token (one logit row)");
+  if (from_slot >= 0 && batch.tokens.size() != 1) return make_error("forward_greedy: a token from the device is one token");
+  if (greedy_ticket_[to_slot] != 0) return make_error("forward_greedy: slot " + std::to_string(to_slot) + " is still in flight");
+  Stage& st = stages_.front();
+  const BackendHandle& backend = *st.backend;
+  if (!greedy_ids_) {
+    auto b = backend.alloc(kGreedySlots * sizeof(int32_t));
+    if (!b) return b.error();
+    greedy_ids_ = std::move(*b);
+  }
+  PassGraph pass;
+  if (auto s = run_layers(batch, std::span<sl_kv_cache* const>(&cache, 1), from_slot, pass); !s) return s;
+  const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
+  build_head(st, pass, batch, n);
+  StepGraph& g = pass.graph;
+  g.argmax(g.buffer(st.act.logits.get(), 1, config_.vocab_size),
+           g.buffer(greedy_ids_.get(), 1, 1, SL_DTYPE_I32, uint64_t(to_slot) * sizeof(int32_t)), "argmax");
+  if (auto s = flush(st, pass, n); !s) return s;
+  auto ticket = backend.download_begin(greedy_ids_, uint64_t(to_slot) * sizeof(int32_t), &greedy_host_[to_slot], sizeof(int32_t));
+  if (!ticket) return ticket.error();
+  greedy_ticket_[to_slot] = *ticket;
+  return {};
+}
+
+Result<int32_t> Transformer::greedy_choice(uint32_t slot) {
+  if (slot >= kGreedySlots || greedy_ticket_[slot] == 0) return make_error("greedy_choice: no pass in flight in slot " + std::to_string(slot));
+  const BackendHandle& backend = *stages_.front().backend;
+  const uint64_t ticket = greedy_ticket_[slot];
+  greedy_ticket_[slot] = 0;
+  if (auto s = backend.download_wait(ticket); !s) return s.error();
+  return greedy_host_[slot];
+}
+
+}  // namespace sluice

@@ -1,0 +1,233 @@
+#include "plugin/op_calls.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "graph/step_graph.h"
+
+namespace sluice {
+
+sl_status OpCalls::begin_batch(const sl_batch* b, sl_error* err) {
+  if (!b || b->n_tokens == 0) {
+    std::snprintf(err->message, sizeof(err->message), "begin_batch: empty batch");
+    return SL_ERR_INVALID_ARGUMENT;
+  }
+  positions_.assign(b->positions, b->positions + b->n_tokens);
+  slots_.assign(b->seq_slots, b->seq_slots + b->n_tokens);
+  const std::size_t table = std::size_t(b->n_seqs) * b->max_pages;
+  pages_.assign(b->page_table, b->page_table + table);
+  if (b->recent_table)
+    recent_.assign(b->recent_table, b->recent_table + table);
+  else
+    recent_.clear();
+  batch_ = *b;
+  batch_.struct_size = sizeof(batch_);
+  batch_.positions = positions_.data();
+  batch_.seq_slots = slots_.data();
+  batch_.page_table = pages_.data();
+  batch_.recent_table = b->recent_table ? recent_.data() : nullptr;
+  has_batch_ = true;
+  return SL_OK;
+}
+
+sl_step OpCalls::step(sl_kv_cache* cache) {
+  if (!has_batch_) {  // ops that read no batch still run as a step: one token at position 0
+    positions_.assign(1, 0);
+    slots_.assign(1, 0);
+    pages_.clear();
+    batch_ = {};
+    batch_.struct_size = sizeof(batch_);
+    batch_.n_tokens = 1;
+    batch_.positions = positions_.data();
+    batch_.seq_slots = slots_.data();
+    batch_.n_seqs = 1;
+  }
+  sl_step s{};
+  s.struct_size = sizeof(s);
+  s.batch = &batch_;
+  s.cache = cache;
+  return s;
+}
+
+OpCalls::~OpCalls() = default;
+
+void OpCalls::record() {
+  recording_ = std::make_unique<StepGraph>();
+  recording_cache_ = nullptr;
+}
+
+sl_status OpCalls::run_recorded(sl_error* err) {
+  if (!recording_) return SL_OK;
+  std::unique_ptr<StepGraph> g = std::move(recording_);
+  const sl_step s = step(recording_cache_);
+  return api_->graph_compute(be_, &g->view(), &s, err);
+}
+
+// The graph of a call: its own, run at the end, or the one being recorded.
+class OpCalls::GraphRun {
+ public:
+  explicit GraphRun(OpCalls& calls) : calls_(calls), g(calls.recording_ ? *calls.recording_ : own_) {}
+  sl_status run(sl_error* err, sl_kv_cache* cache = nullptr) {
+    if (calls_.recording_) {
+      if (cache) calls_.recording_cache_ = cache;
+      return SL_OK;
+    }
+    const sl_step s = calls_.step(cache);
+    return calls_.api_->graph_compute(calls_.be_, &g.view(), &s, err);
+  }
+
+ private:
+  OpCalls& calls_;
+  StepGraph own_;
+
+ public:
+  StepGraph& g;
+};
+
+namespace {
+using Id = StepGraph::Id;
+Id values(StepGraph& g, const sl_buffer* b, uint32_t rows, uint64_t cols, uint64_t offset_floats = 0) {
+  return g.buffer(const_cast<sl_buffer*>(b), rows, static_cast<uint32_t>(cols), SL_DTYPE_F32, offset_floats * 4);
+}
+Id maybe_weight(StepGraph& g, const sl_weight* w) { return w ? g.weight(*w) : StepGraph::kNone; }
+}  // namespace
+
+sl_status OpCalls::embed(const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
+  GraphRun r(*this);
+  r.g.embed(r.g.weight(*table), r.g.host(ids, 1, n, SL_DTYPE_I32), values(r.g, out, n, table->cols));
+  return r.run(err);
+}
+
+sl_status OpCalls::embed_device(const sl_weight* table, const sl_buffer* ids, uint64_t ids_offset, uint32_t n, sl_buffer* out,
+                                sl_error* err) {
+  GraphRun r(*this);
+  r.g.embed(r.g.weight(*table), r.g.buffer(const_cast<sl_buffer*>(ids), 1, n, SL_DTYPE_I32, ids_offset * 4),
+            values(r.g, out, n, table->cols));
+  return r.run(err);
+}
+
+sl_status OpCalls::rms_norm(const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out, uint32_t n_rows,
+                            uint32_t dim, float eps, sl_error* err) {
+  GraphRun r(*this);
+  r.g.rms_norm(values(r.g, x, n_rows, dim), r.g.weight(*weight), eps, weight_offset, values(r.g, out, n_rows, dim), "rms_norm");
+  return r.run(err);
+}
+
+sl_status OpCalls::add_rms_norm(sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset, sl_buffer* out,
+                                uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+  GraphRun r(*this);
+  const Id xs = values(r.g, x, n_rows, dim);
+  r.g.add(xs, values(r.g, delta, n_rows, dim), xs, "residual");
+  r.g.rms_norm(xs, r.g.weight(*weight), eps, weight_offset, values(r.g, out, n_rows, dim), "rms_norm");
+  return r.run(err);
+}
+
+sl_status OpCalls::matmul(const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, sl_buffer* out,
+                          sl_error* err) {
+  GraphRun r(*this);
+  r.g.matmul(values(r.g, x, n_rows, w->cols), r.g.weight(*w), maybe_weight(r.g, bias), values(r.g, out, n_rows, w->rows), "matmul");
+  return r.run(err);
+}
+
+sl_status OpCalls::matmul_multi(const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+                                const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err) {
+  GraphRun r(*this);
+  if (count == 0) return SL_OK;
+  const Id xs = values(r.g, x, n_rows, ws[0]->cols);
+  for (uint32_t i = 0; i < count; ++i)
+    r.g.matmul(xs, r.g.weight(*ws[i]), maybe_weight(r.g, biases ? biases[i] : nullptr), values(r.g, outs[i], n_rows, ws[i]->rows),
+               "matmul " + std::to_string(i));
+  return r.run(err);
+}
+
+sl_status OpCalls::rope(sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim, const float* inv_freq,
+                        float attention_factor, uint32_t style, sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t n = has_batch_ ? batch_.n_tokens : 1;
+  sl_rope_params p{};
+  p.n_heads = n_heads;
+  p.head_dim = head_dim;
+  p.rotary_dim = rotary_dim;
+  p.style = style;
+  p.attention_factor = attention_factor;
+  p.inv_freq = inv_freq;
+  r.g.rope(values(r.g, x, n, uint64_t(n_heads) * head_dim), p, "rope");
+  return r.run(err);
+}
+
+sl_status OpCalls::kv_write(sl_kv_cache* cache, uint32_t layer, const sl_buffer* k, const sl_buffer* v, sl_error* err) {
+  if (!has_layout_) {
+    std::snprintf(err->message, sizeof(err->message), "kv_write: the cache's layout was not given (set_kv_layout)");
+    return SL_ERR_INVALID_ARGUMENT;
+  }
+  GraphRun r(*this);
+  const uint32_t n = has_batch_ ? batch_.n_tokens : 1;
+  const uint64_t width = uint64_t(kv_layout_.n_kv_heads) * kv_layout_.head_dim;
+  r.g.kv_write(values(r.g, k, n, width), values(r.g, v, n, width), layer, "kv_write");
+  return r.run(err, cache);
+}
+
+sl_status OpCalls::attention(sl_kv_cache* cache, uint32_t layer, const sl_buffer* q, const sl_attention_params* params,
+                             const sl_buffer* sinks, sl_buffer* out, sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t n = has_batch_ ? batch_.n_tokens : 1;
+  sl_attention_params p = *params;
+  p.layer = layer;
+  const uint64_t width = uint64_t(p.n_heads) * p.head_dim;
+  r.g.attention(values(r.g, q, n, width), sinks ? values(r.g, sinks, 1, p.n_heads) : StepGraph::kNone, p, values(r.g, out, n, width),
+                "attention");
+  return r.run(err, cache);
+}
+
+sl_status OpCalls::gated_activation(uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n,
+                                    sl_error* err) {
+  GraphRun r(*this);
+  r.g.glu(values(r.g, gate, 1, n), values(r.g, up, 1, n), activation, values(r.g, out, 1, n), "glu");
+  return r.run(err);
+}
+
+sl_status OpCalls::add(const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err) {
+  GraphRun r(*this);
+  r.g.add(values(r.g, a, 1, n), values(r.g, b, 1, n), values(r.g, out, 1, n), "add");
+  return r.run(err);
+}
+
+sl_status OpCalls::copy(const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n, sl_error* err) {
+  // A tensor holds at most 2^32 - 1 values per row at a byte offset: larger asks cannot be a graph.
+  if (n > UINT32_MAX || src_offset > UINT64_MAX / 4 || dst_offset > UINT64_MAX / 4) {
+    std::snprintf(err->message, sizeof(err->message), "copy: %llu values at float offsets %llu, %llu do not fit a tensor",
+                  static_cast<unsigned long long>(n), static_cast<unsigned long long>(src_offset), static_cast<unsigned long long>(dst_offset));
+    return SL_ERR_INVALID_ARGUMENT;
+  }
+  GraphRun r(*this);
+  r.g.copy(values(r.g, src, 1, n, src_offset), values(r.g, dst, 1, n, dst_offset), "copy");
+  return r.run(err);
+}
+
+sl_status OpCalls::gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err) {
+  GraphRun r(*this);
+  // The host does not know the source's rows: enough for the rows asked (the backend checks its buffer).
+  uint32_t src_rows = 1;
+  for (uint32_t i = 0; i < n; ++i) src_rows = std::max<uint32_t>(src_rows, rows[i] >= 0 ? uint32_t(rows[i]) + 1 : 1);
+  r.g.get_rows(values(r.g, src, src_rows, dim), r.g.host(rows, 1, n, SL_DTYPE_I32), values(r.g, dst, n, dim), "gather_rows");
+  return r.run(err);
+}
+
+sl_status OpCalls::scatter_add_rows(const sl_buffer* src, const int32_t* rows, const float* weights, uint32_t n, uint32_t dim,
+                                    sl_buffer* dst, uint32_t dst_rows, sl_error* err) {
+  GraphRun r(*this);
+  r.g.scatter_add_rows(values(r.g, src, n, dim), r.g.host(rows, 1, n, SL_DTYPE_I32), r.g.host(weights, 1, n, SL_DTYPE_F32),
+                       values(r.g, dst, dst_rows, dim), "scatter_add_rows");
+  return r.run(err);
+}
+
+sl_status OpCalls::argmax(const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err) {
+  GraphRun r(*this);
+  r.g.argmax(values(r.g, x, n_rows, dim), r.g.buffer(ids, 1, n_rows, SL_DTYPE_I32, ids_offset * 4), "argmax");
+  return r.run(err);
+}
+
+}  // namespace sluice

@@ -1,0 +1,72 @@
+#pragma once
+// One op at a time on a backend, each as a graph of its node (or, for a fused form, of the nodes a
+// backend joins): what the conformance checks and the op tests drive. The calls keep ABI 1's shapes
+// (raw buffers, sizes as arguments) so a check reads as the op it checks; a batch set with
+// begin_batch is the step of every later call (a one-token batch until then), and kv_write needs the
+// cache's layout (set_kv_layout) for the width of K and V. Between record() and run_recorded() the
+// calls only append their nodes, and run as one graph — what a backend's fusion pass sees in a step.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "graph/step_graph.h"
+#include "plugin/backend_handle.h"
+#include "sluice/backend.h"
+
+namespace sluice {
+
+class OpCalls {
+ public:
+  explicit OpCalls(const BackendHandle& backend) : api_(backend.api()), be_(backend.raw()) {}
+  OpCalls(const sl_backend_api* api, sl_backend* be) : api_(api), be_(be) {}
+  ~OpCalls();
+
+  // Appends the calls that follow into one graph, run by run_recorded (every call until then
+  // answers SL_OK: errors come from the run). Host arrays passed meanwhile must stay valid until it.
+  void record();
+  sl_status run_recorded(sl_error* err);
+
+  sl_status begin_batch(const sl_batch* batch, sl_error* err);
+  void set_kv_layout(const sl_kv_layout& layout) { kv_layout_ = layout; has_layout_ = true; }
+
+  sl_status embed(const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err);
+  sl_status embed_device(const sl_weight* table, const sl_buffer* ids, uint64_t ids_offset, uint32_t n, sl_buffer* out, sl_error* err);
+  sl_status rms_norm(const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out, uint32_t n_rows, uint32_t dim,
+                     float eps, sl_error* err);
+  // x += delta, then out = rms_norm(x): an ADD and an RMS_NORM (the residual step backends join).
+  sl_status add_rms_norm(sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset, sl_buffer* out,
+                         uint32_t n_rows, uint32_t dim, float eps, sl_error* err);
+  sl_status matmul(const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, sl_buffer* out, sl_error* err);
+  // count products of one input: count MATMUL nodes in a row (the form backends join).
+  sl_status matmul_multi(const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+                         const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err);
+  sl_status rope(sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim, const float* inv_freq, float attention_factor,
+                 uint32_t style, sl_error* err);
+  sl_status kv_write(sl_kv_cache* cache, uint32_t layer, const sl_buffer* k, const sl_buffer* v, sl_error* err);
+  sl_status attention(sl_kv_cache* cache, uint32_t layer, const sl_buffer* q, const sl_attention_params* params, const sl_buffer* sinks,
+                      sl_buffer* out, sl_error* err);
+  sl_status gated_activation(uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n, sl_error* err);
+  sl_status add(const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err);
+  // Offsets and n in floats.
+  sl_status copy(const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n, sl_error* err);
+  sl_status gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err);
+  sl_status scatter_add_rows(const sl_buffer* src, const int32_t* rows, const float* weights, uint32_t n, uint32_t dim, sl_buffer* dst,
+                             uint32_t dst_rows, sl_error* err);
+  sl_status argmax(const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err);
+
+ private:
+  class GraphRun;
+  sl_step step(sl_kv_cache* cache);
+
+  const sl_backend_api* api_;
+  sl_backend* be_;
+  std::unique_ptr<StepGraph> recording_;
+  sl_kv_cache* recording_cache_ = nullptr;
+  std::vector<int32_t> positions_, slots_, pages_, recent_;
+  sl_batch batch_{};
+  bool has_batch_ = false;
+  sl_kv_layout kv_layout_{};
+  bool has_layout_ = false;
+};
+
+}  // namespace sluice
