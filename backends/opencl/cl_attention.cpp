@@ -230,9 +230,9 @@ bool takes_short_passes(const sl_backend* be, const sl_kv_cache::Kernels& ks, co
 }
 
 // The portable attention kernels over the whole batch (attention.cl, attention_fused.cl); `join`:
-// the waiting kv_write that attention_short_join runs in its launch (takes_short_passes holds).
+// the kv_write (and rope pair) that attention_short_join runs in its launch (takes_short_passes holds).
 void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
-                        sl_buffer* out, sl_kv_cache::Kernels& ks, const PendingKvWrite* join) {
+                        sl_buffer* out, sl_kv_cache::Kernels& ks, const KvJoin* join, Forms& forms) {
   const auto& L = c->layout;
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
   const uint64_t floats = uint64_t(n_tokens) * p->n_heads * p->head_dim;
@@ -306,7 +306,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   kn.setArg(form_arg + 1, q15 ? *oblocks : single(out));
   kn.setArg(form_arg + 2, static_cast<cl_uint>(q15));
   // The joined kv_write's rows and rope (attention_short_join's last arguments; half 0: no rope).
-  const PendingRope* rope = join && join->rope.x ? &join->rope : nullptr;
+  const RopeLaunch* rope = join && join->rope.x ? &join->rope : nullptr;
   if (join) {
     kn.setArg(25, single(join->k));
     kn.setArg(26, single(join->v));
@@ -332,11 +332,11 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     mk.setArg(11, static_cast<cl_uint>(rope ? rope->style : 0));
     launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
   }
-  if (q15) int15_made(be, out, static_cast<uint32_t>(cols));
+  if (q15) forms.made(0, out, static_cast<uint32_t>(cols));
 }
 
 sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
-                            sl_buffer* out, sl_error* err) {
+                            sl_buffer* out, const KvJoin* join, Forms& forms, sl_error* err) {
   const auto& L = c->layout;
   if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
   if (!p || p->n_kv_heads != L.n_kv_heads || p->head_dim != L.head_dim || p->n_kv_heads == 0 || p->n_heads % p->n_kv_heads)
@@ -348,7 +348,8 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: query/output buffers too small");
   return guarded(err, "attention", [&] {
     if (!c->on_device) {
-      flush_deferred(be);
+      if (join)
+        if (auto s = kv_write(be, c, layer, join->k, join->v, join->rope.x ? &join->rope : nullptr, err); s != SL_OK) return s;
       return host_attention(be, c, layer, q, p, out, err);
     }
     const uint32_t group = p->n_heads / p->n_kv_heads;
@@ -364,17 +365,19 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
           mma_runs.push_back(run);
           in_runs += run.n_tokens;
         }
-    // The kv_write waiting for this attention (kv_write, cl_kv_cache.cpp) joins its launch where it
-    // is this cache's and layer's, its rope pair's first tensor is q (n_heads heads), attention_short
-    // takes the batch and no buffer the kernel writes is another argument; otherwise it runs first.
-    const PendingKvWrite w = be->pending_kv;
-    const bool joins = w.cache == c && w.layer == layer && ks.short_join() && mma_runs.empty() &&
-                       takes_short_passes(be, ks, p) && (!w.rope.x || (w.rope.x == q && w.rope.n_heads == p->n_heads)) &&
-                       out != q && out != w.k && out != w.v && q != w.k && q != w.v && p->sinks != out &&
-                       p->sinks != q && p->sinks != w.k;
-    if (joins) be->pending_kv = PendingKvWrite{};
-    flush_deferred(be);
-    if (in_runs < n_tokens) portable_attention(be, c, layer, q, p, out, ks, joins ? &w : nullptr);
+    // The kv_write asked to join (kKvAttention, kRopeKvAttention: the plan saw the graph's data flow)
+    // runs in this launch where the batch is decode and attention_short takes it, and the rope
+    // pair's first tensor is q with this attention's heads; otherwise first, as kv_write runs it.
+    KvJoin w = join ? *join : KvJoin{};
+    if (w.rope.x && !(rope_pair_fits(w.rope, w.k, w.v, L.n_kv_heads, L.head_dim) && w.rope.x == q && w.rope.n_heads == p->n_heads)) {
+      if (auto s = kv_write(be, c, layer, w.k, w.v, &w.rope, err); s != SL_OK) return s;
+      join = nullptr;
+    }
+    const bool joins = join && ks.short_join() && short_passes_max_keys(be) > 0 && one_token_per_sequence(be) && mma_runs.empty() &&
+                       takes_short_passes(be, ks, p);
+    if (join && !joins)
+      if (auto s = kv_write(be, c, layer, w.k, w.v, w.rope.x ? &w.rope : nullptr, err); s != SL_OK) return s;
+    if (in_runs < n_tokens) portable_attention(be, c, layer, q, p, out, ks, joins ? &w : nullptr, forms);
     for (const auto& run : mma_runs) mma_attention_run(be, c, layer, q, p, out, ks, run);
     return SL_OK;
   });
@@ -382,18 +385,9 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
 
 }  // namespace
 
-// Runs what waits first where the checks fail (the other entry points' order).
-sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
-                    sl_buffer* out, sl_error* err) {
-  const sl_status s = checked_attention(be, c, layer, q, p, out, err);
-  if (s != SL_OK) {
-    sl_error ignored{};
-    guarded(&ignored, "a deferred op", [&] {
-      flush_deferred(be);
-      return SL_OK;
-    });
-  }
-  return s;
+sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p, sl_buffer* out,
+                    const KvJoin* join, Forms& forms, sl_error* err) {
+  return checked_attention(be, c, layer, q, p, out, join, forms, err);
 }
 
 }  // namespace sluice::ocl

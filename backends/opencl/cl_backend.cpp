@@ -83,6 +83,20 @@ sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
   });
 }
 
+// The fusion pass's options (cl_fusion.h): the dp4a joins where the device has them. Each join can
+// be turned off by a backend option — for measuring what it is worth, and for the tests that compare
+// the joined and the separate launches (tests/opencl/opencl_vendor_paths_test.cpp).
+FusionOptions fusion_options(const sl_backend* be) {
+  auto off = [&](const char* option) { return be->options.find(option) != std::string::npos; };
+  FusionOptions f;
+  f.dp4a = use_dp4a(be);
+  f.residual_join = !off("no-res-join");
+  f.glu_join = !off("no-glu-join");
+  f.rope_into_kv_write = !off("no-rope-join");
+  f.attention_join = !off("no-attention-join");
+  return f;
+}
+
 sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* err) {
   return guarded(err, "opencl create", [&] {
     auto be = std::make_unique<sl_backend>();
@@ -101,6 +115,7 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
     be->use_ptx = be->caps.nvidia && !(portable && *portable && *portable != '0') &&
                   be->options.find("portable") == std::string::npos;
+    be->fusion = fusion_options(be.get());
     // Build the common programs now: a kernel build error is a clear failure at start, not mid-request.
     kernel(be.get(), "ops", "add_f32");
     kernel(be.get(), "matvec", "matvec");
@@ -237,6 +252,7 @@ sl_status wrap_host(sl_backend* be, const void* host, uint64_t bytes, sl_buffer*
 
 void free_buffer(sl_backend* be, sl_buffer* b) {
   if (!b) return;
+  be->forms.written(b);  // a later buffer at the same address is not this one
   try {
     be->queue.finish();  // no queued op may still read it
   } catch (...) {
@@ -260,6 +276,7 @@ void for_chunks(const sl_buffer* b, uint64_t offset, uint64_t bytes, Fn&& fn) {
 sl_status upload(sl_backend* be, sl_buffer* dst, uint64_t offset, const void* src, uint64_t bytes, sl_error* err) {
   if (!fits(dst->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "upload past the buffer's end");
   if (dst->host) return set_error(err, SL_ERR_INVALID_ARGUMENT, "upload into wrapped host memory");
+  be->forms.written(dst);
   return guarded(err, "upload", [&] {
     for_chunks(dst, offset, bytes, [&](const cl::Buffer& c, uint64_t in, uint64_t at, uint64_t n) {
       be->queue.enqueueWriteBuffer(const_cast<cl::Buffer&>(c), CL_TRUE, in, n, static_cast<const unsigned char*>(src) + at);
@@ -322,7 +339,7 @@ sl_status download_begin(sl_backend* be, const sl_buffer* src, uint64_t offset, 
   if (!ticket) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download_begin: no ticket to write");
   if (!fits(src->bytes, offset, bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "download past the buffer's end");
   return guarded(err, "download_begin", [&] {
-    sl_backend::PendingDownload pending;
+    sl_backend::DownloadInFlight pending;
     pending.stage_slot = small_stage(be, bytes);
     pending.dst = dst;
     pending.bytes = bytes;
@@ -347,7 +364,7 @@ sl_status download_wait(sl_backend* be, uint64_t ticket, sl_error* err) {
   const auto it = be->downloads.find(ticket);
   if (it == be->downloads.end())
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "download_wait: ticket " + std::to_string(ticket) + " is not in flight");
-  sl_backend::PendingDownload pending = std::move(it->second);
+  sl_backend::DownloadInFlight pending = std::move(it->second);
   be->downloads.erase(it);
   const sl_status s = guarded(err, "download_wait", [&] {
     if (pending.done()) pending.done.wait();  // a copy of no bytes has no event
@@ -365,6 +382,8 @@ sl_status synchronize(sl_backend* be, sl_error* err) {
     return SL_OK;
   });
 }
+
+}  // namespace
 
 sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
   if (!batch || batch->n_tokens == 0) return set_error(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
@@ -393,92 +412,31 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
   });
 }
 
-// Every table entry that takes a backend first launches work the op before deferred (a waiting rope:
-// flush_deferred), so effects keep the caller's order — except the ops that may join it (marked in
-// the table), which run it themselves when they do not. Entries that may
-// write device memory forget the dp4a matvec's 15-bit input (sl_backend::x15_of) before they run; the
-// producers among them record it again, and matmul/matmul_multi read it and forget it themselves
-// when they overwrite its source. With SLUICE_OPENCL_HOST_TIMING the time inside each is summed,
+namespace {
+
+// With SLUICE_OPENCL_HOST_TIMING the host's time inside the table's entry points is summed,
 // download and synchronize (kWaits) apart, memory and cache set-up (kSetup) left out.
-template <bool kFlush, bool kForget, bool kWaits, class F, bool kSetup = false>
+template <bool kWaits, class F, bool kSetup = false>
 struct Entry;
-template <bool kFlush, bool kForget, bool kWaits, bool kSetup, class... A>
-struct Entry<kFlush, kForget, kWaits, sl_status (*)(sl_backend*, A...), kSetup> {
+template <bool kWaits, bool kSetup, class... A>
+struct Entry<kWaits, sl_status (*)(sl_backend*, A...), kSetup> {
   template <sl_status (*Fn)(sl_backend*, A...)>
   static sl_status call(sl_backend* be, A... a) {
-    if (!be->host_timing || kSetup) return run<Fn>(be, a...);
+    if (!be->host_timing || kSetup) return Fn(be, a...);
     const auto t0 = std::chrono::steady_clock::now();
-    const sl_status s = run<Fn>(be, a...);
+    const sl_status s = Fn(be, a...);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ++be->host_calls;
     (kWaits ? be->host_wait_ms : be->host_issue_ms) += ms;
     return s;
   }
-  template <sl_status (*Fn)(sl_backend*, A...)>
-  static sl_status run(sl_backend* be, A... a) {
-    if (kFlush) {
-      sl_error* err = std::get<sizeof...(A) - 1>(std::tie(a...));
-      if (auto s = guarded(err, "a deferred op", [&] {
-            flush_deferred(be);
-            return SL_OK;
-          });
-          s != SL_OK)
-        return s;
-    }
-    if (kForget) be->x15_of = nullptr;
-    return Fn(be, a...);
-  }
 };
-#define SLUICE_WRITES(fn) Entry<true, true, false, decltype(&fn)>::call<&fn>
-#define SLUICE_WAITS(fn) Entry<true, false, true, decltype(&fn)>::call<&fn>
-#define SLUICE_SETUP(fn) Entry<true, true, false, decltype(&fn), true>::call<&fn>  // not timed: loading, not serving
-
-// The void entries: a deferred op that fails here surfaces at the next call's status.
-void flush_quietly(sl_backend* be) {
-  try {
-    flush_deferred(be);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "opencl: a deferred op failed: %s\n", e.what());
-  }
-}
-
-void free_entry(sl_backend* be, sl_buffer* b) {
-  flush_quietly(be);
-  be->x15_of = nullptr;
-  free_buffer(be, b);
-}
-
-void kv_destroy_entry(sl_backend* be, sl_kv_cache* cache) {
-  flush_quietly(be);
-  kv_destroy(be, cache);
-}
-
-// The ops a graph's launches run through (cl_graph.cpp), wrapped as above.
-const OpEntries kOps = {
-    // A new graph's batch: work deferred by the last graph runs first, but an activation's 15-bit form
-    // stays valid (the batch vectors are not activations), so a product at the start of this graph
-    // still reads the form the last graph's producer wrote — a pass split into graphs (a MoE layer's
-    // routing, a read-back between them) joins across the split as one graph would.
-    Entry<true, false, false, decltype(&begin_batch)>::call<&begin_batch>,
-    SLUICE_WRITES(embed),
-    SLUICE_WRITES(embed_device),
-    Entry<false, false, false, decltype(&rms_norm)>::call<&rms_norm>,  // may join a waiting embedding of its input
-    Entry<false, false, false, decltype(&add_rms_norm)>::call<&add_rms_norm>,  // may join the product before it
-    Entry<false, false, false, decltype(&matmul)>::call<&matmul>,  // may join a waiting norm of its input, or wait itself
-    Entry<false, false, false, decltype(&matmul_multi)>::call<&matmul_multi>,  // may join a waiting norm of its input
-    Entry<false, true, false, decltype(&rope)>::call<&rope>,  // joins a waiting rope instead of flushing it
-    Entry<false, true, false, decltype(&kv_write)>::call<&kv_write>,  // may run a waiting rope pair in its launch
-    Entry<false, true, false, decltype(&attention)>::call<&attention>,  // may run a waiting kv_write in its launch
-    Entry<false, false, false, decltype(&gated_activation)>::call<&gated_activation>,  // may join the gate/up products before it
-    SLUICE_WRITES(add),
-    SLUICE_WRITES(copy),
-    SLUICE_WRITES(gather_rows),
-    SLUICE_WRITES(scatter_add_rows),
-    SLUICE_WRITES(argmax),
-};
+#define SLUICE_ISSUES(fn) Entry<false, decltype(&fn)>::call<&fn>
+#define SLUICE_WAITS(fn) Entry<true, decltype(&fn)>::call<&fn>
+#define SLUICE_SETUP(fn) Entry<false, decltype(&fn), true>::call<&fn>  // not timed: loading, not serving
 
 sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err) {
-  return guarded(err, "graph_compute", [&] { return run_graph(be, g, step, kOps, err); });
+  return guarded(err, "graph_compute", [&] { return run_graph(be, g, step, err); });
 }
 
 const sl_backend_api kApi = {
@@ -491,22 +449,22 @@ const sl_backend_api kApi = {
     get_device_info,
     SLUICE_SETUP(alloc),
     SLUICE_SETUP(wrap_host),
-    free_entry,
+    free_buffer,
     SLUICE_SETUP(upload),
     SLUICE_WAITS(download),
-    Entry<true, false, false, decltype(&download_begin)>::call<&download_begin>,  // issues a copy, does not wait
+    SLUICE_ISSUES(download_begin),  // issues a copy, does not wait
     SLUICE_WAITS(download_wait),
     SLUICE_WAITS(synchronize),
     SLUICE_SETUP(kv_create),
-    kv_destroy_entry,
+    kv_destroy,
     SLUICE_SETUP(kv_copy_page),
     node_supported,
-    graph_compute,
+    SLUICE_ISSUES(graph_compute),
     nullptr,  // plans: not yet (a recorded launch list, or cl_khr_command_buffer, is the next step)
     nullptr,
     nullptr,
 };
-#undef SLUICE_WRITES
+#undef SLUICE_ISSUES
 #undef SLUICE_WAITS
 #undef SLUICE_SETUP
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cl_fusion.h"
 #include "sluice/backend.h"
 #include "util/plugin_error.h"  // set_error
 
@@ -78,58 +79,63 @@ struct Scratch {
   }
 };
 
-// A rope op not yet launched: its tensor and parameters (the positions are the batch's) — and,
-// once the next rope joined it (q, then k), the second tensor x2 with its n_heads2 heads, waiting
-// for the kv_write of x2 (cl_kv_cache.cpp) to run the pair inside its launch.
-struct PendingRope {
+// A rope launch's arguments: x (n_heads heads) rotated at the batch's positions with one
+// (cos, sin) · factor table (sl_backend::RopeTable), and with it x2 (n_heads2 heads; null: x alone).
+struct RopeLaunch {
   sl_buffer* x = nullptr;
   uint32_t n_heads = 0, head_dim = 0, half = 0;
   uint32_t style = 0;
-  cl::Buffer table;  // its (cos, sin) · factor table (sl_backend::RopeTable), covering the batch's positions
-  sl_buffer* x2 = nullptr;  // null: x alone
+  cl::Buffer table;
+  sl_buffer* x2 = nullptr;
   uint32_t n_heads2 = 0;
 };
 
-// A decode kv_write not yet launched (cl_kv_cache.cpp), with the rope pair it took (rope.x null:
-// none), waiting for the attention of the same cache and layer to run it in its launch.
-struct PendingKvWrite {
-  sl_kv_cache* cache = nullptr;  // null: none
-  uint32_t layer = 0;
-  const sl_buffer *k = nullptr, *v = nullptr;
-  PendingRope rope;
+// A KV_WRITE the attention of its layer may run in its own launch (attention_short_join), with the
+// rope pair that rotates q and k first (rope.x null: none).
+struct KvJoin {
+  const sl_buffer* k = nullptr;
+  const sl_buffer* v = nullptr;
+  RopeLaunch rope;
 };
 
-// A one-row gate/up product (two 4-bit weights of the same shape, no biases) not yet launched, with
-// its weights' device ranges as resolved when it was deferred.
-struct PendingGlu {
-  const sl_buffer* x = nullptr;
-  uint32_t slot = 0;  // the pair holding x's form (sl_backend::x15_slot); the joined launch writes the other
-  sl_weight ws[2]{};
-  sl_buffer* outs[2]{};
-  DevPtr data[2], scales[2], biases[2];
-};
-
-// A one-row 4-bit product (the o projection, down) not yet launched: it waits for an add_rms_norm of
-// its output, with which it runs as one launch (matvec_q4_dp4a_res; cl_matmul.cpp, res_join). Its
-// input's 15-bit form and its weight's device ranges as they were when it was deferred.
-struct PendingProduct {
-  const sl_buffer* x = nullptr;
-  sl_weight w{};
-  DevPtr data, scales, biases;
-  sl_buffer* out = nullptr;
-  cl::Buffer xq, blocks;
-  uint32_t slot = 0;  // the form's pair (sl_backend::x15_slot); the joined launch writes the other
-};
-
-// The norm of a joined add_rms_norm: x already holds x + delta, and out = rms_norm(x) is not computed
-// yet — the next product reads its form (the other pair's) with the blocks' Σ x² in norm_parts and
-// writes out in passing; anything else first launches it as a plain rms_norm (cl_matmul.cpp).
-struct PendingNorm {
+// A norm that a product's launch finishes (NORM_ARGS in kernels_cl/matvec.cl): the launch before
+// (kResidual, kEmbedNorm: cl_fusion.h) wrote x, the form of (w + w_offset) ⊙ x in form pair `slot`
+// and the blocks' Σ x² in sl_backend::norm_parts; the product scales its sums by 1/rms and writes out.
+struct NormStep {
   sl_buffer* x = nullptr;
-  sl_weight weight{};
+  const sl_weight* weight = nullptr;
   float weight_offset = 0.0f, eps = 0.0f;
-  sl_buffer* out = nullptr;  // null: none
+  sl_buffer* out = nullptr;
   uint32_t dim = 0;
+  uint32_t slot = 0;
+};
+
+// What the two 15-bit form pairs (sl_backend::matvec_x8, matvec_x8_alt) hold: a decode activation's
+// form, written by the launch that produced the activation, for the dp4a products that read it — in
+// the same graph or the next (a pass split into graphs: MoE routing, a read-back between). Every
+// launch forgets the forms of the buffers it writes (cl_graph.cpp), as do upload and free, so a form
+// always stands for its buffer's values. A launch that reads a form from one pair and writes another
+// writes the other pair; any other producer writes pair 0.
+struct Forms {
+  const sl_buffer* of[2]{};
+  uint32_t cols[2]{};
+  // The pair holding x's form of n values, or -1.
+  int find(const sl_buffer* x, uint32_t n) const {
+    for (int s = 0; s < 2; ++s)
+      if (x && of[s] == x && cols[s] == n) return s;
+    return -1;
+  }
+  void made(uint32_t slot, const sl_buffer* x, uint32_t n) {
+    of[slot] = x;
+    cols[slot] = n;
+  }
+  // A norm step's form (no buffer's values) or garbage now fills the pair.
+  void clobbered(uint32_t slot) { of[slot] = nullptr; }
+  // b's values are about to change: its form no longer stands for them.
+  void written(const sl_buffer* b) {
+    for (auto& o : of)
+      if (o == b) o = nullptr;
+  }
 };
 
 // ATTENTION's parameters as the kernels take them: the node's, and its sinks' buffer (null: none).
@@ -212,13 +218,13 @@ struct sl_backend {
   // staged through pinned memory (a read into pageable memory may hold the host until the copy is
   // done, which would undo what the early start is for), its stage slot, to be copied to dst at the
   // wait.
-  struct PendingDownload {
+  struct DownloadInFlight {
     cl::Event done;
     int stage_slot = -1;
     void* dst = nullptr;
     uint64_t bytes = 0;
   };
-  std::map<uint64_t, PendingDownload> downloads;
+  std::map<uint64_t, DownloadInFlight> downloads;
   uint64_t downloads_begun = 0;
   cl::Buffer small_pinned;             // kSmallStageSlots × kSmallStageBytes, mapped at small_pinned_map
   unsigned char* small_pinned_map = nullptr;
@@ -232,38 +238,15 @@ struct sl_backend {
   // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
   std::map<uint32_t, int> att_mma_state;
   sluice::ocl::Scratch att_k16, att_v16, att_mma_partial;
-  // The decode activation as 15-bit integers for the dp4a matvec (kernels_cl/warp.cl): its bytes, a
-  // float2 per 32 columns, and the buffer (and its columns) they were made from — nullptr when they
-  // stand for nothing. The ops that produce a product's input (rms_norm, add_rms_norm,
-  // gated_activation) write them beside their output in decode on NVIDIA; every other entry point of
-  // the table forgets them (cl_backend.cpp), so only a product issued right after its producer — or
-  // after products of the same input — reads them.
+  // The decode activation as 15-bit integers for the dp4a matvec (kernels_cl/warp.cl): its bytes and
+  // a float2 per 32 columns, in two pairs —
+  // the joined gate/up/activation and residual launches write one while they read the other.
   sluice::ocl::Scratch matvec_x8, matvec_x8_blocks;
-  // A second pair, written by the joined gate/up/activation launch while it reads the first; x15_slot
-  // says which pair holds x15_of's form (0 the first).
   sluice::ocl::Scratch matvec_x8_alt, matvec_x8_alt_blocks;
-  const sl_buffer* x15_of = nullptr;
-  uint32_t x15_cols = 0, x15_slot = 0;
-  // Work an op deferred to join it with the next (flush_deferred runs it as it was asked):
-  // a rope waiting for the second rope, or the pair of them for the kv_write of the second
-  // (cl_ops.cpp, cl_kv_cache.cpp; x null: none), and a gate/up matmul_multi
-  // waiting for the gated_activation of its outputs (cl_matmul.cpp; x null: none).
-  sluice::ocl::PendingRope pending_rope;
-  // A decode step's embedding not yet launched (NVIDIA dp4a): the rms_norm of its row right after
-  // runs with it (embed_norm_blocks, cl_ops.cpp: embed_join), the norm left to the product that
-  // reads it; any other entry point launches the embedding alone first.
-  struct PendingEmbed {
-    sl_buffer* out = nullptr;  // null: none
-    sl_weight table{};
-    cl::Buffer ids;
-    uint64_t ids_off = 0;
-  } pending_embed;
-  sluice::ocl::PendingGlu pending_glu;
-  sluice::ocl::PendingKvWrite pending_kv;  // a decode kv_write waiting for its attention (cl_kv_cache.cpp)
-  // A product waiting for the add_rms_norm of its output, and the norm that joined it, waiting for
-  // the product that reads it (cl_matmul.cpp; null x / out: none). norm_parts: its blocks' Σ x².
-  sluice::ocl::PendingProduct pending_product;
-  sluice::ocl::PendingNorm pending_norm;
+  sluice::ocl::Forms forms;  // what they hold
+  // The fusion pass's options (cl_fusion.h), from the device and the backend's options at create.
+  sluice::ocl::FusionOptions fusion;
+  // A norm step's blocks' Σ x² (NormStep).
   sluice::ocl::Scratch norm_parts;
   sluice::ocl::Scratch block_counts;  // finished work-groups a 32-row block of a product (zero between launches)
 };
@@ -338,112 +321,73 @@ std::string q4_program(Q4Shape s);
 // The dp4a decode matvec (kernels_cl/matvec.cl): NVIDIA with PTX and dp4a, unless SLUICE_OPENCL_DP4A=0.
 bool use_dp4a(const sl_backend* be);
 // For an op producing n_rows × cols values that a product may read next: whether to write their 15-bit
-// form too (decode, one row of whole 32-column blocks, dp4a on), and where (grown to fit).
+// form too (decode, one row of whole 32-column blocks, dp4a on), and where (pair 0, grown to fit).
 bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks);
-std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols);  // a slot's form buffers (cl_matmul.cpp)
-// The norm step's last arguments, shared by the kernels that run it (matvec_q4_dp4a_res,
-// embed_norm_blocks): the norm weight, its dtype and offset, slot `slot`'s form and the blocks' Σ x²
+std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols);  // a pair's buffers (cl_matmul.cpp)
+// The norm step's last arguments, shared by the kernels that leave one (matvec_q4_dp4a_res,
+// embed_norm_blocks): the norm weight, its dtype and offset, pair `slot`'s form and the blocks' Σ x²
 // (norm_parts), from argument a on (cl_matmul.cpp).
 void set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
                         uint32_t slot, uint32_t dim);
-// Records that the form now holds `out`'s cols values (after the producing launch was enqueued), in
-// the first pair of buffers (slot 0) or the second.
-inline void int15_made(sl_backend* be, const sl_buffer* out, uint32_t cols, uint32_t slot = 0) {
-  be->x15_of = out;
-  be->x15_cols = cols;
-  be->x15_slot = slot;
-}
-
-// The gate/up/activation join (cl_matmul.cpp). glu_defer: whether matmul_multi's products were
-// recorded in sl_backend::pending_glu instead of launched (one row, two 4-bit weights of one shape,
-// rows whole 32-row blocks, no biases, dp4a with x's form at hand). glu_join: launches the pending
-// products with the activation of their outputs into act (and act's form), when `gate`, `up` and n
-// are its outputs and rows; false leaves the pending products to flush_deferred. glu_flush: launches
-// them as matmul_multi would have.
-bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
-               const sl_weight* const* biases, sl_buffer* const* outs);
-bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* act, uint64_t n);
-void glu_flush(sl_backend* be);
-
-// The residual join (cl_matmul.cpp): a one-row product, the add_rms_norm of its output and the
-// product that reads the norm, in two launches instead of three. product_defer: whether matmul's
-// product was recorded in pending_product instead of launched (NVIDIA dp4a, 4-bit, no bias, whole
-// 32-row blocks, x's form at hand). res_join: launches the pending product with add_rms_norm(x,
-// delta, weight) when delta is its output — x updated, out left pending (pending_norm) — or false,
-// nothing changed. product_flush / norm_flush: launch what waits as it was asked.
-bool product_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
-                   sl_buffer* out);
-bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
-              sl_buffer* out, uint32_t dim, float eps);
-void product_flush(sl_backend* be);
-void norm_flush(sl_backend* be);
 // An unquantized vector weight (norm weight, bias) with at least n values: its device range (cl_ops.cpp).
 DevPtr vector_weight(sl_backend* be, const sl_weight* w, uint64_t n);
-// rms_norm / add_rms_norm as asked (cl_ops.cpp), after their arguments were checked.
+// rms_norm / add_rms_norm as asked (cl_ops.cpp), after their arguments were checked; in decode on
+// NVIDIA the output's form too, in pair 0.
 void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
-                  sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps);
+                  sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, Forms& forms);
+// A norm step no product took: the norm as a launch of its own (x holds its input already).
+void norm_step_finish(sl_backend* be, const NormStep& step, Forms& forms);
 
-// Launches work an op deferred to join it with the next (a waiting rope or pair of ropes, a gate/up
-// pair, a product, a norm). Every entry point runs it first (cl_backend.cpp) but the ops that may
-// join it, which run it themselves when they do not; a product reading `reader` leaves the pending
-// norm of that buffer to take it in its own launch.
-void flush_deferred(sl_backend* be, const sl_buffer* reader = nullptr);
-// The rope pair kv_write(k, v) may run in its own launch (cl_ops.cpp): true and the pending pair in
-// `out`, no longer pending (the caller must launch it), when k is the pair's second tensor with
-// n_kv_heads heads of head_dim and v neither of its tensors; false otherwise, nothing changed.
-bool take_rope_pair(sl_backend* be, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim,
-                    PendingRope& out);
-// Launches a kv_write deferred for the attention after it (cl_kv_cache.cpp), as kv_write would have.
-void kv_write_flush(sl_backend* be);
-
-// Ops.
+// Ops, one launch or a few each (graph nodes: cl_graph.cpp). Forms: what the form pairs hold in
+// this graph's run, read and updated; step: a norm the launch before left, finished by this one.
 sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
-// ABI 1.4: greedy decoding a token ahead (cl_ops.cpp; download_begin/download_wait in cl_backend.cpp).
 sl_status embed_device(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t, uint32_t, sl_buffer*, sl_error*);
 sl_status argmax(sl_backend*, const sl_buffer*, uint32_t, uint32_t, sl_buffer*, uint64_t, sl_error*);
-sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
+sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, Forms&, sl_error*);
 sl_status add_rms_norm(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
-                       sl_error*);
-sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
+                       Forms&, sl_error*);
+sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, Forms&, const NormStep*,
+                 sl_error*);
 sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
-                       sl_buffer* const*, sl_error*);
-sl_status rope(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
-sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+                       sl_buffer* const*, Forms&, const NormStep*, sl_error*);
+// Checks a rope's arguments and finds its table: a launch of x alone (x2 null) in `out`.
+sl_status rope_prepare(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, RopeLaunch&, sl_error*);
+void launch_rope(sl_backend* be, const RopeLaunch& r);  // x and x2 (where set) in one launch
+sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, Forms&, sl_error*);
 sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
 sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
 sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 
+// The dp4a joins (cl_fusion.h says when the plan asks for them). Each launches and returns true,
+// or returns false having launched nothing, when what the pattern could not see does not allow it
+// (where the weights lie in device memory, the input's form not at hand); the caller then runs the
+// nodes one by one.
+// kGlu: the gate/up products of x and the activation of their outputs into act, with act's form.
+bool glu_join(sl_backend* be, const sl_buffer* x, const sl_weight* gate_w, const sl_weight* up_w, sl_buffer* gate, sl_buffer* up,
+              sl_buffer* act, uint32_t activation, Forms& forms, const NormStep* step);
+// kResidual: p = x_in · Wᵀ, resid += p, and the norm of resid into h left to the next launch (*left).
+bool residual_join(sl_backend* be, const sl_buffer* x_in, const sl_weight* w, sl_buffer* p, sl_buffer* resid,
+                   const sl_weight* norm_weight, float weight_offset, float eps, sl_buffer* h, Forms& forms, NormStep* left);
+// kEmbedNorm: the one id's row of the table into e, the norm of e into h left to the next launch.
+bool embed_norm_join(sl_backend* be, const sl_weight* table, const sl_tensor& ids, sl_buffer* e, const sl_weight* norm_weight,
+                     float weight_offset, float eps, sl_buffer* h, Forms& forms, NormStep* left);
+
 sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);
 sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
-sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
-sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const AttentionParams*, sl_buffer*, sl_error*);
+// KV_WRITE; rope: a rope pair of q and k to run first — in the write's launch where k is its second
+// tensor, with the cache's head shape, on a device cache (kv_write_rope).
+sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, const RopeLaunch* rope, sl_error*);
+// ATTENTION; join: a KV_WRITE of this layer (and its rope pair) to run first — in the attention's
+// launch where the batch and the kernels allow (attention_join_applies), else as kv_write would.
+sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const AttentionParams*, sl_buffer*, const KvJoin* join,
+                    Forms&, sl_error*);
 bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec);
 
-// The entry points graph_compute runs a graph's launches through (cl_graph.cpp), each wrapped as
-// cl_backend.cpp says: flushing work an earlier op deferred, or joining it.
-struct OpEntries {
-  sl_status (*begin_batch)(sl_backend*, const sl_batch*, sl_error*);
-  sl_status (*embed)(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buffer*, sl_error*);
-  sl_status (*embed_device)(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t, uint32_t, sl_buffer*, sl_error*);
-  sl_status (*rms_norm)(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
-  sl_status (*add_rms_norm)(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float,
-                            sl_error*);
-  sl_status (*matmul)(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
-  sl_status (*matmul_multi)(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
-                            sl_buffer* const*, sl_error*);
-  sl_status (*rope)(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
-  sl_status (*kv_write)(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
-  sl_status (*attention)(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const AttentionParams*, sl_buffer*, sl_error*);
-  sl_status (*gated_activation)(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
-  sl_status (*add)(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
-  sl_status (*copy)(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
-  sl_status (*gather_rows)(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
-  sl_status (*scatter_add_rows)(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);
-  sl_status (*argmax)(sl_backend*, const sl_buffer*, uint32_t, uint32_t, sl_buffer*, uint64_t, sl_error*);
-};
-sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, const OpEntries& ops, sl_error* err);
+// The step's batch to the device (cl_backend.cpp), before a graph's launches.
+sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err);
+sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err);
 int node_supported(const sl_backend* be, const sl_node_query* q);
 
 template <class Fn>

@@ -1,7 +1,7 @@
 // Running a step graph on OpenCL: every node checked against its op's rules (graph/graph_check.h) and
 // against what this backend's kernels address (a tensor away from its buffer's start only where the
 // kernel takes an offset), the step's batch to the device, then the fusion pass's launches
-// (cl_fusion.h) through the op entry points (OpEntries, cl_backend.cpp).
+// (cl_fusion.h), each joined where what the graph could not show allows it, else node by node.
 #include <string>
 
 #include "cl_backend.h"
@@ -44,81 +44,234 @@ sl_buffer* buf(const sl_tensor* t) { return t ? t->buffer : nullptr; }
 const sl_weight* weight_of(const sl_tensor* t) { return t ? t->weight : nullptr; }
 uint32_t count32(const sl_tensor* t) { return static_cast<uint32_t>(graph::values(*t)); }
 
-sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_cache* cache, const OpEntries& ops, sl_error* err) {
-  const sl_tensor* in0 = input(g, n, 0);
-  const sl_tensor* in1 = input(g, n, 1);
-  const sl_tensor* in2 = input(g, n, 2);
-  const sl_tensor* out = output(g, n, 0);
-  if ((n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) && !cache)
+// One graph's run: the norm the last launch left to the next (cl_fusion.h: kResidual, kEmbedNorm),
+// which never outlives the graph, and what the form pairs hold (the backend's, kept between graphs).
+struct GraphRun {
+  sl_backend* be;
+  const sl_graph& g;
+  sl_kv_cache* cache;
+  sl_error* err;
+  Forms& forms;
+  NormStep left;
+  bool has_left = false;
+  const sl_node& node(uint32_t i) const { return g.nodes[i]; }
+  const sl_tensor* in(uint32_t i, uint32_t k) const { return input(g, g.nodes[i], k); }
+  const sl_tensor* out(uint32_t i, uint32_t k = 0) const { return output(g, g.nodes[i], k); }
+};
+
+// A norm left unfinished, run now as a launch of its own: before a launch that does not take it.
+sl_status finish_norm(GraphRun& r) {
+  if (!r.has_left) return SL_OK;
+  r.has_left = false;
+  return guarded(r.err, "rms_norm", [&] {
+    norm_step_finish(r.be, r.left, r.forms);
+    return SL_OK;
+  });
+}
+
+// The node alone; step: a norm the launch before left, which a product of its output finishes.
+sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
+  sl_backend* be = r.be;
+  const sl_node& n = r.node(i);
+  sl_error* err = r.err;
+  const sl_tensor *in0 = r.in(i, 0), *in1 = r.in(i, 1), *in2 = r.in(i, 2), *out = r.out(i);
+  if ((n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) && !r.cache)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": the step has no KV cache");
+  if (n.op != SL_OP_MATMUL)
+    if (auto s = finish_norm(r); s != SL_OK) return s;
   switch (n.op) {
     case SL_OP_EMBED:
-      if (in1->kind == SL_TENSOR_HOST)
-        return ops.embed(be, in0->weight, static_cast<const int32_t*>(in1->host), count32(in1), buf(out), err);
-      return ops.embed_device(be, in0->weight, buf(in1), in1->offset / 4, count32(in1), buf(out), err);
+      if (in1->kind == SL_TENSOR_HOST) return embed(be, in0->weight, static_cast<const int32_t*>(in1->host), count32(in1), buf(out), err);
+      return embed_device(be, in0->weight, buf(in1), in1->offset / 4, count32(in1), buf(out), err);
     case SL_OP_RMS_NORM: {
       const auto* p = graph::params<sl_norm_params>(n);
-      return ops.rms_norm(be, buf(in0), in1->weight, p->weight_offset, buf(out), in0->rows, in0->cols, p->eps, err);
+      return rms_norm(be, buf(in0), in1->weight, p->weight_offset, buf(out), in0->rows, in0->cols, p->eps, r.forms, err);
     }
     case SL_OP_MATMUL:
-      return ops.matmul(be, buf(in0), in0->rows, in1->weight, weight_of(in2), buf(out), err);
+      return matmul(be, buf(in0), in0->rows, in1->weight, weight_of(in2), buf(out), r.forms, step, err);
     case SL_OP_ROPE: {
       const auto* p = graph::params<sl_rope_params>(n);
-      return ops.rope(be, buf(in0), p->n_heads, p->head_dim, p->rotary_dim, p->inv_freq, p->attention_factor, p->style, err);
+      RopeLaunch rope;
+      if (auto s = rope_prepare(be, buf(in0), p->n_heads, p->head_dim, p->rotary_dim, p->inv_freq, p->attention_factor, p->style, rope, err);
+          s != SL_OK || !rope.x)
+        return s;
+      return guarded(err, "rope", [&] {
+        launch_rope(be, rope);
+        return SL_OK;
+      });
     }
     case SL_OP_KV_WRITE:
-      return ops.kv_write(be, cache, graph::params<sl_kv_params>(n)->layer, buf(in0), buf(in1), err);
+      return kv_write(be, r.cache, graph::params<sl_kv_params>(n)->layer, buf(in0), buf(in1), nullptr, err);
     case SL_OP_ATTENTION: {
       AttentionParams p;
       static_cast<sl_attention_params&>(p) = *graph::params<sl_attention_params>(n);
       p.sinks = buf(in1);
-      return ops.attention(be, cache, p.layer, buf(in0), &p, buf(out), err);
+      return attention(be, r.cache, p.layer, buf(in0), &p, buf(out), nullptr, r.forms, err);
     }
     case SL_OP_GLU:
-      return ops.gated_activation(be, graph::params<sl_glu_params>(n)->activation, buf(in0), buf(in1), buf(out), graph::values(*out), err);
+      return gated_activation(be, graph::params<sl_glu_params>(n)->activation, buf(in0), buf(in1), buf(out), graph::values(*out), r.forms,
+                              err);
     case SL_OP_ADD:
-      return ops.add(be, buf(in0), buf(in1), buf(out), graph::values(*out), err);
+      return add(be, buf(in0), buf(in1), buf(out), graph::values(*out), err);
     case SL_OP_COPY:
-      return ops.copy(be, buf(in0), in0->offset / 4, buf(out), out->offset / 4, graph::values(*out), err);
+      return copy(be, buf(in0), in0->offset / 4, buf(out), out->offset / 4, graph::values(*out), err);
     case SL_OP_GET_ROWS:
-      return ops.gather_rows(be, buf(in0), static_cast<const int32_t*>(in1->host), count32(in1), in0->cols, buf(out), err);
+      return gather_rows(be, buf(in0), static_cast<const int32_t*>(in1->host), count32(in1), in0->cols, buf(out), err);
     case SL_OP_SCATTER_ADD_ROWS:
-      return ops.scatter_add_rows(be, buf(in0), static_cast<const int32_t*>(in1->host), static_cast<const float*>(in2->host), count32(in1),
-                                  in0->cols, buf(out), err);
+      return scatter_add_rows(be, buf(in0), static_cast<const int32_t*>(in1->host), static_cast<const float*>(in2->host), count32(in1),
+                              in0->cols, buf(out), err);
     case SL_OP_ARGMAX:
-      return ops.argmax(be, buf(in0), in0->rows, in0->cols, buf(out), out->offset / 4, err);
+      return argmax(be, buf(in0), in0->rows, in0->cols, buf(out), out->offset / 4, err);
     default:
       return set_error(err, SL_ERR_UNSUPPORTED, std::string(graph::node_name(n)) + ": op not supported by the OpenCL backend");
   }
 }
 
-sl_status run_launch(sl_backend* be, const sl_graph& g, const Launch& l, sl_kv_cache* cache, const OpEntries& ops, sl_error* err) {
-  const sl_node& first = g.nodes[l.first];
-  switch (l.kind) {
-    case LaunchKind::kProducts: {
-      const sl_weight* ws[kMatmulMultiMax];
-      const sl_weight* biases[kMatmulMultiMax];
-      sl_buffer* outs[kMatmulMultiMax];
-      for (uint32_t i = 0; i < l.count; ++i) {
-        const sl_node& n = g.nodes[l.first + i];
-        ws[i] = input(g, n, 1)->weight;
-        biases[i] = weight_of(input(g, n, 2));
-        outs[i] = buf(output(g, n, 0));
-      }
-      const sl_tensor* x = input(g, first, 0);
-      return ops.matmul_multi(be, buf(x), x->rows, l.count, ws, biases, outs, err);
-    }
-    case LaunchKind::kAddNorm: {
-      const sl_node& norm = g.nodes[l.first + 1];
-      const auto* p = graph::params<sl_norm_params>(norm);
-      const sl_tensor* x = input(g, norm, 0);
-      return ops.add_rms_norm(be, buf(x), buf(input(g, first, 1)), input(g, norm, 1)->weight, p->weight_offset, buf(output(g, norm, 0)),
-                              x->rows, x->cols, p->eps, err);
-    }
-    case LaunchKind::kNode:
-      break;
+sl_status run_products(GraphRun& r, uint32_t first, uint32_t count, const NormStep* step) {
+  const sl_weight* ws[kMatmulMultiMax];
+  const sl_weight* biases[kMatmulMultiMax];
+  sl_buffer* outs[kMatmulMultiMax];
+  for (uint32_t i = 0; i < count; ++i) {
+    ws[i] = r.in(first + i, 1)->weight;
+    biases[i] = weight_of(r.in(first + i, 2));
+    outs[i] = buf(r.out(first + i));
   }
-  return run_node(be, g, first, cache, ops, err);
+  const sl_tensor* x = r.in(first, 0);
+  return matmul_multi(r.be, buf(x), x->rows, count, ws, biases, outs, r.forms, step, r.err);
+}
+
+sl_status run_add_norm(GraphRun& r, uint32_t add) {
+  const uint32_t norm = add + 1;
+  const auto* p = graph::params<sl_norm_params>(r.node(norm));
+  const sl_tensor* x = r.in(norm, 0);
+  return add_rms_norm(r.be, buf(x), buf(r.in(add, 1)), r.in(norm, 1)->weight, p->weight_offset, buf(r.out(norm)), x->rows, x->cols, p->eps,
+                      r.forms, r.err);
+}
+
+// The rope pair of nodes first, first + 1 as one launch's arguments (q, then k as x2); where the
+// two do not share a table (never, after graph::rope_pair), q is launched alone now and k returned.
+sl_status prepare_rope_pair(GraphRun& r, uint32_t first, RopeLaunch& pair) {
+  RopeLaunch k;
+  for (uint32_t i = 0; i < 2; ++i) {
+    const auto* p = graph::params<sl_rope_params>(r.node(first + i));
+    if (auto s = rope_prepare(r.be, buf(r.in(first + i, 0)), p->n_heads, p->head_dim, p->rotary_dim, p->inv_freq, p->attention_factor,
+                              p->style, i == 0 ? pair : k, r.err);
+        s != SL_OK)
+      return s;
+  }
+  if (!pair.x) {  // nothing to rotate in q (then in k neither: one rotary_dim)
+    pair = k;
+    return SL_OK;
+  }
+  if (k.x && pair.table() == k.table() && pair.half == k.half && pair.style == k.style && pair.head_dim == k.head_dim) {
+    pair.x2 = k.x;
+    pair.n_heads2 = k.n_heads;
+    return SL_OK;
+  }
+  return guarded(r.err, "rope", [&] {
+    launch_rope(r.be, pair);
+    pair = k;
+    return SL_OK;
+  });
+}
+
+sl_status run_launch(GraphRun& r, const Launch& l) {
+  sl_backend* be = r.be;
+  // Writers: forms of what this launch overwrites no longer stand for it.
+  for (uint32_t i = l.first; i < l.first + l.count; ++i)
+    for (uint32_t k = 0; k < SL_NODE_MAX_OUTPUTS; ++k)
+      if (const sl_tensor* t = r.out(i, k); t && t->kind == SL_TENSOR_BUFFER) r.forms.written(t->buffer);
+  const NormStep* step = nullptr;
+  const bool products = l.kind == LaunchKind::kProducts || l.kind == LaunchKind::kGlu ||
+                        (l.kind == LaunchKind::kNode && r.node(l.first).op == SL_OP_MATMUL);
+  if (l.norm_step >= 0 && products && r.has_left) {
+    step = &r.left;
+    r.has_left = false;  // this launch takes it (or runs it first)
+  } else if (auto s = finish_norm(r); s != SL_OK) {
+    return s;
+  }
+  const uint32_t i = l.first;
+  switch (l.kind) {
+    case LaunchKind::kNode:
+      return run_node(r, i, step);
+    case LaunchKind::kProducts:
+      return run_products(r, i, l.count, step);
+    case LaunchKind::kAddNorm:
+      return run_add_norm(r, i);
+    case LaunchKind::kEmbedNorm: {
+      const auto* p = graph::params<sl_norm_params>(r.node(i + 1));
+      bool joined = false;
+      if (auto s = guarded(r.err, "embed", [&] {
+            joined = embed_norm_join(be, r.in(i, 0)->weight, *r.in(i, 1), buf(r.out(i)), r.in(i + 1, 1)->weight, p->weight_offset, p->eps,
+                                     buf(r.out(i + 1)), r.forms, &r.left);
+            return SL_OK;
+          });
+          s != SL_OK)
+        return s;
+      if (joined) {
+        r.has_left = true;
+        return SL_OK;
+      }
+      if (auto s = run_node(r, i, nullptr); s != SL_OK) return s;
+      return run_node(r, i + 1, nullptr);
+    }
+    case LaunchKind::kResidual: {
+      const auto* p = graph::params<sl_norm_params>(r.node(i + 2));
+      bool joined = false;
+      if (auto s = guarded(r.err, "matmul", [&] {
+            joined = residual_join(be, buf(r.in(i, 0)), r.in(i, 1)->weight, buf(r.out(i)), buf(r.out(i + 1)), r.in(i + 2, 1)->weight,
+                                   p->weight_offset, p->eps, buf(r.out(i + 2)), r.forms, &r.left);
+            return SL_OK;
+          });
+          s != SL_OK)
+        return s;
+      if (joined) {
+        r.has_left = true;
+        return SL_OK;
+      }
+      if (auto s = run_node(r, i, step); s != SL_OK) return s;
+      return run_add_norm(r, i + 1);
+    }
+    case LaunchKind::kGlu: {
+      bool joined = false;
+      if (auto s = guarded(r.err, "glu", [&] {
+            joined = glu_join(be, buf(r.in(i, 0)), r.in(i, 1)->weight, r.in(i + 1, 1)->weight, buf(r.out(i)), buf(r.out(i + 1)),
+                              buf(r.out(i + 2)), graph::params<sl_glu_params>(r.node(i + 2))->activation, r.forms, step);
+            return SL_OK;
+          });
+          s != SL_OK)
+        return s;
+      if (joined) return SL_OK;
+      if (auto s = run_products(r, i, 2, step); s != SL_OK) return s;
+      return run_node(r, i + 2, nullptr);
+    }
+    case LaunchKind::kRopePair: {
+      RopeLaunch pair;
+      if (auto s = prepare_rope_pair(r, i, pair); s != SL_OK || !pair.x) return s;
+      return guarded(r.err, "rope", [&] {
+        launch_rope(be, pair);
+        return SL_OK;
+      });
+    }
+    case LaunchKind::kRopeKvWrite: {
+      RopeLaunch pair;
+      if (auto s = prepare_rope_pair(r, i, pair); s != SL_OK) return s;
+      return kv_write(be, r.cache, graph::params<sl_kv_params>(r.node(i + 2))->layer, buf(r.in(i + 2, 0)), buf(r.in(i + 2, 1)),
+                      pair.x ? &pair : nullptr, r.err);
+    }
+    case LaunchKind::kKvAttention:
+    case LaunchKind::kRopeKvAttention: {
+      const uint32_t kv = l.kind == LaunchKind::kKvAttention ? i : i + 2;
+      KvJoin join{buf(r.in(kv, 0)), buf(r.in(kv, 1)), {}};
+      if (l.kind == LaunchKind::kRopeKvAttention)
+        if (auto s = prepare_rope_pair(r, i, join.rope); s != SL_OK) return s;
+      AttentionParams p;
+      static_cast<sl_attention_params&>(p) = *graph::params<sl_attention_params>(r.node(kv + 1));
+      p.sinks = buf(r.in(kv + 1, 1));
+      return attention(be, r.cache, p.layer, buf(r.in(kv + 1, 0)), &p, buf(r.out(kv + 1)), &join, r.forms, r.err);
+    }
+  }
+  return set_error(r.err, SL_ERR_INTERNAL, "graph_compute: unknown launch");
 }
 
 }  // namespace
@@ -141,7 +294,7 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
   return 1;  // every KV codec: on the device with its OpenCL source, else through the host
 }
 
-sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, const OpEntries& ops, sl_error* err) {
+sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err) {
   if (!g || !step || !step->batch || (g->n_nodes && !g->nodes) || (g->n_tensors && !g->tensors))
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "graph_compute: no graph or step");
   for (uint32_t i = 0; i < g->n_nodes; ++i) {
@@ -150,10 +303,11 @@ sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, cons
     if (std::string why = addressable(*g, n); !why.empty())
       return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": " + why);
   }
-  if (auto s = ops.begin_batch(be, step->batch, err); s != SL_OK) return s;
-  for (const Launch& l : plan_launches(*g))
-    if (auto s = run_launch(be, *g, l, step->cache, ops, err); s != SL_OK) return s;
-  return SL_OK;
+  if (auto s = begin_batch(be, step->batch, err); s != SL_OK) return s;
+  GraphRun run{be, *g, step->cache, err, be->forms, {}, false};
+  for (const Launch& l : plan_launches(*g, be->fusion))
+    if (auto s = run_launch(run, l); s != SL_OK) return s;
+  return finish_norm(run);
 }
 
 }  // namespace sluice::ocl

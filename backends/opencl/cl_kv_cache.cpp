@@ -5,15 +5,15 @@
 // Layout per layer (as the CPU backend's): n_pages pages; a page holds page_tokens positions: the K
 // rows of every KV head ([head][slot]), then the V rows, in the codecs' formats.
 // When both codecs give OpenCL source, the pages live on the device and kv_write/attention are
-// kernels built with that source (kernels_cl/attention.cl; kv_write_rope also runs the deferred rope
-// of q and k right before a kv_write, in its launch). Otherwise the host keeps the layer's
+// kernels built with that source (kernels_cl/attention.cl; kv_write_rope also runs the rope pair of q
+// and k before it, in its launch: kRopeKvWrite, cl_fusion.h). Otherwise the host keeps the layer's
 // pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
 //
-// A launch costs 5-7 µs on the H100 even when it does almost nothing, so a decode kv_write (every
-// token of another sequence) waits too: where the attention of its cache and layer right after
-// takes attention_short, attention_short_join runs the kv_write (with the rope pair it took) in the
-// attention's launch (kernels_cl/attention_short.cl); anything else runs it first, as it was asked.
-// SLUICE_OPENCL_ATT_JOIN=0, or the backend option "no-attention-join", keeps the two launches.
+// A launch costs 5-7 µs on the H100 even when it does almost nothing, so in decode (every token of
+// another sequence) where the attention of the layer right after takes attention_short,
+// attention_short_join runs the kv_write (with its rope pair) in the attention's launch
+// (kernels_cl/attention_short.cl; kKvAttention and kRopeKvAttention, cl_fusion.h; cl_attention.cpp
+// checks the batch). The backend option "no-attention-join" keeps the two launches.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -300,28 +300,17 @@ sl_status kv_copy_page(sl_backend* be, sl_kv_cache* c, uint32_t src, uint32_t ds
   });
 }
 
-namespace {
-
-// Whether a decode kv_write may wait for its attention (the head of this file; the tests compare
-// the two paths).
-bool attention_join_on(const sl_backend* be) {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_ATT_JOIN");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  return !off && be->options.find("no-attention-join") == std::string::npos && short_passes_max_keys(be) > 0;
-}
-
-// Every token of the batch of another sequence (decode): no token reads a row another one writes.
 bool one_token_per_sequence(const sl_backend* be) {
   std::vector<int32_t> slots = be->seq_slots;
   std::sort(slots.begin(), slots.end());
   return !slots.empty() && std::adjacent_find(slots.begin(), slots.end()) == slots.end();
 }
 
+namespace {
+
 // kv_write's kernel on the device, kv_write_rope with the rope pair `rope` (null: kv_write).
 void launch_kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v,
-                     const PendingRope* rope) {
+                     const RopeLaunch* rope) {
   const auto& L = c->layout;
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
   auto& ks = c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second;
@@ -346,14 +335,8 @@ void launch_kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_bu
 
 }  // namespace
 
-void kv_write_flush(sl_backend* be) {
-  if (!be->pending_kv.cache) return;
-  const PendingKvWrite w = be->pending_kv;
-  be->pending_kv = PendingKvWrite{};
-  launch_kv_write(be, w.cache, w.layer, w.k, w.v, w.rope.x ? &w.rope : nullptr);
-}
-
-sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v, sl_error* err) {
+sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v, const RopeLaunch* rope,
+                   sl_error* err) {
   const auto& L = c->layout;
   if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
   if (auto s = check_pages(be, c, err); s != SL_OK) return s;
@@ -361,19 +344,13 @@ sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buff
   const uint64_t floats = uint64_t(n_tokens) * L.n_kv_heads * L.head_dim;
   if (k->bytes < floats * 4 || v->bytes < floats * 4) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K/V buffers too small");
   return guarded(err, "kv_write", [&] {
-    // The rope of q and k right before (deferred: cl_ops.cpp) runs in this launch where k is its
-    // second tensor and the cache is on the device; anything else waiting runs first, as the other
-    // entry points run it (cl_backend.cpp). A decode kv_write then waits for its attention (the
-    // head of this file).
-    PendingRope pair;
-    const bool joined = c->on_device && take_rope_pair(be, k, v, L.n_kv_heads, L.head_dim, pair);
-    flush_deferred(be);
-    if (c->on_device && attention_join_on(be) && one_token_per_sequence(be)) {
-      be->pending_kv = PendingKvWrite{c, layer, k, v, joined ? pair : PendingRope{}};
-      return SL_OK;
-    }
+    // The rope pair of q and k runs in this launch where k is its second tensor with the cache's
+    // head shape and the cache is on the device; otherwise first, on its own.
+    const bool has_rope = rope && rope->x;
+    const bool joined = has_rope && c->on_device && rope_pair_fits(*rope, k, v, L.n_kv_heads, L.head_dim);
+    if (has_rope && !joined) launch_rope(be, *rope);
     if (c->on_device) {
-      launch_kv_write(be, c, layer, k, v, joined ? &pair : nullptr);
+      launch_kv_write(be, c, layer, k, v, joined ? rope : nullptr);
       return SL_OK;
     }
     std::vector<float> kh(floats), vh(floats);

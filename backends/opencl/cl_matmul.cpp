@@ -28,6 +28,7 @@ constexpr uint32_t kMmaDefaultRows = 128;          // MMA_BM of the tensor-core 
 // pairs each, the last group of a 32-row block to finish writing the block's 15-bit form for down
 // (matvec_q4_dp4a_glu_blocks) — or one group of 1024 a block (matvec_q4_dp4a_glu) with
 // SLUICE_OPENCL_GLU_BLOCKS=0 or the backend option `glu-whole-block` (measuring; the tests compare).
+// The backend option "no-glu-join" keeps the products and the activation apart (cl_fusion.h).
 // On the H100 small groups measured +1.5 % decode (perf/results/fused_decode_gpu/run42, run43): a
 // work-group of 1024 holds a compute unit until its slowest warp is done, and the last of the launch's
 // 3.4 waves of them ran on a part of the GPU (perf/bench_cl_bandwidth.cpp's row patterns: 66 MB
@@ -82,7 +83,7 @@ std::vector<Segment> segments(sl_backend* be, const sl_weight* w) {
 
 }  // namespace
 
-// The 15-bit form's buffers of pair `slot` (sl_backend::x15_slot), grown to hold cols values.
+// The 15-bit form's buffers of pair `slot` (Forms), grown to hold cols values.
 std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols) {
   Scratch& q = slot ? be->matvec_x8_alt : be->matvec_x8;
   Scratch& b = slot ? be->matvec_x8_alt_blocks : be->matvec_x8_blocks;
@@ -103,17 +104,20 @@ bool q4_decode_form(uint32_t n_rows, const sl_weight* w) {
   return n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0;
 }
 
-// The activation's 15-bit form for the dp4a kernel, or false for the float kernel. A producer op may
-// have written it (rms_norm, add_rms_norm, gated_activation: no launch here); otherwise it is made
-// here for matrices of 2^24 weights and more only — on the H100 (perf/results/dp4a_gpu/run1) dp4a
-// lost at 1024×4096 (0.14 against 0.32 TB/s: the extra launch that rounds x is not repaid), and from
-// 4096×4096 (the o projection) it won in the model: decode 214 → 223 tokens/s
-// (perf/results/fused_decode_gpu/run3).
-bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weights, cl::Buffer*& xq, cl::Buffer*& blocks) {
+// The activation's 15-bit form for the dp4a kernel, or false for the float kernel: a norm step's
+// (the launch before wrote it), else the form a producer wrote beside x in this graph (rms_norm,
+// add_rms_norm, gated_activation, attention: no launch here), else made here for matrices of 2^24
+// weights and more only — on the H100 (perf/results/dp4a_gpu/run1) dp4a lost at 1024×4096 (0.14
+// against 0.32 TB/s: the extra launch that rounds x is not repaid), and from 4096×4096 (the o
+// projection) it won in the model: decode 214 → 223 tokens/s (perf/results/fused_decode_gpu/run3).
+bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weights, Forms& forms, const NormStep* step,
+                cl::Buffer*& xq, cl::Buffer*& blocks) {
   if (!use_dp4a(be)) return false;
-  if (be->x15_of == x && be->x15_cols == cols) {
-    xq = be->x15_slot ? &be->matvec_x8_alt.buffer : &be->matvec_x8.buffer;
-    blocks = be->x15_slot ? &be->matvec_x8_alt_blocks.buffer : &be->matvec_x8_blocks.buffer;
+  const int slot = step ? static_cast<int>(step->slot) : forms.find(x, cols);
+  if (slot >= 0) {
+    auto pair = form_pair(be, static_cast<uint32_t>(slot), cols);
+    xq = &pair.first;
+    blocks = &pair.second;
     return true;
   }
   // SLUICE_OPENCL_DP4A_MIN=n: from 2^n weights instead (measuring).
@@ -125,36 +129,30 @@ bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weig
   q.setArg(2, *xq);
   q.setArg(3, *blocks);
   launch(be, q, cl::NDRange(round_up(cols, 256)), cl::NDRange(256));
-  int15_made(be, x, cols);  // later products of the same x reuse it
+  forms.made(0, x, cols);  // later products of the same x reuse it
   return true;
 }
 
-// The pending norm's arguments (NORM_ARGS in kernels_cl/matvec.cl) for a dp4a product reading x:
-// its parts when x is the norm's output, else none (norm_blocks 0; the buffers are then unread).
-void set_norm_args(sl_backend* be, cl::Kernel& k, cl_uint& a, const sl_buffer* x) {
-  const PendingNorm& n = be->pending_norm;
-  const bool on = n.out && n.out == x;
-  const DevPtr w = on ? vector_weight(be, &n.weight, n.dim) : DevPtr{single(x), 0};
+// The norm step's arguments (NORM_ARGS in kernels_cl/matvec.cl) for a dp4a product reading x: the
+// step's when there is one (x is its output), else none (norm_blocks 0; the buffers are then unread).
+void set_norm_args(sl_backend* be, cl::Kernel& k, cl_uint& a, const sl_buffer* x, const NormStep* n) {
+  const bool on = n != nullptr;
+  const DevPtr w = on ? vector_weight(be, n->weight, n->dim) : DevPtr{single(x), 0};
   k.setArg(a++, on ? be->norm_parts.buffer : single(x));
-  k.setArg(a++, static_cast<cl_uint>(on ? n.dim / 32 : 0));
-  k.setArg(a++, on ? n.eps : 0.0f);
-  k.setArg(a++, single(on ? n.x : x));
+  k.setArg(a++, static_cast<cl_uint>(on ? n->dim / 32 : 0));
+  k.setArg(a++, on ? n->eps : 0.0f);
+  k.setArg(a++, single(on ? n->x : x));
   k.setArg(a++, w.buffer);
   k.setArg(a++, static_cast<cl_ulong>(w.offset));
-  k.setArg(a++, static_cast<cl_uint>(on ? n.weight.dtype : 0));
-  k.setArg(a++, on ? n.weight_offset : 0.0f);
-  k.setArg(a++, single(on ? n.out : x));
-}
-
-// After the launches of a product that read x: a pending norm of x is computed now (they wrote it).
-void norm_taken(sl_backend* be, const sl_buffer* x) {
-  if (be->pending_norm.out && be->pending_norm.out == x) be->pending_norm = PendingNorm{};
+  k.setArg(a++, static_cast<cl_uint>(on ? n->weight->dtype : 0));
+  k.setArg(a++, on ? n->weight_offset : 0.0f);
+  k.setArg(a++, single(on ? n->out : x));
 }
 
 // Up to three parts of one-row 4-bit products sharing x, in one launch; parts[0].seg.r0 is where
 // part 0's rows start in its output. Every part's rows but the last are a multiple of the shape's rows a team.
 void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, const Q4Part* parts, uint32_t n_parts,
-                      bool dp4a, cl::Buffer* xq, cl::Buffer* blocks, uint32_t bias_dtype) {
+                      bool dp4a, cl::Buffer* xq, cl::Buffer* blocks, uint32_t bias_dtype, const NormStep* step) {
   uint32_t total = 0;
   cl_uint end[3], has_bias = 0;
   for (uint32_t p = 0; p < 3; ++p) {
@@ -199,16 +197,17 @@ void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, co
   k.setArg(a++, has_bias);
   k.setArg(a++, static_cast<cl_uint>(bias_dtype));
   k.setArg(a++, static_cast<cl_uint>(s0.r0));
-  if (dp4a) set_norm_args(be, k, a, x);
+  if (dp4a) set_norm_args(be, k, a, x, step);
   launch(be, k, cl::NDRange(size_t((total + rows_per_group - 1) / rows_per_group) * 128), cl::NDRange(128));
 }
 
 void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
-            bool has_bias, sl_buffer* out) {
+            bool has_bias, sl_buffer* out, Forms& forms, const NormStep* step) {
   const bool q4_decode = q4_decode_form(n_rows, w);
   cl::Buffer *xq = nullptr, *blocks = nullptr;
-  const bool dp4a = q4_decode && dp4a_input(be, x, w->cols, uint64_t(w->rows) * w->cols, xq, blocks);
-  if (!dp4a && be->pending_norm.out == x) norm_flush(be);  // the float kernels read x itself
+  const bool dp4a = q4_decode && dp4a_input(be, x, w->cols, uint64_t(w->rows) * w->cols, forms, step, xq, blocks);
+  if (!dp4a && step) norm_step_finish(be, *step, forms);  // the float kernels read x itself
+  if (!dp4a) step = nullptr;
   for (const auto& s : segments(be, w)) {
     const cl::NDRange global(size_t((s.rows + kMatvecRowsPerGroup - 1) / kMatvecRowsPerGroup) * 128), local(128);
     if (w->bits == 0) {
@@ -232,7 +231,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       // Decode's common case: the shape of q4_shape() (kernels_cl/matvec.cl), the float kernel
       // or, on NVIDIA, the dp4a one.
       Q4Part part{s, single(out), bias, has_bias};
-      q4_decode_launch(be, x, w, &part, 1, dp4a, xq, blocks, bias_dtype);
+      q4_decode_launch(be, x, w, &part, 1, dp4a, xq, blocks, bias_dtype, step);
     } else {
       auto& k = kernel(be, "matvec", "matvec_quant");
       k.setArg(0, s.data.buffer);
@@ -259,7 +258,6 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       launch(be, k, global, local);
     }
   }
-  if (dp4a) norm_taken(be, x);
 }
 
 // C[m, n] (leading dimension ldc, at c_off floats) = A[m, k] · B[n, k]ᵀ.
@@ -435,9 +433,11 @@ DevPtr bias_range(sl_backend* be, const sl_weight* bias, const sl_buffer* out) {
   return read_range(be, bias->data, bias->offset, uint64_t(bias->cols) * sb, sb);
 }
 
-void matmul_one(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, sl_buffer* out) {
+void matmul_one(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, sl_buffer* out,
+                Forms& forms, const NormStep* step) {
   const DevPtr b = bias_range(be, bias, out);
-  if (n_rows <= kMatvecMaxRows) return matvec(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out);
+  if (n_rows <= kMatvecMaxRows) return matvec(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out, forms, step);
+  if (step) norm_step_finish(be, *step, forms);  // (a norm step is decode's: one row)
   gemm(be, x, n_rows, w, out);
   if (bias) {
     auto& k = kernel(be, "ops", "add_bias");
@@ -455,7 +455,7 @@ void matmul_one(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_we
 // device buffer, every part but the last a whole number of teams' rows. Returns false to leave them
 // to single products.
 bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const sl_weight* const* ws,
-                     const sl_weight* const* biases, sl_buffer* const* outs) {
+                     const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms, const NormStep* step) {
   if (count < 2 || count > 3) return false;
   const sl_weight* w0 = ws[0];
   uint32_t bias_dtype = 0, total_rows = 0;
@@ -482,10 +482,9 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
   uint64_t weights = 0;
   for (uint32_t i = 0; i < count; ++i) weights += uint64_t(ws[i]->rows) * ws[i]->cols;
   cl::Buffer *xq = nullptr, *blocks = nullptr;
-  const bool dp4a = dp4a_input(be, x, w0->cols, weights, xq, blocks);
-  if (!dp4a && be->pending_norm.out == x) norm_flush(be);  // the float kernel reads x itself
-  q4_decode_launch(be, x, w0, parts.data(), count, dp4a, xq, blocks, bias_dtype);
-  if (dp4a) norm_taken(be, x);
+  const bool dp4a = dp4a_input(be, x, w0->cols, weights, forms, step, xq, blocks);
+  if (!dp4a && step) norm_step_finish(be, *step, forms);  // the float kernel reads x itself
+  q4_decode_launch(be, x, w0, parts.data(), count, dp4a, xq, blocks, bias_dtype, dp4a ? step : nullptr);
   return true;
 }
 
@@ -504,74 +503,49 @@ bool glu_ranges(sl_backend* be, const sl_weight (&ws)[2], DevPtr (&data)[2], Dev
 
 }  // namespace
 
-bool glu_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
-               const sl_weight* const* biases, sl_buffer* const* outs) {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_GLU_JOIN");
-    return e && *e == '0';
-  }();
-  if (off || n_rows != 1 || count != 2 || !use_dp4a(be) || (biases && (biases[0] || biases[1]))) return false;
-  const sl_weight &g = *ws[0], &u = *ws[1];
-  if (!q4_decode_form(1, &g) || !q4_decode_form(1, &u) || g.rows != u.rows || g.rows % 32 || g.cols != u.cols ||
-      g.group_size != u.group_size || g.scale_dtype != u.scale_dtype)
-    return false;
-  if (be->x15_of != x || be->x15_cols != g.cols) return false;
-  PendingGlu p;
-  p.x = x;
-  p.slot = be->x15_slot;  // the kernel writes the other pair
-  p.ws[0] = g;
-  p.ws[1] = u;
-  p.outs[0] = outs[0];
-  p.outs[1] = outs[1];
-  if (!glu_ranges(be, p.ws, p.data, p.scales, p.biases)) return false;
-  be->pending_glu = p;
-  return true;
-}
-
-void glu_flush(sl_backend* be) {
-  if (!be->pending_glu.x) return;
-  const PendingGlu p = be->pending_glu;
-  be->pending_glu = PendingGlu{};
-  const sl_weight* ws[2] = {&p.ws[0], &p.ws[1]};
-  if (!q4_decode_multi(be, p.x, 2, ws, nullptr, p.outs))
-    for (uint32_t i = 0; i < 2; ++i) matmul_one(be, p.x, 1, ws[i], nullptr, p.outs[i]);
-}
-
-bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* act, uint64_t n) {
-  const PendingGlu& p = be->pending_glu;
-  if (!p.x || gate != p.outs[0] || up != p.outs[1] || n != p.ws[0].rows || act == p.x || act == gate || act == up) return false;
-  const sl_weight& w = p.ws[0];
+// The gate/up products of x and the activation of their outputs in one launch (kGlu): x's form (or
+// the norm step's) read from one pair, act's written to the other for down. On NVIDIA with dp4a;
+// false, nothing launched, where the weights' device ranges or x's form do not allow it.
+bool glu_join(sl_backend* be, const sl_buffer* x, const sl_weight* gate_w, const sl_weight* up_w, sl_buffer* gate, sl_buffer* up,
+              sl_buffer* act, uint32_t activation, Forms& forms, const NormStep* step) {
+  const sl_weight& w = *gate_w;
+  if (!use_dp4a(be) || activation > SL_ACT_GELU) return false;
+  const int in_slot = step ? static_cast<int>(step->slot) : forms.find(x, w.cols);
+  if (in_slot < 0) return false;
+  const sl_weight ws[2] = {*gate_w, *up_w};
+  DevPtr data[2], scales[2], biases[2];
+  if (!glu_ranges(be, ws, data, scales, biases)) return false;
   const uint32_t rows = w.rows;
-  const uint32_t out_slot = 1 - p.slot;
+  const uint32_t slot = static_cast<uint32_t>(in_slot), out_slot = 1 - slot;
   cl::Buffer& act_q = form_pair(be, out_slot, rows).first;
   cl::Buffer& act_blocks = form_pair(be, out_slot, rows).second;
   const bool in_groups = glu_in_groups(be);
   auto& k = kernel(be, "matvec", in_groups ? "matvec_q4_dp4a_glu_blocks" : "matvec_q4_dp4a_glu");
   cl_uint a = 0;
-  k.setArg(a++, p.data[0].buffer);
+  k.setArg(a++, data[0].buffer);
   k.setArg(a++, static_cast<cl_ulong>(uint64_t(w.cols) * 4 / 32));
-  k.setArg(a++, p.scales[0].buffer);
-  k.setArg(a++, p.biases[0].buffer);
+  k.setArg(a++, scales[0].buffer);
+  k.setArg(a++, biases[0].buffer);
   k.setArg(a++, static_cast<cl_uint>(w.scale_dtype));
   k.setArg(a++, static_cast<cl_uint>(w.group_size));
   k.setArg(a++, static_cast<cl_uint>(w.cols));
-  const uint64_t at = p.data[0].offset | p.data[1].offset;
+  const uint64_t at = data[0].offset | data[1].offset;
   k.setArg(a++, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
-  k.setArg(a++, form_pair(be, p.slot, w.cols).first);
-  k.setArg(a++, form_pair(be, p.slot, w.cols).second);
+  k.setArg(a++, form_pair(be, slot, w.cols).first);
+  k.setArg(a++, form_pair(be, slot, w.cols).second);
   for (uint32_t i = 0; i < 2; ++i) {
-    k.setArg(a++, static_cast<cl_ulong>(p.data[i].offset));
-    k.setArg(a++, static_cast<cl_ulong>(p.scales[i].offset));
-    k.setArg(a++, static_cast<cl_ulong>(p.biases[i].offset));
+    k.setArg(a++, static_cast<cl_ulong>(data[i].offset));
+    k.setArg(a++, static_cast<cl_ulong>(scales[i].offset));
+    k.setArg(a++, static_cast<cl_ulong>(biases[i].offset));
   }
   k.setArg(a++, static_cast<cl_uint>(rows));
-  k.setArg(a++, single(p.outs[0]));
-  k.setArg(a++, single(p.outs[1]));
+  k.setArg(a++, single(gate));
+  k.setArg(a++, single(up));
   k.setArg(a++, single(act));
   k.setArg(a++, static_cast<cl_uint>(activation));
   k.setArg(a++, act_q);
   k.setArg(a++, act_blocks);
-  set_norm_args(be, k, a, p.x);
+  set_norm_args(be, k, a, x, step);
   if (in_groups) {
     k.setArg(a++, block_counts(be, rows / 32));
     launch(be, k, cl::NDRange(size_t(rows) * 32), cl::NDRange(128));  // WG in the "matvec" program: a warp a row pair
@@ -579,21 +553,19 @@ bool glu_join(sl_backend* be, uint32_t activation, const sl_buffer* gate, const 
     constexpr size_t kGluWg = 1024;  // GLU_WG in kernels_cl/matvec.cl: 32 rows a work-group
     launch(be, k, cl::NDRange(size_t(rows) / 32 * kGluWg), cl::NDRange(kGluWg));
   }
-  norm_taken(be, p.x);
-  be->pending_glu = PendingGlu{};
-  int15_made(be, act, rows, out_slot);
+  forms.made(out_slot, act, rows);
   return true;
 }
 
-// ---- The residual join (NVIDIA decode): product → add_rms_norm → product in two launches.
+// ---- The residual join (kResidual, NVIDIA decode): product → add → norm → product in two launches.
 //
 // Each launch costs ~5–7 µs on the H100 however little it does: skipping add_rms_norm's two launches
 // a layer (SLUICE_OPENCL_SKIP) moved decode from 258 to 293 tokens/s (perf/NOTES.md). The norm needs
 // the sum of squares of the whole row, so it cannot run inside the product of its output — but the
 // product's work-groups can each finish a 32-row block of the residual row (matvec_q4_dp4a_res),
 // and the norm is linear after one scalar: the next product scales its sums by 1/rms
-// from the blocks' sums of squares (matvec_q4_dp4a, matvec_q4_dp4a_glu: NORM_ARGS).
-// SLUICE_OPENCL_RES_JOIN=0 turns it off (measuring).
+// from the blocks' sums of squares (matvec_q4_dp4a, matvec_q4_dp4a_glu: NORM_ARGS; the NormStep the
+// next launch takes). The backend option "no-res-join" turns it off (measuring; the tests compare).
 
 namespace {
 
@@ -612,38 +584,6 @@ Q4Shape res_shape() {
 
 }  // namespace
 
-bool product_defer(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
-                   sl_buffer* out) {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_RES_JOIN");
-    return e && *e == '0';
-  }();
-  if (off || be->options.find("no-res-join") != std::string::npos) return false;  // (a backend option: the tests compare)
-  if (n_rows != 1 || bias || !use_dp4a(be) || !q4_decode_form(1, w) || w->rows % 32 || w->rows > UINT32_MAX / 2) return false;
-  if (be->x15_of != x || be->x15_cols != w->cols || be->pending_norm.out == x || out->chunks.size() != 1) return false;
-  auto segs = segments(be, w);
-  if (segs.size() != 1) return false;
-  PendingProduct p;
-  p.x = x;
-  p.w = *w;
-  p.data = segs[0].data;
-  p.scales = segs[0].scales;
-  p.biases = segs[0].biases;
-  p.out = out;
-  p.slot = be->x15_slot;
-  p.xq = form_pair(be, p.slot, w->cols).first;
-  p.blocks = form_pair(be, p.slot, w->cols).second;
-  be->pending_product = p;
-  return true;
-}
-
-void product_flush(sl_backend* be) {
-  if (!be->pending_product.x) return;
-  const PendingProduct p = be->pending_product;
-  be->pending_product = PendingProduct{};
-  matmul_one(be, p.x, 1, &p.w, nullptr, p.out);
-}
-
 void set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weight* weight, float weight_offset,
                         uint32_t slot, uint32_t dim) {
   const DevPtr nw = vector_weight(be, weight, dim);
@@ -657,45 +597,46 @@ void set_norm_step_args(sl_backend* be, cl::Kernel& k, cl_uint a, const sl_weigh
   k.setArg(a, be->norm_parts.at_least(be->context, uint64_t(dim) / 32 * 4));
 }
 
-bool res_join(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
-              sl_buffer* out, uint32_t dim, float eps) {
-  const PendingProduct& p = be->pending_product;
-  if (!p.x || delta != p.out || p.w.rows != dim || x == p.x || out == p.x || x->chunks.size() != 1 || out->chunks.size() != 1)
-    return false;
-  const uint32_t out_slot = 1 - p.slot;
+bool residual_join(sl_backend* be, const sl_buffer* x_in, const sl_weight* w, sl_buffer* p, sl_buffer* resid,
+                   const sl_weight* norm_weight, float weight_offset, float eps, sl_buffer* h, Forms& forms, NormStep* left) {
+  const uint32_t dim = w->rows;
+  if (!use_dp4a(be) || p->chunks.size() != 1 || resid->chunks.size() != 1 || h->chunks.size() != 1) return false;
+  const int in_slot = forms.find(x_in, w->cols);
+  if (in_slot < 0) return false;
+  auto segs = segments(be, w);
+  if (segs.size() != 1) return false;
+  const Segment& seg = segs[0];
+  const uint32_t slot = static_cast<uint32_t>(in_slot), out_slot = 1 - slot;
+  auto in_form = form_pair(be, slot, w->cols);
   const Q4Shape shape = res_shape();
   auto& k = kernel(be, q4_program(shape), "matvec_q4_dp4a_res");
   cl_uint a = 0;
-  k.setArg(a++, p.data.buffer);
-  k.setArg(a++, static_cast<cl_ulong>(uint64_t(p.w.cols) * 4 / 32));
-  k.setArg(a++, p.scales.buffer);
-  k.setArg(a++, p.biases.buffer);
-  k.setArg(a++, static_cast<cl_uint>(p.w.scale_dtype));
-  k.setArg(a++, static_cast<cl_uint>(p.w.group_size));
-  k.setArg(a++, static_cast<cl_uint>(p.w.cols));
-  k.setArg(a++, static_cast<cl_uint>(p.data.offset % 16 == 0 ? 16 : p.data.offset % 8 == 0 ? 8 : 4));
-  k.setArg(a++, p.xq);
-  k.setArg(a++, p.blocks);
-  k.setArg(a++, static_cast<cl_ulong>(p.data.offset));
-  k.setArg(a++, static_cast<cl_ulong>(p.scales.offset));
-  k.setArg(a++, static_cast<cl_ulong>(p.biases.offset));
+  k.setArg(a++, seg.data.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
+  k.setArg(a++, seg.scales.buffer);
+  k.setArg(a++, seg.biases.buffer);
+  k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(w->group_size));
+  k.setArg(a++, static_cast<cl_uint>(w->cols));
+  k.setArg(a++, static_cast<cl_uint>(seg.data.offset % 16 == 0 ? 16 : seg.data.offset % 8 == 0 ? 8 : 4));
+  k.setArg(a++, in_form.first);
+  k.setArg(a++, in_form.second);
+  k.setArg(a++, static_cast<cl_ulong>(seg.data.offset));
+  k.setArg(a++, static_cast<cl_ulong>(seg.scales.offset));
+  k.setArg(a++, static_cast<cl_ulong>(seg.biases.offset));
   k.setArg(a++, static_cast<cl_uint>(dim));
-  k.setArg(a++, single(p.out));
-  k.setArg(a++, single(x));
-  set_norm_step_args(be, k, a, weight, weight_offset, out_slot, dim);
+  k.setArg(a++, single(p));
+  k.setArg(a++, single(resid));
+  set_norm_step_args(be, k, a, norm_weight, weight_offset, out_slot, dim);
   const size_t res_wg = 32 / shape.rows * shape.team;  // RES_WG in kernels_cl/matvec.cl: 32 rows a work-group
   launch(be, k, cl::NDRange(size_t(dim) / 32 * res_wg), cl::NDRange(res_wg));
-  be->pending_product = PendingProduct{};
-  be->pending_norm = PendingNorm{x, *weight, weight_offset, eps, out, dim};
-  int15_made(be, out, dim, out_slot);
+  forms.clobbered(out_slot);
+  *left = NormStep{resid, norm_weight, weight_offset, eps, h, dim, out_slot};
   return true;
 }
 
-void norm_flush(sl_backend* be) {
-  if (!be->pending_norm.out) return;
-  const PendingNorm n = be->pending_norm;
-  be->pending_norm = PendingNorm{};
-  rms_norm_run(be, n.x, nullptr, &n.weight, n.weight_offset, n.out, 1, n.dim, n.eps);  // x holds x + delta already
+void norm_step_finish(sl_backend* be, const NormStep& n, Forms& forms) {
+  rms_norm_run(be, n.x, nullptr, n.weight, n.weight_offset, n.out, 1, n.dim, n.eps, forms);  // x holds its input already
 }
 
 bool use_dp4a(const sl_backend* be) {
@@ -714,20 +655,17 @@ bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& 
 }
 
 sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
-                 sl_buffer* out, sl_error* err) {
+                 sl_buffer* out, Forms& forms, const NormStep* step, sl_error* err) {
   if (auto s = check_matmul(x, n_rows, w, bias, out, err); s != SL_OK) return s;
   if (n_rows == 0) return SL_OK;
   return guarded(err, "matmul", [&] {
-    flush_deferred(be, x);  // but a norm of x, which the product takes in its launch
-    if (be->x15_of == out) be->x15_of = nullptr;
-    if (product_defer(be, x, n_rows, w, bias, out)) return SL_OK;  // joined with the add_rms_norm of out next
-    matmul_one(be, x, n_rows, w, bias, out);
+    matmul_one(be, x, n_rows, w, bias, out, forms, step);
     return SL_OK;
   });
 }
 
 sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
-                       const sl_weight* const* biases, sl_buffer* const* outs, sl_error* err) {
+                       const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms, const NormStep* step, sl_error* err) {
   if (count == 0 || count > kMatmulMultiMax || !ws || !outs)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_multi: count must be 1.." + std::to_string(kMatmulMultiMax));
   for (uint32_t i = 0; i < count; ++i) {
@@ -739,12 +677,15 @@ sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint
   }
   if (n_rows == 0) return SL_OK;
   return guarded(err, "matmul_multi", [&] {
-    flush_deferred(be, x);  // but a norm of x, which the products take in their launch
-    for (uint32_t i = 0; i < count; ++i)
-      if (be->x15_of == outs[i]) be->x15_of = nullptr;
-    if (glu_defer(be, x, n_rows, count, ws, biases, outs)) return SL_OK;  // joined with the activation next
-    if (n_rows == 1 && q4_decode_multi(be, x, count, ws, biases, outs)) return SL_OK;
-    for (uint32_t i = 0; i < count; ++i) matmul_one(be, x, n_rows, ws[i], biases ? biases[i] : nullptr, outs[i]);
+    if (n_rows == 1 && q4_decode_multi(be, x, count, ws, biases, outs, forms, step)) return SL_OK;
+    // One by one, each taking the norm step where all can (they read its form, each writes the same
+    // output); else the norm first, as a launch of its own.
+    const bool all_dp4a = use_dp4a(be) && std::all_of(ws, ws + count, [&](const sl_weight* w) { return q4_decode_form(n_rows, w); });
+    if (step && !all_dp4a) {
+      norm_step_finish(be, *step, forms);
+      step = nullptr;
+    }
+    for (uint32_t i = 0; i < count; ++i) matmul_one(be, x, n_rows, ws[i], biases ? biases[i] : nullptr, outs[i], forms, step);
     return SL_OK;
   });
 }

@@ -82,44 +82,55 @@ sl_status embed_launch(sl_backend* be, const sl_weight* table, const cl::Buffer&
   return SL_OK;
 }
 
-// embed and embed_device: on NVIDIA a decode step's one row waits for layer 0's rms_norm of it,
-// which runs it (embed_join); elsewhere, and for more rows (prefill), it launches at once.
-sl_status embed_issue(sl_backend* be, const sl_weight* table, const cl::Buffer& ids, uint64_t ids_off, uint32_t n, sl_buffer* out,
-                      sl_error* err) {
-  if (table->bits && (table->group_size == 0 || table->cols % table->group_size || (uint64_t(table->cols) * table->bits) % 32))
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed: quantized rows must be whole groups and words");
+}  // namespace
+
+sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
+  if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed");
+  for (uint32_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= table->rows)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                       "token id " + std::to_string(ids[i]) + " outside the vocabulary of " + std::to_string(table->rows));
+  if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed");
+  if (n == 0) return SL_OK;
+  return guarded(err, "embed", [&] {
+    wait_uploads(be->ids_uploads);  // be->ids may still feed the previous copy
+    be->ids.assign(ids, ids + n);
+    upload_batch_vector(be, be->d_ids, be->d_ids_cap, be->ids, be->ids_uploads);
+    return embed_launch(be, table, be->d_ids, 0, n, out, err);
+  });
+}
+
+sl_status embed_device(sl_backend* be, const sl_weight* table, const sl_buffer* ids, uint64_t ids_offset, uint32_t n, sl_buffer* out,
+                       sl_error* err) {
+  if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed_device");
+  if (!ids || ids_offset > ids->bytes / 4 || n > ids->bytes / 4 - ids_offset)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed_device: ids past the buffer's end");
+  if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed_device");
+  if (n == 0) return SL_OK;
+  return guarded(err, "embed_device", [&] { return embed_launch(be, table, single(ids), ids_offset, n, out, err); });
+}
+
+// The embedding of a decode step's token launched with the norm's step of the residual products
+// (embed_norm_blocks: the row, the form of (w + w_offset) ⊙ row, the blocks' Σ x²), the norm itself
+// left to the product that reads it (kEmbedNorm, cl_fusion.h).
+bool embed_norm_join(sl_backend* be, const sl_weight* t, const sl_tensor& ids, sl_buffer* e, const sl_weight* norm_weight,
+                     float weight_offset, float eps, sl_buffer* h, Forms& forms, NormStep* left) {
+  const uint32_t dim = t->cols;
   cl::Buffer *xq = nullptr, *blocks = nullptr;
-  if (n == 1 && out->chunks.size() == 1 && int15_scratch(be, 1, table->cols, xq, blocks)) {
-    be->pending_embed.out = out;
-    be->pending_embed.table = *table;
-    be->pending_embed.ids = ids;
-    be->pending_embed.ids_off = ids_off;
-    return SL_OK;
+  if (ids.rows * ids.cols != 1 || dim % 32 || e->chunks.size() != 1 || h->chunks.size() != 1 || !int15_scratch(be, 1, dim, xq, blocks) ||
+      !t->data || !weight_form_supported(t->dtype, t->bits) || (t->bits && (t->group_size == 0 || t->cols % t->group_size)))
+    return false;
+  if (ids.kind == SL_TENSOR_HOST) {
+    const int32_t id = *static_cast<const int32_t*>(ids.host);
+    if (id < 0 || static_cast<uint32_t>(id) >= t->rows) return false;  // embed's error message, through the node alone
+    wait_uploads(be->ids_uploads);  // be->ids may still feed the previous copy
+    be->ids.assign(1, id);
+    upload_batch_vector(be, be->d_ids, be->d_ids_cap, be->ids, be->ids_uploads);
+  } else if (!ids.buffer || ids.buffer->chunks.size() != 1) {
+    return false;
   }
-  return embed_launch(be, table, ids, ids_off, n, out, err);
-}
-
-void embed_flush(sl_backend* be) {
-  if (!be->pending_embed.out) return;
-  const sl_backend::PendingEmbed e = be->pending_embed;
-  be->pending_embed = sl_backend::PendingEmbed{};
-  sl_error unused{};  // its rows were checked when it was issued
-  embed_launch(be, &e.table, e.ids, e.ids_off, 1, e.out, &unused);
-}
-
-// rms_norm of the row a waiting embedding writes: the embedding launched with the norm's step of
-// the residual products (embed_norm_blocks: x, the form of (w + w_offset) ⊙ x, the blocks' Σ x²),
-// the norm itself left pending for the product that reads it, as after res_join. False when
-// nothing waits for this norm.
-bool embed_join(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out, uint32_t n_rows,
-                uint32_t dim, float eps) {
-  const sl_backend::PendingEmbed& e = be->pending_embed;
-  if (!e.out || e.out != x || n_rows != 1 || e.table.cols != dim || dim % 32 || out == x || out->chunks.size() != 1) return false;
-  const sl_backend::PendingEmbed pe = e;
-  be->pending_embed = sl_backend::PendingEmbed{};
-  flush_deferred(be);  // anything issued before the embedding (nothing, in a forward pass) runs first
-  be->x15_of = nullptr;
-  const sl_weight* t = &pe.table;
+  const cl::Buffer& id_buffer = ids.kind == SL_TENSOR_HOST ? be->d_ids : single(ids.buffer);
+  const uint64_t id_offset = ids.kind == SL_TENSOR_HOST ? 0 : ids.offset / 4;
   const uint64_t sb = t->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
   const uint64_t groups = t->bits ? uint64_t(t->rows) * (t->cols / t->group_size) : 0;
   const DevPtr words = read_range(be, t->data, t->offset, weight_bytes(t), t->bits ? 4 : (t->dtype == SL_DTYPE_F32 ? 4 : 2));
@@ -139,43 +150,15 @@ bool embed_join(sl_backend* be, const sl_buffer* x, const sl_weight* weight, flo
   k.setArg(a++, static_cast<cl_uint>(t->scale_dtype));
   k.setArg(a++, static_cast<cl_uint>(t->bits ? t->group_size : 1));
   k.setArg(a++, static_cast<cl_uint>(t->rows));
-  k.setArg(a++, pe.ids);
-  k.setArg(a++, static_cast<cl_ulong>(pe.ids_off));
-  k.setArg(a++, single(pe.out));
+  k.setArg(a++, id_buffer);
+  k.setArg(a++, static_cast<cl_ulong>(id_offset));
+  k.setArg(a++, single(e));
   k.setArg(a++, static_cast<cl_uint>(dim));
-  set_norm_step_args(be, k, a, weight, weight_offset, 0, dim);
+  set_norm_step_args(be, k, a, norm_weight, weight_offset, 0, dim);
   launch(be, k, cl::NDRange(dim), cl::NDRange(dim % 128 == 0 ? 128 : 32));
-  be->pending_norm = PendingNorm{pe.out, *weight, weight_offset, eps, out, dim};
-  int15_made(be, out, dim, 0);
+  forms.clobbered(0);
+  *left = NormStep{e, norm_weight, weight_offset, eps, h, dim, 0};
   return true;
-}
-
-}  // namespace
-
-sl_status embed(sl_backend* be, const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err) {
-  if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed");
-  for (uint32_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= table->rows)
-      return set_error(err, SL_ERR_INVALID_ARGUMENT,
-                       "token id " + std::to_string(ids[i]) + " outside the vocabulary of " + std::to_string(table->rows));
-  if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed");
-  if (n == 0) return SL_OK;
-  return guarded(err, "embed", [&] {
-    wait_uploads(be->ids_uploads);  // be->ids may still feed the previous copy
-    be->ids.assign(ids, ids + n);
-    upload_batch_vector(be, be->d_ids, be->d_ids_cap, be->ids, be->ids_uploads);
-    return embed_issue(be, table, be->d_ids, 0, n, out, err);
-  });
-}
-
-sl_status embed_device(sl_backend* be, const sl_weight* table, const sl_buffer* ids, uint64_t ids_offset, uint32_t n, sl_buffer* out,
-                       sl_error* err) {
-  if (!table || !table->data || !weight_form_supported(table->dtype, table->bits)) return bad_weight(err, "embed_device");
-  if (!ids || ids_offset > ids->bytes / 4 || n > ids->bytes / 4 - ids_offset)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "embed_device: ids past the buffer's end");
-  if (!float_buffer_ok(out, static_cast<uint64_t>(n) * table->cols)) return too_small(err, "embed_device");
-  if (n == 0) return SL_OK;
-  return guarded(err, "embed_device", [&] { return embed_issue(be, table, single(ids), ids_offset, n, out, err); });
 }
 
 sl_status argmax(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err) {
@@ -228,7 +211,7 @@ sl_status argmax(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t d
 // rms_norm and add_rms_norm: x (+ delta, written back to x) normalised into out, and on NVIDIA in
 // decode the output's 15-bit form for the dp4a product that reads it next.
 void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
-                  sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps) {
+                  sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, Forms& forms) {
   const DevPtr w = vector_weight(be, weight, dim);
   cl::Buffer *xq = nullptr, *blocks = nullptr;
   const bool q15 = int15_scratch(be, n_rows, dim, xq, blocks);
@@ -248,30 +231,21 @@ void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl
   k.setArg(a++, static_cast<cl_uint>(q15));
   constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
   launch(be, k, cl::NDRange(size_t(n_rows) * kNormWg), cl::NDRange(kNormWg));
-  if (q15) int15_made(be, out, dim);
+  if (q15) forms.made(0, out, dim);
 }
 
 namespace {
 
 sl_status rms_norm_checked(sl_backend* be, const char* op, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight,
-                           float weight_offset, sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+                           float weight_offset, sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, Forms& forms, sl_error* err) {
   if (!weight || !weight->data || weight->bits || !weight_form_supported(weight->dtype, 0) || weight->cols != dim)
     return bad_weight(err, op);
   const uint64_t n = uint64_t(n_rows) * dim;
   if (!float_buffer_ok(x, n) || !float_buffer_ok(out, n) || (delta && !float_buffer_ok(delta, n))) return too_small(err, op);
   if (delta && (out == x || out == delta)) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": out aliases x or delta");
-  if (n_rows == 0) return guarded(err, op, [&] {
-      flush_deferred(be);
-      return SL_OK;
-    });
+  if (n_rows == 0) return SL_OK;
   return guarded(err, op, [&] {
-    // add_rms_norm of a product's output right after it: one launch with the product (res_join).
-    if (delta && n_rows == 1 && res_join(be, x, delta, weight, weight_offset, out, dim, eps)) return SL_OK;
-    // rms_norm of the row a decode step's embedding writes: its norm step in the embedding's launch.
-    if (!delta && embed_join(be, x, weight, weight_offset, out, n_rows, dim, eps)) return SL_OK;
-    flush_deferred(be);
-    be->x15_of = nullptr;  // what every other writing entry point forgets before it runs (cl_backend.cpp)
-    rms_norm_run(be, x, delta, weight, weight_offset, out, n_rows, dim, eps);
+    rms_norm_run(be, x, delta, weight, weight_offset, out, n_rows, dim, eps, forms);
     return SL_OK;
   });
 }
@@ -279,29 +253,23 @@ sl_status rms_norm_checked(sl_backend* be, const char* op, sl_buffer* x, const s
 }  // namespace
 
 sl_status rms_norm(sl_backend* be, const sl_buffer* x, const sl_weight* weight, float weight_offset, sl_buffer* out,
-                   uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
-  return rms_norm_checked(be, "rms_norm", const_cast<sl_buffer*>(x), nullptr, weight, weight_offset, out, n_rows, dim, eps, err);
+                   uint32_t n_rows, uint32_t dim, float eps, Forms& forms, sl_error* err) {
+  return rms_norm_checked(be, "rms_norm", const_cast<sl_buffer*>(x), nullptr, weight, weight_offset, out, n_rows, dim, eps, forms, err);
 }
 
 sl_status add_rms_norm(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
-                       sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, sl_error* err) {
+                       sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, Forms& forms, sl_error* err) {
   if (!delta) return set_error(err, SL_ERR_INVALID_ARGUMENT, "add_rms_norm: no delta");
-  return rms_norm_checked(be, "add_rms_norm", x, delta, weight, weight_offset, out, n_rows, dim, eps, err);
+  return rms_norm_checked(be, "add_rms_norm", x, delta, weight, weight_offset, out, n_rows, dim, eps, forms, err);
 }
 
 namespace {
 
-// SLUICE_OPENCL_ROPE_JOIN=0: a rope pair launches at once, as one `rope`, instead of waiting for the
-// kv_write of its second tensor (for measuring the join).
-bool rope_waits_for_kv_write() {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_ROPE_JOIN");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  return !off;
-}
+}  // namespace
 
-void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n_heads2) {
+void launch_rope(sl_backend* be, const RopeLaunch& r) {
+  sl_buffer* x2 = r.x2;
+  const uint32_t n_heads2 = r.n_heads2;
   auto& k = kernel(be, "ops", "rope");
   k.setArg(0, single(r.x));
   k.setArg(1, be->d_positions);
@@ -315,9 +283,11 @@ void launch_rope(sl_backend* be, const PendingRope& r, sl_buffer* x2, uint32_t n
   launch(be, k, cl::NDRange(r.half, r.n_heads + (x2 ? n_heads2 : 0), be->positions.size()));
 }
 
+namespace {
+
 // The (cos, sin) table of these frequencies and factor, covering positions [0, n_positions): found
 // among the backend's tables or made, and grown (doubling, from 4096 positions) by rope_table_fill
-// for the positions it lacks — into a new buffer, so a waiting rope keeps the one it was given.
+// for the positions it lacks — into a new buffer, so a prepared rope keeps the one it was given.
 // A fifth frequency set replaces the least recently used table.
 const cl::Buffer& rope_table(sl_backend* be, const float* inv_freq, uint32_t half, float factor, uint32_t n_positions) {
   auto& tables = be->rope_tables;
@@ -359,37 +329,13 @@ const cl::Buffer& rope_table(sl_backend* be, const float* inv_freq, uint32_t hal
 
 }  // namespace
 
-void flush_deferred(sl_backend* be, const sl_buffer* reader) {
-  embed_flush(be);  // a step's first op: before anything issued after it
-  glu_flush(be);  // a pending gate/up pair takes a pending norm of its input itself
-  product_flush(be);
-  if (be->pending_norm.out && be->pending_norm.out != reader) norm_flush(be);
-  kv_write_flush(be);
-  if (!be->pending_rope.x) return;
-  const PendingRope r = be->pending_rope;
-  be->pending_rope = PendingRope{};
-  launch_rope(be, r, r.x2, r.n_heads2);
-}
-
-bool take_rope_pair(sl_backend* be, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim,
-                    PendingRope& out) {
-  const PendingRope& p = be->pending_rope;
-  if (!p.x2 || p.x2 != k || p.n_heads2 != n_kv_heads || p.head_dim != head_dim || v == p.x || v == p.x2) return false;
-  out = p;
-  be->pending_rope = PendingRope{};
-  return true;
-}
-
-// Deferred: the rope of q waits for the rope of k (same positions, frequencies and style, another
-// tensor), and the pair then waits for the kv_write of k, which runs it in its own launch
-// (kv_write_rope, cl_kv_cache.cpp); any other entry point runs what waits first — the pair as one
-// `rope` launch — (cl_backend.cpp), so the order of effects is the caller's.
-sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
-               const float* inv_freq, float attention_factor, uint32_t style, sl_error* err) {
+sl_status rope_prepare(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim, const float* inv_freq,
+                       float attention_factor, uint32_t style, RopeLaunch& out, sl_error* err) {
   if (rotary_dim > head_dim || rotary_dim % 2) return set_error(err, SL_ERR_INVALID_ARGUMENT, "rope: bad rotary_dim");
   const uint32_t half = rotary_dim / 2;
   const size_t n_tokens = be->positions.size();
-  if (half == 0 || n_tokens == 0) return SL_OK;
+  out = RopeLaunch{};
+  if (half == 0 || n_tokens == 0) return SL_OK;  // nothing to rotate: out.x stays null
   if (!float_buffer_ok(x, uint64_t(n_tokens) * n_heads * head_dim)) return too_small(err, "rope");
   int32_t last = -1;
   for (int32_t pos : be->positions) {
@@ -397,36 +343,17 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
     last = std::max(last, pos);
   }
   return guarded(err, "rope", [&] {
-    const cl::Buffer& table = rope_table(be, inv_freq, half, attention_factor, static_cast<uint32_t>(last) + 1);
-    const PendingRope& p = be->pending_rope;
-    // One table: the same frequencies, factor and half.
-    if (p.x && !p.x2 && p.x != x && p.head_dim == head_dim && p.style == style && p.table() == table()) {
-      if (rope_waits_for_kv_write()) {
-        be->pending_rope.x2 = x;
-        be->pending_rope.n_heads2 = n_heads;
-        return SL_OK;
-      }
-      const PendingRope first = p;
-      be->pending_rope = PendingRope{};
-      launch_rope(be, first, x, n_heads);
-      return SL_OK;
-    }
-    flush_deferred(be);
-    be->pending_rope = PendingRope{x, n_heads, head_dim, half, style, table};
+    out = RopeLaunch{x, n_heads, head_dim, half, style, rope_table(be, inv_freq, half, attention_factor, static_cast<uint32_t>(last) + 1)};
     return SL_OK;
   });
 }
 
 sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up,
-                           sl_buffer* out, uint64_t n, sl_error* err) {
+                           sl_buffer* out, uint64_t n, Forms& forms, sl_error* err) {
   if (activation > SL_ACT_GELU) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
   if (!float_buffer_ok(gate, n) || !float_buffer_ok(up, n) || !float_buffer_ok(out, n)) return too_small(err, "gated_activation");
   if (n == 0) return SL_OK;
   return guarded(err, "gated_activation", [&] {
-    // The gate/up products right before, deferred (matmul_multi), run in one launch with this.
-    if (glu_join(be, activation, gate, up, out, n)) return SL_OK;
-    flush_deferred(be);
-    be->x15_of = nullptr;  // what every other entry point forgets before it runs (cl_backend.cpp)
     cl::Buffer *xq = nullptr, *blocks = nullptr;
     const bool q15 = n <= UINT32_MAX && int15_scratch(be, static_cast<uint32_t>(be->positions.size()), n, xq, blocks);
     auto& k = kernel(be, "ops", q15 ? "gated_activation_int15" : "gated_activation");
@@ -440,7 +367,7 @@ sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer*
       k.setArg(6, *blocks);
     }
     launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
-    if (q15) int15_made(be, out, static_cast<uint32_t>(n));
+    if (q15) forms.made(0, out, static_cast<uint32_t>(n));
     return SL_OK;
   });
 }

@@ -151,12 +151,11 @@ bool warps_exchange() {
 }
 
 // Whether a decode kv_write joins the attention launch after it (attention_short_join) in this
-// process, for histories of up to `keys` keys: warps exchange, attention_short takes them
-// (SLUICE_OPENCL_ATT_SHORT) and SLUICE_OPENCL_ATT_JOIN is not 0.
+// process, for histories of up to `keys` keys: warps exchange and attention_short takes them
+// (SLUICE_OPENCL_ATT_SHORT).
 bool attention_joins(long keys) {
-  const char* off = std::getenv("SLUICE_OPENCL_ATT_JOIN");
   const char* limit = std::getenv("SLUICE_OPENCL_ATT_SHORT");
-  return warps_exchange() && !(off && std::strcmp(off, "0") == 0) && !(limit && *limit && std::atol(limit) < keys);
+  return warps_exchange() && !(limit && *limit && std::atol(limit) < keys);
 }
 
 struct RopeJoinCase {
@@ -283,7 +282,7 @@ std::vector<PassResult> run_passes(Device& d, const RopeJoinCase& c, const std::
 
 class OpenclRopeJoin : public ::testing::TestWithParam<RopeJoinCase> {};
 
-// The rope of q and of k, deferred, run inside kv_write's launch (kv_write_rope): q and k hold the
+// The rope of q and of k run inside kv_write's launch (kv_write_rope: the fusion pass's kRopeKvWrite): q and k hold the
 // rotated values afterwards and the cache and attention output are the bits of the path where the
 // ropes ran apart (one `rope` launch, then kv_write) — prefill and decode tokens, GQA, both styles,
 // a partial rotary_dim, a recent window. The profile shows the join: no `rope` launch where the
@@ -292,8 +291,6 @@ class OpenclRopeJoin : public ::testing::TestWithParam<RopeJoinCase> {};
 // (OpenclAttentionJoin below): kv_write_rope then serves the prefill alone.
 TEST_P(OpenclRopeJoin, KvWriteRunsTheRopeOfQAndKInItsLaunch) {
   const RopeJoinCase& c = GetParam();
-  const char* knob = std::getenv("SLUICE_OPENCL_ROPE_JOIN");
-  const bool join_on = !(knob && std::strcmp(knob, "0") == 0);
   std::mt19937 rng(77);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<PassInputs> inputs;
@@ -331,7 +328,7 @@ TEST_P(OpenclRopeJoin, KvWriteRunsTheRopeOfQAndKInItsLaunch) {
   const bool on_device = std::strstr(c.options, "host-kv") == nullptr;
   EXPECT_EQ(launches(apart_profile, "rope"), passes) << apart_profile;
   EXPECT_EQ(launches(apart_profile, "kv_write_rope"), 0) << apart_profile;
-  if (join_on && on_device) {
+  if (on_device) {
     const long decodes = attention_joins(8) ? passes - 1 : 0;  // every pass but the prefill
     EXPECT_EQ(launches(joined_profile, "rope"), 0) << joined_profile;
     EXPECT_EQ(launches(joined_profile, "kv_write"), 0) << joined_profile;
