@@ -309,7 +309,7 @@ inline float att_halve(float a, float b, bool upper, int m, __local float* scrat
 }
 #elif ATT_SHFL_LOCAL
 // The same exchanges through local memory: the shuffle path's reduction, checkable where PTX does
-// not run (SLUICE_OPENCL_ATT_SHFL_LOCAL=1 on PoCL).
+// not run (the backend option tune.att_shfl_local=1 on PoCL).
 inline float att_shfl_xor(float v, int m, __local float* scratch) {
   const uint lid = get_local_id(0);
   scratch[lid] = v;

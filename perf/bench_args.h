@@ -1,6 +1,7 @@
 #pragma once
 // What the model benchmarks in perf/ parse alike: the options that choose the model and how it runs
-// (--model, --backend, --threads, --kv-codec, --kv-recent, --plugin-dir, --decode-ahead), and comma-separated lists.
+// (--model, --backend, --backend-options, --threads, --kv-codec, --kv-recent, --plugin-dir, --decode-ahead), and
+// comma-separated lists.
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@ template <class Next>
 bool engine_option(const std::string& arg, Next&& next, EngineOptions& o) {
   if (arg == "--model") o.model_dir = next();
   else if (arg == "--backend") o.backend = next();
+  else if (arg == "--backend-options") o.backend_options = next();
   else if (arg == "--threads") o.threads = std::stoi(next());
   else if (arg == "--kv-codec") o.kv_codec = next();
   else if (arg == "--kv-recent") o.kv_recent = std::stoi(next());

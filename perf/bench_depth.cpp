@@ -4,7 +4,8 @@
 // forward pass is timed. Prints one markdown row per depth and, with --json, one JSON line each.
 // --reps N times each N times (the sequence rewound to `depth` before each) and reports their mean and
 // sample standard deviation, as llama-bench's -r does (the anchors' figures are such means).
-//   bench_depth --model DIR [--backend opencl] [--kv-codec f16] [--depths 0,8192,32768] [--pp 512] [--tg 64] [--reps 5]
+//   bench_depth --model DIR [--backend opencl] [--backend-options OPTS] [--kv-codec f16] [--depths 0,8192,32768] [--pp 512]
+//               [--tg 64] [--reps 5]
 // The fill writes random K/V into the cache directly (--fill random, the default: decode speed does
 // not depend on the values) or runs the model over random tokens (--fill forward).
 // Decode runs as the engine runs a greedy request: where the backend queues its ops, a token ahead
@@ -136,8 +137,8 @@ int main(int argc, char** argv) {
       depths = perf::int_list(next());
     } else {
       std::fprintf(stderr,
-                   "usage: bench_depth --model DIR [--backend B] [--kv-codec C] [--kv-recent N] [--depths 0,8192] [--pp N] [--tg N]\n"
-                   "                   [--reps N] [--fill random|forward] [--decode-ahead auto|on|off] [--json]\n");
+                   "usage: bench_depth --model DIR [--backend B] [--backend-options OPTS] [--kv-codec C] [--kv-recent N] [--depths 0,8192]\n"
+                   "                   [--pp N] [--tg N] [--reps N] [--fill random|forward] [--decode-ahead auto|on|off] [--json]\n");
       return 2;
     }
   }

@@ -4,9 +4,9 @@
 // CPU time, so other processes sharing the machine do not distort it; pool threads that spin count;
 // meaningless for a GPU backend, whose work is timed by waiting for its last result).
 //
-//   bench_quant_matvec [--backend cpu|opencl|opencl:P:D] [--rows 4096] [--cols 4096] [--threads 2]
-//                      [--prefill 512] [--reps 20] [--bits 0,8,4,3,2,5,6] [--group 64] [--plugin-dir DIR]
-// --bits picks the forms (0 = bf16).
+//   bench_quant_matvec [--backend cpu|opencl|opencl:P:D] [--backend-options OPTS] [--rows 4096] [--cols 4096]
+//                      [--threads 2] [--prefill 512] [--reps 20] [--bits 0,8,4,3,2,5,6] [--group 64] [--plugin-dir DIR]
+// --bits picks the forms (0 = bf16); --backend-options goes to the backend (OpenCL: "tune.q4_team=64 ...").
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   uint32_t rows = 4096, cols = 4096, threads = 2, prefill = 512;
   int reps = 20;
   double ghz = 2.45;  // this machine's nominal clock (/proc/cpuinfo)
-  std::string plugin_dir, backend = "cpu";
+  std::string plugin_dir, backend = "cpu", backend_options;
   std::vector<int> forms = {0, 8, 4, 3, 2, 5, 6};
   int group = 64;
   for (int i = 1; i < argc; ++i) {
@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     else if (a == "--ghz") ghz = std::stod(next());
     else if (a == "--plugin-dir") plugin_dir = next();
     else if (a == "--backend") backend = next();
+    else if (a == "--backend-options") backend_options = next();
     else if (a == "--group") group = std::stoi(next());
     else if (a == "--bits") {
       forms.clear();
@@ -68,7 +69,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_quant_matvec: no %s backend plugin found\n", plugin.c_str());
     return 1;
   }
-  auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), plugin, device, threads);
+  auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), plugin, device, threads,
+                                backend_options);
   if (!be) {
     std::fprintf(stderr, "bench_quant_matvec: %s\n", be.message().c_str());
     return 1;

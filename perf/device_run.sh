@@ -34,6 +34,26 @@ device_llama3_model() {
     > "$OUT/make_model.txt" 2>&1
 }
 
+# Runs a command with a knob setting: its parts (commas or spaces between them) are environment
+# assignments (NAME=VALUE, upper case: the diagnostics, e.g. SLUICE_OPENCL_PROFILE=1)
+# or OpenCL backend options (tune.KEY=VALUE, tuning=FILE, flags), appended to the command as
+# --backend-options (bench_depth, bench_quant_matvec).
+#   with_knobs "tune.att_wg=128,no-glu-join" timeout 100 $B/bench_depth --model ...
+with_knobs() {
+  local setting=$1 part
+  shift
+  local envs=() opts=()
+  for part in ${setting//,/ }; do
+    case $part in
+      [A-Z]*=*) envs+=("$part") ;;
+      *) opts+=("$part") ;;
+    esac
+  done
+  local cmd=("$@")
+  [ ${#opts[@]} -gt 0 ] && cmd+=(--backend-options "${opts[*]}")
+  env ${envs[@]+"${envs[@]}"} "${cmd[@]}"
+}
+
 # Kernel time per kernel (SLUICE_OPENCL_PROFILE=1) over 8 decode steps at depth 32768, per codec given:
 # $OUT/profile_CODEC.txt.
 device_profile_depth32k() {

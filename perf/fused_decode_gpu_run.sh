@@ -8,8 +8,10 @@
 # weights (the o projection); with REPEAT=1 three more depth-0 decode rounds (tg128) and the host's
 # time inside the backend (SLUICE_OPENCL_HOST_TIMING); with ATT=1 a profile at depth 8192 and the
 # attention and gate/up knobs one at a time; with ROUNDS=1 three rounds at depths 0, 8192 and
-# 32768, each timed REPS (5) times in its process (the figures for the record); with KNOBS="A=1 B=0,C=2"
-# decode and prefill at depth 0 and 8192 once per knob setting (commas join variables of one setting),
+# 32768, each timed REPS (5) times in its process (the figures for the record); with
+# KNOBS="tune.att_wg=128 no-glu-join,tune.res_shape=64x2" decode and prefill at depth 0 and
+# 8192 once per knob setting (commas join the parts of one setting: backend options and environment
+# variables, device_run.sh's with_knobs),
 # for A/B comparisons in one process lifetime each (KNOB_REPS=5: each timed five times, mean ± sd); with BUILDLOG=1 the NVIDIA compiler's register
 # and spill counts of every kernel.
 # Carried as .bundle/ (see kv_depth_gpu_run.sh). Results:
@@ -39,9 +41,9 @@ if [ "${SWEEP:-0}" = 1 ]; then
       log "sweep rows $rows team $team"
       for shape in 4096x4096 6144x4096 28672x4096 4096x14336; do
         echo "rows $rows team $team shape $shape" >> "$OUT/sweep.txt"
-        SLUICE_OPENCL_Q4_ROWS=$rows SLUICE_OPENCL_Q4_TEAM=$team SLUICE_OPENCL_DP4A_MIN=20 timeout 60 $B/bench_quant_matvec \
-          --backend opencl --plugin-dir $B --rows ${shape%x*} --cols ${shape#*x} --bits 4 --prefill 0 --reps 50 2>&1 \
-          | grep "4-bit" >> "$OUT/sweep.txt"
+        timeout 60 $B/bench_quant_matvec --backend opencl \
+          --backend-options "tune.q4_rows=$rows tune.q4_team=$team tune.dp4a_min_log2=20" --plugin-dir $B \
+          --rows ${shape%x*} --cols ${shape#*x} --bits 4 --prefill 0 --reps 50 2>&1 | grep "4-bit" >> "$OUT/sweep.txt"
       done
     done
   done
@@ -52,18 +54,18 @@ if [ "${SWEEP:-0}" = 1 ]; then
       --prefill 0 --reps 50 2>&1 | grep "4-bit" >> "$OUT/sweep.txt"
   done
   log "decode dp4a from 2^24"
-  SLUICE_OPENCL_DP4A_MIN=24 timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
-    --depths 0 --pp 512 --tg 64 > "$OUT/depth_dp4a_min24.txt" 2>&1
+  timeout 100 $B/bench_depth --model $MODEL --backend opencl --backend-options tune.dp4a_min_log2=24 --plugin-dir $B \
+    --kv-codec f16 --depths 0 --pp 512 --tg 64 > "$OUT/depth_dp4a_min24.txt" 2>&1
 fi
 if [ "${ATT:-0}" = 1 ]; then
   log "attention profile at 8192"
   SLUICE_OPENCL_PROFILE=1 timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
     --depths 8192 --pp 16 --tg 16 > "$OUT/profile_depth8192_f16.txt" 2>&1
-  for knob in ${ATT_KNOBS:-SLUICE_OPENCL_ATT_KPT=4 SLUICE_OPENCL_ATT_KPT=2 SLUICE_OPENCL_ATT_TEAM=16 SLUICE_OPENCL_ATT_VU=16 \
-              SLUICE_OPENCL_ATT_WG=128 SLUICE_OPENCL_GLU_JOIN=0}; do
+  for knob in ${ATT_KNOBS:-tune.att_kpt=4 tune.att_kpt=2 tune.att_team=16 tune.att_vu=16 tune.att_wg=128 \
+              no-glu-join}; do
     log "knob $knob"
     echo "$knob" >> "$OUT/att_knobs.txt"
-    env ${knob//,/ } timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+    with_knobs "$knob" timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
       --depths 0,8192 --pp 512 --tg 64 >> "$OUT/att_knobs.txt" 2>&1
   done
 fi
@@ -75,7 +77,7 @@ fi
 for knob in ${KNOBS:-}; do
   log "knob $knob"
   echo "$knob" >> "$OUT/knobs.txt"
-  env ${knob//,/ } timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+  with_knobs "$knob" timeout 100 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
     --depths 0,8192 --pp 512 --tg 64 --reps ${KNOB_REPS:-1} >> "$OUT/knobs.txt" 2>&1
 done
 if [ "${ROUNDS:-0}" = 1 ]; then

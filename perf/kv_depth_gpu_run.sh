@@ -26,8 +26,9 @@ for codec in f16 turbo3 k=turbo4,v=turbo3 turbo4; do
   timeout 120 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec $codec --depths 0,8192,32768 \
     --pp 512 --tg 32 --json > "$OUT/depth_${codec//[=,]/_}.txt" 2>&1
 done
-# Knobs measured at depth 32768 (perf/results/kv_codecs_gpu.md): SLUICE_OPENCL_ATT_VU (value rows
-# in flight per work-item), SLUICE_OPENCL_ATT_GROUPS_PER_CU (attention splits), SLUICE_OPENCL_ATT_WG.
+# Knobs measured at depth 32768 (perf/results/kv_codecs_gpu.md): the backend options tune.att_vu (value
+# rows in flight per work-item), tune.att_groups_per_cu / tune.att_groups_per_cu_fused (attention
+# splits), tune.att_wg.
 # Here: the defaults again, for the run-to-run spread.
 for codec in f16 turbo3 k=turbo4,v=turbo3; do
   log "depth $codec again"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call (../shared/device/README.md): the 4-bit decode matvec on the llama3-8b shapes for
-# each SLUICE_OPENCL_Q4_TEAM (work-items sharing a group of 4 rows), and decode/prefill of the llama3-8b
+# each team size (backend option tune.q4_team: work-items sharing a group of 4 rows), and decode/prefill of the llama3-8b
 # 4-bit preset at depth 0 with each; the matvec tests on the GPU first. Carried as .bundle/ (see
 # kv_depth_gpu_run.sh). Results: perf/results/matvec_gpu_sweeps/.
 #   bash perf/matvec_sweep_gpu_run.sh            (OUT defaults to /tmp/out; TEAMS="auto 32 64 128" to change the
@@ -23,15 +23,15 @@ done
 [ "${BANDWIDTH_ONLY:-0}" = 1 ] && { log end; exit 0; }
 device_llama3_model
 for team in ${TEAMS:-auto 32 64 128}; do
-  log "Q4_TEAM $team"
-  knob=SLUICE_OPENCL_Q4_TEAM=$team
-  [ "$team" = auto ] && knob=X=1
+  log "q4_team $team"
+  knob=tune.q4_team=$team
+  [ "$team" = auto ] && knob=
   for shape in 4096x4096 1024x4096 28672x4096 4096x14336 128256x4096; do
     echo "rows x cols $shape" >> "$OUT/matvec_team$team.txt"
-    env $knob timeout 60 $B/bench_quant_matvec --backend opencl --plugin-dir $B --rows ${shape%x*} \
+    timeout 60 $B/bench_quant_matvec --backend opencl --backend-options "$knob" --plugin-dir $B --rows ${shape%x*} \
       --cols ${shape#*x} --bits 4 --prefill 0 --reps 50 >> "$OUT/matvec_team$team.txt" 2>&1
   done
-  env $knob timeout 60 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+  timeout 60 $B/bench_depth --model $MODEL --backend opencl --backend-options "$knob" --plugin-dir $B --kv-codec f16 \
     --depths 0 --pp 512 --tg 64 --json > "$OUT/depth0_team$team.txt" 2>&1
 done
 log "profile"

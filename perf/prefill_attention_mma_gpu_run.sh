@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call (../shared/device/README.md): prefill attention on tensor cores
 # (kernels_cl/attention_mma.cl) against the portable kernels it replaces for prefill runs
-# (SLUICE_OPENCL_MMA_ATT=0). The OpenCL tests on the GPU first (the mma attention test against a
+# (backend option tune.mma_att=0). The OpenCL tests on the GPU first (the mma attention test against a
 # float64 reference, also with 3 key splits forced; vendor paths, fused attention, op suite,
 # conformance, golden models), then bench_depth pp512 / tg16 of the llama3-8b 4-bit preset at depths
 # 0 and 8192 — f16 (with, without, and with 1 or 16 key splits forced), and turbo3 with --kv-recent 0
@@ -19,21 +19,22 @@ for t in opencl_mma_attention_test opencl_vendor_paths_test opencl_fused_attenti
   timeout 150 $B/$t > "$OUT/$t.txt" 2>&1; echo "rc $?" >> "$OUT/$t.txt"
 done
 # The key splits and their merge in every case (the automatic count splits only some of them).
-SLUICE_OPENCL_MMA_ATT_SPLITS=3 timeout 150 $B/opencl_mma_attention_test > "$OUT/opencl_mma_attention_test_splits3.txt" 2>&1
+SLUICE_TEST_BACKEND_OPTIONS=tune.mma_att_splits=3 timeout 150 $B/opencl_mma_attention_test \
+  > "$OUT/opencl_mma_attention_test_splits3.txt" 2>&1
 echo "rc $?" >> "$OUT/opencl_mma_attention_test_splits3.txt"
 device_llama3_model
-# Variants: name and the knobs that select it (X=1: the defaults).
-variants=("on X=1" "off SLUICE_OPENCL_MMA_ATT=0" "splits1 SLUICE_OPENCL_MMA_ATT_SPLITS=1" "splits16 SLUICE_OPENCL_MMA_ATT_SPLITS=16")
+# Variants: name and the backend options that select it (none: the defaults).
+variants=("on" "off tune.mma_att=0" "splits1 tune.mma_att_splits=1" "splits16 tune.mma_att_splits=16")
 for v in "${variants[@]}"; do
   set -- $v
   log "depth $1"
-  env $2 timeout 120 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec f16 \
+  timeout 120 $B/bench_depth --model $MODEL --backend opencl --backend-options "${2:-}" --plugin-dir $B --kv-codec f16 \
     --depths 0,8192 --pp 512 --tg 16 --json > "$OUT/depth_f16_$1.txt" 2>&1
 done
 for v in "${variants[@]:0:2}"; do
   set -- $v
   log "depth turbo3 $1"
-  env $2 timeout 120 $B/bench_depth --model $MODEL --backend opencl --plugin-dir $B --kv-codec turbo3 --kv-recent 0 \
+  timeout 120 $B/bench_depth --model $MODEL --backend opencl --backend-options "${2:-}" --plugin-dir $B --kv-codec turbo3 --kv-recent 0 \
     --depths 0,8192 --pp 512 --tg 16 --json > "$OUT/depth_turbo3_$1.txt" 2>&1
 done
 log "depth 32768"

@@ -51,6 +51,8 @@ po::options_description describe(ServerOptions& o) {
     ("gpu-layers", po::value(&o.gpu_layers),
      "the first N layers on the GPU/OpenCL backend (--backend or --devices), the rest on the CPU; auto: as many as fit")
     ("devices", po::value(&o.devices), "several offload devices, e.g. opencl:0:0,opencl:0:1: layers split evenly between them")
+    ("backend-options", po::value(&o.backend_options),
+     "options of the --backend/--devices backend, e.g. OpenCL's \"tune.att_wg=128 tuning=FILE\" (docs/GUIDE.md)")
     ("stream-experts", po::bool_switch(&o.stream_experts),
      "stream MoE experts from the model files (the uring store, budget from free memory or --mem-limit)")
     ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(o.expert_cache_mb), "expert cache budget of a streaming store, MiB (0 = derived)")
@@ -171,6 +173,7 @@ EngineOptions to_engine_options(const ServerOptions& o) {
   if (o.turbo_kv) e.kv_codec = turbo::recommended_turbo_kv(o.kv_recent < 0 ? turbo::kRecommendedRecentWindow : static_cast<uint32_t>(o.kv_recent));
   e.gpu_layers = o.gpu_layers;
   e.devices = o.devices;
+  e.backend_options = o.backend_options;
   e.plugin_dir = o.plugin_dir;
   e.threads = o.threads;
   e.ctx_size = o.ctx_size;

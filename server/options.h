@@ -37,6 +37,7 @@ struct ServerOptions {
   std::string mem_limit;       // later issue
   std::string gpu_layers;      // "" every layer on --backend, N, or auto (EngineOptions::gpu_layers)
   std::string devices;         // offload devices, e.g. opencl:0:0,opencl:0:1 (EngineOptions::devices)
+  std::string backend_options; // the offload backend's options (EngineOptions::backend_options)
   bool stream_experts = false; // the uring expert store with a derived budget
   int expert_cache_mb = 0;
   bool turbo_kv = false;       // later issue

@@ -93,9 +93,8 @@ sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const s
 }
 
 // Prefill runs on tensor cores (kernels_cl/attention_mma.cl): consecutive positions of one
-// sequence, at least kMmaMinRun of them — shorter runs (decode tokens) read their keys once anyway,
-// and the portable kernels split long histories across the GPU where the mma kernel would not.
-constexpr uint32_t kMmaMinRun = 16;
+// sequence, at least tuning mma_att_min_run of them — shorter runs (decode tokens) read their keys
+// once anyway, and the portable kernels split long histories across the GPU where the mma kernel would not.
 constexpr uint32_t kMmaBlock = 64;  // AM_BQ and AM_BK in attention_mma.cl
 constexpr uint32_t kMmaGroup = 128; // AM_WG
 
@@ -123,14 +122,10 @@ std::vector<QueryRun> query_runs(const sl_backend* be) {
 // Whether prefill runs go through attention_mma: an sm_80+ NVIDIA device with PTX on, a head_dim
 // the kernel is built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators),
 // and no recent window in this batch — with one, a key is read exactly by some queries of a run and
-// through the codec by others, which one gathered copy cannot give. SLUICE_OPENCL_MMA_ATT=0 keeps
-// the portable kernels; a program that fails to build is reported once and the portable kernels serve.
+// through the codec by others, which one gathered copy cannot give. Tuning mma_att = 0 keeps the
+// portable kernels; a program that fails to build is reported once and the portable kernels serve.
 bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const AttentionParams* p) {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_MMA_ATT");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  if (off || !be->use_ptx || be->caps.sm < 80 || keeps_recent(be, c)) return false;
+  if (!be->tuning.mma_att || !be->use_ptx || be->caps.sm < 80 || keeps_recent(be, c)) return false;
   if (p->head_dim % 16 || p->head_dim > 128) return false;
   int& state = be->att_mma_state[p->head_dim];
   if (state == 0) {
@@ -145,16 +140,15 @@ bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const Attention
   return state == 1;
 }
 
-// Key splits of attention_mma: enough work-groups for kMmaGroupsPerCu on every compute unit (a work-group
-// holds ~170 registers a work-item, so about 3 fit on an H100 compute unit at once, and more waves
-// even out the tail), each split keeping at least 4 key tiles. SLUICE_OPENCL_MMA_ATT_SPLITS (1..64)
-// forces a count, for measuring.
-constexpr uint64_t kMmaGroupsPerCu = 8;
+// Key splits of attention_mma: enough work-groups for tuning mma_att_groups_per_cu on every compute
+// unit (a work-group holds ~170 registers a work-item, so about 3 fit on an H100 compute unit at once,
+// and more waves even out the tail), each split keeping at least mma_att_min_tiles key tiles.
+// mma_att_splits (1..64) forces a count, for measuring.
 uint32_t mma_splits(const sl_backend* be, uint64_t groups, uint32_t key_tiles) {
-  static const long knob = env_knob("SLUICE_OPENCL_MMA_ATT_SPLITS", [](long v) { return v >= 1 && v <= 64; });
-  if (knob) return static_cast<uint32_t>(knob);
-  const uint64_t want = (kMmaGroupsPerCu * std::max<uint32_t>(be->caps.compute_units, 1) + groups - 1) / groups;
-  return static_cast<uint32_t>(std::clamp<uint64_t>(std::min<uint64_t>(want, key_tiles / 4), 1, 64));
+  const Tuning& t = be->tuning;
+  if (t.mma_att_splits) return t.mma_att_splits;
+  const uint64_t want = (uint64_t(t.mma_att_groups_per_cu) * std::max<uint32_t>(be->caps.compute_units, 1) + groups - 1) / groups;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(std::min<uint64_t>(want, key_tiles / t.mma_att_min_tiles), 1, 64));
 }
 
 // One run's attention on tensor cores: its keys and values (from the window start of its first
@@ -244,7 +238,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
   const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
   const uint32_t cu = std::max<uint32_t>(be->caps.compute_units, 1);
-  const uint32_t wg = short_passes ? ks.wide_wg : attention_wg();
+  const uint32_t wg = short_passes ? ks.wide_wg : attention_wg(be);
   uint32_t splits = 1;
   // Several work-groups per compute unit: these kernels wait on memory between short bursts of
   // work, and more groups in flight hide that (one split per 2 tiles of keys at least; one pass of
@@ -252,12 +246,11 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   // the generic kernel is best at 8 (f16 63.1 against 60.4 at 4 and 59.6 at 16), the fused one at 4
   // (turbo3 73.2–73.6 against 70.5–70.8 at 8 and 65.1 at 2), also since its query is prepared once
   // per token; attention_short's groups are four times as wide as the generic kernel's.
-  // SLUICE_OPENCL_ATT_GROUPS_PER_CU overrides them all, for measuring (perf/NOTES.md).
-  static const long per_cu_knob = env_knob("SLUICE_OPENCL_ATT_GROUPS_PER_CU", [](long v) { return v > 0 && v <= 64; });
-  const uint64_t per_cu = per_cu_knob ? static_cast<uint64_t>(per_cu_knob) : fused || short_passes ? 4 : 8;
+  // Tuning att_groups_per_cu (generic) and att_groups_per_cu_fused (fused, attention_short).
+  const uint64_t per_cu = fused || short_passes ? be->tuning.att_groups_per_cu_fused : be->tuning.att_groups_per_cu;
   if (groups < per_cu * cu) {
     const uint64_t want = (per_cu * cu + groups - 1) / groups;
-    const uint64_t most = std::max<int64_t>(1, short_passes ? longest / 64 : longest / (2 * int64_t(attention_wg())));
+    const uint64_t most = std::max<int64_t>(1, short_passes ? longest / 64 : longest / (2 * int64_t(attention_wg(be))));
     splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
   }
   if (splits > 1) be->att_partial.at_least(be->context, floats / p->head_dim * splits * (p->head_dim + 2) * 4);
@@ -265,7 +258,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   // projection's dp4a product needs no rounding launch — where every warp holds whole 32-column blocks.
   const uint64_t cols = uint64_t(p->n_heads) * p->head_dim;
   cl::Buffer *oq = nullptr, *oblocks = nullptr;
-  const bool q15 = ks.ptx && n_tokens == 1 && p->head_dim % 32 == 0 && attention_wg() % 32 == 0 && ks.wide_wg % 32 == 0 &&
+  const bool q15 = ks.ptx && n_tokens == 1 && p->head_dim % 32 == 0 && attention_wg(be) % 32 == 0 && ks.wide_wg % 32 == 0 &&
                    int15_scratch(be, 1, cols, oq, oblocks);
   auto& kn = fused ? ks.fused : join ? ks.short_join : short_passes ? ks.short_passes : ks.attention;
   const bool recent = keeps_recent(be, c);
@@ -359,9 +352,10 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
     // runs' kernels, which overwrite their tokens' rows.
     std::vector<QueryRun> mma_runs;
     uint32_t in_runs = 0;
-    if (n_tokens >= kMmaMinRun && mma_attention_applies(be, c, p))
+    const uint32_t min_run = be->tuning.mma_att_min_run;
+    if (n_tokens >= min_run && mma_attention_applies(be, c, p))
       for (const auto& run : query_runs(be))
-        if (run.n_tokens >= kMmaMinRun) {
+        if (run.n_tokens >= min_run) {
           mma_runs.push_back(run);
           in_runs += run.n_tokens;
         }

@@ -97,14 +97,31 @@ FusionOptions fusion_options(const sl_backend* be) {
   return f;
 }
 
+// The device's tuning (cl_tuning.h): the built-in table's entries for its vendor and name, then the
+// options' tuning file and tune.KEY=VALUE settings; the options' flags go to be->options.
+sl_status open_tuning(sl_backend* be, const std::string& options, sl_error* err) {
+  auto parsed = parse_backend_options(options);
+  if (!parsed) return set_error(err, SL_ERR_INVALID_ARGUMENT, "opencl: " + parsed.message());
+  for (const auto& flag : parsed->flags) be->options += (be->options.empty() ? "" : " ") + flag;
+  auto trimmed = [](std::string s) {
+    while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
+    return s;
+  };
+  const DeviceId id{trimmed(be->ref.device.getInfo<CL_DEVICE_VENDOR>()), trimmed(be->ref.device.getInfo<CL_DEVICE_NAME>())};
+  auto resolved = resolve_tuning(id, kBuiltinTuningTable, *parsed);
+  if (!resolved) return set_error(err, SL_ERR_INVALID_ARGUMENT, "opencl: " + resolved.message());
+  be->tuning = std::move(resolved->tuning);
+  return SL_OK;
+}
+
 sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* err) {
   return guarded(err, "opencl create", [&] {
     auto be = std::make_unique<sl_backend>();
     const std::string spec = config && config->device ? config->device : "";
     if (auto s = select_device(spec, &be->ref, err); s != SL_OK) return s;
-    be->options = config && config->struct_size >= offsetof(sl_backend_config, options) + sizeof(char*) && config->options
-                      ? config->options
-                      : "";
+    const std::string options =
+        config && config->struct_size >= offsetof(sl_backend_config, options) + sizeof(char*) && config->options ? config->options : "";
+    if (auto s = open_tuning(be.get(), options, err); s != SL_OK) return s;
     be->context = cl::Context(be->ref.device);
     const char* profile = std::getenv("SLUICE_OPENCL_PROFILE");
     be->profile = profile && *profile && *profile != '0';
@@ -119,9 +136,14 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     // Build the common programs now: a kernel build error is a clear failure at start, not mid-request.
     kernel(be.get(), "ops", "add_f32");
     kernel(be.get(), "matvec", "matvec");
-    if (!be->caps.unified)  // a GPU's decode matvec also uses other shapes (q4_shape)
-      for (Q4Shape s : {Q4Shape{64, 4}, Q4Shape{128, 4}, Q4Shape{32, 2}, Q4Shape{64, 2}, Q4Shape{32, 1}})  // 32 × 1: the residual join's
-        kernel(be.get(), q4_program(s), "matvec_q4_rows");
+    if (!be->caps.unified) {  // a GPU's decode matvec also uses other shapes (q4_shape), and the residual join's
+      const Tuning& t = be->tuning;
+      std::vector<Q4Shape> shapes;
+      for (uint32_t team = t.q4_base_shape.team * 2; team <= 128; team *= 2) shapes.push_back({team, t.q4_base_shape.rows});
+      for (Q4Shape s : {t.q4_tall_shape, t.q4_big_shape, t.res_shape})
+        if (s != t.q4_base_shape && std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
+      for (Q4Shape s : shapes) kernel(be.get(), q4_program(s), "matvec_q4_rows");
+    }
     *out = be.release();
     return SL_OK;
   });
@@ -198,8 +220,9 @@ sl_status get_device_info(const sl_backend* be, sl_device_info* out, sl_error* e
 uint64_t chunk_size(const sl_backend* be) {
   // Whole pages, at most the device's largest allocation (and 1 GiB on CPU devices, where the
   // limit is often a fraction of memory that several buffers must share).
+  // tuning max_alloc: smaller chunks (the split-buffer path, tested on a device with large allocations).
   uint64_t limit = be->caps.max_alloc ? be->caps.max_alloc : (uint64_t{1} << 30);
-  if (const char* s = std::getenv("SLUICE_OPENCL_MAX_ALLOC"); s && *s) limit = std::min<uint64_t>(limit, std::strtoull(s, nullptr, 10));
+  if (be->tuning.max_alloc) limit = std::min<uint64_t>(limit, be->tuning.max_alloc);
   return std::max<uint64_t>(4096, limit / 4096 * 4096);
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cl_fusion.h"
+#include "cl_tuning.h"
 #include "sluice/backend.h"
 #include "util/plugin_error.h"  // set_error
 
@@ -168,7 +169,10 @@ struct sl_backend {
   cl::CommandQueue queue;
   sluice::ocl::Capabilities caps;
   bool use_ptx = false;      // vendor fast paths on (SLUICE_OPENCL_PORTABLE=1 turns them off)
-  std::string options;       // sl_backend_config.options
+  std::string options;       // the flags of sl_backend_config.options ("portable host-kv ...")
+  // The kernels' tuning for this device (cl_tuning.h): the defaults, the built-in table's entries that
+  // match it, then the options' tuning=FILE and tune.KEY=VALUE — resolved once, at create.
+  sluice::ocl::Tuning tuning;
   // Programs by name ("ops", "matvec", ...).
   std::map<std::string, cl::Program> programs;
   std::map<std::string, cl::Kernel> kernels;
@@ -232,7 +236,7 @@ struct sl_backend {
   uint64_t launches_unflushed = 0;  // SLUICE_OPENCL_FLUSH_EVERY (cl_backend.cpp, launch)
   bool clblast_ok = true;    // false after CLBlast failed once on this device: our GEMM kernel instead
   // Quantized prefill GEMM on tensor cores (kernels_cl/gemm_mma.cl): 0 not tried yet, 1 built, -1 off
-  // (not an sm_80+ NVIDIA device with PTX on, SLUICE_OPENCL_MMA=0, or its program failed to build).
+  // (not an sm_80+ NVIDIA device with PTX on, tuning mma = 0, or its program failed to build).
   int mma_state = 0;
   // Prefill attention on tensor cores (kernels_cl/attention_mma.cl), per head_dim: 1 built, -1 its
   // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
@@ -298,27 +302,25 @@ void wait_uploads(std::vector<cl::Event>& pending);
 inline size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 void launch(sl_backend* be, cl::Kernel& k, const cl::NDRange& global, const cl::NDRange& local = cl::NullRange);
 
-// A measuring knob (perf/NOTES.md): the integer in environment variable `name` when `ok` accepts
-// it, else 0. Callers read it once per process into a static.
+// A diagnostics knob (perf/NOTES.md): the integer in environment variable `name` when `ok` accepts
+// it, else 0. Callers read it once per process into a static. Kernel tuning is not read this way but
+// from sl_backend::tuning (cl_tuning.h).
 long env_knob(const char* name, bool (*ok)(long));
 
-// NVIDIA's cap on registers a work-item (-cl-nv-maxrregcount) from environment variable `knob`
-// (16..255), else "": a measuring knob for occupancy (SLUICE_OPENCL_MAXRREG for the matvec programs,
-// SLUICE_OPENCL_MAXRREG_ATT for the attention programs).
-std::string nv_register_cap(const sl_backend* be, const char* knob);
+// NVIDIA's cap on registers a work-item (-cl-nv-maxrregcount=cap) when cap is not 0, else "": for
+// measuring occupancy (tuning maxrreg for the matvec programs, maxrreg_att for the attention programs).
+std::string nv_register_cap(const sl_backend* be, uint32_t cap);
 
 // The 4-bit decode matvec's shape for a product of rows × cols (kernels_cl/matvec.cl): work-items a
-// team (Q4_TEAM: 32, 64 or 128) and rows a team (R4: 1, 2, 4 or 8). SLUICE_OPENCL_Q4_TEAM and
-// SLUICE_OPENCL_Q4_ROWS force one for every product (measuring).
-struct Q4Shape {
-  uint32_t team, rows;
-};
+// team (Q4_TEAM: 32, 64 or 128) and rows a team (R4: 1, 2, 4 or 8), by the rules and constants of
+// sl_backend::tuning (q4_*; q4_team and q4_rows force one for every product).
+using Q4Shape = TeamShape;
 Q4Shape q4_shape(const sl_backend* be, uint32_t rows, uint32_t cols);
 // The program holding the 4-bit decode kernels of a shape: "matvec" (32 × 4, with the other matvec
 // kernels), else "matvec_t64_r2" and the like.
 std::string q4_program(Q4Shape s);
 
-// The dp4a decode matvec (kernels_cl/matvec.cl): NVIDIA with PTX and dp4a, unless SLUICE_OPENCL_DP4A=0.
+// The dp4a decode matvec (kernels_cl/matvec.cl): NVIDIA with PTX and dp4a, unless tuning dp4a = 0.
 bool use_dp4a(const sl_backend* be);
 // For an op producing n_rows × cols values that a product may read next: whether to write their 15-bit
 // form too (decode, one row of whole 32-column blocks, dp4a on), and where (pair 0, grown to fit).

@@ -194,37 +194,24 @@ long env_knob(const char* name, bool (*ok)(long)) {
 }
 
 Q4Shape q4_shape(const sl_backend* be, uint32_t rows, uint32_t cols) {
-  static const long team_knob = env_knob("SLUICE_OPENCL_Q4_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
-  static const long rows_knob = env_knob("SLUICE_OPENCL_Q4_ROWS", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
-  Q4Shape s{32, 4};
-  // Measured on the H100 with the dp4a kernel (perf/results/fused_decode_gpu/): two rows a team beat
-  // four and eight on every matrix above 4096 × 4096 — a team of 32 for the gate/up pair (28672
-  // rows), 64 for q/k/v (6144 × 4096) and down (4096 × 14336).
-  if (rows >= 16384) {
-    s = {32, 2};
-  } else if (uint64_t(rows) * cols > (uint64_t(1) << 24)) {
-    s = {64, 2};
+  const Tuning& t = be->tuning;
+  Q4Shape s = t.q4_base_shape;
+  // Two rows a team above 4096 × 4096 on the H100 (the measurements: tuning.txt).
+  if (rows >= t.q4_tall_rows) {
+    s = t.q4_tall_shape;
+  } else if (uint64_t(rows) * cols > t.q4_big_weights) {
+    s = t.q4_big_shape;
   } else {
-    // Enough warps (32 work-items) to keep ~12 in flight on every compute unit: on the H100 a team
-    // of 128 for 1024 rows, 64 for 4096 — each the fastest of the three measured there
-    // (perf/results/matvec_gpu_sweeps/); the larger teams cost a cross-warp sum.
-    const uint64_t want_items = uint64_t(12) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
+    // Enough warps (32 work-items) to keep q4_warps_per_cu in flight on every compute unit; the
+    // larger teams cost a cross-warp sum.
+    const uint64_t want_items = uint64_t(t.q4_warps_per_cu) * 32 * std::max<uint32_t>(be->caps.compute_units, 1);
     while (s.team < 128 && uint64_t(rows) / s.rows * s.team < want_items) s.team *= 2;
   }
-  if (team_knob) s.team = static_cast<uint32_t>(team_knob);
-  if (rows_knob) s.rows = static_cast<uint32_t>(rows_knob);
-  // SLUICE_OPENCL_Q4_SHAPE_OF="ROWSxCOLS=TEAMxR,...": one matrix shape's team and rows (measuring).
-  static const std::string shape_of = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_Q4_SHAPE_OF");
-    return e ? "," + std::string(e) + "," : std::string();
-  }();
-  const std::string key = "," + std::to_string(rows) + "x" + std::to_string(cols) + "=";
-  if (const auto at = shape_of.find(key); at != std::string::npos) {
-    unsigned team = 0, r4 = 0;
-    if (std::sscanf(shape_of.c_str() + at + key.size(), "%ux%u", &team, &r4) == 2 && (team == 32 || team == 64 || team == 128) &&
-        (r4 == 1 || r4 == 2 || r4 == 4 || r4 == 8))
-      s = {team, r4};
-  }
+  if (t.q4_team) s.team = t.q4_team;
+  if (t.q4_rows) s.rows = t.q4_rows;
+  // q4_shape_of: one matrix shape's team and rows (measuring); the first entry of the shape counts.
+  for (const ShapeChoice& c : t.q4_shape_of)
+    if (c.rows == rows && c.cols == cols) return c.shape;
   return s;
 }
 
@@ -294,11 +281,9 @@ cl::Program build_program(sl_backend* be, const std::string& source, const std::
   return program;
 }
 
-std::string nv_register_cap(const sl_backend* be, const char* knob) {
+std::string nv_register_cap(const sl_backend* be, uint32_t cap) {
   if (!be->caps.nvidia) return "";
-  const char* e = std::getenv(knob);
-  const long n = e ? std::strtol(e, nullptr, 10) : 0;
-  return n >= 16 && n <= 255 ? " -cl-nv-maxrregcount=" + std::to_string(n) : "";
+  return cap >= 16 && cap <= 255 ? " -cl-nv-maxrregcount=" + std::to_string(cap) : "";
 }
 
 cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name) {
@@ -321,7 +306,7 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       if (program != "matvec")
         options += " -DQ4_TEAM=" + program.substr(std::strlen("matvec_t"), r - std::strlen("matvec_t")) + " -DR4=" + program.substr(r + 2);
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
-      options += nv_register_cap(be, "SLUICE_OPENCL_MAXRREG");
+      options += nv_register_cap(be, be->tuning.maxrreg);
     } else if (program.rfind("gemm_mma_bk", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_matmul.cpp)
       source += kernel_source("gemm_mma");
       // "gemm_mma_bk64" or "gemm_mma_bk64_bm64": MMA_BK and MMA_BM (128 unless named).

@@ -28,21 +28,19 @@
 namespace sluice::ocl {
 namespace {
 
-// SLUICE_OPENCL_ATT_VU (1..64) overrides how many keys' values a work-item loads before using them
+// Tuning att_vu (1..64) overrides how many keys' values a work-item loads before using them
 // (ATT_VU in kernels_cl/attention.cl).
-std::string value_unroll_option() {
-  static const long knob = env_knob("SLUICE_OPENCL_ATT_VU", [](long v) { return v >= 1 && v <= 64; });
+std::string value_unroll_option(const sl_backend* be) {
+  const uint32_t knob = be->tuning.att_vu;
   return knob ? " -DATT_VU=" + std::to_string(knob) : "";
 }
 
-// The generic kernel's key scoring (kernels_cl/attention.cl): SLUICE_OPENCL_ATT_TEAM (8, 16, 32)
-// overrides how many work-items read a key row together (ATT_TEAM), SLUICE_OPENCL_ATT_KPT (1, 2, 4,
-// 8) how many keys a team loads before summing (ATT_KPT); SLUICE_OPENCL_ATT_SHFL_LOCAL=1 runs the
-// shuffle path's reduction through local memory, to check it on devices without PTX.
-std::string key_scoring_options() {
-  static const long team = env_knob("SLUICE_OPENCL_ATT_TEAM", [](long v) { return v == 8 || v == 16 || v == 32; });
-  static const long kpt = env_knob("SLUICE_OPENCL_ATT_KPT", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
-  static const long shfl_local = env_knob("SLUICE_OPENCL_ATT_SHFL_LOCAL", [](long v) { return v == 1; });
+// The generic kernel's key scoring (kernels_cl/attention.cl): tuning att_team (8, 16, 32) overrides
+// how many work-items read a key row together (ATT_TEAM), att_kpt (1, 2, 4, 8) how many keys a team
+// loads before summing (ATT_KPT); att_shfl_local = 1 runs the shuffle path's reduction through local
+// memory, to check it on devices without PTX.
+std::string key_scoring_options(const sl_backend* be) {
+  const uint32_t team = be->tuning.att_team, kpt = be->tuning.att_kpt, shfl_local = be->tuning.att_shfl_local;
   std::string options;
   if (team) options += " -DATT_TEAM=" + std::to_string(team);
   if (kpt) options += " -DATT_KPT=" + std::to_string(kpt);
@@ -56,7 +54,7 @@ std::string key_scoring_options() {
 // as many; a merge sums its splits in several lanes.
 uint32_t wide_group_size(const sl_backend* be) {
   uint32_t wg = 256;
-  while (wg > attention_wg() && wg > be->caps.max_wg) wg /= 2;
+  while (wg > attention_wg(be) && wg > be->caps.max_wg) wg /= 2;
   return wg;
 }
 
@@ -89,7 +87,7 @@ uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint3
   const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
   for (uint32_t hpw = group; hpw >= 1; --hpw) {
     if (group % hpw) continue;
-    const uint64_t wg = attention_wg();
+    const uint64_t wg = attention_wg(be);
     const uint64_t bytes = 4 * (hpw * (k_area + v_area + c->layout.head_dim + 2 * wg) + 2 * wg + 64);
     if (bytes <= budget) return hpw;
   }
@@ -98,16 +96,10 @@ uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint3
 
 }  // namespace
 
-uint32_t attention_wg() {
-  static const long knob = env_knob("SLUICE_OPENCL_ATT_WG", [](long v) { return v == 64 || v == 128 || v == 256; });
-  return knob ? static_cast<uint32_t>(knob) : 64u;
-}
+uint32_t attention_wg(const sl_backend* be) { return be->tuning.att_wg; }
 
 int32_t short_passes_max_keys(const sl_backend* be) {
-  static const int32_t limit = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_ATT_SHORT");
-    return e && *e ? static_cast<int32_t>(std::clamp<long>(std::strtol(e, nullptr, 10), 0, INT32_MAX)) : 512;
-  }();
+  const int32_t limit = static_cast<int32_t>(be->tuning.att_short);  // at most INT32_MAX (cl_tuning.cpp)
   return be->options.find("generic-attention") != std::string::npos ? 0 : limit;
 }
 
@@ -146,16 +138,16 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
   const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
   const uint32_t wide_wg = wide_group_size(be);
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
-                              " -DWG=" + std::to_string(attention_wg()) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
+                              " -DWG=" + std::to_string(attention_wg(be)) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
                               " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
                               " -DV_SLOTS=" + std::to_string(v_slots(c)) +
                               " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(k_source)) +
                               " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(v_source)) +
-                              " -DWIDE_WG=" + std::to_string(wide_wg) + value_unroll_option() +
+                              " -DWIDE_WG=" + std::to_string(wide_wg) + value_unroll_option(be) +
                               " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
                               " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
                               " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"})) +
-                              key_scoring_options() + nv_register_cap(be, "SLUICE_OPENCL_MAXRREG_ATT");
+                              key_scoring_options(be) + nv_register_cap(be, be->tuning.maxrreg_att);
   // On NVIDIA the key scoring's teams sum with warp shuffles (inline PTX); a program that fails to
   // build with them is reported once and built with the local-memory sums instead.
   cl::Program program;
@@ -244,7 +236,7 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
                    codec_has_opencl(layout->v_api, layout->v_codec) && layer_bytes <= be->caps.max_alloc &&
                    recent_bytes <= be->caps.max_alloc;
     // The fused path unless the options ask for the generic kernel (tests compare the two).
-    const bool allow_fused = be->options.find("generic-attention") == std::string::npos && !std::getenv("SLUICE_OPENCL_GENERIC_ATTENTION");
+    const bool allow_fused = be->options.find("generic-attention") == std::string::npos && be->tuning.fused_attention;
     c->k_fused = allow_fused && has_fused_keys(codec_source(layout->k_api, layout->k_codec));
     c->v_fused = allow_fused && has_fused_values(codec_source(layout->v_api, layout->v_codec));
     if (c->on_device) {

@@ -11,15 +11,15 @@ namespace sluice::ocl {
 
 // The attention kernels' work-group: a tile of WG keys is scored in parallel (one key a work-item in
 // the fused kernel; teams of ATT_TEAM work-items a key in the generic one), one key's softmax weight a work-item.
-// SLUICE_OPENCL_ATT_WG (64, 128 or 256) overrides it.
-uint32_t attention_wg();
+// Tuning att_wg: 64, 128 or 256.
+uint32_t attention_wg(const sl_backend* be);
 
 // attention_short (kernels_cl/attention_short.cl) serves queries of at most this many keys where the
 // program has it; longer ones go to the generic kernel. On the H100 at depth 0 (≤ 80 keys) it took
 // 13.0 µs a launch against the generic kernel's 18.1 (profiled); at depth 8192, with key splits, it
 // was no faster (perf/NOTES.md) — 512 keys is where the generic kernel starts to split.
-// SLUICE_OPENCL_ATT_SHORT=N sets N (0: never), and a backend created with the option
-// "generic-attention" never uses it (the tests compare the two).
+// Tuning att_short sets N (0: never), and a backend created with the option "generic-attention"
+// never uses it (the tests compare the two).
 int32_t short_passes_max_keys(const sl_backend* be);
 
 // Local floats of one head's K query area in attention_fused (docs/PLUGINS.md): the domain, one

@@ -22,22 +22,18 @@ namespace {
 constexpr uint32_t kMatvecMaxRows = 8;            // MAX_T in matvec.cl
 constexpr uint32_t kMatvecRowsPerGroup = 128 / 32;  // WG / TEAM
 constexpr uint64_t kScratchBytes = 64ull << 20;   // float32 weight block for one GEMM
-constexpr uint32_t kMmaDefaultRows = 128;          // MMA_BM of the tensor-core GEMM with 64-column steps
 
 // The gate/up/activation launch's work-groups (kernels_cl/matvec.cl): of 128 work-items, four row
 // pairs each, the last group of a 32-row block to finish writing the block's 15-bit form for down
 // (matvec_q4_dp4a_glu_blocks) — or one group of 1024 a block (matvec_q4_dp4a_glu) with
-// SLUICE_OPENCL_GLU_BLOCKS=0 or the backend option `glu-whole-block` (measuring; the tests compare).
+// tuning glu_blocks = 0 or the backend option `glu-whole-block` (measuring; the tests compare).
 // The backend option "no-glu-join" keeps the products and the activation apart (cl_fusion.h).
 // On the H100 small groups measured +1.5 % decode (perf/results/fused_decode_gpu/run42, run43): a
 // work-group of 1024 holds a compute unit until its slowest warp is done, and the last of the launch's
 // 3.4 waves of them ran on a part of the GPU (perf/bench_cl_bandwidth.cpp's row patterns: 66 MB
 // read as a warp a row at 2.4 TB/s in groups of 128, 2.0 in groups of 1024).
 bool glu_in_groups(const sl_backend* be) {
-  static const bool off = [] {
-    const char* e = std::getenv("SLUICE_OPENCL_GLU_BLOCKS");
-    return e && *e == '0';
-  }();
+  const bool off = !be->tuning.glu_blocks;
   return !off && be->caps.sm >= 70 && be->options.find("glu-whole-block") == std::string::npos;  // fence.acq_rel
 }
 
@@ -120,9 +116,9 @@ bool dp4a_input(sl_backend* be, const sl_buffer* x, uint32_t cols, uint64_t weig
     blocks = &pair.second;
     return true;
   }
-  // SLUICE_OPENCL_DP4A_MIN=n: from 2^n weights instead (measuring).
-  static const long min_log2 = env_knob("SLUICE_OPENCL_DP4A_MIN", [](long v) { return v >= 10 && v <= 40; });
-  if (weights < (uint64_t(1) << (min_log2 ? min_log2 : 24)) || !int15_scratch(be, 1, cols, xq, blocks)) return false;
+  // Tuning dp4a_min_log2 = n: from 2^n weights (24).
+  const uint32_t min_log2 = be->tuning.dp4a_min_log2;
+  if (weights < (uint64_t(1) << min_log2) || !int15_scratch(be, 1, cols, xq, blocks)) return false;
   auto& q = kernel(be, "matvec", "matvec_x_int15");
   q.setArg(0, single(x));
   q.setArg(1, static_cast<cl_uint>(cols));
@@ -263,7 +259,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
 // C[m, n] (leading dimension ldc, at c_off floats) = A[m, k] · B[n, k]ᵀ.
 void gemm_nt(sl_backend* be, uint32_t m, uint32_t n, uint32_t k, const cl::Buffer& a, uint64_t a_off, const cl::Buffer& b,
              uint64_t b_off, cl::Buffer& c, uint64_t c_off, uint32_t ldc) {
-  static const bool no_clblast = std::getenv("SLUICE_OPENCL_NO_CLBLAST") != nullptr;
+  const bool no_clblast = !be->tuning.clblast;
   if (be->clblast_ok && !no_clblast) {
     cl_command_queue q = be->queue();
     const auto status = clblast::Gemm<float>(clblast::Layout::kRowMajor, clblast::Transpose::kNo, clblast::Transpose::kYes, m, n, k,
@@ -289,16 +285,15 @@ void gemm_nt(sl_backend* be, uint32_t m, uint32_t n, uint32_t k, const cl::Buffe
 
 // The tensor-core GEMM's shape for a weight (kernels_cl/gemm_mma.cl): columns a step (MMA_BK: 64
 // where K allows, else 32) and activation rows a work-group (MMA_BM: 128, or 64 with 64-column
-// steps). SLUICE_OPENCL_MMA_BK=32 and SLUICE_OPENCL_MMA_BM=64/128 force them for measuring.
+// steps): tuning mma_bk and mma_bm.
 struct MmaShape {
   uint32_t step, rows;
 };
 
-MmaShape mma_shape(const sl_weight* w) {
-  static const long bk = env_knob("SLUICE_OPENCL_MMA_BK", [](long v) { return v == 32 || v == 64; });
-  static const long bm = env_knob("SLUICE_OPENCL_MMA_BM", [](long v) { return v == 64 || v == 128; });
+MmaShape mma_shape(const sl_backend* be, const sl_weight* w) {
+  const uint32_t bk = be->tuning.mma_bk, bm = be->tuning.mma_bm;
   const uint32_t step = bk != 32 && w->cols % 64 == 0 ? 64 : 32;
-  const uint32_t rows = step == 64 ? static_cast<uint32_t>(bm ? bm : kMmaDefaultRows) : 128;
+  const uint32_t rows = step == 64 ? bm : 128;
   return {step, rows};
 }
 
@@ -308,14 +303,11 @@ std::string mma_program(MmaShape s) {
 
 // Whether the tensor-core GEMM takes this weight: an sm_80+ NVIDIA device with PTX on, 4- or 8-bit
 // codes, K in whole 32-column steps, groups a power of two of at least 16 columns (a work-item's
-// 16-column share of a step then has one scale, found by a shift). SLUICE_OPENCL_MMA=0 keeps the CLBlast path. The programs are built on first
+// 16-column share of a step then has one scale, found by a shift). Tuning mma = 0 keeps the CLBlast path. The programs are built on first
 // use; if that fails the CLBlast path serves from then on.
 bool mma_applies(sl_backend* be, const sl_weight* w) {
   if (be->mma_state == 0) {
-    static const bool off = [] {
-      const char* e = std::getenv("SLUICE_OPENCL_MMA");
-      return e && std::strcmp(e, "0") == 0;
-    }();
+    const bool off = !be->tuning.mma;
     if (off || !be->use_ptx || be->caps.sm < 80) {
       be->mma_state = -1;
     } else {
@@ -335,7 +327,7 @@ bool mma_applies(sl_backend* be, const sl_weight* w) {
 
 // out[:, r0 + n] = x · W[n]ᵀ per segment, MMA_BM × 128 blocks of out per work-group of 256.
 void gemm_mma(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, sl_buffer* out) {
-  const MmaShape shape = mma_shape(w);
+  const MmaShape shape = mma_shape(be, w);
   // x as f16 pairs in the kernel's chunk order, once for all work-groups.
   cl::Buffer& xh = be->gemm_scratch.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
   auto& pack = kernel(be, mma_program(shape), "gemm_mma_pack_x");
@@ -572,15 +564,9 @@ namespace {
 // The joined product's teams (work-items, rows each; 32 / rows teams a work-group of at most 1024):
 // a warp a row by default — on the H100 (perf/results/fused_decode_gpu/run27, run31, run32) 306.6–313.1
 // tokens/s in six processes against 303.9–310.7 for teams of 64 × 2 rows, the next best; 32 × 2,
-// 128 × 4 and 32 × 4 lost 8–27 %. SLUICE_OPENCL_RES_TEAM (32, 64, 128) and SLUICE_OPENCL_RES_ROWS (1, 2, 4, 8) override
-// them, for measuring.
-Q4Shape res_shape() {
-  static const long team = env_knob("SLUICE_OPENCL_RES_TEAM", [](long v) { return v == 32 || v == 64 || v == 128; });
-  static const long rows = env_knob("SLUICE_OPENCL_RES_ROWS", [](long v) { return v == 1 || v == 2 || v == 4 || v == 8; });
-  Q4Shape s{team ? uint32_t(team) : 32u, rows ? uint32_t(rows) : 1u};
-  if (32 / s.rows * s.team > 1024) s = {32, 1};
-  return s;
-}
+// 128 × 4 and 32 × 4 lost 8–27 %. Tuning res_shape (TEAMxROWS) sets them; cl_tuning.cpp accepts only
+// shapes whose work-group of 32 rows has at most 1024 work-items.
+Q4Shape res_shape(const sl_backend* be) { return be->tuning.res_shape; }
 
 }  // namespace
 
@@ -608,7 +594,7 @@ bool residual_join(sl_backend* be, const sl_buffer* x_in, const sl_weight* w, sl
   const Segment& seg = segs[0];
   const uint32_t slot = static_cast<uint32_t>(in_slot), out_slot = 1 - slot;
   auto in_form = form_pair(be, slot, w->cols);
-  const Q4Shape shape = res_shape();
+  const Q4Shape shape = res_shape(be);
   auto& k = kernel(be, q4_program(shape), "matvec_q4_dp4a_res");
   cl_uint a = 0;
   k.setArg(a++, seg.data.buffer);
@@ -640,10 +626,7 @@ void norm_step_finish(sl_backend* be, const NormStep& n, Forms& forms) {
 }
 
 bool use_dp4a(const sl_backend* be) {
-  static const bool off = [] {
-    const char* v = std::getenv("SLUICE_OPENCL_DP4A");
-    return v && *v == '0';
-  }();
+  const bool off = !be->tuning.dp4a;
   return be->use_ptx && be->caps.sm >= 61 && !off;
 }
 

@@ -42,6 +42,10 @@ struct EngineOptions {
   // Greedy decoding a token ahead (engine/greedy_ahead.h): "auto" where the backend queues its ops
   // (a GPU), "on", "off".
   std::string decode_ahead = "auto";
+  // The options of the backends --backend or --devices name (sl_backend_config.options; the OpenCL
+  // backend's: docs/GUIDE.md, "OpenCL tuning"); the CPU backend that runs the layers a split leaves
+  // gets none.
+  std::string backend_options;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

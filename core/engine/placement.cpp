@@ -13,11 +13,13 @@ namespace {
 
 std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
 
-Result<std::unique_ptr<BackendHandle>> open_backend(PluginRegistry& registry, const std::string& spec, unsigned threads) {
+Result<std::unique_ptr<BackendHandle>> open_backend(PluginRegistry& registry, const std::string& spec, unsigned threads,
+                                                    const std::string& options = "") {
   auto choice = choose_backend(registry, spec);
   if (!choice) return choice.error();
   const auto* rec = registry.find(SL_PLUGIN_BACKEND, choice->name);
-  return BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), choice->name, choice->device, threads);
+  return BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), choice->name, choice->device, threads,
+                             options);
 }
 
 // Activations of one forward pass on a device: the per-token buffers of Transformer at the largest
@@ -89,20 +91,20 @@ Result<Placement> place_layers(PluginRegistry& registry, const EngineOptions& op
   }
   p.split_requested = gpu->kind != GpuLayers::Kind::kAll || !device_specs.empty();
 
-  auto one_stage = [&](const std::string& spec) -> Result<Placement> {
-    auto be = open_backend(registry, spec, threads);
+  auto one_stage = [&](const std::string& spec, const std::string& backend_options) -> Result<Placement> {
+    auto be = open_backend(registry, spec, threads, backend_options);
     if (!be) return be.error();
     p.backends.push_back(std::move(*be));
     p.n_layers.push_back(n_layers);
     return std::move(p);
   };
   // Every layer on --backend: exactly the unsplit runtime.
-  if (!p.split_requested) return one_stage(options.backend);
+  if (!p.split_requested) return one_stage(options.backend, options.backend_options);
   if (gpu->kind == GpuLayers::Kind::kCount && gpu->count > n_layers)
     return make_error("--gpu-layers " + std::to_string(gpu->count) + ": the model has " + std::to_string(n_layers) + " layers");
   if (gpu->kind == GpuLayers::Kind::kCount && gpu->count == 0) {
     if (!registry.find(SL_PLUGIN_BACKEND, "cpu")) return make_error("--gpu-layers 0 runs every layer on the CPU backend, which is not loaded");
-    return one_stage("cpu");
+    return one_stage("cpu", "");
   }
 
   // The offload devices: --devices, else --backend (which must then name a GPU/OpenCL backend).
@@ -118,7 +120,7 @@ Result<Placement> place_layers(PluginRegistry& registry, const EngineOptions& op
       return make_error("--gpu-layers places layers on a GPU/OpenCL backend, but --backend cpu runs every layer on the CPU "
                         "(drop --gpu-layers, or choose --backend opencl[:P:D])");
     }
-    auto be = open_backend(registry, spec, threads);
+    auto be = open_backend(registry, spec, threads, options.backend_options);
     if (!be) return make_error((options.devices.empty() ? "--gpu-layers: " : "--devices: ") + be.message());
     devices.push_back(std::move(*be));
   }

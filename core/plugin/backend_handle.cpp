@@ -26,12 +26,13 @@ void Buffer::reset() {
 }
 
 Result<std::unique_ptr<BackendHandle>> BackendHandle::open(const sl_backend_api* api, const std::string& name,
-                                                           const std::string& device, unsigned n_threads) {
+                                                           const std::string& device, unsigned n_threads,
+                                                           const std::string& options) {
   sl_backend_config config{};
   config.struct_size = sizeof(config);
   config.device = device.c_str();
   config.n_threads = n_threads;
-  config.options = "";
+  config.options = options.c_str();
   sl_backend* be = nullptr;
   sl_error err{};
   if (api->create(&config, &be, &err) != SL_OK || !be)

@@ -37,8 +37,10 @@ class Buffer {
 
 class BackendHandle {
  public:
+  // options: sl_backend_config.options, the backend's own (e.g. OpenCL's "tune.att_wg=128").
   static Result<std::unique_ptr<BackendHandle>> open(const sl_backend_api* api, const std::string& name,
-                                                     const std::string& device, unsigned n_threads);
+                                                     const std::string& device, unsigned n_threads,
+                                                     const std::string& options = "");
   ~BackendHandle();
   BackendHandle(const BackendHandle&) = delete;
   BackendHandle& operator=(const BackendHandle&) = delete;

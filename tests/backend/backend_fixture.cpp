@@ -56,7 +56,7 @@ void BackendOpsTest::SetUp() {
   ASSERT_NE(record, nullptr) << "no backend plugin '" << under_test.name << "' in " << under_test.plugin_dir;
   if (!record->loaded) GTEST_SKIP() << "backend '" << under_test.name << "' " << record->status;
   auto opened = BackendHandle::open(static_cast<const sl_backend_api*>(record->descriptor->api), under_test.name,
-                                    under_test.device, 2);
+                                    under_test.device, 2, under_test.options);
   if (!opened) GTEST_SKIP() << opened.message();
   backend_ = std::move(*opened);
   ops_ = std::make_unique<OpCalls>(*backend_);

@@ -22,6 +22,7 @@ struct BackendUnderTest {
   std::string name;                   // the plugin's descriptor name: "cpu", "opencl"
   std::filesystem::path plugin_dir;   // where its sluice-*.so lies
   std::string device;                 // "" = the plugin's best device
+  std::string options = {};           // sl_backend_config.options
 };
 void PrintTo(const BackendUnderTest& b, std::ostream* os);
 

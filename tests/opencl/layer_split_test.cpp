@@ -177,6 +177,22 @@ TEST_F(LayerSplitErrors, DevicesAndAnExplicitBackendTogetherAreRefused) {
   expect_error(o, {"--devices", "--backend opencl"});
 }
 
+// --backend-options reach the OpenCL backend (checked there: an out-of-range tuning value stops it
+// opening, with a message naming the key), alone and in a split — where the CPU backend that runs the
+// other layers gets none, so a valid OpenCL option opens both.
+TEST_F(LayerSplitErrors, BackendOptionsReachTheOpenclBackendOnly) {
+  auto alone = options_for("tiny-code-qwen2", "", "");
+  alone.backend_options = "tune.att_wg=100";
+  expect_error(alone, {"att_wg", "64, 128 or 256"});
+  auto split = options_for("tiny-code-qwen2", "2", "");
+  split.backend_options = "tune.nope=1";
+  expect_error(split, {"--gpu-layers", "unknown tuning key 'nope'"});
+  split.backend_options = "tune.att_short=256,tune.q4_shape_of=384x384=64x2";
+  auto rt = Runtime::open(split);
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  EXPECT_EQ((*rt)->model().stages().size(), 2u) << (*rt)->placement();
+}
+
 // The device reports its memory (PoCL: the host's); a KV cache of 2^31 positions per layer fits no
 // device, and auto says so before allocating anything.
 TEST_F(LayerSplitErrors, AutoThatFitsNotOneLayerSaysWhy) {

@@ -14,18 +14,23 @@
 #include "f16_kv_layout.h"
 #include "plugin/op_calls.h"
 #include "reference.h"
+#include "test_backend_options.h"
 
 namespace sluice::test {
 
-std::vector<BackendUnderTest> backends_under_test() { return {BackendUnderTest{"opencl", binary_path("lib"), ""}}; }
+std::vector<BackendUnderTest> backends_under_test() {
+  return {BackendUnderTest{"opencl", binary_path("lib"), "", test_backend_options()}};
+}
 
 namespace {
 
-// An OpenCL backend of its own, opened with `options` and, when profiled, SLUICE_OPENCL_PROFILE=1;
-// close() destroys it (buffers and cache first) and returns what it printed then — the profile.
+// An OpenCL backend of its own, opened with `options` (and the test's: test_backend_options.h) and,
+// when profiled, SLUICE_OPENCL_PROFILE=1; close() destroys it (buffers and cache first) and returns
+// what it printed then — the profile.
 class Device {
  public:
   bool open(const char* options, bool profiled, std::string& why) {
+    const std::string all = with_test_options(options);
     registry_.scan(binary_path("lib"));
     const PluginRecord* rec = registry_.find(SL_PLUGIN_BACKEND, "opencl");
     if (!rec) {
@@ -36,7 +41,7 @@ class Device {
     sl_backend_config cfg{};
     cfg.struct_size = sizeof(cfg);
     cfg.device = "";
-    cfg.options = options;
+    cfg.options = all.c_str();
     sl_error err{};
     if (profiled) setenv("SLUICE_OPENCL_PROFILE", "1", 1);
     const sl_status s = api_->create(&cfg, &be_, &err);
@@ -134,8 +139,8 @@ long first_difference(const std::vector<float>& a, const std::vector<float>& b) 
 }
 
 // Whether this process's attention programs have warp exchanges — NVIDIA's shuffles (PTX on), or their
-// local-memory emulation (SLUICE_OPENCL_ATT_SHFL_LOCAL=1: ctest runs this binary's attention tests a
-// second time so) — and attention_short with them; false where no backend opens.
+// local-memory emulation (tune.att_shfl_local=1 in SLUICE_TEST_BACKEND_OPTIONS: ctest runs this
+// binary's attention tests a second time so) — and attention_short with them; false where no backend opens.
 bool warps_exchange() {
   Device probe;
   std::string why;
@@ -144,18 +149,17 @@ bool warps_exchange() {
   info.struct_size = sizeof(info);
   sl_error err{};
   if (probe.api()->get_device_info(probe.be(), &info, &err) != SL_OK) return false;
-  const char* emulated = std::getenv("SLUICE_OPENCL_ATT_SHFL_LOCAL");
   const char* portable = std::getenv("SLUICE_OPENCL_PORTABLE");
   const bool nvidia = std::string(info.vendor).find("NVIDIA") != std::string::npos && !(portable && *portable && *portable != '0');
-  return nvidia || (emulated && std::strcmp(emulated, "1") == 0);
+  return nvidia || test_tuning("att_shfl_local") == "1";
 }
 
 // Whether a decode kv_write joins the attention launch after it (attention_short_join) in this
 // process, for histories of up to `keys` keys: warps exchange and attention_short takes them
-// (SLUICE_OPENCL_ATT_SHORT).
+// (tune.att_short in the test's options).
 bool attention_joins(long keys) {
-  const char* limit = std::getenv("SLUICE_OPENCL_ATT_SHORT");
-  return warps_exchange() && !(limit && *limit && std::atol(limit) < keys);
+  const std::string limit = test_tuning("att_short");
+  return warps_exchange() && !(!limit.empty() && std::atol(limit.c_str()) < keys);
 }
 
 struct RopeJoinCase {
@@ -388,8 +392,8 @@ TEST(OpenclRopeJoinElsewhere, KvWriteOfAnotherKRunsThePairFirst) {
 }
 
 // attention_short (kernels_cl/attention_short.cl) takes attention over histories up to 512 keys
-// (SLUICE_OPENCL_ATT_SHORT) wherever its program has warp exchanges — NVIDIA's shuffles, or their
-// local-memory emulation (SLUICE_OPENCL_ATT_SHFL_LOCAL=1: ctest runs this binary's attention tests a
+// (tune.att_short) wherever its program has warp exchanges — NVIDIA's shuffles, or their
+// local-memory emulation (tune.att_shfl_local=1: ctest runs this binary's attention tests a
 // second time so) — and a backend opened with "generic-attention" keeps the generic kernel. Three sequences (histories of 200, 70 and 1 keys: several passes of
 // the short kernel, two, one) decoded together, then the longest alone (with few work-groups the keys
 // split and merge); llama3's head shape (32 / 8 × 128), groups of 1 and 3, sinks, soft-capping, a
@@ -475,8 +479,8 @@ TEST(OpenclShortAttention, AgreesWithAFloat64ReferenceAndRunsWhereWarpsExchange)
   std::string why;
   if (!probe.open("", false, why)) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
   probe.close();
-  const char* limit = std::getenv("SLUICE_OPENCL_ATT_SHORT");
-  const bool short_on = warps_exchange() && !(limit && std::atol(limit) < 200);
+  const std::string limit = test_tuning("att_short");
+  const bool short_on = warps_exchange() && !(!limit.empty() && std::atol(limit.c_str()) < 200);
 
   std::mt19937 rng(2026);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -1,6 +1,6 @@
 // The OpenCL backend's fused attention (kernels_cl/attention_fused.cl: keys scored and values
 // accumulated in the turbo codecs' rotated domain) against the CPU backend's fused hooks and against
-// the OpenCL generic kernel (SLUICE_OPENCL_GENERIC_ATTENTION=1), on the same stored rows: prefill
+// the OpenCL generic kernel (backend option tune.fused_attention=0), on the same stored rows: prefill
 // and decode, GQA, head sizes with one and several rotation blocks, with and without a recent
 // window, a fused K codec beside a non-fused V codec. Skipped where no OpenCL device exists.
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include "codec_spec.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
+#include "test_backend_options.h"
 
 namespace sluice {
 namespace {
@@ -63,13 +64,13 @@ class Codec {
 // One backend with one KV cache: writes a sequence's K/V, then runs attention for given positions.
 class Runner {
  public:
-  Runner(const PluginRegistry& reg, const char* backend, const sl_kv_layout& layout) {
+  Runner(const PluginRegistry& reg, const char* backend, const std::string& options, const sl_kv_layout& layout) {
     const auto* rec = reg.find(SL_PLUGIN_BACKEND, backend);
     if (!rec) {
       why_ = std::string("no ") + backend + " backend";
       return;
     }
-    auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), backend, "", 2);
+    auto be = BackendHandle::open(static_cast<const sl_backend_api*>(rec->descriptor->api), backend, "", 2, options);
     if (!be) {
       why_ = be.message();
       return;
@@ -138,8 +139,8 @@ class Runner {
 };
 
 // Runs prefill of `length` positions and decode of one more through a backend; returns both outputs.
-std::vector<float> run_case(const PluginRegistry& reg, const char* backend, const Case& c, const Codec& k, const Codec& v,
-                            bool* skipped, std::string* why) {
+std::vector<float> run_case(const PluginRegistry& reg, const char* backend, const std::string& options, const Case& c,
+                            const Codec& k, const Codec& v, bool* skipped, std::string* why) {
   const uint32_t length = c.length;
   std::vector<int32_t> pages = {4, 1, 6, 0, 3}, recent;
   uint32_t n_pages = 8;
@@ -165,7 +166,7 @@ std::vector<float> run_case(const PluginRegistry& reg, const char* backend, cons
     layout.n_recent_pages = 6;
     recent = {-1, -1, 2, 5, 0};  // the window's pages (and one before it); the oldest compressed only
   }
-  Runner r(reg, backend, layout);
+  Runner r(reg, backend, options, layout);
   if (!r.ok()) {
     *skipped = true;
     *why = r.why_not();
@@ -211,7 +212,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 TEST(OpenclFusedAttention, MatchesTheCpuFusedHooksAndTheGenericKernel) {
   // The prefill runs stay on the kernels under test: on NVIDIA they would otherwise go to the
   // tensor-core attention (f16 inputs, opencl_mma_attention_test), beyond this test's f32 bound.
-  setenv("SLUICE_OPENCL_MMA_ATT", "0", 1);
+  const std::string opencl = test::with_test_options("tune.mma_att=0");
   PluginRegistry reg;
   reg.scan(test::binary_path("lib"));
   const Case cases[] = {
@@ -234,13 +235,13 @@ TEST(OpenclFusedAttention, MatchesTheCpuFusedHooksAndTheGenericKernel) {
     std::string why;
     std::vector<float> cpu;
     if (c.vs_cpu) {
-      cpu = run_case(reg, "cpu", c, k, v, &skipped, &why);
+      cpu = run_case(reg, "cpu", "", c, k, v, &skipped, &why);
       ASSERT_FALSE(skipped) << why;
     }
 
     ::testing::internal::CaptureStderr();
     setenv("SLUICE_OPENCL_PROFILE", "1", 1);
-    const auto fused = run_case(reg, "opencl", c, k, v, &skipped, &why);
+    const auto fused = run_case(reg, "opencl", opencl, c, k, v, &skipped, &why);
     unsetenv("SLUICE_OPENCL_PROFILE");
     const std::string profile = ::testing::internal::GetCapturedStderr();
     if (skipped) GTEST_SKIP() << "OpenCL unavailable: " << why;
@@ -250,9 +251,7 @@ TEST(OpenclFusedAttention, MatchesTheCpuFusedHooksAndTheGenericKernel) {
         << "the query areas are built once per token exactly when the keys are fused:\n" << profile;
     if (c.vs_cpu) expect_close(fused, cpu, "OpenCL fused vs CPU");
 
-    setenv("SLUICE_OPENCL_GENERIC_ATTENTION", "1", 1);
-    const auto generic = run_case(reg, "opencl", c, k, v, &skipped, &why);
-    unsetenv("SLUICE_OPENCL_GENERIC_ATTENTION");
+    const auto generic = run_case(reg, "opencl", opencl + " tune.fused_attention=0", c, k, v, &skipped, &why);
     expect_close(generic, fused, "OpenCL generic vs fused");
   }
 }

@@ -18,6 +18,7 @@
 #include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
+#include "test_backend_options.h"
 #include "util/vec.h"
 
 namespace sluice {
@@ -37,10 +38,11 @@ struct Case {
 class Device {
  public:
   Device(const sl_backend_api* api, const char* options, const Case& c, uint32_t n_positions) : api_(api) {
+    const std::string all = test::with_test_options(options);  // e.g. tune.mma_att_splits=3 (perf/)
     sl_backend_config cfg{};
     cfg.struct_size = sizeof(cfg);
     cfg.device = "";
-    cfg.options = options;
+    cfg.options = all.c_str();
     sl_error err{};
     if (api->create(&cfg, &be_, &err) != SL_OK) {
       why_ = err.message;
@@ -154,8 +156,7 @@ TEST(OpenclMmaAttention, PrefillRunsMatchAFloat64ReferenceWithinF16Rounding) {
       GTEST_SKIP() << "no tensor-core attention on " << info.name << " (" << info.vendor
                    << "): it needs inline PTX mma.sync on an sm_80+ NVIDIA device";
   }
-  if (const char* e = std::getenv("SLUICE_OPENCL_MMA_ATT"); e && std::string(e) == "0")
-    GTEST_SKIP() << "SLUICE_OPENCL_MMA_ATT=0: the tensor-core attention is off";
+  if (test::test_tuning("mma_att") == "0") GTEST_SKIP() << "tune.mma_att=0: the tensor-core attention is off";
 
   const Case cases[] = {
       {64, 4, 4, 0, 37},          // one partial query block, no history, group 1

@@ -16,6 +16,7 @@
 #include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
+#include "test_backend_options.h"
 
 namespace sluice {
 namespace {
@@ -34,10 +35,11 @@ struct Opened {
 };
 
 bool open(const sl_backend_api* api, const char* options, Opened& out, std::string& why) {
+  const std::string all = test::with_test_options(options);  // e.g. tune.mma_bk=32 (perf/)
   sl_backend_config cfg{};
   cfg.struct_size = sizeof(cfg);
   cfg.device = "";
-  cfg.options = options;
+  cfg.options = all.c_str();
   sl_error err{};
   out.api = api;
   if (api->create(&cfg, &out.be, &err) != SL_OK) {
@@ -63,12 +65,11 @@ sl_status device_info(const Opened& o, sl_device_info& info) {
   return o.api->get_device_info(o.be, &info, &err);
 }
 
-// Whether one-row 4-bit products take the dp4a kernel on o's device: NVIDIA, unless SLUICE_OPENCL_DP4A=0.
+// Whether one-row 4-bit products take the dp4a kernel on o's device: NVIDIA, unless tune.dp4a=0.
 bool dp4a_runs(const Opened& o) {
   sl_device_info info{};
   EXPECT_EQ(device_info(o, info), SL_OK);
-  const char* off = std::getenv("SLUICE_OPENCL_DP4A");
-  return std::string(info.vendor).find("NVIDIA") != std::string::npos && !(off && *off == '0');
+  return std::string(info.vendor).find("NVIDIA") != std::string::npos && test::test_tuning("dp4a") != "0";
 }
 
 // A device buffer holding a copy of `bytes` bytes at data.
@@ -186,10 +187,9 @@ TEST_F(OpenclVendorPaths, FastPathMatvecAgreesWithThePortableKernels) {
     }
   }
 
-  // The dp4a kernel is what ran for the one-row 4-bit product (unless SLUICE_OPENCL_DP4A=0): the
-  // profile of a fresh fast backend names it.
-  const char* off = std::getenv("SLUICE_OPENCL_DP4A");
-  if (!(off && *off == '0')) {
+  // The dp4a kernel is what ran for the one-row 4-bit product (unless tune.dp4a=0): the profile of
+  // a fresh fast backend names it.
+  if (test::test_tuning("dp4a") != "0") {
     ::testing::internal::CaptureStderr();
     setenv("SLUICE_OPENCL_PROFILE", "1", 1);
     {
@@ -303,8 +303,7 @@ TEST_F(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Roundin
   if (!(info.caps & SL_CAP_MATRIX))
     GTEST_SKIP() << "no tensor-core GEMM on " << info.name << " (" << info.vendor
                  << "): it needs inline PTX mma.sync on an sm_80+ NVIDIA device";
-  if (const char* e = std::getenv("SLUICE_OPENCL_MMA"); e && std::string(e) == "0")
-    GTEST_SKIP() << "SLUICE_OPENCL_MMA=0: the tensor-core GEMM is off";
+  if (test::test_tuning("mma") == "0") GTEST_SKIP() << "tune.mma=0: the tensor-core GEMM is off";
   ASSERT_TRUE(open(api, "portable", portable, why)) << why;
 
   struct Shape {
@@ -312,7 +311,8 @@ TEST_F(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Roundin
     sl_dtype scale_dtype;
   };
   // Ragged m (one partial 128-row block, several), n not a multiple of the 128-row tile, each group
-  // size and scale form, 8-bit codes, and the kernel's shapes (run with SLUICE_OPENCL_MMA_BK / _BM to cover each).
+  // size and scale form, 8-bit codes, and the kernel's shapes (run with SLUICE_TEST_BACKEND_OPTIONS=tune.mma_bk=32 /
+  // tune.mma_bm=64 to cover each).
   const Shape shapes[] = {{9, 200, 512, 4, 32, SL_DTYPE_F16},      {100, 333, 1024, 4, 64, SL_DTYPE_BF16},
                           {512, 260, 2048, 4, 128, SL_DTYPE_BF16}, {130, 129, 768, 4, 64, SL_DTYPE_F32},
                           {257, 136, 1024, 8, 64, SL_DTYPE_F16},   {64, 4096, 256, 4, 128, SL_DTYPE_F16},

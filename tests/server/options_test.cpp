@@ -150,7 +150,8 @@ TEST(ServerOptions, OutOfRangeValuesAreRejected) {
 
 TEST(ServerOptions, MapToEngineOptions) {
   auto p = parse_server_options({"--model", "dir", "--backend", "cpu", "--kv-codec", "f32", "--threads", "3",
-                                 "--ctx-size", "1024", "--prefill-size", "64", "--parallel", "2", "--decode-ahead", "off"});
+                                 "--ctx-size", "1024", "--prefill-size", "64", "--parallel", "2", "--decode-ahead", "off",
+                                 "--backend-options", "tune.att_wg=128 portable"});
   ASSERT_TRUE(p.ok());
   auto e = to_engine_options(p->options);
   EXPECT_EQ(e.model_dir, "dir");
@@ -161,6 +162,7 @@ TEST(ServerOptions, MapToEngineOptions) {
   EXPECT_EQ(e.prefill_size, 64);
   EXPECT_EQ(e.parallel, 2);
   EXPECT_EQ(e.decode_ahead, "off");
+  EXPECT_EQ(e.backend_options, "tune.att_wg=128 portable");
 }
 
 TEST(ServerOptions, HelpIsRecognized) {

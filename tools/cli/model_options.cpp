@@ -32,6 +32,8 @@ void add_model_options(po::options_description& desc, EngineOptions& o) {
        "the first N layers on the GPU/OpenCL backend (--backend or --devices), the rest on the CPU; auto: as many as fit")
       ("devices", po::value(&o.devices)->notifier(check_devices),
        "several offload devices, e.g. opencl:0:0,opencl:0:1: layers split evenly between them")
+      ("backend-options", po::value(&o.backend_options),
+       "options of the --backend/--devices backend, e.g. OpenCL's \"tune.att_wg=128 tuning=FILE\" (docs/GUIDE.md)")
       ("plugin-dir", po::value(&o.plugin_dir), "where to look for sluice-*.so plugins (default: next to the binary)")
       ("threads", po::value(&o.threads)->default_value(0), "CPU threads (0 = all cores)")
       ("ctx-size", po::value(&o.ctx_size)->default_value(0), "context size in tokens (0 = the model's, at most 8192)")
