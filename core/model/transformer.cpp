@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "plugin/plugin_registry.h"
@@ -153,65 +154,57 @@ std::string stage_text(uint32_t first, uint32_t end, const BackendHandle* backen
 
 }  // namespace
 
-// Binds what the stage runs: the embedding (first stage), its layers, the final norm and the LM
-// head (last stage).
-Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
-  const ModelConfig& c = config_;
-  const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
-  const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
-  auto need = [&](sl_weight& dst, const std::string& name, std::vector<int64_t> shape) -> Status {
-    auto w = bind(tensors, st, name, std::move(shape));
+namespace {
+
+// The checkpoint's tensors bound onto one stage (Transformer::bind: its backend, its buffer spans).
+class StageWeights final : public families::WeightSource {
+ public:
+  using BindFn = std::function<Result<sl_weight>(const std::string&, std::vector<int64_t>)>;
+  StageWeights(const SafetensorsSet& tensors, BindFn bind) : tensors_(tensors), bind_(std::move(bind)) {}
+  bool has(const std::string& name) const override { return tensors_.find(name) != nullptr; }
+  Status bind(sl_weight& dst, const std::string& name, std::vector<int64_t> shape) override {
+    auto w = bind_(name, std::move(shape));
     if (!w) return w.error();
     dst = *w;
     return {};
-  };
-  auto maybe = [&](sl_weight& dst, bool& present, const std::string& name, std::vector<int64_t> shape) -> Status {
-    present = tensors.find(name) != nullptr;
-    return present ? need(dst, name, std::move(shape)) : Status{};
-  };
+  }
+
+ private:
+  const SafetensorsSet& tensors_;
+  BindFn bind_;
+};
+
+}  // namespace
+
+// Binds what the stage runs: the embedding (first stage), its layers (by the family's names), the
+// final norm and the LM head (last stage).
+Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  StageWeights src(tensors, [&](const std::string& name, std::vector<int64_t> shape) { return bind(tensors, st, name, std::move(shape)); });
+  auto need = [&](sl_weight& dst, const std::string& name, std::vector<int64_t> shape) { return src.bind(dst, name, std::move(shape)); };
 #define SLUICE_TRY(expr)             \
   if (auto s_ = (expr); !s_) return s_.error()
 
-  if (st.embeds) SLUICE_TRY(need(embed_, "model.embed_tokens.weight", {V, H}));
+  const families::ModelTensorNames names = family_->tensor_names();
+  if (st.embeds) SLUICE_TRY(need(embed_, names.embed, {V, H}));
   if (st.has_head) {
-    SLUICE_TRY(need(final_norm_, "model.norm.weight", {H}));
-    if (tensors.find("lm_head.weight") && !c.tie_word_embeddings) {
-      SLUICE_TRY(need(lm_head_, "lm_head.weight", {V, H}));
+    SLUICE_TRY(need(final_norm_, names.final_norm, {H}));
+    if (src.has(names.lm_head) && !c.tie_word_embeddings) {
+      SLUICE_TRY(need(lm_head_, names.lm_head, {V, H}));
     } else {
-      SLUICE_TRY(need(lm_head_, "model.embed_tokens.weight", {V, H}));  // tied: the output projection reads the embedding table
+      SLUICE_TRY(need(lm_head_, names.embed, {V, H}));  // tied: the output projection reads the embedding table
     }
   }
   bool any_moe = false;
   for (int i = static_cast<int>(st.first); i < static_cast<int>(st.end); ++i) {
     Layer L;
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    SLUICE_TRY(need(L.attn_norm, p + "input_layernorm.weight", {H}));
-    SLUICE_TRY(need(L.q, p + "self_attn.q_proj.weight", {QD, H}));
-    SLUICE_TRY(need(L.k, p + "self_attn.k_proj.weight", {KD, H}));
-    SLUICE_TRY(need(L.v, p + "self_attn.v_proj.weight", {KD, H}));
-    SLUICE_TRY(need(L.o, p + "self_attn.o_proj.weight", {H, QD}));
-    SLUICE_TRY(maybe(L.q_bias, L.has_q_bias, p + "self_attn.q_proj.bias", {QD}));
-    SLUICE_TRY(maybe(L.k_bias, L.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
-    SLUICE_TRY(maybe(L.v_bias, L.has_v_bias, p + "self_attn.v_proj.bias", {KD}));
-    SLUICE_TRY(maybe(L.o_bias, L.has_o_bias, p + "self_attn.o_proj.bias", {H}));
-    if (c.qk_norm) {
-      SLUICE_TRY(need(L.q_norm, p + "self_attn.q_norm.weight", {D}));
-      SLUICE_TRY(need(L.k_norm, p + "self_attn.k_norm.weight", {D}));
-      L.has_qk_norm = true;
-    } else if (c.qk_norm_full) {
-      SLUICE_TRY(need(L.q_norm, p + "self_attn.q_norm.weight", {QD}));
-      SLUICE_TRY(need(L.k_norm, p + "self_attn.k_norm.weight", {KD}));
-      L.has_qk_norm = L.qk_norm_full = true;
-    }
-    SLUICE_TRY(need(L.ffn_norm, p + "post_attention_layernorm.weight", {H}));
-    if (c.moe.is_sparse(i)) {
+    const bool sparse = c.moe.is_sparse(i);
+    SLUICE_TRY(family_->bind_layer(src, c, i, sparse, L));
+    if (sparse) {
       SLUICE_TRY(need(L.router, router_name(c, i), {c.moe.n_experts, H}));
       L.moe_index = 0;  // set from the layout once every stage is bound
       any_moe = true;
-    } else {
-      SLUICE_TRY(need(L.gate, p + "mlp.gate_proj.weight", {F, H}));
-      SLUICE_TRY(need(L.up, p + "mlp.up_proj.weight", {F, H}));
-      SLUICE_TRY(need(L.down, p + "mlp.down_proj.weight", {H, F}));
     }
     L.window = i < static_cast<int>(c.layer_window.size()) ? static_cast<uint32_t>(c.layer_window[i]) : 0;
     layers_[static_cast<std::size_t>(i)] = L;
@@ -334,6 +327,8 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
 // The same binding, recorded instead of done: which bytes each part of the model needs.
 Result<WeightFootprint> Transformer::footprint(const ModelConfig& config, const SafetensorsSet& tensors) {
   Transformer m(config);
+  m.family_ = families::family_for(config);
+  if (!m.family_) return make_error("no graph builder for architecture (model_type) '" + config.architecture + "'");
   m.layers_.resize(static_cast<std::size_t>(std::max(0, config.num_layers)));
   auto bytes_of = [&](uint32_t first, uint32_t end, bool embeds, bool head) -> Result<uint64_t> {
     Stage st;
@@ -356,7 +351,7 @@ Result<WeightFootprint> Transformer::footprint(const ModelConfig& config, const 
   auto head = bytes_of(L, L, false, true);
   if (!head) return head.error();
   f.embed_bytes = *embed;
-  f.tied_head = !(tensors.find("lm_head.weight") && !config.tie_word_embeddings);
+  f.tied_head = !(tensors.find(m.family_->tensor_names().lm_head) && !config.tie_word_embeddings);
   f.head_bytes = *head - (f.tied_head ? f.embed_bytes : 0);
   for (uint32_t i = 0; i < L; ++i) {
     auto layer = bytes_of(i, i + 1, false, false);

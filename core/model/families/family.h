@@ -6,11 +6,13 @@
 // in family_for(); docs/ADDING_AN_ARCHITECTURE.md walks through it.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "graph/step_graph.h"
 #include "model/blocks.h"
 #include "model/layer_weights.h"
 #include "model/model_config.h"
+#include "util/result.h"
 
 namespace sluice::families {
 
@@ -23,10 +25,36 @@ struct LayerContext {
   std::string prefix;     // "layer 3 ": names the layer's nodes in messages and profiles
 };
 
+// The checkpoint's tensors, as a family binds them: by name and expected shape (the Transformer's
+// binder behind it places each on its stage's backend, quantized or not). Errors name the tensor.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  virtual Status bind(sl_weight& dst, const std::string& name, std::vector<int64_t> shape) = 0;
+  // Binds it where the checkpoint has it; present says whether it did.
+  Status bind_optional(sl_weight& dst, bool& present, const std::string& name, std::vector<int64_t> shape) {
+    present = has(name);
+    return present ? bind(dst, name, std::move(shape)) : Status{};
+  }
+};
+
+// Where a family's checkpoints keep the tensors around the layers.
+struct ModelTensorNames {
+  std::string embed = "model.embed_tokens.weight";
+  std::string final_norm = "model.norm.weight";
+  std::string lm_head = "lm_head.weight";  // absent or tie_word_embeddings: the embedding table
+};
+
 class Family {
  public:
   virtual ~Family() = default;
   virtual const char* name() const = 0;
+  virtual ModelTensorNames tensor_names() const { return {}; }
+  // Binds layer `layer`'s weights by the family's checkpoint names and shapes: attention, norms and,
+  // for a dense layer, the feed-forward block (a MoE layer's router and experts are the driver's:
+  // core/model/expert_layout.h).
+  virtual Status bind_layer(WeightSource& src, const ModelConfig& c, int layer, bool sparse, LayerWeights& w) const = 0;
   // The residual stream x in, the feed-forward block's input in h out (attention and its residual
   // step included).
   virtual void before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const = 0;

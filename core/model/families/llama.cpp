@@ -4,6 +4,40 @@
 
 namespace sluice::families {
 
+Status Llama::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bool sparse, LayerWeights& w) const {
+  const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
+  const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+#define SLUICE_TRY(expr) \
+  if (auto s_ = (expr); !s_) return s_
+  SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
+  SLUICE_TRY(src.bind(w.q, p + "self_attn.q_proj.weight", {QD, H}));
+  SLUICE_TRY(src.bind(w.k, p + "self_attn.k_proj.weight", {KD, H}));
+  SLUICE_TRY(src.bind(w.v, p + "self_attn.v_proj.weight", {KD, H}));
+  SLUICE_TRY(src.bind(w.o, p + "self_attn.o_proj.weight", {H, QD}));
+  SLUICE_TRY(src.bind_optional(w.q_bias, w.has_q_bias, p + "self_attn.q_proj.bias", {QD}));
+  SLUICE_TRY(src.bind_optional(w.k_bias, w.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
+  SLUICE_TRY(src.bind_optional(w.v_bias, w.has_v_bias, p + "self_attn.v_proj.bias", {KD}));
+  SLUICE_TRY(src.bind_optional(w.o_bias, w.has_o_bias, p + "self_attn.o_proj.bias", {H}));
+  if (c.qk_norm) {  // per head (qwen3)
+    SLUICE_TRY(src.bind(w.q_norm, p + "self_attn.q_norm.weight", {D}));
+    SLUICE_TRY(src.bind(w.k_norm, p + "self_attn.k_norm.weight", {D}));
+    w.has_qk_norm = true;
+  } else if (c.qk_norm_full) {  // over the whole projection (olmoe)
+    SLUICE_TRY(src.bind(w.q_norm, p + "self_attn.q_norm.weight", {QD}));
+    SLUICE_TRY(src.bind(w.k_norm, p + "self_attn.k_norm.weight", {KD}));
+    w.has_qk_norm = w.qk_norm_full = true;
+  }
+  SLUICE_TRY(src.bind(w.ffn_norm, p + "post_attention_layernorm.weight", {H}));
+  if (!sparse) {
+    SLUICE_TRY(src.bind(w.gate, p + "mlp.gate_proj.weight", {F, H}));
+    SLUICE_TRY(src.bind(w.up, p + "mlp.up_proj.weight", {F, H}));
+    SLUICE_TRY(src.bind(w.down, p + "mlp.down_proj.weight", {H, F}));
+  }
+#undef SLUICE_TRY
+  return {};
+}
+
 void Llama::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const {
   const ModelConfig& cfg = *c.config;
   const blocks::Activations& a = *c.act;

@@ -9,6 +9,9 @@ namespace sluice::families {
 class Llama final : public Family {
  public:
   const char* name() const override { return "llama"; }
+  // model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj (+ biases, q/k norms where present),
+  // post_attention_layernorm, mlp.{gate,up,down}_proj}.
+  Status bind_layer(WeightSource& src, const ModelConfig& c, int layer, bool sparse, LayerWeights& w) const override;
   // x → h = attn_norm(x); attention → o; x += o; h = ffn_norm(x).
   void before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const override;
   // h → o: the gated MLP (SiLU or GELU, from config.hidden_act).
