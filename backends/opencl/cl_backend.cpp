@@ -382,6 +382,11 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
     upload_batch_vector(be, be->d_positions, be->d_positions_cap, be->positions, be->batch_uploads);
     upload_batch_vector(be, be->d_seq_slots, be->d_slots_cap, be->seq_slots, be->batch_uploads);
     upload_batch_vector(be, be->d_page_table, be->d_table_cap, be->page_table, be->batch_uploads);
+    const bool has_states = batch->struct_size >= offsetof(sl_batch, state_slots) + sizeof(batch->state_slots) && batch->state_slots;
+    if (has_states)
+      be->state_slots.assign(batch->state_slots, batch->state_slots + batch->n_seqs);
+    else
+      be->state_slots.clear();
     const bool has_recent = batch->struct_size >= offsetof(sl_batch, recent_table) + sizeof(batch->recent_table) && batch->recent_table;
     if (has_recent) {
       be->recent_table.assign(batch->recent_table, batch->recent_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
@@ -475,6 +480,7 @@ const OpEntries kOps = {
     SLUICE_WRITES(gather_rows),
     SLUICE_WRITES(scatter_add_rows),
     SLUICE_WRITES(argmax),
+    SLUICE_WRITES(copy_state),
 };
 
 sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err) {
@@ -505,6 +511,8 @@ const sl_backend_api kApi = {
     nullptr,  // plans: not yet (a recorded launch list, or cl_khr_command_buffer, is the next step)
     nullptr,
     nullptr,
+    Entry<true, false, false, decltype(&kv_copy_state)>::call<&kv_copy_state>,  // enqueued after the work before it
+    Entry<true, false, false, decltype(&kv_clear_state)>::call<&kv_clear_state>,
 };
 #undef SLUICE_WRITES
 #undef SLUICE_WAITS
