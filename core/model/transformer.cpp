@@ -159,6 +159,7 @@ Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
   const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
+  const int64_t VD = int64_t(c.num_kv_heads) * c.value_head_dim(), OD = int64_t(c.num_heads) * c.value_head_dim();  // V, attention's output
   auto need = [&](sl_weight& dst, const std::string& name, std::vector<int64_t> shape) -> Status {
     auto w = bind(tensors, st, name, std::move(shape));
     if (!w) return w.error();
@@ -188,11 +189,11 @@ Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
     SLUICE_TRY(need(L.attn_norm, p + "input_layernorm.weight", {H}));
     SLUICE_TRY(need(L.q, p + "self_attn.q_proj.weight", {QD, H}));
     SLUICE_TRY(need(L.k, p + "self_attn.k_proj.weight", {KD, H}));
-    SLUICE_TRY(need(L.v, p + "self_attn.v_proj.weight", {KD, H}));
-    SLUICE_TRY(need(L.o, p + "self_attn.o_proj.weight", {H, QD}));
+    SLUICE_TRY(need(L.v, p + "self_attn.v_proj.weight", {VD, H}));
+    SLUICE_TRY(need(L.o, p + "self_attn.o_proj.weight", {H, OD}));
     SLUICE_TRY(maybe(L.q_bias, L.has_q_bias, p + "self_attn.q_proj.bias", {QD}));
     SLUICE_TRY(maybe(L.k_bias, L.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
-    SLUICE_TRY(maybe(L.v_bias, L.has_v_bias, p + "self_attn.v_proj.bias", {KD}));
+    SLUICE_TRY(maybe(L.v_bias, L.has_v_bias, p + "self_attn.v_proj.bias", {VD}));
     SLUICE_TRY(maybe(L.o_bias, L.has_o_bias, p + "self_attn.o_proj.bias", {H}));
     if (c.qk_norm) {
       SLUICE_TRY(need(L.q_norm, p + "self_attn.q_norm.weight", {D}));
@@ -274,6 +275,9 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
   if (specs.empty()) return make_error("no backend to run the model on");
   m->family_ = families::family_for(c);
   if (!m->family_) return make_error("no graph builder for architecture (model_type) '" + c.architecture + "'");
+  for (int i = 0; i < c.num_layers; ++i)
+    if (c.layer_type(i) == LayerType::kLinearAttention)
+      return make_error("layer " + std::to_string(i) + " is a linear-attention (recurrent) layer: no family here builds one yet");
   uint32_t placed = 0;
   for (const auto& spec : specs) {
     if (!spec.backend || spec.n_layers == 0) return make_error("a model stage needs a backend and at least one layer");
@@ -385,8 +389,9 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
   };
   if (n > a.capacity_tokens) {
     const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
+    const uint64_t VD = uint64_t(c.num_kv_heads) * c.value_head_dim(), OD = uint64_t(c.num_heads) * c.value_head_dim();
     const uint64_t ffn = std::max<uint64_t>(c.intermediate_size, c.moe.expert_intermediate);
-    for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, KD}, {&a.attn, QD}, {&a.o, H},
+    for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, VD}, {&a.attn, OD}, {&a.o, H},
                              {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
                              {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))},
                              {&a.next_router_logits, uint64_t(std::max(1, c.moe.n_experts))}}) {

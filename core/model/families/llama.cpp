@@ -26,6 +26,7 @@ void Llama::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& 
   s.n_heads = static_cast<uint32_t>(cfg.num_heads);
   s.n_kv_heads = static_cast<uint32_t>(cfg.num_kv_heads);
   s.head_dim = static_cast<uint32_t>(cfg.head_dim);
+  s.v_head_dim = static_cast<uint32_t>(cfg.value_head_dim());
   s.norm_eps = cfg.norm_eps;
   s.rope = c.rope;
   s.window = w.window;
