@@ -193,6 +193,26 @@ TEST(KvLayers, EngineWithWindowPagesEqualsKeepingEveryPosition) {
   EXPECT_EQ(idle.kv_window_pages_in_use, 0u);  // cached window pages are evictable, none held
 }
 
+TEST(KvLayers, WindowPagesBesideACompressingCodecsRecentWindow) {
+  // q8 keeps the newest 16 keys exact in recent pages (per layer, window layers too): the same tokens
+  // whether the window layers' pages are released or kept.
+  const ModelCopy model(tiny_config(kSlidingFull, "40"));
+  auto o = options(model.dir(), 2, true);
+  o.kv_codec = "q8";
+  auto released = Engine::create(o);
+  o.kv_window_pages = false;
+  auto kept = Engine::create(o);
+  ASSERT_TRUE(released.ok()) << released.message();
+  ASSERT_TRUE(kept.ok()) << kept.message();
+  ASSERT_EQ((*released)->metrics().kv_recent_window, 16u);
+  for (int i = 0; i < 2; ++i) {
+    const auto request = greedy(prompt_of(7 + i, 30 + 50 * i), 30);
+    const auto r = (*released)->generate(request), k = (*kept)->generate(request);
+    EXPECT_EQ(r.finish, FinishReason::kLength) << r.error;
+    EXPECT_EQ(r.ids, k.ids) << "request " << i;
+  }
+}
+
 TEST(KvLayers, APrefixReusedWithItsWindowPagesGivesWhatComputingItGives) {
   const ModelCopy model(tiny_config(kSlidingFull, "24"));
   auto warm = Engine::create(options(model.dir()));
