@@ -47,37 +47,40 @@ Status fill_random(Runtime& rt, SequenceState& seq, int depth, std::mt19937& rng
   if (!dv) return dv.error();
   if (auto s = be.upload(*dk, 0, k.data(), k.size() * 4); !s) return s;
   if (auto s = be.upload(*dv, 0, v.data(), v.size() * 4); !s) return s;
-  if (auto s = rt.ensure_pages(seq, depth); !s) return s;
   for (int start = 0; start < depth; start += chunk) {
     const int n = std::min(chunk, depth - start);
+    if (auto s = rt.ensure_pages(seq, start + n); !s) return s;
     if (auto s = rt.kv().update_recent(seq.recent, 0, start, start + n); !s) return s;
-    std::vector<int32_t> positions(n), slots(n, 0), recent;
+    ForwardBatch tables;  // the page, window and recent tables as a real pass has them
+    const SequenceKv* one[] = {&seq};
+    rt.kv().fill_batch(one, tables);
+    std::vector<int32_t> positions(n), slots(n, 0);
     for (int i = 0; i < n; ++i) positions[i] = start + i;
-    if (rt.kv().recent_window() > 0) {
-      recent.resize(seq.pages.size());
-      KvCache::write_recent_row(seq.recent, recent);
-    }
     sl_batch b{};
     b.struct_size = sizeof(b);
     b.n_tokens = static_cast<uint32_t>(n);
     b.positions = positions.data();
     b.seq_slots = slots.data();
     b.n_seqs = 1;
-    b.max_pages = static_cast<uint32_t>(seq.pages.size());
-    b.page_table = seq.pages.data();
-    b.recent_table = recent.empty() ? nullptr : recent.data();
-    // One graph of a KV_WRITE per layer.
+    b.max_pages = tables.max_pages;
+    b.page_table = tables.page_table.data();
+    b.recent_table = tables.recent_table.empty() ? nullptr : tables.recent_table.data();
+    b.window_table = tables.window_table.empty() ? nullptr : tables.window_table.data();
+    b.state_slots = tables.state_slots.empty() ? nullptr : tables.state_slots.data();
+    // One graph of a KV_WRITE per layer that keeps K and V.
     StepGraph g;
     const StepGraph::Id kt = g.buffer(dk->get(), static_cast<uint32_t>(n), static_cast<uint32_t>(row));
     const StepGraph::Id vt = g.buffer(dv->get(), static_cast<uint32_t>(n), static_cast<uint32_t>(row));
-    for (uint32_t layer = 0; layer < static_cast<uint32_t>(cfg.num_layers); ++layer) g.kv_write(kt, vt, layer, "kv_write");
+    for (uint32_t layer = 0; layer < static_cast<uint32_t>(cfg.num_layers); ++layer)
+      if (rt.kv().layer_kind(layer) != SL_KV_STATE) g.kv_write(kt, vt, layer, "kv_write");
     sl_step step{};
     step.struct_size = sizeof(step);
     step.batch = &b;
     step.cache = rt.kv().raw();
     if (auto s = be.compute(g.view(), step); !s) return s;
     seq.n_past = start + n;
-    rt.kv().trim_recent(seq.recent, seq.n_past);
+    if (auto s = rt.kv().passed(seq, seq.n_past); !s) return s;
+    rt.kv().trim_window(seq);
   }
   return be.synchronize();
 }
@@ -168,7 +171,7 @@ int main(int argc, char** argv) {
       }
       return {};
     }
-    GreedyAhead greedy(**rt, seq.pages, seq.recent, 0, seq.n_past);
+    GreedyAhead greedy(**rt, seq, seq.n_past);
     if (auto s = greedy.issue(id(rng)); !s) return s;
     for (int i = 0; i < steps; ++i) {
       if (i + 1 < steps)

@@ -42,6 +42,8 @@ Reply handle_health(ServerContext& ctx) {
   w.Key("kv_capacity_bytes"), w.Uint64(m.kv_bytes_capacity);
   w.Key("kv_used_bytes"), w.Uint64(m.kv_bytes_used);
   w.Key("kv_bytes_per_token"), w.Double(m.kv_bytes_per_token);
+  w.Key("kv_window_bytes_per_sequence"), w.Uint64(m.kv_window_bytes_per_sequence);
+  w.Key("kv_state_bytes_per_sequence"), w.Uint64(m.kv_state_bytes_per_sequence);
   w.Key("kv_recent_window"), w.Uint(m.kv_recent_window);
   w.Key("kv_recent_bytes"), w.Uint64(m.kv_recent_bytes);
   w.Key("resident_bytes"), w.Uint64(process_resident_bytes());

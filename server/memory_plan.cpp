@@ -1,5 +1,7 @@
 #include "server/memory_plan.h"
 
+#include "model/model_config.h"
+
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -51,7 +53,12 @@ std::string format_bytes(double bytes) {
 }
 
 double kv_bytes_per_token(const ModelConfig& c, double element_bytes) {
-  return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * element_bytes;  // K and V
+  double bytes = 0;  // K and V of the layers that keep every position (sliding windows and states: per sequence)
+  for (int i = 0; i < c.num_layers; ++i) {
+    const LayerCacheSpec l = c.layer_cache(i);
+    if (l.type == LayerType::kFullAttention) bytes += double(l.n_kv_heads) * (l.k_head_dim + l.v_head_dim) * element_bytes;
+  }
+  return bytes;
 }
 
 std::string memory_plan_text(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit) {
@@ -76,7 +83,12 @@ std::string memory_plan_text(const Engine& engine, const std::string& kv_codec, 
     out += fmt::format("  {:<8} {:>16} {:>18}{}\n", r.name, format_bytes(r.per_token), format_bytes(r.per_token * ctx),
                        r.name == kv_codec ? "   (configured)" : "");
   }
-  const double total = static_cast<double>(m.weight_bytes) + m.kv_bytes_per_token * ctx;
+  // Sliding-window layers (where the backend keeps only the window's pages) and recurrent layers'
+  // state cost per sequence, not per token.
+  const double per_sequence = static_cast<double>(m.kv_window_bytes_per_sequence + m.kv_state_bytes_per_sequence);
+  if (per_sequence > 0)
+    out += fmt::format("  {:<8} {:>16} {:>18}\n", kv_codec, "+ per sequence", format_bytes(per_sequence) + " (windows, state)");
+  const double total = static_cast<double>(m.weight_bytes) + m.kv_bytes_per_token * ctx + per_sequence;
   out += fmt::format("  total ({}, full context)   {:>12}\n", kv_codec, format_bytes(total));
   std::optional<uint64_t> budget;
   std::string budget_name;

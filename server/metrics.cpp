@@ -112,6 +112,18 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          static_cast<double>(e.kv_recent_window));
   metric(out, "sluice_kv_recent_bytes", "gauge", "Bytes of the recent window's pool of exact rows.",
          static_cast<double>(e.kv_recent_bytes));
+  if (e.kv_window_pages_total > 0) {
+    metric(out, "sluice_kv_window_pages_total", "gauge", "Pages of the sliding-window layers (each sequence holds its window's).",
+           static_cast<double>(e.kv_window_pages_total));
+    metric(out, "sluice_kv_window_pages_in_use", "gauge", "Sliding-window layers' pages held by sequences or the prefix cache.",
+           static_cast<double>(e.kv_window_pages_in_use));
+  }
+  if (e.kv_state_slots_total > 0) {
+    metric(out, "sluice_kv_state_slots_total", "gauge", "Recurrent state slots: live sequences' states and snapshots.",
+           static_cast<double>(e.kv_state_slots_total));
+    metric(out, "sluice_kv_state_slots_in_use", "gauge", "Recurrent state slots held by sequences or the prefix cache.",
+           static_cast<double>(e.kv_state_slots_in_use));
+  }
   metric(out, "sluice_process_resident_memory_bytes", "gauge", "Resident memory of the server process.",
          static_cast<double>(process_resident_bytes()));
   if (!e.expert_store.empty()) {  // the expert store plugin's counters (Mixture-of-Experts models)

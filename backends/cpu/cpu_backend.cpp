@@ -51,7 +51,7 @@ sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
   info.free_memory = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
   info.max_alloc = info.total_memory;
   info.compute_units = std::thread::hardware_concurrency();
-  info.caps = SL_CAP_UNIFIED | SL_CAP_KV_RECENT_WINDOW;
+  info.caps = SL_CAP_UNIFIED | SL_CAP_KV_RECENT_WINDOW | SL_CAP_KV_LAYERS | SL_CAP_KV_WINDOW_PAGES;
   std::memcpy(out, &info, std::min<std::size_t>(out->struct_size ? out->struct_size : sizeof(info), sizeof(info)));
   out->struct_size = std::min<uint32_t>(out->struct_size ? out->struct_size : sizeof(info), sizeof(info));
   return SL_OK;
@@ -168,6 +168,8 @@ const sl_backend_api kApi = {
     nullptr,  // plan_create: a CPU graph is cheap to walk; nothing to record
     nullptr,
     nullptr,
+    kv_copy_state,
+    kv_clear_state,
 };
 
 const sl_plugin_descriptor kDescriptor = {

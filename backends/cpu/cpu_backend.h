@@ -9,6 +9,7 @@
 
 #include "cpu_fusion.h"
 #include "sluice/backend.h"
+#include "util/kv_shape.h"
 #include "util/plugin_error.h"  // set_error
 #include "thread_pool.h"
 
@@ -18,15 +19,21 @@ struct sl_buffer {
   bool owned = false;  // false: wraps host memory the caller keeps alive
 };
 
+// Per layer (sluice::KvLayerShape): a FULL layer's n_pages pages or a WINDOW layer's n_window_pages,
+// each page the K rows of every head ([head][slot]) then the V rows, in the layer's codecs; a STATE
+// layer's n_state_slots states. Layers lie one after the other, so a uniform model's layer l starts
+// at l * n_pages * page_bytes, as it always did.
 struct sl_kv_cache {
-  sl_kv_layout layout{};
-  sl_kv_format k_format{};
-  sl_kv_format v_format{};
-  uint64_t page_bytes = 0;   // one page of one layer: K rows of every head, then V rows
-  uint64_t layer_bytes = 0;  // n_pages * page_bytes
+  sl_kv_layout layout{};  // layers NULL: see `layers`
+  std::vector<sluice::KvLayerShape> layers;
+  std::vector<uint64_t> offset;         // per layer: its pages' first byte in storage
+  std::vector<uint64_t> recent_offset;  // per layer: its recent rows' first half in recent
+  std::vector<uint64_t> state_offset;   // per layer: its states' first byte in state
   std::vector<std::byte> storage;
-  // The recent window's exact rows, f16: [layer][recent page][K, V][head][slot][head_dim].
+  // The recent window's exact rows, f16: per layer, n_recent_pages × ([K: head][slot][k_dim], [V: head][slot][v_dim]).
   std::vector<uint16_t> recent;
+  std::vector<std::byte> state;  // per STATE layer, n_state_slots × state_bytes
+  bool has_state = false;
 };
 
 struct sl_backend {
@@ -37,6 +44,8 @@ struct sl_backend {
   std::vector<int32_t> seq_slots;
   std::vector<int32_t> page_table;
   std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
+  std::vector<int32_t> window_table;  // empty: the batch has no window pages
+  std::vector<int32_t> state_slots;   // empty: the batch has no state slots
   uint32_t n_seqs = 0;
   uint32_t max_pages = 0;
   uint64_t downloads_begun = 0;  // download_begin's tickets so far
@@ -85,6 +94,10 @@ sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const 
 sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);
 sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
+sl_status kv_copy_state(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
+sl_status kv_clear_state(sl_backend*, sl_kv_cache*, uint32_t, sl_error*);
+// A sequence's state in a STATE layer (the batch's slot of sequence seq), checked; null and err set otherwise.
+std::byte* state_of(sl_backend*, sl_kv_cache*, uint32_t layer, uint32_t seq, sl_error*);
 sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, sl_error*);
 sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_attention_params*, const float* sinks, sl_buffer*,
                     sl_error*);

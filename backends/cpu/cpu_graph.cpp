@@ -2,6 +2,7 @@
 // rules (graph/graph_check.h) and the buffers' bounds, the fusion pass's launches (cpu_fusion.h) run
 // in order through the kernels of cpu_ops.cpp, cpu_matmul.cpp, cpu_attention.cpp and cpu_moe_ops.cpp.
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 #include "cpu_backend.h"
@@ -45,6 +46,18 @@ sl_status take_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
     be->recent_table.assign(batch->recent_table, batch->recent_table + table);
   else
     be->recent_table.clear();
+  // 2.0's window table and state slots, where the host's batch has them.
+  auto member = [&](std::size_t offset) { return batch->struct_size >= offset + sizeof(void*); };
+  const int32_t* window = member(offsetof(sl_batch, window_table)) ? batch->window_table : nullptr;
+  const int32_t* states = member(offsetof(sl_batch, state_slots)) ? batch->state_slots : nullptr;
+  if (window)
+    be->window_table.assign(window, window + table);
+  else
+    be->window_table.clear();
+  if (states)
+    be->state_slots.assign(states, states + batch->n_seqs);
+  else
+    be->state_slots.clear();
   for (uint32_t i = 0; i < batch->n_tokens; ++i)
     if (be->seq_slots[i] < 0 || static_cast<uint32_t>(be->seq_slots[i]) >= batch->n_seqs || be->positions[i] < 0)
       return set_error(err, SL_ERR_INVALID_ARGUMENT, "batch token " + std::to_string(i) + " has a bad sequence or position");
@@ -64,6 +77,30 @@ bool within_buffers(const sl_graph& g, const sl_node& n) {
 }
 
 const sl_weight* weight_of(const sl_tensor* t) { return t ? t->weight : nullptr; }
+
+// COPY with a sequence's state on either side (a STATE tensor: a row a sequence of the step).
+sl_status copy_state(sl_backend* be, const sl_tensor& x, const sl_tensor& out, sl_kv_cache* cache, sl_error* err) {
+  if (!cache) return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy: a state without a KV cache in the step");
+  const sl_tensor& state = x.kind == SL_TENSOR_STATE ? x : out;
+  if (x.kind == SL_TENSOR_STATE && out.kind == SL_TENSOR_STATE)
+    return set_error(err, SL_ERR_UNSUPPORTED, "copy: from one state to another (use kv_copy_state)");
+  if (state.rows != be->n_seqs) return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy: a state tensor has a row for each sequence of the step");
+  if (state.state_layer >= cache->layout.n_layers || cache->layers[state.state_layer].kind != SL_KV_STATE)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy: layer " + std::to_string(state.state_layer) + " keeps no state");
+  const uint64_t row_bytes = uint64_t(state.cols) * 4;
+  if (!fits(cache->layers[state.state_layer].state_bytes, state.offset, row_bytes))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy: the state tensor lies past the layer's state");
+  for (uint32_t i = 0; i < state.rows; ++i) {
+    std::byte* s = state_of(be, cache, state.state_layer, i, err);
+    if (!s) return SL_ERR_INVALID_ARGUMENT;
+    s += state.offset;
+    if (x.kind == SL_TENSOR_STATE)
+      std::memcpy(out.buffer->data + out.offset + i * row_bytes, s, row_bytes);
+    else
+      std::memcpy(s, x.buffer->data + x.offset + i * row_bytes, row_bytes);
+  }
+  return SL_OK;
+}
 
 sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_cache* cache, sl_error* err) {
   const sl_tensor* in0 = input(g, n, 0);
@@ -121,6 +158,7 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
       return add(be, a.get(), b.get(), o.get(), graph::values(*out), err);
     }
     case SL_OP_COPY: {
+      if (in0->kind == SL_TENSOR_STATE || out->kind == SL_TENSOR_STATE) return copy_state(be, *in0, *out, cache, err);
       View x = view(*in0), o = view(*out);
       return copy(be, x.get(), 0, o.get(), 0, graph::values(*out), err);
     }
@@ -190,7 +228,12 @@ int supports_node(const sl_backend*, const sl_node_query* q) {
     if (n.inputs[i] == SL_NO_TENSOR || !q->tensors || n.inputs[i] >= q->n_tensors) continue;
     const sl_tensor& t = q->tensors[n.inputs[i]];
     if (t.kind == SL_TENSOR_WEIGHT && (!t.weight || !weight_form_runs(t.weight, n.op))) return 0;
+    if (t.kind == SL_TENSOR_STATE && n.op != SL_OP_COPY) return 0;
   }
+  for (uint32_t i = 0; i < SL_NODE_MAX_OUTPUTS; ++i)
+    if (n.outputs[i] != SL_NO_TENSOR && q->tensors && n.outputs[i] < q->n_tensors && q->tensors[n.outputs[i]].kind == SL_TENSOR_STATE &&
+        n.op != SL_OP_COPY)
+      return 0;
   return 1;  // every KV codec works through encode/decode or its fused hooks
 }
 

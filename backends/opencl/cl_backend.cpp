@@ -424,6 +424,11 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
     upload_batch_vector(be, be->d_positions, be->d_positions_cap, be->positions, be->batch_uploads);
     upload_batch_vector(be, be->d_seq_slots, be->d_slots_cap, be->seq_slots, be->batch_uploads);
     upload_batch_vector(be, be->d_page_table, be->d_table_cap, be->page_table, be->batch_uploads);
+    const bool has_states = batch->struct_size >= offsetof(sl_batch, state_slots) + sizeof(batch->state_slots) && batch->state_slots;
+    if (has_states)
+      be->state_slots.assign(batch->state_slots, batch->state_slots + batch->n_seqs);
+    else
+      be->state_slots.clear();
     const bool has_recent = batch->struct_size >= offsetof(sl_batch, recent_table) + sizeof(batch->recent_table) && batch->recent_table;
     if (has_recent) {
       be->recent_table.assign(batch->recent_table, batch->recent_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
@@ -486,6 +491,8 @@ const sl_backend_api kApi = {
     nullptr,  // plans: not yet (a recorded launch list, or cl_khr_command_buffer, is the next step)
     nullptr,
     nullptr,
+    SLUICE_ISSUES(kv_copy_state),  // enqueued after the work before it
+    SLUICE_ISSUES(kv_clear_state),
 };
 #undef SLUICE_ISSUES
 #undef SLUICE_WAITS

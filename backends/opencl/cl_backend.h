@@ -17,6 +17,7 @@
 #include "cl_fusion.h"
 #include "cl_tuning.h"
 #include "sluice/backend.h"
+#include "util/kv_shape.h"
 #include "util/plugin_error.h"  // set_error
 
 // Device memory. Buffers larger than the device's largest allocation are split into chunks of
@@ -31,10 +32,16 @@ struct sl_buffer {
 };
 
 struct sl_kv_cache {
-  sl_kv_layout layout{};
+  sl_kv_layout layout{};    // layers NULL: each layer's own shape is in `layers`
   sl_kv_format k_format{};
   sl_kv_format v_format{};
-  uint64_t page_bytes = 0;  // one page of one layer: K rows of every head, then V rows
+  uint64_t page_bytes = 0;  // one page of a layer of the layout's geometry: K rows of every head, then V rows
+  // Per layer (sl_kv_layout.layers): the kernels run the layers of the layout's own geometry
+  // (uniform_with); the others are allocated in their widths, and their KV_WRITE and ATTENTION nodes
+  // declined (cl_graph.cpp). A STATE layer's states live in state_layers (always on the device).
+  std::vector<sluice::KvLayerShape> layers;
+  sluice::KvLayerShape uniform;  // a FULL layer of the layout's geometry: what check_pages checks against
+  std::vector<cl::Buffer> state_layers;  // per layer: n_state_slots × state_bytes (a placeholder for others)
   bool on_device = false;   // both codecs give OpenCL source that builds with our kernels
   std::string fallback_reason;  // why the host keeps this cache, when it does
   std::vector<cl::Buffer> device_layers;              // on_device: one buffer per layer
@@ -178,6 +185,7 @@ struct sl_backend {
   std::map<std::string, cl::Kernel> kernels;
   // The current batch, on the host and on the device.
   std::vector<int32_t> positions, seq_slots, page_table;
+  std::vector<int32_t> state_slots;   // the batch's state slots (2.0), on the host: state copies read them
   std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
   uint32_t n_seqs = 0, max_pages = 0;
   cl::Buffer d_positions, d_seq_slots, d_page_table, d_recent_table;
@@ -378,6 +386,12 @@ bool embed_norm_join(sl_backend* be, const sl_weight* table, const sl_tensor& id
 sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);
 sl_status kv_copy_page(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
+sl_status kv_copy_state(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*);
+sl_status kv_clear_state(sl_backend*, sl_kv_cache*, uint32_t, sl_error*);
+// COPY with a recurrent layer's state on one side (x or out a STATE tensor; cl_kv_cache.cpp).
+sl_status copy_state(sl_backend*, sl_kv_cache*, const sl_tensor* x, const sl_tensor* out, sl_error*);
+// Whether the kernels run KV_WRITE and ATTENTION of this layer of the cache (cl_kv_cache.h).
+bool runs_layer(const sl_kv_cache* c, uint32_t layer);
 // KV_WRITE; rope: a rope pair of q and k to run first — in the write's launch where k is its second
 // tensor, with the cache's head shape, on a device cache (kv_write_rope).
 sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_buffer*, const RopeLaunch* rope, sl_error*);

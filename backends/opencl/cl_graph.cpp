@@ -2,6 +2,7 @@
 // against what this backend's kernels address (a tensor away from its buffer's start only where the
 // kernel takes an offset), the step's batch to the device, then the fusion pass's launches
 // (cl_fusion.h), each joined where what the graph could not show allows it, else node by node.
+#include <cstddef>
 #include <string>
 
 #include "cl_backend.h"
@@ -40,6 +41,21 @@ std::string addressable(const sl_graph& g, const sl_node& n) {
   return {};
 }
 
+// "" when the kernels run this KV_WRITE or ATTENTION node: on a layer of the cache's own geometry
+// (runs(layer)), V as wide as K. Per-layer widths and recurrent layers are allocated (kv_create) but
+// not run here yet.
+template <class Runs>
+std::string kv_node_runs(const sl_node& n, std::size_t n_layers, Runs runs) {
+  const auto* kp = graph::params<sl_kv_params>(n);
+  const auto* ap = graph::params<sl_attention_params>(n);
+  if (n.op == SL_OP_KV_WRITE ? !kp : !ap) return "missing parameters";
+  const uint32_t layer = n.op == SL_OP_KV_WRITE ? kp->layer : ap->layer;
+  if (layer >= n_layers) return "layer " + std::to_string(layer) + " out of range";
+  if (!runs(layer)) return "layer " + std::to_string(layer) + " has K/V widths (or a kind) other than the cache's own: not run by the OpenCL kernels";
+  if (n.op == SL_OP_ATTENTION && graph::attention_v_dim(*ap) != ap->head_dim) return "V narrower or wider than K: not run by the OpenCL kernels";
+  return {};
+}
+
 sl_buffer* buf(const sl_tensor* t) { return t ? t->buffer : nullptr; }
 const sl_weight* weight_of(const sl_tensor* t) { return t ? t->weight : nullptr; }
 uint32_t count32(const sl_tensor* t) { return static_cast<uint32_t>(graph::values(*t)); }
@@ -75,8 +91,6 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
   const sl_node& n = r.node(i);
   sl_error* err = r.err;
   const sl_tensor *in0 = r.in(i, 0), *in1 = r.in(i, 1), *in2 = r.in(i, 2), *out = r.out(i);
-  if ((n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) && !r.cache)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": the step has no KV cache");
   if (n.op != SL_OP_MATMUL)
     if (auto s = finish_norm(r); s != SL_OK) return s;
   switch (n.op) {
@@ -114,6 +128,10 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
     case SL_OP_ADD:
       return add(be, buf(in0), buf(in1), buf(out), graph::values(*out), err);
     case SL_OP_COPY:
+      if (in0->kind == SL_TENSOR_STATE || out->kind == SL_TENSOR_STATE) {
+        if (!r.cache) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": a state without a KV cache in the step");
+        return copy_state(be, r.cache, in0, out, err);
+      }
       return copy(be, buf(in0), in0->offset / 4, buf(out), out->offset / 4, graph::values(*out), err);
     case SL_OP_GET_ROWS:
       return gather_rows(be, buf(in0), static_cast<const int32_t*>(in1->host), count32(in1), in0->cols, buf(out), err);
@@ -289,7 +307,22 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
       if (n.op != SL_OP_MATMUL && n.op != SL_OP_EMBED && t.weight->bits != 0) return 0;  // norms and biases: plain values
     } else if (t.kind == SL_TENSOR_BUFFER && t.offset != 0 && !takes_offset(n.op, is_output, is_output ? i - SL_NODE_MAX_INPUTS : i)) {
       return 0;
+    } else if (t.kind == SL_TENSOR_STATE && n.op != SL_OP_COPY) {
+      return 0;  // a state is read and written by COPY alone (the recurrent ops to come)
     }
+  }
+  if ((n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) && q->kv && q->kv->struct_size >= offsetof(sl_kv_layout, layers) + sizeof(void*) &&
+      q->kv->layers) {
+    const sl_kv_layout& L = *q->kv;
+    auto runs = [&](uint32_t l) {
+      const sl_kv_layer& k = L.layers[l];
+      return k.kind == SL_KV_FULL && k.n_kv_heads == L.n_kv_heads && k.k_head_dim == L.head_dim && k.v_head_dim == L.head_dim;
+    };
+    if (!kv_node_runs(n, L.n_layers, runs).empty()) return 0;
+  }
+  if (n.op == SL_OP_ATTENTION && n.params) {
+    const auto* p = graph::params<sl_attention_params>(n);
+    if (p && graph::attention_v_dim(*p) != p->head_dim) return 0;
   }
   return 1;  // every KV codec: on the device with its OpenCL source, else through the host
 }
@@ -302,6 +335,15 @@ sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, sl_e
     if (std::string why = graph::check_node(*g, n, step->batch->n_tokens); !why.empty()) return set_error(err, SL_ERR_INVALID_ARGUMENT, why);
     if (std::string why = addressable(*g, n); !why.empty())
       return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": " + why);
+    if (n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) {  // the cache's layer runs it (cl_kv_cache.h)
+      const sl_kv_cache* cache = step->cache;
+      if (!cache) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": the step has no KV cache");
+      const uint32_t layer = n.op == SL_OP_KV_WRITE ? graph::params<sl_kv_params>(n)->layer : graph::params<sl_attention_params>(n)->layer;
+      if (layer >= cache->layers.size())
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": layer " + std::to_string(layer) + " out of range");
+      if (std::string why = kv_node_runs(n, cache->layers.size(), [&](uint32_t l) { return runs_layer(cache, l); }); !why.empty())
+        return set_error(err, SL_ERR_UNSUPPORTED, std::string(graph::node_name(n)) + ": " + why);
+    }
   }
   if (auto s = begin_batch(be, step->batch, err); s != SL_OK) return s;
   GraphRun run{be, *g, step->cache, err, be->forms, {}, false};

@@ -115,8 +115,12 @@ uint64_t v_acc_area(const sl_kv_cache* c) {
 bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
 
 sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err) {
-  return check_batch_pages(be->positions, be->seq_slots, be->page_table, be->recent_table, be->max_pages, c->layout,
+  return check_batch_pages(be->positions, be->seq_slots, be->page_table, be->recent_table, be->max_pages, c->layout, c->uniform,
                            keeps_recent(be, c), err);
+}
+
+bool runs_layer(const sl_kv_cache* c, uint32_t layer) {
+  return layer < c->layers.size() && c->layers[layer].uniform_with(c->layout);
 }
 
 sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group) {
@@ -223,22 +227,34 @@ bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec) { retu
 sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** out, sl_error* err) {
   KvShape shape;
   if (auto s = read_kv_layout(layout, shape, err); s != SL_OK) return s;
+  if (shape.page_bytes == 0)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: the OpenCL backend needs the layout's own geometry and codecs (its kernels' shape)");
+  if (shape.has_window())
+    return set_error(err, SL_ERR_UNSUPPORTED, "kv_create: the OpenCL backend reads no window table (no SL_CAP_KV_WINDOW_PAGES)");
   return guarded(err, "kv_create", [&] {
     auto c = std::make_unique<sl_kv_cache>();
     c->layout = shape.layout;
     c->k_format = shape.k_format;
     c->v_format = shape.v_format;
     c->page_bytes = shape.page_bytes;
-    const uint64_t recent_bytes = uint64_t(c->layout.n_recent_pages) * 2 * layout->n_kv_heads * layout->page_tokens * layout->head_dim * 2;
-    const uint64_t layer_bytes = c->page_bytes * layout->n_pages;
+    c->layers = std::move(shape.layers);
+    c->uniform.kind = SL_KV_FULL;
+    c->uniform.n_kv_heads = c->layout.n_kv_heads;
+    c->uniform.k_dim = c->uniform.v_dim = c->layout.head_dim;
+    c->uniform.n_pages = c->layout.n_pages;
+    c->uniform.page_bytes = c->page_bytes;
+    const auto& L = c->layout;
+    const uint64_t recent_bytes = uint64_t(L.n_recent_pages) * 2 * L.n_kv_heads * L.page_tokens * L.head_dim * 2;
+    // Each layer's pages in its own widths (the layout's geometry for a uniform model, as always).
+    uint64_t largest = recent_bytes;
+    for (const KvLayerShape& l : c->layers) largest = std::max(largest, l.has_kv() ? l.bytes() : l.state_bytes * L.n_state_slots);
     const bool allow_device = be->options.find("host-kv") == std::string::npos;
-    c->on_device = allow_device && codec_has_opencl(layout->k_api, layout->k_codec) &&
-                   codec_has_opencl(layout->v_api, layout->v_codec) && layer_bytes <= be->caps.max_alloc &&
-                   recent_bytes <= be->caps.max_alloc;
+    c->on_device = allow_device && codec_has_opencl(L.k_api, L.k_codec) && codec_has_opencl(L.v_api, L.v_codec) &&
+                   largest <= be->caps.max_alloc;
     // The fused path unless the options ask for the generic kernel (tests compare the two).
     const bool allow_fused = be->options.find("generic-attention") == std::string::npos && be->tuning.fused_attention;
-    c->k_fused = allow_fused && has_fused_keys(codec_source(layout->k_api, layout->k_codec));
-    c->v_fused = allow_fused && has_fused_values(codec_source(layout->v_api, layout->v_codec));
+    c->k_fused = allow_fused && has_fused_keys(codec_source(L.k_api, L.k_codec));
+    c->v_fused = allow_fused && has_fused_values(codec_source(L.v_api, L.v_codec));
     if (c->on_device) {
       // The codecs' device functions must follow docs/PLUGINS.md (SL_KV_FN(encode_row), SL_KV_FN(load)):
       // source that does not build with ours sends this cache to the host path instead of failing later.
@@ -251,18 +267,24 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
         std::fprintf(stderr, "opencl: the KV cache stays on the host (slow): %s\n", e.what());
       }
     }
-    if (c->on_device) {
-      for (uint32_t l = 0; l < layout->n_layers; ++l) {
-        c->device_layers.emplace_back(be->context, CL_MEM_READ_WRITE, std::max<uint64_t>(layer_bytes, 4));
-        const cl_uchar zero = 0;
-        be->queue.enqueueFillBuffer(c->device_layers.back(), zero, 0, std::max<uint64_t>(layer_bytes, 4));
-        if (recent_bytes) c->recent_layers.emplace_back(be->context, CL_MEM_READ_WRITE, recent_bytes);
+    auto zeroed = [&](uint64_t bytes) {
+      cl::Buffer b(be->context, CL_MEM_READ_WRITE, std::max<uint64_t>(bytes, 4));
+      const cl_uchar zero = 0;
+      be->queue.enqueueFillBuffer(b, zero, 0, std::max<uint64_t>(bytes, 4));
+      return b;
+    };
+    for (const KvLayerShape& l : c->layers) {
+      const bool kernels_run_it = l.uniform_with(L);  // a layer of another shape: allocated, not run here
+      if (c->on_device) {
+        c->device_layers.push_back(zeroed(l.has_kv() ? l.bytes() : 0));
+        if (recent_bytes) c->recent_layers.emplace_back(be->context, CL_MEM_READ_WRITE, kernels_run_it ? recent_bytes : 4);
+      } else {
+        c->host_layers.emplace_back(l.has_kv() ? l.bytes() : 0);
+        c->host_recent.emplace_back(kernels_run_it ? recent_bytes / 2 : 0);
       }
-      be->queue.finish();  // out of device memory shows here
-    } else {
-      c->host_layers.assign(layout->n_layers, std::vector<std::byte>(layer_bytes));
-      c->host_recent.assign(layout->n_layers, std::vector<uint16_t>(recent_bytes / 2));
+      c->state_layers.push_back(l.kind == SL_KV_STATE ? zeroed(l.state_bytes * L.n_state_slots) : cl::Buffer());
     }
+    be->queue.finish();  // out of device memory shows here
     *out = c.release();
     return SL_OK;
   });
@@ -283,10 +305,69 @@ sl_status kv_copy_page(sl_backend* be, sl_kv_cache* c, uint32_t src, uint32_t ds
   if (src == dst) return SL_OK;
   return guarded(err, "kv_copy_page", [&] {
     for (uint32_t l = 0; l < c->layout.n_layers; ++l) {
+      const KvLayerShape& Ly = c->layers[l];
+      if (Ly.kind != SL_KV_FULL) continue;
       if (c->on_device)
-        be->queue.enqueueCopyBuffer(c->device_layers[l], c->device_layers[l], src * c->page_bytes, dst * c->page_bytes, c->page_bytes);
+        be->queue.enqueueCopyBuffer(c->device_layers[l], c->device_layers[l], src * Ly.page_bytes, dst * Ly.page_bytes, Ly.page_bytes);
       else
-        std::memcpy(c->host_layers[l].data() + dst * c->page_bytes, c->host_layers[l].data() + src * c->page_bytes, c->page_bytes);
+        std::memcpy(c->host_layers[l].data() + dst * Ly.page_bytes, c->host_layers[l].data() + src * Ly.page_bytes, Ly.page_bytes);
+    }
+    return SL_OK;
+  });
+}
+
+sl_status kv_copy_state(sl_backend* be, sl_kv_cache* c, uint32_t src, uint32_t dst, sl_error* err) {
+  if (src >= c->layout.n_state_slots || dst >= c->layout.n_state_slots)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_copy_state: slot out of range");
+  bool any = false;
+  for (const KvLayerShape& l : c->layers) any |= l.kind == SL_KV_STATE;
+  if (!any) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_copy_state: the cache has no recurrent layer");
+  if (src == dst) return SL_OK;
+  return guarded(err, "kv_copy_state", [&] {
+    for (uint32_t l = 0; l < c->layout.n_layers; ++l) {
+      const KvLayerShape& Ly = c->layers[l];
+      if (Ly.kind == SL_KV_STATE)
+        be->queue.enqueueCopyBuffer(c->state_layers[l], c->state_layers[l], src * Ly.state_bytes, dst * Ly.state_bytes, Ly.state_bytes);
+    }
+    return SL_OK;
+  });
+}
+
+sl_status kv_clear_state(sl_backend* be, sl_kv_cache* c, uint32_t slot, sl_error* err) {
+  if (slot >= c->layout.n_state_slots) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_clear_state: slot out of range");
+  bool any = false;
+  for (const KvLayerShape& l : c->layers) any |= l.kind == SL_KV_STATE;
+  if (!any) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_clear_state: the cache has no recurrent layer");
+  return guarded(err, "kv_clear_state", [&] {
+    for (uint32_t l = 0; l < c->layout.n_layers; ++l) {
+      const KvLayerShape& Ly = c->layers[l];
+      const cl_uchar zero = 0;
+      if (Ly.kind == SL_KV_STATE) be->queue.enqueueFillBuffer(c->state_layers[l], zero, slot * Ly.state_bytes, Ly.state_bytes);
+    }
+    return SL_OK;
+  });
+}
+
+sl_status copy_state(sl_backend* be, sl_kv_cache* c, const sl_tensor* x, const sl_tensor* out, sl_error* err) {
+  const sl_tensor* st = x->kind == SL_TENSOR_STATE ? x : out;
+  const sl_tensor* act = x->kind == SL_TENSOR_STATE ? out : x;
+  if (act->kind != SL_TENSOR_BUFFER) return set_error(err, SL_ERR_UNSUPPORTED, "copy: from one state to another (use kv_copy_state)");
+  if (st->rows != be->n_seqs) return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy: a state tensor has a row for each sequence of the step");
+  if (st->state_layer >= c->layers.size() || c->layers[st->state_layer].kind != SL_KV_STATE)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy: layer " + std::to_string(st->state_layer) + " keeps no state");
+  const KvLayerShape& Ly = c->layers[st->state_layer];
+  const uint64_t row_bytes = uint64_t(st->cols) * 4;
+  if (!fits(Ly.state_bytes, st->offset, row_bytes)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy: the state tensor lies past the layer's state");
+  if (auto s = check_state_slots(be->state_slots, be->n_seqs, c->layout, err); s != SL_OK) return s;
+  return guarded(err, "copy (state)", [&] {
+    cl::Buffer& state = c->state_layers[st->state_layer];
+    cl::Buffer& buffer = single(act->buffer);
+    for (uint32_t i = 0; i < st->rows; ++i) {
+      const uint64_t at = uint64_t(be->state_slots[i]) * Ly.state_bytes + st->offset, row = act->offset + i * row_bytes;
+      if (x->kind == SL_TENSOR_STATE)
+        be->queue.enqueueCopyBuffer(state, buffer, at, row, row_bytes);
+      else
+        be->queue.enqueueCopyBuffer(buffer, state, row, at, row_bytes);
     }
     return SL_OK;
   });

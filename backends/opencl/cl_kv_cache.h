@@ -32,7 +32,8 @@ uint64_t v_acc_area(const sl_kv_cache* c);
 
 // Whether the batch keeps the cache's recent window (the cache has one and the batch recent pages).
 bool keeps_recent(const sl_backend* be, const sl_kv_cache* c);
-// The batch's positions and page table entries (and recent table entries) against the cache's pages.
+// The batch's positions and page table entries (and recent table entries) against the cache's pages
+// (those of a layer of the layout's own geometry).
 sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err);
 
 // The cache's program for `group` query heads per KV head (sl_kv_cache::Kernels), built on first

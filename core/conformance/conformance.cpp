@@ -392,6 +392,7 @@ std::vector<OpResult> run_all(const BackendHandle& backend, const Options& optio
   run_rope(r);
   run_elementwise(r);
   run_attention(r);
+  run_kv_layers(r);
   return std::move(r.results);
 }
 

@@ -46,6 +46,10 @@ class EngineImpl final : public Engine {
     metrics_.kv_recent_window = rt_->kv().recent_window();
     metrics_.kv_recent_bytes = rt_->kv().recent_bytes();
     metrics_.kv_pages_total = rt_->kv().n_pages();
+    if (const PagePool* w = rt_->kv().window_pool()) metrics_.kv_window_pages_total = w->n_pages();
+    if (const PagePool* st = rt_->kv().state_pool()) metrics_.kv_state_slots_total = st->n_pages();
+    metrics_.kv_window_bytes_per_sequence = rt_->kv().window_page_bytes() * rt_->kv().window_pages_per_sequence();
+    metrics_.kv_state_bytes_per_sequence = rt_->kv().state_slot_bytes();
     thread_ = std::thread([this] { loop(); });
   }
   ~EngineImpl() override { shutdown(); }
@@ -164,25 +168,13 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // Takes the longest run of the prompt's full blocks that the prefix cache holds. At least one
-  // prompt token is always left to compute: its logits start the generation.
+  // Takes the longest run of the prompt's full blocks that the prefix cache holds (for every kind
+  // of layer: KvCache::reuse_prefix). At least one prompt token is always left to compute: its
+  // logits start the generation.
   void reuse_prefix(Sequence& seq) {
-    PagePool& pool = rt_->kv().pages();
-    const std::size_t bt = pool.page_tokens();
-    const std::size_t reusable_blocks = (seq.n_prompt - 1) / bt;
-    PagePool::BlockHash h = PagePool::kRootHash;
-    for (std::size_t b = 0; b < reusable_blocks; ++b) {
-      const auto next = PagePool::chain(h, std::span<const int32_t>(seq.tokens.data() + b * bt, bt));
-      auto page = pool.acquire_cached(next);
-      if (!page) break;
-      seq.pages.push_back(*page);
-      h = next;
-    }
-    seq.n_published = seq.pages.size();
-    seq.last_hash = h;
-    seq.n_past = static_cast<int32_t>(seq.pages.size() * bt);
-    seq.first_own = seq.n_past;
-    seq.result.stats.cached_tokens = seq.n_past;
+    const std::size_t reusable_blocks = (seq.n_prompt - 1) / rt_->kv().page_tokens();
+    if (auto st = rt_->kv().reuse_prefix(seq.kv, seq.tokens, reusable_blocks); !st) finish(seq, FinishReason::kError, st.message());
+    seq.result.stats.cached_tokens = seq.kv.n_past;
   }
 
   bool should_stop(const Sequence& s) const {
@@ -207,7 +199,7 @@ class EngineImpl final : public Engine {
       if (lone) return nullptr;
       lone = sp.get();
     }
-    if (!lone || !lone->decoding || lone->tokens.size() != static_cast<std::size_t>(lone->n_past) + 1 || should_stop(*lone))
+    if (!lone || !lone->decoding || lone->tokens.size() != static_cast<std::size_t>(lone->kv.n_past) + 1 || should_stop(*lone))
       return nullptr;
     const GenerationRequest& req = *lone->request;
     const SamplingParams& p = req.sampling;
@@ -224,7 +216,7 @@ class EngineImpl final : public Engine {
   // token n+1, this thread hands token n to the request. Returns when the sequence finishes, is
   // cancelled, or another request arrives (after the steps in flight are taken in).
   void decode_ahead(Sequence& s) {
-    GreedyAhead ahead(*rt_, s.pages, s.recent, s.first_own, s.n_past);
+    GreedyAhead ahead(*rt_, s.kv, s.kv.n_past);
     if (auto st = ahead.issue(s.tokens.back()); !st) return finish(s, FinishReason::kError, st.message());
     while (ahead.in_flight() > 0) {
       // The next step while this one runs, where its token may still be wanted.
@@ -235,9 +227,8 @@ class EngineImpl final : public Engine {
       auto token = ahead.take();
       if (!token) return finish(s, FinishReason::kError, token.message());
       if (should_stop(s)) return finish(s, FinishReason::kCancelled);  // as step() would, before this token
-      s.n_past += 1;
-      rt_->kv().trim_recent(s.recent, s.n_past);
-      publish_full_blocks(s);
+      s.kv.n_past += 1;  // its recent pages and state snapshot followed at issue
+      rt_->kv().publish(s.kv, s.tokens);
       TokenEvent event;
       event.id = *token;
       accept(s, event);
@@ -261,27 +252,27 @@ class EngineImpl final : public Engine {
         finish(s, FinishReason::kCancelled);
         continue;
       }
-      const std::size_t pending = s.tokens.size() - static_cast<std::size_t>(s.n_past);
+      const std::size_t pending = s.tokens.size() - static_cast<std::size_t>(s.kv.n_past);
       const std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
       // A whole chunk or nothing (the first sequence always gets in): chunking stays deterministic.
       if (!batch.tokens.empty() && batch.tokens.size() + chunk > budget) continue;
-      if (auto st = rt_->ensure_pages_for(s.pages, s.n_past + static_cast<int32_t>(chunk)); !st) {
+      if (auto st = rt_->kv().reserve(s.kv, s.kv.n_past + static_cast<int32_t>(chunk)); !st) {
         if (batch.tokens.empty() && active_count() == 1) {
           finish(s, FinishReason::kError, st.message());
         }
         continue;  // waits for pages other sequences will free
       }
-      if (auto st = rt_->kv().update_recent(s.recent, s.first_own, s.n_past, s.n_past + static_cast<int32_t>(chunk)); !st) {
+      if (auto st = rt_->kv().update_recent(s.kv.recent, s.kv.first_own, s.kv.n_past, s.kv.n_past + static_cast<int32_t>(chunk)); !st) {
         finish(s, FinishReason::kError, st.message());
         continue;
       }
       const uint32_t slot = static_cast<uint32_t>(in_batch.size());
       for (std::size_t i = 0; i < chunk; ++i) {
-        batch.tokens.push_back(s.tokens[static_cast<std::size_t>(s.n_past) + i]);
-        batch.positions.push_back(s.n_past + static_cast<int32_t>(i));
+        batch.tokens.push_back(s.tokens[static_cast<std::size_t>(s.kv.n_past) + i]);
+        batch.positions.push_back(s.kv.n_past + static_cast<int32_t>(i));
         batch.seq_slots.push_back(static_cast<int32_t>(slot));
       }
-      const bool needs_logits = static_cast<std::size_t>(s.n_past) + chunk == s.tokens.size();
+      const bool needs_logits = static_cast<std::size_t>(s.kv.n_past) + chunk == s.tokens.size();
       logit_index.push_back(needs_logits ? static_cast<int>(batch.logit_rows.size()) : -1);
       if (needs_logits) batch.logit_rows.push_back(static_cast<uint32_t>(batch.tokens.size() - 1));
       in_batch.push_back(&s);
@@ -289,17 +280,9 @@ class EngineImpl final : public Engine {
     }
     if (in_batch.empty()) return;
 
-    batch.n_seqs = static_cast<uint32_t>(in_batch.size());
-    batch.max_pages = 0;
-    for (auto* s : in_batch) batch.max_pages = std::max<uint32_t>(batch.max_pages, static_cast<uint32_t>(s->pages.size()));
-    batch.page_table.assign(static_cast<std::size_t>(batch.n_seqs) * batch.max_pages, -1);
-    for (std::size_t i = 0; i < in_batch.size(); ++i)
-      std::copy(in_batch[i]->pages.begin(), in_batch[i]->pages.end(), batch.page_table.begin() + i * batch.max_pages);
-    if (rt_->kv().recent_window() > 0) {
-      batch.recent_table.resize(batch.page_table.size());
-      for (std::size_t i = 0; i < in_batch.size(); ++i)
-        KvCache::write_recent_row(in_batch[i]->recent, std::span(batch.recent_table).subspan(i * batch.max_pages, batch.max_pages));
-    }
+    std::vector<const SequenceKv*> records;
+    for (auto* s : in_batch) records.push_back(&s->kv);
+    rt_->kv().fill_batch(records, batch);
 
     if (auto st = rt_->model().forward(batch, rt_->kv().caches(), logits_); !st) {
       for (auto* s : in_batch) finish(*s, FinishReason::kError, st.message());
@@ -309,9 +292,12 @@ class EngineImpl final : public Engine {
     const std::size_t vocab = static_cast<std::size_t>(rt_->config().vocab_size);
     for (std::size_t i = 0; i < in_batch.size(); ++i) {
       Sequence& s = *in_batch[i];
-      s.n_past += static_cast<int32_t>(chunk_sizes[i]);
-      rt_->kv().trim_recent(s.recent, s.n_past);
-      publish_full_blocks(s);
+      s.kv.n_past += static_cast<int32_t>(chunk_sizes[i]);
+      if (auto st = rt_->kv().passed(s.kv, s.kv.n_past); !st) {
+        finish(s, FinishReason::kError, st.message());
+        continue;
+      }
+      rt_->kv().publish(s.kv, s.tokens);
       if (logit_index[i] < 0) continue;
       if (!s.decoding) {
         s.decoding = true;
@@ -354,18 +340,6 @@ class EngineImpl final : public Engine {
     if (s.result.ids.size() >= static_cast<std::size_t>(s.limit)) finish(s, FinishReason::kLength);
   }
 
-  // Publishes every block that is now full of computed positions, so later requests can reuse it.
-  void publish_full_blocks(Sequence& s) {
-    PagePool& pool = rt_->kv().pages();
-    const std::size_t bt = pool.page_tokens();
-    while ((s.n_published + 1) * bt <= static_cast<std::size_t>(s.n_past)) {
-      const std::size_t b = s.n_published;
-      s.last_hash = PagePool::chain(s.last_hash, std::span<const int32_t>(s.tokens.data() + b * bt, bt));
-      pool.publish(s.last_hash, s.pages[b]);
-      ++s.n_published;
-    }
-  }
-
   // Sequences that finished leave: pages back to the pool, on_done called, slot freed.
   void retire() {
     for (auto it = active_.begin(); it != active_.end();) {
@@ -377,9 +351,7 @@ class EngineImpl final : public Engine {
       const auto now = Clock::now();
       if (s.decoding) s.result.stats.decode_ms = ms_between(s.decode_started_at, now);
       else s.result.stats.prefill_ms = ms_between(s.started_at, now);
-      rt_->kv().release_recent(s.recent);
-      rt_->kv().pages().release(s.pages);
-      s.pages.clear();
+      rt_->kv().release(s.kv);
       {
         std::lock_guard lock(mu_);
         ++metrics_.requests_total;
@@ -413,11 +385,13 @@ class EngineImpl final : public Engine {
     std::lock_guard lock(mu_);
     metrics_.queue_depth = static_cast<int>(queue_.size());
     metrics_.active_sequences = static_cast<int>(active_.size());
-    metrics_.kv_bytes_used = static_cast<uint64_t>(rt_->kv().bytes_per_token() * pool.pages_in_use() * pool.page_tokens());
+    metrics_.kv_bytes_used = rt_->kv().bytes_in_use();
     metrics_.kv_pages_total = pool.n_pages();
     metrics_.kv_pages_in_use = pool.pages_in_use();
     metrics_.kv_pages_cached = pool.cached_pages();
     metrics_.kv_recent_pages_in_use = rt_->kv().recent_pages_in_use();
+    if (const PagePool* w = rt_->kv().window_pool()) metrics_.kv_window_pages_in_use = w->pages_in_use();
+    if (const PagePool* st = rt_->kv().state_pool()) metrics_.kv_state_slots_in_use = st->pages_in_use();
     if (const auto* store = rt_->expert_store()) {  // read here: the store belongs to this thread
       const auto st = store->stats();
       metrics_.expert_store = store->name();

@@ -24,6 +24,9 @@ struct EngineOptions {
   std::string backend = "auto";         // auto | cpu | opencl[:P:D] | path to a backend .so
   std::string kv_codec = "f16";         // f32 | f16 | plugin name | k=A,v=B
   int kv_recent = -1;                   // recent window kept exact, tokens (-1 auto, 0 off)
+  // Sliding-window layers keep only their window's pages where the backend can (SL_CAP_KV_WINDOW_PAGES);
+  // false: every position, as on a backend without it (attention alone applies the window).
+  bool kv_window_pages = true;
   std::string expert_store = "resident"; // resident | uring[:options] | plugin name
   int expert_cache_mb = 0;              // the streaming store's budget (0 = its default)
   std::string plugin_dir;               // "" = next to the executable
@@ -110,7 +113,14 @@ struct EngineMetrics {
   uint32_t kv_pages_in_use = 0;
   uint32_t kv_pages_cached = 0;
   uint32_t kv_recent_pages_in_use = 0;  // the recent window's exact pages sequences hold
-  double kv_bytes_per_token = 0;
+  // Sliding-window layers' pages (a sequence holds only those its window reaches) and recurrent
+  // layers' state slots (live states and snapshots at block ends): totals, in use (held by
+  // sequences or the prefix cache), and the most one sequence holds (its window's pages; its state).
+  uint32_t kv_window_pages_total = 0, kv_window_pages_in_use = 0;
+  uint32_t kv_state_slots_total = 0, kv_state_slots_in_use = 0;
+  uint64_t kv_window_bytes_per_sequence = 0;
+  uint64_t kv_state_bytes_per_sequence = 0;
+  double kv_bytes_per_token = 0;     // the layers that keep every position (full attention)
   uint32_t kv_recent_window = 0;      // newest keys attended exactly (0: none)
   uint64_t kv_recent_bytes = 0;       // the recent window's pool of exact rows
   // Mixture-of-Experts models: the expert store's counters (zero for dense models).

@@ -4,9 +4,7 @@
 
 namespace sluice {
 
-GreedyAhead::GreedyAhead(Runtime& rt, std::vector<int32_t>& pages, std::vector<int32_t>& recent, int32_t first_own,
-                         int32_t next_position)
-    : rt_(rt), pages_(pages), recent_(recent), first_own_(first_own), next_position_(next_position) {}
+GreedyAhead::GreedyAhead(Runtime& rt, SequenceKv& seq, int32_t next_position) : rt_(rt), seq_(seq), next_position_(next_position) {}
 
 GreedyAhead::~GreedyAhead() { drop(); }
 
@@ -29,20 +27,15 @@ Status GreedyAhead::issue_from(std::optional<int32_t> host_token) {
   const int32_t pos = next_position_;
   if (pos + 1 > rt_.context_size()) return make_error("context full: " + std::to_string(pos + 1) + " tokens exceed the context size " +
                                                       std::to_string(rt_.context_size()));
-  if (auto s = rt_.ensure_pages_for(pages_, pos + 1); !s) return s;
   KvCache& kv = rt_.kv();
-  if (auto s = kv.update_recent(recent_, first_own_, pos, pos + 1); !s) return s;
+  if (auto s = kv.reserve(seq_, pos + 1); !s) return s;
+  if (auto s = kv.update_recent(seq_.recent, seq_.first_own, pos, pos + 1); !s) return s;
   ForwardBatch batch;
   batch.tokens.assign(1, host_token.value_or(0));  // a device token's placeholder: the step reads the slot
   batch.positions.assign(1, pos);
   batch.seq_slots.assign(1, 0);
-  batch.n_seqs = 1;
-  batch.max_pages = static_cast<uint32_t>(pages_.size());
-  batch.page_table = pages_;
-  if (kv.recent_window() > 0) {
-    batch.recent_table.resize(pages_.size());
-    KvCache::write_recent_row(recent_, batch.recent_table);
-  }
+  const SequenceKv* one[] = {&seq_};
+  kv.fill_batch(one, batch);
   batch.logit_rows.assign(1, 0);
   const int from = host_token ? -1 : static_cast<int>(slots_.back());
   const uint32_t to = next_slot_;
@@ -50,7 +43,8 @@ Status GreedyAhead::issue_from(std::optional<int32_t> host_token) {
   next_slot_ = (next_slot_ + 1) % Transformer::kGreedySlots;
   slots_.push_back(to);
   ++next_position_;
-  return {};
+  // In device order: the recent pages no later step reads go back, a block's end snapshots the state.
+  return kv.passed(seq_, next_position_);
 }
 
 Result<int32_t> GreedyAhead::take() {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/sequence_kv.h"
 #include "util/result.h"
 
 namespace sluice {
@@ -22,10 +23,10 @@ class Runtime;
 
 class GreedyAhead {
  public:
-  // Steps of one sequence whose KV pages and recent-window pages are `pages` and `recent` (kept up
-  // to date here), positions below first_own reused from the prefix cache; the next step is at
-  // position next_position.
-  GreedyAhead(Runtime& rt, std::vector<int32_t>& pages, std::vector<int32_t>& recent, int32_t first_own, int32_t next_position);
+  // Steps of one sequence whose KV cache records are `seq` (its pages, window pages, recent pages
+  // and state snapshots kept up to date here as each step is issued; its n_past is the caller's to
+  // advance as it takes the steps' tokens); the next step is at position next_position.
+  GreedyAhead(Runtime& rt, SequenceKv& seq, int32_t next_position);
   ~GreedyAhead();  // drops the steps in flight
   GreedyAhead(const GreedyAhead&) = delete;
   GreedyAhead& operator=(const GreedyAhead&) = delete;
@@ -50,9 +51,7 @@ class GreedyAhead {
   Status issue_from(std::optional<int32_t> host_token);
 
   Runtime& rt_;
-  std::vector<int32_t>& pages_;
-  std::vector<int32_t>& recent_;
-  int32_t first_own_;
+  SequenceKv& seq_;
   int32_t next_position_;
   std::deque<uint32_t> slots_;  // the steps in flight, oldest first: each one's choice slot
   uint32_t next_slot_ = 0;

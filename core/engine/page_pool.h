@@ -1,5 +1,7 @@
 #pragma once
-// KV pages and the prefix cache.
+// KV pages and the prefix cache. The KV cache keeps one pool per kind of thing a block of
+// positions needs (core/engine/kv_cache.h): FULL layers' pages, WINDOW layers' pages, recurrent
+// layers' state snapshots — each published under the same chained hash.
 //
 // The KV cache is a pool of pages of page_tokens positions. A sequence holds a list of pages; a
 // page is shared by reference count. When a page fills with known tokens, the sequence publishes it
@@ -40,6 +42,8 @@ class PagePool {
   void release(std::span<const int32_t> pages);
 
   static BlockHash chain(BlockHash previous, std::span<const int32_t> block_tokens);
+  // Whether a block with this chained hash is cached (no reference taken).
+  bool cached(BlockHash hash) const { return by_hash_.count(hash) != 0; }
   // The cached page holding the block with this chained hash, with a reference added for the
   // caller; nullopt on a miss.
   std::optional<int32_t> acquire_cached(BlockHash hash);

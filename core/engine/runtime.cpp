@@ -133,13 +133,14 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
     rt->model_->attach_expert_store(rt->store_.get());
   }
 
-  RecentWindowSpec recent;
-  recent.tokens = options.kv_recent;
-  recent.max_sequences = static_cast<uint32_t>(std::max(1, options.parallel));
-  recent.max_batch_tokens = static_cast<uint32_t>(std::max(1, options.prefill_size) + std::max(1, options.parallel));
+  KvPoolSpec pools;
+  pools.recent_tokens = options.kv_recent;
+  pools.max_sequences = static_cast<uint32_t>(std::max(1, options.parallel));
+  pools.max_batch_tokens = static_cast<uint32_t>(std::max(1, options.prefill_size) + std::max(1, options.parallel));
+  pools.window_pages = options.kv_window_pages;
   std::vector<KvStage> kv_stages;
   for (const auto& st : stages) kv_stages.push_back(KvStage{st.backend, st.n_layers});
-  auto kv = KvCache::create(kv_stages, *rt->registry_, rt->config_, *codecs, capacity, recent);
+  auto kv = KvCache::create(kv_stages, *rt->registry_, rt->config_, *codecs, capacity, pools);
   if (!kv) return kv.error();
   rt->kv_ = std::move(*kv);
   if (options.decode_ahead == "on" && !rt->model_->greedy_on_device())
@@ -154,28 +155,13 @@ std::string Runtime::model_name() const {
   return p.filename().string();
 }
 
-Status Runtime::ensure_pages_for(std::vector<int32_t>& pages, int32_t n_positions) {
-  const uint32_t need = (static_cast<uint32_t>(n_positions) + kv_->page_tokens() - 1) / kv_->page_tokens();
-  if (need <= pages.size()) return {};
-  auto fresh = kv_->pages().allocate(need - static_cast<uint32_t>(pages.size()));
-  if (!fresh) return fresh.error();
-  pages.insert(pages.end(), fresh->begin(), fresh->end());
-  return {};
-}
-
-void Runtime::release(SequenceState& seq) {
-  kv_->release_recent(seq.recent);
-  kv_->pages().release(seq.pages);
-  seq.pages.clear();
-  seq.n_past = 0;
-}
+void Runtime::release(SequenceState& seq) { kv_->release(seq); }
 
 Status Runtime::run(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
   if (tokens.empty()) return make_error("no tokens to run");
   if (seq.n_past + static_cast<int32_t>(tokens.size()) > ctx_size_)
     return make_error("context full: " + std::to_string(seq.n_past + tokens.size()) + " tokens exceed the context size " +
                       std::to_string(ctx_size_));
-  if (auto s = ensure_pages(seq, seq.n_past + static_cast<int32_t>(tokens.size())); !s) return s;
   const std::size_t chunk = static_cast<std::size_t>(std::max(1, options_.prefill_size));
   const std::size_t vocab = static_cast<std::size_t>(config_.vocab_size);
   logits.clear();
@@ -183,19 +169,15 @@ Status Runtime::run(SequenceState& seq, std::span<const int32_t> tokens, bool al
   ForwardBatch batch;
   for (std::size_t start = 0; start < tokens.size(); start += chunk) {
     const std::size_t n = std::min(chunk, tokens.size() - start);
+    const int32_t n_end = seq.n_past + static_cast<int32_t>(n);
+    if (auto s = kv_->reserve(seq, n_end); !s) return s;
+    if (auto s = kv_->update_recent(seq.recent, seq.first_own, seq.n_past, n_end); !s) return s;
     batch.tokens.assign(tokens.begin() + start, tokens.begin() + start + n);
     batch.positions.resize(n);
     batch.seq_slots.assign(n, 0);
     for (std::size_t i = 0; i < n; ++i) batch.positions[i] = seq.n_past + static_cast<int32_t>(i);
-    batch.n_seqs = 1;
-    batch.max_pages = static_cast<uint32_t>(seq.pages.size());
-    batch.page_table = seq.pages;
-    if (auto s = kv_->update_recent(seq.recent, 0, seq.n_past, seq.n_past + static_cast<int32_t>(n)); !s) return s;
-    batch.recent_table.clear();
-    if (kv_->recent_window() > 0) {
-      batch.recent_table.resize(seq.pages.size());
-      KvCache::write_recent_row(seq.recent, batch.recent_table);
-    }
+    const SequenceKv* one[] = {&seq};
+    kv_->fill_batch(one, batch);
     batch.logit_rows.clear();
     const bool last_chunk = start + n == tokens.size();
     if (all_logits) {
@@ -204,8 +186,9 @@ Status Runtime::run(SequenceState& seq, std::span<const int32_t> tokens, bool al
       batch.logit_rows.push_back(static_cast<uint32_t>(n - 1));
     }
     if (auto s = model_->forward(batch, kv_->caches(), part); !s) return s;
-    seq.n_past += static_cast<int32_t>(n);
-    kv_->trim_recent(seq.recent, seq.n_past);
+    seq.n_past = n_end;
+    if (auto s = kv_->passed(seq, seq.n_past); !s) return s;
+    kv_->trim_window(seq);
     if (all_logits)
       logits.insert(logits.end(), part.begin(), part.end());
     else if (last_chunk)

@@ -19,12 +19,8 @@
 
 namespace sluice {
 
-// A sequence's KV pages and how many of its positions are stored.
-struct SequenceState {
-  std::vector<int32_t> pages;
-  std::vector<int32_t> recent;  // recent-window pages, parallel to pages (KvCache::update_recent)
-  int32_t n_past = 0;
-};
+// A sequence's KV pages (and state) and how many of its positions are stored.
+using SequenceState = SequenceKv;
 
 class Runtime {
  public:
@@ -35,9 +31,8 @@ class Runtime {
   // prefill_size. all_logits: logits for every token (perplexity) or only the last.
   Status run(SequenceState& seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
   void release(SequenceState& seq);
-  Status ensure_pages(SequenceState& seq, int32_t n_positions) { return ensure_pages_for(seq.pages, n_positions); }
-  // Grows a page list to hold n_positions positions.
-  Status ensure_pages_for(std::vector<int32_t>& pages, int32_t n_positions);
+  // Pages (and a state slot) for positions [seq.n_past, n_positions) (KvCache::reserve).
+  Status ensure_pages(SequenceState& seq, int32_t n_positions) { return kv_->reserve(seq, n_positions); }
 
   const EngineOptions& options() const { return options_; }
   const ModelConfig& config() const { return config_; }

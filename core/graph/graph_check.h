@@ -2,12 +2,18 @@
 // The shape rules of each op (sluice/graph.h), checked before a backend runs a node: a graph that
 // breaks them gets an error naming the node, never a read or write out of bounds. Header-only, for
 // backend plugins; buffer bounds are the backend's to check (it knows its buffers' sizes).
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "graph/graph_view.h"
 
 namespace sluice::graph {
+
+// An attention node's V width (2.0's v_head_dim; 0 or absent: head_dim).
+inline uint32_t attention_v_dim(const sl_attention_params& p) {
+  return p.struct_size >= offsetof(sl_attention_params, v_head_dim) + sizeof(uint32_t) && p.v_head_dim ? p.v_head_dim : p.head_dim;
+}
 
 namespace detail {
 
@@ -21,6 +27,12 @@ inline bool is_i32(const sl_tensor* t) {
 }
 inline bool is_weight(const sl_tensor* t) { return t && t->kind == SL_TENSOR_WEIGHT && t->weight; }
 inline bool is_activation(const sl_tensor* t) { return t && t->kind == SL_TENSOR_BUFFER && t->dtype == SL_DTYPE_F32 && t->buffer; }
+// A sequence's state (2.0): F32 values, one row a sequence of the step; the backend checks the layer,
+// the rows against the step's sequences and offset + cols against the layer's state.
+inline bool is_state(const sl_tensor* t) {
+  return t && t->struct_size >= offsetof(sl_tensor, state_layer) + sizeof(uint32_t) && t->kind == SL_TENSOR_STATE &&
+         t->dtype == SL_DTYPE_F32 && t->offset % 4 == 0;
+}
 // Every index of a host I32 tensor in [0, limit).
 inline bool rows_within(const sl_tensor& rows, uint32_t limit) {
   const auto* r = static_cast<const int32_t*>(rows.host);
@@ -75,15 +87,16 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
     }
     case SL_OP_KV_WRITE:
       if (!params<sl_kv_params>(n)) return fail("missing sl_kv_params");
-      if (!is_activation(in0) || !is_activation(in1) || in0->rows != n_tokens || in1->rows != n_tokens || values(*in0) != values(*in1))
-        return fail("needs k and v of [tokens, n_kv_heads * head_dim]");
+      if (!is_activation(in0) || !is_activation(in1) || in0->rows != n_tokens || in1->rows != n_tokens)
+        return fail("needs k [tokens, n_kv_heads * k_head_dim] and v [tokens, n_kv_heads * v_head_dim]");
       return {};
     case SL_OP_ATTENTION: {
       const auto* p = params<sl_attention_params>(n);
       if (!p) return fail("missing sl_attention_params");
+      const uint32_t v_dim = attention_v_dim(*p);
       if (!is_activation(in0) || !is_activation(out) || in0->rows != n_tokens || out->rows != n_tokens ||
-          uint64_t(p->n_heads) * p->head_dim != in0->cols || values(*out) != values(*in0))
-        return fail("needs q and output of [tokens, n_heads * head_dim]");
+          uint64_t(p->n_heads) * p->head_dim != in0->cols || values(*out) != uint64_t(n_tokens) * p->n_heads * v_dim)
+        return fail("needs q of [tokens, n_heads * head_dim] and output of [tokens, n_heads * v_head_dim]");
       if (p->n_kv_heads == 0 || p->n_heads % p->n_kv_heads) return fail("n_heads is not a multiple of n_kv_heads");
       if (in1 && (!is_f32_values(in1) || values(*in1) < p->n_heads)) return fail("sinks must be F32 [1, n_heads]");
       if (overlaps(*in0, *out)) return fail("output overlaps q");
@@ -99,7 +112,8 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
         return fail("needs a, b and output of one size");
       return {};
     case SL_OP_COPY:
-      if (!is_activation(in0) || !is_activation(out) || values(*in0) != values(*out)) return fail("needs x and output of one size");
+      if (!(is_activation(in0) || is_state(in0)) || !(is_activation(out) || is_state(out)) || values(*in0) != values(*out))
+        return fail("needs x and output of one size (F32 activations or states)");
       return {};
     case SL_OP_GET_ROWS:
       if (!is_activation(in0) || !is_i32(in1) || in1->kind != SL_TENSOR_HOST || !is_activation(out)) return fail("needs F32 x, host I32 rows, F32 output");

@@ -41,6 +41,19 @@ StepGraph::Id StepGraph::host(const void* data, uint32_t rows, uint32_t cols, sl
   return static_cast<Id>(tensors_.size() - 1);
 }
 
+StepGraph::Id StepGraph::state(uint32_t layer, uint32_t n_seqs, uint32_t cols, uint64_t offset_bytes) {
+  sl_tensor t{};
+  t.struct_size = sizeof(t);
+  t.kind = SL_TENSOR_STATE;
+  t.dtype = SL_DTYPE_F32;
+  t.rows = n_seqs;
+  t.cols = cols;
+  t.offset = offset_bytes;
+  t.state_layer = layer;
+  tensors_.push_back(t);
+  return static_cast<Id>(tensors_.size() - 1);
+}
+
 void StepGraph::node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name) {
   if (in.size() > SL_NODE_MAX_INPUTS || out.size() > SL_NODE_MAX_OUTPUTS) throw std::logic_error("node with too many tensors");
   sl_node n{};

@@ -23,6 +23,9 @@ class StepGraph {
   Id buffer(sl_buffer* b, uint32_t rows, uint32_t cols, sl_dtype dtype = SL_DTYPE_F32, uint64_t offset_bytes = 0);
   Id weight(const sl_weight& w);
   Id host(const void* data, uint32_t rows, uint32_t cols, sl_dtype dtype);
+  // The step's sequences' states in recurrent layer `layer` of the step's cache: [n_seqs, cols]
+  // float32 values from byte `offset_bytes` of each sequence's state (SL_TENSOR_STATE).
+  Id state(uint32_t layer, uint32_t n_seqs, uint32_t cols, uint64_t offset_bytes = 0);
 
   // Nodes (sluice/graph.h says what each op computes). Names are for messages and profiles.
   void embed(Id table, Id ids, Id out, std::string name = "embed");

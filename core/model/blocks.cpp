@@ -29,6 +29,7 @@ void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, co
   p.scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   p.window = s.window;
   p.softcap = s.softcap;
+  p.v_head_dim = s.v_head_dim ? s.v_head_dim : s.head_dim;
   g.attention(a.q, w.sinks, p, a.attn, prefix + "attention");
   g.matmul(a.attn, w.o, w.o_bias, a.o, prefix + "o");
 }

@@ -17,8 +17,8 @@ using Id = StepGraph::Id;
 struct Activations {
   Id x = StepGraph::kNone;      // the residual stream [n, H]
   Id h = StepGraph::kNone;      // a norm's output, a block's input [n, H]
-  Id q = StepGraph::kNone, k = StepGraph::kNone, v = StepGraph::kNone;  // [n, heads·D]
-  Id attn = StepGraph::kNone;   // attention's output [n, NH·D]
+  Id q = StepGraph::kNone, k = StepGraph::kNone, v = StepGraph::kNone;  // [n, heads·D] (v: heads·DV)
+  Id attn = StepGraph::kNone;   // attention's output [n, NH·DV]
   Id o = StepGraph::kNone;      // a block's output [n, H]
   Id gate = StepGraph::kNone, up = StepGraph::kNone, act = StepGraph::kNone;  // [n, F]
   // Per-head views of q and k ([n·heads, D]), for per-head norms.
@@ -35,6 +35,7 @@ struct AttentionWeights {
 
 struct AttentionShape {
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  uint32_t v_head_dim = 0;  // V's and the output's width per head where it differs from head_dim (MLA); 0 = head_dim
   float norm_eps = 1e-6f;
   sl_rope_params rope{};  // n_heads is set per use
   uint32_t window = 0;    // sliding window; 0 = full

@@ -211,12 +211,36 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
   return {};
 }
 
-// Sliding window per layer, following transformers: mistral windows every layer when sliding_window is set;
-// qwen2/qwen3 only when use_sliding_window, on layers whose layer_types entry is "sliding_attention"
-// (layer_types defaults to sliding for layers >= max_window_layers).
-Status parse_windows(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+// layer_types as transformers names its entries; anything else is refused by name.
+Result<std::vector<LayerType>> parse_layer_types(const rapidjson::Value& doc, const std::string& where, int num_layers) {
+  std::vector<LayerType> out;
+  const auto* types = json::member(doc, "layer_types");
+  if (!types) return out;
+  if (!types->IsArray()) return make_error(where + ": 'layer_types' must be a list");
+  if (static_cast<int>(types->Size()) != num_layers)
+    return make_error(where + ": 'layer_types' has " + std::to_string(types->Size()) + " entries for " + std::to_string(num_layers) +
+                      " layers");
+  for (int i = 0; i < num_layers; ++i) {
+    const auto& t = (*types)[i];
+    if (!t.IsString()) return make_error(where + ": 'layer_types' entries must be strings");
+    const std::string_view name(t.GetString(), t.GetStringLength());
+    if (name == "full_attention") {
+      out.push_back(LayerType::kFullAttention);
+    } else if (name == "sliding_attention") {
+      out.push_back(LayerType::kSlidingAttention);
+    } else if (name == "linear_attention") {
+      out.push_back(LayerType::kLinearAttention);
+    } else {
+      return make_error(where + ": layer " + std::to_string(i) + " has layer type '" + std::string(name) +
+                        "' (supported: full_attention, sliding_attention, linear_attention)");
+    }
+  }
+  return out;
+}
+
+// The window sizes (layer_window) by each architecture's transformers rules; types: layer_types, or empty.
+Status parse_window_sizes(const rapidjson::Value& doc, const std::string& where, const std::vector<LayerType>& types, ModelConfig& c) {
   Fields f(doc, where);
-  c.layer_window.assign(c.num_layers, 0);
   // Absent → transformers' default of 4096; null → no window.
   const bool window_absent = !doc.HasMember("sliding_window");
   SLUICE_TRY_ASSIGN(window_opt, f.integer("sliding_window"));
@@ -234,16 +258,8 @@ Status parse_windows(const rapidjson::Value& doc, const std::string& where, Mode
   const bool enabled = use_sliding.value_or(false) && window > 0;
 
   std::vector<bool> sliding(c.num_layers, false);
-  if (const auto* types = json::member(doc, "layer_types")) {
-    if (!types->IsArray()) return make_error(where + ": 'layer_types' must be a list");
-    if (static_cast<int>(types->Size()) != c.num_layers)
-      return make_error(where + ": 'layer_types' has " + std::to_string(types->Size()) + " entries for " +
-                        std::to_string(c.num_layers) + " layers");
-    for (int i = 0; i < c.num_layers; ++i) {
-      const auto& t = (*types)[i];
-      if (!t.IsString()) return make_error(where + ": 'layer_types' entries must be strings");
-      sliding[i] = std::string_view(t.GetString()) == "sliding_attention";
-    }
+  if (!types.empty()) {
+    for (int i = 0; i < c.num_layers; ++i) sliding[i] = types[i] == LayerType::kSlidingAttention;
   } else {
     const long long first = max_window_layers.value_or(28);
     for (int i = 0; i < c.num_layers; ++i) sliding[i] = i >= first;
@@ -251,6 +267,29 @@ Status parse_windows(const rapidjson::Value& doc, const std::string& where, Mode
   if (!enabled) return {};
   for (int i = 0; i < c.num_layers; ++i)
     if (sliding[i]) c.layer_window[i] = static_cast<int>(window);
+  return {};
+}
+
+// Sliding window per layer, following transformers: mistral windows every layer when sliding_window is set;
+// qwen2/qwen3 only when use_sliding_window, on layers whose layer_types entry is "sliding_attention"
+// (layer_types defaults to sliding for layers >= max_window_layers). Other architectures keep no window
+// (their transformers attention has none). Then layer_types: linear attention where config.json says
+// so, sliding where a window applies, full elsewhere.
+Status parse_windows(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  auto types = parse_layer_types(doc, where, c.num_layers);
+  if (!types) return types.error();
+  c.layer_window.assign(c.num_layers, 0);
+  c.layer_types.assign(c.num_layers, LayerType::kFullAttention);
+  for (int i = 0; i < c.num_layers && !types->empty(); ++i)
+    if ((*types)[i] == LayerType::kLinearAttention) c.layer_types[i] = LayerType::kLinearAttention;
+  auto status = parse_window_sizes(doc, where, *types, c);
+  if (!status) return status;
+  for (int i = 0; i < c.num_layers; ++i) {
+    if (c.layer_types[i] == LayerType::kLinearAttention)
+      c.layer_window[i] = 0;  // a recurrent layer attends nothing
+    else if (c.layer_window[i] > 0)
+      c.layer_types[i] = LayerType::kSlidingAttention;
+  }
   return {};
 }
 
@@ -487,6 +526,36 @@ std::vector<float> RopeConfig::inverse_frequencies(int rotary_dim) const {
     out[i] = static_cast<float>(f);
   }
   return out;
+}
+
+const char* layer_type_name(LayerType type) {
+  switch (type) {
+    case LayerType::kFullAttention: return "full_attention";
+    case LayerType::kSlidingAttention: return "sliding_attention";
+    case LayerType::kLinearAttention: return "linear_attention";
+  }
+  return "full_attention";
+}
+
+LayerType ModelConfig::layer_type(int layer) const {
+  if (layer >= 0 && layer < static_cast<int>(layer_types.size()) && layer_types[layer] == LayerType::kLinearAttention)
+    return LayerType::kLinearAttention;
+  if (layer >= 0 && layer < static_cast<int>(layer_window.size()) && layer_window[layer] > 0) return LayerType::kSlidingAttention;
+  return LayerType::kFullAttention;
+}
+
+LayerCacheSpec ModelConfig::layer_cache(int layer) const {
+  LayerCacheSpec s;
+  s.type = layer_type(layer);
+  if (s.type == LayerType::kLinearAttention) {
+    s.state_bytes = linear_state_bytes;
+    return s;
+  }
+  s.n_kv_heads = static_cast<uint32_t>(num_kv_heads);
+  s.k_head_dim = static_cast<uint32_t>(head_dim);
+  s.v_head_dim = static_cast<uint32_t>(value_head_dim());
+  if (s.type == LayerType::kSlidingAttention) s.window = static_cast<uint32_t>(layer_window[layer]);
+  return s;
 }
 
 float RopeConfig::attention_scaling() const {

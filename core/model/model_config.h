@@ -59,6 +59,21 @@ struct MoeConfig {
   bool is_sparse(int layer) const { return enabled() && layer < static_cast<int>(sparse_layer.size()) && sparse_layer[layer]; }
 };
 
+// What a layer keeps per sequence, as transformers' config.json names it in layer_types:
+// "full_attention", "sliding_attention", "linear_attention" (a recurrent layer: Gated DeltaNet, ...).
+enum class LayerType { kFullAttention, kSlidingAttention, kLinearAttention };
+const char* layer_type_name(LayerType type);
+
+// One layer's needs of the KV cache (core/engine/kv_cache.h): K and V rows of every position (full
+// attention) or of the newest `window` (sliding), of the given widths — or, for a recurrent layer,
+// a fixed-size state per sequence.
+struct LayerCacheSpec {
+  LayerType type = LayerType::kFullAttention;
+  uint32_t n_kv_heads = 0, k_head_dim = 0, v_head_dim = 0;  // attention layers
+  uint32_t window = 0;        // sliding attention
+  uint64_t state_bytes = 0;   // linear attention
+};
+
 struct ModelConfig {
   std::string architecture;        // model_type: llama, qwen2, qwen3, mistral, ...
   int vocab_size = 0;
@@ -80,6 +95,14 @@ struct ModelConfig {
   RopeConfig rope;
   // Sliding-window attention: window in tokens for each layer (0 = full attention).
   std::vector<int> layer_window;
+  // Per layer (config.json's layer_types where it has one): full or sliding attention (as
+  // layer_window says) or linear attention (recurrent). Empty: every layer attention, as layer_window says.
+  std::vector<LayerType> layer_types;
+  // V values per KV head where they differ from K's (MLA); 0 = head_dim. Set by the families that have it.
+  int v_head_dim = 0;
+  // Bytes of a linear-attention layer's state per sequence; set by the family that runs such layers
+  // (none yet: a model with them is refused, core/model/transformer.cpp).
+  uint64_t linear_state_bytes = 0;
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
   QuantizationConfig quantization;
@@ -88,6 +111,10 @@ struct ModelConfig {
   static Result<ModelConfig> load(const std::filesystem::path& model_dir);
   static const std::vector<std::string>& supported_architectures();
   int rotary_dim() const { return static_cast<int>(head_dim * rope.partial_rotary_factor); }
+  int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
+  LayerType layer_type(int layer) const;
+  // What layer `layer` keeps in the KV cache (its type, widths, window or state).
+  LayerCacheSpec layer_cache(int layer) const;
 };
 
 }  // namespace sluice

@@ -267,6 +267,9 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
   if (specs.empty()) return make_error("no backend to run the model on");
   m->family_ = families::family_for(c);
   if (!m->family_) return make_error("no graph builder for architecture (model_type) '" + c.architecture + "'");
+  for (int i = 0; i < c.num_layers; ++i)
+    if (c.layer_type(i) == LayerType::kLinearAttention)
+      return make_error("layer " + std::to_string(i) + " is a linear-attention (recurrent) layer: no family here builds one yet");
   uint32_t placed = 0;
   for (const auto& spec : specs) {
     if (!spec.backend || spec.n_layers == 0) return make_error("a model stage needs a backend and at least one layer");
@@ -380,8 +383,9 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
   };
   if (n > a.capacity_tokens) {
     const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
+    const uint64_t VD = uint64_t(c.num_kv_heads) * c.value_head_dim(), OD = uint64_t(c.num_heads) * c.value_head_dim();
     const uint64_t ffn = std::max<uint64_t>(c.intermediate_size, c.moe.expert_intermediate);
-    for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, KD}, {&a.attn, QD}, {&a.o, H},
+    for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, VD}, {&a.attn, OD}, {&a.o, H},
                              {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
                              {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))},
                              {&a.next_router_logits, uint64_t(std::max(1, c.moe.n_experts))}}) {

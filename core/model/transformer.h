@@ -39,6 +39,8 @@ struct ForwardBatch {
   uint32_t max_pages = 0;
   std::vector<int32_t> page_table;      // [n_seqs][max_pages]
   std::vector<int32_t> recent_table;    // [n_seqs][max_pages] recent (exact) pages, -1 none; empty = no window
+  std::vector<int32_t> window_table;    // [n_seqs][max_pages] sliding-window layers' pages, -1 released; empty = none
+  std::vector<int32_t> state_slots;     // [n_seqs] recurrent layers' state slot of each sequence; empty = none
   std::vector<uint32_t> logit_rows;     // which tokens need logits (e.g. each sequence's last)
 };
 

@@ -14,17 +14,17 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   const ModelConfig& c = config_;
   Activations& a = st.act;
   StepGraph& g = pass.graph;
-  const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads;
+  const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads, DV = c.value_head_dim();
   const uint32_t F = static_cast<uint32_t>(std::max(c.intermediate_size, c.moe.expert_intermediate));
   blocks::Activations& t = pass.act;
   t.x = g.buffer(a.x.get(), n, H);
   t.h = g.buffer(a.h.get(), n, H);
   t.q = g.buffer(a.q.get(), n, NH * D);
   t.k = g.buffer(a.k.get(), n, NKV * D);
-  t.v = g.buffer(a.v.get(), n, NKV * D);
+  t.v = g.buffer(a.v.get(), n, NKV * DV);
   t.q_heads = g.buffer(a.q.get(), n * NH, D);
   t.k_heads = g.buffer(a.k.get(), n * NKV, D);
-  t.attn = g.buffer(a.attn.get(), n, NH * D);
+  t.attn = g.buffer(a.attn.get(), n, NH * DV);
   t.o = g.buffer(a.o.get(), n, H);
   const uint32_t ffn = c.moe.enabled() && c.intermediate_size <= 0 ? F : static_cast<uint32_t>(std::max(1, c.intermediate_size));
   t.gate = g.buffer(a.gate.get(), n, ffn);
@@ -226,6 +226,10 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
                       std::to_string(caches.size()));
   if (!batch.recent_table.empty() && batch.recent_table.size() != batch.page_table.size())
     return make_error("forward: recent table and page table differ in size");
+  if (!batch.window_table.empty() && batch.window_table.size() != batch.page_table.size())
+    return make_error("forward: window table and page table differ in size");
+  if (!batch.state_slots.empty() && batch.state_slots.size() != batch.n_seqs)
+    return make_error("forward: a state slot for each sequence");
   const uint32_t n_logits = static_cast<uint32_t>(batch.logit_rows.size());
   for (auto& st : stages_)
     if (auto s = ensure_activations(st, n, st.has_head ? std::max(1u, n_logits) : 0); !s) return s;
@@ -239,6 +243,8 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
   b.max_pages = batch.max_pages;
   b.page_table = batch.page_table.data();
   b.recent_table = batch.recent_table.empty() ? nullptr : batch.recent_table.data();
+  b.window_table = batch.window_table.empty() ? nullptr : batch.window_table.data();
+  b.state_slots = batch.state_slots.empty() ? nullptr : batch.state_slots.data();
 
   const uint64_t hidden_bytes = uint64_t(n) * config_.hidden_size * 4;
   for (std::size_t s = 0; s < stages_.size(); ++s) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "plugin/plugin_registry.h"  // table_has
+
 namespace sluice {
 
 Buffer::Buffer(Buffer&& o) noexcept
@@ -85,6 +87,22 @@ Status BackendHandle::download(const Buffer& src, uint64_t offset, void* dst, ui
 Status BackendHandle::synchronize() const {
   sl_error err{};
   return check(api_->synchronize(be_, &err), err, "synchronize");
+}
+
+bool BackendHandle::keeps_state() const {
+  return has_cap(SL_CAP_KV_LAYERS) && table_has(api_, &sl_backend_api::kv_copy_state) && table_has(api_, &sl_backend_api::kv_clear_state);
+}
+
+Status BackendHandle::copy_state(sl_kv_cache* cache, uint32_t src_slot, uint32_t dst_slot) const {
+  if (!keeps_state()) return make_error("backend '" + name_ + "' keeps no recurrent state");
+  sl_error err{};
+  return check(api_->kv_copy_state(be_, cache, src_slot, dst_slot, &err), err, "kv_copy_state");
+}
+
+Status BackendHandle::clear_state(sl_kv_cache* cache, uint32_t slot) const {
+  if (!keeps_state()) return make_error("backend '" + name_ + "' keeps no recurrent state");
+  sl_error err{};
+  return check(api_->kv_clear_state(be_, cache, slot, &err), err, "kv_clear_state");
 }
 
 bool BackendHandle::supports(const sl_node& node, std::span<const sl_tensor> tensors, const sl_kv_layout* kv) const {

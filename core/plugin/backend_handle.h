@@ -66,6 +66,11 @@ class BackendHandle {
   // Whether it runs op (EMBED or MATMUL) with weight w in its form (dtype, quantization).
   bool runs_weight(sl_op op, const sl_weight& w) const;
   bool has_cap(uint32_t cap) const { return (device_.caps & cap) != 0; }
+  // Recurrent layers' state (2.0): whether the backend keeps it (SL_CAP_KV_LAYERS and both entry
+  // points), and its two entry points.
+  bool keeps_state() const;
+  Status copy_state(sl_kv_cache* cache, uint32_t src_slot, uint32_t dst_slot) const;
+  Status clear_state(sl_kv_cache* cache, uint32_t slot) const;
   // Runs a step graph (asynchronously where the device queues work).
   Status compute(const sl_graph& graph, const sl_step& step) const;
 

@@ -23,12 +23,25 @@ sl_status OpCalls::begin_batch(const sl_batch* b, sl_error* err) {
     recent_.assign(b->recent_table, b->recent_table + table);
   else
     recent_.clear();
-  batch_ = *b;
+  const bool has_window = b->struct_size >= offsetof(sl_batch, window_table) + sizeof(void*) && b->window_table;
+  const bool has_states = b->struct_size >= offsetof(sl_batch, state_slots) + sizeof(void*) && b->state_slots;
+  if (has_window)
+    window_.assign(b->window_table, b->window_table + table);
+  else
+    window_.clear();
+  if (has_states)
+    states_.assign(b->state_slots, b->state_slots + b->n_seqs);
+  else
+    states_.clear();
+  batch_ = sl_batch{};
+  std::memcpy(&batch_, b, std::min<std::size_t>(b->struct_size, sizeof(batch_)));
   batch_.struct_size = sizeof(batch_);
   batch_.positions = positions_.data();
   batch_.seq_slots = slots_.data();
   batch_.page_table = pages_.data();
   batch_.recent_table = b->recent_table ? recent_.data() : nullptr;
+  batch_.window_table = has_window ? window_.data() : nullptr;
+  batch_.state_slots = has_states ? states_.data() : nullptr;
   has_batch_ = true;
   return SL_OK;
 }
@@ -165,8 +178,13 @@ sl_status OpCalls::kv_write(sl_kv_cache* cache, uint32_t layer, const sl_buffer*
   }
   GraphRun r(*this);
   const uint32_t n = has_batch_ ? batch_.n_tokens : 1;
-  const uint64_t width = uint64_t(kv_layout_.n_kv_heads) * kv_layout_.head_dim;
-  r.g.kv_write(values(r.g, k, n, width), values(r.g, v, n, width), layer, "kv_write");
+  uint64_t k_width = uint64_t(kv_layout_.n_kv_heads) * kv_layout_.head_dim, v_width = k_width;
+  if (kv_layout_.layers && layer < kv_layout_.n_layers) {  // the layer's own widths
+    const sl_kv_layer& l = kv_layout_.layers[layer];
+    k_width = uint64_t(l.n_kv_heads) * l.k_head_dim;
+    v_width = uint64_t(l.n_kv_heads) * l.v_head_dim;
+  }
+  r.g.kv_write(values(r.g, k, n, k_width), values(r.g, v, n, v_width), layer, "kv_write");
   return r.run(err, cache);
 }
 
@@ -174,11 +192,26 @@ sl_status OpCalls::attention(sl_kv_cache* cache, uint32_t layer, const sl_buffer
                              const sl_buffer* sinks, sl_buffer* out, sl_error* err) {
   GraphRun r(*this);
   const uint32_t n = has_batch_ ? batch_.n_tokens : 1;
-  sl_attention_params p = *params;
+  sl_attention_params p{};
+  std::memcpy(&p, params, std::min<std::size_t>(params->struct_size ? params->struct_size : sizeof(p), sizeof(p)));
   p.layer = layer;
-  const uint64_t width = uint64_t(p.n_heads) * p.head_dim;
-  r.g.attention(values(r.g, q, n, width), sinks ? values(r.g, sinks, 1, p.n_heads) : StepGraph::kNone, p, values(r.g, out, n, width),
+  const uint64_t width = uint64_t(p.n_heads) * p.head_dim, out_width = uint64_t(p.n_heads) * (p.v_head_dim ? p.v_head_dim : p.head_dim);
+  r.g.attention(values(r.g, q, n, width), sinks ? values(r.g, sinks, 1, p.n_heads) : StepGraph::kNone, p, values(r.g, out, n, out_width),
                 "attention");
+  return r.run(err, cache);
+}
+
+sl_status OpCalls::state_read(sl_kv_cache* cache, uint32_t layer, uint64_t offset, uint32_t n, sl_buffer* out, sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t seqs = has_batch_ ? batch_.n_seqs : 1;
+  r.g.copy(r.g.state(layer, seqs, n, offset * 4), values(r.g, out, seqs, n), "state read");
+  return r.run(err, cache);
+}
+
+sl_status OpCalls::state_write(sl_kv_cache* cache, uint32_t layer, uint64_t offset, uint32_t n, const sl_buffer* in, sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t seqs = has_batch_ ? batch_.n_seqs : 1;
+  r.g.copy(values(r.g, in, seqs, n), r.g.state(layer, seqs, n, offset * 4), "state write");
   return r.run(err, cache);
 }
 

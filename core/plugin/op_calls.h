@@ -27,6 +27,7 @@ class OpCalls {
   sl_status run_recorded(sl_error* err);
 
   sl_status begin_batch(const sl_batch* batch, sl_error* err);
+  // The cache's layout, for the widths of K and V (a layout with `layers`: that array must outlive the calls).
   void set_kv_layout(const sl_kv_layout& layout) { kv_layout_ = layout; has_layout_ = true; }
 
   sl_status embed(const sl_weight* table, const int32_t* ids, uint32_t n, sl_buffer* out, sl_error* err);
@@ -53,6 +54,10 @@ class OpCalls {
   sl_status scatter_add_rows(const sl_buffer* src, const int32_t* rows, const float* weights, uint32_t n, uint32_t dim, sl_buffer* dst,
                              uint32_t dst_rows, sl_error* err);
   sl_status argmax(const sl_buffer* x, uint32_t n_rows, uint32_t dim, sl_buffer* ids, uint64_t ids_offset, sl_error* err);
+  // A recurrent layer's state of each sequence of the batch: n floats from float `offset` of it,
+  // copied into out ([n_seqs, n]) or from in (COPY nodes with a STATE tensor).
+  sl_status state_read(sl_kv_cache* cache, uint32_t layer, uint64_t offset, uint32_t n, sl_buffer* out, sl_error* err);
+  sl_status state_write(sl_kv_cache* cache, uint32_t layer, uint64_t offset, uint32_t n, const sl_buffer* in, sl_error* err);
 
  private:
   class GraphRun;
@@ -62,7 +67,7 @@ class OpCalls {
   sl_backend* be_;
   std::unique_ptr<StepGraph> recording_;
   sl_kv_cache* recording_cache_ = nullptr;
-  std::vector<int32_t> positions_, slots_, pages_, recent_;
+  std::vector<int32_t> positions_, slots_, pages_, recent_, window_, states_;
   sl_batch batch_{};
   bool has_batch_ = false;
   sl_kv_layout kv_layout_{};

@@ -87,13 +87,38 @@ Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRe
     if (name.find("switch_mlp") != std::string::npos || name.find(".experts.") != std::string::npos) m.expert_params += n;
   }
 
-  // KV cache: K and V rows of every layer and KV head.
-  const uint32_t hd = static_cast<uint32_t>(m.head_dim);
+  // KV cache: K and V rows of every KV head of each layer as it keeps them (ModelConfig::layer_cache):
+  // full attention every position, sliding attention its window's pages, linear attention a state.
+  // Without a configuration this host reads, every layer is taken for full attention.
+  std::vector<LayerCacheSpec> layer_specs;
+  if (cfg) {
+    for (int i = 0; i < cfg->num_layers; ++i) layer_specs.push_back(cfg->layer_cache(i));
+  } else {
+    LayerCacheSpec full;
+    full.n_kv_heads = static_cast<uint32_t>(m.kv_heads);
+    full.k_head_dim = full.v_head_dim = static_cast<uint32_t>(m.head_dim);
+    layer_specs.assign(static_cast<std::size_t>(std::max(0, m.layers)), full);
+  }
+  for (const auto& l : layer_specs) {
+    if (l.type == LayerType::kSlidingAttention) {
+      ++m.sliding_layers;
+      m.window = std::max(m.window, static_cast<int>(l.window));
+    } else if (l.type == LayerType::kLinearAttention) {
+      ++m.linear_layers;
+      m.state_bytes_per_sequence += l.state_bytes;
+    }
+  }
+  constexpr uint64_t kPageTokens = 16;  // KvCache::kPageTokens; a sequence holds its window's pages, + 2 (KvCache)
+  const uint64_t window_tokens = m.window > 0 ? ((uint64_t(m.window) + kPageTokens - 1) / kPageTokens + 2) * kPageTokens : 0;
   auto add_codec = [&](const std::string& name, const sl_kvcodec_api* api) {
-    double bits = 0, vbits = 0;
-    const double k = row_bytes(api, hd, SL_KV_KEYS, &bits), v = row_bytes(api, hd, SL_KV_VALUES, &vbits);
-    if (k <= 0 || v <= 0) return;
-    m.kv.push_back({name, (bits + vbits) / 2, static_cast<uint64_t>((k + v) * m.layers * m.kv_heads)});
+    double bits = 0, vbits = 0, full = 0, sliding = 0;
+    for (const auto& l : layer_specs) {
+      if (l.type == LayerType::kLinearAttention) continue;
+      const double k = row_bytes(api, l.k_head_dim, SL_KV_KEYS, &bits), v = row_bytes(api, l.v_head_dim, SL_KV_VALUES, &vbits);
+      if (k <= 0 || v <= 0) return;
+      (l.type == LayerType::kSlidingAttention ? sliding : full) += (k + v) * l.n_kv_heads;
+    }
+    m.kv.push_back({name, (bits + vbits) / 2, static_cast<uint64_t>(full), static_cast<uint64_t>(sliding) * window_tokens});
   };
   add_codec("f32", builtin_f32_codec());
   add_codec("f16", builtin_f16_codec());

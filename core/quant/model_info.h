@@ -19,7 +19,10 @@ namespace sluice::quant {
 struct KvCodecSize {
   std::string name;
   double bits_per_value = 0;
-  uint64_t bytes_per_token = 0;  // K and V of every layer
+  uint64_t bytes_per_token = 0;  // K and V of every layer that keeps every position (full attention)
+  // Sliding-window layers keep only their window's pages (where the backend can: the CPU's): the
+  // most one sequence holds of them, pages rounded as the KV cache holds them (core/engine/kv_cache.h).
+  uint64_t window_bytes_per_sequence = 0;
 };
 
 struct ModelInfo {
@@ -34,6 +37,9 @@ struct ModelInfo {
   uint64_t expert_params = 0;       // inside stacked experts (for the active count)
   std::map<std::string, int> forms; // "4-bit g64" / "bf16" -> tensors (matrices) of that form
   std::vector<KvCodecSize> kv;
+  int sliding_layers = 0, linear_layers = 0;  // of `layers` (the rest: full attention)
+  int window = 0;                             // the largest sliding window
+  uint64_t state_bytes_per_sequence = 0;      // recurrent layers' state, where the model's family sizes it
 
   double bits_per_weight() const { return params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0; }
   double quantized_bits_per_weight() const {

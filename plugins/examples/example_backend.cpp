@@ -1,10 +1,13 @@
 // Example backend "example": the whole backend ABI (2.0) in one file, on host memory, single-
 // threaded, plain loops, one node at a time (no fusion). Float32 weights only — supports_node says
 // so, and the host keeps other forms on another backend. Attention decodes the KV rows through the
-// codec (works with every codec). It reads only the public headers (sluice/*.h), as an out-of-tree
-// plugin would. `sluice conformance --backend build/lib/examples/sluice-example-backend.so` checks it.
+// codec (works with every codec). Per-layer caches (2.0): each layer's own K/V widths and codecs,
+// sliding-window layers' pages from the window table, recurrent layers' state per slot (copied by
+// kv_copy_state, read and written by COPY nodes). It reads only the public headers (sluice/*.h), as
+// an out-of-tree plugin would. `sluice conformance --backend build/lib/examples/sluice-example-backend.so` checks it.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -22,13 +25,18 @@ struct sl_buffer {
 };
 struct sl_kv_cache {
   sl_kv_layout layout{};
-  sl_kv_format kf{}, vf{};
-  uint64_t page_bytes = 0;
-  std::vector<std::vector<unsigned char>> layers;
+  struct Layer {
+    sl_kv_layer d{};           // kind, widths, window, state bytes, codecs
+    sl_kv_format kf{}, vf{};
+    uint64_t page_bytes = 0;   // K rows of every head, then V rows
+    uint32_t n_pages = 0;
+    std::vector<unsigned char> data;  // pages, or n_state_slots states
+  };
+  std::vector<Layer> layers;
 };
 struct sl_backend {
-  std::vector<int32_t> positions, slots, table;
-  uint32_t max_pages = 0;
+  std::vector<int32_t> positions, slots, table, window_table, state_slots;
+  uint32_t max_pages = 0, n_seqs = 0;
   uint64_t tickets = 0;
 };
 
@@ -54,7 +62,8 @@ sl_status device_info(uint32_t i, sl_device_info* out, sl_error* err) {
   std::strcpy(d.driver, "0.1.0");
   std::strcpy(d.kind, "cpu");
   d.compute_units = 1;
-  d.caps = SL_CAP_UNIFIED;  // no SL_CAP_KV_RECENT_WINDOW: every key is read through the codec
+  // No SL_CAP_KV_RECENT_WINDOW: every key is read through the codec.
+  d.caps = SL_CAP_UNIFIED | SL_CAP_KV_LAYERS | SL_CAP_KV_WINDOW_PAGES;
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof(d)) : sizeof(d);
   std::memcpy(out, &d, size);
   out->struct_size = size;
@@ -110,46 +119,112 @@ sl_status download_wait(sl_backend* be, uint64_t ticket, sl_error* err) {
 sl_status synchronize(sl_backend*, sl_error*) { return SL_OK; }
 
 unsigned char* row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot, bool v) {
-  const auto& L = c->layout;
-  return c->layers[layer].data() + page * c->page_bytes + (v ? uint64_t(L.n_kv_heads) * L.page_tokens * c->kf.row_bytes : 0) +
-         (uint64_t(head) * L.page_tokens + slot) * (v ? c->vf.row_bytes : c->kf.row_bytes);
+  auto& l = c->layers[layer];
+  const uint32_t pt = c->layout.page_tokens;
+  return l.data.data() + page * l.page_bytes + (v ? uint64_t(l.d.n_kv_heads) * pt * l.kf.row_bytes : 0) +
+         (uint64_t(head) * pt + slot) * (v ? l.vf.row_bytes : l.kf.row_bytes);
 }
 sl_status kv_create(sl_backend*, const sl_kv_layout* l, sl_kv_cache** out, sl_error* err) {
-  if (!l || !l->k_api || !l->v_api || !l->k_codec || !l->v_codec || l->page_tokens == 0)
-    return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
-  auto c = std::make_unique<sl_kv_cache>();
-  c->layout = *l;
-  c->kf.struct_size = c->vf.struct_size = sizeof(sl_kv_format);
-  l->k_api->get_format(l->k_codec, &c->kf);
-  l->v_api->get_format(l->v_codec, &c->vf);
-  c->page_bytes = uint64_t(l->n_kv_heads) * l->page_tokens * (c->kf.row_bytes + c->vf.row_bytes);
-  c->layers.assign(l->n_layers, std::vector<unsigned char>(c->page_bytes * l->n_pages));
-  *out = c.release();
-  return SL_OK;
+  if (!l || l->page_tokens == 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_create: incomplete layout");
+  const bool per_layer = l->struct_size >= offsetof(sl_kv_layout, n_state_slots) + sizeof(uint32_t) && l->layers;
+  try {
+    auto c = std::make_unique<sl_kv_cache>();
+    std::memcpy(&c->layout, l, std::min<std::size_t>(l->struct_size, sizeof(sl_kv_layout)));
+    for (uint32_t i = 0; i < l->n_layers; ++i) {
+      sl_kv_cache::Layer y;
+      if (per_layer) {
+        std::memcpy(&y.d, &l->layers[i], std::min<std::size_t>(l->layers[i].struct_size, sizeof(sl_kv_layer)));
+      } else {  // every layer full attention with the layout's geometry
+        y.d = sl_kv_layer{sizeof(sl_kv_layer), SL_KV_FULL, l->n_kv_heads, l->head_dim, l->head_dim, 0, 0,
+                          l->k_api, l->k_codec, l->v_api, l->v_codec};
+      }
+      const std::string where = "kv_create: layer " + std::to_string(i) + ": ";
+      if (y.d.kind == SL_KV_STATE) {
+        if (y.d.state_bytes == 0 || y.d.state_bytes % 4 || c->layout.n_state_slots == 0)
+          return fail(err, SL_ERR_INVALID_ARGUMENT, where + "a state of a positive multiple of 4 bytes, in state slots");
+        y.data.assign(y.d.state_bytes * c->layout.n_state_slots, 0);
+      } else if (y.d.kind == SL_KV_FULL || y.d.kind == SL_KV_WINDOW) {
+        if (!y.d.k_api || !y.d.k_codec || !y.d.v_api || !y.d.v_codec || !y.d.n_kv_heads || !y.d.k_head_dim || !y.d.v_head_dim ||
+            (y.d.kind == SL_KV_WINDOW && !y.d.window))
+          return fail(err, SL_ERR_INVALID_ARGUMENT, where + "incomplete");
+        y.kf.struct_size = y.vf.struct_size = sizeof(sl_kv_format);
+        y.d.k_api->get_format(y.d.k_codec, &y.kf);
+        y.d.v_api->get_format(y.d.v_codec, &y.vf);
+        if (y.kf.head_dim != y.d.k_head_dim || y.vf.head_dim != y.d.v_head_dim || !y.kf.row_bytes || !y.vf.row_bytes)
+          return fail(err, SL_ERR_INVALID_ARGUMENT, where + "a codec of another width");
+        y.page_bytes = uint64_t(y.d.n_kv_heads) * l->page_tokens * (y.kf.row_bytes + y.vf.row_bytes);
+        y.n_pages = y.d.kind == SL_KV_FULL ? l->n_pages : c->layout.n_window_pages;
+        y.data.assign(y.page_bytes * y.n_pages, 0);
+      } else {
+        return fail(err, SL_ERR_INVALID_ARGUMENT, where + "unknown kind");
+      }
+      c->layers.push_back(std::move(y));
+    }
+    c->layout.layers = nullptr;  // the host's array is not ours to keep
+    *out = c.release();
+    return SL_OK;
+  } catch (const std::bad_alloc&) {
+    return fail(err, SL_ERR_OUT_OF_MEMORY, "kv_create: out of memory");
+  }
 }
 void kv_destroy(sl_backend*, sl_kv_cache* c) { delete c; }
 sl_status kv_copy_page(sl_backend*, sl_kv_cache* c, uint32_t src, uint32_t dst, sl_error* err) {
   if (src >= c->layout.n_pages || dst >= c->layout.n_pages) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_copy_page: page out of range");
-  for (auto& l : c->layers) std::memmove(l.data() + dst * c->page_bytes, l.data() + src * c->page_bytes, c->page_bytes);
+  for (auto& l : c->layers)
+    if (l.d.kind == SL_KV_FULL) std::memmove(l.data.data() + dst * l.page_bytes, l.data.data() + src * l.page_bytes, l.page_bytes);
+  return SL_OK;
+}
+sl_status kv_copy_state(sl_backend*, sl_kv_cache* c, uint32_t src, uint32_t dst, sl_error* err) {
+  if (src >= c->layout.n_state_slots || dst >= c->layout.n_state_slots) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_copy_state: slot out of range");
+  for (auto& l : c->layers)
+    if (l.d.kind == SL_KV_STATE) std::memmove(l.data.data() + dst * l.d.state_bytes, l.data.data() + src * l.d.state_bytes, l.d.state_bytes);
+  return SL_OK;
+}
+sl_status kv_clear_state(sl_backend*, sl_kv_cache* c, uint32_t slot, sl_error* err) {
+  if (slot >= c->layout.n_state_slots) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_clear_state: slot out of range");
+  for (auto& l : c->layers)
+    if (l.d.kind == SL_KV_STATE) std::memset(l.data.data() + slot * l.d.state_bytes, 0, l.d.state_bytes);
   return SL_OK;
 }
 sl_status take_batch(sl_backend* be, const sl_batch* b, sl_error* err) {
   if (!b || b->n_tokens == 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "empty batch");
+  const std::size_t table = std::size_t(b->n_seqs) * b->max_pages;
   be->positions.assign(b->positions, b->positions + b->n_tokens);
   be->slots.assign(b->seq_slots, b->seq_slots + b->n_tokens);
-  be->table.assign(b->page_table, b->page_table + std::size_t(b->n_seqs) * b->max_pages);
+  be->table.assign(b->page_table, b->page_table + table);
+  const bool newer = b->struct_size >= offsetof(sl_batch, state_slots) + sizeof(void*);  // 2.0's window table and state slots
+  if (newer && b->window_table)
+    be->window_table.assign(b->window_table, b->window_table + table);
+  else
+    be->window_table.clear();
+  if (newer && b->state_slots)
+    be->state_slots.assign(b->state_slots, b->state_slots + b->n_seqs);
+  else
+    be->state_slots.clear();
   be->max_pages = b->max_pages;
+  be->n_seqs = b->n_seqs;
   for (uint32_t i = 0; i < b->n_tokens; ++i)
     if (be->slots[i] < 0 || uint32_t(be->slots[i]) >= b->n_seqs || be->positions[i] < 0)
       return fail(err, SL_ERR_INVALID_ARGUMENT, "batch token " + std::to_string(i) + " has a bad sequence or position");
   return SL_OK;
 }
-// The page holding a token's position, or -1 when the page table does not cover it.
-int64_t page_of(const sl_backend* be, const sl_kv_cache* c, std::size_t t, int32_t pos) {
+// The page holding a token's position in a layer (its table: the window table for a WINDOW layer),
+// or -1 when the table does not cover it.
+int64_t page_of(const sl_backend* be, const sl_kv_cache* c, uint32_t layer, std::size_t t, int32_t pos) {
+  const auto& l = c->layers[layer];
+  const std::vector<int32_t>& table = l.d.kind == SL_KV_WINDOW ? be->window_table : be->table;
   const uint32_t p = uint32_t(pos) / c->layout.page_tokens;
-  if (p >= be->max_pages) return -1;
-  const int32_t page = be->table[std::size_t(be->slots[t]) * be->max_pages + p];
-  return page < 0 || uint32_t(page) >= c->layout.n_pages ? -1 : page;
+  const std::size_t at = std::size_t(be->slots[t]) * be->max_pages + p;
+  if (p >= be->max_pages || at >= table.size()) return -1;
+  const int32_t page = table[at];
+  return page < 0 || uint32_t(page) >= l.n_pages ? -1 : page;
+}
+// Sequence `seq`'s state in a STATE layer, or null.
+unsigned char* state_of(const sl_backend* be, sl_kv_cache* c, uint32_t layer, uint32_t seq) {
+  if (layer >= c->layers.size() || c->layers[layer].d.kind != SL_KV_STATE || seq >= be->state_slots.size()) return nullptr;
+  const int32_t slot = be->state_slots[seq];
+  if (slot < 0 || uint32_t(slot) >= c->layout.n_state_slots) return nullptr;
+  return c->layers[layer].data.data() + uint64_t(slot) * c->layers[layer].d.state_bytes;
 }
 
 // ---- the ops, one node at a time ---------------------------------------------------------------
@@ -229,42 +304,50 @@ sl_status rope(const sl_backend* be, const Node& n, sl_error*) {
   return SL_OK;
 }
 sl_status kv_write(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_error* err) {
-  const auto& L = c->layout;
-  const uint32_t layer = static_cast<const sl_kv_params*>(n.n->params)->layer;
-  if (layer >= L.n_layers) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
-  if (n.in[0]->cols != L.n_kv_heads * L.head_dim) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K and V are not the cache's width");
+  const uint32_t layer = static_cast<const sl_kv_params*>(n.n->params)->layer, pt = c->layout.page_tokens;
+  if (layer >= c->layers.size() || c->layers[layer].d.kind == SL_KV_STATE)
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: no K/V layer " + std::to_string(layer));
+  const auto& l = c->layers[layer].d;
+  if (n.in[0]->cols != l.n_kv_heads * l.k_head_dim || n.in[1]->cols != l.n_kv_heads * l.v_head_dim)
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K and V are not the layer's widths");
   for (std::size_t t = 0; t < be->positions.size(); ++t) {
-    const int64_t page = page_of(be, c, t, be->positions[t]);
+    const int64_t page = page_of(be, c, layer, t, be->positions[t]);
     if (page < 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "kv_write: position outside the page table");
-    const uint32_t slot = uint32_t(be->positions[t]) % L.page_tokens;
-    for (uint32_t h = 0; h < L.n_kv_heads; ++h) {
-      const std::size_t at = (t * L.n_kv_heads + h) * L.head_dim;
-      if (auto s = L.k_api->encode(L.k_codec, F(n.in[0]) + at, 1, row(c, layer, uint32_t(page), h, slot, false), err); s != SL_OK) return s;
-      if (auto s = L.v_api->encode(L.v_codec, F(n.in[1]) + at, 1, row(c, layer, uint32_t(page), h, slot, true), err); s != SL_OK) return s;
+    const uint32_t slot = uint32_t(be->positions[t]) % pt;
+    for (uint32_t h = 0; h < l.n_kv_heads; ++h) {
+      const float* k = F(n.in[0]) + (t * l.n_kv_heads + h) * l.k_head_dim;
+      const float* v = F(n.in[1]) + (t * l.n_kv_heads + h) * l.v_head_dim;
+      if (auto s = l.k_api->encode(l.k_codec, k, 1, row(c, layer, uint32_t(page), h, slot, false), err); s != SL_OK) return s;
+      if (auto s = l.v_api->encode(l.v_codec, v, 1, row(c, layer, uint32_t(page), h, slot, true), err); s != SL_OK) return s;
     }
   }
   return SL_OK;
 }
 sl_status attention(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_error* err) {
-  const auto& L = c->layout;
   const auto* p = static_cast<const sl_attention_params*>(n.n->params);
   const float* sinks = n.in[1] ? F(n.in[1]) : nullptr;
-  if (p->layer >= L.n_layers) return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
-  if (p->n_kv_heads != L.n_kv_heads || p->head_dim != L.head_dim || p->n_heads % p->n_kv_heads)
-    return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: head shape does not match the KV cache");
-  const uint32_t D = p->head_dim, group = p->n_heads / p->n_kv_heads;
-  std::vector<float> k(D), v(D), scores;
+  if (p->layer >= c->layers.size() || c->layers[p->layer].d.kind == SL_KV_STATE)
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: no K/V layer " + std::to_string(p->layer));
+  const auto& l = c->layers[p->layer].d;
+  const bool has_v = p->struct_size >= offsetof(sl_attention_params, v_head_dim) + sizeof(uint32_t) && p->v_head_dim;
+  const uint32_t D = p->head_dim, DV = has_v ? p->v_head_dim : D, pt = c->layout.page_tokens;
+  if (p->n_kv_heads != l.n_kv_heads || D != l.k_head_dim || DV != l.v_head_dim || p->n_heads % p->n_kv_heads)
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: head shape does not match the layer's");
+  if (l.kind == SL_KV_WINDOW && (p->window == 0 || p->window > l.window))
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: the layer keeps a shorter window than the node reads");
+  const uint32_t group = p->n_heads / p->n_kv_heads;
+  std::vector<float> k(D), v(DV), scores;
   for (std::size_t t = 0; t < be->positions.size(); ++t) {
     const int32_t pos = be->positions[t], lo = p->window ? std::max<int32_t>(0, pos - int32_t(p->window) + 1) : 0;
     for (int32_t j = lo; j <= pos; ++j)
-      if (page_of(be, c, t, j) < 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: position outside the page table");
+      if (page_of(be, c, p->layer, t, j) < 0) return fail(err, SL_ERR_INVALID_ARGUMENT, "attention: position outside the page table");
     for (uint32_t h = 0; h < p->n_heads; ++h) {
       const float* qh = F(n.in[0]) + (t * p->n_heads + h) * D;
-      float* o = F(n.out[0]) + (t * p->n_heads + h) * D;
+      float* o = F(n.out[0]) + (t * p->n_heads + h) * DV;
       scores.assign(std::size_t(pos - lo + 1), 0.0f);
       float m = sinks ? sinks[h] : -INFINITY;
       for (int32_t j = lo; j <= pos; ++j) {
-        L.k_api->decode(L.k_codec, row(c, p->layer, uint32_t(page_of(be, c, t, j)), h / group, uint32_t(j) % L.page_tokens, false), 1,
+        l.k_api->decode(l.k_codec, row(c, p->layer, uint32_t(page_of(be, c, p->layer, t, j)), h / group, uint32_t(j) % pt, false), 1,
                         k.data(), err);
         float s = std::inner_product(qh, qh + D, k.begin(), 0.0f) * p->scale;
         if (p->softcap > 0) s = std::tanh(s / p->softcap) * p->softcap;
@@ -272,13 +355,32 @@ sl_status attention(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_erro
       }
       float sum = sinks ? std::exp(sinks[h] - m) : 0.0f;
       for (auto& s : scores) sum += (s = std::exp(s - m));
-      std::fill(o, o + D, 0.0f);
+      std::fill(o, o + DV, 0.0f);
       for (int32_t j = lo; j <= pos; ++j) {
-        L.v_api->decode(L.v_codec, row(c, p->layer, uint32_t(page_of(be, c, t, j)), h / group, uint32_t(j) % L.page_tokens, true), 1,
+        l.v_api->decode(l.v_codec, row(c, p->layer, uint32_t(page_of(be, c, p->layer, t, j)), h / group, uint32_t(j) % pt, true), 1,
                         v.data(), err);
-        for (uint32_t d = 0; d < D; ++d) o[d] += scores[j - lo] / sum * v[d];
+        for (uint32_t d = 0; d < DV; ++d) o[d] += scores[j - lo] / sum * v[d];
       }
     }
+  }
+  return SL_OK;
+}
+// COPY with a state on one side: a row a sequence of the step, from byte `offset` of its state.
+sl_status copy_state(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_error* err) {
+  const sl_tensor* x = n.in[0];
+  const sl_tensor* o = n.out[0];
+  const sl_tensor* st = x->kind == SL_TENSOR_STATE ? x : o;
+  if (!c || (x->kind == SL_TENSOR_STATE) == (o->kind == SL_TENSOR_STATE) || st->rows != be->n_seqs || st->dtype != SL_DTYPE_F32)
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "copy: one state and one activation, a row a sequence, in a step with a cache");
+  const uint64_t bytes = uint64_t(st->cols) * 4;
+  for (uint32_t i = 0; i < st->rows; ++i) {
+    unsigned char* s = state_of(be, c, st->state_layer, i);
+    if (!s || !fits(c->layers[st->state_layer].d.state_bytes, st->offset, bytes))
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "copy: no such state (layer, slot or range)");
+    if (x->kind == SL_TENSOR_STATE)
+      std::memcpy(F(o) + i * st->cols, s + st->offset, bytes);
+    else
+      std::memcpy(s + st->offset, F(x) + i * st->cols, bytes);
   }
   return SL_OK;
 }
@@ -338,6 +440,7 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
     if (t->kind == SL_TENSOR_BUFFER)
       return t->buffer && fits(t->buffer->bytes, t->offset, count(t) * (t->dtype == SL_DTYPE_F16 || t->dtype == SL_DTYPE_BF16 ? 2 : 4));
     if (t->kind == SL_TENSOR_WEIGHT) return t->weight != nullptr;
+    if (t->kind == SL_TENSOR_STATE) return t->struct_size >= offsetof(sl_tensor, state_layer) + sizeof(uint32_t);
     return t->host != nullptr;
   };
   for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i)
@@ -370,6 +473,8 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
     return fail(err, SL_ERR_INVALID_ARGUMENT, "matmul: shapes do not fit");
   if ((node->op == SL_OP_ADD || node->op == SL_OP_GLU || node->op == SL_OP_COPY) && count(n.out[0]) > count(n.in[0]))
     return fail(err, SL_ERR_INVALID_ARGUMENT, "elementwise op: output larger than its input");
+  for (const sl_tensor* t : {n.in[0], n.in[1], n.in[2], n.in[3], n.out[0], n.out[1]})
+    if (t && t->kind == SL_TENSOR_STATE && node->op != SL_OP_COPY) return fail(err, SL_ERR_UNSUPPORTED, "a state read by an op other than copy");
   return SL_OK;
 }
 
@@ -381,6 +486,7 @@ int supports_node(const sl_backend*, const sl_node_query* q) {
     const sl_tensor& t = q->tensors[index];
     if (t.kind == SL_TENSOR_WEIGHT && (!t.weight || t.weight->bits != 0 || t.weight->dtype != SL_DTYPE_F32)) return 0;
     if (t.kind != SL_TENSOR_WEIGHT && t.dtype != SL_DTYPE_F32 && t.dtype != SL_DTYPE_I32) return 0;
+    if (t.kind == SL_TENSOR_STATE && q->node->op != SL_OP_COPY) return 0;
   }
   return 1;
 }
@@ -406,7 +512,12 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
       case SL_OP_ADD:
         for (uint64_t k = 0; k < count(n.out[0]); ++k) F(n.out[0])[k] = F(n.in[0])[k] + F(n.in[1])[k];
         break;
-      case SL_OP_COPY: std::memmove(F(n.out[0]), F(n.in[0]), count(n.out[0]) * 4); break;
+      case SL_OP_COPY:
+        if (n.in[0]->kind == SL_TENSOR_STATE || n.out[0]->kind == SL_TENSOR_STATE)
+          s = copy_state(be, step->cache, n, err);
+        else
+          std::memmove(F(n.out[0]), F(n.in[0]), count(n.out[0]) * 4);
+        break;
       case SL_OP_GET_ROWS: s = get_rows(n, err); break;
       case SL_OP_SCATTER_ADD_ROWS: s = scatter_add_rows(n, err); break;
       case SL_OP_ARGMAX: s = argmax(n, err); break;
@@ -420,7 +531,8 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
 const sl_backend_api kApi = {sizeof(sl_backend_api), SL_ABI_VERSION, device_count, device_info, create, destroy, get_device_info,
                              alloc, wrap_host, free_buffer, upload, download, download_begin, download_wait, synchronize,
                              kv_create, kv_destroy, kv_copy_page, supports_node, graph_compute,
-                             nullptr, nullptr, nullptr /* plans: optional; nothing to record for plain loops */};
+                             nullptr, nullptr, nullptr /* plans: optional; nothing to record for plain loops */,
+                             kv_copy_state, kv_clear_state};
 
 const sl_plugin_descriptor kDescriptor = {sizeof(sl_plugin_descriptor), SL_ABI_VERSION, SL_PLUGIN_BACKEND, "example", "0.1.0",
                                           "Example backend: the whole ABI in plain loops on host memory", nullptr, &kApi};

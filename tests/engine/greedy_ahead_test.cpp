@@ -69,7 +69,7 @@ void expect_steps_equal_the_logits_argmax(const std::string& backend) {
   ASSERT_TRUE((*rt)->run(ahead, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), false, logits).ok());
   std::vector<int32_t> got;
   {
-    GreedyAhead steps(**rt, ahead.pages, ahead.recent, 0, ahead.n_past);
+    GreedyAhead steps(**rt, ahead, ahead.n_past);
     ASSERT_TRUE(steps.issue(prompt.back()).ok());
     for (int i = 0; i < 13; ++i) {
       ASSERT_TRUE(steps.issue_next().ok());

@@ -455,6 +455,47 @@ TEST(ModelConfig, QwenSlidingWindowFollowsMaxWindowLayersOrLayerTypes) {
   EXPECT_EQ(mistral_null->layer_window, (std::vector<int>(4, 0)));
 }
 
+TEST(ModelConfig, LayerTypesNameFullSlidingAndLinearAttentionAsTransformersDoes) {
+  TempDir dir;
+  auto hybrid = load_config(dir, config_json("qwen3", R"(,"sliding_window":16,"use_sliding_window":true,)"
+                                                      R"("layer_types":["sliding_attention","linear_attention",)"
+                                                      R"("full_attention","linear_attention"])"));
+  ASSERT_TRUE(hybrid.ok()) << hybrid.message();
+  EXPECT_EQ(hybrid->layer_types, (std::vector<LayerType>{LayerType::kSlidingAttention, LayerType::kLinearAttention,
+                                                         LayerType::kFullAttention, LayerType::kLinearAttention}));
+  EXPECT_EQ(hybrid->layer_window, (std::vector<int>{16, 0, 0, 0}));
+  // What each layer keeps: K/V of its widths (and window), or a state (sized by the family that runs it).
+  const LayerCacheSpec sliding = hybrid->layer_cache(0), linear = hybrid->layer_cache(1), full = hybrid->layer_cache(2);
+  EXPECT_EQ(sliding.type, LayerType::kSlidingAttention);
+  EXPECT_EQ(sliding.window, 16u);
+  EXPECT_EQ(sliding.n_kv_heads, 2u);
+  EXPECT_EQ(sliding.k_head_dim, 128u);  // qwen3's default head_dim
+  EXPECT_EQ(sliding.v_head_dim, 128u);
+  EXPECT_EQ(linear.type, LayerType::kLinearAttention);
+  EXPECT_EQ(linear.n_kv_heads, 0u);
+  EXPECT_EQ(full.type, LayerType::kFullAttention);
+  EXPECT_EQ(full.window, 0u);
+  EXPECT_STREQ(layer_type_name(LayerType::kLinearAttention), "linear_attention");
+  // mistral windows every attention layer; a recurrent one attends nothing.
+  auto mistral = load_config(dir, config_json("mistral", R"(,"sliding_window":64,"layer_types":["full_attention",)"
+                                                         R"("linear_attention","full_attention","full_attention"])"));
+  ASSERT_TRUE(mistral.ok()) << mistral.message();
+  EXPECT_EQ(mistral->layer_window, (std::vector<int>{64, 0, 64, 64}));
+  EXPECT_EQ(mistral->layer_type(1), LayerType::kLinearAttention);
+  EXPECT_EQ(mistral->layer_type(2), LayerType::kSlidingAttention);
+  // Without layer_types (llama), every layer is full attention.
+  auto llama = load_config(dir, config_json("llama"));
+  ASSERT_TRUE(llama.ok()) << llama.message();
+  EXPECT_EQ(llama->layer_types, std::vector<LayerType>(4, LayerType::kFullAttention));
+  EXPECT_EQ(llama->layer_cache(3).v_head_dim, 16u);
+  // A type this host does not know is refused by name.
+  auto chunked = load_config(dir, config_json("llama", R"(,"layer_types":["full_attention","chunked_attention",)"
+                                                       R"("full_attention","full_attention"])"));
+  ASSERT_FALSE(chunked.ok());
+  EXPECT_NE(chunked.message().find("chunked_attention"), std::string::npos) << chunked.message();
+  EXPECT_NE(chunked.message().find("layer 1"), std::string::npos) << chunked.message();
+}
+
 TEST(ModelConfig, ParsesRopeScalingFromLegacyAndNewForms) {
   TempDir dir;
   auto legacy = load_config(dir, config_json("llama", R"(,"rope_theta":500000.0,"rope_scaling":{"type":"linear","factor":2.0})"));

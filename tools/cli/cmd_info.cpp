@@ -51,7 +51,14 @@ int run_info(const Args& args) {
       std::printf("%s%s:%llu", first ? "" : ",", json::quote(k.name).c_str(), (unsigned long long)k.bytes_per_token);
       first = false;
     }
-    std::printf("}}\n");
+    std::printf("},\"sliding_layers\":%d,\"window\":%d,\"kv_window_bytes_per_sequence\":{", m->sliding_layers, m->window);
+    first = true;
+    for (const auto& k : m->kv) {
+      std::printf("%s%s:%llu", first ? "" : ",", json::quote(k.name).c_str(), (unsigned long long)k.window_bytes_per_sequence);
+      first = false;
+    }
+    std::printf("},\"linear_layers\":%d,\"state_bytes_per_sequence\":%llu}\n", m->linear_layers,
+                (unsigned long long)m->state_bytes_per_sequence);
     return 0;
   }
   std::printf("architecture      %s\n", m->architecture.c_str());
@@ -76,6 +83,18 @@ int run_info(const Args& args) {
     std::printf("%s%s %llu (%.3g bits)", first ? "" : ", ", k.name.c_str(), (unsigned long long)k.bytes_per_token, k.bits_per_value);
     first = false;
   }
+  if (m->sliding_layers > 0) {  // those layers keep only their window's pages: bytes per sequence, not per token
+    std::printf("\n  + %d sliding-window layer%s (window %d), per sequence: ", m->sliding_layers, m->sliding_layers == 1 ? "" : "s",
+                m->window);
+    first = true;
+    for (const auto& k : m->kv) {
+      std::printf("%s%s %llu", first ? "" : ", ", k.name.c_str(), (unsigned long long)k.window_bytes_per_sequence);
+      first = false;
+    }
+  }
+  if (m->linear_layers > 0)
+    std::printf("\n  + %d linear-attention layer%s: state %llu bytes per sequence", m->linear_layers, m->linear_layers == 1 ? "" : "s",
+                (unsigned long long)m->state_bytes_per_sequence);
   std::printf("\n");
   return 0;
 }

@@ -32,7 +32,15 @@ enum sl_device_caps {
   SL_CAP_UNIFIED = 1u << 3,   /* shares memory with the host */
   SL_CAP_QUEUED = 1u << 4,    /* graph_compute returns before the device has run it (a queue): the host
                                  gains by issuing the next step while the device runs this one */
-  SL_CAP_KV_RECENT_WINDOW = 1u << 5 /* the KV cache can keep a recent window exact (sl_kv_layout) */
+  SL_CAP_KV_RECENT_WINDOW = 1u << 5, /* the KV cache can keep a recent window exact (sl_kv_layout) */
+  /* 2.0: kv_create reads sl_kv_layout.layers (each layer's K and V widths, kind and state) and the
+   * backend implements kv_copy_state and kv_clear_state. Without it the host gives only layouts whose
+   * layers are all alike (layers NULL) and runs no model with recurrent layers there. */
+  SL_CAP_KV_LAYERS = 1u << 6,
+  /* 2.0: sliding-window layers may keep only their window's pages: the host declares them
+   * SL_KV_WINDOW and hands their pages in sl_batch.window_table. Without it it declares them
+   * SL_KV_FULL (every position kept) and attention alone applies the window. */
+  SL_CAP_KV_WINDOW_PAGES = 1u << 7
 };
 
 /* Filled by the plugin. */
@@ -57,6 +65,31 @@ typedef struct sl_backend_config {
   const char* options;  /* plugin-specific, "" if none */
 } sl_backend_config;
 
+/* What one layer of the cache keeps (2.0; sl_kv_layout.layers). */
+typedef enum sl_kv_layer_kind {
+  SL_KV_FULL = 0,   /* K and V rows of every position, in the pages of sl_batch.page_table */
+  SL_KV_WINDOW = 1, /* K and V rows of the newest `window` positions only, in the pages of
+                       sl_batch.window_table: a page that fell out of every query's window is -1 there
+                       (released, perhaps reused by another sequence) and must not be read */
+  SL_KV_STATE = 2   /* no K and V: a fixed-size state per sequence (a recurrent layer) in state slots */
+} sl_kv_layer_kind;
+
+/* One layer of the cache (2.0). Its rows are stored by its own codecs, made for its widths (a
+ * codec's head_dim is k_head_dim for K, v_head_dim for V). */
+typedef struct sl_kv_layer {
+  uint32_t struct_size;
+  uint32_t kind;          /* sl_kv_layer_kind */
+  uint32_t n_kv_heads;    /* FULL, WINDOW: heads of K and V */
+  uint32_t k_head_dim;    /* FULL, WINDOW: values of one head's K row (MLA's latent K may be wider than V) */
+  uint32_t v_head_dim;    /* FULL, WINDOW: values of one head's V row */
+  uint32_t window;        /* WINDOW: a query at position p reads only keys j with p - window < j <= p */
+  uint64_t state_bytes;   /* STATE: bytes of one sequence's state (a multiple of 4; zeroed by kv_clear_state) */
+  const sl_kvcodec_api* k_api;  /* FULL, WINDOW */
+  const sl_kvcodec* k_codec;
+  const sl_kvcodec_api* v_api;
+  const sl_kvcodec* v_codec;
+} sl_kv_layer;
+
 /* Shape of the paged KV cache: n_pages pages, each holding page_tokens positions of every layer. */
 typedef struct sl_kv_layout {
   uint32_t struct_size;
@@ -75,6 +108,15 @@ typedef struct sl_kv_layout {
    * a backend with SL_CAP_KV_RECENT_WINDOW gets a non-zero window. */
   uint32_t recent_window;
   uint32_t n_recent_pages;
+  /* Per layer (2.0; only to a backend with SL_CAP_KV_LAYERS): [n_layers], each layer's kind, widths,
+   * codecs and state. NULL: every layer SL_KV_FULL with n_kv_heads, head_dim and the codecs above
+   * (which, given layers, describe the model's usual attention layer and may be ignored). A FULL
+   * layer has n_pages pages, a WINDOW layer n_window_pages, a STATE layer n_state_slots state slots
+   * and no pages; a recent page holds, per FULL or WINDOW layer, [K: head][slot][k_head_dim] then
+   * [V: head][slot][v_head_dim] halves. */
+  const sl_kv_layer* layers;
+  uint32_t n_window_pages;  /* 2.0: pages of each WINDOW layer */
+  uint32_t n_state_slots;   /* 2.0: state slots of each STATE layer (live sequences' states and snapshots) */
 } sl_kv_layout;
 
 /* What supports_node is asked about: a node, the tensors its indices refer to (their kinds, shapes,
@@ -122,7 +164,7 @@ typedef struct sl_backend_api {
   sl_status (*download_wait)(sl_backend* be, uint64_t ticket, sl_error* err);
   sl_status (*synchronize)(sl_backend* be, sl_error* err);
 
-  /* The KV cache. kv_copy_page copies one page of every layer (prefix sharing). */
+  /* The KV cache. kv_copy_page copies one page of every FULL layer (prefix sharing). */
   sl_status (*kv_create)(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** out, sl_error* err);
   void (*kv_destroy)(sl_backend* be, sl_kv_cache* cache);
   sl_status (*kv_copy_page)(sl_backend* be, sl_kv_cache* cache, uint32_t src_page, uint32_t dst_page, sl_error* err);
@@ -140,6 +182,14 @@ typedef struct sl_backend_api {
   sl_status (*plan_create)(sl_backend* be, const sl_graph* graph, sl_plan** out, sl_error* err);
   sl_status (*plan_compute)(sl_backend* be, sl_plan* plan, const sl_step* step, sl_error* err);
   void (*plan_destroy)(sl_backend* be, sl_plan* plan);
+
+  /* Recurrent state (2.0; required with SL_CAP_KV_LAYERS, else may be NULL). kv_copy_state copies
+   * the states of every STATE layer in slot src_slot to slot dst_slot (the host's snapshots at page
+   * boundaries, and restoring one for a request that shares the prefix); kv_clear_state zeroes a
+   * slot's states (a new sequence). Both take effect after the work issued before them and before
+   * any issued after (a queued backend enqueues them). */
+  sl_status (*kv_copy_state)(sl_backend* be, sl_kv_cache* cache, uint32_t src_slot, uint32_t dst_slot, sl_error* err);
+  sl_status (*kv_clear_state)(sl_backend* be, sl_kv_cache* cache, uint32_t slot, sl_error* err);
 } sl_backend_api;
 
 #ifdef __cplusplus

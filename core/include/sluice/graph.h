@@ -53,7 +53,12 @@ typedef struct sl_weight {
 typedef enum sl_tensor_kind {
   SL_TENSOR_BUFFER = 0, /* rows × cols values of dtype at buffer + offset (bytes), row-major, dense */
   SL_TENSOR_WEIGHT = 1, /* the weight `weight` (its own form; rows and cols repeat its shape) */
-  SL_TENSOR_HOST = 2    /* rows × cols values of dtype in host memory at `host`, read during graph_compute */
+  SL_TENSOR_HOST = 2,   /* rows × cols values of dtype in host memory at `host`, read during graph_compute */
+  /* 2.0: the states of the step's sequences in the STATE layer `state_layer` of the step's cache:
+   * row i is sequence i's state (in slot sl_batch.state_slots[i]), cols values of dtype from byte
+   * `offset` of it (a state may hold several arrays); rows = the step's n_seqs. Read and written by
+   * the ops that say so (COPY; the recurrent ops to come). */
+  SL_TENSOR_STATE = 3
 } sl_tensor_kind;
 
 typedef struct sl_tensor {
@@ -66,6 +71,7 @@ typedef struct sl_tensor {
   uint64_t offset;
   const sl_weight* weight;
   const void* host;
+  uint32_t state_layer;  /* 2.0: STATE: the cache's layer */
 } sl_tensor;
 
 /* Ops. Shapes: x [n, cols] means a tensor of n rows of cols values; "tokens" is the step's batch
@@ -85,18 +91,19 @@ typedef enum sl_op {
   /* Rotary embedding in place at the tokens' positions; in: x [tokens, n_heads * head_dim]; out: x.
    * sl_rope_params. */
   SL_OP_ROPE = 4,
-  /* Stores the tokens' K and V ([tokens, n_kv_heads * head_dim]) of one layer at their positions;
-   * in: k, v; no output. sl_kv_params. */
+  /* Stores the tokens' K ([tokens, n_kv_heads * k_head_dim]) and V ([tokens, n_kv_heads * v_head_dim])
+   * of one layer at their positions, in the layer's widths; in: k, v; no output. sl_kv_params. */
   SL_OP_KV_WRITE = 5,
   /* Causal attention of the tokens' queries [tokens, n_heads * head_dim] over their sequences' cached
    * positions (within the window), after every KV_WRITE of the layer before it in the graph; in: q,
-   * sinks (optional, F32 [1, n_heads]); out [tokens, n_heads * head_dim]. sl_attention_params. */
+   * sinks (optional, F32 [1, n_heads]); out [tokens, n_heads * v_head_dim]. sl_attention_params. */
   SL_OP_ATTENTION = 6,
   /* out = act(gate) * up, elementwise; in: gate, up; out may be gate. sl_glu_params. */
   SL_OP_GLU = 7,
   /* out = a + b, elementwise (same shapes); out may be a. */
   SL_OP_ADD = 8,
-  /* out = x (same number of values). */
+  /* out = x (same number of values). x or out may be a STATE tensor (2.0): a sequence's state read
+   * into an activation, or written from one. */
   SL_OP_COPY = 9,
   /* out[i, :] = x[rows[i], :]; in: x [r, c], rows (I32 [1, n], host); out [n, c]. */
   SL_OP_GET_ROWS = 10,
@@ -145,10 +152,12 @@ typedef struct sl_attention_params {
   uint32_t layer;         /* the cache's layer */
   uint32_t n_heads;
   uint32_t n_kv_heads;
-  uint32_t head_dim;
+  uint32_t head_dim;      /* of q and K */
   float scale;            /* usually 1/sqrt(head_dim) */
-  uint32_t window;        /* sliding window in tokens; 0 = full causal */
+  uint32_t window;        /* sliding window in tokens; 0 = full causal. A SL_KV_WINDOW layer needs one, at
+                             most the layer's */
   float softcap;          /* tanh soft-capping of scores; 0 = none */
+  uint32_t v_head_dim;    /* 2.0: of V and the output; 0 = head_dim */
 } sl_attention_params;
 
 typedef enum sl_activation {
@@ -184,6 +193,13 @@ typedef struct sl_batch {
    * -1. Attention reads key j of a query at position p exactly when j > p - recent_window and
    * recent_table has a page for j; KV_WRITE stores the exact rows wherever it has one. NULL = none. */
   const int32_t* recent_table;
+  /* 2.0: [n_seqs][max_pages]: the page of each run of page_tokens positions in the SL_KV_WINDOW
+   * layers, -1 where released (out of every query's window) — pages of their own, apart from
+   * page_table's. NULL when the cache has no WINDOW layer. */
+  const int32_t* window_table;
+  /* 2.0: [n_seqs]: each sequence's state slot in the SL_KV_STATE layers (and STATE tensors), -1 none.
+   * NULL when the cache has no STATE layer. */
+  const int32_t* state_slots;
 } sl_batch;
 
 typedef struct sl_graph {

@@ -7,17 +7,18 @@ namespace sluice::families {
 Status Llama::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bool sparse, LayerWeights& w) const {
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
   const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
+  const int64_t VD = int64_t(c.num_kv_heads) * c.value_head_dim(), OD = int64_t(c.num_heads) * c.value_head_dim();  // V, attention's output
   const std::string p = "model.layers." + std::to_string(layer) + ".";
 #define SLUICE_TRY(expr) \
   if (auto s_ = (expr); !s_) return s_
   SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
   SLUICE_TRY(src.bind(w.q, p + "self_attn.q_proj.weight", {QD, H}));
   SLUICE_TRY(src.bind(w.k, p + "self_attn.k_proj.weight", {KD, H}));
-  SLUICE_TRY(src.bind(w.v, p + "self_attn.v_proj.weight", {KD, H}));
-  SLUICE_TRY(src.bind(w.o, p + "self_attn.o_proj.weight", {H, QD}));
+  SLUICE_TRY(src.bind(w.v, p + "self_attn.v_proj.weight", {VD, H}));
+  SLUICE_TRY(src.bind(w.o, p + "self_attn.o_proj.weight", {H, OD}));
   SLUICE_TRY(src.bind_optional(w.q_bias, w.has_q_bias, p + "self_attn.q_proj.bias", {QD}));
   SLUICE_TRY(src.bind_optional(w.k_bias, w.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
-  SLUICE_TRY(src.bind_optional(w.v_bias, w.has_v_bias, p + "self_attn.v_proj.bias", {KD}));
+  SLUICE_TRY(src.bind_optional(w.v_bias, w.has_v_bias, p + "self_attn.v_proj.bias", {VD}));
   SLUICE_TRY(src.bind_optional(w.o_bias, w.has_o_bias, p + "self_attn.o_proj.bias", {H}));
   if (c.qk_norm) {  // per head (qwen3)
     SLUICE_TRY(src.bind(w.q_norm, p + "self_attn.q_norm.weight", {D}));
@@ -60,6 +61,7 @@ void Llama::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& 
   s.n_heads = static_cast<uint32_t>(cfg.num_heads);
   s.n_kv_heads = static_cast<uint32_t>(cfg.num_kv_heads);
   s.head_dim = static_cast<uint32_t>(cfg.head_dim);
+  s.v_head_dim = static_cast<uint32_t>(cfg.value_head_dim());
   s.norm_eps = cfg.norm_eps;
   s.rope = c.rope;
   s.window = w.window;

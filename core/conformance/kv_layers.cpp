@@ -1,0 +1,372 @@
+// Per-layer caches (ABI 2.0's sl_kv_layout.layers), against the host's arithmetic:
+// - K and V of different widths (MLA's latent K): KV_WRITE of each, ATTENTION with v_head_dim, over
+//   scattered pages, prefill runs and single tokens;
+// - a sliding-window layer's pages from the window table: blocks no query's window reaches left out
+//   (-1) and their page overwritten by another sequence, as the host releases and reuses them;
+// - recurrent state: kv_clear_state, COPY of an activation into a sequence's state and back (whole,
+//   and a range of it), kv_copy_state from slot to slot — exactly.
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conformance/runner.h"
+#include "plugin/builtin_codecs.h"
+
+namespace sluice::conformance {
+namespace {
+
+constexpr double kExact = 1e-30;  // check()'s bound for values that must be equal
+
+// The codecs of a layer, made for its widths, freed with the case.
+struct LayerCodecs {
+  const sl_kvcodec_api* api = nullptr;
+  std::unique_ptr<sl_kvcodec, void (*)(sl_kvcodec*)> k{nullptr, nullptr}, v{nullptr, nullptr};
+};
+
+LayerCodecs make_codecs(Runner& r, const sl_kvcodec_api* api, uint32_t k_dim, uint32_t v_dim) {
+  LayerCodecs c;
+  c.api = api;
+  sl_error err{};
+  sl_kvcodec *k = nullptr, *v = nullptr;
+  r.expect_ok(api->create(k_dim, SL_KV_KEYS, "", &k, &err), err, "codec create");
+  c.k = {k, api->destroy};
+  r.expect_ok(api->create(v_dim, SL_KV_VALUES, "", &v, &err), err, "codec create");
+  c.v = {v, api->destroy};
+  return c;
+}
+
+// Rows as the cache will hold them: encoded and decoded by the codec.
+std::vector<float> codec_rounded(const sl_kvcodec_api* api, const sl_kvcodec* codec, const std::vector<float>& x, uint32_t dim) {
+  sl_kv_format f{};
+  f.struct_size = sizeof(f);
+  api->get_format(codec, &f);
+  const uint32_t rows = static_cast<uint32_t>(x.size() / dim);
+  std::vector<std::byte> stored(std::size_t(rows) * f.row_bytes);
+  std::vector<float> out(x.size());
+  sl_error err{};
+  api->encode(codec, x.data(), rows, stored.data(), &err);
+  api->decode(codec, stored.data(), rows, out.data(), &err);
+  return out;
+}
+
+// A cache of two layers — layer 0 of the layout's own geometry (heads 2, dim 16), layer 1 the one
+// under test — created for the case and destroyed with it.
+struct TwoLayerCache {
+  sl_kv_layout layout{};
+  sl_kv_layer layers[2]{};
+  LayerCodecs base, tested;
+  std::unique_ptr<sl_kv_cache, std::function<void(sl_kv_cache*)>> cache;
+};
+
+std::unique_ptr<TwoLayerCache> two_layer_cache(Runner& r, const sl_kvcodec_api* api, const sl_kv_layer& layer1, uint32_t n_pages,
+                                               uint32_t n_window_pages, uint32_t n_state_slots) {
+  auto c = std::make_unique<TwoLayerCache>();
+  c->base = make_codecs(r, api, 16, 16);
+  sl_kv_layer& l0 = c->layers[0];
+  l0.struct_size = sizeof(sl_kv_layer);
+  l0.kind = SL_KV_FULL;
+  l0.n_kv_heads = 2;
+  l0.k_head_dim = l0.v_head_dim = 16;
+  l0.k_api = l0.v_api = api;
+  l0.k_codec = c->base.k.get();
+  l0.v_codec = c->base.v.get();
+  c->layers[1] = layer1;
+  c->layers[1].struct_size = sizeof(sl_kv_layer);
+  if (layer1.kind != SL_KV_STATE) {
+    c->tested = make_codecs(r, api, layer1.k_head_dim, layer1.v_head_dim);
+    c->layers[1].k_api = c->layers[1].v_api = api;
+    c->layers[1].k_codec = c->tested.k.get();
+    c->layers[1].v_codec = c->tested.v.get();
+  }
+  sl_kv_layout& L = c->layout;
+  L.struct_size = sizeof(L);
+  L.n_layers = 2;
+  L.n_kv_heads = 2;
+  L.head_dim = 16;
+  L.page_tokens = 16;
+  L.n_pages = n_pages;
+  L.k_api = L.v_api = api;
+  L.k_codec = c->base.k.get();
+  L.v_codec = c->base.v.get();
+  L.layers = c->layers;
+  L.n_window_pages = n_window_pages;
+  L.n_state_slots = n_state_slots;
+  sl_kv_cache* raw = nullptr;
+  sl_error err{};
+  r.expect_ok(r.api()->kv_create(r.raw(), &L, &raw, &err), err, "kv_create");
+  const sl_backend_api* be_api = r.api();
+  sl_backend* be = r.raw();
+  c->cache = {raw, [be_api, be](sl_kv_cache* k) { be_api->kv_destroy(be, k); }};
+  r.ops().set_kv_layout(c->layout);
+  return c;
+}
+
+void begin(Runner& r, const std::vector<int32_t>& positions, const std::vector<int32_t>& slots, uint32_t n_seqs, uint32_t max_pages,
+           const std::vector<int32_t>& table, const std::vector<int32_t>* window_table = nullptr,
+           const std::vector<int32_t>* state_slots = nullptr) {
+  sl_batch b{};
+  b.struct_size = sizeof(b);
+  b.n_tokens = static_cast<uint32_t>(positions.size());
+  b.positions = positions.data();
+  b.seq_slots = slots.data();
+  b.n_seqs = n_seqs;
+  b.max_pages = max_pages;
+  b.page_table = table.data();
+  b.window_table = window_table ? window_table->data() : nullptr;
+  b.state_slots = state_slots ? state_slots->data() : nullptr;
+  sl_error err{};
+  r.expect_ok(r.ops().begin_batch(&b, &err), err, "begin_batch");
+}
+
+struct Queries {
+  std::vector<int32_t> positions, slots;
+};
+
+// Attends layer 1 for the queries and checks each output against softmax attention over the
+// codec-rounded keys and values kref/vref ([seq][position][head][dim]) within the window.
+void attend_and_check(Runner& r, TwoLayerCache& c, const Queries& q, uint32_t n_heads, uint32_t window,
+                      const std::vector<std::vector<float>>& kref, const std::vector<std::vector<float>>& vref) {
+  const sl_kv_layer& l = c.layers[1];
+  const uint32_t KD = l.k_head_dim, VD = l.v_head_dim, KVH = l.n_kv_heads, group = n_heads / KVH;
+  const auto qv = r.random(q.positions.size() * n_heads * KD);
+  auto dq = r.upload(qv), out = r.zeros(q.positions.size() * n_heads * VD);
+  sl_attention_params p{};
+  p.struct_size = sizeof(p);
+  p.n_heads = n_heads;
+  p.n_kv_heads = KVH;
+  p.head_dim = KD;
+  p.v_head_dim = VD;
+  p.scale = static_cast<float>(1.0 / std::sqrt(double(KD)));
+  p.window = window;
+  sl_error err{};
+  r.expect_ok(r.ops().attention(c.cache.get(), 1, dq.get(), &p, nullptr, out.get(), &err), err, "attention");
+  const auto got = r.download(out, q.positions.size() * n_heads * VD);
+  for (std::size_t t = 0; t < q.positions.size(); ++t) {
+    const uint32_t seq = static_cast<uint32_t>(q.slots[t]);
+    const int32_t pos = q.positions[t], lo = window ? std::max<int32_t>(0, pos - int32_t(window) + 1) : 0;
+    for (uint32_t h = 0; h < n_heads; ++h) {
+      const uint32_t kvh = h / group;
+      const float* qh = qv.data() + (t * n_heads + h) * KD;
+      std::vector<double> sc;
+      double m = -INFINITY;
+      for (int32_t j = lo; j <= pos; ++j) {
+        double dot = 0;
+        for (uint32_t d = 0; d < KD; ++d) dot += double(qh[d]) * kref[seq][(std::size_t(j) * KVH + kvh) * KD + d];
+        sc.push_back(dot * p.scale);
+        m = std::max(m, sc.back());
+      }
+      double sum = 0;
+      for (auto& x : sc) sum += (x = std::exp(x - m));
+      for (uint32_t d = 0; d < VD; ++d) {
+        double ref = 0, mag = 0;
+        for (int32_t j = lo; j <= pos; ++j) {
+          const double term = sc[j - lo] / sum * vref[seq][(std::size_t(j) * KVH + kvh) * VD + d];
+          ref += term;
+          mag += std::abs(term);
+        }
+        r.check(got[(t * n_heads + h) * VD + d], ref, 1e-4 * (mag + 1.0), "token " + std::to_string(t) + " head " + std::to_string(h));
+      }
+    }
+  }
+}
+
+// Whether the backend keeps per-layer caches and runs `node` on one (an attention of K 24, V 16, or
+// a state copy), asked with the layout it describes.
+Needs per_layer(std::function<bool(const BackendHandle&)> runs) {
+  return [runs](const BackendHandle& be) -> std::string {
+    if (!be.has_cap(SL_CAP_KV_LAYERS)) return "no per-layer caches (SL_CAP_KV_LAYERS)";
+    return runs(be) ? std::string() : std::string("unsupported");
+  };
+}
+
+bool runs_wide_keys(const BackendHandle& be) {
+  sl_kv_layer layers[2]{};
+  for (auto& l : layers) {
+    l.struct_size = sizeof(l);
+    l.n_kv_heads = 2;
+    l.k_head_dim = l.v_head_dim = 16;
+  }
+  layers[1].k_head_dim = 24;
+  sl_kv_layout L{};
+  L.struct_size = sizeof(L);
+  L.n_layers = 2;
+  L.n_kv_heads = 2;
+  L.head_dim = 16;
+  L.layers = layers;
+  StepGraph g;
+  sl_attention_params p{};
+  p.layer = 1;
+  p.n_heads = 4;
+  p.n_kv_heads = 2;
+  p.head_dim = 24;
+  p.v_head_dim = 16;
+  p.scale = 0.2f;
+  g.attention(g.buffer(nullptr, 1, 4 * 24), StepGraph::kNone, p, g.buffer(nullptr, 1, 4 * 16), "attention");
+  const sl_graph& view = g.view();
+  return be.supports(view.nodes[0], std::span<const sl_tensor>(view.tensors, view.n_tensors), &L);
+}
+
+bool runs_state_copy(const BackendHandle& be) {
+  if (!be.keeps_state()) return false;
+  StepGraph g;
+  g.copy(g.buffer(nullptr, 2, 10), g.state(1, 2, 10), "state write");
+  g.copy(g.state(1, 2, 10), g.buffer(nullptr, 2, 10), "state read");
+  const sl_graph& view = g.view();
+  const std::span<const sl_tensor> tensors(view.tensors, view.n_tensors);
+  return be.supports(view.nodes[0], tensors) && be.supports(view.nodes[1], tensors);
+}
+
+void run_wide_keys(Runner& r) {
+  struct CodecCase {
+    const char* name;
+    const sl_kvcodec_api* api;
+  };
+  for (const CodecCase cc : {CodecCase{"f32", builtin_f32_codec()}, CodecCase{"f16", builtin_f16_codec()}}) {
+    r.op(std::string("kv layers: K 24 / V 16 wide ") + cc.name, per_layer(runs_wide_keys), [&] {
+      sl_kv_layer wide{};
+      wide.kind = SL_KV_FULL;
+      wide.n_kv_heads = 2;
+      wide.k_head_dim = 24;
+      wide.v_head_dim = 16;
+      auto c = two_layer_cache(r, cc.api, wide, 12, 0, 0);
+      // Two sequences (37 and 21 positions) on scattered pages, written in one batch.
+      const std::vector<uint32_t> lengths = {37, 21};
+      const std::vector<int32_t> table = {5, 0, 9, 2, 7, 11, 3, -1};
+      std::vector<std::vector<float>> kref(2), vref(2);
+      std::vector<float> k_all, v_all;
+      Queries all;
+      for (uint32_t seq = 0; seq < 2; ++seq) {
+        const auto k = r.random(std::size_t(lengths[seq]) * 2 * 24), v = r.random(std::size_t(lengths[seq]) * 2 * 16);
+        kref[seq] = codec_rounded(cc.api, c->tested.k.get(), k, 24);
+        vref[seq] = codec_rounded(cc.api, c->tested.v.get(), v, 16);
+        k_all.insert(k_all.end(), k.begin(), k.end());
+        v_all.insert(v_all.end(), v.begin(), v.end());
+        for (uint32_t p = 0; p < lengths[seq]; ++p) {
+          all.positions.push_back(static_cast<int32_t>(p));
+          all.slots.push_back(static_cast<int32_t>(seq));
+        }
+      }
+      begin(r, all.positions, all.slots, 2, 4, table);
+      auto dk = r.upload(k_all), dv = r.upload(v_all);
+      sl_error err{};
+      r.new_case("prefill of two sequences");
+      r.expect_ok(r.ops().kv_write(c->cache.get(), 1, dk.get(), dv.get(), &err), err, "kv_write");
+      attend_and_check(r, *c, all, 4, 0, kref, vref);
+      r.new_case("single tokens, window 5");
+      const Queries some{{36, 3, 20, 0}, {0, 0, 1, 1}};
+      begin(r, some.positions, some.slots, 2, 4, table);
+      attend_and_check(r, *c, some, 4, 5, kref, vref);
+    });
+  }
+}
+
+void run_window_pages(Runner& r) {
+  auto needs = [](const BackendHandle& be) -> std::string {
+    if (!be.has_cap(SL_CAP_KV_LAYERS) || !be.has_cap(SL_CAP_KV_WINDOW_PAGES)) return "no window pages (SL_CAP_KV_WINDOW_PAGES)";
+    return {};
+  };
+  r.op("kv layers: sliding window's pages f16", needs, [&] {
+    sl_kv_layer windowed{};
+    windowed.kind = SL_KV_WINDOW;
+    windowed.n_kv_heads = 2;
+    windowed.k_head_dim = windowed.v_head_dim = 16;
+    windowed.window = 7;
+    const sl_kvcodec_api* api = builtin_f16_codec();
+    auto c = two_layer_cache(r, api, windowed, 4, 6, 0);
+    // 45 positions of one sequence, the window layer's blocks on window pages 4, 1, 5.
+    const uint32_t n = 45;
+    const auto k = r.random(std::size_t(n) * 32), v = r.random(std::size_t(n) * 32);
+    std::vector<std::vector<float>> kref = {codec_rounded(api, c->tested.k.get(), k, 16)};
+    std::vector<std::vector<float>> vref = {codec_rounded(api, c->tested.v.get(), v, 16)};
+    Queries all;
+    for (uint32_t p = 0; p < n; ++p) {
+      all.positions.push_back(static_cast<int32_t>(p));
+      all.slots.push_back(0);
+    }
+    const std::vector<int32_t> pages = {0, 1, 2}, window = {4, 1, 5};
+    begin(r, all.positions, all.slots, 1, 3, pages, &window);
+    auto dk = r.upload(k), dv = r.upload(v);
+    sl_error err{};
+    r.new_case("every position, every block held");
+    r.expect_ok(r.ops().kv_write(c->cache.get(), 1, dk.get(), dv.get(), &err), err, "kv_write");
+    attend_and_check(r, *c, all, 2, 7, kref, vref);
+    // Block 0 leaves every later query's window: released (-1), and its page rewritten by another
+    // sequence — the window's queries must not read it.
+    const Queries other{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, std::vector<int32_t>(16, 0)};
+    const std::vector<int32_t> other_window = {4};
+    begin(r, other.positions, other.slots, 1, 1, std::vector<int32_t>{3}, &other_window);
+    auto junk = r.upload(std::vector<float>(16 * 32, 1000.0f));
+    r.expect_ok(r.ops().kv_write(c->cache.get(), 1, junk.get(), junk.get(), &err), err, "kv_write");
+    r.new_case("a run of 12 queries (33..44), block 0 released and reused");
+    const Queries late{{33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44}, std::vector<int32_t>(12, 0)};
+    const std::vector<int32_t> released = {-1, 1, 5};
+    begin(r, late.positions, late.slots, 1, 3, pages, &released);
+    attend_and_check(r, *c, late, 2, 7, kref, vref);
+    r.new_case("one query (44), blocks 0 and 1 released");
+    const std::vector<int32_t> only_last = {-1, -1, 5};
+    const Queries last{{44}, {0}};
+    begin(r, last.positions, last.slots, 1, 3, pages, &only_last);
+    attend_and_check(r, *c, last, 2, 7, kref, vref);
+  });
+}
+
+void run_state(Runner& r) {
+  r.op("kv layers: recurrent state", per_layer(runs_state_copy), [&] {
+    sl_kv_layer state{};
+    state.kind = SL_KV_STATE;
+    state.state_bytes = 40;  // 10 floats a sequence
+    auto c = two_layer_cache(r, builtin_f32_codec(), state, 2, 0, 4);
+    sl_kv_cache* cache = c->cache.get();
+    const std::vector<int32_t> positions = {0, 0}, slots = {0, 1}, pages = {0, 1}, states = {2, 0};
+    begin(r, positions, slots, 2, 1, pages, nullptr, &states);
+    sl_error err{};
+    auto read = [&](const std::string& where, const std::vector<float>& want) {
+      auto out = r.upload(std::vector<float>(20, -1.0f));
+      r.expect_ok(r.ops().state_read(cache, 1, 0, 10, out.get(), &err), err, "state read");
+      const auto got = r.download(out, 20);
+      for (std::size_t i = 0; i < 20; ++i) r.check(got[i], want[i], kExact, where + ", value " + std::to_string(i));
+    };
+    r.new_case("cleared slots read as zeros");
+    r.expect_ok(r.api()->kv_clear_state(r.raw(), cache, 2, &err), err, "kv_clear_state");
+    r.expect_ok(r.api()->kv_clear_state(r.raw(), cache, 0, &err), err, "kv_clear_state");
+    read("after kv_clear_state", std::vector<float>(20, 0.0f));
+    r.new_case("written by COPY, read back by COPY");
+    auto x = r.random(20);
+    auto dx = r.upload(x);
+    r.expect_ok(r.ops().state_write(cache, 1, 0, 10, dx.get(), &err), err, "state write");
+    read("after a write", x);
+    r.new_case("a range of the state (floats 4..6)");
+    const auto part = r.random(6);
+    auto dpart = r.upload(part);
+    r.expect_ok(r.ops().state_write(cache, 1, 4, 3, dpart.get(), &err), err, "state write");
+    for (uint32_t s = 0; s < 2; ++s)
+      for (uint32_t i = 0; i < 3; ++i) x[s * 10 + 4 + i] = part[s * 3 + i];
+    read("after a partial write", x);
+    r.new_case("kv_copy_state to another slot, the source kept");
+    r.expect_ok(r.api()->kv_copy_state(r.raw(), cache, 2, 3, &err), err, "kv_copy_state");
+    const std::vector<int32_t> swapped = {0, 3};  // sequence 1 now reads the copy of sequence 0's state
+    begin(r, positions, slots, 2, 1, pages, nullptr, &swapped);
+    std::vector<float> want(20);
+    for (uint32_t i = 0; i < 10; ++i) {
+      want[i] = x[10 + i];
+      want[10 + i] = x[i];
+    }
+    read("the copy", want);
+    r.new_case("a slot cleared again, the others kept");
+    r.expect_ok(r.api()->kv_clear_state(r.raw(), cache, 0, &err), err, "kv_clear_state");
+    for (uint32_t i = 0; i < 10; ++i) want[i] = 0.0f;
+    read("after clearing slot 0", want);
+  });
+}
+
+}  // namespace
+
+void run_kv_layers(Runner& r) {
+  run_wide_keys(r);
+  run_window_pages(r);
+  run_state(r);
+}
+
+}  // namespace sluice::conformance
