@@ -6,23 +6,15 @@
 #include <vector>
 
 #include "../../backends/cpu/cpu_fusion.h"
+#include "fusion_plan_support.h"
 #include "graph/step_graph.h"
 #include "model/families/llama.h"
 
 namespace sluice::cpu {
 namespace {
 
-// Distinct fake buffers: the pass compares addresses and never reads through them.
-sl_buffer* fake(int i) { return reinterpret_cast<sl_buffer*>(static_cast<std::uintptr_t>(0x1000 * (i + 1))); }
-
-sl_weight weight(uint32_t rows, uint32_t cols) {
-  sl_weight w{};
-  w.struct_size = sizeof(w);
-  w.dtype = SL_DTYPE_F32;
-  w.rows = rows;
-  w.cols = cols;
-  return w;
-}
+using test::fake_buffer;
+using test::f32_weight;
 
 std::string text(const std::vector<Launch>& plan) {
   std::string out;
@@ -35,62 +27,62 @@ std::string text(const std::vector<Launch>& plan) {
 
 TEST(CpuFusionPlan, ProductsOfOneInputJoinUpToFour) {
   StepGraph g;
-  const auto x = g.buffer(fake(0), 2, 16);
-  const sl_weight w = weight(8, 16);
-  for (int i = 0; i < 5; ++i) g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake(1 + i), 2, 8), "p");
+  const auto x = g.buffer(fake_buffer(0), 2, 16);
+  const sl_weight w = f32_weight(8, 16);
+  for (int i = 0; i < 5; ++i) g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake_buffer(1 + i), 2, 8), "p");
   EXPECT_EQ(text(plan_launches(g.view())), "M4 1");
 }
 
 TEST(CpuFusionPlan, ProductsOfDifferentInputsOrOverlappingOutputsRunAlone) {
-  const sl_weight w = weight(8, 16);
+  const sl_weight w = f32_weight(8, 16);
   {
     StepGraph g;
-    g.matmul(g.buffer(fake(0), 2, 16), g.weight(w), StepGraph::kNone, g.buffer(fake(1), 2, 8), "a");
-    g.matmul(g.buffer(fake(2), 2, 16), g.weight(w), StepGraph::kNone, g.buffer(fake(3), 2, 8), "b");
+    g.matmul(g.buffer(fake_buffer(0), 2, 16), g.weight(w), StepGraph::kNone, g.buffer(fake_buffer(1), 2, 8), "a");
+    g.matmul(g.buffer(fake_buffer(2), 2, 16), g.weight(w), StepGraph::kNone, g.buffer(fake_buffer(3), 2, 8), "b");
     EXPECT_EQ(text(plan_launches(g.view())), "1 1") << "two inputs";
   }
   {
     StepGraph g;
-    const auto x = g.buffer(fake(0), 2, 16);
-    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake(1), 2, 8), "a");
-    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake(1), 2, 8), "b");
+    const auto x = g.buffer(fake_buffer(0), 2, 16);
+    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake_buffer(1), 2, 8), "a");
+    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake_buffer(1), 2, 8), "b");
     EXPECT_EQ(text(plan_launches(g.view())), "1 1") << "both write one tensor: the second must win, in order";
   }
   {
     StepGraph g;
-    const auto x = g.buffer(fake(0), 2, 16);
-    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake(1), 2, 8), "a");
-    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake(0), 2, 8, SL_DTYPE_F32, 16), "b");
+    const auto x = g.buffer(fake_buffer(0), 2, 16);
+    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake_buffer(1), 2, 8), "a");
+    g.matmul(x, g.weight(w), StepGraph::kNone, g.buffer(fake_buffer(0), 2, 8, SL_DTYPE_F32, 16), "b");
     EXPECT_EQ(text(plan_launches(g.view())), "1 1") << "the second writes into its own input";
   }
 }
 
 TEST(CpuFusionPlan, AddInPlaceThenNormOfTheSumJoins) {
-  const sl_weight norm = weight(1, 16);
+  const sl_weight norm = f32_weight(1, 16);
   {
     StepGraph g;
-    const auto x = g.buffer(fake(0), 2, 16), o = g.buffer(fake(1), 2, 16), h = g.buffer(fake(2), 2, 16);
+    const auto x = g.buffer(fake_buffer(0), 2, 16), o = g.buffer(fake_buffer(1), 2, 16), h = g.buffer(fake_buffer(2), 2, 16);
     g.add(x, o, x, "residual");
     g.rms_norm(x, g.weight(norm), 1e-6f, 0.0f, h, "norm");
     EXPECT_EQ(text(plan_launches(g.view())), "AN");
   }
   {
     StepGraph g;  // the sum into a third tensor: the norm may not read x in place
-    const auto x = g.buffer(fake(0), 2, 16), o = g.buffer(fake(1), 2, 16), s = g.buffer(fake(3), 2, 16);
+    const auto x = g.buffer(fake_buffer(0), 2, 16), o = g.buffer(fake_buffer(1), 2, 16), s = g.buffer(fake_buffer(3), 2, 16);
     g.add(x, o, s, "sum");
-    g.rms_norm(s, g.weight(norm), 1e-6f, 0.0f, g.buffer(fake(2), 2, 16), "norm");
+    g.rms_norm(s, g.weight(norm), 1e-6f, 0.0f, g.buffer(fake_buffer(2), 2, 16), "norm");
     EXPECT_EQ(text(plan_launches(g.view())), "1 1");
   }
   {
     StepGraph g;  // a norm of something else
-    const auto x = g.buffer(fake(0), 2, 16), o = g.buffer(fake(1), 2, 16);
+    const auto x = g.buffer(fake_buffer(0), 2, 16), o = g.buffer(fake_buffer(1), 2, 16);
     g.add(x, o, x, "residual");
-    g.rms_norm(o, g.weight(norm), 1e-6f, 0.0f, g.buffer(fake(2), 2, 16), "norm");
+    g.rms_norm(o, g.weight(norm), 1e-6f, 0.0f, g.buffer(fake_buffer(2), 2, 16), "norm");
     EXPECT_EQ(text(plan_launches(g.view())), "1 1");
   }
   {
     StepGraph g;  // the norm writes over the delta it was given
-    const auto x = g.buffer(fake(0), 2, 16), o = g.buffer(fake(1), 2, 16);
+    const auto x = g.buffer(fake_buffer(0), 2, 16), o = g.buffer(fake_buffer(1), 2, 16);
     g.add(x, o, x, "residual");
     g.rms_norm(x, g.weight(norm), 1e-6f, 0.0f, o, "norm");
     EXPECT_EQ(text(plan_launches(g.view())), "1 1");
@@ -108,27 +100,27 @@ TEST(CpuFusionPlan, LlamaLayersJoinTheirProductsAndResidualNorms) {
   c.intermediate_size = 32;
   c.norm_eps = 1e-6f;
   LayerWeights w;
-  w.attn_norm = w.ffn_norm = weight(1, 16);
-  w.q = weight(16, 16);
-  w.k = w.v = weight(8, 16);
-  w.o = weight(16, 16);
-  w.gate = w.up = weight(32, 16);
-  w.down = weight(16, 32);
+  w.attn_norm = w.ffn_norm = f32_weight(1, 16);
+  w.q = f32_weight(16, 16);
+  w.k = w.v = f32_weight(8, 16);
+  w.o = f32_weight(16, 16);
+  w.gate = w.up = f32_weight(32, 16);
+  w.down = f32_weight(16, 32);
   StepGraph g;
   blocks::Activations a;
   const uint32_t n = 3;
-  a.x = g.buffer(fake(0), n, 16);
-  a.h = g.buffer(fake(1), n, 16);
-  a.q = g.buffer(fake(2), n, 16);
-  a.k = g.buffer(fake(3), n, 8);
-  a.v = g.buffer(fake(4), n, 8);
-  a.q_heads = g.buffer(fake(2), n * 2, 8);
-  a.k_heads = g.buffer(fake(3), n, 8);
-  a.attn = g.buffer(fake(5), n, 16);
-  a.o = g.buffer(fake(6), n, 16);
-  a.gate = g.buffer(fake(7), n, 32);
-  a.up = g.buffer(fake(8), n, 32);
-  a.act = g.buffer(fake(9), n, 32);
+  a.x = g.buffer(fake_buffer(0), n, 16);
+  a.h = g.buffer(fake_buffer(1), n, 16);
+  a.q = g.buffer(fake_buffer(2), n, 16);
+  a.k = g.buffer(fake_buffer(3), n, 8);
+  a.v = g.buffer(fake_buffer(4), n, 8);
+  a.q_heads = g.buffer(fake_buffer(2), n * 2, 8);
+  a.k_heads = g.buffer(fake_buffer(3), n, 8);
+  a.attn = g.buffer(fake_buffer(5), n, 16);
+  a.o = g.buffer(fake_buffer(6), n, 16);
+  a.gate = g.buffer(fake_buffer(7), n, 32);
+  a.up = g.buffer(fake_buffer(8), n, 32);
+  a.act = g.buffer(fake_buffer(9), n, 32);
   const float inv_freq[4] = {1, 1, 1, 1};
   families::LayerContext ctx;
   ctx.config = &c;

@@ -8,26 +8,18 @@
 #include <vector>
 
 #include "../../backends/opencl/cl_fusion.h"
+#include "fusion_plan_support.h"
 #include "graph/step_graph.h"
 #include "model/families/llama.h"
 
 namespace sluice::ocl {
 namespace {
 
-// Distinct fake buffers: the pass compares addresses and never reads through them.
-sl_buffer* fake(int i) { return reinterpret_cast<sl_buffer*>(static_cast<std::uintptr_t>(0x1000 * (i + 1))); }
-
-sl_weight plain(uint32_t rows, uint32_t cols) {
-  sl_weight w{};
-  w.struct_size = sizeof(w);
-  w.dtype = SL_DTYPE_F32;
-  w.rows = rows;
-  w.cols = cols;
-  return w;
-}
+using test::fake_buffer;
+using test::f32_weight;
 
 sl_weight quantized(uint32_t rows, uint32_t cols, uint32_t bits = 4) {
-  sl_weight w = plain(rows, cols);
+  sl_weight w = f32_weight(rows, cols);
   w.dtype = SL_DTYPE_U32;
   w.bits = bits;
   w.group_size = 64;
@@ -78,7 +70,7 @@ struct LlamaStep {
     c.head_dim = 32;
     c.intermediate_size = 128;
     c.norm_eps = 1e-6f;
-    w.attn_norm = w.ffn_norm = final_norm = plain(1, 64);
+    w.attn_norm = w.ffn_norm = final_norm = f32_weight(1, 64);
     w.q = quantized(64, 64, bits);
     w.k = w.v = quantized(32, 64, bits);
     w.o = quantized(64, 64, bits);
@@ -87,19 +79,19 @@ struct LlamaStep {
     embed_table = quantized(1000, 64, bits);
     lm_head = quantized(1024, 64, bits);
     blocks::Activations a;
-    a.x = g.buffer(fake(0), n, 64);
-    a.h = g.buffer(fake(1), n, 64);
-    a.q = g.buffer(fake(2), n, 64);
-    a.k = g.buffer(fake(3), n, 32);
-    a.v = g.buffer(fake(4), n, 32);
-    a.q_heads = g.buffer(fake(2), n * 2, 32);
-    a.k_heads = g.buffer(fake(3), n, 32);
-    a.attn = g.buffer(fake(5), n, 64);
-    a.o = g.buffer(fake(6), n, 64);
-    a.gate = g.buffer(fake(7), n, 128);
-    a.up = g.buffer(fake(8), n, 128);
-    a.act = g.buffer(fake(9), n, 128);
-    g.embed(g.weight(embed_table), g.buffer(fake(10), 1, n, SL_DTYPE_I32), a.x);
+    a.x = g.buffer(fake_buffer(0), n, 64);
+    a.h = g.buffer(fake_buffer(1), n, 64);
+    a.q = g.buffer(fake_buffer(2), n, 64);
+    a.k = g.buffer(fake_buffer(3), n, 32);
+    a.v = g.buffer(fake_buffer(4), n, 32);
+    a.q_heads = g.buffer(fake_buffer(2), n * 2, 32);
+    a.k_heads = g.buffer(fake_buffer(3), n, 32);
+    a.attn = g.buffer(fake_buffer(5), n, 64);
+    a.o = g.buffer(fake_buffer(6), n, 64);
+    a.gate = g.buffer(fake_buffer(7), n, 128);
+    a.up = g.buffer(fake_buffer(8), n, 128);
+    a.act = g.buffer(fake_buffer(9), n, 128);
+    g.embed(g.weight(embed_table), g.buffer(fake_buffer(10), 1, n, SL_DTYPE_I32), a.x);
     families::LayerContext ctx;
     ctx.config = &c;
     ctx.act = &a;
@@ -114,10 +106,10 @@ struct LlamaStep {
       family.dense_ffn(g, ctx, w);
       family.after_ffn(g, ctx, w);
     }
-    const auto normed = g.buffer(fake(11), n, 64), logits = g.buffer(fake(12), n, 1024);
+    const auto normed = g.buffer(fake_buffer(11), n, 64), logits = g.buffer(fake_buffer(12), n, 1024);
     g.rms_norm(a.x, g.weight(final_norm), 1e-6f, 0.0f, normed, "final norm");
     g.matmul(normed, g.weight(lm_head), StepGraph::kNone, logits, "lm_head");
-    g.argmax(logits, g.buffer(fake(13), 1, n, SL_DTYPE_I32), "argmax");
+    g.argmax(logits, g.buffer(fake_buffer(13), 1, n, SL_DTYPE_I32), "argmax");
   }
 };
 
@@ -183,7 +175,7 @@ TEST(ClFusionPlan, RopesInAnotherOrderJoinLess) {
   att.head_dim = 32;
   att.scale = 1.0f;
   StepGraph g;
-  const auto q = g.buffer(fake(0), 1, 64), k = g.buffer(fake(1), 1, 32), v = g.buffer(fake(2), 1, 32), out = g.buffer(fake(3), 1, 64);
+  const auto q = g.buffer(fake_buffer(0), 1, 64), k = g.buffer(fake_buffer(1), 1, 32), v = g.buffer(fake_buffer(2), 1, 32), out = g.buffer(fake_buffer(3), 1, 64);
   rope.n_heads = 1;
   g.rope(k, rope, "rope k");
   rope.n_heads = 2;
@@ -195,10 +187,10 @@ TEST(ClFusionPlan, RopesInAnotherOrderJoinLess) {
 
 // Joins only where no output overlaps what the run still reads.
 TEST(ClFusionPlan, AliasingOutputsRunNodeByNode) {
-  const sl_weight gate = quantized(128, 64), down = quantized(64, 128), norm = plain(1, 64), q = quantized(64, 64);
+  const sl_weight gate = quantized(128, 64), down = quantized(64, 128), norm = f32_weight(1, 64), q = quantized(64, 64);
   {
     StepGraph g;  // the GLU writes over gate: the joined kernel reads gate's output while it writes act
-    const auto h = g.buffer(fake(0), 1, 64), gt = g.buffer(fake(1), 1, 128), up = g.buffer(fake(2), 1, 128);
+    const auto h = g.buffer(fake_buffer(0), 1, 64), gt = g.buffer(fake_buffer(1), 1, 128), up = g.buffer(fake_buffer(2), 1, 128);
     g.matmul(h, g.weight(gate), StepGraph::kNone, gt, "gate");
     g.matmul(h, g.weight(gate), StepGraph::kNone, up, "up");
     g.glu(gt, up, SL_ACT_SILU, gt, "activation");
@@ -206,11 +198,11 @@ TEST(ClFusionPlan, AliasingOutputsRunNodeByNode) {
   }
   {
     StepGraph g;  // the residual sum into the product's own input
-    const auto act = g.buffer(fake(0), 1, 128), o = g.buffer(fake(1), 1, 64), x = g.buffer(fake(0), 1, 64), h = g.buffer(fake(2), 1, 64);
+    const auto act = g.buffer(fake_buffer(0), 1, 128), o = g.buffer(fake_buffer(1), 1, 64), x = g.buffer(fake_buffer(0), 1, 64), h = g.buffer(fake_buffer(2), 1, 64);
     g.matmul(act, g.weight(down), StepGraph::kNone, o, "down");
     g.add(x, o, x, "residual");
     g.rms_norm(x, g.weight(norm), 1e-6f, 0.0f, h, "norm");
-    g.matmul(h, g.weight(q), StepGraph::kNone, g.buffer(fake(3), 1, 64), "q");
+    g.matmul(h, g.weight(q), StepGraph::kNone, g.buffer(fake_buffer(3), 1, 64), "q");
     EXPECT_EQ(text(plan_launches(g.view(), nvidia())), "1 AN 1");
   }
   {
@@ -221,7 +213,7 @@ TEST(ClFusionPlan, AliasingOutputsRunNodeByNode) {
     att.n_kv_heads = 1;
     att.head_dim = 32;
     att.scale = 1.0f;
-    const auto qq = g.buffer(fake(0), 1, 32), k = g.buffer(fake(1), 1, 32), v = g.buffer(fake(2), 1, 32);
+    const auto qq = g.buffer(fake_buffer(0), 1, 32), k = g.buffer(fake_buffer(1), 1, 32), v = g.buffer(fake_buffer(2), 1, 32);
     g.kv_write(k, v, 0, "kv_write");
     g.attention(qq, StepGraph::kNone, att, k, "attention");
     EXPECT_EQ(text(plan_launches(g.view(), nvidia())), "1 1");
@@ -231,23 +223,23 @@ TEST(ClFusionPlan, AliasingOutputsRunNodeByNode) {
 // A norm is left to the next launch only where that launch is a dp4a product of its output;
 // otherwise the residual step runs as a product and an add-norm.
 TEST(ClFusionPlan, ResidualJoinNeedsAProductOfTheNormAfterIt) {
-  const sl_weight down = quantized(64, 128), norm = plain(1, 64), head_f32 = plain(1024, 64), head_q4 = quantized(1024, 64);
+  const sl_weight down = quantized(64, 128), norm = f32_weight(1, 64), head_f32 = f32_weight(1024, 64), head_q4 = quantized(1024, 64);
   for (const bool q4_head : {true, false}) {
     StepGraph g;
-    const auto act = g.buffer(fake(0), 1, 128), o = g.buffer(fake(1), 1, 64), x = g.buffer(fake(2), 1, 64), h = g.buffer(fake(3), 1, 64);
+    const auto act = g.buffer(fake_buffer(0), 1, 128), o = g.buffer(fake_buffer(1), 1, 64), x = g.buffer(fake_buffer(2), 1, 64), h = g.buffer(fake_buffer(3), 1, 64);
     g.matmul(act, g.weight(down), StepGraph::kNone, o, "down");
     g.add(x, o, x, "residual");
     g.rms_norm(x, g.weight(norm), 1e-6f, 0.0f, h, "final norm");
-    g.matmul(h, g.weight(q4_head ? head_q4 : head_f32), StepGraph::kNone, g.buffer(fake(4), 1, 1024), "lm_head");
+    g.matmul(h, g.weight(q4_head ? head_q4 : head_f32), StepGraph::kNone, g.buffer(fake_buffer(4), 1, 1024), "lm_head");
     EXPECT_EQ(text(plan_launches(g.view(), nvidia())), q4_head ? "RES 1+n2" : "1 AN 1") << (q4_head ? "4-bit head" : "f32 head");
   }
   {
     StepGraph g;  // the norm's output read by something else first
-    const auto act = g.buffer(fake(0), 1, 128), o = g.buffer(fake(1), 1, 64), x = g.buffer(fake(2), 1, 64), h = g.buffer(fake(3), 1, 64);
+    const auto act = g.buffer(fake_buffer(0), 1, 128), o = g.buffer(fake_buffer(1), 1, 64), x = g.buffer(fake_buffer(2), 1, 64), h = g.buffer(fake_buffer(3), 1, 64);
     g.matmul(act, g.weight(down), StepGraph::kNone, o, "down");
     g.add(x, o, x, "residual");
     g.rms_norm(x, g.weight(norm), 1e-6f, 0.0f, h, "norm");
-    g.argmax(h, g.buffer(fake(4), 1, 1, SL_DTYPE_I32), "argmax");
+    g.argmax(h, g.buffer(fake_buffer(4), 1, 1, SL_DTYPE_I32), "argmax");
     EXPECT_EQ(text(plan_launches(g.view(), nvidia())), "1 AN 1");
   }
 }
