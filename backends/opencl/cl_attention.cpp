@@ -367,7 +367,7 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
       if (auto s = kv_write(be, c, layer, w.k, w.v, &w.rope, err); s != SL_OK) return s;
       join = nullptr;
     }
-    const bool joins = join && ks.short_join() && short_passes_max_keys(be) > 0 && one_token_per_sequence(be) && mma_runs.empty() &&
+    const bool joins = join && ks.short_join() && short_passes_max_keys(be) > 0 && be->one_token_per_sequence && mma_runs.empty() &&
                        takes_short_passes(be, ks, p);
     if (join && !joins)
       if (auto s = kv_write(be, c, layer, w.k, w.v, w.rope.x ? &w.rope : nullptr, err); s != SL_OK) return s;

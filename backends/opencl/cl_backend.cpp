@@ -414,6 +414,9 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
     wait_uploads(be->batch_uploads);  // the host vectors below fed the previous batch's copies
     be->positions.assign(batch->positions, batch->positions + batch->n_tokens);
     be->seq_slots.assign(batch->seq_slots, batch->seq_slots + batch->n_tokens);
+    std::vector<int32_t> sorted = be->seq_slots;  // once a batch, not at every layer's attention
+    std::sort(sorted.begin(), sorted.end());
+    be->one_token_per_sequence = !sorted.empty() && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
     be->n_seqs = batch->n_seqs;
     be->max_pages = batch->max_pages;
     be->page_table.assign(batch->page_table, batch->page_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);

@@ -185,6 +185,7 @@ struct sl_backend {
   std::map<std::string, cl::Kernel> kernels;
   // The current batch, on the host and on the device.
   std::vector<int32_t> positions, seq_slots, page_table;
+  bool one_token_per_sequence = false;  // decode: no token reads a row another writes (begin_batch)
   std::vector<int32_t> state_slots;   // the batch's state slots (2.0), on the host: state copies read them
   std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
   uint32_t n_seqs = 0, max_pages = 0;

@@ -373,11 +373,6 @@ sl_status copy_state(sl_backend* be, sl_kv_cache* c, const sl_tensor* x, const s
   });
 }
 
-bool one_token_per_sequence(const sl_backend* be) {
-  std::vector<int32_t> slots = be->seq_slots;
-  std::sort(slots.begin(), slots.end());
-  return !slots.empty() && std::adjacent_find(slots.begin(), slots.end()) == slots.end();
-}
 
 namespace {
 

@@ -40,9 +40,6 @@ sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err)
 // use; throws where the codecs' source does not build with ours.
 sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group);
 
-// Every token of the batch of another sequence (decode): no token reads a row another one writes.
-bool one_token_per_sequence(const sl_backend* be);
-
 // Whether kv_write_rope and attention_short_join can rotate the rope pair r in their launch: k is its
 // second tensor, with the cache's KV heads and head_dim, and v neither of its tensors.
 inline bool rope_pair_fits(const RopeLaunch& r, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim) {
