@@ -5,6 +5,12 @@ __kernel void add_f32(__global const float* a, __global const float* b, __global
   if (i < n) out[i] = a[i] + b[i];
 }
 
+// out = x * scale, or tanh(x * scale / softcap) * softcap (softcap > 0); out may be x.
+__kernel void scale_f32(__global const float* x, __global float* out, ulong n, float scale, float softcap) {
+  const ulong i = get_global_id(0);
+  if (i < n) out[i] = softcap > 0.0f ? tanh(x[i] * scale / softcap) * softcap : x[i] * scale;
+}
+
 // out = act(gate) * up.
 __kernel void gated_activation(__global const float* gate, __global const float* up, __global float* out, ulong n,
                                uint activation) {

@@ -172,6 +172,11 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
       return scatter_add_rows(be, x.get(), static_cast<const int32_t*>(in1->host), static_cast<const float*>(in2->host),
                               static_cast<uint32_t>(graph::values(*in1)), in0->cols, o.get(), err);
     }
+    case SL_OP_SCALE: {
+      const auto* p = graph::params<sl_scale_params>(n);
+      View x = view(*in0), o = view(*out);
+      return scale(be, x.get(), o.get(), graph::values(*out), p->scale, p->softcap, err);
+    }
     case SL_OP_ARGMAX: {
       View x = view(*in0), o = view(*out);
       return argmax(be, x.get(), in0->rows, in0->cols, o.get(), 0, err);

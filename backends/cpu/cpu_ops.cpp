@@ -217,6 +217,18 @@ sl_status add(sl_backend*, const sl_buffer* a, const sl_buffer* b, sl_buffer* ou
   return SL_OK;
 }
 
+sl_status scale(sl_backend* be, const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error*) {
+  const float* in = f32(x);
+  float* o = f32(out);
+  be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
+    if (softcap > 0)
+      for (std::size_t i = b; i < e; ++i) o[i] = std::tanh(in[i] * scale / softcap) * softcap;
+    else
+      for (std::size_t i = b; i < e; ++i) o[i] = in[i] * scale;
+  });
+  return SL_OK;
+}
+
 sl_status copy(sl_backend*, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
                sl_error* err) {
   if (!fits(src->bytes / 4, src_offset, n) || !fits(dst->bytes / 4, dst_offset, n))

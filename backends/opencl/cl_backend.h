@@ -366,6 +366,8 @@ sl_status rope_prepare(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, co
 void launch_rope(sl_backend* be, const RopeLaunch& r);  // x and x2 (where set) in one launch
 sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, Forms&, sl_error*);
 sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+// out = x * scale, or tanh(x * scale / softcap) * softcap (softcap > 0); out may be x.
+sl_status scale(sl_backend*, const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error*);
 sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
 sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);

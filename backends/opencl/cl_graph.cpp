@@ -138,6 +138,10 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
     case SL_OP_SCATTER_ADD_ROWS:
       return scatter_add_rows(be, buf(in0), static_cast<const int32_t*>(in1->host), static_cast<const float*>(in2->host), count32(in1),
                               in0->cols, buf(out), err);
+    case SL_OP_SCALE: {
+      const auto* p = graph::params<sl_scale_params>(n);
+      return scale(be, buf(in0), buf(out), graph::values(*out), p->scale, p->softcap, err);
+    }
     case SL_OP_ARGMAX:
       return argmax(be, buf(in0), in0->rows, in0->cols, buf(out), out->offset / 4, err);
     default:

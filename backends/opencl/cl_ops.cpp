@@ -393,6 +393,21 @@ sl_status add(sl_backend* be, const sl_buffer* a, const sl_buffer* b, sl_buffer*
   return binary(be, "add_f32", a, b, out, n, err);
 }
 
+sl_status scale(sl_backend* be, const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error* err) {
+  if (!float_buffer_ok(x, n) || !float_buffer_ok(out, n)) return too_small(err, "scale");
+  if (n == 0) return SL_OK;
+  return guarded(err, "scale", [&] {
+    auto& k = kernel(be, "ops", "scale_f32");
+    k.setArg(0, single(x));
+    k.setArg(1, single(out));
+    k.setArg(2, static_cast<cl_ulong>(n));
+    k.setArg(3, scale);
+    k.setArg(4, softcap);
+    launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
 sl_status copy(sl_backend* be, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
                sl_error* err) {
   if (!fits(src->bytes / 4, src_offset, n) || !fits(dst->bytes / 4, dst_offset, n))

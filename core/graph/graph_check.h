@@ -2,6 +2,7 @@
 // The shape rules of each op (sluice/graph.h), checked before a backend runs a node: a graph that
 // breaks them gets an error naming the node, never a read or write out of bounds. Header-only, for
 // backend plugins; buffer bounds are the backend's to check (it knows its buffers' sizes).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -132,6 +133,13 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
       if (!is_activation(in0) || !out || out->kind != SL_TENSOR_BUFFER || out->dtype != SL_DTYPE_I32 || values(*out) != in0->rows)
         return fail("needs F32 x [r, c] and an I32 output of r values");
       return {};
+    case SL_OP_SCALE: {
+      const auto* p = params<sl_scale_params>(n);
+      if (!p) return fail("missing sl_scale_params");
+      if (!std::isfinite(p->scale) || !std::isfinite(p->softcap) || p->softcap < 0) return fail("scale and softcap must be finite, softcap >= 0");
+      if (!is_activation(in0) || !is_activation(out) || values(*out) != values(*in0)) return fail("needs x and output of one size");
+      return {};
+    }
     default:
       return fail("op " + std::to_string(n.op) + " is not known to this backend");
   }

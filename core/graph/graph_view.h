@@ -73,6 +73,7 @@ inline const char* op_name(uint32_t op) {
     case SL_OP_GET_ROWS: return "get_rows";
     case SL_OP_SCATTER_ADD_ROWS: return "scatter_add_rows";
     case SL_OP_ARGMAX: return "argmax";
+    case SL_OP_SCALE: return "scale";
     default: return "unknown op";
   }
 }

@@ -118,6 +118,14 @@ void StepGraph::scatter_add_rows(Id x, Id rows, Id weights, Id out, std::string 
 }
 void StepGraph::argmax(Id x, Id out, std::string name) { node(SL_OP_ARGMAX, {x}, {out}, nullptr, std::move(name)); }
 
+void StepGraph::scale(Id x, float scale, float softcap, Id out, std::string name) {
+  sl_scale_params p{};
+  p.struct_size = sizeof(p);
+  p.scale = scale;
+  p.softcap = softcap;
+  node(SL_OP_SCALE, {x}, {out}, keep(p), std::move(name));
+}
+
 const sl_graph& StepGraph::view() {
   graph_ = {};
   graph_.struct_size = sizeof(graph_);

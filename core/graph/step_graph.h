@@ -40,6 +40,8 @@ class StepGraph {
   void get_rows(Id x, Id rows, Id out, std::string name);
   void scatter_add_rows(Id x, Id rows, Id weights, Id out, std::string name);
   void argmax(Id x, Id out, std::string name);
+  // out = x * scale, or tanh(x * scale / softcap) * softcap with softcap > 0.
+  void scale(Id x, float scale, float softcap, Id out, std::string name);
 
   const sl_tensor& tensor(Id id) const { return tensors_.at(id); }
   const std::vector<sl_node>& nodes() const { return nodes_; }
@@ -49,7 +51,7 @@ class StepGraph {
   void clear();
 
  private:
-  using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params>;
+  using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params>;
   void node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name);
   template <class P>
   const P* keep(const P& p) {

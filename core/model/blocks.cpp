@@ -11,8 +11,8 @@ void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, co
   g.matmul(a.h, w.v, w.v_bias, a.v, prefix + "v");
   if (w.q_norm != StepGraph::kNone) {
     const Id q = w.norm_per_head ? a.q_heads : a.q, k = w.norm_per_head ? a.k_heads : a.k;
-    g.rms_norm(q, w.q_norm, s.norm_eps, 0.0f, q, prefix + "q_norm");
-    g.rms_norm(k, w.k_norm, s.norm_eps, 0.0f, k, prefix + "k_norm");
+    g.rms_norm(q, w.q_norm, s.norm_eps, s.norm_offset, q, prefix + "q_norm");
+    g.rms_norm(k, w.k_norm, s.norm_eps, s.norm_offset, k, prefix + "k_norm");
   }
   sl_rope_params rope = s.rope;
   rope.head_dim = s.head_dim;

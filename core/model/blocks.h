@@ -37,6 +37,7 @@ struct AttentionShape {
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   uint32_t v_head_dim = 0;  // V's and the output's width per head where it differs from head_dim (MLA); 0 = head_dim
   float norm_eps = 1e-6f;
+  float norm_offset = 0.0f;  // the q/k norms multiply by weight + this (Gemma stores weight - 1)
   sl_rope_params rope{};  // n_heads is set per use
   uint32_t window = 0;    // sliding window; 0 = full
   float softcap = 0.0f;

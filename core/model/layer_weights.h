@@ -1,6 +1,7 @@
 #pragma once
-// One decoder layer's weights as the llama-shaped families bind them (llama, mistral, mixtral, qwen2,
-// qwen3, qwen3_moe, olmoe): which optional tensors the checkpoint has decides biases and q/k norms.
+// One decoder layer's weights as the families bind them (core/model/families/): which optional
+// tensors the checkpoint has decides biases and q/k norms; Gemma's norms after attention and after
+// the feed-forward block are the post_* ones.
 #include <cstdint>
 
 #include "sluice/graph.h"
@@ -10,6 +11,7 @@ namespace sluice {
 struct LayerWeights {
   sl_weight attn_norm{}, q{}, k{}, v{}, o{}, q_bias{}, k_bias{}, v_bias{}, o_bias{};
   sl_weight q_norm{}, k_norm{}, ffn_norm{}, gate{}, up{}, down{};
+  sl_weight post_attn_norm{}, post_ffn_norm{};  // Gemma: on each block's output before its residual add
   bool has_q_bias = false, has_k_bias = false, has_v_bias = false, has_o_bias = false, has_qk_norm = false;
   bool qk_norm_full = false;  // q/k norms over the whole projection (olmoe) rather than per head
   uint32_t window = 0;

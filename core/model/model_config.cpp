@@ -145,8 +145,11 @@ Result<RopeScaling> parse_rope_type(const std::string& type, const std::string& 
   if (type == "llama3") return RopeScaling::kLlama3;
   if (type == "yarn") return RopeScaling::kYarn;
   if (type == "dynamic") return RopeScaling::kDynamic;
-  return make_error(where + ": unsupported rope type '" + type + "' (supported: default, linear, llama3, yarn, dynamic)");
+  if (type == "longrope" || type == "su") return RopeScaling::kLongRope;
+  return make_error(where + ": unsupported rope type '" + type + "' (supported: default, linear, llama3, yarn, dynamic, longrope)");
 }
+
+Status parse_rope_object(const rapidjson::Value& params, const std::string& params_where, RopeConfig& rope);
 
 // rope_theta at top level + optional rope_scaling (transformers 4.x), or one rope_parameters object (5.x).
 Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max_position, RopeConfig& rope) {
@@ -156,6 +159,13 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
   if (theta) rope.theta = *theta;
   if (partial) rope.partial_rotary_factor = *partial;
   rope.original_max_position = max_position;
+  // Phi-3 keeps the trained context at top level; its longrope factor is how far max_position reaches past it.
+  SLUICE_TRY_ASSIGN(top_original, top.integer("original_max_position_embeddings"));
+  if (top_original) {
+    if (*top_original <= 0 || *top_original > kMaxPositions)
+      return make_error(where + ": 'original_max_position_embeddings' must be a positive integer at most " + std::to_string(kMaxPositions));
+    rope.original_max_position = static_cast<int>(*top_original);
+  }
 
   const rapidjson::Value* params = json::member(doc, "rope_scaling");
   std::string params_where = where + ": rope_scaling";
@@ -174,6 +184,49 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
     if (t) rope.theta = *t;
     if (prf) rope.partial_rotary_factor = *prf;
   }
+  SLUICE_TRY_ASSIGN(rope_type, p.string("rope_type"));
+  SLUICE_TRY_ASSIGN(legacy_type, p.string("type"));
+  if (!rope_type && !legacy_type && json::member(*params, "full_attention")) {
+    // Per layer type (Gemma 3, transformers 5.x): the full-attention layers' parameters here, the
+    // sliding layers' read by parse_sliding_rope.
+    params = json::member(*params, "full_attention");
+    params_where += ": full_attention";
+    if (!params->IsObject()) return make_error(params_where + " must be an object");
+  }
+  if (auto s = parse_rope_object(*params, params_where, rope); !s) return s;
+  if (top_original && rope.scaling == RopeScaling::kLongRope)  // transformers' rule for Phi-3
+    rope.factor = static_cast<double>(max_position) / static_cast<double>(*top_original);
+  return {};
+}
+
+// Gemma 3's sliding layers rotate with their own parameters: rope_parameters.sliding_attention
+// (transformers 5.x) or rope_local_base_freq (4.x; default 10 000), unscaled.
+Status parse_sliding_rope(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  RopeConfig local;
+  local.partial_rotary_factor = c.rope.partial_rotary_factor;
+  local.original_max_position = c.rope.original_max_position;
+  const auto* rp = json::member(doc, "rope_parameters");
+  if (const auto* s = rp ? json::member(*rp, "sliding_attention") : nullptr) {
+    if (!s->IsObject()) return make_error(where + ": rope_parameters: sliding_attention must be an object");
+    if (auto st = parse_rope_object(*s, where + ": rope_parameters: sliding_attention", local); !st) return st;
+  } else {
+    Fields f(doc, where);
+    SLUICE_TRY_ASSIGN(base, f.number("rope_local_base_freq"));
+    local.theta = base.value_or(10000.0);
+  }
+  if (!(std::isfinite(local.theta) && local.theta > 1)) return make_error(where + ": the sliding layers' rope_theta must be greater than 1 and finite");
+  c.sliding_rope = local;
+  return {};
+}
+
+// One rope parameters object: its theta and rotated fraction where it has them, its scaling kind
+// and that kind's values.
+Status parse_rope_object(const rapidjson::Value& params, const std::string& params_where, RopeConfig& rope) {
+  Fields p(params, params_where);
+  SLUICE_TRY_ASSIGN(own_theta, p.number("rope_theta"));
+  SLUICE_TRY_ASSIGN(own_partial, p.number("partial_rotary_factor"));
+  if (own_theta) rope.theta = *own_theta;
+  if (own_partial) rope.partial_rotary_factor = *own_partial;
   SLUICE_TRY_ASSIGN(rope_type, p.string("rope_type"));
   SLUICE_TRY_ASSIGN(legacy_type, p.string("type"));
   auto scaling = parse_rope_type(rope_type ? *rope_type : legacy_type.value_or("default"), params_where);
@@ -208,6 +261,24 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
     return make_error(params_where + ": 'attention_factor' must be finite");
   if (rope.scaling == RopeScaling::kLlama3 && !(rope.high_freq_factor > rope.low_freq_factor))
     return make_error(params_where + ": llama3 needs high_freq_factor > low_freq_factor");
+  if (rope.scaling == RopeScaling::kLongRope) {
+    auto read = [&](const char* name, std::vector<double>& out) -> Status {
+      const auto* v = json::member(params, name);
+      if (!v || !v->IsArray()) return make_error(params_where + ": longrope needs '" + name + "', a list of numbers");
+      if (v->Size() > kMaxHeadDim) return make_error(params_where + ": '" + name + "' is longer than any head");
+      out.clear();
+      for (const auto& x : v->GetArray()) {
+        if (!x.IsNumber() || !(std::isfinite(x.GetDouble()) && x.GetDouble() > 0))
+          return make_error(params_where + ": '" + name + "' entries must be positive numbers");
+        out.push_back(x.GetDouble());
+      }
+      return {};
+    };
+    if (auto s = read("short_factor", rope.short_factor); !s) return s;
+    if (auto s = read("long_factor", rope.long_factor); !s) return s;
+    if (rope.short_factor.size() != rope.long_factor.size())
+      return make_error(params_where + ": short_factor and long_factor differ in length");
+  }
   return {};
 }
 
@@ -251,6 +322,22 @@ Status parse_window_sizes(const rapidjson::Value& doc, const std::string& where,
     std::fill(c.layer_window.begin(), c.layer_window.end(), static_cast<int>(window));
     return {};
   }
+  if (c.architecture == "phi3") {  // every layer when set; transformers' Phi3Config has none by default
+    if (!window_absent) std::fill(c.layer_window.begin(), c.layer_window.end(), static_cast<int>(window));
+    return {};
+  }
+  if (c.architecture == "gemma2" || c.architecture == "gemma3_text") {
+    // layer_types, else transformers' default pattern: every `pattern`-th layer full, the rest sliding
+    // (Gemma 2 alternates; Gemma 3 reads sliding_window_pattern, default 6).
+    SLUICE_TRY_ASSIGN(pattern_opt, f.integer("sliding_window_pattern"));
+    const long long pattern = c.architecture == "gemma2" ? 2 : pattern_opt.value_or(6);
+    if (pattern <= 0) return make_error(where + ": 'sliding_window_pattern' must be positive");
+    for (int i = 0; i < c.num_layers; ++i) {
+      const bool sliding = !types.empty() ? types[i] == LayerType::kSlidingAttention : (i + 1) % pattern != 0;
+      if (sliding) c.layer_window[i] = static_cast<int>(window);
+    }
+    return {};
+  }
   if (c.architecture != "qwen2" && c.architecture != "qwen3") return {};
 
   SLUICE_TRY_ASSIGN(use_sliding, f.boolean("use_sliding_window"));
@@ -290,6 +377,34 @@ Status parse_windows(const rapidjson::Value& doc, const std::string& where, Mode
     else if (c.layer_window[i] > 0)
       c.layer_types[i] = LayerType::kSlidingAttention;
   }
+  return {};
+}
+
+// Gemma 2 and 3 (transformers' Gemma2Config / Gemma3TextConfig defaults where a field is absent; null
+// turns a soft-cap off): the embedding scaled by sqrt(hidden), norms of (1 + weight), attention scaled
+// by query_pre_attn_scalar^-1/2, soft-capped scores and logits (Gemma 2), per-head q/k norms (Gemma 3).
+Status parse_gemma(const rapidjson::Value& doc, const std::string& where, bool has_hidden_act, ModelConfig& c) {
+  Fields f(doc, where);
+  const bool gemma2 = c.architecture == "gemma2";
+  SLUICE_TRY_ASSIGN(activation, f.string("hidden_activation"));
+  if (activation) c.hidden_act = *activation;
+  else if (!has_hidden_act) c.hidden_act = "gelu_pytorch_tanh";
+  c.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
+  c.norm_weight_offset = 1.0f;
+  SLUICE_TRY_ASSIGN(scalar, f.number("query_pre_attn_scalar"));
+  const double q = scalar.value_or(256.0);
+  if (!(std::isfinite(q) && q > 0)) return make_error(where + ": 'query_pre_attn_scalar' must be positive");
+  c.attention_scale = static_cast<float>(1.0 / std::sqrt(q));
+  auto softcap = [&](const char* name, double fallback, float& out) -> Status {
+    SLUICE_TRY_ASSIGN(v, f.number(name));
+    const double cap = v ? *v : doc.HasMember(name) ? 0.0 : fallback;  // present but null: none
+    if (!(std::isfinite(cap) && cap >= 0 && cap < 1e30)) return make_error(where + ": '" + name + "' must be a positive number or null");
+    out = static_cast<float>(cap);
+    return {};
+  };
+  if (auto s = softcap("attn_logit_softcapping", gemma2 ? 50.0 : 0.0, c.attention_softcap); !s) return s;
+  if (auto s = softcap("final_logit_softcapping", gemma2 ? 30.0 : 0.0, c.final_logit_softcap); !s) return s;
+  c.qk_norm = !gemma2;
   return {};
 }
 
@@ -341,7 +456,8 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
 }  // namespace
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
-  static const std::vector<std::string> kArchitectures = {"llama", "mistral", "mixtral", "olmoe", "qwen2", "qwen3", "qwen3_moe"};
+  static const std::vector<std::string> kArchitectures = {"gemma2", "gemma3_text", "llama",     "mistral", "mixtral",
+                                                          "olmoe",  "phi3",        "qwen2", "qwen3",   "qwen3_moe"};
   return kArchitectures;
 }
 
@@ -402,7 +518,8 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
 
   SLUICE_TRY_ASSIGN(head_dim, f.integer("head_dim"));
   // transformers' Qwen3Config defaults head_dim to 128 rather than hidden/heads.
-  const long long default_head_dim = c.architecture == "qwen3" ? 128 : c.hidden_size / c.num_heads;
+  const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3_text";
+  const long long default_head_dim = c.architecture == "qwen3" ? 128 : gemma ? 256 : c.hidden_size / c.num_heads;
   const long long hd = head_dim.value_or(default_head_dim);
   if (hd <= 0 || hd % 2 != 0 || hd > kMaxHeadDim)
     return make_error(where + ": head_dim must be positive and even (at most " + std::to_string(kMaxHeadDim) +
@@ -438,6 +555,8 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   c.mlp_bias = mlp_bias.value_or(false);
   c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3_moe";
   c.qk_norm_full = c.architecture == "olmoe";
+  if (gemma)
+    if (auto s = parse_gemma(doc, where, act.has_value(), c); !s) return s.error();
   if (auto s = parse_moe(doc, where, c); !s) return s.error();
 
   if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
@@ -446,6 +565,11 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     return make_error(where + ": partial_rotary_factor must be in (0, 1]");
   if (c.rotary_dim() <= 0 || c.rotary_dim() % 2 != 0)
     return make_error(where + ": rotary dimension " + std::to_string(c.rotary_dim()) + " must be positive and even");
+  if (c.rope.scaling == RopeScaling::kLongRope && c.rope.short_factor.size() != static_cast<std::size_t>(c.rotary_dim() / 2))
+    return make_error(where + ": longrope's short_factor and long_factor need " + std::to_string(c.rotary_dim() / 2) +
+                      " entries (half the rotary dimension), got " + std::to_string(c.rope.short_factor.size()));
+  if (c.architecture == "gemma3_text")
+    if (auto s = parse_sliding_rope(doc, where, c); !s) return s.error();
   if (auto s = parse_windows(doc, where, c); !s) return s.error();
 
   if (const auto* q = json::member(doc, "quantization")) {
@@ -501,6 +625,11 @@ std::vector<float> RopeConfig::inverse_frequencies(int rotary_dim) const {
         break;
       case RopeScaling::kLinear:
         f = base / factor;
+        break;
+      case RopeScaling::kLongRope:
+        // Within the trained context transformers divides by the short factors (it switches the whole
+        // table to the long ones only once a sequence passes original_max_position).
+        f = static_cast<std::size_t>(i) < short_factor.size() ? base / short_factor[static_cast<std::size_t>(i)] : base;
         break;
       case RopeScaling::kLlama3: {
         const double wavelen = two_pi / base;
@@ -559,9 +688,11 @@ LayerCacheSpec ModelConfig::layer_cache(int layer) const {
 }
 
 float RopeConfig::attention_scaling() const {
-  if (scaling != RopeScaling::kYarn) return 1.0f;
+  if (scaling != RopeScaling::kYarn && scaling != RopeScaling::kLongRope) return 1.0f;
   if (attention_factor) return static_cast<float>(*attention_factor);
   if (factor <= 1.0) return 1.0f;
+  if (scaling == RopeScaling::kLongRope)
+    return static_cast<float>(std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original_max_position))));
   return static_cast<float>(0.1 * std::log(factor) + 1.0);
 }
 

@@ -12,7 +12,7 @@
 
 namespace sluice {
 
-enum class RopeScaling { kNone, kLinear, kLlama3, kYarn, kDynamic };
+enum class RopeScaling { kNone, kLinear, kLlama3, kYarn, kDynamic, kLongRope };
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -24,6 +24,8 @@ struct RopeConfig {
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
   std::optional<double> attention_factor;   // yarn mscale override
   double partial_rotary_factor = 1.0;     // fraction of head_dim rotated
+  // longrope (Phi-3): per-frequency divisors, short within original_max_position, long past it.
+  std::vector<double> short_factor, long_factor;
   // inv_freq[i] for i < rotary_dim/2, with scaling applied; attention_scaling multiplies cos/sin.
   std::vector<float> inverse_frequencies(int rotary_dim) const;
   float attention_scaling() const;
@@ -98,6 +100,17 @@ struct ModelConfig {
   // Per layer (config.json's layer_types where it has one): full or sliding attention (as
   // layer_window says) or linear attention (recurrent). Empty: every layer attention, as layer_window says.
   std::vector<LayerType> layer_types;
+  // The rotary embedding of sliding-window layers where it differs from `rope` (Gemma 3's local base).
+  std::optional<RopeConfig> sliding_rope;
+  // Gemma: the embedding multiplied by this (sqrt(hidden_size)); 0 = not scaled.
+  float embed_scale = 0.0f;
+  // Gemma: RMSNorm weights stored as weight - 1 (every norm multiplies by weight + this).
+  float norm_weight_offset = 0.0f;
+  // Attention scores' scale where it is not 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar^-1/2); 0 = that.
+  float attention_scale = 0.0f;
+  // tanh soft-capping of attention scores and of the final logits (Gemma 2); 0 = none.
+  float attention_softcap = 0.0f;
+  float final_logit_softcap = 0.0f;
   // V values per KV head where they differ from K's (MLA); 0 = head_dim. Set by the families that have it.
   int v_head_dim = 0;
   // Bytes of a linear-attention layer's state per sequence; set by the family that runs such layers
@@ -113,6 +126,10 @@ struct ModelConfig {
   int rotary_dim() const { return static_cast<int>(head_dim * rope.partial_rotary_factor); }
   int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   LayerType layer_type(int layer) const;
+  // The rotary embedding layer `layer` uses (sliding_rope on a sliding layer where the model has one).
+  const RopeConfig& rope_of(int layer) const {
+    return sliding_rope && layer_type(layer) == LayerType::kSlidingAttention ? *sliding_rope : rope;
+  }
   // What layer `layer` keeps in the KV cache (its type, widths, window or state).
   LayerCacheSpec layer_cache(int layer) const;
 };

@@ -322,8 +322,13 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
       }
   }
   for (const auto& [name, t] : tensors.tensors()) m->weight_bytes_ += t.bytes;
-  m->inv_freq_ = c.rope.inverse_frequencies(c.rotary_dim());
-  m->rope_factor_ = c.rope.attention_scaling();
+  m->rope_ = {c.rope.inverse_frequencies(c.rotary_dim()), c.rope.attention_scaling()};
+  if (c.sliding_rope) m->sliding_rope_ = {c.sliding_rope->inverse_frequencies(c.rotary_dim()), c.sliding_rope->attention_scaling()};
+  if (c.rope.scaling == RopeScaling::kLongRope) {
+    RopeConfig past = c.rope;
+    past.short_factor = past.long_factor;
+    m->long_rope_ = {past.inverse_frequencies(c.rotary_dim()), past.attention_scaling()};
+  }
   return m;
 }
 

@@ -153,6 +153,7 @@ class Transformer {
     std::vector<Buffer> keep;                 // expert weights wrapped for this pass
     std::deque<std::vector<int32_t>> rows;    // host index arrays (MoE rows)
     std::deque<std::vector<float>> weights;   // host weights (MoE routing)
+    bool past_original_context = false;       // a position of the step lies past longrope's trained context
   };
   // Registers the stage's activation buffers in the graph for n tokens.
   void declare_activations(Stage& stage, PassGraph& pass, uint32_t n) const;
@@ -173,8 +174,13 @@ class Transformer {
   std::vector<Stage> stages_;
   sl_weight embed_{}, final_norm_{}, lm_head_{};
   std::vector<Layer> layers_;
-  std::vector<float> inv_freq_;
-  float rope_factor_ = 1.0f;
+  // Rotary tables: the model's; its sliding layers' where they differ (Gemma 3); longrope's long
+  // factors, used by a step that reaches past the trained context (Phi-3).
+  struct RopeTable {
+    std::vector<float> inv_freq;
+    float factor = 1.0f;
+  };
+  RopeTable rope_, sliding_rope_, long_rope_;
   uint64_t weight_bytes_ = 0;
   std::vector<float> hidden_;  // the hidden state on its way between stages
 

@@ -52,10 +52,15 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
   ctx.rope.struct_size = sizeof(ctx.rope);
   ctx.rope.rotary_dim = static_cast<uint32_t>(config_.rotary_dim());
   ctx.rope.style = SL_ROPE_NEOX;
-  ctx.rope.attention_factor = rope_factor_;
-  ctx.rope.inv_freq = inv_freq_.data();
+  const uint32_t layer = st.first + cache_layer;
+  const bool sliding = config_.layer_type(static_cast<int>(layer)) == LayerType::kSlidingAttention;
+  const RopeTable& table = sliding && config_.sliding_rope ? sliding_rope_
+                           : pass.past_original_context && !long_rope_.inv_freq.empty() ? long_rope_
+                                                                                        : rope_;
+  ctx.rope.attention_factor = table.factor;
+  ctx.rope.inv_freq = table.inv_freq.data();
   ctx.cache_layer = cache_layer;
-  ctx.prefix = "layer " + std::to_string(st.first + cache_layer) + " ";
+  ctx.prefix = "layer " + std::to_string(layer) + " ";
   family_->before_ffn(pass.graph, ctx, L);
   if (L.moe_index >= 0) {
     if (auto s = build_moe(st, pass, L, n); !s) return s;
@@ -210,8 +215,10 @@ void Transformer::build_head(Stage& st, PassGraph& pass, const ForwardBatch& bat
     g.get_rows(pass.act.x, g.host(batch.logit_rows.data(), 1, rows, SL_DTYPE_I32), source, "head rows");
   }
   const StepGraph::Id normed = g.buffer(a.last_norm.get(), rows, H);
-  g.rms_norm(source, g.weight(final_norm_), config_.norm_eps, 0.0f, normed, "final norm");
-  g.matmul(normed, g.weight(lm_head_), StepGraph::kNone, g.buffer(a.logits.get(), rows, config_.vocab_size), "lm_head");
+  g.rms_norm(source, g.weight(final_norm_), config_.norm_eps, config_.norm_weight_offset, normed, "final norm");
+  const StepGraph::Id logits = g.buffer(a.logits.get(), rows, config_.vocab_size);
+  g.matmul(normed, g.weight(lm_head_), StepGraph::kNone, logits, "lm_head");
+  if (config_.final_logit_softcap > 0) g.scale(logits, 1.0f, config_.final_logit_softcap, logits, "logit softcap");
 }
 
 Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot, PassGraph& last) {
@@ -246,6 +253,10 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
   b.window_table = batch.window_table.empty() ? nullptr : batch.window_table.data();
   b.state_slots = batch.state_slots.empty() ? nullptr : batch.state_slots.data();
 
+  // transformers switches longrope to its long factors for a pass whose positions pass the trained context.
+  bool past_original = false;
+  for (int32_t p : batch.positions) past_original |= p + 1 > config_.rope.original_max_position;
+
   const uint64_t hidden_bytes = uint64_t(n) * config_.hidden_size * 4;
   for (std::size_t s = 0; s < stages_.size(); ++s) {
     Stage& st = stages_[s];
@@ -253,6 +264,7 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
     PassGraph& pass = s + 1 == stages_.size() ? last : local;
     pass.batch = b;
     pass.cache = caches[s];
+    pass.past_original_context = past_original;
     pass.graph.clear();
     declare_activations(st, pass, n);
     if (s == 0) {
@@ -260,6 +272,7 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
       const StepGraph::Id ids = from_slot < 0 ? g.host(batch.tokens.data(), 1, n, SL_DTYPE_I32)
                                               : g.buffer(greedy_ids_.get(), 1, n, SL_DTYPE_I32, uint64_t(from_slot) * sizeof(int32_t));
       g.embed(g.weight(embed_), ids, pass.act.x);
+      if (config_.embed_scale > 0) g.scale(pass.act.x, config_.embed_scale, 0.0f, pass.act.x, "embedding scale");
     } else {  // the hidden state moves to the next backend through host memory
       hidden_.resize(hidden_bytes / 4);
       if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.x, 0, hidden_.data(), hidden_bytes); !r) return r;

@@ -466,12 +466,12 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
       break;
   }
   const bool has_params = node->op == SL_OP_RMS_NORM || node->op == SL_OP_ROPE || node->op == SL_OP_KV_WRITE ||
-                          node->op == SL_OP_ATTENTION || node->op == SL_OP_GLU;
+                          node->op == SL_OP_ATTENTION || node->op == SL_OP_GLU || node->op == SL_OP_SCALE;
   if (has_params && !node->params) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node lacks its parameters");
   if (node->op == SL_OP_MATMUL &&
       (n.in[0]->cols != n.in[1]->weight->cols || n.out[0]->cols != n.in[1]->weight->rows || n.out[0]->rows != n.in[0]->rows))
     return fail(err, SL_ERR_INVALID_ARGUMENT, "matmul: shapes do not fit");
-  if ((node->op == SL_OP_ADD || node->op == SL_OP_GLU || node->op == SL_OP_COPY) && count(n.out[0]) > count(n.in[0]))
+  if ((node->op == SL_OP_ADD || node->op == SL_OP_GLU || node->op == SL_OP_COPY || node->op == SL_OP_SCALE) && count(n.out[0]) > count(n.in[0]))
     return fail(err, SL_ERR_INVALID_ARGUMENT, "elementwise op: output larger than its input");
   for (const sl_tensor* t : {n.in[0], n.in[1], n.in[2], n.in[3], n.out[0], n.out[1]})
     if (t && t->kind == SL_TENSOR_STATE && node->op != SL_OP_COPY) return fail(err, SL_ERR_UNSUPPORTED, "a state read by an op other than copy");
@@ -479,7 +479,7 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
 }
 
 int supports_node(const sl_backend*, const sl_node_query* q) {
-  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_ARGMAX) return 0;
+  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_SCALE) return 0;
   for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i) {
     const uint32_t index = q->node->inputs[i];
     if (index == SL_NO_TENSOR || !q->tensors || index >= q->n_tensors) continue;
@@ -521,6 +521,14 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
       case SL_OP_GET_ROWS: s = get_rows(n, err); break;
       case SL_OP_SCATTER_ADD_ROWS: s = scatter_add_rows(n, err); break;
       case SL_OP_ARGMAX: s = argmax(n, err); break;
+      case SL_OP_SCALE: {  // 2.1
+        const auto* p = static_cast<const sl_scale_params*>(g->nodes[i].params);
+        for (uint64_t k = 0; k < count(n.out[0]); ++k) {
+          const float v = F(n.in[0])[k] * p->scale;
+          F(n.out[0])[k] = p->softcap > 0 ? std::tanh(v / p->softcap) * p->softcap : v;
+        }
+        break;
+      }
       default: s = fail(err, SL_ERR_UNSUPPORTED, "op " + std::to_string(op) + " is not known to the example backend");
     }
     if (s != SL_OK) return s;

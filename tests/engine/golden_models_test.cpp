@@ -37,7 +37,8 @@ TEST_P(GoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
-                         ::testing::Values("zoo/llama", "zoo/qwen2", "zoo/qwen3", "zoo/mistral", "tiny-code-qwen2"),
+                         ::testing::Values("zoo/llama", "zoo/qwen2", "zoo/qwen3", "zoo/mistral", "zoo/gemma2", "zoo/gemma3_text", "zoo/phi3",
+                                           "tiny-code-qwen2"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)

@@ -113,6 +113,9 @@ typedef enum sl_op {
   /* out (I32 [1, r]) = the first index of each row's largest value, NaN passed over (a row of
    * nothing but NaN gives 0); in: x [r, c]. */
   SL_OP_ARGMAX = 12,
+  /* 2.1: out = x * scale, or with softcap > 0: tanh(x * scale / softcap) * softcap, elementwise (same
+   * shapes); out may be x. sl_scale_params. Gemma's embedding scale and final-logit soft-capping. */
+  SL_OP_SCALE = 13,
   SL_OP_COUNT /* grows with every minor; not part of the ABI */
 } sl_op;
 
@@ -165,6 +168,13 @@ typedef enum sl_activation {
   SL_ACT_GELU_TANH = 1,
   SL_ACT_GELU = 2
 } sl_activation;
+
+/* 2.1 */
+typedef struct sl_scale_params {
+  uint32_t struct_size;
+  float scale;
+  float softcap;  /* 0 = none */
+} sl_scale_params;
 
 typedef struct sl_glu_params {
   uint32_t struct_size;

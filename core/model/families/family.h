@@ -32,6 +32,9 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual bool has(const std::string& name) const = 0;
   virtual Status bind(sl_weight& dst, const std::string& name, std::vector<int64_t> shape) = 0;
+  // Rows [first, first + count) of a tensor of `shape` that stacks several matrices (Phi-3's fused
+  // qkv_proj and gate_up_proj), as a weight of its own — quantized or not.
+  Status bind_rows(sl_weight& dst, const std::string& name, std::vector<int64_t> shape, uint32_t first, uint32_t count);
   // Binds it where the checkpoint has it; present says whether it did.
   Status bind_optional(sl_weight& dst, bool& present, const std::string& name, std::vector<int64_t> shape) {
     present = has(name);

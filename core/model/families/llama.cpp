@@ -85,11 +85,4 @@ uint32_t activation(const ModelConfig& config) {
   return SL_ACT_SILU;
 }
 
-const Family* family_for(const ModelConfig& config) {
-  static const Llama llama;
-  const std::string& t = config.architecture;
-  if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3" || t == "qwen3_moe" || t == "olmoe") return &llama;
-  return nullptr;
-}
-
 }  // namespace sluice::families

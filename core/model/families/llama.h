@@ -6,7 +6,7 @@
 
 namespace sluice::families {
 
-class Llama final : public Family {
+class Llama : public Family {
  public:
   const char* name() const override { return "llama"; }
   // model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj (+ biases, q/k norms where present),

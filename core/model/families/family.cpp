@@ -1,0 +1,45 @@
+#include "model/families/family.h"
+
+#include "model/families/gemma.h"
+#include "model/families/llama.h"
+#include "model/families/phi3.h"
+
+namespace sluice::families {
+
+namespace {
+
+uint64_t value_bytes(uint32_t dtype) { return dtype == SL_DTYPE_F16 || dtype == SL_DTYPE_BF16 ? 2 : 4; }
+
+}  // namespace
+
+Status WeightSource::bind_rows(sl_weight& dst, const std::string& name, std::vector<int64_t> shape, uint32_t first, uint32_t count) {
+  sl_weight whole{};
+  if (auto s = bind(whole, name, shape); !s) return s;
+  if (uint64_t(first) + count > whole.rows)
+    return make_error("tensor '" + name + "': rows " + std::to_string(first) + ".." + std::to_string(uint64_t(first) + count) +
+                      " lie past its " + std::to_string(whole.rows));
+  dst = whole;
+  dst.rows = count;
+  if (whole.bits == 0) {
+    dst.offset += uint64_t(first) * whole.cols * value_bytes(whole.dtype);
+  } else {  // packed words, then one scale and one bias per group of a row
+    const uint64_t groups = whole.cols / whole.group_size;
+    dst.offset += uint64_t(first) * (uint64_t(whole.cols) * whole.bits / 32) * 4;
+    dst.scales_offset += uint64_t(first) * groups * value_bytes(whole.scale_dtype);
+    dst.biases_offset += uint64_t(first) * groups * value_bytes(whole.scale_dtype);
+  }
+  return {};
+}
+
+const Family* family_for(const ModelConfig& config) {
+  static const Llama llama;
+  static const Gemma gemma;
+  static const Phi3 phi3;
+  const std::string& t = config.architecture;
+  if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3" || t == "qwen3_moe" || t == "olmoe") return &llama;
+  if (t == "gemma2" || t == "gemma3_text") return &gemma;
+  if (t == "phi3") return &phi3;
+  return nullptr;
+}
+
+}  // namespace sluice::families
