@@ -200,6 +200,34 @@ void run_elementwise(Runner& r) {
   }
 }
 
+// SCALE (2.1): a plain scale, Gemma's logit soft-cap (scores far past the cap saturate), and in place.
+void run_scale(Runner& r) {
+  r.op("scale", Needs{}, [&] {
+    struct Case {
+      float scale, softcap;
+      bool in_place;
+    };
+    for (const Case c : {Case{8.0f, 0.0f, false}, Case{1.0f, 30.0f, false}, Case{0.0625f, 50.0f, true}}) {
+      for (uint64_t n : {1u, 4099u}) {
+        r.new_case("scale " + std::to_string(c.scale) + " softcap " + std::to_string(c.softcap) + (c.in_place ? " in place" : "") + " n " +
+                   std::to_string(n));
+        auto x = r.random(n);
+        for (uint64_t i = 0; i < n; i += 7) x[i] *= 500.0f;  // past the cap
+        Buffer dx = r.upload(x), out = r.zeros(c.in_place ? 1 : n);
+        sl_buffer* o = c.in_place ? dx.get() : out.get();
+        sl_error err{};
+        r.expect_ok(r.ops().scale(dx.get(), o, n, c.scale, c.softcap, &err), err, "scale");
+        const auto got = r.download(c.in_place ? dx : out, n);
+        for (uint64_t i = 0; i < n; ++i) {
+          const double v = double(x[i]) * c.scale;
+          const double want = c.softcap > 0 ? std::tanh(v / c.softcap) * c.softcap : v;
+          r.check(got[i], static_cast<float>(want), 4 * kRel * std::abs(want) + kFloor, "value " + std::to_string(i));
+        }
+      }
+    }
+  });
+}
+
 struct AttnShape {
   uint32_t heads, kv_heads, dim, window;
   float softcap;
@@ -391,6 +419,7 @@ std::vector<OpResult> run_all(const BackendHandle& backend, const Options& optio
   run_greedy_ops(r);
   run_rope(r);
   run_elementwise(r);
+  run_scale(r);
   run_attention(r);
   run_kv_layers(r);
   return std::move(r.results);

@@ -228,6 +228,12 @@ sl_status OpCalls::add(const sl_buffer* a, const sl_buffer* b, sl_buffer* out, u
   return r.run(err);
 }
 
+sl_status OpCalls::scale(const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error* err) {
+  GraphRun r(*this);
+  r.g.scale(values(r.g, x, 1, n), scale, softcap, values(r.g, out, 1, n), "scale");
+  return r.run(err);
+}
+
 sl_status OpCalls::copy(const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n, sl_error* err) {
   // A tensor holds at most 2^32 - 1 values per row at a byte offset: larger asks cannot be a graph.
   if (n > UINT32_MAX || src_offset > UINT64_MAX / 4 || dst_offset > UINT64_MAX / 4) {

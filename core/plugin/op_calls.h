@@ -48,6 +48,8 @@ class OpCalls {
                       sl_buffer* out, sl_error* err);
   sl_status gated_activation(uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n, sl_error* err);
   sl_status add(const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err);
+  // out = x * scale, or tanh(x * scale / softcap) * softcap (a SCALE node, 2.1).
+  sl_status scale(const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error* err);
   // Offsets and n in floats.
   sl_status copy(const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n, sl_error* err);
   sl_status gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err);

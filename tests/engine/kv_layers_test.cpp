@@ -232,6 +232,33 @@ TEST(KvLayers, APrefixReusedWithItsWindowPagesGivesWhatComputingItGives) {
   EXPECT_EQ(reused.ids, fresh.ids);
 }
 
+TEST(KvLayers, GemmaSlidingLayersReleaseTheirPagesAndReuseAPrefixExactly) {
+  // Gemma 2 (zoo: window 8, sliding and full layers alternating): its sliding layer keeps window
+  // pages, and a second request sharing 60 tokens gives, from the cached prefix, what computing it gives.
+  SLUICE_REQUIRE_REFERENCE("models/zoo/gemma2/config.json");
+  const std::string dir = test::reference_path("models/zoo/gemma2").string();
+  auto rt = Runtime::open(options(dir));
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  EXPECT_EQ((*rt)->kv().layer_kind(0), uint32_t(SL_KV_WINDOW));
+  EXPECT_EQ((*rt)->kv().layer_kind(1), uint32_t(SL_KV_FULL));
+  auto warm = Engine::create(options(dir));
+  auto cold = Engine::create(options(dir));
+  auto full = Engine::create(options(dir, 1, false));
+  ASSERT_TRUE(warm.ok() && cold.ok() && full.ok());
+  const auto first = prompt_of(3, 70);
+  ASSERT_EQ((*warm)->generate(greedy(first, 1)).ids.size(), 1u);
+  auto shared = first;
+  shared.resize(60);
+  for (int j = 0; j < 9; ++j) shared.push_back(500 + j);
+  const auto reused = (*warm)->generate(greedy(shared, 20));
+  const auto fresh = (*cold)->generate(greedy(shared, 20));
+  const auto kept = (*full)->generate(greedy(shared, 20));
+  EXPECT_GT(reused.stats.cached_tokens, 0);
+  EXPECT_EQ(fresh.stats.cached_tokens, 0);
+  EXPECT_EQ(reused.ids, fresh.ids);
+  EXPECT_EQ(kept.ids, fresh.ids);
+}
+
 TEST(KvLayers, GreedyDecodingAheadKeepsTheWindowsPagesInStep) {
   // Decoding a token ahead advances the window's pages at issue and publishes at take: the same
   // tokens as reading every step's logits.

@@ -513,6 +513,95 @@ TEST(ModelConfig, ParsesRopeScalingFromLegacyAndNewForms) {
   EXPECT_EQ(v5->rope.original_max_position, 8192);
 }
 
+TEST(ModelConfig, GemmaDefaultsFollowTransformersAndNullTurnsASoftCapOff) {
+  TempDir dir;
+  // Gemma 2 with nothing but the shapes: transformers' Gemma2Config defaults.
+  auto g2 = load_config(dir, config_json("gemma2", R"(,"head_dim":16)"));
+  ASSERT_TRUE(g2.ok()) << g2.message();
+  EXPECT_FLOAT_EQ(g2->embed_scale, 8.0f);  // sqrt(64)
+  EXPECT_FLOAT_EQ(g2->norm_weight_offset, 1.0f);
+  EXPECT_FLOAT_EQ(g2->attention_scale, 1.0f / 16.0f);  // query_pre_attn_scalar 256
+  EXPECT_FLOAT_EQ(g2->attention_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(g2->final_logit_softcap, 30.0f);
+  EXPECT_EQ(g2->hidden_act, "gelu_pytorch_tanh");
+  EXPECT_FALSE(g2->qk_norm);
+  EXPECT_EQ(g2->layer_window, (std::vector<int>{4096, 0, 4096, 0}));  // alternating, sliding first
+  EXPECT_FALSE(g2->sliding_rope.has_value());
+  auto off = load_config(dir, config_json("gemma2", R"(,"attn_logit_softcapping":null,"final_logit_softcapping":null,)"
+                                                    R"("query_pre_attn_scalar":64,"sliding_window":8)"));
+  ASSERT_TRUE(off.ok()) << off.message();
+  EXPECT_EQ(off->attention_softcap, 0.0f);
+  EXPECT_EQ(off->final_logit_softcap, 0.0f);
+  EXPECT_FLOAT_EQ(off->attention_scale, 0.125f);
+  EXPECT_EQ(off->layer_window, (std::vector<int>{8, 0, 8, 0}));
+  EXPECT_EQ(off->head_dim, 256);  // Gemma's default, not hidden / heads
+  // Gemma 3: no soft-caps, per-head q/k norms, every 6th layer full (sliding_window_pattern).
+  auto g3 = load_config(dir, config_json("gemma3_text", R"(,"head_dim":16,"sliding_window":8,"sliding_window_pattern":3)"));
+  ASSERT_TRUE(g3.ok()) << g3.message();
+  EXPECT_EQ(g3->attention_softcap, 0.0f);
+  EXPECT_EQ(g3->final_logit_softcap, 0.0f);
+  EXPECT_TRUE(g3->qk_norm);
+  EXPECT_EQ(g3->layer_window, (std::vector<int>{8, 8, 0, 8}));
+  auto bad = load_config(dir, config_json("gemma2", R"(,"attn_logit_softcapping":-1)"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("attn_logit_softcapping"), std::string::npos) << bad.message();
+}
+
+TEST(ModelConfig, Gemma3SlidingLayersRotateWithTheirOwnBase) {
+  TempDir dir;
+  // transformers 5.x: rope_parameters per layer type.
+  auto v5 = load_config(dir, config_json("gemma3_text", R"(,"head_dim":16,"layer_types":["sliding_attention","full_attention",)"
+                                                        R"("sliding_attention","full_attention"],"sliding_window":8,)"
+                                                        R"("rope_parameters":{"full_attention":{"rope_theta":1000000.0,)"
+                                                        R"("rope_type":"linear","factor":8.0},)"
+                                                        R"("sliding_attention":{"rope_theta":10000.0,"rope_type":"default"}})"));
+  ASSERT_TRUE(v5.ok()) << v5.message();
+  EXPECT_DOUBLE_EQ(v5->rope.theta, 1000000.0);
+  EXPECT_EQ(v5->rope.scaling, RopeScaling::kLinear);
+  EXPECT_DOUBLE_EQ(v5->rope.factor, 8.0);
+  ASSERT_TRUE(v5->sliding_rope.has_value());
+  EXPECT_DOUBLE_EQ(v5->sliding_rope->theta, 10000.0);
+  EXPECT_EQ(v5->sliding_rope->scaling, RopeScaling::kNone);
+  EXPECT_DOUBLE_EQ(v5->rope_of(0).theta, 10000.0);    // sliding
+  EXPECT_DOUBLE_EQ(v5->rope_of(1).theta, 1000000.0);  // full
+  // transformers 4.x: rope_theta for the full layers, rope_local_base_freq for the sliding ones.
+  auto v4 = load_config(dir, config_json("gemma3_text", R"(,"head_dim":16,"rope_theta":1000000.0,"rope_local_base_freq":20000.0)"));
+  ASSERT_TRUE(v4.ok()) << v4.message();
+  EXPECT_DOUBLE_EQ(v4->rope.theta, 1000000.0);
+  ASSERT_TRUE(v4->sliding_rope.has_value());
+  EXPECT_DOUBLE_EQ(v4->sliding_rope->theta, 20000.0);
+}
+
+TEST(ModelConfig, Phi3LongRopeReadsBothFactorListsAndScalesAttentionAsTransformersDoes) {
+  TempDir dir;
+  std::string shorts = "[", longs = "[";
+  for (int i = 0; i < 8; ++i) {  // head_dim 16: 8 frequencies
+    shorts += (i ? "," : "") + std::to_string(1.0 + 0.25 * i);
+    longs += (i ? "," : "") + std::to_string(2.0 + i);
+  }
+  shorts += "]";
+  longs += "]";
+  auto c = load_config(dir, config_json("phi3", R"(,"max_position_embeddings":131072,"original_max_position_embeddings":4096,)"
+                                                R"("rope_theta":10000.0,"rope_scaling":{"type":"longrope","short_factor":)" +
+                                                    shorts + R"(,"long_factor":)" + longs + "}"));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kLongRope);
+  EXPECT_EQ(c->rope.original_max_position, 4096);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 32.0);  // 131072 / 4096
+  const auto inv = c->rope.inverse_frequencies(16);
+  ASSERT_EQ(inv.size(), 8u);
+  for (int i = 0; i < 8; ++i)
+    EXPECT_NEAR(inv[i], 1.0 / ((1.0 + 0.25 * i) * std::pow(10000.0, 2.0 * i / 16)), 1e-7 * inv[0]) << i;
+  EXPECT_NEAR(c->rope.attention_scaling(), std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-6);
+  EXPECT_TRUE(c->layer_window == std::vector<int>(4, 0));  // Phi-3 without sliding_window: none
+  auto windowed = load_config(dir, config_json("phi3", R"(,"sliding_window":2047)"));
+  ASSERT_TRUE(windowed.ok()) << windowed.message();
+  EXPECT_EQ(windowed->layer_window, std::vector<int>(4, 2047));
+  auto short_list = load_config(dir, config_json("phi3", R"(,"rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,1]})"));
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_NE(short_list.message().find("short_factor"), std::string::npos) << short_list.message();
+}
+
 // ---- RoPE inverse frequencies ----
 
 TEST(RopeConfig, Llama3RuleMatchesHandComputedValues) {
