@@ -118,6 +118,14 @@ void StepGraph::scatter_add_rows(Id x, Id rows, Id weights, Id out, std::string 
 }
 void StepGraph::argmax(Id x, Id out, std::string name) { node(SL_OP_ARGMAX, {x}, {out}, nullptr, std::move(name)); }
 
+StepGraph::Id StepGraph::reshape(Id t, uint32_t rows, uint32_t cols) {
+  sl_tensor v = tensors_.at(t);
+  v.rows = rows;
+  v.cols = cols;
+  tensors_.push_back(v);
+  return static_cast<Id>(tensors_.size() - 1);
+}
+
 void StepGraph::scale(Id x, float scale, float softcap, Id out, std::string name) {
   sl_scale_params p{};
   p.struct_size = sizeof(p);

@@ -40,6 +40,9 @@ class StepGraph {
   void get_rows(Id x, Id rows, Id out, std::string name);
   void scatter_add_rows(Id x, Id rows, Id weights, Id out, std::string name);
   void argmax(Id x, Id out, std::string name);
+  // The same memory as BUFFER tensor t, seen as [rows, cols] (a layer of its own width in a shared buffer,
+  // per-head rows of a projection).
+  Id reshape(Id t, uint32_t rows, uint32_t cols);
   // out = x * scale, or tanh(x * scale / softcap) * softcap with softcap > 0.
   void scale(Id x, float scale, float softcap, Id out, std::string name);
 

@@ -7,20 +7,28 @@ namespace sluice::blocks {
 void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
                const std::string& prefix) {
   g.matmul(a.h, w.q, w.q_bias, a.q, prefix + "q");
-  g.matmul(a.h, w.k, w.k_bias, a.k, prefix + "k");
-  g.matmul(a.h, w.v, w.v_bias, a.v, prefix + "v");
+  if (s.writes_kv) {
+    g.matmul(a.h, w.k, w.k_bias, a.k, prefix + "k");
+    if (s.value_from_key)
+      g.copy(a.k, a.v, prefix + "v = k");
+    else
+      g.matmul(a.h, w.v, w.v_bias, a.v, prefix + "v");
+  }
   if (w.q_norm != StepGraph::kNone) {
     const Id q = w.norm_per_head ? a.q_heads : a.q, k = w.norm_per_head ? a.k_heads : a.k;
     g.rms_norm(q, w.q_norm, s.norm_eps, s.norm_offset, q, prefix + "q_norm");
-    g.rms_norm(k, w.k_norm, s.norm_eps, s.norm_offset, k, prefix + "k_norm");
+    if (s.writes_kv) g.rms_norm(k, w.k_norm, s.norm_eps, s.norm_offset, k, prefix + "k_norm");
   }
+  if (w.v_norm != StepGraph::kNone && s.writes_kv) g.rms_norm(a.v_heads, w.v_norm, s.norm_eps, 0.0f, a.v_heads, prefix + "v_norm");
   sl_rope_params rope = s.rope;
   rope.head_dim = s.head_dim;
   rope.n_heads = s.n_heads;
   g.rope(a.q, rope, prefix + "rope q");
-  rope.n_heads = s.n_kv_heads;
-  g.rope(a.k, rope, prefix + "rope k");
-  g.kv_write(a.k, a.v, layer, prefix + "kv_write");
+  if (s.writes_kv) {
+    rope.n_heads = s.n_kv_heads;
+    g.rope(a.k, rope, prefix + "rope k");
+    g.kv_write(a.k, a.v, layer, prefix + "kv_write");
+  }
   sl_attention_params p{};
   p.layer = layer;
   p.n_heads = s.n_heads;

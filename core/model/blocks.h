@@ -21,14 +21,19 @@ struct Activations {
   Id attn = StepGraph::kNone;   // attention's output [n, NH·DV]
   Id o = StepGraph::kNone;      // a block's output [n, H]
   Id gate = StepGraph::kNone, up = StepGraph::kNone, act = StepGraph::kNone;  // [n, F]
-  // Per-head views of q and k ([n·heads, D]), for per-head norms.
-  Id q_heads = StepGraph::kNone, k_heads = StepGraph::kNone;
+  // Per-head views of q, k and v ([n·heads, D]), for per-head norms.
+  Id q_heads = StepGraph::kNone, k_heads = StepGraph::kNone, v_heads = StepGraph::kNone;
+  // Gemma 4's per-layer inputs: every layer's [n, L·P] (and the same memory as [n·L, P] rows), the
+  // token-identity half while it is built, one layer's [n, P] and its gate.
+  Id per_layer_all = StepGraph::kNone, per_layer_rows = StepGraph::kNone, per_layer_tokens = StepGraph::kNone;
+  Id per_layer = StepGraph::kNone, per_layer_gate = StepGraph::kNone;
 };
 
 struct AttentionWeights {
   Id q = StepGraph::kNone, k = StepGraph::kNone, v = StepGraph::kNone, o = StepGraph::kNone;
   Id q_bias = StepGraph::kNone, k_bias = StepGraph::kNone, v_bias = StepGraph::kNone, o_bias = StepGraph::kNone;
   Id q_norm = StepGraph::kNone, k_norm = StepGraph::kNone;  // none: no q/k norm
+  Id v_norm = StepGraph::kNone;  // per head, Gemma 4 (a weight of ones: the norm has no scale)
   bool norm_per_head = true;  // q/k norms over each head (Qwen3), else over the whole projection (OLMoE)
   Id sinks = StepGraph::kNone;
 };
@@ -42,10 +47,13 @@ struct AttentionShape {
   uint32_t window = 0;    // sliding window; 0 = full
   float softcap = 0.0f;
   float scale = 0.0f;     // 0: 1/sqrt(head_dim)
+  bool value_from_key = false;  // V is the K projection before its norm and rotation (Gemma 4's attention_k_eq_v)
+  bool writes_kv = true;        // false: attend `layer`'s K/V as another layer wrote them (Gemma 4's KV sharing)
 };
 
-// h → o: the q/k/v products (with biases), q/k norms, rotary embedding, the KV write of `layer` and
-// attention over the cache, then the output product.
+// h → o: the q/k/v products (with biases), q/k(/v) norms, rotary embedding, the KV write of `layer` and
+// attention over the cache, then the output product. Without writes_kv only q is made and the layer
+// attends what `layer` holds.
 void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
                const std::string& prefix);
 

@@ -12,11 +12,23 @@ struct LayerWeights {
   sl_weight attn_norm{}, q{}, k{}, v{}, o{}, q_bias{}, k_bias{}, v_bias{}, o_bias{};
   sl_weight q_norm{}, k_norm{}, ffn_norm{}, gate{}, up{}, down{};
   sl_weight post_attn_norm{}, post_ffn_norm{};  // Gemma: on each block's output before its residual add
+  // Gemma 4: V's norm (ones: it has no scale), the per-layer input's gate, projection and norm, and
+  // the layer's output scale (a checkpoint scalar, read on the host).
+  sl_weight v_norm{}, per_layer_gate{}, per_layer_projection{}, per_layer_norm{};
+  bool has_v_norm = false, has_per_layer_input = false;
+  float output_scale = 1.0f;
   bool has_q_bias = false, has_k_bias = false, has_v_bias = false, has_o_bias = false, has_qk_norm = false;
   bool qk_norm_full = false;  // q/k norms over the whole projection (olmoe) rather than per head
   uint32_t window = 0;
   int moe_index = -1;         // >= 0: a MoE block (router below, experts in the store)
   sl_weight router{};
+};
+
+// Tensors around the layers a family binds itself (Gemma 4's per-layer inputs: the token table
+// [per_layer_vocab, L·P], the projection from the embedding [L·P, H] and its norm [P]).
+struct ModelWeights {
+  sl_weight per_layer_embed{}, per_layer_projection{}, per_layer_norm{};
+  bool has_per_layer_inputs = false;
 };
 
 }  // namespace sluice

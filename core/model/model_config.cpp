@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
 #include <tuple>
 
@@ -146,7 +147,9 @@ Result<RopeScaling> parse_rope_type(const std::string& type, const std::string& 
   if (type == "yarn") return RopeScaling::kYarn;
   if (type == "dynamic") return RopeScaling::kDynamic;
   if (type == "longrope" || type == "su") return RopeScaling::kLongRope;
-  return make_error(where + ": unsupported rope type '" + type + "' (supported: default, linear, llama3, yarn, dynamic, longrope)");
+  if (type == "proportional") return RopeScaling::kProportional;
+  return make_error(where + ": unsupported rope type '" + type +
+                    "' (supported: default, linear, llama3, yarn, dynamic, longrope, proportional)");
 }
 
 Status parse_rope_object(const rapidjson::Value& params, const std::string& params_where, RopeConfig& rope);
@@ -202,8 +205,7 @@ Status parse_rope(const rapidjson::Value& doc, const std::string& where, int max
 // Gemma 3's sliding layers rotate with their own parameters: rope_parameters.sliding_attention
 // (transformers 5.x) or rope_local_base_freq (4.x; default 10 000), unscaled.
 Status parse_sliding_rope(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
-  RopeConfig local;
-  local.partial_rotary_factor = c.rope.partial_rotary_factor;
+  RopeConfig local;  // every dimension of the head turns unless the sliding parameters say otherwise
   local.original_max_position = c.rope.original_max_position;
   const auto* rp = json::member(doc, "rope_parameters");
   if (const auto* s = rp ? json::member(*rp, "sliding_attention") : nullptr) {
@@ -326,14 +328,16 @@ Status parse_window_sizes(const rapidjson::Value& doc, const std::string& where,
     if (!window_absent) std::fill(c.layer_window.begin(), c.layer_window.end(), static_cast<int>(window));
     return {};
   }
-  if (c.architecture == "gemma2" || c.architecture == "gemma3_text") {
+  if (c.architecture == "gemma2" || c.architecture == "gemma3_text" || c.architecture == "gemma4_text") {
     // layer_types, else transformers' default pattern: every `pattern`-th layer full, the rest sliding
-    // (Gemma 2 alternates; Gemma 3 reads sliding_window_pattern, default 6).
+    // (Gemma 2 alternates; Gemma 3 and 4 read sliding_window_pattern, default 6; Gemma 4 makes the
+    // last layer full whatever the pattern).
     SLUICE_TRY_ASSIGN(pattern_opt, f.integer("sliding_window_pattern"));
     const long long pattern = c.architecture == "gemma2" ? 2 : pattern_opt.value_or(6);
     if (pattern <= 0) return make_error(where + ": 'sliding_window_pattern' must be positive");
     for (int i = 0; i < c.num_layers; ++i) {
-      const bool sliding = !types.empty() ? types[i] == LayerType::kSlidingAttention : (i + 1) % pattern != 0;
+      bool sliding = !types.empty() ? types[i] == LayerType::kSlidingAttention : (i + 1) % pattern != 0;
+      if (c.architecture == "gemma4_text" && i + 1 == c.num_layers) sliding = false;
       if (sliding) c.layer_window[i] = static_cast<int>(window);
     }
     return {};
@@ -405,6 +409,85 @@ Status parse_gemma(const rapidjson::Value& doc, const std::string& where, bool h
   if (auto s = softcap("attn_logit_softcapping", gemma2 ? 50.0 : 0.0, c.attention_softcap); !s) return s;
   if (auto s = softcap("final_logit_softcapping", gemma2 ? 30.0 : 0.0, c.final_logit_softcap); !s) return s;
   c.qk_norm = !gemma2;
+  if (c.architecture == "gemma4_text") {
+    // Gemma 4 (transformers' Gemma4TextConfig): plain norm weights, scores unscaled (q/k norms carry
+    // the scale), V normed without a weight, the final logits capped at 30 unless null.
+    c.norm_weight_offset = 0.0f;
+    c.attention_scale = 1.0f;
+    c.attention_softcap = 0.0f;
+    if (auto s = softcap("final_logit_softcapping", 30.0, c.final_logit_softcap); !s) return s;
+    c.value_norm = true;
+    SLUICE_TRY_ASSIGN(moe, f.boolean("enable_moe_block"));
+    if (moe.value_or(false))
+      return make_error(where + ": Gemma 4's MoE block beside the MLP (enable_moe_block) is not built yet; the dense Gemma 4 models run");
+  }
+  return {};
+}
+
+// Gemma 4's per-layer geometry and inputs: per_layer_config {"<layer>": {head_dim, num_key_value_heads}}
+// (transformers >= 5.15) or global_head_dim / num_global_key_value_heads for the full layers (older);
+// attention_k_eq_v (full layers' V is their K projection), num_kv_shared_layers, the per-layer inputs
+// (hidden_size_per_layer_input, vocab_size_per_layer_input), use_double_wide_mlp.
+Status parse_gemma4_layers(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  Fields f(doc, where);
+  SLUICE_TRY_ASSIGN(k_eq_v, f.boolean("attention_k_eq_v"));
+  c.full_k_eq_v = k_eq_v.value_or(false);
+  c.layer_head_dim.assign(c.num_layers, c.head_dim);
+  c.layer_kv_heads.assign(c.num_layers, c.num_kv_heads);
+  auto set_geometry = [&](int layer, std::optional<long long> dim, std::optional<long long> kv, const std::string& at) -> Status {
+    if (dim) {
+      if (*dim <= 0 || *dim % 2 || *dim > kMaxHeadDim) return make_error(at + ": head_dim must be positive, even and at most " + std::to_string(kMaxHeadDim));
+      c.layer_head_dim[layer] = static_cast<int>(*dim);
+    }
+    if (kv) {
+      if (*kv <= 0 || *kv > c.num_heads || c.num_heads % *kv)
+        return make_error(at + ": num_key_value_heads must divide num_attention_heads (" + std::to_string(c.num_heads) + ")");
+      c.layer_kv_heads[layer] = static_cast<int>(*kv);
+    }
+    return {};
+  };
+  if (const auto* per = json::member(doc, "per_layer_config")) {
+    if (!per->IsObject()) return make_error(where + ": 'per_layer_config' must be an object");
+    for (auto it = per->MemberBegin(); it != per->MemberEnd(); ++it) {
+      const std::string key(it->name.GetString(), it->name.GetStringLength());
+      const std::string at = where + ": per_layer_config['" + key + "']";
+      char* end = nullptr;
+      const long layer = std::strtol(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || layer < 0 || layer >= c.num_layers) return make_error(at + ": not a layer index below num_hidden_layers");
+      if (!it->value.IsObject()) return make_error(at + " must be an object");
+      Fields l(it->value, at);
+      SLUICE_TRY_ASSIGN(heads, l.integer("num_attention_heads"));
+      if (heads && *heads != c.num_heads) return make_error(at + ": a layer with its own num_attention_heads is not supported");
+      SLUICE_TRY_ASSIGN(dim, l.integer("head_dim"));
+      SLUICE_TRY_ASSIGN(kv, l.integer("num_key_value_heads"));
+      if (auto s = set_geometry(static_cast<int>(layer), dim, kv, at); !s) return s;
+    }
+  } else {
+    SLUICE_TRY_ASSIGN(global_dim, f.integer("global_head_dim"));
+    SLUICE_TRY_ASSIGN(global_kv, f.integer("num_global_key_value_heads"));
+    for (int i = 0; i < c.num_layers; ++i)
+      if (c.layer_types[i] == LayerType::kFullAttention)
+        if (auto s = set_geometry(i, global_dim, c.full_k_eq_v ? global_kv : std::nullopt, where); !s) return s;
+  }
+  SLUICE_TRY_ASSIGN(shared, f.integer("num_kv_shared_layers"));
+  if (shared && (*shared < 0 || *shared >= c.num_layers)) return make_error(where + ": 'num_kv_shared_layers' must be below num_hidden_layers");
+  if (shared && *shared > 0) {
+    c.kv_shared_from = c.num_layers - static_cast<int>(*shared);
+    for (int i = c.kv_shared_from; i < c.num_layers; ++i)
+      if (c.kv_source_of(i) == i) return make_error(where + ": KV-sharing layer " + std::to_string(i) + " has no earlier layer of its type to share");
+  }
+  SLUICE_TRY_ASSIGN(ple, f.integer("hidden_size_per_layer_input"));
+  SLUICE_TRY_ASSIGN(ple_vocab, f.integer("vocab_size_per_layer_input"));
+  if (ple && (*ple < 0 || *ple > kMaxWidth)) return make_error(where + ": 'hidden_size_per_layer_input' out of range");
+  if (ple_vocab && (*ple_vocab <= 0 || *ple_vocab > kMaxVocab)) return make_error(where + ": 'vocab_size_per_layer_input' out of range");
+  c.per_layer_input_width = static_cast<int>(ple.value_or(0));
+  c.per_layer_vocab = static_cast<int>(ple_vocab.value_or(c.vocab_size));
+  if (uint64_t(c.per_layer_input_width) * c.num_layers > uint64_t(kMaxFfnWidth))
+    return make_error(where + ": per-layer inputs of " + std::to_string(c.per_layer_input_width) + " values for each of " +
+                      std::to_string(c.num_layers) + " layers are too wide");
+  SLUICE_TRY_ASSIGN(wide, f.boolean("use_double_wide_mlp"));
+  c.double_wide_shared_mlp = wide.value_or(false);
+  if (c.rotary_dim_of(c.num_layers - 1) % 2) return make_error(where + ": an odd rotary dimension");
   return {};
 }
 
@@ -456,8 +539,8 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
 }  // namespace
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
-  static const std::vector<std::string> kArchitectures = {"gemma2", "gemma3_text", "llama",     "mistral", "mixtral",
-                                                          "olmoe",  "phi3",        "qwen2", "qwen3",   "qwen3_moe"};
+  static const std::vector<std::string> kArchitectures = {"gemma2", "gemma3_text", "gemma4_text", "llama", "mistral", "mixtral",
+                                                          "olmoe",  "phi3",        "qwen2",       "qwen3", "qwen3_moe"};
   return kArchitectures;
 }
 
@@ -518,7 +601,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
 
   SLUICE_TRY_ASSIGN(head_dim, f.integer("head_dim"));
   // transformers' Qwen3Config defaults head_dim to 128 rather than hidden/heads.
-  const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3_text";
+  const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3_text" || c.architecture == "gemma4_text";
   const long long default_head_dim = c.architecture == "qwen3" ? 128 : gemma ? 256 : c.hidden_size / c.num_heads;
   const long long hd = head_dim.value_or(default_head_dim);
   if (hd <= 0 || hd % 2 != 0 || hd > kMaxHeadDim)
@@ -568,9 +651,11 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (c.rope.scaling == RopeScaling::kLongRope && c.rope.short_factor.size() != static_cast<std::size_t>(c.rotary_dim() / 2))
     return make_error(where + ": longrope's short_factor and long_factor need " + std::to_string(c.rotary_dim() / 2) +
                       " entries (half the rotary dimension), got " + std::to_string(c.rope.short_factor.size()));
-  if (c.architecture == "gemma3_text")
+  if (c.architecture == "gemma3_text" || c.architecture == "gemma4_text")
     if (auto s = parse_sliding_rope(doc, where, c); !s) return s.error();
   if (auto s = parse_windows(doc, where, c); !s) return s.error();
+  if (c.architecture == "gemma4_text")
+    if (auto s = parse_gemma4_layers(doc, where, c); !s) return s.error();
 
   if (const auto* q = json::member(doc, "quantization")) {
     if (auto s = parse_quantization(*q, where + ": quantization", c.quantization); !s) return s.error();
@@ -626,6 +711,12 @@ std::vector<float> RopeConfig::inverse_frequencies(int rotary_dim) const {
       case RopeScaling::kLinear:
         f = base / factor;
         break;
+      case RopeScaling::kProportional: {
+        // transformers: int(partial_rotary_factor * head_dim // 2) angles turn, the rest stay still.
+        const int turning = static_cast<int>(std::floor(partial_rotary_factor * rotary_dim / 2));
+        f = i < turning ? base / factor : 0.0;
+        break;
+      }
       case RopeScaling::kLongRope:
         // Within the trained context transformers divides by the short factors (it switches the whole
         // table to the long ones only once a sequence passes original_max_position).
@@ -673,6 +764,31 @@ LayerType ModelConfig::layer_type(int layer) const {
   return LayerType::kFullAttention;
 }
 
+int ModelConfig::max_head_dim() const {
+  int m = head_dim;
+  for (int d : layer_head_dim) m = std::max(m, d);
+  return m;
+}
+
+int ModelConfig::max_kv_width() const {
+  int m = num_kv_heads * std::max(head_dim, value_head_dim());
+  for (int i = 0; i < num_layers; ++i) m = std::max(m, kv_heads_of(i) * head_dim_of(i));
+  return m;
+}
+
+int ModelConfig::rotary_dim_of(int layer) const {
+  const RopeConfig& r = rope_of(layer);
+  if (r.scaling == RopeScaling::kProportional) return head_dim_of(layer);
+  return static_cast<int>(head_dim_of(layer) * r.partial_rotary_factor);
+}
+
+int ModelConfig::kv_source_of(int layer) const {
+  if (kv_shared_from < 0 || layer < kv_shared_from) return layer;
+  for (int i = kv_shared_from - 1; i >= 0; --i)
+    if (layer_type(i) == layer_type(layer)) return i;
+  return layer;
+}
+
 LayerCacheSpec ModelConfig::layer_cache(int layer) const {
   LayerCacheSpec s;
   s.type = layer_type(layer);
@@ -680,9 +796,9 @@ LayerCacheSpec ModelConfig::layer_cache(int layer) const {
     s.state_bytes = linear_state_bytes;
     return s;
   }
-  s.n_kv_heads = static_cast<uint32_t>(num_kv_heads);
-  s.k_head_dim = static_cast<uint32_t>(head_dim);
-  s.v_head_dim = static_cast<uint32_t>(value_head_dim());
+  s.n_kv_heads = static_cast<uint32_t>(kv_heads_of(layer));
+  s.k_head_dim = static_cast<uint32_t>(head_dim_of(layer));
+  s.v_head_dim = static_cast<uint32_t>(layer_head_dim.empty() ? value_head_dim() : head_dim_of(layer));
   if (s.type == LayerType::kSlidingAttention) s.window = static_cast<uint32_t>(layer_window[layer]);
   return s;
 }

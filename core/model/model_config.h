@@ -12,7 +12,9 @@
 
 namespace sluice {
 
-enum class RopeScaling { kNone, kLinear, kLlama3, kYarn, kDynamic, kLongRope };
+// kProportional (Gemma 4's full layers): the first partial_rotary_factor of a head's angles rotate with
+// frequencies spaced over the whole head, the rest keep angle 0 — so rotary_dim is the whole head.
+enum class RopeScaling { kNone, kLinear, kLlama3, kYarn, kDynamic, kLongRope, kProportional };
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -111,6 +113,19 @@ struct ModelConfig {
   // tanh soft-capping of attention scores and of the final logits (Gemma 2); 0 = none.
   float attention_softcap = 0.0f;
   float final_logit_softcap = 0.0f;
+  // Per layer where they differ from head_dim / num_kv_heads (Gemma 4's full layers, from
+  // per_layer_config or global_head_dim); empty: every layer alike.
+  std::vector<int> layer_head_dim, layer_kv_heads;
+  // Gemma 4: V normed per head without a weight; full layers whose V is their K projection
+  // (attention_k_eq_v); layers from kv_shared_from on attend the K/V of the last earlier layer of
+  // their type instead of writing their own (num_kv_shared_layers; -1 = none); each layer's
+  // per-layer input of per_layer_input_width values from a table of per_layer_vocab rows (0 = none).
+  bool value_norm = false;
+  bool full_k_eq_v = false;
+  int kv_shared_from = -1;
+  int per_layer_input_width = 0;
+  int per_layer_vocab = 0;
+  bool double_wide_shared_mlp = false;
   // V values per KV head where they differ from K's (MLA); 0 = head_dim. Set by the families that have it.
   int v_head_dim = 0;
   // Bytes of a linear-attention layer's state per sequence; set by the family that runs such layers
@@ -124,6 +139,20 @@ struct ModelConfig {
   static Result<ModelConfig> load(const std::filesystem::path& model_dir);
   static const std::vector<std::string>& supported_architectures();
   int rotary_dim() const { return static_cast<int>(head_dim * rope.partial_rotary_factor); }
+  int head_dim_of(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(layer_head_dim.size()) ? layer_head_dim[layer] : head_dim;
+  }
+  int kv_heads_of(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(layer_kv_heads.size()) ? layer_kv_heads[layer] : num_kv_heads;
+  }
+  // The widest head and K/V projection of any layer (activation buffers are sized by them).
+  int max_head_dim() const;
+  int max_kv_width() const;
+  // Dimensions layer `layer` rotates (a proportional rope turns the whole head, most of it by angle 0).
+  int rotary_dim_of(int layer) const;
+  // The layer whose K/V layer `layer` attends: itself, or for a KV-sharing layer the last layer of its
+  // type before kv_shared_from.
+  int kv_source_of(int layer) const;
   int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   LayerType layer_type(int layer) const;
   // The rotary embedding layer `layer` uses (sliding_rope on a sliding layer where the model has one).

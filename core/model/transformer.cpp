@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 
 #include "plugin/plugin_registry.h"
+#include "util/vec.h"
 
 namespace sluice {
 namespace {
@@ -160,7 +162,35 @@ namespace {
 class StageWeights final : public families::WeightSource {
  public:
   using BindFn = std::function<Result<sl_weight>(const std::string&, std::vector<int64_t>)>;
-  StageWeights(const SafetensorsSet& tensors, BindFn bind) : tensors_(tensors), bind_(std::move(bind)) {}
+  using ConstantFn = std::function<Status(sl_weight&, const std::vector<float>&)>;
+  StageWeights(const SafetensorsSet& tensors, BindFn bind, ConstantFn constant)
+      : tensors_(tensors), bind_(std::move(bind)), constant_(std::move(constant)) {}
+  Result<float> scalar(const std::string& name) override {
+    const TensorInfo* t = tensors_.find(name);
+    if (!t) return make_error("model is missing tensor '" + name + "'");
+    int64_t values = 1;
+    for (int64_t d : t->shape) values *= d;
+    if (values != 1) return make_error("tensor '" + name + "' has shape " + shape_text(t->shape) + ", expected one value");
+    switch (t->dtype) {
+      case DType::kF32: {
+        float v;
+        std::memcpy(&v, t->data, 4);
+        return v;
+      }
+      case DType::kF16: {
+        uint16_t h;
+        std::memcpy(&h, t->data, 2);
+        return cpu::f16_to_f32(h);
+      }
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, t->data, 2);
+        return cpu::bf16_to_f32(h);
+      }
+      default: return make_error("tensor '" + name + "': dtype " + to_string(t->dtype) + " is not a float");
+    }
+  }
+  Status constant(sl_weight& dst, const std::vector<float>& values) override { return constant_(dst, values); }
   bool has(const std::string& name) const override { return tensors_.find(name) != nullptr; }
   Status bind(sl_weight& dst, const std::string& name, std::vector<int64_t> shape) override {
     auto w = bind_(name, std::move(shape));
@@ -172,6 +202,7 @@ class StageWeights final : public families::WeightSource {
  private:
   const SafetensorsSet& tensors_;
   BindFn bind_;
+  ConstantFn constant_;
 };
 
 }  // namespace
@@ -181,13 +212,32 @@ class StageWeights final : public families::WeightSource {
 Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  StageWeights src(tensors, [&](const std::string& name, std::vector<int64_t> shape) { return bind(tensors, st, name, std::move(shape)); });
+  // Constants are made once, when binding for real on a backend (the recording pass and a footprint get none).
+  auto constant = [&](sl_weight& dst, const std::vector<float>& values) -> Status {
+    dst = {};
+    dst.struct_size = sizeof(sl_weight);
+    dst.dtype = SL_DTYPE_F32;
+    dst.rows = 1;
+    dst.cols = static_cast<uint32_t>(values.size());
+    if (st.recording || !st.backend) return {};
+    auto buf = st.backend->alloc(values.size() * 4);
+    if (!buf) return buf.error();
+    if (auto s = st.backend->upload(*buf, 0, values.data(), values.size() * 4); !s) return s;
+    dst.data = buf->get();
+    constants_.push_back(std::move(*buf));
+    return {};
+  };
+  StageWeights src(
+      tensors, [&](const std::string& name, std::vector<int64_t> shape) { return bind(tensors, st, name, std::move(shape)); }, constant);
   auto need = [&](sl_weight& dst, const std::string& name, std::vector<int64_t> shape) { return src.bind(dst, name, std::move(shape)); };
 #define SLUICE_TRY(expr)             \
   if (auto s_ = (expr); !s_) return s_.error()
 
   const families::ModelTensorNames names = family_->tensor_names();
-  if (st.embeds) SLUICE_TRY(need(embed_, names.embed, {V, H}));
+  if (st.embeds) {
+    SLUICE_TRY(need(embed_, names.embed, {V, H}));
+    SLUICE_TRY(family_->bind_model(src, c, model_weights_));
+  }
   if (st.has_head) {
     SLUICE_TRY(need(final_norm_, names.final_norm, {H}));
     if (src.has(names.lm_head) && !c.tie_word_embeddings) {
@@ -322,13 +372,21 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
       }
   }
   for (const auto& [name, t] : tensors.tensors()) m->weight_bytes_ += t.bytes;
-  m->rope_ = {c.rope.inverse_frequencies(c.rotary_dim()), c.rope.attention_scaling()};
-  if (c.sliding_rope) m->sliding_rope_ = {c.sliding_rope->inverse_frequencies(c.rotary_dim()), c.sliding_rope->attention_scaling()};
-  if (c.rope.scaling == RopeScaling::kLongRope) {
-    RopeConfig past = c.rope;
-    past.short_factor = past.long_factor;
-    m->long_rope_ = {past.inverse_frequencies(c.rotary_dim()), past.attention_scaling()};
+  for (int i = 0; i < c.num_layers; ++i) {
+    const RopeConfig& r = c.rope_of(i);
+    m->layer_rope_.push_back({r.inverse_frequencies(c.rotary_dim_of(i)), r.attention_scaling()});
+    if (r.scaling == RopeScaling::kLongRope) {
+      RopeConfig past = r;
+      past.short_factor = past.long_factor;
+      m->layer_long_rope_.push_back({past.inverse_frequencies(c.rotary_dim_of(i)), past.attention_scaling()});
+    }
   }
+  // A KV-sharing layer reads its source's cache: both must run on one backend.
+  for (int i = 0; i < c.num_layers; ++i)
+    for (const auto& st : m->stages_)
+      if (uint32_t(i) >= st.first && uint32_t(i) < st.end && uint32_t(c.kv_source_of(i)) < st.first)
+        return make_error("layer " + std::to_string(i) + " attends layer " + std::to_string(c.kv_source_of(i)) +
+                          "'s K/V (num_kv_shared_layers): the two must run on one backend; split the model elsewhere");
   return m;
 }
 
@@ -387,14 +445,21 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     return {};
   };
   if (n > a.capacity_tokens) {
-    const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
-    const uint64_t VD = uint64_t(c.num_kv_heads) * c.value_head_dim(), OD = uint64_t(c.num_heads) * c.value_head_dim();
-    const uint64_t ffn = std::max<uint64_t>(c.intermediate_size, c.moe.expert_intermediate);
+    // Sized for the widest layer (Gemma 4's full layers have wider heads).
+    const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * std::max(c.max_head_dim(), c.value_head_dim());
+    const uint64_t KD = uint64_t(c.max_kv_width()), VD = KD, OD = QD;
+    const uint64_t ffn = std::max<uint64_t>(uint64_t(c.intermediate_size) * (c.double_wide_shared_mlp ? 2 : 1), c.moe.expert_intermediate);
     for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, VD}, {&a.attn, OD}, {&a.o, H},
                              {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
                              {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))},
                              {&a.next_router_logits, uint64_t(std::max(1, c.moe.n_experts))}}) {
       if (auto s = grow(*buf, size * n); !s) return s;
+    }
+    if (c.per_layer_input_width > 0) {
+      const uint64_t P = uint64_t(c.per_layer_input_width);
+      for (auto [buf, size] : {std::pair{&a.per_layer_all, P * c.num_layers}, {&a.per_layer_tokens, P * c.num_layers},
+                               {&a.per_layer, P}, {&a.per_layer_gate, P}})
+        if (auto s = grow(*buf, size * n); !s) return s;
     }
     a.capacity_tokens = n;
     // The MoE output starts from zero rows copied from here.

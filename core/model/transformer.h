@@ -110,6 +110,7 @@ class Transformer {
     uint32_t capacity_tokens = 0, capacity_logit_rows = 0;
     Buffer x, h, q, k, v, attn, o, gate, up, act, last, last_norm, logits;
     Buffer router_logits, next_router_logits, expert_in, expert_out, zeros;  // Mixture of Experts
+    Buffer per_layer_all, per_layer_tokens, per_layer, per_layer_gate;       // Gemma 4's per-layer inputs
   };
 
   // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.
@@ -154,6 +155,7 @@ class Transformer {
     std::deque<std::vector<int32_t>> rows;    // host index arrays (MoE rows)
     std::deque<std::vector<float>> weights;   // host weights (MoE routing)
     bool past_original_context = false;       // a position of the step lies past longrope's trained context
+    std::vector<int32_t> per_layer_rows;      // [L][n]: each layer's rows of the per-layer inputs
   };
   // Registers the stage's activation buffers in the graph for n tokens.
   void declare_activations(Stage& stage, PassGraph& pass, uint32_t n) const;
@@ -174,15 +176,19 @@ class Transformer {
   std::vector<Stage> stages_;
   sl_weight embed_{}, final_norm_{}, lm_head_{};
   std::vector<Layer> layers_;
-  // Rotary tables: the model's; its sliding layers' where they differ (Gemma 3); longrope's long
-  // factors, used by a step that reaches past the trained context (Phi-3).
+  // Rotary tables: each layer's type's parameters (Gemma 3's sliding layers have their own), and
+  // longrope's long factors, used by a step that reaches past the trained context (Phi-3).
   struct RopeTable {
     std::vector<float> inv_freq;
     float factor = 1.0f;
   };
-  RopeTable rope_, sliding_rope_, long_rope_;
+  // Each layer's table (its type's parameters at its head width), and longrope's long one.
+  std::vector<RopeTable> layer_rope_, layer_long_rope_;
+  ModelWeights model_weights_;       // the family's tensors around the layers (first stage)
+  std::vector<Buffer> constants_;    // small weights the families made (WeightSource::constant)
   uint64_t weight_bytes_ = 0;
   std::vector<float> hidden_;  // the hidden state on its way between stages
+  std::vector<float> per_layer_host_;  // and Gemma 4's per-layer inputs
 
   // Greedy choices on the device (forward_greedy): a slot's id, its copy on the host and the
   // download's ticket (0: none in flight).

@@ -24,6 +24,15 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   t.v = g.buffer(a.v.get(), n, NKV * DV);
   t.q_heads = g.buffer(a.q.get(), n * NH, D);
   t.k_heads = g.buffer(a.k.get(), n * NKV, D);
+  t.v_heads = g.buffer(a.v.get(), n * NKV, DV);
+  if (const uint32_t P = static_cast<uint32_t>(c.per_layer_input_width); P > 0) {
+    const uint32_t L = static_cast<uint32_t>(c.num_layers);
+    t.per_layer_all = g.buffer(a.per_layer_all.get(), n, L * P);
+    t.per_layer_rows = g.buffer(a.per_layer_all.get(), n * L, P);
+    t.per_layer_tokens = g.buffer(a.per_layer_tokens.get(), n, L * P);
+    t.per_layer = g.buffer(a.per_layer.get(), n, P);
+    t.per_layer_gate = g.buffer(a.per_layer_gate.get(), n, P);
+  }
   t.attn = g.buffer(a.attn.get(), n, NH * DV);
   t.o = g.buffer(a.o.get(), n, H);
   const uint32_t ffn = c.moe.enabled() && c.intermediate_size <= 0 ? F : static_cast<uint32_t>(std::max(1, c.intermediate_size));
@@ -50,16 +59,17 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
   ctx.config = &config_;
   ctx.act = &pass.act;
   ctx.rope.struct_size = sizeof(ctx.rope);
-  ctx.rope.rotary_dim = static_cast<uint32_t>(config_.rotary_dim());
-  ctx.rope.style = SL_ROPE_NEOX;
   const uint32_t layer = st.first + cache_layer;
-  const bool sliding = config_.layer_type(static_cast<int>(layer)) == LayerType::kSlidingAttention;
-  const RopeTable& table = sliding && config_.sliding_rope ? sliding_rope_
-                           : pass.past_original_context && !long_rope_.inv_freq.empty() ? long_rope_
-                                                                                        : rope_;
+  ctx.rope.rotary_dim = static_cast<uint32_t>(config_.rotary_dim_of(static_cast<int>(layer)));
+  ctx.rope.style = SL_ROPE_NEOX;
+  const RopeTable& table = pass.past_original_context && layer < layer_long_rope_.size() ? layer_long_rope_[layer] : layer_rope_[layer];
   ctx.rope.attention_factor = table.factor;
   ctx.rope.inv_freq = table.inv_freq.data();
+  ctx.layer = layer;
   ctx.cache_layer = cache_layer;
+  ctx.kv_cache_layer = static_cast<uint32_t>(config_.kv_source_of(static_cast<int>(layer))) - st.first;
+  ctx.n_tokens = n;
+  if (!pass.per_layer_rows.empty()) ctx.per_layer_rows = pass.per_layer_rows.data() + std::size_t(layer) * n;
   ctx.prefix = "layer " + std::to_string(layer) + " ";
   family_->before_ffn(pass.graph, ctx, L);
   if (L.moe_index >= 0) {
@@ -265,6 +275,12 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
     pass.batch = b;
     pass.cache = caches[s];
     pass.past_original_context = past_original;
+    pass.per_layer_rows.clear();
+    if (const uint32_t L = static_cast<uint32_t>(config_.num_layers); config_.per_layer_input_width > 0) {
+      pass.per_layer_rows.resize(std::size_t(L) * n);  // layer i's input for token t is row t·L + i of [n·L, P]
+      for (uint32_t i = 0; i < L; ++i)
+        for (uint32_t t = 0; t < n; ++t) pass.per_layer_rows[std::size_t(i) * n + t] = static_cast<int32_t>(t * L + i);
+    }
     pass.graph.clear();
     declare_activations(st, pass, n);
     if (s == 0) {
@@ -273,10 +289,22 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
                                               : g.buffer(greedy_ids_.get(), 1, n, SL_DTYPE_I32, uint64_t(from_slot) * sizeof(int32_t));
       g.embed(g.weight(embed_), ids, pass.act.x);
       if (config_.embed_scale > 0) g.scale(pass.act.x, config_.embed_scale, 0.0f, pass.act.x, "embedding scale");
+      families::EmbedContext ectx;
+      ectx.config = &config_;
+      ectx.act = &pass.act;
+      ectx.model = &model_weights_;
+      ectx.ids = ids;
+      family_->after_embed(g, ectx);
     } else {  // the hidden state moves to the next backend through host memory
       hidden_.resize(hidden_bytes / 4);
       if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
       if (auto r = st.backend->upload(st.act.x, 0, hidden_.data(), hidden_bytes); !r) return r;
+      if (config_.per_layer_input_width > 0) {  // and every layer's per-layer input
+        const uint64_t bytes = uint64_t(n) * config_.num_layers * config_.per_layer_input_width * 4;
+        per_layer_host_.resize(bytes / 4);
+        if (auto r = stages_[s - 1].backend->download(stages_[s - 1].act.per_layer_all, 0, per_layer_host_.data(), bytes); !r) return r;
+        if (auto r = st.backend->upload(st.act.per_layer_all, 0, per_layer_host_.data(), bytes); !r) return r;
+      }
     }
     for (uint32_t i = st.first; i < st.end; ++i)
       if (auto r = build_layer(st, pass, layers_[i], i - st.first, n); !r) return r;

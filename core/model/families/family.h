@@ -21,8 +21,22 @@ struct LayerContext {
   const ModelConfig* config = nullptr;
   const blocks::Activations* act = nullptr;
   sl_rope_params rope{};  // inv_freq, rotary_dim, factor, style
-  uint32_t cache_layer = 0;
+  uint32_t layer = 0;        // the model's layer
+  uint32_t cache_layer = 0;  // its layer in the stage's cache
+  // The stage's cache layer whose K/V it attends: cache_layer, or a KV-sharing layer's source.
+  uint32_t kv_cache_layer = 0;
   std::string prefix;     // "layer 3 ": names the layer's nodes in messages and profiles
+  // Gemma 4: the rows of act->per_layer_rows that are this layer's per-layer input ([n] host indices).
+  const int32_t* per_layer_rows = nullptr;
+  uint32_t n_tokens = 0;
+};
+
+// What the nodes after the embedding need (Gemma 4's per-layer inputs).
+struct EmbedContext {
+  const ModelConfig* config = nullptr;
+  const blocks::Activations* act = nullptr;
+  const ModelWeights* model = nullptr;
+  StepGraph::Id ids = StepGraph::kNone;  // the step's token ids (host or device)
 };
 
 // The checkpoint's tensors, as a family binds them: by name and expected shape (the Transformer's
@@ -35,6 +49,16 @@ class WeightSource {
   // Rows [first, first + count) of a tensor of `shape` that stacks several matrices (Phi-3's fused
   // qkv_proj and gate_up_proj), as a weight of its own — quantized or not.
   Status bind_rows(sl_weight& dst, const std::string& name, std::vector<int64_t> shape, uint32_t first, uint32_t count);
+  // A one-value tensor of the checkpoint (Gemma 4's layer_scalar), read on the host.
+  virtual Result<float> scalar(const std::string& name) {
+    return make_error("tensor '" + name + "': this weight source reads no values on the host");
+  }
+  // A small weight of the given values made on the stage's backend (a norm without a scale as one of ones).
+  virtual Status constant(sl_weight& dst, const std::vector<float>& values) {
+    (void)dst;
+    (void)values;
+    return make_error("this weight source makes no constants");
+  }
   // Binds it where the checkpoint has it; present says whether it did.
   Status bind_optional(sl_weight& dst, bool& present, const std::string& name, std::vector<int64_t> shape) {
     present = has(name);
@@ -54,6 +78,18 @@ class Family {
   virtual ~Family() = default;
   virtual const char* name() const = 0;
   virtual ModelTensorNames tensor_names() const { return {}; }
+  // Binds the tensors around the layers the family uses itself (the first stage's; none by default).
+  virtual Status bind_model(WeightSource& src, const ModelConfig& c, ModelWeights& w) const {
+    (void)src;
+    (void)c;
+    (void)w;
+    return {};
+  }
+  // Nodes after the embedding (and its scale) on the first stage; none by default.
+  virtual void after_embed(StepGraph& g, const EmbedContext& c) const {
+    (void)g;
+    (void)c;
+  }
   // Binds layer `layer`'s weights by the family's checkpoint names and shapes: attention, norms and,
   // for a dense layer, the feed-forward block (a MoE layer's router and experts are the driver's:
   // core/model/expert_layout.h).
