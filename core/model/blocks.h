@@ -27,6 +27,8 @@ struct Activations {
   // token-identity half while it is built, one layer's [n, P] and its gate.
   Id per_layer_all = StepGraph::kNone, per_layer_rows = StepGraph::kNone, per_layer_tokens = StepGraph::kNone;
   Id per_layer = StepGraph::kNone, per_layer_gate = StepGraph::kNone;
+  // An MoE block beside a dense MLP (Gemma 4): the MLP's output kept while the experts run, the router's input.
+  Id dense_out = StepGraph::kNone, router_in = StepGraph::kNone;
 };
 
 struct AttentionWeights {

@@ -24,6 +24,9 @@ Result<uint32_t> value_dtype(DType d, const std::string& name) {
 struct Source {
   std::vector<const TensorInfo*> weight, scales, biases;  // per expert (stacked: the same tensor E times)
   bool stacked = false;
+  // Gate and up fused in one stacked tensor (Gemma 4's experts.gate_up_proj [E, 2F, H]): each expert's
+  // slice holds `pieces` projections' rows one after another; this projection is piece `piece`.
+  uint32_t pieces = 1, piece = 0;
 };
 
 // Checks a projection's tensors against its logical shape [rows, cols] and fills its description
@@ -33,7 +36,14 @@ Status describe(const ModelConfig& config, const std::string& module_of_expert0,
   const bool quantized = !src.scales.empty();
   const TensorInfo* w0 = src.weight[0];
   const int64_t slices = src.stacked ? n_experts : 1;
-  auto logical = [&](const TensorInfo* t) { return src.stacked ? std::vector<int64_t>(t->shape.begin() + 1, t->shape.end()) : t->shape; };
+  auto logical = [&](const TensorInfo* t) {
+    auto s = src.stacked ? std::vector<int64_t>(t->shape.begin() + 1, t->shape.end()) : t->shape;
+    if (!s.empty() && src.pieces > 1) s[0] /= src.pieces;  // one piece's rows (checked whole below)
+    return s;
+  };
+  if (src.pieces > 1 && (w0->shape.size() < 2 || w0->shape[1] % src.pieces != 0))
+    return make_error("tensor '" + w0->name + "' has shape " + shape_text(w0->shape) + ": its rows do not split into " +
+                      std::to_string(src.pieces) + " projections");
   if (src.stacked && (w0->shape.empty() || w0->shape[0] != n_experts))
     return make_error("tensor '" + w0->name + "' has shape " + shape_text(w0->shape) + ", expected " + std::to_string(n_experts) + " experts first");
   proj.rows = rows;
@@ -70,9 +80,9 @@ Status describe(const ModelConfig& config, const std::string& module_of_expert0,
   for (uint32_t e = 0; e < n_experts; ++e) {
     const std::size_t i = src.stacked ? 0 : e;
     auto slice = [&](const TensorInfo* t) {
-      const uint64_t each = t->bytes / static_cast<uint64_t>(slices);
+      const uint64_t each = t->bytes / static_cast<uint64_t>(slices), piece = each / src.pieces;
       const uint64_t index = src.stacked ? e : 0;
-      return sl_expert_part{t->file_index, t->file_offset + index * each, each};
+      return sl_expert_part{t->file_index, t->file_offset + index * each + src.piece * piece, piece};
     };
     parts[e][0] = slice(src.weight[i]);
     if (quantized) {
@@ -115,7 +125,35 @@ Result<ExpertLayout> ExpertLayout::find(const ModelConfig& config, const Safeten
     std::array<std::string, 3> expert0_module;
     const char* hf_names[3] = {mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj", mixtral ? "w2" : "down_proj"};
     const char* mlx_names[3] = {"gate_proj", "up_proj", "down_proj"};
-    for (int p = 0; p < 3; ++p) {
+    // Gemma 4: experts.gate_up_proj [E, 2F, H] (gate rows, then up rows) and experts.down_proj [E, H, F],
+    // named without ".weight" as transformers stores them, or with it (quantized).
+    const std::string fused_base = prefix + "experts.";
+    auto fused = [&](const std::string& name) -> const TensorInfo* {
+      if (const TensorInfo* t = tensors.find(fused_base + name)) return t;
+      return tensors.find(fused_base + name + ".weight");
+    };
+    if (config.architecture == "gemma4_text") {
+      for (int p = 0; p < 3; ++p) {
+        Source& s = sources[p];
+        const std::string name = p == 2 ? "down_proj" : "gate_up_proj";
+        const TensorInfo* w = fused(name);
+        if (!w) return make_error("model is missing tensor '" + fused_base + name + "'");
+        s.stacked = true;
+        s.weight.push_back(w);
+        if (p < 2) {
+          s.pieces = 2;
+          s.piece = static_cast<uint32_t>(p);
+        }
+        if (const TensorInfo* sc = tensors.find(fused_base + name + ".scales")) {
+          const TensorInfo* bi = tensors.find(fused_base + name + ".biases");
+          if (!bi) return make_error("tensor '" + fused_base + name + ".scales' exists but its biases are missing");
+          s.scales.push_back(sc);
+          s.biases.push_back(bi);
+        }
+        expert0_module[p] = fused_base + name;
+      }
+    }
+    for (int p = 0; p < 3 && config.architecture != "gemma4_text"; ++p) {
       Source& s = sources[p];
       const std::string stacked = stacked_base + mlx_names[p];
       if (const TensorInfo* w = tensors.find(stacked + ".weight")) {

@@ -3,6 +3,7 @@
 // tensors the checkpoint has decides biases and q/k norms; Gemma's norms after attention and after
 // the feed-forward block are the post_* ones.
 #include <cstdint>
+#include <vector>
 
 #include "sluice/graph.h"
 
@@ -17,6 +18,10 @@ struct LayerWeights {
   sl_weight v_norm{}, per_layer_gate{}, per_layer_projection{}, per_layer_norm{};
   bool has_v_norm = false, has_per_layer_input = false;
   float output_scale = 1.0f;
+  // Gemma 4's MoE block beside the MLP: its router's input scale (router.scale), the norms of the
+  // MLP's and the experts' outputs and of the experts' input, and each expert's routing weight scale.
+  sl_weight router_scale{}, post_ffn_norm_dense{}, post_ffn_norm_experts{}, pre_ffn_norm_experts{};
+  std::vector<float> expert_scale;
   bool has_q_bias = false, has_k_bias = false, has_v_bias = false, has_o_bias = false, has_qk_norm = false;
   bool qk_norm_full = false;  // q/k norms over the whole projection (olmoe) rather than per head
   uint32_t window = 0;

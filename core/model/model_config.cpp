@@ -417,9 +417,6 @@ Status parse_gemma(const rapidjson::Value& doc, const std::string& where, bool h
     c.attention_softcap = 0.0f;
     if (auto s = softcap("final_logit_softcapping", 30.0, c.final_logit_softcap); !s) return s;
     c.value_norm = true;
-    SLUICE_TRY_ASSIGN(moe, f.boolean("enable_moe_block"));
-    if (moe.value_or(false))
-      return make_error(where + ": Gemma 4's MoE block beside the MLP (enable_moe_block) is not built yet; the dense Gemma 4 models run");
   }
   return {};
 }
@@ -494,8 +491,26 @@ Status parse_gemma4_layers(const rapidjson::Value& doc, const std::string& where
 // Mixture-of-Experts fields, named as each architecture's transformers config names them.
 Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
   const bool mixtral = c.architecture == "mixtral", qwen3_moe = c.architecture == "qwen3_moe", olmoe = c.architecture == "olmoe";
-  if (!mixtral && !qwen3_moe && !olmoe) return {};
   Fields f(doc, where);
+  if (c.architecture == "gemma4_text") {  // the MoE block beside every layer's MLP (26B-A4B)
+    SLUICE_TRY_ASSIGN(enabled, f.boolean("enable_moe_block"));
+    if (!enabled.value_or(false)) return {};
+    SLUICE_TRY_ASSIGN(experts, f.integer("num_experts"));
+    SLUICE_TRY_ASSIGN(top_k, f.integer("top_k_experts"));
+    SLUICE_TRY_ASSIGN(moe_ffn, f.integer("moe_intermediate_size"));
+    const long long n_experts = experts.value_or(0), k = top_k.value_or(0), ffn = moe_ffn.value_or(0);
+    if (n_experts <= 0 || n_experts > kMaxExperts || k <= 0 || k > n_experts || ffn <= 0 || ffn > kMaxFfnWidth)
+      return make_error(where + ": a Gemma 4 MoE block needs num_experts in 1.." + std::to_string(kMaxExperts) +
+                        ", 0 < top_k_experts <= it and a positive moe_intermediate_size");
+    c.moe.n_experts = static_cast<int>(n_experts);
+    c.moe.top_k = static_cast<int>(k);
+    c.moe.expert_intermediate = static_cast<int>(ffn);
+    c.moe.normalize_top_k = true;
+    c.moe.dense_beside = true;
+    c.moe.sparse_layer.assign(c.num_layers, true);
+    return {};
+  }
+  if (!mixtral && !qwen3_moe && !olmoe) return {};
   SLUICE_TRY_ASSIGN(local_experts, f.integer("num_local_experts"));
   SLUICE_TRY_ASSIGN(experts, f.integer("num_experts"));
   SLUICE_TRY_ASSIGN(top_k, f.integer("num_experts_per_tok"));

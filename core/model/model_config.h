@@ -58,6 +58,9 @@ struct MoeConfig {
   int top_k = 0;
   int expert_intermediate = 0;  // each expert's FFN width
   bool normalize_top_k = false;
+  // Gemma 4: each MoE block runs beside the layer's dense MLP (their outputs summed), routed from its
+  // own input, its top-k weights scaled per expert (the router's per_expert_scale).
+  bool dense_beside = false;
   std::vector<bool> sparse_layer;  // per layer: a MoE block (true) or a dense MLP
   bool enabled() const { return n_experts > 0; }
   bool is_sparse(int layer) const { return enabled() && layer < static_cast<int>(sparse_layer.size()) && sparse_layer[layer]; }

@@ -146,7 +146,8 @@ Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, Sta
 namespace {
 
 std::string router_name(const ModelConfig& c, int layer) {
-  return "model.layers." + std::to_string(layer) + "." + (c.architecture == "mixtral" ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+  const char* name = c.architecture == "mixtral" ? "block_sparse_moe.gate.weight" : c.architecture == "gemma4_text" ? "router.proj.weight" : "mlp.gate.weight";
+  return "model.layers." + std::to_string(layer) + "." + name;
 }
 
 // "layers 0-15 on opencl", for messages about a stage.
@@ -191,6 +192,24 @@ class StageWeights final : public families::WeightSource {
     }
   }
   Status constant(sl_weight& dst, const std::vector<float>& values) override { return constant_(dst, values); }
+  Result<std::vector<float>> values(const std::string& name, std::vector<int64_t> shape) override {
+    const TensorInfo* t = tensors_.find(name);
+    if (!t) return make_error("model is missing tensor '" + name + "'");
+    if (t->shape != shape) return make_error("tensor '" + name + "' has shape " + shape_text(t->shape) + ", expected " + shape_text(shape));
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    std::vector<float> out(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint16_t h = 0;
+      switch (t->dtype) {
+        case DType::kF32: std::memcpy(&out[i], t->data + i * 4, 4); break;
+        case DType::kF16: std::memcpy(&h, t->data + i * 2, 2); out[i] = cpu::f16_to_f32(h); break;
+        case DType::kBF16: std::memcpy(&h, t->data + i * 2, 2); out[i] = cpu::bf16_to_f32(h); break;
+        default: return make_error("tensor '" + name + "': dtype " + to_string(t->dtype) + " is not a float");
+      }
+    }
+    return out;
+  }
   bool has(const std::string& name) const override { return tensors_.find(name) != nullptr; }
   Status bind(sl_weight& dst, const std::string& name, std::vector<int64_t> shape) override {
     auto w = bind_(name, std::move(shape));
@@ -455,6 +474,9 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
                              {&a.next_router_logits, uint64_t(std::max(1, c.moe.n_experts))}}) {
       if (auto s = grow(*buf, size * n); !s) return s;
     }
+    if (c.moe.dense_beside)
+      for (Buffer* buf : {&a.dense_out, &a.router_in})
+        if (auto s = grow(*buf, H * n); !s) return s;
     if (c.per_layer_input_width > 0) {
       const uint64_t P = uint64_t(c.per_layer_input_width);
       for (auto [buf, size] : {std::pair{&a.per_layer_all, P * c.num_layers}, {&a.per_layer_tokens, P * c.num_layers},

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "model/families/family.h"
+#include "model/families/llama.h"  // activation()
 #include "model/transformer.h"
 
 namespace sluice {
@@ -25,6 +26,10 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   t.q_heads = g.buffer(a.q.get(), n * NH, D);
   t.k_heads = g.buffer(a.k.get(), n * NKV, D);
   t.v_heads = g.buffer(a.v.get(), n * NKV, DV);
+  if (c.moe.dense_beside) {
+    t.dense_out = g.buffer(a.dense_out.get(), n, H);
+    t.router_in = g.buffer(a.router_in.get(), n, H);
+  }
   if (const uint32_t P = static_cast<uint32_t>(c.per_layer_input_width); P > 0) {
     const uint32_t L = static_cast<uint32_t>(c.num_layers);
     t.per_layer_all = g.buffer(a.per_layer_all.get(), n, L * P);
@@ -73,7 +78,8 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
   ctx.prefix = "layer " + std::to_string(layer) + " ";
   family_->before_ffn(pass.graph, ctx, L);
   if (L.moe_index >= 0) {
-    if (auto s = build_moe(st, pass, L, n); !s) return s;
+    const StepGraph::Id router_input = family_->before_moe(pass.graph, ctx, L);
+    if (auto s = build_moe(st, pass, L, n, router_input); !s) return s;
   } else {
     family_->dense_ffn(pass.graph, ctx, L);
   }
@@ -84,7 +90,8 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
 // Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
 // over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
 // the architecture says so. Returns, per token, its (expert, weight) pairs.
-std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const std::vector<float>& logits, uint32_t n) const {
+std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const std::vector<float>& logits, uint32_t n,
+                                                                        const std::vector<float>& expert_scale) const {
   const auto& moe = config_.moe;
   const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
   std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
@@ -101,7 +108,10 @@ std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const st
                       [&](uint32_t a, uint32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     float top_sum = 0.0f;
     for (uint32_t i = 0; i < K; ++i) top_sum += p[order[i]];
-    for (uint32_t i = 0; i < K; ++i) routes[t].emplace_back(order[i], moe.normalize_top_k ? p[order[i]] / top_sum : p[order[i]]);
+    for (uint32_t i = 0; i < K; ++i) {
+      const float w = moe.normalize_top_k ? p[order[i]] / top_sum : p[order[i]];
+      routes[t].emplace_back(order[i], order[i] < expert_scale.size() ? w * expert_scale[order[i]] : w);
+    }
   }
   return routes;
 }
@@ -110,7 +120,7 @@ std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const st
 // prefetch so its reads overlap this layer's compute) ends the graph; the host routes every token and
 // fetches the routed experts; a new graph zeroes o and, per expert, gathers its rows, runs its gated
 // MLP and adds the weighted result into o.
-Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32_t n) {
+Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32_t n, StepGraph::Id router_input) {
   if (!store_) return make_error("a Mixture-of-Experts model needs an expert store");
   const ModelConfig& c = config_;
   const BackendHandle& backend = *st.backend;
@@ -118,13 +128,13 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate, E = static_cast<uint32_t>(c.moe.n_experts);
   const uint32_t moe_layer = static_cast<uint32_t>(L.moe_index);
   StepGraph& g = pass.graph;
-  g.matmul(pass.act.h, g.weight(L.router), StepGraph::kNone, g.buffer(a.router_logits.get(), n, E), "router");
+  g.matmul(router_input, g.weight(L.router), StepGraph::kNone, g.buffer(a.router_logits.get(), n, E), "router");
   const sl_weight* next_router = nullptr;
   if (moe_layer + 1 < experts_->n_moe_layers()) {
     const auto next = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
     next_router = next < st.end ? &layers_[next].router : st.has_next_router ? &st.next_router : nullptr;
   }
-  if (next_router) g.matmul(pass.act.h, g.weight(*next_router), StepGraph::kNone, g.buffer(a.next_router_logits.get(), n, E), "next router");
+  if (next_router) g.matmul(router_input, g.weight(*next_router), StepGraph::kNone, g.buffer(a.next_router_logits.get(), n, E), "next router");
   if (auto s = flush(st, pass, n); !s) return s;
 
   std::vector<float> logits(static_cast<std::size_t>(n) * E);
@@ -140,7 +150,7 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
       if (want[e]) hint.push_back(e);
     store_->prefetch(moe_layer + 1, hint);
   }
-  const auto routes = route(logits, n);
+  const auto routes = route(logits, n, L.expert_scale);
   std::vector<std::vector<int32_t>> rows(E);
   std::vector<std::vector<float>> weights(E);
   for (uint32_t t = 0; t < n; ++t)
@@ -199,7 +209,7 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     g.get_rows(pass.act.h, g.host(r.data(), 1, m, SL_DTYPE_I32), in, prefix + "gather");
     g.matmul(in, g.weight(w[0]), StepGraph::kNone, gate, prefix + "gate");
     g.matmul(in, g.weight(w[1]), StepGraph::kNone, up, prefix + "up");
-    g.glu(gate, up, SL_ACT_SILU, act, prefix + "activation");
+    g.glu(gate, up, families::activation(c), act, prefix + "activation");
     g.matmul(act, g.weight(w[2]), StepGraph::kNone, out, prefix + "down");
     g.scatter_add_rows(out, g.host(r.data(), 1, m, SL_DTYPE_I32), g.host(wt.data(), 1, m, SL_DTYPE_F32), pass.act.o,
                        prefix + "scatter");

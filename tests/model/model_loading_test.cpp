@@ -406,9 +406,12 @@ TEST(ModelConfig, RejectsWrongTypesAndBadDimensions) {
   auto zero = load_config(dir, R"({"model_type":"llama","vocab_size":0})");
   ASSERT_FALSE(zero.ok());
   EXPECT_THAT(zero.message(), HasSubstr("'vocab_size' must be a positive integer"));
-  auto bad_rope = load_config(dir, config_json("llama", R"(,"rope_scaling":{"rope_type":"longrope","factor":2})"));
+  auto bad_rope = load_config(dir, config_json("llama", R"(,"rope_scaling":{"rope_type":"mrope","factor":2})"));
   ASSERT_FALSE(bad_rope.ok());
-  EXPECT_THAT(bad_rope.message(), HasSubstr("unsupported rope type 'longrope'"));
+  EXPECT_THAT(bad_rope.message(), HasSubstr("unsupported rope type 'mrope'"));
+  auto no_factors = load_config(dir, config_json("llama", R"(,"rope_scaling":{"rope_type":"longrope","factor":2})"));
+  ASSERT_FALSE(no_factors.ok());
+  EXPECT_THAT(no_factors.message(), HasSubstr("longrope needs 'short_factor'"));
 }
 
 TEST(ModelConfig, DefaultsAndEosUnionWithGenerationConfig) {
@@ -600,6 +603,65 @@ TEST(ModelConfig, Phi3LongRopeReadsBothFactorListsAndScalesAttentionAsTransforme
   auto short_list = load_config(dir, config_json("phi3", R"(,"rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,1]})"));
   ASSERT_FALSE(short_list.ok());
   EXPECT_NE(short_list.message().find("short_factor"), std::string::npos) << short_list.message();
+}
+
+TEST(ModelConfig, Gemma4LayersHaveTheirOwnWidthsRotaryAndSharing) {
+  TempDir dir;
+  const std::string types = R"(,"layer_types":["sliding_attention","sliding_attention","sliding_attention","full_attention"],)";
+  const std::string rope = R"("rope_parameters":{"full_attention":{"partial_rotary_factor":0.25,"rope_theta":1000000.0,)"
+                           R"("rope_type":"proportional"},"sliding_attention":{"rope_theta":10000.0,"rope_type":"default"}})";
+  // transformers >= 5.15: per_layer_config.
+  auto c = load_config(dir, config_json("gemma4_text", types + rope + R"(,"head_dim":16,"sliding_window":8,)"
+                                                      R"("per_layer_config":{"3":{"head_dim":64,"num_key_value_heads":1}},)"
+                                                      R"("hidden_size_per_layer_input":8,"final_logit_softcapping":null)"));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->head_dim_of(0), 16);
+  EXPECT_EQ(c->head_dim_of(3), 64);
+  EXPECT_EQ(c->kv_heads_of(3), 1);
+  EXPECT_EQ(c->kv_heads_of(0), 2);
+  EXPECT_EQ(c->max_head_dim(), 64);
+  EXPECT_EQ(c->max_kv_width(), 64);  // 1 head of 64 beside 2 of 16
+  EXPECT_EQ(c->layer_cache(3).k_head_dim, 64u);
+  EXPECT_EQ(c->layer_cache(3).n_kv_heads, 1u);
+  EXPECT_EQ(c->layer_cache(0).window, 8u);
+  EXPECT_FLOAT_EQ(c->norm_weight_offset, 0.0f);
+  EXPECT_FLOAT_EQ(c->attention_scale, 1.0f);
+  EXPECT_EQ(c->final_logit_softcap, 0.0f);
+  EXPECT_TRUE(c->value_norm);
+  EXPECT_EQ(c->per_layer_input_width, 8);
+  EXPECT_EQ(c->per_layer_vocab, 100);  // vocab_size when vocab_size_per_layer_input is absent
+  // The full layer turns the whole head: 64 dims, 8 of 32 angles turning (0.25), spaced over 64.
+  EXPECT_EQ(c->rotary_dim_of(3), 64);
+  EXPECT_EQ(c->rotary_dim_of(0), 16);
+  const auto inv = c->rope_of(3).inverse_frequencies(c->rotary_dim_of(3));
+  ASSERT_EQ(inv.size(), 32u);
+  for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(inv[i], i < 8 ? static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / 64)) : 0.0f) << i;
+  // transformers <= 5.14: global_head_dim, and num_global_key_value_heads for attention_k_eq_v's full layers;
+  // the last two layers attend the K/V of the last earlier layer of their type.
+  const std::string alternating = R"(,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"],)";
+  auto old = load_config(dir, config_json("gemma4_text", alternating + rope + R"(,"head_dim":16,"global_head_dim":32,)"
+                                                        R"("attention_k_eq_v":true,"num_global_key_value_heads":1,)"
+                                                        R"("num_kv_shared_layers":2,"use_double_wide_mlp":true)"));
+  ASSERT_TRUE(old.ok()) << old.message();
+  EXPECT_EQ(old->head_dim_of(3), 32);
+  EXPECT_EQ(old->kv_heads_of(3), 1);
+  EXPECT_TRUE(old->full_k_eq_v);
+  EXPECT_EQ(old->kv_shared_from, 2);
+  EXPECT_EQ(old->kv_source_of(1), 1);
+  EXPECT_EQ(old->kv_source_of(2), 0);  // sliding: layer 0
+  EXPECT_EQ(old->kv_source_of(3), 1);  // full: layer 1
+  EXPECT_EQ(old->head_dim_of(2), 16);
+  EXPECT_EQ(old->final_logit_softcap, 30.0f);  // absent: transformers' default
+  auto lonely = load_config(dir, config_json("gemma4_text", types + rope + R"(,"head_dim":16,"num_kv_shared_layers":1)"));
+  ASSERT_FALSE(lonely.ok());  // the only full layer cannot share a full layer's K/V
+  EXPECT_NE(lonely.message().find("has no earlier layer of its type"), std::string::npos) << lonely.message();
+  auto bad = load_config(dir, config_json("gemma4_text", types + rope + R"(,"per_layer_config":{"9":{"head_dim":64}})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("per_layer_config['9']"), std::string::npos) << bad.message();
+  auto moe = load_config(dir, config_json("gemma4_text", types + rope + R"(,"enable_moe_block":true,"num_experts":8,"top_k_experts":9,)"
+                                                        R"("moe_intermediate_size":32)"));
+  ASSERT_FALSE(moe.ok());
+  EXPECT_NE(moe.message().find("top_k_experts"), std::string::npos) << moe.message();
 }
 
 // ---- RoPE inverse frequencies ----

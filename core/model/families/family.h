@@ -53,6 +53,11 @@ class WeightSource {
   virtual Result<float> scalar(const std::string& name) {
     return make_error("tensor '" + name + "': this weight source reads no values on the host");
   }
+  // A small tensor of the checkpoint (Gemma 4's per_expert_scale), read on the host.
+  virtual Result<std::vector<float>> values(const std::string& name, std::vector<int64_t> shape) {
+    (void)shape;
+    return make_error("tensor '" + name + "': this weight source reads no values on the host");
+  }
   // A small weight of the given values made on the stage's backend (a norm without a scale as one of ones).
   virtual Status constant(sl_weight& dst, const std::vector<float>& values) {
     (void)dst;
@@ -99,6 +104,14 @@ class Family {
   virtual void before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const = 0;
   // h → o: the dense feed-forward block.
   virtual void dense_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const = 0;
+  // A layer with an MoE block beside its dense MLP (ModelConfig::moe.dense_beside): after before_ffn,
+  // runs the dense MLP and keeps its output, leaves the experts' input in h and returns the router's
+  // input (the driver then routes and runs the experts into o).
+  virtual StepGraph::Id before_moe(StepGraph& g, const LayerContext& c, const LayerWeights& w) const {
+    (void)g;
+    (void)w;
+    return c.act->h;
+  }
   // o (the feed-forward output, dense or routed) back into x.
   virtual void after_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const = 0;
 };

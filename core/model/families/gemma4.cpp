@@ -72,7 +72,6 @@ void Gemma4::after_embed(StepGraph& g, const EmbedContext& c) const {
 }
 
 Status Gemma4::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bool sparse, LayerWeights& w) const {
-  if (sparse) return make_error("gemma4_text: the MoE block is not built yet");
   const int64_t H = c.hidden_size, D = c.head_dim_of(layer), KV = c.kv_heads_of(layer), F = ffn_width(c, layer);
   const int64_t QD = int64_t(c.num_heads) * D, KD = KV * D;
   const bool full = c.layer_type(layer) == LayerType::kFullAttention;
@@ -101,6 +100,15 @@ Status Gemma4::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bo
   SLUICE_TRY(src.bind(w.gate, p + "mlp.gate_proj.weight", {F, H}));
   SLUICE_TRY(src.bind(w.up, p + "mlp.up_proj.weight", {F, H}));
   SLUICE_TRY(src.bind(w.down, p + "mlp.down_proj.weight", {H, F}));
+  if (sparse) {  // the MoE block beside the MLP (the router's product and the experts are the driver's)
+    SLUICE_TRY(src.bind(w.router_scale, p + "router.scale", {H}));
+    auto scale = src.values(p + "router.per_expert_scale", {c.moe.n_experts});
+    if (!scale) return scale.error();
+    w.expert_scale = std::move(*scale);
+    SLUICE_TRY(src.bind(w.post_ffn_norm_dense, p + "post_feedforward_layernorm_1.weight", {H}));
+    SLUICE_TRY(src.bind(w.post_ffn_norm_experts, p + "post_feedforward_layernorm_2.weight", {H}));
+    SLUICE_TRY(src.bind(w.pre_ffn_norm_experts, p + "pre_feedforward_layernorm_2.weight", {H}));
+  }
   if (c.per_layer_input_width > 0) {
     const int64_t P = c.per_layer_input_width;
     SLUICE_TRY(src.bind(w.per_layer_gate, p + "per_layer_input_gate.weight", {P, H}));
@@ -164,10 +172,28 @@ void Gemma4::dense_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& 
   blocks::gated_mlp(g, a, g.weight(w.gate), g.weight(w.up), g.weight(w.down), activation(*c.config), c.prefix);
 }
 
+StepGraph::Id Gemma4::before_moe(StepGraph& g, const LayerContext& c, const LayerWeights& w) const {
+  const ModelConfig& cfg = *c.config;
+  const blocks::Activations a = layer_view(g, c);
+  const float offset = cfg.norm_weight_offset;
+  blocks::gated_mlp(g, a, g.weight(w.gate), g.weight(w.up), g.weight(w.down), activation(cfg), c.prefix);
+  g.rms_norm(a.o, g.weight(w.post_ffn_norm_dense), cfg.norm_eps, offset, a.dense_out, c.prefix + "post_ffn_norm_1");
+  // The router reads the residual stream normed with its own scale and 1/sqrt(H); the experts read it
+  // through their own pre-norm.
+  g.rms_norm(a.x, g.weight(w.router_scale), cfg.norm_eps, offset, a.router_in, c.prefix + "router norm");
+  g.scale(a.router_in, 1.0f / std::sqrt(static_cast<float>(cfg.hidden_size)), 0.0f, a.router_in, c.prefix + "router scale");
+  g.rms_norm(a.x, g.weight(w.pre_ffn_norm_experts), cfg.norm_eps, offset, a.h, c.prefix + "pre_ffn_norm_2");
+  return a.router_in;
+}
+
 void Gemma4::after_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const {
   const ModelConfig& cfg = *c.config;
   const blocks::Activations& a = *c.act;
   const float offset = cfg.norm_weight_offset;
+  if (w.moe_index >= 0) {  // the experts' output normed, plus the MLP's kept output
+    g.rms_norm(a.o, g.weight(w.post_ffn_norm_experts), cfg.norm_eps, offset, a.o, c.prefix + "post_ffn_norm_2");
+    g.add(a.o, a.dense_out, a.o, c.prefix + "mlp + experts");
+  }
   g.rms_norm(a.o, g.weight(w.post_ffn_norm), cfg.norm_eps, offset, a.o, c.prefix + "post_ffn_norm");
   g.add(a.x, a.o, a.x, c.prefix + "ffn residual");
   if (w.has_per_layer_input && c.per_layer_rows) {

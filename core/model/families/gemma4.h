@@ -26,7 +26,10 @@ class Gemma4 final : public Family {
   void before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const override;
   // h → o: the gated MLP (twice as wide on KV-sharing layers of use_double_wide_mlp models).
   void dense_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const override;
-  // o = post_ffn_norm(o); x += o; x += norm(act(x · gateᵀ) · per_layer_input · projectionᵀ); x *= layer_scalar.
+  // With an MoE block: the MLP on h → dense_out (normed); the router's input (norm(x) · scale / √H) and
+  // the experts' input h = pre_ffn_norm_2(x).
+  StepGraph::Id before_moe(StepGraph& g, const LayerContext& c, const LayerWeights& w) const override;
+  // o = post_ffn_norm(o) (with an MoE block first o = post_ffn_norm_2(o) + dense_out); x += o; x += norm(act(x · gateᵀ) · per_layer_input · projectionᵀ); x *= layer_scalar.
   void after_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& w) const override;
 };
 
