@@ -37,11 +37,12 @@ Result<sl_buffer*> Transformer::locate(Stage& st, const TensorInfo& t, uint64_t&
     st.used.push_back(&t);
     return static_cast<sl_buffer*>(nullptr);
   }
-  for (const auto& s : st.spans)
-    if (s.file == t.file_index && s.begin <= t.file_offset && t.file_offset + t.bytes <= s.end) {
-      offset = t.file_offset - s.begin;
-      return s.buffer.get();
-    }
+  for (bool copied : {true, false})  // a copied tensor may also lie inside a wrapped span's bytes
+    for (const auto& s : st.spans)
+      if (s.copied == copied && s.file == t.file_index && s.begin <= t.file_offset && t.file_offset + t.bytes <= s.end) {
+        offset = t.file_offset - s.begin;
+        return s.buffer.get();
+      }
   return make_error("tensor '" + t.name + "' was not among the weights wrapped for backend '" + st.backend->name() + "'");
 }
 
@@ -301,19 +302,35 @@ Status Transformer::wrap_spans(Stage& st) {
     return a->file_index != b->file_index ? a->file_index < b->file_index : a->file_offset < b->file_offset;
   });
   used.erase(std::unique(used.begin(), used.end()), used.end());
+  // Writers that do not order tensors by their values' size (MLX's, by name) can leave packed words or
+  // floats at an offset that is not a multiple of their size (after a 2-byte layer_scalar, say):
+  // kernels read whole values, so such a tensor gets an aligned copy of its own.
+  std::vector<const TensorInfo*> misaligned;
+  std::erase_if(used, [&](const TensorInfo* t) {
+    const bool off = t->file_offset % std::max<std::size_t>(1, dtype_size(t->dtype)) != 0;
+    if (off) misaligned.push_back(t);
+    return off;
+  });
+  for (const TensorInfo* t : misaligned) {
+    auto buf = st.backend->alloc(std::max<uint64_t>(t->bytes, 4));
+    if (!buf) return buf.error();
+    if (auto s = st.backend->upload(*buf, 0, t->data, t->bytes); !s) return s;
+    st.spans.push_back(WeightSpan{t->file_index, t->file_offset, t->file_offset + t->bytes, std::move(*buf), true});
+  }
+  const std::size_t first_wrapped = st.spans.size();
   std::vector<const std::byte*> host;  // the mapping of each span's file
   for (const TensorInfo* t : used) {
     const uint64_t begin = t->file_offset / kPage * kPage, end = t->file_offset + t->bytes;
-    if (!st.spans.empty() && st.spans.back().file == t->file_index && begin <= st.spans.back().end) {
+    if (st.spans.size() > first_wrapped && st.spans.back().file == t->file_index && begin <= st.spans.back().end) {
       st.spans.back().end = std::max(st.spans.back().end, end);
       continue;
     }
-    st.spans.push_back(WeightSpan{t->file_index, begin, end, {}});
+    st.spans.push_back(WeightSpan{t->file_index, begin, end, {}, false});
     host.push_back(t->data - t->file_offset);
   }
-  for (std::size_t i = 0; i < st.spans.size(); ++i) {
+  for (std::size_t i = first_wrapped; i < st.spans.size(); ++i) {
     auto& s = st.spans[i];
-    auto buf = st.backend->wrap_host(host[i] + s.begin, s.end - s.begin);
+    auto buf = st.backend->wrap_host(host[i - first_wrapped] + s.begin, s.end - s.begin);
     if (!buf) return buf.error();
     s.buffer = std::move(*buf);
   }

@@ -119,6 +119,7 @@ class Transformer {
     uint32_t file = 0;
     uint64_t begin = 0, end = 0;
     Buffer buffer;
+    bool copied = false;  // one tensor that lies off its values' alignment in the file, copied to aligned memory
   };
 
   struct Stage {

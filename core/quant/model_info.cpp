@@ -45,7 +45,7 @@ Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRe
   m.vocab = int_field(*doc, "vocab_size");
   m.ffn = int_field(*doc, "intermediate_size");
   m.experts = int_field(*doc, "num_experts", int_field(*doc, "num_local_experts"));
-  m.experts_per_token = int_field(*doc, "num_experts_per_tok");
+  m.experts_per_token = int_field(*doc, "num_experts_per_tok", int_field(*doc, "top_k_experts"));  // Gemma 4 names it so
   if (const auto* t = json::member(*doc, "tie_word_embeddings"); t && t->IsBool()) m.tied = t->GetBool();
 
   auto cfg = ModelConfig::load(dir);  // for per-module quantization; absent for unsupported architectures

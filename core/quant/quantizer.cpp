@@ -35,7 +35,7 @@ struct Job {
 }  // namespace
 
 bool router_weight(const std::string& name) {
-  return name.ends_with(".mlp.gate.weight") || name.ends_with(".block_sparse_moe.gate.weight");
+  return name.ends_with(".mlp.gate.weight") || name.ends_with(".block_sparse_moe.gate.weight") || name.ends_with(".router.proj.weight");
 }
 
 Result<QuantizeSummary> quantize_model(const QuantizeOptions& o) {

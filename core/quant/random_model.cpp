@@ -33,6 +33,8 @@ struct Init {
 Init init_for(const ModelPreset& p, const TensorPlan& t) {
   const std::string& n = t.name;
   if (t.shape.size() == 1 && n.ends_with("norm.weight")) return {0.0f, 1.0f};
+  // Gemma 4's scales: the layer's output, the router's input and its per-expert weights.
+  if (n.ends_with("layer_scalar") || n.ends_with("router.scale") || n.ends_with("router.per_expert_scale")) return {0.0f, 1.0f};
   auto uniform = [](double std) { return Init{static_cast<float>(std * std::sqrt(3.0)), 0.0f}; };
   if (t.shape.size() == 1) return uniform(0.02);  // linear biases
   if (n.find("embed_tokens") != std::string::npos) return uniform(0.02);
@@ -89,12 +91,44 @@ rapidjson::Document preset_config(const ModelPreset& p) {
   d.AddMember("rms_norm_eps", 1e-6, a);
   d.AddMember("rope_theta", p.rope_theta, a);
   d.AddMember("tie_word_embeddings", p.tied, a);
-  d.AddMember("hidden_act", "silu", a);
+  if (p.gemma4()) {
+    d.AddMember("hidden_activation", "gelu_pytorch_tanh", a);
+    rapidjson::Value types(rapidjson::kArrayType);
+    for (int i = 0; i < p.layers; ++i)
+      types.PushBack(rapidjson::Value((i + 1) % p.full_every == 0 || i + 1 == p.layers ? "full_attention" : "sliding_attention", a), a);
+    d.AddMember("layer_types", types, a);
+    d.AddMember("sliding_window", p.sliding_window, a);
+    d.AddMember("global_head_dim", p.global_head_dim, a);
+    d.AddMember("attention_k_eq_v", p.k_eq_v, a);
+    if (p.k_eq_v) d.AddMember("num_global_key_value_heads", p.global_kv_heads, a);
+    d.AddMember("num_kv_shared_layers", p.kv_shared, a);
+    d.AddMember("use_double_wide_mlp", p.double_wide, a);
+    d.AddMember("hidden_size_per_layer_input", p.per_layer_input, a);
+    d.AddMember("vocab_size_per_layer_input", p.vocab, a);
+    d.AddMember("final_logit_softcapping", 30.0, a);
+    rapidjson::Value rope(rapidjson::kObjectType), full(rapidjson::kObjectType), sliding(rapidjson::kObjectType);
+    full.AddMember("rope_type", "proportional", a);
+    full.AddMember("partial_rotary_factor", 0.25, a);
+    full.AddMember("rope_theta", 1000000.0, a);
+    sliding.AddMember("rope_type", "default", a);
+    sliding.AddMember("rope_theta", 10000.0, a);
+    rope.AddMember("full_attention", full, a);
+    rope.AddMember("sliding_attention", sliding, a);
+    d.AddMember("rope_parameters", rope, a);
+    d.AddMember("enable_moe_block", p.experts > 0, a);
+    if (p.experts > 0) {
+      d.AddMember("num_experts", p.experts, a);
+      d.AddMember("top_k_experts", p.experts_per_token, a);
+      d.AddMember("moe_intermediate_size", p.expert_ffn, a);
+    }
+  } else {
+    d.AddMember("hidden_act", "silu", a);
+  }
   if (p.qkv_bias && p.model_type != "qwen2") d.AddMember("attention_bias", true, a);  // qwen2 implies it
   d.AddMember("torch_dtype", "bfloat16", a);
   d.AddMember("bos_token_id", rapidjson::Value(rapidjson::kNullType), a);
   d.AddMember("eos_token_id", 2, a);  // the bundled tokenizer's <|im_end|>
-  if (p.experts > 0) {
+  if (p.experts > 0 && !p.gemma4()) {
     d.AddMember("num_experts", p.experts, a);
     d.AddMember("num_experts_per_tok", p.experts_per_token, a);
     d.AddMember("moe_intermediate_size", p.expert_ffn, a);
@@ -147,6 +181,30 @@ const std::vector<ModelPreset>& model_presets() {
     p.qk_norm = true; p.experts = 128; p.experts_per_token = 8; p.expert_ffn = 768; p.rope_theta = 1000000.0;
     p.max_positions = 40960;
     v.push_back(p);
+    // Gemma 4 (google/gemma-4-* config.json shapes, text decoder only).
+    p = {};
+    p.name = "tiny-gemma4"; p.model_type = "gemma4_text"; p.architecture = "Gemma4ForCausalLM";
+    p.description = "test size Gemma 4: hidden 64, 6 layers (5 sliding, 1 full of head 32, K as V), 4/2 heads, per-layer inputs 16, 2 KV-sharing";
+    p.hidden = 64; p.layers = 6; p.heads = 4; p.kv_heads = 2; p.head_dim = 16; p.ffn = 128; p.vocab = 8192; p.tied = true;
+    p.global_head_dim = 32; p.global_kv_heads = 2; p.full_every = 3; p.sliding_window = 8; p.per_layer_input = 16;
+    p.kv_shared = 2; p.double_wide = true; p.k_eq_v = true; p.max_positions = 4096;
+    v.push_back(p);
+    p = {};
+    p.name = "gemma-4-e4b"; p.model_type = "gemma4_text"; p.architecture = "Gemma4ForCausalLM";
+    p.description = "Gemma-4-E4B shape: hidden 2560, 42 layers (every 6th full), 8/2 heads, head_dim 256/512, FFN 10240, "
+                    "per-layer inputs 256, 18 KV-sharing layers, vocab 262144, tied";
+    p.hidden = 2560; p.layers = 42; p.heads = 8; p.kv_heads = 2; p.head_dim = 256; p.ffn = 10240; p.vocab = 262144; p.tied = true;
+    p.global_head_dim = 512; p.global_kv_heads = 2; p.full_every = 6; p.sliding_window = 512; p.per_layer_input = 256;
+    p.kv_shared = 18; p.double_wide = true; p.max_positions = 131072;
+    v.push_back(p);
+    p = {};
+    p.name = "gemma-4-26b-a4b"; p.model_type = "gemma4_text"; p.architecture = "Gemma4ForCausalLM";
+    p.description = "Gemma-4-26B-A4B shape: hidden 2816, 30 layers (every 6th full, K as V), 16/8 heads (2 on full layers), "
+                    "head_dim 256/512, MLP 2112 beside 128 experts top-8 of 704, vocab 262144, tied";
+    p.hidden = 2816; p.layers = 30; p.heads = 16; p.kv_heads = 8; p.head_dim = 256; p.ffn = 2112; p.vocab = 262144; p.tied = true;
+    p.global_head_dim = 512; p.global_kv_heads = 2; p.full_every = 6; p.sliding_window = 1024; p.k_eq_v = true;
+    p.experts = 128; p.experts_per_token = 8; p.expert_ffn = 704; p.max_positions = 262144;
+    v.push_back(p);
     return v;
   }();
   return presets;
@@ -158,7 +216,68 @@ const ModelPreset* find_preset(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+// Gemma 4's tensors (transformers' names; the experts as stacked `.weight` tensors, which `quantize` packs).
+std::vector<TensorPlan> gemma4_tensors(const ModelPreset& p) {
+  const int64_t H = p.hidden, L = p.layers, P = p.per_layer_input;
+  std::vector<TensorPlan> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape) { t.push_back({std::move(name), DType::kBF16, std::move(shape)}); };
+  add("model.embed_tokens.weight", {p.vocab, H});
+  if (P > 0) {
+    add("model.embed_tokens_per_layer.weight", {p.vocab, L * P});
+    add("model.per_layer_model_projection.weight", {L * P, H});
+    add("model.per_layer_projection_norm.weight", {P});
+  }
+  const int first_shared = p.kv_shared > 0 ? p.layers - p.kv_shared : p.layers;
+  for (int i = 0; i < p.layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    const bool full = (i + 1) % p.full_every == 0 || i + 1 == p.layers;
+    const int64_t D = full ? p.global_head_dim : p.head_dim;
+    const int64_t KV = full && p.k_eq_v ? p.global_kv_heads : p.kv_heads;
+    const int64_t F = int64_t(p.ffn) * (p.double_wide && i >= first_shared ? 2 : 1);
+    add(l + "input_layernorm.weight", {H});
+    add(l + "self_attn.q_proj.weight", {int64_t(p.heads) * D, H});
+    add(l + "self_attn.q_norm.weight", {D});
+    if (i < first_shared) {
+      add(l + "self_attn.k_proj.weight", {KV * D, H});
+      if (!(full && p.k_eq_v)) add(l + "self_attn.v_proj.weight", {KV * D, H});
+      add(l + "self_attn.k_norm.weight", {D});
+    }
+    add(l + "self_attn.o_proj.weight", {H, int64_t(p.heads) * D});
+    add(l + "post_attention_layernorm.weight", {H});
+    add(l + "pre_feedforward_layernorm.weight", {H});
+    add(l + "post_feedforward_layernorm.weight", {H});
+    add(l + "mlp.gate_proj.weight", {F, H});
+    add(l + "mlp.up_proj.weight", {F, H});
+    add(l + "mlp.down_proj.weight", {H, F});
+    if (p.experts > 0) {
+      const int64_t E = p.experts, EF = p.expert_ffn;
+      add(l + "router.proj.weight", {E, H});
+      add(l + "router.scale", {H});
+      add(l + "router.per_expert_scale", {E});
+      add(l + "experts.gate_up_proj.weight", {E, 2 * EF, H});
+      add(l + "experts.down_proj.weight", {E, H, EF});
+      add(l + "post_feedforward_layernorm_1.weight", {H});
+      add(l + "post_feedforward_layernorm_2.weight", {H});
+      add(l + "pre_feedforward_layernorm_2.weight", {H});
+    }
+    if (P > 0) {
+      add(l + "per_layer_input_gate.weight", {P, H});
+      add(l + "per_layer_projection.weight", {H, P});
+      add(l + "post_per_layer_input_norm.weight", {H});
+    }
+    add(l + "layer_scalar", {1});
+  }
+  add("model.norm.weight", {H});
+  if (!p.tied) add("lm_head.weight", {p.vocab, H});
+  return t;
+}
+
+}  // namespace
+
 std::vector<TensorPlan> preset_tensors(const ModelPreset& p) {
+  if (p.gemma4()) return gemma4_tensors(p);
   const int64_t H = p.hidden, D = p.head_dim, QD = int64_t(p.heads) * D, KD = int64_t(p.kv_heads) * D;
   std::vector<TensorPlan> t;
   auto add = [&](std::string name, std::vector<int64_t> shape) { t.push_back({std::move(name), DType::kBF16, std::move(shape)}); };

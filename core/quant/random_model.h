@@ -29,6 +29,14 @@ struct ModelPreset {
   int experts = 0, experts_per_token = 0, expert_ffn = 0;  // MoE when experts > 0
   double rope_theta = 10000.0;
   int max_positions = 32768;
+  // Gemma 4 (model_type gemma4_text): every full_every-th layer full (global_head_dim, global_kv_heads
+  // with K as V when k_eq_v), the rest sliding over sliding_window; per-layer inputs of per_layer_input
+  // values; the last kv_shared layers attending earlier layers' K/V (MLP twice as wide there when
+  // double_wide); with experts, the MoE block beside every layer's MLP.
+  int global_head_dim = 0, global_kv_heads = 0, full_every = 0, sliding_window = 0;
+  int per_layer_input = 0, kv_shared = 0;
+  bool k_eq_v = false, double_wide = false;
+  bool gemma4() const { return model_type == "gemma4_text"; }
 };
 
 const std::vector<ModelPreset>& model_presets();
