@@ -103,22 +103,6 @@ std::unique_ptr<TwoLayerCache> two_layer_cache(Runner& r, const sl_kvcodec_api* 
   return c;
 }
 
-void begin(Runner& r, const std::vector<int32_t>& positions, const std::vector<int32_t>& slots, uint32_t n_seqs, uint32_t max_pages,
-           const std::vector<int32_t>& table, const std::vector<int32_t>* window_table = nullptr,
-           const std::vector<int32_t>* state_slots = nullptr) {
-  sl_batch b{};
-  b.struct_size = sizeof(b);
-  b.n_tokens = static_cast<uint32_t>(positions.size());
-  b.positions = positions.data();
-  b.seq_slots = slots.data();
-  b.n_seqs = n_seqs;
-  b.max_pages = max_pages;
-  b.page_table = table.data();
-  b.window_table = window_table ? window_table->data() : nullptr;
-  b.state_slots = state_slots ? state_slots->data() : nullptr;
-  sl_error err{};
-  r.expect_ok(r.ops().begin_batch(&b, &err), err, "begin_batch");
-}
 
 struct Queries {
   std::vector<int32_t> positions, slots;
@@ -248,7 +232,7 @@ void run_wide_keys(Runner& r) {
           all.slots.push_back(static_cast<int32_t>(seq));
         }
       }
-      begin(r, all.positions, all.slots, 2, 4, table);
+      r.begin_batch(all.positions, all.slots, 2, 4, table);
       auto dk = r.upload(k_all), dv = r.upload(v_all);
       sl_error err{};
       r.new_case("prefill of two sequences");
@@ -256,7 +240,7 @@ void run_wide_keys(Runner& r) {
       attend_and_check(r, *c, all, 4, 0, kref, vref);
       r.new_case("single tokens, window 5");
       const Queries some{{36, 3, 20, 0}, {0, 0, 1, 1}};
-      begin(r, some.positions, some.slots, 2, 4, table);
+      r.begin_batch(some.positions, some.slots, 2, 4, table);
       attend_and_check(r, *c, some, 4, 5, kref, vref);
     });
   }
@@ -286,7 +270,7 @@ void run_window_pages(Runner& r) {
       all.slots.push_back(0);
     }
     const std::vector<int32_t> pages = {0, 1, 2}, window = {4, 1, 5};
-    begin(r, all.positions, all.slots, 1, 3, pages, &window);
+    r.begin_batch(all.positions, all.slots, 1, 3, pages, &window);
     auto dk = r.upload(k), dv = r.upload(v);
     sl_error err{};
     r.new_case("every position, every block held");
@@ -296,18 +280,18 @@ void run_window_pages(Runner& r) {
     // sequence — the window's queries must not read it.
     const Queries other{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, std::vector<int32_t>(16, 0)};
     const std::vector<int32_t> other_window = {4};
-    begin(r, other.positions, other.slots, 1, 1, std::vector<int32_t>{3}, &other_window);
+    r.begin_batch(other.positions, other.slots, 1, 1, std::vector<int32_t>{3}, &other_window);
     auto junk = r.upload(std::vector<float>(16 * 32, 1000.0f));
     r.expect_ok(r.ops().kv_write(c->cache.get(), 1, junk.get(), junk.get(), &err), err, "kv_write");
     r.new_case("a run of 12 queries (33..44), block 0 released and reused");
     const Queries late{{33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44}, std::vector<int32_t>(12, 0)};
     const std::vector<int32_t> released = {-1, 1, 5};
-    begin(r, late.positions, late.slots, 1, 3, pages, &released);
+    r.begin_batch(late.positions, late.slots, 1, 3, pages, &released);
     attend_and_check(r, *c, late, 2, 7, kref, vref);
     r.new_case("one query (44), blocks 0 and 1 released");
     const std::vector<int32_t> only_last = {-1, -1, 5};
     const Queries last{{44}, {0}};
-    begin(r, last.positions, last.slots, 1, 3, pages, &only_last);
+    r.begin_batch(last.positions, last.slots, 1, 3, pages, &only_last);
     attend_and_check(r, *c, last, 2, 7, kref, vref);
   });
 }
@@ -320,7 +304,7 @@ void run_state(Runner& r) {
     auto c = two_layer_cache(r, builtin_f32_codec(), state, 2, 0, 4);
     sl_kv_cache* cache = c->cache.get();
     const std::vector<int32_t> positions = {0, 0}, slots = {0, 1}, pages = {0, 1}, states = {2, 0};
-    begin(r, positions, slots, 2, 1, pages, nullptr, &states);
+    r.begin_batch(positions, slots, 2, 1, pages, nullptr, &states);
     sl_error err{};
     auto read = [&](const std::string& where, const std::vector<float>& want) {
       auto out = r.upload(std::vector<float>(20, -1.0f));
@@ -347,7 +331,7 @@ void run_state(Runner& r) {
     r.new_case("kv_copy_state to another slot, the source kept");
     r.expect_ok(r.api()->kv_copy_state(r.raw(), cache, 2, 3, &err), err, "kv_copy_state");
     const std::vector<int32_t> swapped = {0, 3};  // sequence 1 now reads the copy of sequence 0's state
-    begin(r, positions, slots, 2, 1, pages, nullptr, &swapped);
+    r.begin_batch(positions, slots, 2, 1, pages, nullptr, &swapped);
     std::vector<float> want(20);
     for (uint32_t i = 0; i < 10; ++i) {
       want[i] = x[10 + i];
