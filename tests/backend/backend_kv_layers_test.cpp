@@ -2,7 +2,8 @@
 // could not lay out, with a message naming the layer (never an abort); attention over a layer whose
 // K and V differ in width, and over a sliding-window layer whose early pages were released and
 // reused, against naive softmax attention computed here; recurrent state slots cleared, written and
-// read by COPY nodes, copied slot to slot, and every bad slot refused. A backend without the
+// read by COPY nodes, copied slot to slot, and every bad slot refused; and all of it in one cache —
+// layers of their own widths and window layers beside uniform ones, with a recent window. A backend without the
 // capability a case needs (SL_CAP_KV_LAYERS, SL_CAP_KV_WINDOW_PAGES, or nodes it declines) skips it.
 #include <algorithm>
 #include <cmath>
@@ -393,6 +394,75 @@ TEST_P(KvLayersTest, SlidingWindowLayerReadsOnlyTheWindowsPages) {
   begin_batch({59}, {0}, 1, 4, pages);
   p.window = W;
   EXPECT_NE(ops().attention(cache, 1, q.get(), &p, nullptr, out.get(), &err), SL_OK);
+}
+
+TEST_P(KvLayersTest, LayersOfTheirOwnWidthsAndWindowsBesideUniformOnesWithARecentWindow) {
+  if (!backend().has_cap(SL_CAP_KV_LAYERS) || !backend().has_cap(SL_CAP_KV_WINDOW_PAGES) ||
+      !backend().has_cap(SL_CAP_KV_RECENT_WINDOW))
+    GTEST_SKIP() << "no window pages or recent window (SL_CAP_KV_WINDOW_PAGES, SL_CAP_KV_RECENT_WINDOW)";
+  // A model of every kind at once: layers of the layout's widths (0, FULL; 3, WINDOW), a window layer
+  // whose K is wider than its V (1), and a layer of one wide head (2), with the recent window's exact
+  // rows kept per layer in its widths. f16 rows: the recent copies equal the stored rows, so a
+  // recent row read from the wrong place shows as surely as a page read from the wrong table.
+  const uint32_t H = 4, W = 10, n = 60;
+  struct Shape {
+    uint32_t kind, heads, k_dim, v_dim;
+  };
+  const Shape shapes[] = {{SL_KV_FULL, 2, 16, 16}, {SL_KV_WINDOW, 2, 24, 16}, {SL_KV_FULL, 1, 64, 64}, {SL_KV_WINDOW, 2, 16, 16}};
+  Layout l(builtin_f16_codec());
+  for (const Shape& s : shapes) l.attention_layer(s.kind, s.heads, s.k_dim, s.v_dim, s.kind == SL_KV_WINDOW ? W : 0);
+  l.layout.n_window_pages = 5;
+  l.layout.recent_window = 20;
+  l.layout.n_recent_pages = 6;
+  sl_kv_cache* cache = create(l.get());
+  ASSERT_NE(cache, nullptr);
+  std::vector<int32_t> positions(n), slots(n, 0);
+  for (uint32_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i);
+  const std::vector<int32_t> pages = {0, 1, 2, 3}, window = {3, 0, 4, 1}, recent = {-1, -1, 5, 2};
+  std::vector<float> kref[4], vref[4];
+  begin_batch(positions, slots, 1, 4, pages, &window, nullptr, &recent);
+  sl_error err{};
+  for (uint32_t layer = 0; layer < 4; ++layer) {
+    const Shape& s = shapes[layer];
+    const auto k = random(std::size_t(n) * s.heads * s.k_dim), v = random(std::size_t(n) * s.heads * s.v_dim);
+    kref[layer] = l.codecs[2 * layer]->stored(k, s.k_dim);
+    vref[layer] = l.codecs[2 * layer + 1]->stored(v, s.v_dim);
+    auto dk = upload(k), dv = upload(v);
+    ASSERT_EQ(ops().kv_write(cache, layer, dk.get(), dv.get(), &err), SL_OK) << "layer " << layer << ": " << err.message;
+  }
+  // The window layers' blocks 0 and 1 leave every query's window from 41 on: released, and window
+  // page 3 (block 0's) and recent page 5 rewritten by another sequence.
+  const std::vector<int32_t> reused = {3}, reused_recent = {5};
+  begin_batch(std::vector<int32_t>{0, 1, 2}, std::vector<int32_t>(3, 0), 1, 1, {6}, &reused, nullptr, &reused_recent);
+  for (uint32_t layer : {1u, 3u}) {
+    auto junk_k = upload(std::vector<float>(3 * shapes[layer].heads * shapes[layer].k_dim, 500.0f));
+    auto junk_v = upload(std::vector<float>(3 * shapes[layer].heads * shapes[layer].v_dim, 500.0f));
+    ASSERT_EQ(ops().kv_write(cache, layer, junk_k.get(), junk_v.get(), &err), SL_OK) << err.message;
+  }
+  const std::vector<int32_t> released = {-1, -1, 4, 1}, recent_now = {-1, -1, -1, 2};  // block 2's recent page went too
+  std::vector<int32_t> run;
+  for (int32_t p = 45; p < 60; ++p) run.push_back(p);  // 15 queries: the portable kernels, held to float
+  for (const auto& queries : {run, std::vector<int32_t>{59}, std::vector<int32_t>{50}}) {
+    begin_batch(queries, std::vector<int32_t>(queries.size(), 0), 1, 4, pages, &released, nullptr, &recent_now);
+    for (uint32_t layer = 0; layer < 4; ++layer) {
+      const Shape& s = shapes[layer];
+      const uint32_t window_of = s.kind == SL_KV_WINDOW ? W : 0;
+      const auto q = random(queries.size() * H * s.k_dim);
+      auto dq = upload(q), out = zeros(queries.size() * H * s.v_dim);
+      const auto p = attention_params(layer, H, s.heads, s.k_dim, s.v_dim, window_of);
+      ASSERT_EQ(ops().attention(cache, layer, dq.get(), &p, nullptr, out.get(), &err), SL_OK) << "layer " << layer << ": " << err.message;
+      const auto got = download(out, queries.size() * H * s.v_dim);
+      for (std::size_t t = 0; t < queries.size(); ++t)
+        for (uint32_t h = 0; h < H; ++h) {
+          const int32_t pos = queries[t], lo = window_of ? pos - int32_t(W) + 1 : 0;
+          std::vector<double> mag;
+          const auto ref = naive(q.data() + (t * H + h) * s.k_dim, kref[layer], vref[layer], h / (H / s.heads), s.heads, s.k_dim, s.v_dim,
+                                 lo, pos, p.scale, mag);
+          for (uint32_t d = 0; d < s.v_dim; ++d)
+            ASSERT_NEAR(got[(t * H + h) * s.v_dim + d], ref[d], 1e-4 * (mag[d] + 1.0)) << "layer " << layer << " position " << pos;
+        }
+    }
+  }
 }
 
 TEST_P(KvLayersTest, StateSlotsAreClearedWrittenReadAndCopied) {
