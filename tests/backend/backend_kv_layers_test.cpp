@@ -3,8 +3,9 @@
 // K and V differ in width, and over a sliding-window layer whose early pages were released and
 // reused, against naive softmax attention computed here; recurrent state slots cleared, written and
 // read by COPY nodes, copied slot to slot, and every bad slot refused; and all of it in one cache —
-// layers of their own widths and window layers beside uniform ones, with a recent window. A backend without the
-// capability a case needs (SL_CAP_KV_LAYERS, SL_CAP_KV_WINDOW_PAGES, or nodes it declines) skips it.
+// layers of their own widths and window layers beside uniform ones, with a recent window. A backend
+// without the capability a case needs (SL_CAP_KV_LAYERS, SL_CAP_KV_WINDOW_PAGES, or nodes it
+// declines) skips it.
 #include <algorithm>
 #include <cmath>
 #include <functional>
