@@ -8,11 +8,17 @@
 // then for each KV head page_tokens V rows ([head][slot]), rows in the codec's format.
 //
 // The recent window (sl_kv_layout.recent_window): exact f16 copies of the newest rows, one buffer
-// per layer of n_recent_pages pages, a page = [K, V][KV head][slot][HEAD_DIM] halfs; the batch's
-// recent_table gives each page of positions its recent page (-1 = none). A query at pos reads the
-// keys [att_exact_from, pos] from there.
+// per layer of n_recent_pages pages, a page = [K: KV head][slot][HEAD_DIM], then [V: KV head][slot]
+// [V_DIM] halfs; the batch's recent_table gives each page of positions its recent page (-1 = none).
+// A query at pos reads the keys [att_exact_from, pos] from there.
 //
-// Built with HEAD_DIM, GROUP (query heads per KV head) and WG (work-group size, a power of two).
+// Built with HEAD_DIM, GROUP (query heads per KV head) and WG (work-group size, a power of two);
+// V_DIM where a layer's V rows are narrower or wider than its K rows (MLA's latent K): the values,
+// the outputs and the partial sums are V_DIM wide, the queries and keys HEAD_DIM. Only kv_write,
+// kv_write_rope, attention and attention_merge run such a layer (cl_kv_geometry.h).
+#ifndef V_DIM
+#define V_DIM HEAD_DIM
+#endif
 
 inline ulong kv_page_of(__global const int* table, uint position, uint page_tokens) {
   return (ulong)table[position / page_tokens];
@@ -29,10 +35,17 @@ inline int att_exact_from(__global const int* recent, uint recent_window, uint p
   return from;
 }
 
-// The exact row of position `position` (kv 0 = K, 1 = V), in recent page `rpage`.
+// The exact row of position `position` (kv 0 = K, 1 = V), in recent page `rpage`: a recent page of a
+// layer is [K: head][slot][HEAD_DIM], then [V: head][slot][V_DIM] (backend.h).
 inline __global const half* att_recent_row(__global const half* recent_layer, int rpage, uint kv, uint n_kv_heads,
                                           uint kvh, uint page_tokens, uint position) {
+#if V_DIM == HEAD_DIM
   return recent_layer + ((((ulong)rpage * 2u + kv) * n_kv_heads + kvh) * page_tokens + position % page_tokens) * HEAD_DIM;
+#else
+  const ulong row = (ulong)kvh * page_tokens + position % page_tokens;
+  return recent_layer + (ulong)rpage * n_kv_heads * page_tokens * (HEAD_DIM + V_DIM) +
+         (kv ? (ulong)n_kv_heads * page_tokens * HEAD_DIM + row * V_DIM : row * HEAD_DIM);
+#endif
 }
 
 // The work-group of (token t, KV head h) encodes its K row, then its V row, into their page slots —
@@ -63,7 +76,7 @@ inline void kv_write_rows(__global const float* k, __global const float* v, __gl
   const uint slot = pos % page_tokens;
   __global uchar* base = layer + page * page_bytes;
   __global const float* k_src = k + (ulong)item * HEAD_DIM;
-  __global const float* v_src = v + (ulong)item * HEAD_DIM;
+  __global const float* v_src = v + (ulong)item * V_DIM;
   __global uchar* k_dst = base + ((ulong)h * page_tokens + slot) * k_row_bytes;
   __global uchar* v_dst = base + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)h * page_tokens + slot) * v_row_bytes;
 #if K_ENCODE_GROUP
@@ -75,19 +88,26 @@ inline void kv_write_rows(__global const float* k, __global const float* v, __gl
   if (one_scratch) barrier(CLK_LOCAL_MEM_FENCE);  // the scratch passes from one encoder to the other
 #endif
 #if V_ENCODE_GROUP
-  sl_v_encode_row_group(v_src, v_dst, HEAD_DIM, lid, WIDE_WG, v_scratch);
+  sl_v_encode_row_group(v_src, v_dst, V_DIM, lid, WIDE_WG, v_scratch);
 #else
-  if (lid == 0) sl_v_encode_row(v_src, v_dst, HEAD_DIM);
+  if (lid == 0) sl_v_encode_row(v_src, v_dst, V_DIM);
 #endif
   if (has_recent) {
     const int rpage = recent_table[(ulong)seq_slots[t] * max_pages + pos / page_tokens];
     if (rpage >= 0) {
+#if V_DIM == HEAD_DIM
       __global half* k_copy = recent_layer + ((((ulong)rpage * 2u) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
       __global half* v_copy = recent_layer + ((((ulong)rpage * 2u + 1u) * n_kv_heads + h) * page_tokens + slot) * HEAD_DIM;
       for (uint d = lid; d < HEAD_DIM; d += WIDE_WG) {
         vstore_half_rte(k_src[d], d, k_copy);
         vstore_half_rte(v_src[d], d, v_copy);
       }
+#else
+      __global half* k_copy = (__global half*)att_recent_row(recent_layer, rpage, 0u, n_kv_heads, h, page_tokens, pos);
+      __global half* v_copy = (__global half*)att_recent_row(recent_layer, rpage, 1u, n_kv_heads, h, page_tokens, pos);
+      for (uint d = lid; d < HEAD_DIM; d += WIDE_WG) vstore_half_rte(k_src[d], d, k_copy);
+      for (uint d = lid; d < V_DIM; d += WIDE_WG) vstore_half_rte(v_src[d], d, v_copy);
+#endif
     }
   }
 }
@@ -133,7 +153,7 @@ void kv_write_rope(__global float* k, __global const float* v, __global uchar* l
                 max_pages, recent_layer, recent_table, has_recent, scratch, scratch, true, t, h);
 }
 
-#define DIMS_PER_ITEM ((HEAD_DIM + WG - 1) / WG)
+#define DIMS_PER_ITEM ((V_DIM + WG - 1) / WG)  // a work-item's accumulators: dims lid, lid + WG, ...
 
 // This split's share [lo, hi] of the keys [lo_all, pos] a query at pos attends (lo_all: the sliding
 // window's start, or 0).
@@ -200,7 +220,7 @@ inline void att_online_steps(__local float* red, uint nh, const float* s, bool v
 // One head's result: normalised into out with one split, else the unnormalised partial (m, l, acc)
 // of this split for attention_merge. acc: this work-item's DIMS_PER_ITEM dims (lid, lid + WG, ...).
 // q15 (decode on NVIDIA, one token: head is the column block's head): out's 15-bit form too, for the
-// dp4a product of the output projection (kernels_cl/warp.cl; cols = the row's n_heads · HEAD_DIM),
+// dp4a product of the output projection (kernels_cl/warp.cl; cols = the row's n_heads · V_DIM),
 // which then needs no rounding launch.
 inline void att_write(__global float* out, __global float* partial, ulong head, uint n_splits, uint split, float m, float l,
                       const float* acc, uint lid, __global uchar* oq, __global float2* oblocks, uint q15, uint cols) {
@@ -208,24 +228,24 @@ inline void att_write(__global float* out, __global float* partial, ulong head, 
     const float inv = 1.0f / l;
     for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
       const uint dim = lid + d * WG;
-      const float v = dim < HEAD_DIM ? acc[d] * inv : 0.0f;
-      if (dim < HEAD_DIM) out[head * HEAD_DIM + dim] = v;
+      const float v = dim < V_DIM ? acc[d] * inv : 0.0f;
+      if (dim < V_DIM) out[head * V_DIM + dim] = v;
 #ifdef SLUICE_PTX_SHFL
-      // Whole warps call it: the host sets q15 only where WG and HEAD_DIM are multiples of 32.
-      if (q15) int15_store(v, (uint)head * HEAD_DIM + dim, dim < HEAD_DIM, cols, oq, oblocks);
+      // Whole warps call it: the host sets q15 only where WG and V_DIM are multiples of 32.
+      if (q15) int15_store(v, (uint)head * V_DIM + dim, dim < V_DIM, cols, oq, oblocks);
 #endif
     }
     return;
   }
-  // partial: per (head, split): m, l, then HEAD_DIM accumulators.
-  __global float* part = partial + (head * n_splits + split) * (HEAD_DIM + 2);
+  // partial: per (head, split): m, l, then V_DIM accumulators.
+  __global float* part = partial + (head * n_splits + split) * (V_DIM + 2);
   if (lid == 0) {
     part[0] = m;
     part[1] = l;
   }
   for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
     const uint dim = lid + d * WG;
-    if (dim < HEAD_DIM) part[2 + dim] = acc[d];
+    if (dim < V_DIM) part[2 + dim] = acc[d];
   }
 }
 
@@ -469,7 +489,7 @@ void attention(__global const float* q, __global float* out, __global const ucha
         __global const uchar* vrow = layer + v_at[jj + u];
         for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
           const uint dim = lid + d * WG;
-          vv[u][d] = dim < HEAD_DIM ? sl_v_load(vrow, dim) : 0.0f;
+          vv[u][d] = dim < V_DIM ? sl_v_load(vrow, dim) : 0.0f;
         }
       }
       for (uint u = 0; u < ATT_VU_GENERIC; ++u)
@@ -483,7 +503,7 @@ void attention(__global const float* q, __global float* out, __global const ucha
       __global const uchar* vrow = layer + v_at[jj];
       for (uint d = 0; d < DIMS_PER_ITEM; ++d) {
         const uint dim = lid + d * WG;
-        if (dim < HEAD_DIM) {
+        if (dim < V_DIM) {
           const float vv = vx ? vload_half(dim, vx) : sl_v_load(vrow, dim);
           for (uint g = 0; g < GROUP; ++g) acc[g][d] += p[g * WG + jj] * vv;
         }
@@ -493,7 +513,7 @@ void attention(__global const float* q, __global float* out, __global const ucha
   }
 
   for (uint g = 0; g < GROUP; ++g) att_write(out, partial, (ulong)t * n_heads + kvh * GROUP + g, n_splits, split, m[g], l[g], acc[g], lid, oq,
-                                          oblocks, q15, n_heads * HEAD_DIM);
+                                          oblocks, q15, n_heads * V_DIM);
 }
 
 // Combines the splits of each (token, head), one work-group of MERGE_WG per (token, head): the
@@ -506,7 +526,7 @@ void attention(__global const float* q, __global float* out, __global const ucha
 // registers: a split cannot write it back while another may still read it): rotates the head's row
 // of q in place, as the deferred rope would have, by the split kernel's own rope_pair.
 #define MERGE_WG WIDE_WG  // up to 256, where the device allows (the host's wide_group_size)
-#define MERGE_LANES (HEAD_DIM < MERGE_WG ? MERGE_WG / HEAD_DIM : 1)
+#define MERGE_LANES (V_DIM < MERGE_WG ? MERGE_WG / V_DIM : 1)
 #define MERGE_MAX_SPLITS 256  // the host splits no further
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1)))
 void attention_merge(__global const float* partial, __global float* out, uint n_splits, __global uchar* oq,
@@ -517,11 +537,11 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
   const uint head = get_group_id(0), lid = get_local_id(0);
 #if ATT_SHUFFLES  // attention_short_join exists only with warp exchanges (attention_short.cl)
   for (uint i = lid; i < half_rot; i += MERGE_WG)
-    rope_rotate_pair(q + (ulong)head * HEAD_DIM, i, positions[head / (cols / HEAD_DIM)], rope_table, half_rot, style);
+    rope_rotate_pair(q + (ulong)head * HEAD_DIM, i, positions[head / (cols / V_DIM)], rope_table, half_rot, style);
 #endif
-  __global const float* part = partial + (ulong)head * n_splits * (HEAD_DIM + 2);
+  __global const float* part = partial + (ulong)head * n_splits * (V_DIM + 2);
   float m = -INFINITY;
-  for (uint s = lid; s < n_splits; s += MERGE_WG) m = fmax(m, part[s * (HEAD_DIM + 2)]);
+  for (uint s = lid; s < n_splits; s += MERGE_WG) m = fmax(m, part[s * (V_DIM + 2)]);
   red[lid] = m;
   for (uint h = MERGE_WG / 2; h > 0; h >>= 1) {
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -531,7 +551,7 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
   const float top = red[0];
   float l = 0.0f;
   for (uint s = lid; s < n_splits; s += MERGE_WG) {
-    __global const float* ps = part + s * (HEAD_DIM + 2);
+    __global const float* ps = part + s * (V_DIM + 2);
     const float ws = ps[1] == 0.0f ? 0.0f : exp(ps[0] - top);  // an empty split weighs nothing
     w[s] = ws;
     l += ps[1] * ws;
@@ -544,28 +564,28 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   const float inv = 1.0f / red[0];
-  const uint lane = lid / HEAD_DIM;  // lanes past MERGE_LANES (HEAD_DIM not dividing MERGE_WG) idle
-  for (uint d0 = 0; d0 < HEAD_DIM; d0 += MERGE_WG / MERGE_LANES) {
-    const uint dim = d0 + lid % HEAD_DIM;
+  const uint lane = lid / V_DIM;  // lanes past MERGE_LANES (V_DIM not dividing MERGE_WG) idle
+  for (uint d0 = 0; d0 < V_DIM; d0 += MERGE_WG / MERGE_LANES) {
+    const uint dim = d0 + lid % V_DIM;
     float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains of sums: loads in flight together
-    if (lane < MERGE_LANES && dim < HEAD_DIM) {
+    if (lane < MERGE_LANES && dim < V_DIM) {
       uint s = lane;
       for (; s + 3 * MERGE_LANES < n_splits; s += 4 * MERGE_LANES)
-        for (uint k = 0; k < 4; ++k) a[k] += part[(s + k * MERGE_LANES) * (HEAD_DIM + 2) + 2 + dim] * w[s + k * MERGE_LANES];
-      for (; s < n_splits; s += MERGE_LANES) a[0] += part[s * (HEAD_DIM + 2) + 2 + dim] * w[s];
+        for (uint k = 0; k < 4; ++k) a[k] += part[(s + k * MERGE_LANES) * (V_DIM + 2) + 2 + dim] * w[s + k * MERGE_LANES];
+      for (; s < n_splits; s += MERGE_LANES) a[0] += part[s * (V_DIM + 2) + 2 + dim] * w[s];
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // red is free again
     red[lid] = (a[0] + a[1]) + (a[2] + a[3]);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane == 0) {  // whole warps where HEAD_DIM is a multiple of 32 (q15 is set only then)
+    if (lane == 0) {  // whole warps where V_DIM is a multiple of 32 (q15 is set only then)
       float sum = 0.0f;
-      if (dim < HEAD_DIM) {
+      if (dim < V_DIM) {
         sum = red[lid];
-        for (uint k = 1; k < MERGE_LANES; ++k) sum += red[lid + k * HEAD_DIM];
-        out[(ulong)head * HEAD_DIM + dim] = sum * inv;
+        for (uint k = 1; k < MERGE_LANES; ++k) sum += red[lid + k * V_DIM];
+        out[(ulong)head * V_DIM + dim] = sum * inv;
       }
 #ifdef SLUICE_PTX_SHFL
-      if (q15) int15_store(sum * inv, head * HEAD_DIM + dim, dim < HEAD_DIM, cols, oq, oblocks);  // as att_write's
+      if (q15) int15_store(sum * inv, head * V_DIM + dim, dim < V_DIM, cols, oq, oblocks);  // as att_write's
 #endif
     }
   }

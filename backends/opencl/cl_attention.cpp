@@ -23,13 +23,15 @@ int32_t exact_from(const sl_backend* be, const sl_kv_cache* c, int32_t seq, int3
                            c->layout.page_tokens, pos, lo);
 }
 
-// Decode-then-attend on the host, for codecs without OpenCL source.
+// Decode-then-attend on the host, for codecs without OpenCL source: the layer's widths (D for
+// queries and keys, DV for values), codecs and table.
 sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                          sl_buffer* out, sl_error* err) {
   const auto& L = c->layout;
-  const uint32_t D = p->head_dim, group = p->n_heads / p->n_kv_heads;
-  const std::size_t n_tokens = be->positions.size(), row = std::size_t(p->n_heads) * D;
-  std::vector<float> qh(n_tokens * row), oh(n_tokens * row), sinks;
+  const KvLayerShape& Ly = c->layers[layer];
+  const uint32_t D = Ly.k_dim, DV = Ly.v_dim, group = p->n_heads / p->n_kv_heads;
+  const std::size_t n_tokens = be->positions.size(), row = std::size_t(p->n_heads) * D, out_row = std::size_t(p->n_heads) * DV;
+  std::vector<float> qh(n_tokens * row), oh(n_tokens * out_row), sinks;
   be->queue.enqueueReadBuffer(single(q), CL_TRUE, 0, qh.size() * 4, qh.data());
   if (p->sinks) {
     sinks.resize(p->n_heads);
@@ -40,17 +42,17 @@ sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const s
     const int32_t pos = be->positions[t];
     const int32_t lo = p->window ? std::max<int32_t>(0, pos - static_cast<int32_t>(p->window) + 1) : 0;
     const std::size_t n = static_cast<std::size_t>(pos - lo + 1);
-    const int32_t* table = be->page_table.data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
-    for (uint32_t kvh = 0; kvh < L.n_kv_heads; ++kvh) {
+    const int32_t* table = table_of(be, c, layer).data() + static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages;
+    for (uint32_t kvh = 0; kvh < Ly.n_kv_heads; ++kvh) {
       keys.resize(n * D);
-      values.resize(n * D);
+      values.resize(n * DV);
       for (int32_t at = lo; at <= pos;) {
         const uint32_t page = static_cast<uint32_t>(table[at / L.page_tokens]), slot = at % L.page_tokens;
         const uint32_t run = std::min<uint32_t>(L.page_tokens - slot, static_cast<uint32_t>(pos - at + 1));
         float* kd = keys.data() + static_cast<std::size_t>(at - lo) * D;
-        float* vd = values.data() + static_cast<std::size_t>(at - lo) * D;
-        if (auto s = L.k_api->decode(L.k_codec, host_k_row(c, layer, page, kvh, slot), run, kd, err); s != SL_OK) return s;
-        if (auto s = L.v_api->decode(L.v_codec, host_v_row(c, layer, page, kvh, slot), run, vd, err); s != SL_OK) return s;
+        float* vd = values.data() + static_cast<std::size_t>(at - lo) * DV;
+        if (auto s = Ly.k_api->decode(Ly.k_codec, host_k_row(c, layer, page, kvh, slot), run, kd, err); s != SL_OK) return s;
+        if (auto s = Ly.v_api->decode(Ly.v_codec, host_v_row(c, layer, page, kvh, slot), run, vd, err); s != SL_OK) return s;
         at += static_cast<int32_t>(run);
       }
       // The recent window's keys and values: the exact rows instead of the decoded ones.
@@ -59,10 +61,8 @@ sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const s
         const int32_t rpage = be->recent_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + j / L.page_tokens];
         const uint16_t* kx = host_recent_row(c, layer, rpage, 0, kvh, j % L.page_tokens);
         const uint16_t* vx = host_recent_row(c, layer, rpage, 1, kvh, j % L.page_tokens);
-        for (uint32_t d = 0; d < D; ++d) {
-          keys[static_cast<std::size_t>(j - lo) * D + d] = sluice::cpu::f16_to_f32(kx[d]);
-          values[static_cast<std::size_t>(j - lo) * D + d] = sluice::cpu::f16_to_f32(vx[d]);
-        }
+        for (uint32_t d = 0; d < D; ++d) keys[static_cast<std::size_t>(j - lo) * D + d] = sluice::cpu::f16_to_f32(kx[d]);
+        for (uint32_t d = 0; d < DV; ++d) values[static_cast<std::size_t>(j - lo) * DV + d] = sluice::cpu::f16_to_f32(vx[d]);
       }
       for (uint32_t g = 0; g < group; ++g) {
         const uint32_t h = kvh * group + g;
@@ -79,11 +79,11 @@ sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const s
         }
         float sum = sinks.empty() ? 0.0f : std::exp(sinks[h] - m);
         for (auto& s : scores) sum += (s = std::exp(s - m));
-        float* o = oh.data() + t * row + std::size_t(h) * D;
-        std::fill(o, o + D, 0.0f);
+        float* o = oh.data() + t * out_row + std::size_t(h) * DV;
+        std::fill(o, o + DV, 0.0f);
         for (std::size_t j = 0; j < n; ++j) {
           const float w = scores[j] / sum;
-          for (uint32_t d = 0; d < D; ++d) o[d] += w * values[j * D + d];
+          for (uint32_t d = 0; d < DV; ++d) o[d] += w * values[j * DV + d];
         }
       }
     }
@@ -119,12 +119,14 @@ std::vector<QueryRun> query_runs(const sl_backend* be) {
   return runs;
 }
 
-// Whether prefill runs go through attention_mma: an sm_80+ NVIDIA device with PTX on, a head_dim
-// the kernel is built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators),
-// and no recent window in this batch — with one, a key is read exactly by some queries of a run and
+// Whether prefill runs go through attention_mma: an sm_80+ NVIDIA device with PTX on, a layer of
+// the layout's widths (a geometry with the fast paths, cl_kv_geometry.h), a head_dim the kernel is
+// built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators), and no recent
+// window in this batch — with one, a key is read exactly by some queries of a run and
 // through the codec by others, which one gathered copy cannot give. Tuning mma_att = 0 keeps the
 // portable kernels; a program that fails to build is reported once and the portable kernels serve.
-bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, const AttentionParams* p) {
+bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, uint32_t layer, const AttentionParams* p) {
+  if (!c->geometry(layer).shape.fast_paths) return false;
   if (!be->tuning.mma_att || !be->use_ptx || be->caps.sm < 80 || keeps_recent(be, c)) return false;
   if (p->head_dim % 16 || p->head_dim > 128) return false;
   int& state = be->att_mma_state[p->head_dim];
@@ -155,25 +157,25 @@ uint32_t mma_splits(const sl_backend* be, uint64_t groups, uint32_t key_tiles) {
 // query to its last position) gathered as f16 rows per KV head, then attention_mma over them.
 void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                        sl_buffer* out, sl_kv_cache::Kernels& ks, const QueryRun& run) {
-  const auto& L = c->layout;
+  const KvLayerShape& Ly = c->layers[layer];
   const uint32_t D = p->head_dim;
   const int32_t last = run.first_pos + static_cast<int32_t>(run.n_tokens) - 1;
   const int32_t k_lo = p->window ? std::max<int32_t>(0, run.first_pos - static_cast<int32_t>(p->window) + 1) : 0;
   const uint32_t n_keys = static_cast<uint32_t>(last - k_lo + 1);
   const uint32_t n_pad = (n_keys + kMmaBlock - 1) / kMmaBlock * kMmaBlock;
-  const uint64_t bytes = uint64_t(L.n_kv_heads) * n_pad * D * 2;
+  const uint64_t bytes = uint64_t(Ly.n_kv_heads) * n_pad * D * 2;
   cl::Buffer& kx = be->att_k16.at_least(be->context, bytes);
   cl::Buffer& vx = be->att_v16.at_least(be->context, bytes);
   auto& gk = ks.gather;
   set_layer_args(gk, 0, c, layer);
-  gk.setArg(6, be->d_page_table);
+  gk.setArg(6, device_table_of(be, c, layer));
   gk.setArg(7, static_cast<cl_uint>(static_cast<uint32_t>(run.seq) * be->max_pages));
   gk.setArg(8, static_cast<cl_int>(k_lo));
   gk.setArg(9, static_cast<cl_uint>(n_keys));
   gk.setArg(10, static_cast<cl_uint>(n_pad));
   gk.setArg(11, kx);
   gk.setArg(12, vx);
-  launch(be, gk, cl::NDRange(D, n_pad, L.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
+  launch(be, gk, cl::NDRange(D, n_pad, Ly.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
   auto& mk = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma");
   mk.setArg(0, single(q));
   mk.setArg(1, single(out));
@@ -227,9 +229,10 @@ bool takes_short_passes(const sl_backend* be, const sl_kv_cache::Kernels& ks, co
 // the kv_write (and rope pair) that attention_short_join runs in its launch (takes_short_passes holds).
 void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                         sl_buffer* out, sl_kv_cache::Kernels& ks, const KvJoin* join, Forms& forms) {
-  const auto& L = c->layout;
+  const KvLayerShape& Ly = c->layers[layer];
+  const sl_kv_cache::Geometry& geo = c->geometry(layer);
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
-  const uint64_t floats = uint64_t(n_tokens) * p->n_heads * p->head_dim;
+  const uint32_t v_dim = Ly.v_dim;  // of the outputs and the splits' partial sums (p->head_dim: the queries')
   const uint32_t group = p->n_heads / p->n_kv_heads;
   // Long histories with few (token, KV head) pairs leave most of a GPU idle: split the keys and merge.
   const int32_t longest = longest_history(be, p);
@@ -253,12 +256,12 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     const uint64_t most = std::max<int64_t>(1, short_passes ? longest / 64 : longest / (2 * int64_t(attention_wg(be))));
     splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
   }
-  if (splits > 1) be->att_partial.at_least(be->context, floats / p->head_dim * splits * (p->head_dim + 2) * 4);
+  if (splits > 1) be->att_partial.at_least(be->context, uint64_t(n_tokens) * p->n_heads * splits * (v_dim + 2) * 4);
   // Decode of one token on NVIDIA: the output's 15-bit form too (att_write), so that the output
   // projection's dp4a product needs no rounding launch — where every warp holds whole 32-column blocks.
-  const uint64_t cols = uint64_t(p->n_heads) * p->head_dim;
+  const uint64_t cols = uint64_t(p->n_heads) * v_dim;
   cl::Buffer *oq = nullptr, *oblocks = nullptr;
-  const bool q15 = ks.ptx && n_tokens == 1 && p->head_dim % 32 == 0 && attention_wg(be) % 32 == 0 && ks.wide_wg % 32 == 0 &&
+  const bool q15 = ks.ptx && n_tokens == 1 && v_dim % 32 == 0 && attention_wg(be) % 32 == 0 && ks.wide_wg % 32 == 0 &&
                    int15_scratch(be, 1, cols, oq, oblocks);
   auto& kn = fused ? ks.fused : join ? ks.short_join : short_passes ? ks.short_passes : ks.attention;
   const bool recent = keeps_recent(be, c);
@@ -276,14 +279,14 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   kn.setArg(20, recent ? be->d_recent_table : be->d_page_table);
   kn.setArg(21, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
   if (fused) {
-    const uint32_t k_area = static_cast<uint32_t>(k_query_area(c)), v_area = static_cast<uint32_t>(v_acc_area(c));
+    const uint32_t k_area = static_cast<uint32_t>(k_query_area(geo)), v_area = static_cast<uint32_t>(v_acc_area(geo));
     const size_t image_bytes = (size_t(4) * ks.hpw * k_area + 15) / 16 * 16;  // float4s in the kernels (Q_IMAGE4)
-    if (c->k_fused) {
+    if (geo.k_fused) {
       // The query areas once per (token, work-group of heads); every key split copies its own.
       auto& qk = ks.fused_queries;
       qk.setArg(0, single(q));
       qk.setArg(1, be->att_q_images.at_least(be->context, uint64_t(image_bytes) * groups));
-      qk.setArg(2, static_cast<cl_uint>(L.n_kv_heads));
+      qk.setArg(2, static_cast<cl_uint>(Ly.n_kv_heads));
       qk.setArg(3, cl::Local(image_bytes));
       qk.setArg(4, static_cast<cl_uint>(k_area));
       launch(be, qk, cl::NDRange(size_t(ks.wide_wg) * p->n_heads / heads_per_group, n_tokens), cl::NDRange(ks.wide_wg, 1));
@@ -292,7 +295,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     kn.setArg(23, static_cast<cl_uint>(k_area));
     kn.setArg(24, cl::Local(size_t(4) * ks.hpw * v_area));
     kn.setArg(25, static_cast<cl_uint>(v_area));
-    kn.setArg(26, c->k_fused ? be->att_q_images.buffer : single(q));  // unused without fused keys
+    kn.setArg(26, geo.k_fused ? be->att_q_images.buffer : single(q));  // unused without fused keys
   }
   const cl_uint form_arg = fused ? 27 : 22;
   kn.setArg(form_arg, q15 ? *oq : single(out));  // unread without q15
@@ -330,14 +333,25 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
 
 sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,
                             sl_buffer* out, const KvJoin* join, Forms& forms, sl_error* err) {
-  const auto& L = c->layout;
-  if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
-  if (!p || p->n_kv_heads != L.n_kv_heads || p->head_dim != L.head_dim || p->n_kv_heads == 0 || p->n_heads % p->n_kv_heads)
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: head shape does not match the KV cache");
-  if (auto s = check_pages(be, c, err); s != SL_OK) return s;
+  if (!p) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: no parameters");
+  if (layer >= c->layout.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer out of range");
+  const KvLayerShape& Ly = c->layers[layer];
+  if (!Ly.has_kv()) return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: layer " + std::to_string(layer) + " keeps no K/V");
+  const uint32_t v_dim = p->v_head_dim ? p->v_head_dim : p->head_dim;
+  if (p->n_kv_heads != Ly.n_kv_heads || p->head_dim != Ly.k_dim || v_dim != Ly.v_dim || p->n_kv_heads == 0 || p->n_heads % p->n_kv_heads)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                     "attention: heads " + std::to_string(p->n_heads) + "/" + std::to_string(p->n_kv_heads) + ", K " +
+                         std::to_string(p->head_dim) + ", V " + std::to_string(v_dim) + " do not match layer " + std::to_string(layer) +
+                         " of the KV cache (" + std::to_string(Ly.n_kv_heads) + " KV heads, K " + std::to_string(Ly.k_dim) + ", V " +
+                         std::to_string(Ly.v_dim) + ")");
+  // A WINDOW layer keeps only its window's pages: a query must not reach further back.
+  if (Ly.kind == SL_KV_WINDOW && (p->window == 0 || p->window > Ly.window))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                     "attention: layer " + std::to_string(layer) + " keeps a window of " + std::to_string(Ly.window) +
+                         " positions; the node's window is " + std::to_string(p->window));
+  if (auto s = check_pages(be, c, layer, err); s != SL_OK) return s;
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
-  const uint64_t floats = uint64_t(n_tokens) * p->n_heads * p->head_dim;
-  if (q->bytes < floats * 4 || out->bytes < floats * 4)
+  if (q->bytes < uint64_t(n_tokens) * p->n_heads * p->head_dim * 4 || out->bytes < uint64_t(n_tokens) * p->n_heads * v_dim * 4)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "attention: query/output buffers too small");
   return guarded(err, "attention", [&] {
     if (!c->on_device) {
@@ -346,14 +360,14 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
       return host_attention(be, c, layer, q, p, out, err);
     }
     const uint32_t group = p->n_heads / p->n_kv_heads;
-    auto& ks = cache_kernels(be, c, group);
+    auto& ks = cache_kernels(be, c->geometry(layer), group);
     // Prefill runs on tensor cores where they apply. The portable kernels below then run only if
     // some token is outside such a run — over the whole batch, as they are built, and before the
     // runs' kernels, which overwrite their tokens' rows.
     std::vector<QueryRun> mma_runs;
     uint32_t in_runs = 0;
     const uint32_t min_run = be->tuning.mma_att_min_run;
-    if (n_tokens >= min_run && mma_attention_applies(be, c, p))
+    if (n_tokens >= min_run && mma_attention_applies(be, c, layer, p))
       for (const auto& run : query_runs(be))
         if (run.n_tokens >= min_run) {
           mma_runs.push_back(run);
@@ -363,7 +377,7 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
     // runs in this launch where the batch is decode and attention_short takes it, and the rope
     // pair's first tensor is q with this attention's heads; otherwise first, as kv_write runs it.
     KvJoin w = join ? *join : KvJoin{};
-    if (w.rope.x && !(rope_pair_fits(w.rope, w.k, w.v, L.n_kv_heads, L.head_dim) && w.rope.x == q && w.rope.n_heads == p->n_heads)) {
+    if (w.rope.x && !(rope_pair_fits(w.rope, w.k, w.v, Ly.n_kv_heads, Ly.k_dim) && w.rope.x == q && w.rope.n_heads == p->n_heads)) {
       if (auto s = kv_write(be, c, layer, w.k, w.v, &w.rope, err); s != SL_OK) return s;
       join = nullptr;
     }

@@ -439,6 +439,13 @@ sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err) {
     } else {
       be->recent_table.clear();
     }
+    const bool has_window = batch->struct_size >= offsetof(sl_batch, window_table) + sizeof(batch->window_table) && batch->window_table;
+    if (has_window) {
+      be->window_table.assign(batch->window_table, batch->window_table + static_cast<std::size_t>(batch->n_seqs) * batch->max_pages);
+      upload_batch_vector(be, be->d_window_table, be->d_window_cap, be->window_table, be->batch_uploads);
+    } else {
+      be->window_table.clear();
+    }
     return SL_OK;
   });
 }

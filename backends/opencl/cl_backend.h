@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cl_fusion.h"
+#include "cl_kv_geometry.h"
 #include "cl_tuning.h"
 #include "sluice/backend.h"
 #include "util/kv_shape.h"
@@ -33,23 +34,19 @@ struct sl_buffer {
 
 struct sl_kv_cache {
   sl_kv_layout layout{};    // layers NULL: each layer's own shape is in `layers`
-  sl_kv_format k_format{};
-  sl_kv_format v_format{};
-  uint64_t page_bytes = 0;  // one page of a layer of the layout's geometry: K rows of every head, then V rows
-  // Per layer (sl_kv_layout.layers): the kernels run the layers of the layout's own geometry
-  // (uniform_with); the others are allocated in their widths, and their KV_WRITE and ATTENTION nodes
-  // declined (cl_graph.cpp). A STATE layer's states live in state_layers (always on the device).
+  // Per layer (sl_kv_layout.layers): a FULL or WINDOW layer's pages in its own heads and widths (a
+  // WINDOW layer's n_window_pages, addressed through the batch's window table); a STATE layer's
+  // states in state_layers (always on the device).
   std::vector<sluice::KvLayerShape> layers;
-  sluice::KvLayerShape uniform;  // a FULL layer of the layout's geometry: what check_pages checks against
   std::vector<cl::Buffer> state_layers;  // per layer: n_state_slots × state_bytes (a placeholder for others)
-  bool on_device = false;   // both codecs give OpenCL source that builds with our kernels
+  bool on_device = false;   // every geometry's codecs give OpenCL source that builds with our kernels
   std::string fallback_reason;  // why the host keeps this cache, when it does
   std::vector<cl::Buffer> device_layers;              // on_device: one buffer per layer
   std::vector<std::vector<std::byte>> host_layers;    // otherwise: the host keeps the KV (codec encode/decode)
-  // The recent window's exact rows (f16 bits): per layer n_recent_pages × [K, V][head][slot][head_dim].
+  // The recent window's exact rows (f16 bits): per layer n_recent_pages × ([K: head][slot][k_dim], then
+  // [V: head][slot][v_dim]).
   std::vector<cl::Buffer> recent_layers;              // on_device
   std::vector<std::vector<uint16_t>> host_recent;     // host path
-  bool k_fused = false, v_fused = false;  // the codec's source has the fused device functions
   // kv_write/attention/attention_merge (and attention_fused when a codec has fused functions, with
   // attention_fused_queries when the keys' are) built with the codecs' source, per query heads per
   // KV head. hpw: query heads per fused work-group.
@@ -63,7 +60,16 @@ struct sl_kv_cache {
     cl::Kernel short_passes;  // attention_short, where the program has it (null otherwise)
     cl::Kernel short_join;    // attention_short_join: with the deferred kv_write (and rope) in its launch
   };
-  std::map<uint32_t, Kernels> kernels;
+  // The layers' geometries (cl_kv_geometry.h: [0] the layout's own), each with its programs.
+  struct Geometry {
+    sluice::ocl::KvGeometry shape;
+    bool k_fused = false, v_fused = false;  // the codec's source has the fused device functions
+    std::map<uint32_t, Kernels> kernels;
+  };
+  std::vector<Geometry> geometries;
+  std::vector<uint32_t> geometry_of;  // per layer
+  Geometry& geometry(uint32_t layer) { return geometries[geometry_of[layer]]; }
+  const Geometry& geometry(uint32_t layer) const { return geometries[geometry_of[layer]]; }
 };
 
 namespace sluice::ocl {
@@ -188,15 +194,16 @@ struct sl_backend {
   bool one_token_per_sequence = false;  // decode: no token reads a row another writes (begin_batch)
   std::vector<int32_t> state_slots;   // the batch's state slots (2.0), on the host: state copies read them
   std::vector<int32_t> recent_table;  // empty: the batch has no recent pages
+  std::vector<int32_t> window_table;  // 2.0: the WINDOW layers' pages; empty: the batch has none
   uint32_t n_seqs = 0, max_pages = 0;
-  cl::Buffer d_positions, d_seq_slots, d_page_table, d_recent_table;
+  cl::Buffer d_positions, d_seq_slots, d_page_table, d_recent_table, d_window_table;
   std::vector<int32_t> ids;  // embed's token ids, as copied to d_ids
   // Pinned host memory for downloads (cl_backend.cpp, pinned_staging), mapped while it lives.
   cl::Buffer pinned;
   void* pinned_map = nullptr;
   uint64_t pinned_bytes = 0;
   std::vector<cl::Event> batch_uploads, ids_uploads;  // copies of the vectors above not yet known done
-  size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0, d_recent_cap = 0;
+  size_t d_positions_cap = 0, d_slots_cap = 0, d_table_cap = 0, d_recent_cap = 0, d_window_cap = 0;
   // The rope's (cos, sin) · factor per (position, pair), one table per frequency set and factor a
   // model uses (a few: Gemma 3's local and global layers differ), grown with the positions
   // (cl_ops.cpp, rope_table; kernels_cl/rope.cl says why a table).

@@ -132,10 +132,10 @@ sl_status describe_device(const DeviceRef& ref, sl_device_info* out) {
   if (caps.unified) info.caps |= SL_CAP_UNIFIED;
   info.caps |= SL_CAP_QUEUED;  // every op is enqueued; download and synchronize wait
   info.caps |= SL_CAP_KV_RECENT_WINDOW;
-  // Per-layer layouts (each layer's widths allocated, recurrent state kept and copied); the kernels
-  // run the layers of the layout's own geometry. No SL_CAP_KV_WINDOW_PAGES: sliding-window layers keep
-  // every position here and attention applies the window.
-  info.caps |= SL_CAP_KV_LAYERS;
+  // Per-layer layouts: each layer's K/V in its own heads and widths (K and V widths apart), recurrent
+  // state kept and copied, and sliding-window layers keeping only their window's pages, read through
+  // the batch's window table (cl_kv_geometry.h, cl_kv_cache.cpp).
+  info.caps |= SL_CAP_KV_LAYERS | SL_CAP_KV_WINDOW_PAGES;
   const uint32_t size = out->struct_size ? std::min<uint32_t>(out->struct_size, sizeof(info)) : sizeof(info);
   std::memcpy(out, &info, size);
   out->struct_size = size;

@@ -41,9 +41,9 @@ std::string addressable(const sl_graph& g, const sl_node& n) {
   return {};
 }
 
-// "" when the kernels run this KV_WRITE or ATTENTION node: on a layer of the cache's own geometry
-// (runs(layer)), V as wide as K. Per-layer widths and recurrent layers are allocated (kv_create) but
-// not run here yet.
+// "" when the kernels run this KV_WRITE or ATTENTION node: on a layer with K/V pages (runs(layer)),
+// FULL or WINDOW, of any widths (its geometry's program, cl_kv_geometry.h). A recurrent layer has
+// none: its state is read and written by COPY.
 template <class Runs>
 std::string kv_node_runs(const sl_node& n, std::size_t n_layers, Runs runs) {
   const auto* kp = graph::params<sl_kv_params>(n);
@@ -51,8 +51,7 @@ std::string kv_node_runs(const sl_node& n, std::size_t n_layers, Runs runs) {
   if (n.op == SL_OP_KV_WRITE ? !kp : !ap) return "missing parameters";
   const uint32_t layer = n.op == SL_OP_KV_WRITE ? kp->layer : ap->layer;
   if (layer >= n_layers) return "layer " + std::to_string(layer) + " out of range";
-  if (!runs(layer)) return "layer " + std::to_string(layer) + " has K/V widths (or a kind) other than the cache's own: not run by the OpenCL kernels";
-  if (n.op == SL_OP_ATTENTION && graph::attention_v_dim(*ap) != ap->head_dim) return "V narrower or wider than K: not run by the OpenCL kernels";
+  if (!runs(layer)) return "layer " + std::to_string(layer) + " keeps no K/V pages (a recurrent layer)";
   return {};
 }
 
@@ -318,15 +317,8 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
   if ((n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) && q->kv && q->kv->struct_size >= offsetof(sl_kv_layout, layers) + sizeof(void*) &&
       q->kv->layers) {
     const sl_kv_layout& L = *q->kv;
-    auto runs = [&](uint32_t l) {
-      const sl_kv_layer& k = L.layers[l];
-      return k.kind == SL_KV_FULL && k.n_kv_heads == L.n_kv_heads && k.k_head_dim == L.head_dim && k.v_head_dim == L.head_dim;
-    };
+    auto runs = [&](uint32_t l) { return L.layers[l].kind == SL_KV_FULL || L.layers[l].kind == SL_KV_WINDOW; };
     if (!kv_node_runs(n, L.n_layers, runs).empty()) return 0;
-  }
-  if (n.op == SL_OP_ATTENTION && n.params) {
-    const auto* p = graph::params<sl_attention_params>(n);
-    if (p && graph::attention_v_dim(*p) != p->head_dim) return 0;
   }
   return 1;  // every KV codec: on the device with its OpenCL source, else through the host
 }

@@ -2,9 +2,11 @@
 // source (kv_write and the attention kernels, one per query heads per KV head) and kv_write, with
 // its deferral. The attention launches over the cache are in cl_attention.cpp.
 //
-// Layout per layer (as the CPU backend's): n_pages pages; a page holds page_tokens positions: the K
-// rows of every KV head ([head][slot]), then the V rows, in the codecs' formats.
-// When both codecs give OpenCL source, the pages live on the device and kv_write/attention are
+// Layout per layer (as the CPU backend's): a FULL layer's n_pages pages, a WINDOW layer's
+// n_window_pages (the batch's window table maps its positions); a page holds page_tokens positions:
+// the K rows of every KV head ([head][slot]), then the V rows, in the layer's codecs and widths.
+// Layers are grouped by widths and codecs into geometries (cl_kv_geometry.h), each with its programs.
+// When every geometry's codecs give OpenCL source, the pages live on the device and kv_write/attention are
 // kernels built with that source (kernels_cl/attention.cl; kv_write_rope also runs the rope pair of q
 // and k before it, in its launch: kRopeKvWrite, cl_fusion.h). Otherwise the host keeps the layer's
 // pages and runs the codec's encode/decode and the attention itself: slow, but correct for any codec.
@@ -77,18 +79,18 @@ bool has_fused_values(const char* source) {
 bool has_group_encode(const char* source) { return source_has(source, {"SL_KV_FN(encode_row_group)"}); }
 
 // The V codec's accumulator slots in the fused kernel (domain_dim / head_dim; 1 = one domain).
-uint32_t v_slots(const sl_kv_cache* c) { return c->v_fused ? c->v_format.domain_dim / c->layout.head_dim : 1; }
+uint32_t v_slots(const sl_kv_cache::Geometry& g) { return g.v_fused ? g.shape.v_format.domain_dim / g.shape.v_dim : 1; }
 
 // Query heads per fused work-group: the largest divisor of the group whose local memory fits
 // (per head: the query area, the value accumulators, the original query, p and red; per group: the
 // value rows' offsets and the V codec's tables).
-uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache* c, uint32_t group) {
-  const uint64_t k_area = k_query_area(c), v_area = v_acc_area(c);
+uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache::Geometry& g, uint32_t group) {
+  const uint64_t k_area = k_query_area(g), v_area = v_acc_area(g);
   const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
   for (uint32_t hpw = group; hpw >= 1; --hpw) {
     if (group % hpw) continue;
     const uint64_t wg = attention_wg(be);
-    const uint64_t bytes = 4 * (hpw * (k_area + v_area + c->layout.head_dim + 2 * wg) + 2 * wg + 64);
+    const uint64_t bytes = 4 * (hpw * (k_area + v_area + g.shape.k_dim + 2 * wg) + 2 * wg + 64);
     if (bytes <= budget) return hpw;
   }
   return 0;
@@ -103,48 +105,52 @@ int32_t short_passes_max_keys(const sl_backend* be) {
   return be->options.find("generic-attention") != std::string::npos ? 0 : limit;
 }
 
-uint64_t k_query_area(const sl_kv_cache* c) {
-  return c->k_fused ? c->k_format.domain_dim + c->k_format.domain_dim / c->layout.head_dim + 64 : 1;
+uint64_t k_query_area(const sl_kv_cache::Geometry& g) {
+  return g.k_fused ? g.shape.k_format.domain_dim + g.shape.k_format.domain_dim / g.shape.k_dim + 64 : 1;
 }
 
-uint64_t v_acc_area(const sl_kv_cache* c) {
-  if (!c->v_fused || (c->k_fused && v_slots(c) == 1)) return 1;
-  return c->v_format.domain_dim;
+uint64_t v_acc_area(const sl_kv_cache::Geometry& g) {
+  if (!g.v_fused || (g.k_fused && v_slots(g) == 1)) return 1;
+  return g.shape.v_format.domain_dim;
 }
 
 bool keeps_recent(const sl_backend* be, const sl_kv_cache* c) { return c->layout.recent_window > 0 && !be->recent_table.empty(); }
 
-sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err) {
-  return check_batch_pages(be->positions, be->seq_slots, be->page_table, be->recent_table, be->max_pages, c->layout, c->uniform,
-                           keeps_recent(be, c), err);
+const std::vector<int32_t>& table_of(const sl_backend* be, const sl_kv_cache* c, uint32_t layer) {
+  return c->layers[layer].kind == SL_KV_WINDOW ? be->window_table : be->page_table;
+}
+const cl::Buffer& device_table_of(const sl_backend* be, const sl_kv_cache* c, uint32_t layer) {
+  return c->layers[layer].kind == SL_KV_WINDOW ? be->d_window_table : be->d_page_table;
 }
 
-bool runs_layer(const sl_kv_cache* c, uint32_t layer) {
-  return layer < c->layers.size() && c->layers[layer].uniform_with(c->layout);
+sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, uint32_t layer, sl_error* err) {
+  return check_batch_pages(be->positions, be->seq_slots, table_of(be, c, layer), be->recent_table, be->max_pages, c->layout,
+                           c->layers[layer], keeps_recent(be, c), err);
 }
 
-sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group) {
-  auto it = c->kernels.find(group);
-  if (it != c->kernels.end()) return it->second;
-  const auto& L = c->layout;
-  const char* k_source = codec_source(L.k_api, L.k_codec);
-  const char* v_source = codec_source(L.v_api, L.v_codec);
+bool runs_layer(const sl_kv_cache* c, uint32_t layer) { return layer < c->layers.size() && c->layers[layer].has_kv(); }
+
+sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, uint32_t group) {
+  auto it = geo.kernels.find(group);
+  if (it != geo.kernels.end()) return it->second;
+  const KvGeometry& G = geo.shape;
+  const char* k_source = codec_source(G.k_api, G.k_codec);
+  const char* v_source = codec_source(G.v_api, G.v_codec);
   std::string source = kernel_source("common") + kernel_source("warp");  // warp: the output's 15-bit form (att_write)
   source += "\n#define SL_KV_FN(name) sl_k_##name\n";
   source += k_source;
   source += "\n#undef SL_KV_FN\n#define SL_KV_FN(name) sl_v_##name\n";
   source += v_source;
   source += "\n#undef SL_KV_FN\n";
-  source += kernel_source("rope");  // kv_write_rope's rotation, the rope kernel's own
-  source += kernel_source("attention");
-  source += kernel_source("attention_fused");
-  source += kernel_source("attention_short");
-  const uint32_t hpw = (c->k_fused || c->v_fused) ? fused_heads_per_group(be, c, group) : 0;
+  // rope: kv_write_rope's rotation, the rope kernel's own; then attention and, for the layout's
+  // widths, the fused and short kernels (geometry_kernel_files).
+  for (const std::string& file : geometry_kernel_files(G)) source += kernel_source(file.c_str());
+  const uint32_t hpw = (geo.k_fused || geo.v_fused) ? fused_heads_per_group(be, geo, group) : 0;
   const uint32_t wide_wg = wide_group_size(be);
-  const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(L.head_dim) + " -DGROUP=" + std::to_string(group) +
-                              " -DWG=" + std::to_string(attention_wg(be)) + " -DK_FUSED=" + std::to_string(hpw && c->k_fused) +
-                              " -DV_FUSED=" + std::to_string(hpw && c->v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
-                              " -DV_SLOTS=" + std::to_string(v_slots(c)) +
+  const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(G.k_dim) + geometry_options(G) + " -DGROUP=" + std::to_string(group) +
+                              " -DWG=" + std::to_string(attention_wg(be)) + " -DK_FUSED=" + std::to_string(hpw && geo.k_fused) +
+                              " -DV_FUSED=" + std::to_string(hpw && geo.v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
+                              " -DV_SLOTS=" + std::to_string(v_slots(geo)) +
                               " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(k_source)) +
                               " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(v_source)) +
                               " -DWIDE_WG=" + std::to_string(wide_wg) + value_unroll_option(be) +
@@ -171,7 +177,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                          cl::Kernel(program, "attention"),
                          cl::Kernel(program, "attention_merge"),
                          hpw ? cl::Kernel(program, "attention_fused") : cl::Kernel(),
-                         hpw && c->k_fused ? cl::Kernel(program, "attention_fused_queries") : cl::Kernel(),
+                         hpw && geo.k_fused ? cl::Kernel(program, "attention_fused_queries") : cl::Kernel(),
                          hpw,
                          wide_wg,
                          cl::Kernel(program, "kv_gather_f16"),
@@ -185,40 +191,42 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t gro
                                  !source_has(v_source, {"barrier("})
                              ? cl::Kernel(program, "attention_short_join")
                              : cl::Kernel()};
-  return c->kernels.emplace(group, std::move(k)).first->second;
+  return geo.kernels.emplace(group, std::move(k)).first->second;
 }
 
 std::byte* host_k_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {
-  return c->host_layers[layer].data() + page * c->page_bytes +
-         (static_cast<uint64_t>(head) * c->layout.page_tokens + slot) * c->k_format.row_bytes;
+  const KvLayerShape& Ly = c->layers[layer];
+  return c->host_layers[layer].data() + page * Ly.page_bytes +
+         (static_cast<uint64_t>(head) * c->layout.page_tokens + slot) * Ly.k_format.row_bytes;
 }
 std::byte* host_v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot) {
-  const auto& L = c->layout;
-  return c->host_layers[layer].data() + page * c->page_bytes +
-         static_cast<uint64_t>(L.n_kv_heads) * L.page_tokens * c->k_format.row_bytes +
-         (static_cast<uint64_t>(head) * L.page_tokens + slot) * c->v_format.row_bytes;
+  const KvLayerShape& Ly = c->layers[layer];
+  const uint64_t pt = c->layout.page_tokens;
+  return c->host_layers[layer].data() + page * Ly.page_bytes + uint64_t(Ly.n_kv_heads) * pt * Ly.k_format.row_bytes +
+         (static_cast<uint64_t>(head) * pt + slot) * Ly.v_format.row_bytes;
 }
 uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv, uint32_t head, uint32_t slot) {
-  const auto& L = c->layout;
-  return c->host_recent[layer].data() +
-         (((static_cast<std::size_t>(rpage) * 2 + static_cast<std::size_t>(kv)) * L.n_kv_heads + head) * L.page_tokens + slot) * L.head_dim;
+  const KvLayerShape& Ly = c->layers[layer];
+  const std::size_t pt = c->layout.page_tokens, row = head * pt + slot;
+  uint16_t* page = c->host_recent[layer].data() + static_cast<std::size_t>(rpage) * Ly.recent_values;
+  return kv == 0 ? page + row * Ly.k_dim : page + std::size_t(Ly.n_kv_heads) * pt * Ly.k_dim + row * Ly.v_dim;
 }
 
 void set_layer_args(cl::Kernel& kn, cl_uint first, const sl_kv_cache* c, uint32_t layer) {
-  const auto& L = c->layout;
+  const KvLayerShape& Ly = c->layers[layer];
   kn.setArg(first, c->device_layers[layer]);
-  kn.setArg(first + 1, static_cast<cl_ulong>(c->page_bytes));
-  kn.setArg(first + 2, static_cast<cl_uint>(L.page_tokens));
-  kn.setArg(first + 3, static_cast<cl_uint>(L.n_kv_heads));
-  kn.setArg(first + 4, static_cast<cl_uint>(c->k_format.row_bytes));
-  kn.setArg(first + 5, static_cast<cl_uint>(c->v_format.row_bytes));
+  kn.setArg(first + 1, static_cast<cl_ulong>(Ly.page_bytes));
+  kn.setArg(first + 2, static_cast<cl_uint>(c->layout.page_tokens));
+  kn.setArg(first + 3, static_cast<cl_uint>(Ly.n_kv_heads));
+  kn.setArg(first + 4, static_cast<cl_uint>(Ly.k_format.row_bytes));
+  kn.setArg(first + 5, static_cast<cl_uint>(Ly.v_format.row_bytes));
 }
 
 void set_page_args(cl::Kernel& kn, const sl_backend* be, const sl_kv_cache* c, uint32_t layer) {
   set_layer_args(kn, 2, c, layer);
   kn.setArg(8, be->d_positions);
   kn.setArg(9, be->d_seq_slots);
-  kn.setArg(10, be->d_page_table);
+  kn.setArg(10, device_table_of(be, c, layer));
   kn.setArg(11, static_cast<cl_uint>(be->max_pages));
 }
 
@@ -229,40 +237,37 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
   if (auto s = read_kv_layout(layout, shape, err); s != SL_OK) return s;
   if (shape.page_bytes == 0)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_create: the OpenCL backend needs the layout's own geometry and codecs (its kernels' shape)");
-  if (shape.has_window())
-    return set_error(err, SL_ERR_UNSUPPORTED, "kv_create: the OpenCL backend reads no window table (no SL_CAP_KV_WINDOW_PAGES)");
   return guarded(err, "kv_create", [&] {
     auto c = std::make_unique<sl_kv_cache>();
     c->layout = shape.layout;
-    c->k_format = shape.k_format;
-    c->v_format = shape.v_format;
-    c->page_bytes = shape.page_bytes;
+    KvGeometries geometries = kv_geometries(shape);
+    for (KvGeometry& g : geometries.list) c->geometries.push_back({g, false, false, {}});
+    c->geometry_of = std::move(geometries.of_layer);
     c->layers = std::move(shape.layers);
-    c->uniform.kind = SL_KV_FULL;
-    c->uniform.n_kv_heads = c->layout.n_kv_heads;
-    c->uniform.k_dim = c->uniform.v_dim = c->layout.head_dim;
-    c->uniform.n_pages = c->layout.n_pages;
-    c->uniform.page_bytes = c->page_bytes;
     const auto& L = c->layout;
-    const uint64_t recent_bytes = uint64_t(L.n_recent_pages) * 2 * L.n_kv_heads * L.page_tokens * L.head_dim * 2;
-    // Each layer's pages in its own widths (the layout's geometry for a uniform model, as always).
-    uint64_t largest = recent_bytes;
-    for (const KvLayerShape& l : c->layers) largest = std::max(largest, l.has_kv() ? l.bytes() : l.state_bytes * L.n_state_slots);
+    // Each layer's pages (and recent pages) in its own widths: the layout's geometry for a uniform model, as always.
+    uint64_t largest = 0;
+    for (const KvLayerShape& l : c->layers)
+      largest = std::max({largest, l.has_kv() ? l.bytes() : l.state_bytes * L.n_state_slots, l.recent_values * 2 * L.n_recent_pages});
     const bool allow_device = be->options.find("host-kv") == std::string::npos;
-    c->on_device = allow_device && codec_has_opencl(L.k_api, L.k_codec) && codec_has_opencl(L.v_api, L.v_codec) &&
-                   largest <= be->caps.max_alloc;
-    // The fused path unless the options ask for the generic kernel (tests compare the two).
+    c->on_device = allow_device && largest <= be->caps.max_alloc;
+    for (const auto& g : c->geometries)
+      c->on_device = c->on_device && codec_has_opencl(g.shape.k_api, g.shape.k_codec) && codec_has_opencl(g.shape.v_api, g.shape.v_codec);
+    // The fused path unless the options ask for the generic kernel (tests compare the two), for the
+    // layout's widths (cl_kv_geometry.h).
     const bool allow_fused = be->options.find("generic-attention") == std::string::npos && be->tuning.fused_attention;
-    c->k_fused = allow_fused && has_fused_keys(codec_source(L.k_api, L.k_codec));
-    c->v_fused = allow_fused && has_fused_values(codec_source(L.v_api, L.v_codec));
+    for (auto& g : c->geometries) {
+      g.k_fused = allow_fused && g.shape.fast_paths && has_fused_keys(codec_source(g.shape.k_api, g.shape.k_codec));
+      g.v_fused = allow_fused && g.shape.fast_paths && has_fused_values(codec_source(g.shape.v_api, g.shape.v_codec));
+    }
     if (c->on_device) {
       // The codecs' device functions must follow docs/PLUGINS.md (SL_KV_FN(encode_row), SL_KV_FN(load)):
       // source that does not build with ours sends this cache to the host path instead of failing later.
       try {
-        cache_kernels(be, c.get(), 1);
+        for (auto& g : c->geometries) cache_kernels(be, g, 1);
       } catch (const std::exception& e) {
         c->on_device = false;
-        c->kernels.clear();
+        for (auto& g : c->geometries) g.kernels.clear();
         c->fallback_reason = e.what();
         std::fprintf(stderr, "opencl: the KV cache stays on the host (slow): %s\n", e.what());
       }
@@ -274,13 +279,13 @@ sl_status kv_create(sl_backend* be, const sl_kv_layout* layout, sl_kv_cache** ou
       return b;
     };
     for (const KvLayerShape& l : c->layers) {
-      const bool kernels_run_it = l.uniform_with(L);  // a layer of another shape: allocated, not run here
+      const uint64_t recent_values = L.recent_window && l.has_kv() ? l.recent_values * L.n_recent_pages : 0;
       if (c->on_device) {
         c->device_layers.push_back(zeroed(l.has_kv() ? l.bytes() : 0));
-        if (recent_bytes) c->recent_layers.emplace_back(be->context, CL_MEM_READ_WRITE, kernels_run_it ? recent_bytes : 4);
+        if (L.recent_window) c->recent_layers.emplace_back(be->context, CL_MEM_READ_WRITE, std::max<uint64_t>(recent_values * 2, 4));
       } else {
         c->host_layers.emplace_back(l.has_kv() ? l.bytes() : 0);
-        c->host_recent.emplace_back(kernels_run_it ? recent_bytes / 2 : 0);
+        c->host_recent.emplace_back(recent_values);
       }
       c->state_layers.push_back(l.kind == SL_KV_STATE ? zeroed(l.state_bytes * L.n_state_slots) : cl::Buffer());
     }
@@ -376,12 +381,13 @@ sl_status copy_state(sl_backend* be, sl_kv_cache* c, const sl_tensor* x, const s
 
 namespace {
 
-// kv_write's kernel on the device, kv_write_rope with the rope pair `rope` (null: kv_write).
+// kv_write's kernel on the device, kv_write_rope with the rope pair `rope` (null: kv_write): the
+// program of the layer's geometry.
 void launch_kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v,
                      const RopeLaunch* rope) {
-  const auto& L = c->layout;
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
-  auto& ks = c->kernels.empty() ? cache_kernels(be, c, 1) : c->kernels.begin()->second;
+  sl_kv_cache::Geometry& geo = c->geometry(layer);
+  auto& ks = geo.kernels.empty() ? cache_kernels(be, geo, 1) : geo.kernels.begin()->second;
   auto& kn = rope ? ks.write_rope : ks.kv_write;
   kn.setArg(0, single(k));
   kn.setArg(1, single(v));
@@ -398,52 +404,53 @@ void launch_kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_bu
     kn.setArg(19, static_cast<cl_uint>(rope->half));
     kn.setArg(20, static_cast<cl_uint>(rope->style));
   }
-  launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * L.n_kv_heads), cl::NDRange(ks.wide_wg));
+  launch(be, kn, cl::NDRange(size_t(ks.wide_wg) * n_tokens * c->layers[layer].n_kv_heads), cl::NDRange(ks.wide_wg));
 }
 
 }  // namespace
 
 sl_status kv_write(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* k, const sl_buffer* v, const RopeLaunch* rope,
                    sl_error* err) {
-  const auto& L = c->layout;
-  if (layer >= L.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
-  if (auto s = check_pages(be, c, err); s != SL_OK) return s;
+  if (layer >= c->layout.n_layers) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer out of range");
+  const KvLayerShape& Ly = c->layers[layer];
+  if (!Ly.has_kv()) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: layer " + std::to_string(layer) + " keeps no K/V");
+  if (auto s = check_pages(be, c, layer, err); s != SL_OK) return s;
   const uint32_t n_tokens = static_cast<uint32_t>(be->positions.size());
-  const uint64_t floats = uint64_t(n_tokens) * L.n_kv_heads * L.head_dim;
-  if (k->bytes < floats * 4 || v->bytes < floats * 4) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K/V buffers too small");
+  const uint64_t k_floats = uint64_t(n_tokens) * Ly.n_kv_heads * Ly.k_dim, v_floats = uint64_t(n_tokens) * Ly.n_kv_heads * Ly.v_dim;
+  if (k->bytes < k_floats * 4 || v->bytes < v_floats * 4) return set_error(err, SL_ERR_INVALID_ARGUMENT, "kv_write: K/V buffers too small");
   return guarded(err, "kv_write", [&] {
-    // The rope pair of q and k runs in this launch where k is its second tensor with the cache's
+    // The rope pair of q and k runs in this launch where k is its second tensor with the layer's
     // head shape and the cache is on the device; otherwise first, on its own.
     const bool has_rope = rope && rope->x;
-    const bool joined = has_rope && c->on_device && rope_pair_fits(*rope, k, v, L.n_kv_heads, L.head_dim);
+    const bool joined = has_rope && c->on_device && rope_pair_fits(*rope, k, v, Ly.n_kv_heads, Ly.k_dim);
     if (has_rope && !joined) launch_rope(be, *rope);
     if (c->on_device) {
       launch_kv_write(be, c, layer, k, v, joined ? rope : nullptr);
       return SL_OK;
     }
-    std::vector<float> kh(floats), vh(floats);
-    be->queue.enqueueReadBuffer(single(k), CL_TRUE, 0, floats * 4, kh.data());
-    be->queue.enqueueReadBuffer(single(v), CL_TRUE, 0, floats * 4, vh.data());
+    std::vector<float> kh(k_floats), vh(v_floats);
+    be->queue.enqueueReadBuffer(single(k), CL_TRUE, 0, k_floats * 4, kh.data());
+    be->queue.enqueueReadBuffer(single(v), CL_TRUE, 0, v_floats * 4, vh.data());
+    const std::vector<int32_t>& table = table_of(be, c, layer);
+    const uint32_t pt = c->layout.page_tokens;
     for (uint32_t t = 0; t < n_tokens; ++t) {
       const uint32_t pos = static_cast<uint32_t>(be->positions[t]);
-      const uint32_t page = static_cast<uint32_t>(
-          be->page_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / L.page_tokens]);
-      const uint32_t slot = pos % L.page_tokens;
-      for (uint32_t h = 0; h < L.n_kv_heads; ++h) {
-        const std::size_t src = (std::size_t(t) * L.n_kv_heads + h) * L.head_dim;
-        if (auto s = L.k_api->encode(L.k_codec, kh.data() + src, 1, host_k_row(c, layer, page, h, slot), err); s != SL_OK) return s;
-        if (auto s = L.v_api->encode(L.v_codec, vh.data() + src, 1, host_v_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+      const std::size_t entry = static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / pt;
+      const uint32_t page = static_cast<uint32_t>(table[entry]), slot = pos % pt;
+      for (uint32_t h = 0; h < Ly.n_kv_heads; ++h) {
+        const float* ks = kh.data() + (std::size_t(t) * Ly.n_kv_heads + h) * Ly.k_dim;
+        const float* vs = vh.data() + (std::size_t(t) * Ly.n_kv_heads + h) * Ly.v_dim;
+        if (auto s = Ly.k_api->encode(Ly.k_codec, ks, 1, host_k_row(c, layer, page, h, slot), err); s != SL_OK) return s;
+        if (auto s = Ly.v_api->encode(Ly.v_codec, vs, 1, host_v_row(c, layer, page, h, slot), err); s != SL_OK) return s;
       }
-      const int32_t rpage =
-          keeps_recent(be, c) ? be->recent_table[static_cast<std::size_t>(be->seq_slots[t]) * be->max_pages + pos / L.page_tokens] : -1;
-      for (uint32_t h = 0; rpage >= 0 && h < L.n_kv_heads; ++h) {
-        const std::size_t src = (std::size_t(t) * L.n_kv_heads + h) * L.head_dim;
+      const int32_t rpage = keeps_recent(be, c) ? be->recent_table[entry] : -1;
+      for (uint32_t h = 0; rpage >= 0 && h < Ly.n_kv_heads; ++h) {
+        const float* ks = kh.data() + (std::size_t(t) * Ly.n_kv_heads + h) * Ly.k_dim;
+        const float* vs = vh.data() + (std::size_t(t) * Ly.n_kv_heads + h) * Ly.v_dim;
         uint16_t* kd = host_recent_row(c, layer, rpage, 0, h, slot);
         uint16_t* vd = host_recent_row(c, layer, rpage, 1, h, slot);
-        for (uint32_t d = 0; d < L.head_dim; ++d) {
-          kd[d] = sluice::cpu::f32_to_f16(kh[src + d]);
-          vd[d] = sluice::cpu::f32_to_f16(vh[src + d]);
-        }
+        for (uint32_t d = 0; d < Ly.k_dim; ++d) kd[d] = sluice::cpu::f32_to_f16(ks[d]);
+        for (uint32_t d = 0; d < Ly.v_dim; ++d) vd[d] = sluice::cpu::f32_to_f16(vs[d]);
       }
     }
     return SL_OK;

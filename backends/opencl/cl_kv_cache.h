@@ -24,30 +24,34 @@ int32_t short_passes_max_keys(const sl_backend* be);
 
 // Local floats of one head's K query area in attention_fused (docs/PLUGINS.md): the domain, one
 // padding float per head_dim slot, 64 for the codec's tables.
-uint64_t k_query_area(const sl_kv_cache* c);
+uint64_t k_query_area(const sl_kv_cache::Geometry& g);
 // Floats of local memory the fused kernel's `acc` argument takes per head: the V codec's slots,
 // except with one slot beside fused keys, where the accumulators live in registers and the final
 // rotation back reuses the query area (kernels_cl/attention_fused.cl, V_IN_REGISTERS).
-uint64_t v_acc_area(const sl_kv_cache* c);
+uint64_t v_acc_area(const sl_kv_cache::Geometry& g);
 
 // Whether the batch keeps the cache's recent window (the cache has one and the batch recent pages).
 bool keeps_recent(const sl_backend* be, const sl_kv_cache* c);
-// The batch's positions and page table entries (and recent table entries) against the cache's pages
-// (those of a layer of the layout's own geometry).
-sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, sl_error* err);
+// The batch's table of a layer's pages: the window table for a WINDOW layer, else the page table
+// (on the host; device_table_of: its copy on the device).
+const std::vector<int32_t>& table_of(const sl_backend* be, const sl_kv_cache* c, uint32_t layer);
+const cl::Buffer& device_table_of(const sl_backend* be, const sl_kv_cache* c, uint32_t layer);
+// The batch's positions and the layer's table entries (and recent table entries) against the
+// layer's pages: every page a query reads (its window's, in a WINDOW layer) names one of them.
+sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, uint32_t layer, sl_error* err);
 
-// The cache's program for `group` query heads per KV head (sl_kv_cache::Kernels), built on first
+// A geometry's program for `group` query heads per KV head (sl_kv_cache::Kernels), built on first
 // use; throws where the codecs' source does not build with ours.
-sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache* c, uint32_t group);
+sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& g, uint32_t group);
 
 // Whether kv_write_rope and attention_short_join can rotate the rope pair r in their launch: k is its
-// second tensor, with the cache's KV heads and head_dim, and v neither of its tensors.
+// second tensor, with the layer's KV heads and K width, and v neither of its tensors.
 inline bool rope_pair_fits(const RopeLaunch& r, const sl_buffer* k, const sl_buffer* v, uint32_t n_kv_heads, uint32_t head_dim) {
   return r.x && r.x2 && r.x2 == k && r.n_heads2 == n_kv_heads && r.head_dim == head_dim && v != r.x && v != r.x2;
 }
 
-// The host path's rows of (layer, page, head, slot): K, V, and the recent window's f16 copies
-// (rpage: a recent page; kv: 0 K, 1 V).
+// The host path's rows of (layer, page, head, slot) in the layer's widths: K, V, and the recent
+// window's f16 copies (rpage: a recent page; kv: 0 K, 1 V).
 std::byte* host_k_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot);
 std::byte* host_v_row(sl_kv_cache* c, uint32_t layer, uint32_t page, uint32_t head, uint32_t slot);
 uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv, uint32_t head, uint32_t slot);
@@ -56,7 +60,7 @@ uint16_t* host_recent_row(sl_kv_cache* c, uint32_t layer, int32_t rpage, int kv,
 // kv_gather_f16): the layer's buffer, page size, positions a page, KV heads, K and V row bytes.
 void set_layer_args(cl::Kernel& kn, cl_uint first, const sl_kv_cache* c, uint32_t layer);
 // Arguments 2-11 of kv_write and attention (kernels_cl/attention.cl): where the layer's pages are and
-// how they are laid out, and the batch's positions, sequence slots and page table.
+// how they are laid out, and the batch's positions, sequence slots and the layer's table.
 void set_page_args(cl::Kernel& kn, const sl_backend* be, const sl_kv_cache* c, uint32_t layer);
 
 }  // namespace sluice::ocl

@@ -1,6 +1,7 @@
 // Per-layer caches (ABI 2.0's sl_kv_layout.layers), against the host's arithmetic:
-// - K and V of different widths (MLA's latent K): KV_WRITE of each, ATTENTION with v_head_dim, over
-//   scattered pages, prefill runs and single tokens;
+// - layers of their own widths beside the layout's: K wider than V (MLA's latent K), V wider than K,
+//   a wider head (Gemma 4's): KV_WRITE of each, ATTENTION with v_head_dim, over scattered pages,
+//   prefill runs, single tokens in a window and over 600 keys;
 // - a sliding-window layer's pages from the window table: blocks no query's window reaches left out
 //   (-1) and their page overwritten by another sequence, as the host releases and reuses them;
 // - recurrent state: kv_clear_state, COPY of an activation into a sequence's state and back (whole,
@@ -103,22 +104,6 @@ std::unique_ptr<TwoLayerCache> two_layer_cache(Runner& r, const sl_kvcodec_api* 
   return c;
 }
 
-void begin(Runner& r, const std::vector<int32_t>& positions, const std::vector<int32_t>& slots, uint32_t n_seqs, uint32_t max_pages,
-           const std::vector<int32_t>& table, const std::vector<int32_t>* window_table = nullptr,
-           const std::vector<int32_t>* state_slots = nullptr) {
-  sl_batch b{};
-  b.struct_size = sizeof(b);
-  b.n_tokens = static_cast<uint32_t>(positions.size());
-  b.positions = positions.data();
-  b.seq_slots = slots.data();
-  b.n_seqs = n_seqs;
-  b.max_pages = max_pages;
-  b.page_table = table.data();
-  b.window_table = window_table ? window_table->data() : nullptr;
-  b.state_slots = state_slots ? state_slots->data() : nullptr;
-  sl_error err{};
-  r.expect_ok(r.ops().begin_batch(&b, &err), err, "begin_batch");
-}
 
 struct Queries {
   std::vector<int32_t> positions, slots;
@@ -172,8 +157,8 @@ void attend_and_check(Runner& r, TwoLayerCache& c, const Queries& q, uint32_t n_
   }
 }
 
-// Whether the backend keeps per-layer caches and runs `node` on one (an attention of K 24, V 16, or
-// a state copy), asked with the layout it describes.
+// Whether the backend keeps per-layer caches and runs `node` on one (an attention of the layer's
+// widths, or a state copy), asked with the layout it describes.
 Needs per_layer(std::function<bool(const BackendHandle&)> runs) {
   return [runs](const BackendHandle& be) -> std::string {
     if (!be.has_cap(SL_CAP_KV_LAYERS)) return "no per-layer caches (SL_CAP_KV_LAYERS)";
@@ -181,14 +166,22 @@ Needs per_layer(std::function<bool(const BackendHandle&)> runs) {
   };
 }
 
-bool runs_wide_keys(const BackendHandle& be) {
+// A layer of its own widths beside one of the layout's (2 heads of 16), attended by 4 query heads.
+struct LayerWidths {
+  const char* name;
+  uint32_t n_kv_heads, k_dim, v_dim;
+};
+
+bool runs_layer_of(const BackendHandle& be, const LayerWidths& w) {
   sl_kv_layer layers[2]{};
   for (auto& l : layers) {
     l.struct_size = sizeof(l);
     l.n_kv_heads = 2;
     l.k_head_dim = l.v_head_dim = 16;
   }
-  layers[1].k_head_dim = 24;
+  layers[1].n_kv_heads = w.n_kv_heads;
+  layers[1].k_head_dim = w.k_dim;
+  layers[1].v_head_dim = w.v_dim;
   sl_kv_layout L{};
   L.struct_size = sizeof(L);
   L.n_layers = 2;
@@ -199,11 +192,11 @@ bool runs_wide_keys(const BackendHandle& be) {
   sl_attention_params p{};
   p.layer = 1;
   p.n_heads = 4;
-  p.n_kv_heads = 2;
-  p.head_dim = 24;
-  p.v_head_dim = 16;
+  p.n_kv_heads = w.n_kv_heads;
+  p.head_dim = w.k_dim;
+  p.v_head_dim = w.v_dim;
   p.scale = 0.2f;
-  g.attention(g.buffer(nullptr, 1, 4 * 24), StepGraph::kNone, p, g.buffer(nullptr, 1, 4 * 16), "attention");
+  g.attention(g.buffer(nullptr, 1, 4 * w.k_dim), StepGraph::kNone, p, g.buffer(nullptr, 1, 4 * w.v_dim), "attention");
   const sl_graph& view = g.view();
   return be.supports(view.nodes[0], std::span<const sl_tensor>(view.tensors, view.n_tensors), &L);
 }
@@ -218,48 +211,67 @@ bool runs_state_copy(const BackendHandle& be) {
   return be.supports(view.nodes[0], tensors) && be.supports(view.nodes[1], tensors);
 }
 
-void run_wide_keys(Runner& r) {
+// Layers of other widths: MLA's K wider than V, V wider than K, and Gemma 4's kind of wider head
+// (one KV head of 64) — each written for three sequences on scattered pages, then attended by
+// prefill runs, single tokens in a window, and single tokens over 600 keys (where a backend may
+// split the keys and merge the splits' partial sums, V wide).
+void run_layer_widths(Runner& r) {
   struct CodecCase {
     const char* name;
     const sl_kvcodec_api* api;
   };
-  for (const CodecCase cc : {CodecCase{"f32", builtin_f32_codec()}, CodecCase{"f16", builtin_f16_codec()}}) {
-    r.op(std::string("kv layers: K 24 / V 16 wide ") + cc.name, per_layer(runs_wide_keys), [&] {
-      sl_kv_layer wide{};
-      wide.kind = SL_KV_FULL;
-      wide.n_kv_heads = 2;
-      wide.k_head_dim = 24;
-      wide.v_head_dim = 16;
-      auto c = two_layer_cache(r, cc.api, wide, 12, 0, 0);
-      // Two sequences (37 and 21 positions) on scattered pages, written in one batch.
-      const std::vector<uint32_t> lengths = {37, 21};
-      const std::vector<int32_t> table = {5, 0, 9, 2, 7, 11, 3, -1};
-      std::vector<std::vector<float>> kref(2), vref(2);
-      std::vector<float> k_all, v_all;
-      Queries all;
-      for (uint32_t seq = 0; seq < 2; ++seq) {
-        const auto k = r.random(std::size_t(lengths[seq]) * 2 * 24), v = r.random(std::size_t(lengths[seq]) * 2 * 16);
-        kref[seq] = codec_rounded(cc.api, c->tested.k.get(), k, 24);
-        vref[seq] = codec_rounded(cc.api, c->tested.v.get(), v, 16);
-        k_all.insert(k_all.end(), k.begin(), k.end());
-        v_all.insert(v_all.end(), v.begin(), v.end());
-        for (uint32_t p = 0; p < lengths[seq]; ++p) {
-          all.positions.push_back(static_cast<int32_t>(p));
-          all.slots.push_back(static_cast<int32_t>(seq));
-        }
-      }
-      begin(r, all.positions, all.slots, 2, 4, table);
-      auto dk = r.upload(k_all), dv = r.upload(v_all);
-      sl_error err{};
-      r.new_case("prefill of two sequences");
-      r.expect_ok(r.ops().kv_write(c->cache.get(), 1, dk.get(), dv.get(), &err), err, "kv_write");
-      attend_and_check(r, *c, all, 4, 0, kref, vref);
-      r.new_case("single tokens, window 5");
-      const Queries some{{36, 3, 20, 0}, {0, 0, 1, 1}};
-      begin(r, some.positions, some.slots, 2, 4, table);
-      attend_and_check(r, *c, some, 4, 5, kref, vref);
-    });
-  }
+  const LayerWidths widths[] = {{"K 24 / V 16 wide", 2, 24, 16}, {"V 32 / K 16 wide", 2, 16, 32}, {"head_dim 64 beside 16", 1, 64, 64}};
+  for (const LayerWidths& w : widths)
+    for (const CodecCase cc : {CodecCase{"f32", builtin_f32_codec()}, CodecCase{"f16", builtin_f16_codec()}}) {
+      r.op(std::string("kv layers: ") + w.name + " " + cc.name, per_layer([w](const BackendHandle& be) { return runs_layer_of(be, w); }),
+           [&] {
+             sl_kv_layer layer{};
+             layer.kind = SL_KV_FULL;
+             layer.n_kv_heads = w.n_kv_heads;
+             layer.k_head_dim = w.k_dim;
+             layer.v_head_dim = w.v_dim;
+             const uint32_t KVH = w.n_kv_heads, KD = w.k_dim, VD = w.v_dim;
+             // Three sequences (37, 21 and 600 positions) on scattered pages, written in one batch.
+             const std::vector<uint32_t> lengths = {37, 21, 600};
+             const uint32_t max_pages = 38, n_pages = 3 + 2 + 38;
+             auto c = two_layer_cache(r, cc.api, layer, n_pages, 0, 0);
+             std::vector<int32_t> table(3 * max_pages, -1);
+             uint32_t next = 0;
+             for (uint32_t seq = 0; seq < 3; ++seq)
+               for (uint32_t b = 0; b < (lengths[seq] + 15) / 16; ++b) table[seq * max_pages + b] = static_cast<int32_t>((next++ * 17) % n_pages);
+             std::vector<std::vector<float>> kref(3), vref(3);
+             std::vector<float> k_all, v_all;
+             Queries all;
+             for (uint32_t seq = 0; seq < 3; ++seq) {
+               const auto k = r.random(std::size_t(lengths[seq]) * KVH * KD), v = r.random(std::size_t(lengths[seq]) * KVH * VD);
+               kref[seq] = codec_rounded(cc.api, c->tested.k.get(), k, KD);
+               vref[seq] = codec_rounded(cc.api, c->tested.v.get(), v, VD);
+               k_all.insert(k_all.end(), k.begin(), k.end());
+               v_all.insert(v_all.end(), v.begin(), v.end());
+               for (uint32_t p = 0; p < lengths[seq]; ++p) {
+                 all.positions.push_back(static_cast<int32_t>(p));
+                 all.slots.push_back(static_cast<int32_t>(seq));
+               }
+             }
+             r.begin_batch(all.positions, all.slots, 3, max_pages, table);
+             auto dk = r.upload(k_all), dv = r.upload(v_all);
+             sl_error err{};
+             r.expect_ok(r.ops().kv_write(c->cache.get(), 1, dk.get(), dv.get(), &err), err, "kv_write");
+             r.new_case("prefill of two sequences");
+             const Queries two{std::vector<int32_t>(all.positions.begin(), all.positions.begin() + 58),
+                               std::vector<int32_t>(all.slots.begin(), all.slots.begin() + 58)};
+             r.begin_batch(two.positions, two.slots, 3, max_pages, table);
+             attend_and_check(r, *c, two, 4, 0, kref, vref);
+             r.new_case("single tokens, window 5");
+             const Queries some{{36, 3, 20, 0}, {0, 0, 1, 1}};
+             r.begin_batch(some.positions, some.slots, 3, max_pages, table);
+             attend_and_check(r, *c, some, 4, 5, kref, vref);
+             r.new_case("single tokens over 600 keys");
+             const Queries deep{{599, 36}, {2, 0}};
+             r.begin_batch(deep.positions, deep.slots, 3, max_pages, table);
+             attend_and_check(r, *c, deep, 4, 0, kref, vref);
+           });
+    }
 }
 
 void run_window_pages(Runner& r) {
@@ -286,7 +298,7 @@ void run_window_pages(Runner& r) {
       all.slots.push_back(0);
     }
     const std::vector<int32_t> pages = {0, 1, 2}, window = {4, 1, 5};
-    begin(r, all.positions, all.slots, 1, 3, pages, &window);
+    r.begin_batch(all.positions, all.slots, 1, 3, pages, &window);
     auto dk = r.upload(k), dv = r.upload(v);
     sl_error err{};
     r.new_case("every position, every block held");
@@ -296,18 +308,18 @@ void run_window_pages(Runner& r) {
     // sequence — the window's queries must not read it.
     const Queries other{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, std::vector<int32_t>(16, 0)};
     const std::vector<int32_t> other_window = {4};
-    begin(r, other.positions, other.slots, 1, 1, std::vector<int32_t>{3}, &other_window);
+    r.begin_batch(other.positions, other.slots, 1, 1, std::vector<int32_t>{3}, &other_window);
     auto junk = r.upload(std::vector<float>(16 * 32, 1000.0f));
     r.expect_ok(r.ops().kv_write(c->cache.get(), 1, junk.get(), junk.get(), &err), err, "kv_write");
     r.new_case("a run of 12 queries (33..44), block 0 released and reused");
     const Queries late{{33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44}, std::vector<int32_t>(12, 0)};
     const std::vector<int32_t> released = {-1, 1, 5};
-    begin(r, late.positions, late.slots, 1, 3, pages, &released);
+    r.begin_batch(late.positions, late.slots, 1, 3, pages, &released);
     attend_and_check(r, *c, late, 2, 7, kref, vref);
     r.new_case("one query (44), blocks 0 and 1 released");
     const std::vector<int32_t> only_last = {-1, -1, 5};
     const Queries last{{44}, {0}};
-    begin(r, last.positions, last.slots, 1, 3, pages, &only_last);
+    r.begin_batch(last.positions, last.slots, 1, 3, pages, &only_last);
     attend_and_check(r, *c, last, 2, 7, kref, vref);
   });
 }
@@ -320,7 +332,7 @@ void run_state(Runner& r) {
     auto c = two_layer_cache(r, builtin_f32_codec(), state, 2, 0, 4);
     sl_kv_cache* cache = c->cache.get();
     const std::vector<int32_t> positions = {0, 0}, slots = {0, 1}, pages = {0, 1}, states = {2, 0};
-    begin(r, positions, slots, 2, 1, pages, nullptr, &states);
+    r.begin_batch(positions, slots, 2, 1, pages, nullptr, &states);
     sl_error err{};
     auto read = [&](const std::string& where, const std::vector<float>& want) {
       auto out = r.upload(std::vector<float>(20, -1.0f));
@@ -347,7 +359,7 @@ void run_state(Runner& r) {
     r.new_case("kv_copy_state to another slot, the source kept");
     r.expect_ok(r.api()->kv_copy_state(r.raw(), cache, 2, 3, &err), err, "kv_copy_state");
     const std::vector<int32_t> swapped = {0, 3};  // sequence 1 now reads the copy of sequence 0's state
-    begin(r, positions, slots, 2, 1, pages, nullptr, &swapped);
+    r.begin_batch(positions, slots, 2, 1, pages, nullptr, &swapped);
     std::vector<float> want(20);
     for (uint32_t i = 0; i < 10; ++i) {
       want[i] = x[10 + i];
@@ -364,7 +376,7 @@ void run_state(Runner& r) {
 }  // namespace
 
 void run_kv_layers(Runner& r) {
-  run_wide_keys(r);
+  run_layer_widths(r);
   run_window_pages(r);
   run_state(r);
 }

@@ -242,16 +242,11 @@ class Runner {
     return w;
   }
 
+  // The step's batch (batch_view: the window table and state slots where given).
   void begin_batch(const std::vector<int32_t>& positions, const std::vector<int32_t>& slots, uint32_t n_seqs,
-                   uint32_t max_pages, const std::vector<int32_t>& table) {
-    sl_batch b{};
-    b.struct_size = sizeof(b);
-    b.n_tokens = static_cast<uint32_t>(positions.size());
-    b.positions = positions.data();
-    b.seq_slots = slots.data();
-    b.n_seqs = n_seqs;
-    b.max_pages = max_pages;
-    b.page_table = table.data();
+                   uint32_t max_pages, const std::vector<int32_t>& table, const std::vector<int32_t>* window_table = nullptr,
+                   const std::vector<int32_t>* state_slots = nullptr) {
+    const sl_batch b = batch_view(positions, slots, n_seqs, max_pages, table, window_table, state_slots);
     sl_error err{};
     expect_ok(ops().begin_batch(&b, &err), err, "begin_batch");
   }

@@ -15,6 +15,27 @@
 
 namespace sluice {
 
+// A batch over the caller's tables (they outlive its use; OpCalls::begin_batch copies them): each
+// token's position and sequence slot, the page table ([n_seqs][max_pages]) and, where given, the
+// window table (WINDOW layers), the state slots (STATE layers) and the recent table (the recent
+// window's pages) — how the checks and tests fill one.
+inline sl_batch batch_view(const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_slots, uint32_t n_seqs,
+                           uint32_t max_pages, const std::vector<int32_t>& page_table, const std::vector<int32_t>* window_table = nullptr,
+                           const std::vector<int32_t>* state_slots = nullptr, const std::vector<int32_t>* recent_table = nullptr) {
+  sl_batch b{};
+  b.struct_size = sizeof(b);
+  b.n_tokens = static_cast<uint32_t>(positions.size());
+  b.positions = positions.data();
+  b.seq_slots = seq_slots.data();
+  b.n_seqs = n_seqs;
+  b.max_pages = max_pages;
+  b.page_table = page_table.data();
+  b.window_table = window_table ? window_table->data() : nullptr;
+  b.state_slots = state_slots ? state_slots->data() : nullptr;
+  b.recent_table = recent_table ? recent_table->data() : nullptr;
+  return b;
+}
+
 class OpCalls {
  public:
   explicit OpCalls(const BackendHandle& backend) : api_(backend.api()), be_(backend.raw()) {}

@@ -118,15 +118,10 @@ DeviceWeight BackendOpsTest::make_weight(sl_dtype dtype, uint32_t rows, uint32_t
 }
 
 void BackendOpsTest::begin_batch(const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_slots,
-                                 uint32_t n_seqs, uint32_t max_pages, const std::vector<int32_t>& page_table) {
-  sl_batch batch{};
-  batch.struct_size = sizeof(batch);
-  batch.n_tokens = static_cast<uint32_t>(positions.size());
-  batch.positions = positions.data();
-  batch.seq_slots = seq_slots.data();
-  batch.n_seqs = n_seqs;
-  batch.max_pages = max_pages;
-  batch.page_table = page_table.data();
+                                 uint32_t n_seqs, uint32_t max_pages, const std::vector<int32_t>& page_table,
+                                 const std::vector<int32_t>* window_table, const std::vector<int32_t>* state_slots,
+                                 const std::vector<int32_t>* recent_table) {
+  const sl_batch batch = batch_view(positions, seq_slots, n_seqs, max_pages, page_table, window_table, state_slots, recent_table);
   sl_error err{};
   ASSERT_EQ(ops().begin_batch(&batch, &err), SL_OK) << err.message;
 }

@@ -59,9 +59,11 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendUnderTest> {
   std::vector<float> download(const Buffer& buffer, std::size_t n_floats);
   // rows x cols of N(0, stddev) rounded to dtype.
   DeviceWeight make_weight(sl_dtype dtype, uint32_t rows, uint32_t cols, float stddev = 1.0f, float mean = 0.0f);
-  // One batch: each token's sequence slot and position, and the sequences' page tables.
+  // One batch: each token's sequence slot and position, the sequences' page tables and, where
+  // given, their window tables (WINDOW layers), state slots (STATE layers) and recent tables: batch_view (op_calls.h).
   void begin_batch(const std::vector<int32_t>& positions, const std::vector<int32_t>& seq_slots, uint32_t n_seqs,
-                   uint32_t max_pages, const std::vector<int32_t>& page_table);
+                   uint32_t max_pages, const std::vector<int32_t>& page_table, const std::vector<int32_t>* window_table = nullptr,
+                   const std::vector<int32_t>* state_slots = nullptr, const std::vector<int32_t>* recent_table = nullptr);
 
   std::vector<float> random(std::size_t n, float stddev = 1.0f, float mean = 0.0f);
 

@@ -2,8 +2,10 @@
 // could not lay out, with a message naming the layer (never an abort); attention over a layer whose
 // K and V differ in width, and over a sliding-window layer whose early pages were released and
 // reused, against naive softmax attention computed here; recurrent state slots cleared, written and
-// read by COPY nodes, copied slot to slot, and every bad slot refused. A backend without the
-// capability a case needs (SL_CAP_KV_LAYERS, SL_CAP_KV_WINDOW_PAGES, or nodes it declines) skips it.
+// read by COPY nodes, copied slot to slot, and every bad slot refused; and all of it in one cache —
+// layers of their own widths and window layers beside uniform ones, with a recent window. A backend
+// without the capability a case needs (SL_CAP_KV_LAYERS, SL_CAP_KV_WINDOW_PAGES, or nodes it
+// declines) skips it.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -113,27 +115,6 @@ class KvLayersTest : public BackendOpsTest {
     ops().set_kv_layout(layout);
     return cache;
   }
-  // The batch with window table and state slots (either may be null).
-  void batch(const std::vector<int32_t>& positions, const std::vector<int32_t>& slots, uint32_t n_seqs, uint32_t max_pages,
-             const std::vector<int32_t>& pages, const std::vector<int32_t>* window = nullptr, const std::vector<int32_t>* states = nullptr) {
-    positions_ = positions;
-    slots_ = slots;
-    pages_ = pages;
-    window_ = window ? *window : std::vector<int32_t>{};
-    states_ = states ? *states : std::vector<int32_t>{};
-    sl_batch b{};
-    b.struct_size = sizeof(b);
-    b.n_tokens = static_cast<uint32_t>(positions_.size());
-    b.positions = positions_.data();
-    b.seq_slots = slots_.data();
-    b.n_seqs = n_seqs;
-    b.max_pages = max_pages;
-    b.page_table = pages_.data();
-    b.window_table = window ? window_.data() : nullptr;
-    b.state_slots = states ? states_.data() : nullptr;
-    sl_error err{};
-    ASSERT_EQ(ops().begin_batch(&b, &err), SL_OK) << err.message;
-  }
   // Whether the backend runs the graph's first node (kv: the cache's layout).
   bool supports(StepGraph& g, const sl_kv_layout* kv) {
     const sl_graph& view = g.view();
@@ -146,7 +127,6 @@ class KvLayersTest : public BackendOpsTest {
 
  private:
   std::vector<std::unique_ptr<sl_kv_cache, std::function<void(sl_kv_cache*)>>> caches_;
-  std::vector<int32_t> positions_, slots_, pages_, window_, states_;
 };
 
 // Naive attention of one query head over keys [lo, pos] of one sequence: k [pos][kvh][KD], v [pos][kvh][VD].
@@ -265,7 +245,7 @@ TEST_P(KvLayersTest, AttentionOverKAndVOfDifferentWidthsMatchesNaive) {
         slots.push_back(s);
       }
     }
-    batch(positions, slots, 2, 3, table);
+    begin_batch(positions, slots, 2, 3, table);
     auto dk = upload(k_all), dv = upload(v_all);
     sl_error err{};
     ASSERT_EQ(ops().kv_write(cache, 1, dk.get(), dv.get(), &err), SL_OK) << err.message;
@@ -276,7 +256,7 @@ TEST_P(KvLayersTest, AttentionOverKAndVOfDifferentWidthsMatchesNaive) {
         qpos = {39, 20, 18, 0};
         qslot = {0, 0, 1, 1};
       }
-      batch(qpos, qslot, 2, 3, table);
+      begin_batch(qpos, qslot, 2, 3, table);
       const auto q = random(qpos.size() * H * KD);
       auto dq = upload(q), out = zeros(qpos.size() * H * VD);
       const auto p = attention_params(1, H, KVH, KD, VD, window);
@@ -293,7 +273,7 @@ TEST_P(KvLayersTest, AttentionOverKAndVOfDifferentWidthsMatchesNaive) {
         }
     }
     // K and V of the wrong width for the layer: refused.
-    batch({0}, {0}, 1, 1, {0});
+    begin_batch({0}, {0}, 1, 1, {0});
     auto narrow = zeros(KVH * 16);
     EXPECT_NE(ops().kv_write(cache, 1, narrow.get(), narrow.get(), &err), SL_OK);
   }
@@ -318,7 +298,7 @@ TEST_P(KvLayersTest, LayersOfTheCachesOwnGeometryRunBesideLayersOfOthers) {
   const std::vector<int32_t> pages = {5, 2};
   std::vector<float> kref[4], vref[4];
   for (uint32_t layer : {0u, 3u}) {
-    batch(positions, slots, 1, 2, pages);
+    begin_batch(positions, slots, 1, 2, pages);
     const auto k = random(std::size_t(n) * KVH * D), v = random(std::size_t(n) * KVH * D);
     kref[layer] = l.k16.stored(k, D);
     vref[layer] = l.v16.stored(v, D);
@@ -332,7 +312,7 @@ TEST_P(KvLayersTest, LayersOfTheCachesOwnGeometryRunBesideLayersOfOthers) {
   for (uint32_t layer : {0u, 3u})
     for (const auto& [first, count] : {std::pair<int32_t, int32_t>{0, 11}, std::pair<int32_t, int32_t>{11, n - 11}}) {
       const std::vector<int32_t> run_positions(positions.begin() + first, positions.begin() + first + count), run_slots(count, 0);
-      batch(run_positions, run_slots, 1, 2, pages);
+      begin_batch(run_positions, run_slots, 1, 2, pages);
       const auto q = random(std::size_t(count) * H * D);
       auto dq = upload(q), out = zeros(std::size_t(count) * H * D);
       const auto p = attention_params(layer, H, KVH, D, D, 0);
@@ -350,7 +330,7 @@ TEST_P(KvLayersTest, LayersOfTheCachesOwnGeometryRunBesideLayersOfOthers) {
         }
     }
   // The recurrent layer has no K/V to write or attend.
-  batch(positions, slots, 1, 2, pages);
+  begin_batch(positions, slots, 1, 2, pages);
   auto zero = zeros(std::size_t(n) * KVH * D);
   sl_error err{};
   EXPECT_NE(ops().kv_write(cache, 2, zero.get(), zero.get(), &err), SL_OK);
@@ -372,21 +352,21 @@ TEST_P(KvLayersTest, SlidingWindowLayerReadsOnlyTheWindowsPages) {
   std::vector<int32_t> positions(n), slots(n, 0);
   for (int32_t i = 0; i < n; ++i) positions[i] = i;
   const std::vector<int32_t> pages = {0, 1, 2, 3}, window = {3, 0, 4, 1};
-  batch(positions, slots, 1, 4, pages, &window);
+  begin_batch(positions, slots, 1, 4, pages, &window);
   auto dk = upload(k), dv = upload(v);
   sl_error err{};
   ASSERT_EQ(ops().kv_write(cache, 1, dk.get(), dv.get(), &err), SL_OK) << err.message;
   // Blocks 0 and 1 leave the window of every query from 41 on: released, and page 3 (block 0's)
   // rewritten by another sequence.
   const std::vector<int32_t> reused = {3};
-  batch(std::vector<int32_t>{0, 1, 2}, std::vector<int32_t>(3, 0), 1, 1, {5}, &reused);
+  begin_batch(std::vector<int32_t>{0, 1, 2}, std::vector<int32_t>(3, 0), 1, 1, {5}, &reused);
   auto junk = upload(std::vector<float>(3 * KVH * D, 500.0f));
   ASSERT_EQ(ops().kv_write(cache, 1, junk.get(), junk.get(), &err), SL_OK) << err.message;
   const std::vector<int32_t> released = {-1, -1, 4, 1};
   std::vector<int32_t> qpos;
   for (int32_t p = 42; p < 60; ++p) qpos.push_back(p);  // a run of 18: the prefill path
   for (const auto& run : {qpos, std::vector<int32_t>{59}, std::vector<int32_t>{47}}) {
-    batch(run, std::vector<int32_t>(run.size(), 0), 1, 4, pages, &released);
+    begin_batch(run, std::vector<int32_t>(run.size(), 0), 1, 4, pages, &released);
     const auto q = random(run.size() * H * D);
     auto dq = upload(q), out = zeros(run.size() * H * D);
     const auto p = attention_params(1, H, KVH, D, D, W);
@@ -401,20 +381,89 @@ TEST_P(KvLayersTest, SlidingWindowLayerReadsOnlyTheWindowsPages) {
   }
   // A query whose window reaches a released block, or a node reading further back than the layer
   // keeps, is refused — not answered from whatever the page holds now.
-  batch({40}, {0}, 1, 4, pages, &released);  // its window starts at 31, in block 1
+  begin_batch({40}, {0}, 1, 4, pages, &released);  // its window starts at 31, in block 1
   auto q = upload(random(H * D)), out = zeros(H * D);
   auto p = attention_params(1, H, KVH, D, D, W);
   EXPECT_NE(ops().attention(cache, 1, q.get(), &p, nullptr, out.get(), &err), SL_OK);
-  batch({59}, {0}, 1, 4, pages, &released);
+  begin_batch({59}, {0}, 1, 4, pages, &released);
   p.window = 0;
   EXPECT_NE(ops().attention(cache, 1, q.get(), &p, nullptr, out.get(), &err), SL_OK);
   EXPECT_NE(std::string(err.message).find("window"), std::string::npos) << err.message;
   p.window = W + 1;
   EXPECT_NE(ops().attention(cache, 1, q.get(), &p, nullptr, out.get(), &err), SL_OK);
   // Without a window table the layer has no pages to read.
-  batch({59}, {0}, 1, 4, pages);
+  begin_batch({59}, {0}, 1, 4, pages);
   p.window = W;
   EXPECT_NE(ops().attention(cache, 1, q.get(), &p, nullptr, out.get(), &err), SL_OK);
+}
+
+TEST_P(KvLayersTest, LayersOfTheirOwnWidthsAndWindowsBesideUniformOnesWithARecentWindow) {
+  if (!backend().has_cap(SL_CAP_KV_LAYERS) || !backend().has_cap(SL_CAP_KV_WINDOW_PAGES) ||
+      !backend().has_cap(SL_CAP_KV_RECENT_WINDOW))
+    GTEST_SKIP() << "no window pages or recent window (SL_CAP_KV_WINDOW_PAGES, SL_CAP_KV_RECENT_WINDOW)";
+  // A model of every kind at once: layers of the layout's widths (0, FULL; 3, WINDOW), a window layer
+  // whose K is wider than its V (1), and a layer of one wide head (2), with the recent window's exact
+  // rows kept per layer in its widths. f16 rows: the recent copies equal the stored rows, so a
+  // recent row read from the wrong place shows as surely as a page read from the wrong table.
+  const uint32_t H = 4, W = 10, n = 60;
+  struct Shape {
+    uint32_t kind, heads, k_dim, v_dim;
+  };
+  const Shape shapes[] = {{SL_KV_FULL, 2, 16, 16}, {SL_KV_WINDOW, 2, 24, 16}, {SL_KV_FULL, 1, 64, 64}, {SL_KV_WINDOW, 2, 16, 16}};
+  Layout l(builtin_f16_codec());
+  for (const Shape& s : shapes) l.attention_layer(s.kind, s.heads, s.k_dim, s.v_dim, s.kind == SL_KV_WINDOW ? W : 0);
+  l.layout.n_window_pages = 5;
+  l.layout.recent_window = 20;
+  l.layout.n_recent_pages = 6;
+  sl_kv_cache* cache = create(l.get());
+  ASSERT_NE(cache, nullptr);
+  std::vector<int32_t> positions(n), slots(n, 0);
+  for (uint32_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(i);
+  const std::vector<int32_t> pages = {0, 1, 2, 3}, window = {3, 0, 4, 1}, recent = {-1, -1, 5, 2};
+  std::vector<float> kref[4], vref[4];
+  begin_batch(positions, slots, 1, 4, pages, &window, nullptr, &recent);
+  sl_error err{};
+  for (uint32_t layer = 0; layer < 4; ++layer) {
+    const Shape& s = shapes[layer];
+    const auto k = random(std::size_t(n) * s.heads * s.k_dim), v = random(std::size_t(n) * s.heads * s.v_dim);
+    kref[layer] = l.codecs[2 * layer]->stored(k, s.k_dim);
+    vref[layer] = l.codecs[2 * layer + 1]->stored(v, s.v_dim);
+    auto dk = upload(k), dv = upload(v);
+    ASSERT_EQ(ops().kv_write(cache, layer, dk.get(), dv.get(), &err), SL_OK) << "layer " << layer << ": " << err.message;
+  }
+  // The window layers' blocks 0 and 1 leave every query's window from 41 on: released, and window
+  // page 3 (block 0's) and recent page 5 rewritten by another sequence.
+  const std::vector<int32_t> reused = {3}, reused_recent = {5};
+  begin_batch(std::vector<int32_t>{0, 1, 2}, std::vector<int32_t>(3, 0), 1, 1, {6}, &reused, nullptr, &reused_recent);
+  for (uint32_t layer : {1u, 3u}) {
+    auto junk_k = upload(std::vector<float>(3 * shapes[layer].heads * shapes[layer].k_dim, 500.0f));
+    auto junk_v = upload(std::vector<float>(3 * shapes[layer].heads * shapes[layer].v_dim, 500.0f));
+    ASSERT_EQ(ops().kv_write(cache, layer, junk_k.get(), junk_v.get(), &err), SL_OK) << err.message;
+  }
+  const std::vector<int32_t> released = {-1, -1, 4, 1}, recent_now = {-1, -1, -1, 2};  // block 2's recent page went too
+  std::vector<int32_t> run;
+  for (int32_t p = 45; p < 60; ++p) run.push_back(p);  // 15 queries: the portable kernels, held to float
+  for (const auto& queries : {run, std::vector<int32_t>{59}, std::vector<int32_t>{50}}) {
+    begin_batch(queries, std::vector<int32_t>(queries.size(), 0), 1, 4, pages, &released, nullptr, &recent_now);
+    for (uint32_t layer = 0; layer < 4; ++layer) {
+      const Shape& s = shapes[layer];
+      const uint32_t window_of = s.kind == SL_KV_WINDOW ? W : 0;
+      const auto q = random(queries.size() * H * s.k_dim);
+      auto dq = upload(q), out = zeros(queries.size() * H * s.v_dim);
+      const auto p = attention_params(layer, H, s.heads, s.k_dim, s.v_dim, window_of);
+      ASSERT_EQ(ops().attention(cache, layer, dq.get(), &p, nullptr, out.get(), &err), SL_OK) << "layer " << layer << ": " << err.message;
+      const auto got = download(out, queries.size() * H * s.v_dim);
+      for (std::size_t t = 0; t < queries.size(); ++t)
+        for (uint32_t h = 0; h < H; ++h) {
+          const int32_t pos = queries[t], lo = window_of ? pos - int32_t(W) + 1 : 0;
+          std::vector<double> mag;
+          const auto ref = naive(q.data() + (t * H + h) * s.k_dim, kref[layer], vref[layer], h / (H / s.heads), s.heads, s.k_dim, s.v_dim,
+                                 lo, pos, p.scale, mag);
+          for (uint32_t d = 0; d < s.v_dim; ++d)
+            ASSERT_NEAR(got[(t * H + h) * s.v_dim + d], ref[d], 1e-4 * (mag[d] + 1.0)) << "layer " << layer << " position " << pos;
+        }
+    }
+  }
 }
 
 TEST_P(KvLayersTest, StateSlotsAreClearedWrittenReadAndCopied) {
@@ -434,7 +483,7 @@ TEST_P(KvLayersTest, StateSlotsAreClearedWrittenReadAndCopied) {
   sl_error err{};
   for (uint32_t slot = 0; slot < 5; ++slot) ASSERT_EQ(api()->kv_clear_state(be(), cache, slot, &err), SL_OK) << err.message;
   const std::vector<int32_t> states = {4, 1};
-  batch({3, 7}, {0, 1}, 2, 1, {0, 1}, nullptr, &states);
+  begin_batch({3, 7}, {0, 1}, 2, 1, {0, 1}, nullptr, &states);
   auto read = [&](uint32_t layer, uint64_t offset, uint32_t n) {
     auto out = upload(std::vector<float>(2 * n, -1.0f));
     EXPECT_EQ(ops().state_read(cache, layer, offset, n, out.get(), &err), SL_OK) << err.message;
@@ -469,9 +518,9 @@ TEST_P(KvLayersTest, StateSlotsAreClearedWrittenReadAndCopied) {
   EXPECT_NE(ops().state_read(cache, 0, 0, 4, out.get(), &err), SL_OK);   // an attention layer keeps no state
   EXPECT_NE(ops().state_read(cache, 2, 2, 4, out.get(), &err), SL_OK);   // past the layer's 4 floats
   const std::vector<int32_t> bad_slots = {4, 5};
-  batch({3, 7}, {0, 1}, 2, 1, {0, 1}, nullptr, &bad_slots);
+  begin_batch({3, 7}, {0, 1}, 2, 1, {0, 1}, nullptr, &bad_slots);
   EXPECT_NE(ops().state_read(cache, 1, 0, 12, out.get(), &err), SL_OK);
-  batch({3, 7}, {0, 1}, 2, 1, {0, 1});
+  begin_batch({3, 7}, {0, 1}, 2, 1, {0, 1});
   EXPECT_NE(ops().state_read(cache, 1, 0, 12, out.get(), &err), SL_OK);  // no state slots in the batch
 }
 

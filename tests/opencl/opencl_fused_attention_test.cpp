@@ -2,7 +2,8 @@
 // accumulated in the turbo codecs' rotated domain) against the CPU backend's fused hooks and against
 // the OpenCL generic kernel (backend option tune.fused_attention=0), on the same stored rows: prefill
 // and decode, GQA, head sizes with one and several rotation blocks, with and without a recent
-// window, a fused K codec beside a non-fused V codec. Skipped where no OpenCL device exists.
+// window, a fused K codec beside a non-fused V codec; and the compressing codecs on a layer of its
+// own widths in a per-layer cache, against the CPU. Skipped where no OpenCL device exists.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,14 +103,20 @@ class Runner {
     sl_error err{};
     ASSERT_EQ(ops_->begin_batch(&b, &err), SL_OK) << err.message;
   }
+  // The layer later writes and attends go to (0 unless set).
+  void use_layer(uint32_t layer, uint32_t v_dim) {
+    layer_ = layer;
+    v_dim_ = v_dim;
+  }
   void write(const std::vector<float>& k, const std::vector<float>& v) {
     auto dk = upload(k), dv = upload(v);
     sl_error err{};
-    ASSERT_EQ(ops_->kv_write(cache_, 0, dk.get(), dv.get(), &err), SL_OK) << err.message;
+    ASSERT_EQ(ops_->kv_write(cache_, layer_, dk.get(), dv.get(), &err), SL_OK) << err.message;
   }
   std::vector<float> attend(const Case& c, const std::vector<float>& q) {
     auto dq = upload(q);
-    auto out = be_->alloc(q.size() * 4);
+    const std::size_t out_values = v_dim_ ? q.size() / c.head_dim * v_dim_ : q.size();
+    auto out = be_->alloc(out_values * 4);
     EXPECT_TRUE(out) << out.message();
     if (!out) return {};
     sl_attention_params p{};
@@ -117,10 +124,11 @@ class Runner {
     p.n_heads = c.n_heads;
     p.n_kv_heads = c.n_kv_heads;
     p.head_dim = c.head_dim;
+    p.v_head_dim = v_dim_;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     sl_error err{};
-    EXPECT_EQ(ops_->attention(cache_, 0, dq.get(), &p, nullptr, out->get(), &err), SL_OK) << err.message;
-    std::vector<float> got(q.size());
+    EXPECT_EQ(ops_->attention(cache_, layer_, dq.get(), &p, nullptr, out->get(), &err), SL_OK) << err.message;
+    std::vector<float> got(out_values);
     EXPECT_TRUE(be_->download(*out, 0, got.data(), got.size() * 4));
     return got;
   }
@@ -136,6 +144,7 @@ class Runner {
   std::unique_ptr<OpCalls> ops_;
   sl_kv_cache* cache_ = nullptr;
   std::string why_;
+  uint32_t layer_ = 0, v_dim_ = 0;  // v_dim_ 0: as wide as K
 };
 
 // Runs prefill of `length` positions and decode of one more through a backend; returns both outputs.
@@ -253,6 +262,98 @@ TEST(OpenclFusedAttention, MatchesTheCpuFusedHooksAndTheGenericKernel) {
 
     const auto generic = run_case(reg, "opencl", opencl + " tune.fused_attention=0", c, k, v, &skipped, &why);
     expect_close(generic, fused, "OpenCL generic vs fused");
+  }
+}
+
+// The compressing codecs on a layer of their own widths beside the layout's (2 KV heads of 64, q8):
+// each layer's codecs made for its widths, its program built with them (cl_kv_geometry.h: the
+// generic kernels, the codec's loads), prefill and a decoded token against the CPU backend.
+TEST(OpenclPerLayerCodecs, CompressingCodecsOnLayersOfTheirOwnWidthsMatchTheCpu) {
+  PluginRegistry reg;
+  reg.scan(test::binary_path("lib"));
+  struct LayerCase {
+    const char* k_codec;
+    const char* v_codec;
+    uint32_t k_dim, v_dim, n_kv_heads;
+  };
+  const LayerCase cases[] = {
+      {"q8", "q8", 128, 128, 1},          // a wider head
+      {"turbo3", "turbo3", 128, 128, 1},  // a wider head, turbo's rotation blocks of its width
+      {"q8", "q8", 96, 64, 2},            // K wider than V
+      {"turbo4", "turbo3", 96, 64, 2},
+  };
+  const std::string opencl = test::with_test_options("tune.mma_att=0");
+  for (const auto& lc : cases) {
+    SCOPED_TRACE(std::string(lc.k_codec) + "/" + lc.v_codec + " K " + std::to_string(lc.k_dim) + " V " + std::to_string(lc.v_dim));
+    Codec k64(reg, "q8", 64, SL_KV_KEYS), v64(reg, "q8", 64, SL_KV_VALUES);
+    Codec k(reg, lc.k_codec, lc.k_dim, SL_KV_KEYS), v(reg, lc.v_codec, lc.v_dim, SL_KV_VALUES);
+    ASSERT_TRUE(k.get() && v.get() && k64.get() && v64.get()) << "codec plugins missing from " << test::binary_path("lib");
+    sl_kv_layer layers[2]{};
+    for (auto& l : layers) {
+      l.struct_size = sizeof(l);
+      l.kind = SL_KV_FULL;
+    }
+    layers[0].n_kv_heads = 2;
+    layers[0].k_head_dim = layers[0].v_head_dim = 64;
+    layers[0].k_api = k64.api();
+    layers[0].k_codec = k64.get();
+    layers[0].v_api = v64.api();
+    layers[0].v_codec = v64.get();
+    layers[1].n_kv_heads = lc.n_kv_heads;
+    layers[1].k_head_dim = lc.k_dim;
+    layers[1].v_head_dim = lc.v_dim;
+    layers[1].k_api = k.api();
+    layers[1].k_codec = k.get();
+    layers[1].v_api = v.api();
+    layers[1].v_codec = v.get();
+    sl_kv_layout layout{};
+    layout.struct_size = sizeof(layout);
+    layout.n_layers = 2;
+    layout.n_kv_heads = 2;
+    layout.head_dim = 64;
+    layout.page_tokens = kPageTokens;
+    layout.n_pages = 8;
+    layout.k_api = layers[0].k_api;
+    layout.k_codec = layers[0].k_codec;
+    layout.v_api = layers[0].v_api;
+    layout.v_codec = layers[0].v_codec;
+    layout.layers = layers;
+    const Case c{lc.k_codec, lc.v_codec, lc.k_dim, 4, lc.n_kv_heads, 0, 45};
+    auto run = [&](const char* backend, const std::string& options, std::string* why) -> std::vector<float> {
+      Runner r(reg, backend, options, layout);
+      if (!r.ok()) {
+        *why = r.why_not();
+        return {};
+      }
+      r.use_layer(1, lc.v_dim);
+      std::mt19937 rng(11);
+      std::normal_distribution<float> n01;
+      auto random = [&](std::size_t n) {
+        std::vector<float> x(n);
+        for (auto& e : x) e = n01(rng);
+        return x;
+      };
+      const std::vector<int32_t> pages = {4, 1, 6, 0};
+      std::vector<int32_t> prefill(c.length);
+      for (uint32_t i = 0; i < c.length; ++i) prefill[i] = static_cast<int32_t>(i);
+      r.begin(prefill, pages, {});
+      r.write(random(std::size_t(c.length) * lc.n_kv_heads * lc.k_dim), random(std::size_t(c.length) * lc.n_kv_heads * lc.v_dim));
+      auto out = r.attend(c, random(std::size_t(c.length) * c.n_heads * lc.k_dim));
+      r.begin({static_cast<int32_t>(c.length)}, pages, {});
+      r.write(random(std::size_t(lc.n_kv_heads) * lc.k_dim), random(std::size_t(lc.n_kv_heads) * lc.v_dim));
+      const auto decode = r.attend(c, random(std::size_t(c.n_heads) * lc.k_dim));
+      out.insert(out.end(), decode.begin(), decode.end());
+      return out;
+    };
+    std::string why;
+    const auto cpu = run("cpu", "", &why);
+    ASSERT_FALSE(cpu.empty()) << why;
+    ::testing::internal::CaptureStderr();
+    const auto device = run("opencl", opencl, &why);
+    const std::string printed = ::testing::internal::GetCapturedStderr();
+    if (device.empty()) GTEST_SKIP() << "OpenCL unavailable: " << why;
+    EXPECT_EQ(printed.find("stays on the host"), std::string::npos) << "the layer's codecs should run on the device:\n" << printed;
+    expect_close(device, cpu, "OpenCL vs CPU");
   }
 }
 

@@ -1,6 +1,8 @@
 // The forward pass on the OpenCL backend against HF transformers' float32 goldens: greedy ids
 // identical and last-position logits within 1e-3 × max|logit|, with the f32 and f16 KV caches on the
-// device. Skips with a message where no OpenCL device is present or the reference data is absent.
+// device — Gemma 2 and 3's sliding layers keeping only their window's pages (SL_KV_WINDOW) — and
+// Gemma 2's window pages against keeping every position and against a reused prefix. Skips with a
+// message where no OpenCL device is present or the reference data is absent.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -26,12 +28,13 @@ EngineOptions opencl_options(const std::string& model, const std::string& codec)
 
 struct Case {
   std::string model, codec;
+  bool sliding_first = false;  // layer 0 is a sliding-window layer: the cache keeps its window's pages alone
 };
 
 class OpenclGoldenModel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
-  const auto& [model, codec] = GetParam();
+  const auto& [model, codec, sliding_first] = GetParam();
   SLUICE_REQUIRE_REFERENCE("models/" + model + "/golden.json");
   if (auto why = test::opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
   auto golden = json::parse_file(test::reference_path("models/" + model + "/golden.json"));
@@ -39,6 +42,10 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
   auto rt = Runtime::open(opencl_options(model, codec));
   ASSERT_TRUE(rt.ok()) << rt.message();
   ASSERT_EQ((*rt)->backend().name(), "opencl");
+  if (sliding_first) {
+    EXPECT_EQ((*rt)->kv().layer_kind(0), uint32_t(SL_KV_WINDOW));
+    EXPECT_EQ((*rt)->kv().layer_kind(1), uint32_t(SL_KV_FULL));
+  }
   auto engine = Engine::create(opencl_options(model, codec));
   ASSERT_TRUE(engine.ok()) << engine.message();
   // The f16 cache rounds K and V: its logits are held to greedy ids only.
@@ -47,7 +54,8 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, OpenclGoldenModel,
                          ::testing::Values(Case{"zoo/llama", "f32"}, Case{"zoo/qwen2", "f32"}, Case{"zoo/qwen3", "f32"},
-                                           Case{"zoo/mistral", "f32"}, Case{"zoo/gemma2", "f32"}, Case{"zoo/gemma3_text", "f32"},
+                                           Case{"zoo/mistral", "f32"}, Case{"zoo/gemma2", "f32", true},
+                                           Case{"zoo/gemma3_text", "f32", true},
                                            Case{"zoo/phi3", "f32"}, Case{"tiny-code-qwen2", "f32"},
                                            Case{"tiny-code-qwen2", "f16"}),
                          [](const auto& info) {
@@ -56,6 +64,46 @@ INSTANTIATE_TEST_SUITE_P(Models, OpenclGoldenModel,
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return n;
                          });
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+// As tests/engine/kv_layers_test.cpp's Gemma case on the CPU: zoo/gemma2 (window 8) with its sliding
+// layer's window pages released as a sequence grows, against the cache that keeps every position,
+// and a second request that reuses 48 tokens of the first (with their window pages) against
+// computing them.
+TEST(OpenclKvLayers, GemmaWindowPagesEqualKeepingEveryPositionAndAReusedPrefix) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo/gemma2/config.json");
+  if (auto why = test::opencl_unavailable(); !why.empty()) GTEST_SKIP() << "OpenCL backend unavailable: " << why;
+  EngineOptions released = opencl_options("zoo/gemma2", "f32"), kept = released;
+  released.prefill_size = 16;  // several chunks: pages released between them
+  kept.prefill_size = 16;
+  kept.kv_window_pages = false;
+  auto warm = Engine::create(released);
+  auto full = Engine::create(kept);
+  ASSERT_TRUE(warm.ok()) << warm.message();
+  ASSERT_TRUE(full.ok()) << full.message();
+  EXPECT_GT((*warm)->metrics().kv_window_pages_total, 0u);
+  EXPECT_EQ((*full)->metrics().kv_window_pages_total, 0u);
+  std::vector<int32_t> first;
+  for (int j = 0; j < 56; ++j) first.push_back(3 + (j * 37) % 200);
+  const auto a = (*warm)->generate(greedy(first, 12)), b = (*full)->generate(greedy(first, 12));
+  ASSERT_EQ(a.finish, FinishReason::kLength) << a.error;
+  EXPECT_EQ(a.ids, b.ids);
+  auto shared = first;
+  shared.resize(50);
+  for (int j = 0; j < 7; ++j) shared.push_back(100 + j);
+  const auto reused = (*warm)->generate(greedy(shared, 12));
+  const auto computed = (*full)->generate(greedy(shared, 12));
+  EXPECT_GT(reused.stats.cached_tokens, 0);
+  EXPECT_EQ(reused.ids, computed.ids);
+}
 
 }  // namespace
 }  // namespace sluice
