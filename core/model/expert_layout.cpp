@@ -109,7 +109,78 @@ uint64_t ExpertLayout::expert_bytes(uint32_t moe_layer) const {
   return total;
 }
 
+// gpt-oss: per layer, four stacked tensors, expert e at slice e of each.
+Result<ExpertLayout> ExpertLayout::find_fused(const ModelConfig& config, const SafetensorsSet& tensors) {
+  ExpertLayout layout;
+  const auto& moe = config.moe;
+  const uint32_t E = static_cast<uint32_t>(moe.n_experts);
+  const int64_t H = config.hidden_size, F = moe.expert_intermediate;
+  layout.n_experts_ = E;
+  layout.n_parts_ = 4;
+  layout.form_ = Form::kFusedInputMajor;
+  layout.moe_index_.assign(config.num_layers, -1);
+  bool first = true;
+  for (int L = 0; L < config.num_layers; ++L) {
+    if (!moe.is_sparse(L)) continue;
+    const std::string prefix = "model.layers." + std::to_string(L) + ".mlp.experts.";
+    struct Want {
+      const char* name;
+      std::vector<int64_t> shape;
+    };
+    const Want wants[4] = {{"gate_up_proj", {E, H, 2 * F}}, {"down_proj", {E, F, H}}, {"gate_up_proj_bias", {E, 2 * F}}, {"down_proj_bias", {E, H}}};
+    const TensorInfo* t[4];
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = prefix + wants[i].name;
+      t[i] = tensors.find(name);
+      if (!t[i]) {
+        if (tensors.find(name + "_blocks"))
+          return make_error("tensor '" + name + "_blocks': MXFP4 expert weights are not supported yet (dequantize the checkpoint to bf16)");
+        return make_error("model is missing tensor '" + name + "'");
+      }
+      if (t[i]->shape != wants[i].shape)
+        return make_error("tensor '" + name + "' has shape " + shape_text(t[i]->shape) + ", expected " + shape_text(wants[i].shape));
+    }
+    auto dt = value_dtype(t[0]->dtype, t[0]->name);
+    if (!dt) return dt.error();
+    auto down_dt = value_dtype(t[1]->dtype, t[1]->name);
+    if (!down_dt) return down_dt.error();
+    if (*down_dt != *dt) return make_error("tensor '" + t[1]->name + "' differs in dtype from '" + t[0]->name + "'");
+    auto bias_dt = value_dtype(t[2]->dtype, t[2]->name);
+    if (!bias_dt) return bias_dt.error();
+    auto down_bias_dt = value_dtype(t[3]->dtype, t[3]->name);
+    if (!down_bias_dt) return down_bias_dt.error();
+    if (*down_bias_dt != *bias_dt) return make_error("tensor '" + t[3]->name + "' differs in dtype from '" + t[2]->name + "'");
+    if (!first && (*dt != layout.projections_.front()[0].dtype || *bias_dt != layout.bias_dtype_))
+      return make_error("layer " + std::to_string(L) + ": experts stored in other dtypes than earlier layers'");
+    first = false;
+    layout.bias_dtype_ = *bias_dt;
+    std::array<ExpertProjection, 3> projections;
+    const uint32_t rows[3] = {uint32_t(F), uint32_t(F), uint32_t(H)}, cols[3] = {uint32_t(H), uint32_t(H), uint32_t(F)};
+    for (int p = 0; p < 3; ++p) {
+      projections[p].rows = rows[p];
+      projections[p].cols = cols[p];
+      projections[p].dtype = *dt;
+    }
+    layout.moe_index_[L] = static_cast<int>(layout.model_layer_.size());
+    layout.model_layer_.push_back(L);
+    layout.projections_.push_back(projections);
+    for (uint32_t e = 0; e < E; ++e)
+      for (const TensorInfo* ti : t) {
+        const uint64_t each = ti->bytes / E;
+        layout.parts_.push_back(sl_expert_part{ti->file_index, ti->file_offset + e * each, each});
+      }
+  }
+  return layout;
+}
+
 Result<ExpertLayout> ExpertLayout::find(const ModelConfig& config, const SafetensorsSet& tensors) {
+  // The fused form where the first MoE layer has it (bf16 or MXFP4 — the latter refused by name there).
+  for (int L = 0; L < config.num_layers; ++L)
+    if (config.moe.is_sparse(L)) {
+      const std::string fused = "model.layers." + std::to_string(L) + ".mlp.experts.gate_up_proj";
+      if (tensors.find(fused) || tensors.find(fused + "_blocks")) return find_fused(config, tensors);
+      break;
+    }
   ExpertLayout layout;
   const auto& moe = config.moe;
   layout.n_experts_ = static_cast<uint32_t>(moe.n_experts);

@@ -10,8 +10,10 @@
 #include <iterator>
 
 #include "engine/engine.h"
+#include "engine/runtime.h"
 #include "quant/expert_repack.h"
 #include "golden.h"
+#include "golden_run.h"
 #include "reference.h"
 #include "util/json.h"
 
@@ -70,13 +72,35 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"zoo/mixtral", "resident", 0}, Case{"zoo/qwen3_moe", "resident", 0}, Case{"zoo/olmoe", "resident", 0},
                       Case{"qwen3_moe-4bit", "resident", 0}, Case{"zoo/mixtral", "uring", 1}, Case{"zoo/qwen3_moe", "uring", 1},
                       Case{"zoo/olmoe", "uring", 1}, Case{"qwen3_moe-4bit", "uring", 1}, Case{"zoo2/gemma4_text_moe", "resident", 0},
-                      Case{"zoo2/gemma4_text_moe", "uring", 1}),
+                      Case{"zoo2/gemma4_text_moe", "uring", 1}, Case{"zoo2/gpt_oss", "resident", 0}, Case{"zoo2/gpt_oss", "uring", 1}),
     [](const auto& info) {
       std::string n = info.param.model + "_" + info.param.store;
       for (auto& ch : n)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
     });
+
+// gpt-oss (attention sinks, alternating sliding/full layers, yarn without truncation, a biased router
+// with softmax over its top k, fused input-major experts with biases and the clamped SwiGLU): the last
+// logits too, with the experts resident and streamed at a 1 MB budget.
+class GptOssGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GptOssGolden, GreedyIdsAndLastLogitsMatchTransformers) {
+  const std::string model = "zoo2/gpt_oss";
+  SLUICE_REQUIRE_REFERENCE("models/" + model + "/golden.json");
+  auto golden = json::parse_file(test::reference_path("models/" + model + "/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  EngineOptions o = test::golden_options(model, "cpu", "f32", 256);
+  o.expert_store = GetParam();
+  o.expert_cache_mb = GetParam() == "uring" ? 1 : 0;
+  auto rt = Runtime::open(o);
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  auto engine = Engine::create(o);
+  ASSERT_TRUE(engine.ok()) << engine.message();
+  test::expect_golden_prompts(**rt, **engine, *golden, model);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, GptOssGolden, ::testing::Values("resident", "uring"));
 
 // A budget far below one layer's experts: nearly every acquire misses. Without O_DIRECT each read
 // is exactly one expert, so bytes read = (misses + prefetched) × the expert's size.

@@ -1,0 +1,64 @@
+#include "model/expert_arrange.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "sluice/graph.h"
+#include "util/vec.h"
+
+namespace sluice {
+namespace {
+
+float bias_value(const std::byte* p, uint32_t dtype, std::size_t i) {
+  if (dtype == SL_DTYPE_F32) {
+    float v;
+    std::memcpy(&v, p + i * 4, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, p + i * 2, 2);
+  return dtype == SL_DTYPE_BF16 ? cpu::bf16_to_f32(h) : cpu::f16_to_f32(h);
+}
+
+// dst[c, r] = src[r, stride * c + first] for r < rows, c < cols: column `first` of every `stride`
+// of a [rows, cols * stride] matrix, transposed. Values are moved as bytes (their dtype stays).
+void transpose_columns(const std::byte* src, uint32_t rows, uint32_t cols, uint32_t stride, uint32_t first, uint32_t value_bytes,
+                       std::byte* dst) {
+  const std::size_t src_row = std::size_t(cols) * stride * value_bytes;
+  // Blocks of rows keep the reads of a block's source rows within cache while the columns are walked.
+  constexpr uint32_t kBlock = 64;
+  for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const uint32_t r1 = std::min(rows, r0 + kBlock);
+    for (uint32_t c = 0; c < cols; ++c) {
+      std::byte* out = dst + (std::size_t(c) * rows + r0) * value_bytes;
+      const std::byte* in = src + std::size_t(r0) * src_row + (std::size_t(c) * stride + first) * value_bytes;
+      for (uint32_t r = r0; r < r1; ++r, in += src_row, out += value_bytes) std::memcpy(out, in, value_bytes);
+    }
+  }
+}
+
+}  // namespace
+
+void arrange_fused_expert(const void* gate_up, const void* down, const void* gate_up_bias, const void* down_bias, uint32_t hidden,
+                          uint32_t ffn, uint32_t value_bytes, uint32_t bias_dtype, ArrangedExpert& out) {
+  const std::size_t matrix = std::size_t(hidden) * ffn * value_bytes;
+  out.gate.resize(matrix);
+  out.up.resize(matrix);
+  out.down.resize(matrix);
+  const auto* gu = static_cast<const std::byte*>(gate_up);
+  transpose_columns(gu, hidden, ffn, 2, 0, value_bytes, out.gate.data());
+  transpose_columns(gu, hidden, ffn, 2, 1, value_bytes, out.up.data());
+  transpose_columns(static_cast<const std::byte*>(down), ffn, hidden, 1, 0, value_bytes, out.down.data());
+  const auto* gub = static_cast<const std::byte*>(gate_up_bias);
+  const auto* db = static_cast<const std::byte*>(down_bias);
+  out.gate_bias.resize(ffn);
+  out.up_bias.resize(ffn);
+  out.down_bias.resize(hidden);
+  for (uint32_t j = 0; j < ffn; ++j) {
+    out.gate_bias[j] = bias_value(gub, bias_dtype, 2 * std::size_t(j));
+    out.up_bias[j] = bias_value(gub, bias_dtype, 2 * std::size_t(j) + 1);
+  }
+  for (uint32_t j = 0; j < hidden; ++j) out.down_bias[j] = bias_value(db, bias_dtype, j);
+}
+
+}  // namespace sluice
