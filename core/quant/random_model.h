@@ -10,7 +10,10 @@
 // generator keyed by (seed, tensor name): the same seed gives the same files.
 //
 // MoE presets are written in MLX's stacked layout: `mlp.switch_mlp.{gate,up,down}_proj.weight`
-// [experts, out, in] and the router `mlp.gate.weight` (8 bits when quantized, as mlx-lm does).
+// [experts, out, in] and the router `mlp.gate.weight` (8 bits when quantized, as mlx-lm does) —
+// except gpt-oss, written as transformers stores it (bf16 only): attention biases and sinks, the
+// biased router `mlp.router`, and fused input-major experts `mlp.experts.{gate_up_proj, down_proj}`
+// with their biases.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -29,6 +32,7 @@ struct ModelPreset {
   int experts = 0, experts_per_token = 0, expert_ffn = 0;  // MoE when experts > 0
   double rope_theta = 10000.0;
   int max_positions = 32768;
+  int sliding_window = 0;  // gpt-oss: its sliding layers' window
 };
 
 const std::vector<ModelPreset>& model_presets();
