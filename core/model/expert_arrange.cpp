@@ -1,6 +1,7 @@
 #include "model/expert_arrange.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "sluice/graph.h"
@@ -37,7 +38,66 @@ void transpose_columns(const std::byte* src, uint32_t rows, uint32_t cols, uint3
   }
 }
 
+// bf16 of a float32 that bf16 holds exactly (every MXFP4 value does): its high half.
+void store_bf16(const float* v, std::size_t n, std::byte* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], 4);
+    const uint16_t h = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+
+void fill_biases(const void* gate_up_bias, const void* down_bias, uint32_t hidden, uint32_t ffn, uint32_t bias_dtype, ArrangedExpert& out) {
+  const auto* gub = static_cast<const std::byte*>(gate_up_bias);
+  const auto* db = static_cast<const std::byte*>(down_bias);
+  out.gate_bias.resize(ffn);
+  out.up_bias.resize(ffn);
+  out.down_bias.resize(hidden);
+  for (uint32_t j = 0; j < ffn; ++j) {
+    out.gate_bias[j] = bias_value(gub, bias_dtype, 2 * std::size_t(j));
+    out.up_bias[j] = bias_value(gub, bias_dtype, 2 * std::size_t(j) + 1);
+  }
+  for (uint32_t j = 0; j < hidden; ++j) out.down_bias[j] = bias_value(db, bias_dtype, j);
+}
+
 }  // namespace
+
+void decode_mxfp4_row(const uint8_t* blocks, const uint8_t* scales, uint32_t cols, float* out) {
+  static constexpr float kFp4[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  for (uint32_t g = 0; g < cols / 32; ++g) {
+    const int exponent = int(scales[g]) - 127;
+    for (uint32_t b = 0; b < 16; ++b) {
+      const uint8_t byte = blocks[g * 16 + b];
+      out[g * 32 + 2 * b] = std::ldexp(kFp4[byte & 0x0F], exponent);
+      out[g * 32 + 2 * b + 1] = std::ldexp(kFp4[byte >> 4], exponent);
+    }
+  }
+}
+
+void arrange_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales, const void* down_blocks, const void* down_scales,
+                          const void* gate_up_bias, const void* down_bias, uint32_t hidden, uint32_t ffn, uint32_t bias_dtype,
+                          ArrangedExpert& out) {
+  const std::size_t matrix = std::size_t(hidden) * ffn * 2;
+  out.gate.resize(matrix);
+  out.up.resize(matrix);
+  out.down.resize(matrix);
+  std::vector<float> row(std::max(hidden, ffn));
+  const auto* gub = static_cast<const uint8_t*>(gate_up_blocks);
+  const auto* gus = static_cast<const uint8_t*>(gate_up_scales);
+  for (uint32_t r = 0; r < 2 * ffn; ++r) {  // row r of gate_up: gate's r / 2 (even) or up's (odd)
+    decode_mxfp4_row(gub + std::size_t(r) * hidden / 2, gus + std::size_t(r) * hidden / 32, hidden, row.data());
+    std::byte* dst = (r % 2 == 0 ? out.gate : out.up).data() + std::size_t(r / 2) * hidden * 2;
+    store_bf16(row.data(), hidden, dst);
+  }
+  const auto* db = static_cast<const uint8_t*>(down_blocks);
+  const auto* ds = static_cast<const uint8_t*>(down_scales);
+  for (uint32_t r = 0; r < hidden; ++r) {
+    decode_mxfp4_row(db + std::size_t(r) * ffn / 2, ds + std::size_t(r) * ffn / 32, ffn, row.data());
+    store_bf16(row.data(), ffn, out.down.data() + std::size_t(r) * ffn * 2);
+  }
+  fill_biases(gate_up_bias, down_bias, hidden, ffn, bias_dtype, out);
+}
 
 void arrange_fused_expert(const void* gate_up, const void* down, const void* gate_up_bias, const void* down_bias, uint32_t hidden,
                           uint32_t ffn, uint32_t value_bytes, uint32_t bias_dtype, ArrangedExpert& out) {
@@ -49,16 +109,7 @@ void arrange_fused_expert(const void* gate_up, const void* down, const void* gat
   transpose_columns(gu, hidden, ffn, 2, 0, value_bytes, out.gate.data());
   transpose_columns(gu, hidden, ffn, 2, 1, value_bytes, out.up.data());
   transpose_columns(static_cast<const std::byte*>(down), ffn, hidden, 1, 0, value_bytes, out.down.data());
-  const auto* gub = static_cast<const std::byte*>(gate_up_bias);
-  const auto* db = static_cast<const std::byte*>(down_bias);
-  out.gate_bias.resize(ffn);
-  out.up_bias.resize(ffn);
-  out.down_bias.resize(hidden);
-  for (uint32_t j = 0; j < ffn; ++j) {
-    out.gate_bias[j] = bias_value(gub, bias_dtype, 2 * std::size_t(j));
-    out.up_bias[j] = bias_value(gub, bias_dtype, 2 * std::size_t(j) + 1);
-  }
-  for (uint32_t j = 0; j < hidden; ++j) out.down_bias[j] = bias_value(db, bias_dtype, j);
+  fill_biases(gate_up_bias, down_bias, hidden, ffn, bias_dtype, out);
 }
 
 }  // namespace sluice

@@ -19,4 +19,14 @@ struct ArrangedExpert {
 void arrange_fused_expert(const void* gate_up, const void* down, const void* gate_up_bias, const void* down_bias, uint32_t hidden,
                           uint32_t ffn, uint32_t value_bytes, uint32_t bias_dtype, ArrangedExpert& out);
 
+// The MXFP4 form (OpenAI's checkpoints): blocks [out, in / 32, 16] of 4-bit codes (low nibble first)
+// and scales [out, in / 32] (exponents biased by 127), output-major already; decoded to bf16 — exact,
+// as transformers decodes them — gate from gate_up's even rows, up from its odd ones.
+void arrange_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales, const void* down_blocks, const void* down_scales,
+                          const void* gate_up_bias, const void* down_bias, uint32_t hidden, uint32_t ffn, uint32_t bias_dtype,
+                          ArrangedExpert& out);
+
+// One row of `cols` MXFP4 values (cols / 32 blocks of 16 bytes and cols / 32 scales) as float32.
+void decode_mxfp4_row(const uint8_t* blocks, const uint8_t* scales, uint32_t cols, float* out);
+
 }  // namespace sluice
