@@ -16,6 +16,7 @@
 #include "engine/runtime.h"
 #include "model/safetensors.h"
 #include "quant/expert_repack.h"
+#include "quant/model_info.h"
 #include "quant/safetensors_writer.h"
 #include "golden.h"
 #include "golden_run.h"
@@ -329,6 +330,14 @@ TEST(GptOssMxfp4, ExpertsGiveExactlyTheLogitsOfTheirBf16Decoding) {
     for (const auto& b : *bytes) ASSERT_TRUE(w->append(b));
     ASSERT_TRUE(w->finish());
   }
+
+  // `sluice info` counts the same parameters in both forms (two 4-bit values a block byte).
+  auto mx_info = quant::inspect_model(mx_dir, nullptr), bf_info = quant::inspect_model(bf_dir, nullptr);
+  ASSERT_TRUE(mx_info.ok() && bf_info.ok()) << mx_info.message() << bf_info.message();
+  EXPECT_EQ(mx_info->params, bf_info->params);
+  EXPECT_EQ(mx_info->expert_params, bf_info->expert_params);
+  EXPECT_EQ(mx_info->active_params(), bf_info->active_params());
+  EXPECT_EQ(mx_info->forms["mxfp4"], 4);  // gate_up and down of 2 layers
 
   auto golden = json::parse_file(test::reference_path("models/zoo2/gpt_oss/golden.json"));
   ASSERT_TRUE(golden.ok());
