@@ -206,22 +206,6 @@ class StageWeights final : public families::WeightSource {
     return out;
   }
   bool has(const std::string& name) const override { return tensors_.find(name) != nullptr; }
-  Result<std::vector<float>> values(const std::string& name, std::vector<int64_t> shape) override {
-    const TensorInfo* t = tensors_.find(name);
-    if (!t) return make_error("model is missing tensor '" + name + "'");
-    if (t->shape != shape) return make_error("tensor '" + name + "' has an unexpected shape");
-    std::vector<float> out(static_cast<std::size_t>(t->numel()));
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      uint16_t h = 0;
-      switch (t->dtype) {
-        case DType::kF32: std::memcpy(&out[i], t->data + i * 4, 4); break;
-        case DType::kBF16: std::memcpy(&h, t->data + i * 2, 2); out[i] = cpu::bf16_to_f32(h); break;
-        case DType::kF16: std::memcpy(&h, t->data + i * 2, 2); out[i] = cpu::f16_to_f32(h); break;
-        default: return make_error("tensor '" + name + "': dtype " + std::string(to_string(t->dtype)) + " does not hold float values");
-      }
-    }
-    return out;
-  }
   Status bind(sl_weight& dst, const std::string& name, std::vector<int64_t> shape) override {
     auto w = bind_(name, std::move(shape));
     if (!w) return w.error();
