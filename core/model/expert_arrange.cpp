@@ -99,6 +99,18 @@ void arrange_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales
   fill_biases(gate_up_bias, down_bias, hidden, ffn, bias_dtype, out);
 }
 
+void arrange_expert(const ExpertLayout& layout, uint32_t moe_layer, const void* const* part, ArrangedExpert& out) {
+  const auto& gate = layout.projection(moe_layer, ExpertLayout::kGate);
+  const uint32_t hidden = gate.cols, ffn = gate.rows;
+  if (layout.form() == ExpertLayout::Form::kFusedMxfp4)
+    arrange_mxfp4_expert(part[ExpertLayout::kGateUpBlocks], part[ExpertLayout::kGateUpScales], part[ExpertLayout::kDownBlocks],
+                         part[ExpertLayout::kDownScales], part[ExpertLayout::kMxGateUpBias], part[ExpertLayout::kMxDownBias], hidden, ffn,
+                         layout.bias_dtype(), out);
+  else
+    arrange_fused_expert(part[ExpertLayout::kGateUp], part[ExpertLayout::kDownPart], part[ExpertLayout::kGateUpBias],
+                         part[ExpertLayout::kDownBias], hidden, ffn, gate.dtype == SL_DTYPE_F32 ? 4 : 2, layout.bias_dtype(), out);
+}
+
 void arrange_fused_expert(const void* gate_up, const void* down, const void* gate_up_bias, const void* down_bias, uint32_t hidden,
                           uint32_t ffn, uint32_t value_bytes, uint32_t bias_dtype, ArrangedExpert& out) {
   const std::size_t matrix = std::size_t(hidden) * ffn * value_bytes;

@@ -8,12 +8,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/expert_layout.h"
+
 namespace sluice {
 
 struct ArrangedExpert {
   std::vector<std::byte> gate, up, down;         // [F, H], [F, H], [H, F]; values of value_bytes each
   std::vector<float> gate_bias, up_bias, down_bias;  // [F], [F], [H]
 };
+
+// One acquired expert of MoE layer `moe_layer` in a fused form (its n_parts() parts as the store
+// handed them back), arranged by the form's function below.
+void arrange_expert(const ExpertLayout& layout, uint32_t moe_layer, const void* const* parts, ArrangedExpert& out);
 
 // value_bytes: 2 (bf16, f16) or 4 (f32) for the weights; bias_dtype: an sl_dtype (F32, F16, BF16).
 void arrange_fused_expert(const void* gate_up, const void* down, const void* gate_up_bias, const void* down_bias, uint32_t hidden,

@@ -194,8 +194,7 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   } release{store_, moe_layer, used};
 
   g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
-  const bool mxfp4 = experts_->form() == ExpertLayout::Form::kFusedMxfp4;
-  const bool fused = mxfp4 || experts_->form() == ExpertLayout::Form::kFusedInputMajor;
+  const bool fused = experts_->form() != ExpertLayout::Form::kSeparate;
   const uint32_t per_part = fused ? 1 : experts_->n_parts() / 3;
   sl_glu_params activation{};
   activation.activation = families::activation(c);
@@ -212,16 +211,8 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     sl_weight w[3]{}, bias[3]{};
     const std::size_t first_buffer = pass.keep.size();
     if (fused) {
-      const void* const* part = &parts[i * experts_->n_parts()];
       ArrangedExpert& x = pass.arranged.emplace_back();
-      const auto& gate_proj = experts_->projection(moe_layer, ExpertLayout::kGate);
-      if (mxfp4)
-        arrange_mxfp4_expert(part[ExpertLayout::kGateUpBlocks], part[ExpertLayout::kGateUpScales], part[ExpertLayout::kDownBlocks],
-                             part[ExpertLayout::kDownScales], part[ExpertLayout::kMxGateUpBias], part[ExpertLayout::kMxDownBias], H, F,
-                             experts_->bias_dtype(), x);
-      else
-        arrange_fused_expert(part[ExpertLayout::kGateUp], part[ExpertLayout::kDownPart], part[ExpertLayout::kGateUpBias],
-                             part[ExpertLayout::kDownBias], H, F, gate_proj.dtype == SL_DTYPE_F32 ? 4 : 2, experts_->bias_dtype(), x);
+      arrange_expert(*experts_, moe_layer, &parts[i * experts_->n_parts()], x);
       const std::pair<const void*, uint64_t> pieces[6] = {{x.gate.data(), x.gate.size()},           {x.up.data(), x.up.size()},
                                                           {x.down.data(), x.down.size()},           {x.gate_bias.data(), x.gate_bias.size() * 4},
                                                           {x.up_bias.data(), x.up_bias.size() * 4}, {x.down_bias.data(), x.down_bias.size() * 4}};
