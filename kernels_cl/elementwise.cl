@@ -18,6 +18,16 @@ __kernel void gated_activation(__global const float* gate, __global const float*
   if (i < n) out[i] = activation_of(gate[i], activation) * up[i];
 }
 
+// gpt-oss's clamped SwiGLU (SL_ACT_SWIGLU_CLAMPED): g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = g * sigmoid(alpha * g) * (u + 1).
+__kernel void swiglu_clamped(__global const float* gate, __global const float* up, __global float* out, ulong n, float alpha,
+                             float limit) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  const float g = fmin(gate[i], limit), u = clamp(up[i], -limit, limit);
+  out[i] = g / (1.0f + exp(-alpha * g)) * (u + 1.0f);
+}
+
 #ifdef SLUICE_PTX_SHFL
 // Decode on NVIDIA (n % 32 == 0, work-groups of whole warps): the same, plus the output's 15-bit form
 // for the dp4a matvec that reads it next (kernels_cl/warp.cl) — a warp holds one block of 32 values.

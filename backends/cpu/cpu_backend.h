@@ -74,7 +74,7 @@ sl_status embed(sl_backend*, const sl_weight*, const int32_t*, uint32_t, sl_buff
 sl_status rms_norm(sl_backend*, const sl_buffer*, const sl_weight*, float, sl_buffer*, uint32_t, uint32_t, float, sl_error*);
 sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, sl_error*);
 sl_status rope(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, sl_error*);
-sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
+sl_status gated_activation(sl_backend*, const sl_glu_params*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
 sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
 // out = x * scale, or tanh(x * scale / softcap) * softcap (softcap > 0); out may be x.
 sl_status scale(sl_backend*, const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error*);

@@ -151,7 +151,7 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
     }
     case SL_OP_GLU: {
       View gate = view(*in0), up = view(*in1), o = view(*out);
-      return gated_activation(be, graph::params<sl_glu_params>(n)->activation, gate.get(), up.get(), o.get(), graph::values(*out), err);
+      return gated_activation(be, graph::params<sl_glu_params>(n), gate.get(), up.get(), o.get(), graph::values(*out), err);
     }
     case SL_OP_ADD: {
       View a = view(*in0), b = view(*in1), o = view(*out);

@@ -1,6 +1,7 @@
 // Elementwise, normalisation, rotary, softmax, routing and embedding ops of the CPU backend.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <numeric>
 #include <vector>
 
@@ -179,12 +180,12 @@ sl_status rope(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t head_dim
   return SL_OK;
 }
 
-sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up,
+sl_status gated_activation(sl_backend* be, const sl_glu_params* params, const sl_buffer* gate, const sl_buffer* up,
                            sl_buffer* out, uint64_t n, sl_error* err) {
   const float* g = f32(gate);
   const float* u = f32(up);
   float* o = f32(out);
-  switch (activation) {
+  switch (params->activation) {
     case SL_ACT_SILU:
       be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
         silu_mul(g + b, u + b, o + b, e - b);
@@ -204,8 +205,20 @@ sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer*
         for (std::size_t i = b; i < e; ++i) o[i] = 0.5f * g[i] * (1.0f + std::erf(g[i] * 0.7071067811865476f)) * u[i];
       });
       return SL_OK;
+    case SL_ACT_SWIGLU_CLAMPED: {
+      if (params->struct_size < offsetof(sl_glu_params, limit) + sizeof(float))
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "the clamped SwiGLU needs alpha and limit (ABI 2.2)");
+      const float alpha = params->alpha, limit = params->limit;
+      be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
+        for (std::size_t i = b; i < e; ++i) {
+          const float x = std::min(g[i], limit), y = std::clamp(u[i], -limit, limit);
+          o[i] = x / (1.0f + std::exp(-alpha * x)) * (y + 1.0f);
+        }
+      });
+      return SL_OK;
+    }
     default:
-      return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
+      return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(params->activation));
   }
 }
 

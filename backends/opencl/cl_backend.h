@@ -371,7 +371,7 @@ sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const 
 // Checks a rope's arguments and finds its table: a launch of x alone (x2 null) in `out`.
 sl_status rope_prepare(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, RopeLaunch&, sl_error*);
 void launch_rope(sl_backend* be, const RopeLaunch& r);  // x and x2 (where set) in one launch
-sl_status gated_activation(sl_backend*, uint32_t, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, Forms&, sl_error*);
+sl_status gated_activation(sl_backend*, const sl_glu_params*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, Forms&, sl_error*);
 sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint64_t, sl_error*);
 // out = x * scale, or tanh(x * scale / softcap) * softcap (softcap > 0); out may be x.
 sl_status scale(sl_backend*, const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error*);

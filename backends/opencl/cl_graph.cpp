@@ -122,7 +122,7 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
       return attention(be, r.cache, p.layer, buf(in0), &p, buf(out), nullptr, r.forms, err);
     }
     case SL_OP_GLU:
-      return gated_activation(be, graph::params<sl_glu_params>(n)->activation, buf(in0), buf(in1), buf(out), graph::values(*out), r.forms,
+      return gated_activation(be, graph::params<sl_glu_params>(n), buf(in0), buf(in1), buf(out), graph::values(*out), r.forms,
                               err);
     case SL_OP_ADD:
       return add(be, buf(in0), buf(in1), buf(out), graph::values(*out), err);
@@ -255,7 +255,9 @@ sl_status run_launch(GraphRun& r, const Launch& l) {
     }
     case LaunchKind::kGlu: {
       bool joined = false;
-      if (auto s = guarded(r.err, "glu", [&] {
+      // The joined kernel adds no bias: products with one (gpt-oss's experts) run on their own.
+      const bool biased = r.in(i, 2) || r.in(i + 1, 2);
+      if (auto s = biased ? SL_OK : guarded(r.err, "glu", [&] {
             joined = glu_join(be, buf(r.in(i, 0)), r.in(i, 1)->weight, r.in(i + 1, 1)->weight, buf(r.out(i)), buf(r.out(i + 1)),
                               buf(r.out(i + 2)), graph::params<sl_glu_params>(r.node(i + 2))->activation, r.forms, step);
             return SL_OK;

@@ -348,11 +348,27 @@ sl_status rope_prepare(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t 
   });
 }
 
-sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up,
+sl_status gated_activation(sl_backend* be, const sl_glu_params* params, const sl_buffer* gate, const sl_buffer* up,
                            sl_buffer* out, uint64_t n, Forms& forms, sl_error* err) {
-  if (activation > SL_ACT_GELU) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
+  const uint32_t activation = params->activation;
+  if (activation > SL_ACT_SWIGLU_CLAMPED) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
   if (!float_buffer_ok(gate, n) || !float_buffer_ok(up, n) || !float_buffer_ok(out, n)) return too_small(err, "gated_activation");
   if (n == 0) return SL_OK;
+  if (activation == SL_ACT_SWIGLU_CLAMPED) {
+    if (params->struct_size < offsetof(sl_glu_params, limit) + sizeof(float))
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "the clamped SwiGLU needs alpha and limit (ABI 2.2)");
+    return guarded(err, "gated_activation", [&] {
+      auto& k = kernel(be, "ops", "swiglu_clamped");
+      k.setArg(0, single(gate));
+      k.setArg(1, single(up));
+      k.setArg(2, single(out));
+      k.setArg(3, static_cast<cl_ulong>(n));
+      k.setArg(4, params->alpha);
+      k.setArg(5, params->limit);
+      launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
+      return SL_OK;
+    });
+  }
   return guarded(err, "gated_activation", [&] {
     cl::Buffer *xq = nullptr, *blocks = nullptr;
     const bool q15 = n <= UINT32_MAX && int15_scratch(be, static_cast<uint32_t>(be->positions.size()), n, xq, blocks);

@@ -177,6 +177,29 @@ void run_elementwise(Runner& r) {
       }
     }
   });
+  // 2.2: gpt-oss's clamped SwiGLU, gate and up drawn wide so both clamps bite (gate above limit, up
+  // past ±limit) as well as the smooth part between.
+  r.op("swiglu_clamped", Needs{}, [&] {
+    for (const float limit : {7.0f, 1.5f}) {
+      r.new_case("limit " + std::to_string(limit));
+      const uint64_t n = 4099;
+      const auto g = r.random(n, 6.0f), u = r.random(n, 6.0f);
+      auto dg = r.upload(g), du = r.upload(u), out = r.zeros(n);
+      sl_glu_params p{};
+      p.struct_size = sizeof(p);
+      p.activation = SL_ACT_SWIGLU_CLAMPED;
+      p.alpha = 1.702f;
+      p.limit = limit;
+      sl_error err{};
+      r.expect_ok(r.ops().gated_activation(p, dg.get(), du.get(), out.get(), n, &err), err, "gated_activation");
+      const auto got = r.download(out, n);
+      for (uint64_t i = 0; i < n; ++i) {
+        const double x = std::min<double>(g[i], limit), y = std::clamp<double>(u[i], -limit, limit);
+        const double want = x / (1 + std::exp(-1.702 * x)) * (y + 1);
+        r.check(got[i], want, 4 * kRel * (std::abs(x) * (std::abs(y) + 1)) + kFloor, "value " + std::to_string(i));
+      }
+    }
+  });
   for (const char* name : {"add", "copy"}) {
     r.op(name, Needs{}, [&] {
       for (uint64_t n : {1u, 13u, 4099u}) {

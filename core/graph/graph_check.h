@@ -105,6 +105,10 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
     }
     case SL_OP_GLU:
       if (!params<sl_glu_params>(n)) return fail("missing sl_glu_params");
+      if (const auto* p = params<sl_glu_params>(n); p->activation == SL_ACT_SWIGLU_CLAMPED) {
+        if (p->struct_size < offsetof(sl_glu_params, limit) + sizeof(float)) return fail("the clamped SwiGLU needs alpha and limit (ABI 2.2)");
+        if (!(std::isfinite(p->alpha) && std::isfinite(p->limit) && p->limit > 0)) return fail("the clamped SwiGLU needs a finite alpha and a positive limit");
+      }
       if (!is_activation(in0) || !is_activation(in1) || !is_activation(out) || values(*in0) != values(*in1) || values(*out) != values(*in0))
         return fail("needs gate, up and output of one size");
       return {};

@@ -105,9 +105,14 @@ void StepGraph::attention(Id q, Id sinks, const sl_attention_params& p, Id out, 
 
 void StepGraph::glu(Id gate, Id up, uint32_t activation, Id out, std::string name) {
   sl_glu_params p{};
-  p.struct_size = sizeof(p);
   p.activation = activation;
-  node(SL_OP_GLU, {gate, up}, {out}, keep(p), std::move(name));
+  glu(gate, up, p, out, std::move(name));
+}
+
+void StepGraph::glu(Id gate, Id up, const sl_glu_params& p, Id out, std::string name) {
+  sl_glu_params q = p;
+  q.struct_size = sizeof(q);
+  node(SL_OP_GLU, {gate, up}, {out}, keep(q), std::move(name));
 }
 
 void StepGraph::add(Id a, Id b, Id out, std::string name) { node(SL_OP_ADD, {a, b}, {out}, nullptr, std::move(name)); }

@@ -35,6 +35,8 @@ class StepGraph {
   void kv_write(Id k, Id v, uint32_t layer, std::string name);
   void attention(Id q, Id sinks, const sl_attention_params& p, Id out, std::string name);
   void glu(Id gate, Id up, uint32_t activation, Id out, std::string name);
+  // With the activation's parameters (SL_ACT_SWIGLU_CLAMPED's alpha and limit).
+  void glu(Id gate, Id up, const sl_glu_params& p, Id out, std::string name);
   void add(Id a, Id b, Id out, std::string name);
   void copy(Id x, Id out, std::string name);
   void get_rows(Id x, Id rows, Id out, std::string name);

@@ -109,7 +109,132 @@ uint64_t ExpertLayout::expert_bytes(uint32_t moe_layer) const {
   return total;
 }
 
+// gpt-oss in MXFP4: per layer, blocks and scales of gate_up and down, and the two biases, stacked.
+// The products reach the backend as bf16 (every MXFP4 value is exact in it).
+Status ExpertLayout::add_mxfp4_layer(ExpertLayout& layout, const ModelConfig& config, const SafetensorsSet& tensors, int L, bool first) {
+  const int64_t E = config.moe.n_experts, H = config.hidden_size, F = config.moe.expert_intermediate;
+  if (H % 32 != 0 || F % 32 != 0)
+    return make_error("MXFP4 experts need hidden_size and intermediate_size in multiples of 32 (got " + std::to_string(H) + " and " +
+                      std::to_string(F) + ")");
+  const std::string prefix = "model.layers." + std::to_string(L) + ".mlp.experts.";
+  struct Want {
+    const char* name;
+    std::vector<int64_t> shape;
+    bool codes;  // U8 blocks or scales
+  };
+  const Want wants[6] = {{"gate_up_proj_blocks", {E, 2 * F, H / 32, 16}, true}, {"gate_up_proj_scales", {E, 2 * F, H / 32}, true},
+                         {"down_proj_blocks", {E, H, F / 32, 16}, true},        {"down_proj_scales", {E, H, F / 32}, true},
+                         {"gate_up_proj_bias", {E, 2 * F}, false},              {"down_proj_bias", {E, H}, false}};
+  const TensorInfo* t[6];
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = prefix + wants[i].name;
+    t[i] = tensors.find(name);
+    if (!t[i]) return make_error("model is missing tensor '" + name + "'");
+    if (t[i]->shape != wants[i].shape)
+      return make_error("tensor '" + name + "' has shape " + shape_text(t[i]->shape) + ", expected " + shape_text(wants[i].shape));
+    if (wants[i].codes && t[i]->dtype != DType::kU8) return make_error("tensor '" + name + "' must be U8 (MXFP4 codes or exponents)");
+  }
+  auto bias_dt = value_dtype(t[4]->dtype, t[4]->name);
+  if (!bias_dt) return bias_dt.error();
+  auto down_bias_dt = value_dtype(t[5]->dtype, t[5]->name);
+  if (!down_bias_dt) return down_bias_dt.error();
+  if (*down_bias_dt != *bias_dt) return make_error("tensor '" + t[5]->name + "' differs in dtype from '" + t[4]->name + "'");
+  if (!first && (layout.form_ != Form::kFusedMxfp4 || *bias_dt != layout.bias_dtype_))
+    return make_error("layer " + std::to_string(L) + ": experts stored in other forms or dtypes than earlier layers'");
+  layout.form_ = Form::kFusedMxfp4;
+  layout.n_parts_ = 6;
+  layout.bias_dtype_ = *bias_dt;
+  std::array<ExpertProjection, 3> projections;
+  const uint32_t rows[3] = {uint32_t(F), uint32_t(F), uint32_t(H)}, cols[3] = {uint32_t(H), uint32_t(H), uint32_t(F)};
+  for (int p = 0; p < 3; ++p) {
+    projections[p].rows = rows[p];
+    projections[p].cols = cols[p];
+    projections[p].dtype = SL_DTYPE_BF16;
+  }
+  layout.moe_index_[L] = static_cast<int>(layout.model_layer_.size());
+  layout.model_layer_.push_back(L);
+  layout.projections_.push_back(projections);
+  for (uint32_t e = 0; e < static_cast<uint32_t>(E); ++e)
+    for (const TensorInfo* ti : t) {
+      const uint64_t each = ti->bytes / static_cast<uint64_t>(E);
+      layout.parts_.push_back(sl_expert_part{ti->file_index, ti->file_offset + e * each, each});
+    }
+  return {};
+}
+
+// gpt-oss: per layer, four stacked tensors, expert e at slice e of each.
+Result<ExpertLayout> ExpertLayout::find_fused(const ModelConfig& config, const SafetensorsSet& tensors) {
+  ExpertLayout layout;
+  const auto& moe = config.moe;
+  const uint32_t E = static_cast<uint32_t>(moe.n_experts);
+  const int64_t H = config.hidden_size, F = moe.expert_intermediate;
+  layout.n_experts_ = E;
+  layout.n_parts_ = 4;
+  layout.form_ = Form::kFusedInputMajor;
+  layout.moe_index_.assign(config.num_layers, -1);
+  bool first = true;
+  for (int L = 0; L < config.num_layers; ++L) {
+    if (!moe.is_sparse(L)) continue;
+    const std::string prefix = "model.layers." + std::to_string(L) + ".mlp.experts.";
+    struct Want {
+      const char* name;
+      std::vector<int64_t> shape;
+    };
+    const Want wants[4] = {{"gate_up_proj", {E, H, 2 * F}}, {"down_proj", {E, F, H}}, {"gate_up_proj_bias", {E, 2 * F}}, {"down_proj_bias", {E, H}}};
+    const TensorInfo* t[4];
+    if (tensors.find(prefix + "gate_up_proj_blocks")) {
+      if (auto s = add_mxfp4_layer(layout, config, tensors, L, first); !s) return s.error();
+      first = false;
+      continue;
+    }
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = prefix + wants[i].name;
+      t[i] = tensors.find(name);
+      if (!t[i]) return make_error("model is missing tensor '" + name + "'");
+      if (t[i]->shape != wants[i].shape)
+        return make_error("tensor '" + name + "' has shape " + shape_text(t[i]->shape) + ", expected " + shape_text(wants[i].shape));
+    }
+    auto dt = value_dtype(t[0]->dtype, t[0]->name);
+    if (!dt) return dt.error();
+    auto down_dt = value_dtype(t[1]->dtype, t[1]->name);
+    if (!down_dt) return down_dt.error();
+    if (*down_dt != *dt) return make_error("tensor '" + t[1]->name + "' differs in dtype from '" + t[0]->name + "'");
+    auto bias_dt = value_dtype(t[2]->dtype, t[2]->name);
+    if (!bias_dt) return bias_dt.error();
+    auto down_bias_dt = value_dtype(t[3]->dtype, t[3]->name);
+    if (!down_bias_dt) return down_bias_dt.error();
+    if (*down_bias_dt != *bias_dt) return make_error("tensor '" + t[3]->name + "' differs in dtype from '" + t[2]->name + "'");
+    if (!first && (layout.form_ != Form::kFusedInputMajor || *dt != layout.projections_.front()[0].dtype || *bias_dt != layout.bias_dtype_))
+      return make_error("layer " + std::to_string(L) + ": experts stored in other forms or dtypes than earlier layers'");
+    first = false;
+    layout.bias_dtype_ = *bias_dt;
+    std::array<ExpertProjection, 3> projections;
+    const uint32_t rows[3] = {uint32_t(F), uint32_t(F), uint32_t(H)}, cols[3] = {uint32_t(H), uint32_t(H), uint32_t(F)};
+    for (int p = 0; p < 3; ++p) {
+      projections[p].rows = rows[p];
+      projections[p].cols = cols[p];
+      projections[p].dtype = *dt;
+    }
+    layout.moe_index_[L] = static_cast<int>(layout.model_layer_.size());
+    layout.model_layer_.push_back(L);
+    layout.projections_.push_back(projections);
+    for (uint32_t e = 0; e < E; ++e)
+      for (const TensorInfo* ti : t) {
+        const uint64_t each = ti->bytes / E;
+        layout.parts_.push_back(sl_expert_part{ti->file_index, ti->file_offset + e * each, each});
+      }
+  }
+  return layout;
+}
+
 Result<ExpertLayout> ExpertLayout::find(const ModelConfig& config, const SafetensorsSet& tensors) {
+  // The fused form where the first MoE layer has it (bf16 or MXFP4 — the latter refused by name there).
+  for (int L = 0; L < config.num_layers; ++L)
+    if (config.moe.is_sparse(L)) {
+      const std::string fused = "model.layers." + std::to_string(L) + ".mlp.experts.gate_up_proj";
+      if (tensors.find(fused) || tensors.find(fused + "_blocks")) return find_fused(config, tensors);
+      break;
+    }
   ExpertLayout layout;
   const auto& moe = config.moe;
   layout.n_experts_ = static_cast<uint32_t>(moe.n_experts);

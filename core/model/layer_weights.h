@@ -27,6 +27,12 @@ struct LayerWeights {
   uint32_t window = 0;
   int moe_index = -1;         // >= 0: a MoE block (router below, experts in the store)
   sl_weight router{};
+  sl_weight router_bias{};    // where the model's router has one (gpt-oss)
+  bool has_router_bias = false;
+  // Attention sinks (gpt-oss): one logit per head that joins each softmax. The family reads the
+  // values; the Transformer keeps them as float32 on the layer's backend (sinks).
+  std::vector<float> sink_values;
+  sl_buffer* sinks = nullptr;
 };
 
 // Tensors around the layers a family binds itself (Gemma 4's per-layer inputs: the token table

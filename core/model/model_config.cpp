@@ -242,6 +242,8 @@ Status parse_rope_object(const rapidjson::Value& params, const std::string& para
   SLUICE_TRY_ASSIGN(beta_fast, p.number("beta_fast"));
   SLUICE_TRY_ASSIGN(beta_slow, p.number("beta_slow"));
   SLUICE_TRY_ASSIGN(attention_factor, p.number("attention_factor"));
+  SLUICE_TRY_ASSIGN(truncate, p.boolean("truncate"));
+  if (truncate) rope.truncate = *truncate;
   if (original && (*original <= 0 || *original > kMaxPositions))
     return make_error(params_where + ": original_max_position_embeddings must be a positive integer at most " +
                       std::to_string(kMaxPositions));
@@ -317,7 +319,8 @@ Status parse_window_sizes(const rapidjson::Value& doc, const std::string& where,
   // Absent → transformers' default of 4096; null → no window.
   const bool window_absent = !doc.HasMember("sliding_window");
   SLUICE_TRY_ASSIGN(window_opt, f.integer("sliding_window"));
-  const long long window = window_opt.value_or(window_absent ? 4096 : 0);
+  const bool gpt_oss = c.architecture == "gpt_oss";
+  const long long window = window_opt.value_or(window_absent ? (gpt_oss ? 128 : 4096) : 0);
   if (window < 0 || window > INT32_MAX) return make_error(where + ": 'sliding_window' out of range");
 
   if (c.architecture == "mistral" || c.architecture == "mixtral") {
@@ -326,6 +329,13 @@ Status parse_window_sizes(const rapidjson::Value& doc, const std::string& where,
   }
   if (c.architecture == "phi3") {  // every layer when set; transformers' Phi3Config has none by default
     if (!window_absent) std::fill(c.layer_window.begin(), c.layer_window.end(), static_cast<int>(window));
+    return {};
+  }
+  if (gpt_oss) {  // layer_types, else transformers' default: sliding and full layers alternate, sliding first
+    for (int i = 0; i < c.num_layers; ++i) {
+      const bool sliding = !types.empty() ? types[i] == LayerType::kSlidingAttention : (i + 1) % 2 != 0;
+      if (sliding) c.layer_window[i] = static_cast<int>(window);
+    }
     return {};
   }
   if (c.architecture == "gemma2" || c.architecture == "gemma3_text" || c.architecture == "gemma4_text") {
@@ -491,6 +501,7 @@ Status parse_gemma4_layers(const rapidjson::Value& doc, const std::string& where
 // Mixture-of-Experts fields, named as each architecture's transformers config names them.
 Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
   const bool mixtral = c.architecture == "mixtral", qwen3_moe = c.architecture == "qwen3_moe", olmoe = c.architecture == "olmoe";
+  const bool gpt_oss = c.architecture == "gpt_oss";
   Fields f(doc, where);
   if (c.architecture == "gemma4_text") {  // the MoE block beside every layer's MLP (26B-A4B)
     SLUICE_TRY_ASSIGN(enabled, f.boolean("enable_moe_block"));
@@ -510,7 +521,7 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
     c.moe.sparse_layer.assign(c.num_layers, true);
     return {};
   }
-  if (!mixtral && !qwen3_moe && !olmoe) return {};
+  if (!mixtral && !qwen3_moe && !olmoe && !gpt_oss) return {};
   SLUICE_TRY_ASSIGN(local_experts, f.integer("num_local_experts"));
   SLUICE_TRY_ASSIGN(experts, f.integer("num_experts"));
   SLUICE_TRY_ASSIGN(top_k, f.integer("num_experts_per_tok"));
@@ -518,7 +529,8 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
   SLUICE_TRY_ASSIGN(norm, f.boolean("norm_topk_prob"));
   SLUICE_TRY_ASSIGN(sparse_step, f.integer("decoder_sparse_step"));
   MoeConfig& m = c.moe;
-  const long long n_experts = experts.value_or(local_experts.value_or(0)), k = top_k.value_or(0);
+  // gpt-oss: transformers' GptOssConfig defaults (gpt-oss-120b's 128 experts, 4 a token).
+  const long long n_experts = experts.value_or(local_experts.value_or(gpt_oss ? 128 : 0)), k = top_k.value_or(gpt_oss ? 4 : 0);
   if (n_experts <= 0 || n_experts > kMaxExperts || k <= 0 || k > n_experts)
     return make_error(where + ": a " + c.architecture + " model needs num_experts (or num_local_experts) in 1.." +
                       std::to_string(kMaxExperts) + " and 0 < num_experts_per_tok <= it");
@@ -531,6 +543,17 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
   m.expert_intermediate = static_cast<int>(expert_ffn);
   m.normalize_top_k = mixtral ? true : norm.value_or(false);
   m.sparse_layer.assign(c.num_layers, true);
+  if (gpt_oss) {  // every layer MoE; a biased router, softmax over its top k; biased experts, clamped SwiGLU
+    SLUICE_TRY_ASSIGN(alpha, f.number("swiglu_alpha"));
+    SLUICE_TRY_ASSIGN(limit, f.number("swiglu_limit"));
+    const double a = alpha.value_or(1.702), l = limit.value_or(7.0);
+    if (!positive_float(a) || a > 1e6) return make_error(where + ": 'swiglu_alpha' must be a positive number");
+    if (!positive_float(l) || l > 1e6) return make_error(where + ": 'swiglu_limit' must be a positive number");
+    m.swiglu_alpha = static_cast<float>(a);
+    m.swiglu_limit = static_cast<float>(l);
+    m.routing = MoeRouting::kTopKSoftmax;
+    m.router_bias = m.expert_bias = true;
+  }
   if (qwen3_moe) {
     const long long step = sparse_step.value_or(1);
     if (step <= 0) return make_error(where + ": 'decoder_sparse_step' must be positive");
@@ -554,8 +577,8 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
 }  // namespace
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
-  static const std::vector<std::string> kArchitectures = {"gemma2", "gemma3_text", "gemma4_text", "llama", "mistral", "mixtral",
-                                                          "olmoe",  "phi3",        "qwen2",       "qwen3", "qwen3_moe"};
+  static const std::vector<std::string> kArchitectures = {"gemma2", "gemma3_text", "gemma4_text", "gpt_oss", "llama",    "mistral",
+                                                          "mixtral", "olmoe",      "phi3",        "qwen2",   "qwen3", "qwen3_moe"};
   return kArchitectures;
 }
 
@@ -617,7 +640,8 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   SLUICE_TRY_ASSIGN(head_dim, f.integer("head_dim"));
   // transformers' Qwen3Config defaults head_dim to 128 rather than hidden/heads.
   const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3_text" || c.architecture == "gemma4_text";
-  const long long default_head_dim = c.architecture == "qwen3" ? 128 : gemma ? 256 : c.hidden_size / c.num_heads;
+  const bool gpt_oss = c.architecture == "gpt_oss";
+  const long long default_head_dim = c.architecture == "qwen3" ? 128 : gemma ? 256 : gpt_oss ? 64 : c.hidden_size / c.num_heads;
   const long long hd = head_dim.value_or(default_head_dim);
   if (hd <= 0 || hd % 2 != 0 || hd > kMaxHeadDim)
     return make_error(where + ": head_dim must be positive and even (at most " + std::to_string(kMaxHeadDim) +
@@ -632,6 +656,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     c.max_position_embeddings = static_cast<int>(*max_pos);
   }
   SLUICE_TRY_ASSIGN(eps, f.number("rms_norm_eps"));
+  if (gpt_oss) c.norm_eps = 1e-5f;  // GptOssConfig's default
   if (eps) {
     if (!positive_float(*eps)) return make_error(where + ": 'rms_norm_eps' must be positive and fit a float");
     c.norm_eps = static_cast<float>(*eps);
@@ -647,7 +672,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     c.attention_bias = true;
     c.attention_out_bias = false;
   } else {
-    c.attention_bias = attention_bias.value_or(false);
+    c.attention_bias = attention_bias.value_or(gpt_oss);  // gpt-oss: q/k/v/o biased unless it says otherwise
     c.attention_out_bias = c.attention_bias;
   }
   c.mlp_bias = mlp_bias.value_or(false);
@@ -657,7 +682,17 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     if (auto s = parse_gemma(doc, where, act.has_value(), c); !s) return s.error();
   if (auto s = parse_moe(doc, where, c); !s) return s.error();
 
+  if (gpt_oss) c.rope.theta = 150000.0;  // GptOssConfig's default_theta
   if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
+  if (gpt_oss && !json::member(doc, "rope_scaling") && !json::member(doc, "rope_parameters")) {
+    // GptOssConfig's default: yarn 32× over a trained context of 4096, the ramp not rounded.
+    c.rope.scaling = RopeScaling::kYarn;
+    c.rope.factor = 32.0;
+    c.rope.beta_fast = 32.0;
+    c.rope.beta_slow = 1.0;
+    c.rope.truncate = false;
+    c.rope.original_max_position = 4096;
+  }
   if (!(std::isfinite(c.rope.theta) && c.rope.theta > 1)) return make_error(where + ": rope_theta must be greater than 1 and finite");
   if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
     return make_error(where + ": partial_rotary_factor must be in (0, 1]");
@@ -711,8 +746,10 @@ std::vector<float> RopeConfig::inverse_frequencies(int rotary_dim) const {
     auto correction_dim = [&](double rotations) {
       return rotary_dim * std::log(original_max_position / (rotations * two_pi)) / (2.0 * std::log(theta));
     };
-    ramp_low = std::max(std::floor(correction_dim(beta_fast)), 0.0);
-    ramp_high = std::min(std::ceil(correction_dim(beta_slow)), static_cast<double>(rotary_dim - 1));
+    // truncate (transformers' default) rounds the ramp out to whole dimensions; gpt-oss keeps it exact.
+    const double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
+    ramp_low = std::max(truncate ? std::floor(low) : low, 0.0);
+    ramp_high = std::min(truncate ? std::ceil(high) : high, static_cast<double>(rotary_dim - 1));
     if (ramp_low == ramp_high) ramp_high += 0.001;
   }
 

@@ -24,6 +24,8 @@ struct RopeConfig {
   double high_freq_factor = 4.0;          // llama3
   int original_max_position = 8192;       // llama3 / yarn
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  // yarn: round the ramp's ends to whole dimensions (transformers' default); gpt-oss turns it off.
+  bool truncate = true;
   std::optional<double> attention_factor;   // yarn mscale override
   double partial_rotary_factor = 1.0;     // fraction of head_dim rotated
   // longrope (Phi-3): per-frequency divisors, short within original_max_position, long past it.
@@ -51,8 +53,15 @@ struct QuantizationConfig {
   }
 };
 
-// Mixture-of-Experts feed-forward blocks (mixtral, qwen3_moe, olmoe). Routing is softmax over the
-// experts, the top k kept, and (normalize_top_k) their weights divided by their sum.
+// How a token's experts and their weights come from the router's logits.
+enum class MoeRouting {
+  kSoftmaxTopK,  // softmax over every expert, the top k kept (mixtral, qwen3_moe, olmoe)
+  kTopKSoftmax,  // the top k logits, then softmax over those k (gpt-oss)
+};
+
+// Mixture-of-Experts feed-forward blocks (mixtral, qwen3_moe, olmoe, gpt_oss). Routing is softmax over
+// the experts, the top k kept, and (normalize_top_k) their weights divided by their sum — or, for
+// gpt-oss, softmax over the top k logits.
 struct MoeConfig {
   int n_experts = 0;            // 0: a dense model
   int top_k = 0;
@@ -61,6 +70,12 @@ struct MoeConfig {
   // Gemma 4: each MoE block runs beside the layer's dense MLP (their outputs summed), routed from its
   // own input, its top-k weights scaled per expert (the router's per_expert_scale).
   bool dense_beside = false;
+  MoeRouting routing = MoeRouting::kSoftmaxTopK;
+  bool router_bias = false;     // the router is a linear layer with a bias (gpt-oss)
+  bool expert_bias = false;     // each expert's gate, up and down products add biases (gpt-oss)
+  // The experts' activation: SiLU-gated, or gpt-oss's clamped SwiGLU with these (swiglu_limit > 0).
+  float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
+  bool clamped_swiglu() const { return swiglu_limit > 0; }
   std::vector<bool> sparse_layer;  // per layer: a MoE block (true) or a dense MLP
   bool enabled() const { return n_experts > 0; }
   bool is_sparse(int layer) const { return enabled() && layer < static_cast<int>(sparse_layer.size()) && sparse_layer[layer]; }

@@ -146,11 +146,6 @@ Result<sl_weight> Transformer::bind_quantized(const SafetensorsSet& tensors, Sta
 
 namespace {
 
-std::string router_name(const ModelConfig& c, int layer) {
-  const char* name = c.architecture == "mixtral" ? "block_sparse_moe.gate.weight" : c.architecture == "gemma4_text" ? "router.proj.weight" : "mlp.gate.weight";
-  return "model.layers." + std::to_string(layer) + "." + name;
-}
-
 // "layers 0-15 on opencl", for messages about a stage.
 std::string stage_text(uint32_t first, uint32_t end, const BackendHandle* backend) {
   return "layers " + std::to_string(first) + "-" + std::to_string(end - 1) + " on " + (backend ? backend->name() : "?");
@@ -272,7 +267,12 @@ Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
     const bool sparse = c.moe.is_sparse(i);
     SLUICE_TRY(family_->bind_layer(src, c, i, sparse, L));
     if (sparse) {
-      SLUICE_TRY(need(L.router, router_name(c, i), {c.moe.n_experts, H}));
+      const std::string router = family_->router_module(c, i);
+      SLUICE_TRY(need(L.router, router + ".weight", {c.moe.n_experts, H}));
+      if (c.moe.router_bias) {
+        SLUICE_TRY(need(L.router_bias, router + ".bias", {c.moe.n_experts}));
+        L.has_router_bias = true;
+      }
       L.moe_index = 0;  // set from the layout once every stage is bound
       any_moe = true;
     }
@@ -283,7 +283,9 @@ Status Transformer::bind_stage(const SafetensorsSet& tensors, Stage& st) {
   st.has_next_router = false;
   for (int i = static_cast<int>(st.end); any_moe && st.backend && i < c.num_layers; ++i)
     if (c.moe.is_sparse(i)) {
-      SLUICE_TRY(need(st.next_router, router_name(c, i), {c.moe.n_experts, H}));
+      const std::string router = family_->router_module(c, i);
+      SLUICE_TRY(need(st.next_router, router + ".weight", {c.moe.n_experts, H}));
+      if (c.moe.router_bias) SLUICE_TRY(need(st.next_router_bias, router + ".bias", {c.moe.n_experts}));
       st.has_next_router = true;
       break;
     }
@@ -378,6 +380,17 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
     if (auto s = m->wrap_spans(st); !s)
       return make_error(m->stages_.size() > 1 ? stage_text(st.first, st.end, st.backend) + ": " + s.message() : s.message());
     if (auto s = m->bind_stage(tensors, st); !s) return s.error();
+    // Attention sinks: the ATTENTION op reads them as float32 on the backend.
+    for (uint32_t i = st.first; i < st.end; ++i) {
+      Layer& L = m->layers_[i];
+      if (L.sink_values.empty()) continue;
+      const uint64_t bytes = L.sink_values.size() * sizeof(float);
+      auto buf = st.backend->alloc(bytes);
+      if (!buf) return buf.error();
+      if (auto s = st.backend->upload(*buf, 0, L.sink_values.data(), bytes); !s) return s.error();
+      L.sinks = buf->get();
+      st.sinks.push_back(std::move(*buf));
+    }
   }
 
   if (c.moe.enabled()) {

@@ -18,6 +18,7 @@
 
 #include "graph/step_graph.h"
 #include "model/blocks.h"
+#include "model/expert_arrange.h"
 #include "model/expert_layout.h"
 #include "model/families/family.h"
 #include "model/layer_weights.h"
@@ -134,7 +135,9 @@ class Transformer {
     // The first MoE layer after this stage's, when it lies on a later stage: its router, bound
     // here too, predicts that layer's experts for the store's prefetch.
     sl_weight next_router{};
+    sl_weight next_router_bias{};  // where routers have biases (MoeConfig::router_bias)
     bool has_next_router = false;
+    std::vector<Buffer> sinks;     // the layers' attention sinks as float32 (LayerWeights::sinks)
     Activations act;
   };
 
@@ -156,6 +159,7 @@ class Transformer {
     std::vector<Buffer> keep;                 // expert weights wrapped for this pass
     std::deque<std::vector<int32_t>> rows;    // host index arrays (MoE rows)
     std::deque<std::vector<float>> weights;   // host weights (MoE routing)
+    std::deque<ArrangedExpert> arranged;      // fused experts rearranged for MATMUL (expert_arrange.h)
     bool past_original_context = false;       // a position of the step lies past longrope's trained context
     std::vector<int32_t> per_layer_rows;      // [L][n]: each layer's rows of the per-layer inputs
   };

@@ -89,7 +89,9 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
 
 // Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
 // over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
-// the architecture says so. Returns, per token, its (expert, weight) pairs.
+// the architecture says so — or (gpt-oss) the top k logits, then softmax over those k. The two agree
+// in exact arithmetic with renormalisation; each is computed in its model's order so the float32
+// rounding is transformers'. Returns, per token, its (expert, weight) pairs.
 std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const std::vector<float>& logits, uint32_t n,
                                                                         const std::vector<float>& expert_scale) const {
   const auto& moe = config_.moe;
@@ -99,6 +101,17 @@ std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const st
   std::vector<float> p(E);
   for (uint32_t t = 0; t < n; ++t) {
     const float* row = logits.data() + static_cast<std::size_t>(t) * E;
+    if (moe.routing == MoeRouting::kTopKSoftmax) {
+      std::iota(order.begin(), order.end(), 0u);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                        [&](uint32_t a, uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      const float m = row[order[0]];
+      float sum = 0.0f;
+      for (uint32_t i = 0; i < K; ++i) sum += (p[i] = std::exp(row[order[i]] - m));
+      for (uint32_t i = 0; i < K; ++i)
+        routes[t].emplace_back(order[i], order[i] < expert_scale.size() ? p[i] / sum * expert_scale[order[i]] : p[i] / sum);
+      continue;
+    }
     const float m = *std::max_element(row, row + E);
     float sum = 0.0f;
     for (uint32_t e = 0; e < E; ++e) sum += (p[e] = std::exp(row[e] - m));
@@ -128,13 +141,22 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate, E = static_cast<uint32_t>(c.moe.n_experts);
   const uint32_t moe_layer = static_cast<uint32_t>(L.moe_index);
   StepGraph& g = pass.graph;
-  g.matmul(router_input, g.weight(L.router), StepGraph::kNone, g.buffer(a.router_logits.get(), n, E), "router");
-  const sl_weight* next_router = nullptr;
+  g.matmul(router_input, g.weight(L.router), L.has_router_bias ? g.weight(L.router_bias) : StepGraph::kNone,
+           g.buffer(a.router_logits.get(), n, E), "router");
+  const sl_weight *next_router = nullptr, *next_bias = nullptr;
   if (moe_layer + 1 < experts_->n_moe_layers()) {
     const auto next = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
-    next_router = next < st.end ? &layers_[next].router : st.has_next_router ? &st.next_router : nullptr;
+    if (next < st.end) {
+      next_router = &layers_[next].router;
+      if (layers_[next].has_router_bias) next_bias = &layers_[next].router_bias;
+    } else if (st.has_next_router) {
+      next_router = &st.next_router;
+      if (c.moe.router_bias) next_bias = &st.next_router_bias;
+    }
   }
-  if (next_router) g.matmul(router_input, g.weight(*next_router), StepGraph::kNone, g.buffer(a.next_router_logits.get(), n, E), "next router");
+  if (next_router)
+    g.matmul(router_input, g.weight(*next_router), next_bias ? g.weight(*next_bias) : StepGraph::kNone,
+             g.buffer(a.next_router_logits.get(), n, E), "next router");
   if (auto s = flush(st, pass, n); !s) return s;
 
   std::vector<float> logits(static_cast<std::size_t>(n) * E);
@@ -172,16 +194,44 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   } release{store_, moe_layer, used};
 
   g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
-  const uint32_t per_part = experts_->n_parts() / 3;
+  const bool fused = experts_->form() != ExpertLayout::Form::kSeparate;
+  const uint32_t per_part = fused ? 1 : experts_->n_parts() / 3;
+  sl_glu_params activation{};
+  activation.activation = families::activation(c);
+  if (c.moe.clamped_swiglu()) {
+    activation.activation = SL_ACT_SWIGLU_CLAMPED;
+    activation.alpha = c.moe.swiglu_alpha;
+    activation.limit = c.moe.swiglu_limit;
+  }
   for (std::size_t i = 0; i < used.size(); ++i) {
     const uint32_t e = used[i];
     const uint32_t m = static_cast<uint32_t>(rows[e].size());
-    // The expert's parts wrapped for the backend (zero-copy on the CPU; an upload on a device).
-    sl_weight w[3]{};
+    // The expert's weights wrapped for the backend (zero-copy on the CPU; an upload on a device): its
+    // parts as the store hands them back, or their rearrangement (the fused form).
+    sl_weight w[3]{}, bias[3]{};
     const std::size_t first_buffer = pass.keep.size();
+    if (fused) {
+      ArrangedExpert& x = pass.arranged.emplace_back();
+      arrange_expert(*experts_, moe_layer, &parts[i * experts_->n_parts()], x);
+      const std::pair<const void*, uint64_t> pieces[6] = {{x.gate.data(), x.gate.size()},           {x.up.data(), x.up.size()},
+                                                          {x.down.data(), x.down.size()},           {x.gate_bias.data(), x.gate_bias.size() * 4},
+                                                          {x.up_bias.data(), x.up_bias.size() * 4}, {x.down_bias.data(), x.down_bias.size() * 4}};
+      for (const auto& [data, bytes] : pieces) {
+        auto buf = backend.wrap_host(data, bytes);
+        if (!buf) return buf.error();
+        pass.keep.push_back(std::move(*buf));
+      }
+      for (uint32_t p = 0; p < 3; ++p) {
+        bias[p].struct_size = sizeof(sl_weight);
+        bias[p].data = pass.keep[first_buffer + 3 + p].get();
+        bias[p].dtype = SL_DTYPE_F32;
+        bias[p].rows = 1;
+        bias[p].cols = p == 2 ? H : F;
+      }
+    }
     for (uint32_t p = 0; p < 3; ++p) {
       const auto& proj = experts_->projection(moe_layer, static_cast<ExpertLayout::Projection>(p));
-      for (uint32_t k = 0; k < per_part; ++k) {
+      for (uint32_t k = 0; !fused && k < per_part; ++k) {
         const uint32_t index = p * per_part + k;
         auto buf = backend.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
         if (!buf) return buf.error();
@@ -207,10 +257,11 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     const StepGraph::Id in = g.buffer(a.expert_in.get(), m, H), out = g.buffer(a.expert_out.get(), m, H);
     const StepGraph::Id gate = g.buffer(a.gate.get(), m, F), up = g.buffer(a.up.get(), m, F), act = g.buffer(a.act.get(), m, F);
     g.get_rows(pass.act.h, g.host(r.data(), 1, m, SL_DTYPE_I32), in, prefix + "gather");
-    g.matmul(in, g.weight(w[0]), StepGraph::kNone, gate, prefix + "gate");
-    g.matmul(in, g.weight(w[1]), StepGraph::kNone, up, prefix + "up");
-    g.glu(gate, up, families::activation(c), act, prefix + "activation");
-    g.matmul(act, g.weight(w[2]), StepGraph::kNone, out, prefix + "down");
+    auto bias_of = [&](uint32_t p) { return fused ? g.weight(bias[p]) : StepGraph::kNone; };
+    g.matmul(in, g.weight(w[0]), bias_of(0), gate, prefix + "gate");
+    g.matmul(in, g.weight(w[1]), bias_of(1), up, prefix + "up");
+    g.glu(gate, up, activation, act, prefix + "activation");
+    g.matmul(act, g.weight(w[2]), bias_of(2), out, prefix + "down");
     g.scatter_add_rows(out, g.host(r.data(), 1, m, SL_DTYPE_I32), g.host(wt.data(), 1, m, SL_DTYPE_F32), pass.act.o,
                        prefix + "scatter");
   }
@@ -220,6 +271,7 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   pass.keep.clear();
   pass.rows.clear();
   pass.weights.clear();
+  pass.arranged.clear();
   return {};
 }
 

@@ -217,8 +217,15 @@ sl_status OpCalls::state_write(sl_kv_cache* cache, uint32_t layer, uint64_t offs
 
 sl_status OpCalls::gated_activation(uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n,
                                     sl_error* err) {
+  sl_glu_params p{};
+  p.activation = activation;
+  return gated_activation(p, gate, up, out, n, err);
+}
+
+sl_status OpCalls::gated_activation(const sl_glu_params& p, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n,
+                                    sl_error* err) {
   GraphRun r(*this);
-  r.g.glu(values(r.g, gate, 1, n), values(r.g, up, 1, n), activation, values(r.g, out, 1, n), "glu");
+  r.g.glu(values(r.g, gate, 1, n), values(r.g, up, 1, n), p, values(r.g, out, 1, n), "glu");
   return r.run(err);
 }
 

@@ -68,6 +68,7 @@ class OpCalls {
   sl_status attention(sl_kv_cache* cache, uint32_t layer, const sl_buffer* q, const sl_attention_params* params, const sl_buffer* sinks,
                       sl_buffer* out, sl_error* err);
   sl_status gated_activation(uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n, sl_error* err);
+  sl_status gated_activation(const sl_glu_params& p, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n, sl_error* err);
   sl_status add(const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err);
   // out = x * scale, or tanh(x * scale / softcap) * softcap (a SCALE node, 2.1).
   sl_status scale(const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error* err);

@@ -40,6 +40,8 @@ Result<RepackStats> repack_experts(const std::filesystem::path& in, const std::f
   if (!tensors) return tensors.error();
   auto layout = ExpertLayout::find(*config, *tensors);
   if (!layout) return layout.error();
+  if (layout->form() != ExpertLayout::Form::kSeparate)
+    return make_error(in.string() + ": gpt-oss's fused experts are read as they are stored; repacking them is not supported");
 
   // Which stored tensors hold experts (their bytes are rewritten below).
   std::set<std::string> expert_tensors;

@@ -67,6 +67,19 @@ Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRe
       }
     }
     uint64_t n = static_cast<uint64_t>(t.numel());
+    // MXFP4 (gpt-oss's experts as OpenAI ships them): `X_blocks` U8 holds two 4-bit values a byte,
+    // `X_scales` U8 one exponent per 32 of them — parameters of the blocks, bytes of both.
+    const std::string stem = name.ends_with("_blocks") ? name.substr(0, name.size() - 7) : name.ends_with("_scales") ? name.substr(0, name.size() - 7) : "";
+    if (!stem.empty() && t.dtype == DType::kU8 && all.count(stem + "_blocks") && all.count(stem + "_scales")) {
+      m.quantized_bytes += t.bytes;
+      if (name.ends_with("_scales")) continue;
+      n *= 2;
+      m.quantized_params += n;
+      ++m.forms["mxfp4"];
+      m.params += n;
+      if (name.find(".experts.") != std::string::npos) m.expert_params += n;
+      continue;
+    }
     const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
     const auto sc = module.empty() ? all.end() : all.find(module + ".scales");
     if (sc != all.end() && t.dtype == DType::kU32 && !t.shape.empty() && !sc->second.shape.empty() &&

@@ -36,9 +36,11 @@ Init init_for(const ModelPreset& p, const TensorPlan& t) {
   // Gemma 4's scales: the layer's output, the router's input and its per-expert weights.
   if (n.ends_with("layer_scalar") || n.ends_with("router.scale") || n.ends_with("router.per_expert_scale")) return {0.0f, 1.0f};
   auto uniform = [](double std) { return Init{static_cast<float>(std * std::sqrt(3.0)), 0.0f}; };
-  if (t.shape.size() == 1) return uniform(0.02);  // linear biases
+  if (t.shape.size() == 1 || n.ends_with("_bias")) return uniform(0.02);  // linear biases (gpt-oss's experts': [E, out]), sinks
   if (n.find("embed_tokens") != std::string::npos) return uniform(0.02);
-  const double fan_in = static_cast<double>(t.shape.back());
+  // gpt-oss's fused experts are stored input-major ([E, in, out]).
+  const bool input_major = n.ends_with("mlp.experts.gate_up_proj") || n.ends_with("mlp.experts.down_proj");
+  const double fan_in = static_cast<double>(input_major ? t.shape[t.shape.size() - 2] : t.shape.back());
   double std = 1.0 / std::sqrt(fan_in);
   if (n.find("o_proj") != std::string::npos || n.find("down_proj") != std::string::npos)
     std /= std::sqrt(2.0 * p.layers);
@@ -88,7 +90,8 @@ rapidjson::Document preset_config(const ModelPreset& p) {
   d.AddMember("head_dim", p.head_dim, a);
   d.AddMember("vocab_size", p.vocab, a);
   d.AddMember("max_position_embeddings", p.max_positions, a);
-  d.AddMember("rms_norm_eps", 1e-6, a);
+  const bool gpt_oss = p.model_type == "gpt_oss";
+  d.AddMember("rms_norm_eps", gpt_oss ? 1e-5 : 1e-6, a);
   d.AddMember("rope_theta", p.rope_theta, a);
   d.AddMember("tie_word_embeddings", p.tied, a);
   if (p.gemma4()) {
@@ -128,7 +131,25 @@ rapidjson::Document preset_config(const ModelPreset& p) {
   d.AddMember("torch_dtype", "bfloat16", a);
   d.AddMember("bos_token_id", rapidjson::Value(rapidjson::kNullType), a);
   d.AddMember("eos_token_id", 2, a);  // the bundled tokenizer's <|im_end|>
-  if (p.experts > 0 && !p.gemma4()) {
+  if (gpt_oss) {  // GptOssConfig's fields as gpt-oss-20b's config.json has them
+    d.AddMember("attention_bias", true, a);
+    d.AddMember("num_local_experts", p.experts, a);
+    d.AddMember("num_experts_per_tok", p.experts_per_token, a);
+    d.AddMember("sliding_window", p.sliding_window, a);
+    rapidjson::Value types(rapidjson::kArrayType);
+    for (int i = 0; i < p.layers; ++i) types.PushBack(rapidjson::StringRef(i % 2 == 0 ? "sliding_attention" : "full_attention"), a);
+    d.AddMember("layer_types", types, a);
+    rapidjson::Value rope(rapidjson::kObjectType);
+    rope.AddMember("rope_type", "yarn", a);
+    rope.AddMember("rope_theta", p.rope_theta, a);
+    rope.AddMember("factor", 32.0, a);
+    rope.AddMember("beta_fast", 32.0, a);
+    rope.AddMember("beta_slow", 1.0, a);
+    rope.AddMember("truncate", false, a);
+    rope.AddMember("original_max_position_embeddings", 4096, a);
+    d.AddMember("rope_parameters", rope, a);
+    d.AddMember("swiglu_limit", 7.0, a);
+  } else if (p.experts > 0 && !p.gemma4()) {
     d.AddMember("num_experts", p.experts, a);
     d.AddMember("num_experts_per_tok", p.experts_per_token, a);
     d.AddMember("moe_intermediate_size", p.expert_ffn, a);
@@ -204,6 +225,20 @@ const std::vector<ModelPreset>& model_presets() {
     p.hidden = 2816; p.layers = 30; p.heads = 16; p.kv_heads = 8; p.head_dim = 256; p.ffn = 2112; p.vocab = 262144; p.tied = true;
     p.global_head_dim = 512; p.global_kv_heads = 2; p.full_every = 6; p.sliding_window = 1024; p.k_eq_v = true;
     p.experts = 128; p.experts_per_token = 8; p.expert_ffn = 704; p.max_positions = 262144;
+    v.push_back(p);
+    p = {};
+    p.name = "tiny-gpt-oss"; p.model_type = "gpt_oss"; p.architecture = "GptOssForCausalLM";
+    p.description = "test size gpt-oss: hidden 64, 2 layers, 4/2 heads, 8 experts top-2, expert FFN 64, window 8";
+    p.hidden = 64; p.layers = 2; p.heads = 4; p.kv_heads = 2; p.head_dim = 16; p.ffn = 64; p.vocab = 8192;
+    p.qkv_bias = true; p.experts = 8; p.experts_per_token = 2; p.expert_ffn = 64; p.rope_theta = 150000.0;
+    p.max_positions = 2048; p.sliding_window = 8;
+    v.push_back(p);
+    p = {};
+    p.name = "gpt-oss-20b"; p.model_type = "gpt_oss"; p.architecture = "GptOssForCausalLM";
+    p.description = "gpt-oss-20b shape (bf16, not MXFP4): 24 layers, hidden 2880, 64/8 heads, head_dim 64, 32 experts top-4, expert FFN 2880";
+    p.hidden = 2880; p.layers = 24; p.heads = 64; p.kv_heads = 8; p.head_dim = 64; p.ffn = 2880; p.vocab = 201088;
+    p.qkv_bias = true; p.experts = 32; p.experts_per_token = 4; p.expert_ffn = 2880; p.rope_theta = 150000.0;
+    p.max_positions = 131072; p.sliding_window = 128;
     v.push_back(p);
     return v;
   }();
@@ -299,7 +334,17 @@ std::vector<TensorPlan> preset_tensors(const ModelPreset& p) {
       add(l + "self_attn.k_norm.weight", {D});
     }
     add(l + "post_attention_layernorm.weight", {H});
-    if (p.experts > 0) {
+    if (p.model_type == "gpt_oss") {
+      const int64_t E = p.experts, F = p.expert_ffn;
+      add(l + "self_attn.o_proj.bias", {H});
+      add(l + "self_attn.sinks", {p.heads});
+      add(l + "mlp.router.weight", {E, H});
+      add(l + "mlp.router.bias", {E});
+      add(l + "mlp.experts.gate_up_proj", {E, H, 2 * F});  // input-major, gate and up interleaved
+      add(l + "mlp.experts.gate_up_proj_bias", {E, 2 * F});
+      add(l + "mlp.experts.down_proj", {E, F, H});
+      add(l + "mlp.experts.down_proj_bias", {E, H});
+    } else if (p.experts > 0) {
       const int64_t E = p.experts, F = p.expert_ffn;
       add(l + "mlp.gate.weight", {E, H});
       add(l + "mlp.switch_mlp.gate_proj.weight", {E, F, H});
@@ -324,6 +369,8 @@ Result<uint64_t> make_model(const MakeModelOptions& o) {
     return make_error("unknown preset '" + o.preset + "' (presets: " + names + ")");
   }
   if (o.bits && !supported_bits(o.bits)) return make_error("--bits must be one of 2, 3, 4, 5, 6, 8");
+  if (o.bits && p->model_type == "gpt_oss")
+    return make_error("preset '" + p->name + "' is written in bf16 only: gpt-oss's fused experts have no quantized form here yet");
   if (o.bits && !supported_group(o.group_size)) return make_error("--group-size must be 32, 64 or 128");
   if (!std::filesystem::is_regular_file(o.tokenizer_from / "tokenizer.json"))
     return make_error("no tokenizer.json in " + o.tokenizer_from.string() + " (--tokenizer-from)");

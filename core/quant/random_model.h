@@ -10,7 +10,10 @@
 // generator keyed by (seed, tensor name): the same seed gives the same files.
 //
 // MoE presets are written in MLX's stacked layout: `mlp.switch_mlp.{gate,up,down}_proj.weight`
-// [experts, out, in] and the router `mlp.gate.weight` (8 bits when quantized, as mlx-lm does).
+// [experts, out, in] and the router `mlp.gate.weight` (8 bits when quantized, as mlx-lm does) —
+// except gpt-oss, written as transformers stores it (bf16 only): attention biases and sinks, the
+// biased router `mlp.router`, and fused input-major experts `mlp.experts.{gate_up_proj, down_proj}`
+// with their biases.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -33,7 +36,8 @@ struct ModelPreset {
   // with K as V when k_eq_v), the rest sliding over sliding_window; per-layer inputs of per_layer_input
   // values; the last kv_shared layers attending earlier layers' K/V (MLP twice as wide there when
   // double_wide); with experts, the MoE block beside every layer's MLP.
-  int global_head_dim = 0, global_kv_heads = 0, full_every = 0, sliding_window = 0;
+  int global_head_dim = 0, global_kv_heads = 0, full_every = 0;
+  int sliding_window = 0;  // Gemma 4's and gpt-oss's sliding layers' window
   int per_layer_input = 0, kv_shared = 0;
   bool k_eq_v = false, double_wide = false;
   bool gemma4() const { return model_type == "gemma4_text"; }

@@ -385,10 +385,20 @@ sl_status copy_state(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_err
   return SL_OK;
 }
 sl_status glu(const Node& n, sl_error* err) {
-  const uint32_t act = static_cast<const sl_glu_params*>(n.n->params)->activation;
-  if (act > SL_ACT_GELU) return fail(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(act));
+  const auto* p = static_cast<const sl_glu_params*>(n.n->params);
+  const uint32_t act = p->activation;
+  if (act > SL_ACT_SWIGLU_CLAMPED) return fail(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(act));
   const float *g = F(n.in[0]), *u = F(n.in[1]);
   float* out = F(n.out[0]);
+  if (act == SL_ACT_SWIGLU_CLAMPED) {  // 2.2: alpha and limit follow activation
+    if (p->struct_size < offsetof(sl_glu_params, limit) + sizeof(float))
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "the clamped SwiGLU needs alpha and limit");
+    for (uint64_t i = 0; i < count(n.out[0]); ++i) {
+      const float x = std::min(g[i], p->limit), y = std::clamp(u[i], -p->limit, p->limit);
+      out[i] = x / (1 + std::exp(-p->alpha * x)) * (y + 1);
+    }
+    return SL_OK;
+  }
   for (uint64_t i = 0; i < count(n.out[0]); ++i) {
     const float x = g[i];
     const float a = act == SL_ACT_SILU ? x / (1 + std::exp(-x))

@@ -5,13 +5,21 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
+#include <tuple>
 
 #include "engine/engine.h"
+#include "engine/runtime.h"
+#include "model/safetensors.h"
 #include "quant/expert_repack.h"
+#include "quant/model_info.h"
+#include "quant/safetensors_writer.h"
 #include "golden.h"
+#include "golden_run.h"
 #include "reference.h"
 #include "util/json.h"
 
@@ -70,13 +78,35 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"zoo/mixtral", "resident", 0}, Case{"zoo/qwen3_moe", "resident", 0}, Case{"zoo/olmoe", "resident", 0},
                       Case{"qwen3_moe-4bit", "resident", 0}, Case{"zoo/mixtral", "uring", 1}, Case{"zoo/qwen3_moe", "uring", 1},
                       Case{"zoo/olmoe", "uring", 1}, Case{"qwen3_moe-4bit", "uring", 1}, Case{"zoo2/gemma4_text_moe", "resident", 0},
-                      Case{"zoo2/gemma4_text_moe", "uring", 1}),
+                      Case{"zoo2/gemma4_text_moe", "uring", 1}, Case{"zoo2/gpt_oss", "resident", 0}, Case{"zoo2/gpt_oss", "uring", 1}),
     [](const auto& info) {
       std::string n = info.param.model + "_" + info.param.store;
       for (auto& ch : n)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
     });
+
+// gpt-oss (attention sinks, alternating sliding/full layers, yarn without truncation, a biased router
+// with softmax over its top k, fused input-major experts with biases and the clamped SwiGLU): the last
+// logits too, with the experts resident and streamed at a 1 MB budget.
+class GptOssGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GptOssGolden, GreedyIdsAndLastLogitsMatchTransformers) {
+  const std::string model = "zoo2/gpt_oss";
+  SLUICE_REQUIRE_REFERENCE("models/" + model + "/golden.json");
+  auto golden = json::parse_file(test::reference_path("models/" + model + "/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  EngineOptions o = test::golden_options(model, "cpu", "f32", 256);
+  o.expert_store = GetParam();
+  o.expert_cache_mb = GetParam() == "uring" ? 1 : 0;
+  auto rt = Runtime::open(o);
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  auto engine = Engine::create(o);
+  ASSERT_TRUE(engine.ok()) << engine.message();
+  test::expect_golden_prompts(**rt, **engine, *golden, model);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, GptOssGolden, ::testing::Values("resident", "uring"));
 
 // A budget far below one layer's experts: nearly every acquire misses. Without O_DIRECT each read
 // is exactly one expert, so bytes read = (misses + prefetched) × the expert's size.
@@ -224,6 +254,123 @@ TEST(MoeStreaming, TruncatedModelFileFailsRequestsButNotTheEngine) {
   EXPECT_EQ(ok.ids.size(), 4u);
   engine->reset();
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// bf16 of a float that bf16 holds exactly.
+uint16_t exact_bf16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// zoo2/gpt_oss with its experts replaced by random MXFP4 codes (as OpenAI's checkpoints store them:
+// blocks [E, out, in / 32, 16], scales [E, out, in / 32]) in one folder, and by those values decoded
+// here — lut[code] · 2^(scale − 127), low nibble first — in transformers' bf16 layout ([E, in, out],
+// gate_up's outputs interleaved) in another. The MXFP4 path must give exactly the bf16 path's logits
+// (the bf16 path is the one held to transformers' golden), resident and streamed.
+TEST(GptOssMxfp4, ExpertsGiveExactlyTheLogitsOfTheirBf16Decoding) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/gpt_oss/golden.json");
+  const auto source = test::reference_path("models/zoo2/gpt_oss");
+  auto set = SafetensorsSet::open_dir(source);
+  ASSERT_TRUE(set.ok()) << set.message();
+  const auto base = std::filesystem::temp_directory_path() / ("sluice_mxfp4_" + std::to_string(::getpid()));
+  const auto mx_dir = base / "mxfp4", bf_dir = base / "bf16";
+  std::filesystem::remove_all(base);
+  for (const auto& d : {mx_dir, bf_dir}) {
+    std::filesystem::create_directories(d);
+    for (const auto& f : std::filesystem::directory_iterator(source))
+      if (f.path().extension() != ".safetensors") std::filesystem::copy_file(f.path(), d / f.path().filename());
+  }
+  static constexpr float kFp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  std::mt19937 rng(5);
+  std::vector<quant::TensorPlan> mx_plan, bf_plan;
+  std::vector<std::vector<std::byte>> mx_bytes, bf_bytes;
+  for (const auto& [name, t] : set->tensors()) {
+    const bool gate_up = name.ends_with("mlp.experts.gate_up_proj"), down = name.ends_with("mlp.experts.down_proj");
+    std::vector<std::byte> raw(t.data, t.data + t.bytes);
+    if (!gate_up && !down) {
+      mx_plan.push_back({name, t.dtype, t.shape});
+      bf_plan.push_back({name, t.dtype, t.shape});
+      mx_bytes.push_back(raw);
+      bf_bytes.push_back(std::move(raw));
+      continue;
+    }
+    const int64_t E = t.shape[0], in = t.shape[1], out = t.shape[2];  // stored [E, in, out]
+    std::vector<uint8_t> blocks(std::size_t(E * out * in / 2)), scales(std::size_t(E * out * in / 32));
+    for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+    for (auto& s : scales) s = static_cast<uint8_t>(120 + rng() % 5);  // 2^-7 .. 2^-3
+    std::vector<uint16_t> decoded(std::size_t(E * in * out));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < out; ++r)
+        for (int64_t c = 0; c < in; ++c) {
+          const std::size_t row = std::size_t(e * out + r);
+          const uint8_t byte = blocks[row * in / 2 + c / 2];
+          const float v = kFp4[c % 2 == 0 ? byte & 0x0F : byte >> 4] * std::pow(2.0f, float(scales[row * in / 32 + c / 32]) - 127.0f);
+          decoded[std::size_t((e * in + c) * out + r)] = exact_bf16(v);
+        }
+    mx_plan.push_back({name + "_blocks", DType::kU8, {E, out, in / 32, 16}});
+    mx_bytes.push_back(std::vector<std::byte>(reinterpret_cast<const std::byte*>(blocks.data()),
+                                              reinterpret_cast<const std::byte*>(blocks.data() + blocks.size())));
+    mx_plan.push_back({name + "_scales", DType::kU8, {E, out, in / 32}});
+    mx_bytes.push_back(std::vector<std::byte>(reinterpret_cast<const std::byte*>(scales.data()),
+                                              reinterpret_cast<const std::byte*>(scales.data() + scales.size())));
+    bf_plan.push_back({name, DType::kBF16, t.shape});
+    bf_bytes.push_back(std::vector<std::byte>(reinterpret_cast<const std::byte*>(decoded.data()),
+                                              reinterpret_cast<const std::byte*>(decoded.data() + decoded.size())));
+  }
+  for (auto [dir, plan, bytes] : {std::tuple{mx_dir, &mx_plan, &mx_bytes}, std::tuple{bf_dir, &bf_plan, &bf_bytes}}) {
+    auto w = quant::SafetensorsWriter::create(dir, *plan, 0, {{"format", "pt"}});
+    ASSERT_TRUE(w.ok()) << w.message();
+    for (const auto& b : *bytes) ASSERT_TRUE(w->append(b));
+    ASSERT_TRUE(w->finish());
+  }
+
+  // `sluice info` counts the same parameters in both forms (two 4-bit values a block byte).
+  auto mx_info = quant::inspect_model(mx_dir, nullptr), bf_info = quant::inspect_model(bf_dir, nullptr);
+  ASSERT_TRUE(mx_info.ok() && bf_info.ok()) << mx_info.message() << bf_info.message();
+  EXPECT_EQ(mx_info->params, bf_info->params);
+  EXPECT_EQ(mx_info->expert_params, bf_info->expert_params);
+  EXPECT_EQ(mx_info->active_params(), bf_info->active_params());
+  EXPECT_EQ(mx_info->forms["mxfp4"], 4);  // gate_up and down of 2 layers
+
+  auto golden = json::parse_file(test::reference_path("models/zoo2/gpt_oss/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  std::vector<std::vector<float>> want;
+  for (const char* store : {"resident", "resident", "uring"}) {
+    const bool mx = want.size() > 0 || std::string(store) == "uring";
+    EngineOptions o = test::golden_options("zoo2/gpt_oss", "cpu", "f32", 256);
+    o.model_dir = (want.empty() ? bf_dir : mx_dir).string();
+    o.expert_store = store;
+    o.expert_cache_mb = std::string(store) == "uring" ? 1 : 0;
+    auto rt = Runtime::open(o);
+    ASSERT_TRUE(rt.ok()) << rt.message();
+    std::size_t i = 0;
+    const bool record = want.empty();
+    for (const auto& prompt : (*golden)["prompts"].GetArray()) {
+      SequenceState seq;
+      std::vector<float> logits;
+      ASSERT_TRUE((*rt)->run(seq, test::golden_ids(prompt["ids"]), false, logits).ok());
+      (*rt)->release(seq);
+      if (record) {
+        want.push_back(logits);
+        continue;
+      }
+      ASSERT_EQ(logits, want[i++]) << (mx ? "mxfp4 / " : "") << store << ": " << prompt["text"].GetString();
+    }
+    if (record) {
+      // The experts count: with the random codes in place of the checkpoint's experts the logits
+      // are far from the golden's.
+      const auto [max_err, max_abs] = test::logit_distance(want.front(), (*golden)["prompts"][0]["last_logits"]);
+      EXPECT_GT(max_err, 1e-2 * max_abs);
+    }
+  }
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace

@@ -16,7 +16,14 @@ namespace {
 class FixedWeights final : public families::WeightSource {
  public:
   std::map<std::string, sl_weight> weights;
-  bool has(const std::string& name) const override { return weights.count(name) != 0; }
+  std::map<std::string, std::vector<float>> small;  // values read on the host (attention sinks)
+  bool has(const std::string& name) const override { return weights.count(name) != 0 || small.count(name) != 0; }
+  Result<std::vector<float>> values(const std::string& name, std::vector<int64_t> shape) override {
+    auto it = small.find(name);
+    if (it == small.end()) return make_error("missing " + name);
+    if (shape.size() != 1 || static_cast<std::size_t>(shape[0]) != it->second.size()) return make_error("shape of " + name);
+    return it->second;
+  }
   Status bind(sl_weight& dst, const std::string& name, std::vector<int64_t>) override {
     auto it = weights.find(name);
     if (it == weights.end()) return make_error("missing " + name);
@@ -87,6 +94,62 @@ TEST(FamilyFor, EachSupportedArchitectureHasABuilder) {
   ModelConfig phi;
   phi.architecture = "phi3";
   EXPECT_STREQ(families::family_for(phi)->name(), "phi3");
+  ModelConfig oss;
+  oss.architecture = "gpt_oss";
+  EXPECT_STREQ(families::family_for(oss)->name(), "gpt_oss");
+}
+
+// A gpt-oss layer's checkpoint: llama's attention and norms with every bias, and the sinks.
+FixedWeights gpt_oss_layer(const ModelConfig& c) {
+  FixedWeights src;
+  const std::string p = "model.layers.0.";
+  for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                        "self_attn.v_proj.bias", "self_attn.o_proj.bias"})
+    src.weights[p + n] = weight(1, 64, SL_DTYPE_BF16);
+  src.small[p + "self_attn.sinks"] = std::vector<float>(static_cast<std::size_t>(c.num_heads), 0.5f);
+  return src;
+}
+
+ModelConfig gpt_oss_config() {
+  ModelConfig c;
+  c.architecture = "gpt_oss";
+  c.hidden_size = 64;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.attention_bias = c.attention_out_bias = true;
+  return c;
+}
+
+TEST(GptOssFamily, BindsEachHeadsSinkAndTheRouterModule) {
+  const ModelConfig c = gpt_oss_config();
+  FixedWeights src = gpt_oss_layer(c);
+  LayerWeights w;
+  ASSERT_TRUE(families::family_for(c)->bind_layer(src, c, 0, true, w));
+  EXPECT_EQ(w.sink_values, std::vector<float>(4, 0.5f));
+  EXPECT_TRUE(w.has_q_bias && w.has_k_bias && w.has_v_bias && w.has_o_bias);
+  EXPECT_EQ(families::family_for(c)->router_module(c, 3), "model.layers.3.mlp.router");
+}
+
+TEST(GptOssFamily, AMissingBiasOrSinkOrADenseLayerIsAnErrorNamingIt) {
+  const ModelConfig c = gpt_oss_config();
+  const families::Family& f = *families::family_for(c);
+  LayerWeights w;
+  FixedWeights no_bias = gpt_oss_layer(c);
+  no_bias.weights.erase("model.layers.0.self_attn.o_proj.bias");
+  auto s = f.bind_layer(no_bias, c, 0, true, w);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("self_attn.o_proj.bias"), std::string::npos) << s.message();
+  FixedWeights no_sinks = gpt_oss_layer(c);
+  no_sinks.small.clear();
+  s = f.bind_layer(no_sinks, c, 0, true, w);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("self_attn.sinks"), std::string::npos) << s.message();
+  FixedWeights whole = gpt_oss_layer(c);
+  s = f.bind_layer(whole, c, 0, false, w);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("Mixture-of-Experts"), std::string::npos) << s.message();
 }
 
 }  // namespace

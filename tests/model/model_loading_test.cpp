@@ -664,6 +664,69 @@ TEST(ModelConfig, Gemma4LayersHaveTheirOwnWidthsRotaryAndSharing) {
   EXPECT_NE(moe.message().find("top_k_experts"), std::string::npos) << moe.message();
 }
 
+TEST(ModelConfig, GptOssDefaultsFollowTransformers) {
+  TempDir dir;
+  // Nothing but the shapes: GptOssConfig's defaults.
+  auto c = load_config(dir, config_json("gpt_oss"));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_FLOAT_EQ(c->norm_eps, 1e-5f);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->attention_out_bias);
+  EXPECT_EQ(c->layer_window, (std::vector<int>{128, 0, 128, 0}));  // alternating, sliding first
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kYarn);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 150000.0);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 32.0);
+  EXPECT_EQ(c->rope.original_max_position, 4096);
+  EXPECT_FALSE(c->rope.truncate);
+  const MoeConfig& m = c->moe;
+  EXPECT_EQ(m.n_experts, 128);
+  EXPECT_EQ(m.top_k, 4);
+  EXPECT_EQ(m.expert_intermediate, 128);  // intermediate_size
+  EXPECT_EQ(m.routing, MoeRouting::kTopKSoftmax);
+  EXPECT_TRUE(m.router_bias);
+  EXPECT_TRUE(m.expert_bias);
+  EXPECT_FLOAT_EQ(m.swiglu_alpha, 1.702f);
+  EXPECT_FLOAT_EQ(m.swiglu_limit, 7.0f);
+  EXPECT_EQ(m.sparse_layer, std::vector<bool>(4, true));
+}
+
+TEST(ModelConfig, GptOssReadsItsLayerTypesExpertsClampAndRope) {
+  TempDir dir;
+  auto c = load_config(dir, config_json("gpt_oss", R"(,"head_dim":16,"rms_norm_eps":1e-6,"num_local_experts":8,"num_experts_per_tok":2,)"
+                                                    R"("sliding_window":8,"swiglu_limit":5.5,"attention_bias":false,)"
+                                                    R"("layer_types":["full_attention","sliding_attention","sliding_attention","full_attention"],)"
+                                                    R"("rope_parameters":{"rope_type":"yarn","rope_theta":10000.0,"factor":4.0,)"
+                                                    R"("beta_fast":32.0,"beta_slow":1.0,"original_max_position_embeddings":1024,)"
+                                                    R"("truncate":true})"));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_FLOAT_EQ(c->norm_eps, 1e-6f);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->layer_window, (std::vector<int>{0, 8, 8, 0}));
+  EXPECT_EQ(c->layer_type(1), LayerType::kSlidingAttention);
+  EXPECT_EQ(c->moe.n_experts, 8);
+  EXPECT_EQ(c->moe.top_k, 2);
+  EXPECT_FLOAT_EQ(c->moe.swiglu_limit, 5.5f);
+  EXPECT_FLOAT_EQ(c->moe.swiglu_alpha, 1.702f);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 4.0);
+  EXPECT_EQ(c->rope.original_max_position, 1024);
+  EXPECT_TRUE(c->rope.truncate);
+
+  const std::pair<std::string, std::string> bad[] = {
+      {R"(,"swiglu_limit":-1)", "'swiglu_limit' must be a positive number"},
+      {R"(,"swiglu_alpha":0)", "'swiglu_alpha' must be a positive number"},
+      {R"(,"num_local_experts":8,"num_experts_per_tok":9)", "0 < num_experts_per_tok <= it"},
+      {R"(,"rope_parameters":{"rope_type":"yarn","factor":32.0,"truncate":"no"})", "'truncate' must be a boolean"},
+  };
+  for (const auto& [extra, message] : bad) {
+    auto b = load_config(dir, config_json("gpt_oss", extra));
+    ASSERT_FALSE(b.ok()) << extra;
+    EXPECT_THAT(b.message(), HasSubstr(message)) << extra;
+  }
+}
+
 // ---- RoPE inverse frequencies ----
 
 TEST(RopeConfig, Llama3RuleMatchesHandComputedValues) {
@@ -716,6 +779,27 @@ TEST(RopeConfig, DefaultAndLinearAndYarn) {
   EXPECT_NEAR(yarn[63], std::pow(10000.0, -126.0 / 128) / 4.0, 1e-12);  // slow: interpolated
   rope.attention_factor = 1.5;
   EXPECT_FLOAT_EQ(rope.attention_scaling(), 1.5f);
+}
+
+// gpt-oss's yarn (theta 150000, factor 32, a context of 4096, beta 32/1) at head_dim 16: the ramp runs
+// from dimension 2.0232 to 4.3495; truncate rounds it out to [2, 5], which changes frequencies 3 and 4
+// only. Values from transformers' formula, worked in double precision.
+TEST(RopeConfig, YarnTruncateRoundsTheRampToWholeDimensions) {
+  RopeConfig rope;
+  rope.theta = 150000.0;
+  rope.scaling = RopeScaling::kYarn;
+  rope.factor = 32.0;
+  rope.original_max_position = 4096;
+  const double both[8] = {1, 0.2254180002, 0.05081327482, 0, 0, 1.818833668e-05, 4.099978482e-06, 9.242089502e-07};
+  for (const bool truncate : {true, false}) {
+    rope.truncate = truncate;
+    const auto inv = rope.inverse_frequencies(16);
+    ASSERT_EQ(inv.size(), 8u);
+    for (int i : {0, 1, 2, 5, 6, 7}) EXPECT_NEAR(inv[i], both[i], 1e-6 * both[i]) << i << (truncate ? " truncated" : "");
+    EXPECT_NEAR(inv[3], truncate ? 0.007755466058 : 0.00679495949, 1e-6 * inv[3]) << truncate;
+    EXPECT_NEAR(inv[4], truncate ? 0.0009144544012 : 0.0004564839192, 1e-6 * inv[4]) << truncate;
+  }
+  EXPECT_NEAR(rope.attention_scaling(), 0.1 * std::log(32.0) + 1.0, 1e-6);
 }
 
 // Found by the fuzz harness (tests/fuzz/model_config_fuzz.cpp) or its review: values a config may hold

@@ -257,6 +257,54 @@ TEST(MakeModel, MoePresetHasMlxStackedExpertLayout) {
   EXPECT_EQ(q["group_size"].GetInt(), 32);
 }
 
+// gpt-oss presets have the tensors transformers' GptOssForCausalLM stores (the zoo2 checkpoint's names,
+// shapes and dtypes), run, and count 2 of 8 experts as active.
+TEST(MakeModel, GptOssPresetHasTransformersLayoutRunsAndCountsActiveExperts) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/gpt_oss/model.safetensors");
+  TempDir out;
+  auto o = tiny_options(out.path(), 0, 1);
+  o.preset = "tiny-gpt-oss";
+  ASSERT_TRUE(quant::make_model(o).ok());
+  auto mine = SafetensorsSet::open_dir(out.path());
+  auto hf = SafetensorsSet::open_dir(test::reference_path("models/zoo2/gpt_oss"));
+  ASSERT_TRUE(mine.ok() && hf.ok());
+  ASSERT_EQ(mine->tensors().size(), hf->tensors().size());
+  for (const auto& [name, t] : hf->tensors()) {
+    const TensorInfo* u = mine->find(name);
+    ASSERT_NE(u, nullptr) << name;
+    EXPECT_EQ(u->shape, t.shape) << name;
+    EXPECT_EQ(u->dtype, t.dtype) << name;
+  }
+  auto config = ModelConfig::load(out.path());
+  ASSERT_TRUE(config.ok()) << config.message();
+  EXPECT_EQ(config->moe.routing, MoeRouting::kTopKSoftmax);
+  EXPECT_EQ(config->layer_window, (std::vector<int>{8, 0}));
+  EXPECT_FALSE(config->rope.truncate);
+
+  auto rt = Runtime::open(options_for(out.path()));
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  SequenceState seq;
+  std::vector<float> logits;
+  const std::vector<int32_t> tokens = {1, 500, 8000, 42, 7, 9, 11, 13, 15, 17};  // past the window of 8
+  ASSERT_TRUE((*rt)->run(seq, tokens, false, logits).ok());
+  ASSERT_EQ(logits.size(), 8192u);
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+
+  auto info = quant::inspect_model(out.path(), nullptr);
+  ASSERT_TRUE(info.ok()) << info.message();
+  EXPECT_EQ(info->experts, 8);
+  EXPECT_EQ(info->experts_per_token, 2);
+  // Per layer 8 experts of gate_up 64×128 + 128 and down 64×64 + 64: 2 of them active.
+  const uint64_t per_expert = 64 * 128 + 128 + 64 * 64 + 64;
+  EXPECT_EQ(info->expert_params, 2 * 8 * per_expert);
+  EXPECT_EQ(info->active_params(), info->params - 2 * 6 * per_expert);
+
+  o.bits = 4;
+  auto quantized = quant::make_model(o);
+  ASSERT_FALSE(quantized.ok());
+  EXPECT_NE(quantized.message().find("bf16 only"), std::string::npos) << quantized.message();
+}
+
 TEST(MakeModel, UnknownPresetNamesTheKnownOnes) {
   TempDir out;
   auto o = tiny_options(out.path(), 0, 0);

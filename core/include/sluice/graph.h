@@ -166,7 +166,10 @@ typedef struct sl_attention_params {
 typedef enum sl_activation {
   SL_ACT_SILU = 0,
   SL_ACT_GELU_TANH = 1,
-  SL_ACT_GELU = 2
+  SL_ACT_GELU = 2,
+  /* 2.2: gpt-oss's clamped SwiGLU: with g = min(gate, limit) and u = clamp(up, -limit, limit),
+   * out = g * sigmoid(alpha * g) * (u + 1). alpha and limit are sl_glu_params' (2.2 members). */
+  SL_ACT_SWIGLU_CLAMPED = 3
 } sl_activation;
 
 /* 2.1 */
@@ -179,6 +182,9 @@ typedef struct sl_scale_params {
 typedef struct sl_glu_params {
   uint32_t struct_size;
   uint32_t activation;  /* sl_activation */
+  /* 2.2: SL_ACT_SWIGLU_CLAMPED's parameters (a struct_size without them: that activation is refused) */
+  float alpha;          /* the sigmoid's slope (gpt-oss: 1.702) */
+  float limit;          /* the clamp (gpt-oss: 7.0) */
 } sl_glu_params;
 
 typedef struct sl_node {

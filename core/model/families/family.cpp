@@ -2,6 +2,7 @@
 
 #include "model/families/gemma.h"
 #include "model/families/gemma4.h"
+#include "model/families/gpt_oss.h"
 #include "model/families/llama.h"
 #include "model/families/phi3.h"
 
@@ -32,7 +33,13 @@ Status WeightSource::bind_rows(sl_weight& dst, const std::string& name, std::vec
   return {};
 }
 
+std::string Family::router_module(const ModelConfig& c, int layer) const {
+  const char* module = c.architecture == "mixtral" ? "block_sparse_moe.gate" : c.architecture == "gemma4_text" ? "router.proj" : "mlp.gate";
+  return "model.layers." + std::to_string(layer) + "." + module;
+}
+
 const Family* family_for(const ModelConfig& config) {
+  static const GptOss gpt_oss;
   static const Llama llama;
   static const Gemma gemma;
   static const Phi3 phi3;
@@ -42,6 +49,7 @@ const Family* family_for(const ModelConfig& config) {
   if (t == "gemma2" || t == "gemma3_text") return &gemma;
   if (t == "phi3") return &phi3;
   if (t == "gemma4_text") return &gemma4;
+  if (t == "gpt_oss") return &gpt_oss;
   return nullptr;
 }
 

@@ -95,6 +95,9 @@ class Family {
     (void)g;
     (void)c;
   }
+  // A MoE layer's router module ("model.layers.3.mlp.gate"): its `.weight`, and `.bias` where the
+  // config says the router has one.
+  virtual std::string router_module(const ModelConfig& c, int layer) const;
   // Binds layer `layer`'s weights by the family's checkpoint names and shapes: attention, norms and,
   // for a dense layer, the feed-forward block (a MoE layer's router and experts are the driver's:
   // core/model/expert_layout.h).

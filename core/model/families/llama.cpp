@@ -65,6 +65,7 @@ void Llama::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& 
   s.norm_eps = cfg.norm_eps;
   s.rope = c.rope;
   s.window = w.window;
+  if (w.sinks) aw.sinks = g.buffer(w.sinks, 1, s.n_heads);
   blocks::attention(g, a, aw, s, c.cache_layer, c.prefix);
   g.add(a.x, a.o, a.x, c.prefix + "attention residual");
   g.rms_norm(a.x, g.weight(w.ffn_norm), cfg.norm_eps, 0.0f, a.h, c.prefix + "ffn_norm");
