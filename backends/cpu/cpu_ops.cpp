@@ -204,6 +204,11 @@ sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer*
         for (std::size_t i = b; i < e; ++i) o[i] = 0.5f * g[i] * (1.0f + std::erf(g[i] * 0.7071067811865476f)) * u[i];
       });
       return SL_OK;
+    case SL_ACT_SIGMOID:  // 2.2
+      be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
+        for (std::size_t i = b; i < e; ++i) o[i] = u[i] / (1.0f + std::exp(-g[i]));
+      });
+      return SL_OK;
     default:
       return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
   }

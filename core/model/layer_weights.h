@@ -17,6 +17,14 @@ struct LayerWeights {
   uint32_t window = 0;
   int moe_index = -1;         // >= 0: a MoE block (router below, experts in the store)
   sl_weight router{};
+  // A shared expert beside the routed ones (Qwen3.5-MoE): a gated MLP whose output the driver adds
+  // times sigmoid(h · shared_expert_gate).
+  sl_weight shared_gate{}, shared_up{}, shared_down{}, shared_expert_gate{};
+  bool has_shared_expert = false;
+  // A Gated DeltaNet layer (Qwen3.5's linear_attention): its products, dt_bias (in_proj_a's bias),
+  // A_log, the convolution's taps [conv_dim, K], the gated norm and the output product.
+  sl_weight lin_qkv{}, lin_z{}, lin_b{}, lin_a{}, lin_dt_bias{}, lin_a_log{}, lin_conv{}, lin_norm{}, lin_out{};
+  bool linear = false;
 };
 
 }  // namespace sluice

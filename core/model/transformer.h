@@ -110,6 +110,9 @@ class Transformer {
     uint32_t capacity_tokens = 0, capacity_logit_rows = 0;
     Buffer x, h, q, k, v, attn, o, gate, up, act, last, last_norm, logits;
     Buffer router_logits, next_router_logits, expert_in, expert_out, zeros;  // Mixture of Experts
+    Buffer shared_gate_logits;                                                 // a shared expert's gate, [n, 1]
+    Buffer q_gate, attn_gate;                                                  // gated attention (Qwen3.5)
+    Buffer lin_qkv, lin_conv, lin_z, lin_a, lin_b, lin_core;                   // Gated DeltaNet layers
   };
 
   // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.

@@ -3,6 +3,7 @@
 #include "model/families/gemma.h"
 #include "model/families/llama.h"
 #include "model/families/phi3.h"
+#include "model/families/qwen3_5.h"
 
 namespace sluice::families {
 
@@ -35,10 +36,12 @@ const Family* family_for(const ModelConfig& config) {
   static const Llama llama;
   static const Gemma gemma;
   static const Phi3 phi3;
+  static const Qwen3_5 qwen3_5;
   const std::string& t = config.architecture;
   if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3" || t == "qwen3_moe" || t == "olmoe") return &llama;
   if (t == "gemma2" || t == "gemma3_text") return &gemma;
   if (t == "phi3") return &phi3;
+  if (t == "qwen3_5_text" || t == "qwen3_5_moe_text") return &qwen3_5;
   return nullptr;
 }
 

@@ -22,6 +22,7 @@ struct LayerContext {
   const blocks::Activations* act = nullptr;
   sl_rope_params rope{};  // inv_freq, rotary_dim, factor, style
   uint32_t cache_layer = 0;
+  uint32_t n_seqs = 1;    // the step's sequences (rows of a STATE tensor)
   std::string prefix;     // "layer 3 ": names the layer's nodes in messages and profiles
 };
 
@@ -54,6 +55,9 @@ class Family {
   virtual ~Family() = default;
   virtual const char* name() const = 0;
   virtual ModelTensorNames tensor_names() const { return {}; }
+  // Whether the family writes linear_attention (recurrent) layers; a model with such layers and a
+  // family that does not is refused.
+  virtual bool builds_linear_attention() const { return false; }
   // Binds layer `layer`'s weights by the family's checkpoint names and shapes: attention, norms and,
   // for a dense layer, the feed-forward block (a MoE layer's router and experts are the driver's:
   // core/model/expert_layout.h).
