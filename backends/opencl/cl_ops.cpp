@@ -350,7 +350,7 @@ sl_status rope_prepare(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t 
 
 sl_status gated_activation(sl_backend* be, uint32_t activation, const sl_buffer* gate, const sl_buffer* up,
                            sl_buffer* out, uint64_t n, Forms& forms, sl_error* err) {
-  if (activation > SL_ACT_GELU) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
+  if (activation > SL_ACT_SIGMOID) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
   if (!float_buffer_ok(gate, n) || !float_buffer_ok(up, n) || !float_buffer_ok(out, n)) return too_small(err, "gated_activation");
   if (n == 0) return SL_OK;
   return guarded(err, "gated_activation", [&] {
