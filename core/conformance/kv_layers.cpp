@@ -374,7 +374,7 @@ bool runs_recurrent_ops(const BackendHandle& be) {
   StepGraph g;
   sl_weight taps{}, rates{};
   taps.struct_size = rates.struct_size = sizeof(sl_weight);
-  taps.dtype = rates.dtype = SL_DTYPE_BF16;
+  taps.dtype = rates.dtype = SL_DTYPE_F32;
   taps.rows = kConvDim;
   taps.cols = kTaps;
   rates.rows = 1;
@@ -405,8 +405,8 @@ void run_recurrent_ops(Runner& r) {
     sl_error err{};
     r.expect_ok(r.api()->kv_clear_state(r.raw(), cache, 2, &err), err, "kv_clear_state");
     r.expect_ok(r.api()->kv_clear_state(r.raw(), cache, 0, &err), err, "kv_clear_state");
-    const Weight taps = r.weight(SL_DTYPE_BF16, kConvDim, kTaps);
-    const Weight rates = r.weight(SL_DTYPE_BF16, 1, kNV, 0.5f);
+    const Weight taps = r.weight(SL_DTYPE_F32, kConvDim, kTaps);
+    const Weight rates = r.weight(SL_DTYPE_F32, 1, kNV, 0.5f);
     sl_gated_delta_params p{};
     p.struct_size = sizeof(p);
     p.n_k_heads = kNK;
