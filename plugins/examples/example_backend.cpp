@@ -618,6 +618,7 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
       case SL_OP_ARGMAX: s = argmax(n, err); break;
       case SL_OP_CAUSAL_CONV: s = causal_conv(be, step->cache, n, err); break;  // 2.2
       case SL_OP_GATED_DELTA: s = gated_delta(be, step->cache, n, err); break;  // 2.2
+      case SL_OP_SCALE: {  // 2.1
         const auto* p = static_cast<const sl_scale_params*>(g->nodes[i].params);
         for (uint64_t k = 0; k < count(n.out[0]); ++k) {
           const float v = F(n.in[0])[k] * p->scale;
