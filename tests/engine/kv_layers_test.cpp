@@ -504,6 +504,27 @@ TEST(KvLayers, Qwen3_5ConversationReusesItsPrefixAndGivesWhatComputingItGives) {
   EXPECT_EQ(branch_reused.ids, (*cold_branch)->generate(greedy(branch, 20)).ids);
 }
 
+TEST(KvLayers, Qwen3_5RequestsSideBySideGiveWhatEachGivesAlone) {
+  // Three sequences in one batch: the recurrent ops walk each sequence's tokens through its own state
+  // slot (prefill chunks beside decode tokens of the others), and each answers as it does alone.
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/qwen3_5_text/config.json");
+  const std::string dir = test::reference_path("models/zoo2/qwen3_5_text").string();
+  auto alone = Engine::create(options(dir));
+  auto together = Engine::create(options(dir, 3));
+  ASSERT_TRUE(alone.ok() && together.ok());
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 3; ++i) requests.push_back(greedy(prompt_of(10 + i, 19 + 37 * i), 30));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : requests) want.push_back((*alone)->generate(r).ids);
+  std::vector<std::future<GenerationResult>> futures;
+  for (const auto& r : requests) futures.push_back(std::async(std::launch::async, [&, r] { return (*together)->generate(r); }));
+  for (std::size_t i = 0; i < futures.size(); ++i) {
+    const auto got = futures[i].get();
+    EXPECT_EQ(got.finish, FinishReason::kLength) << got.error;
+    EXPECT_EQ(got.ids, want[i]) << "request " << i;
+  }
+}
+
 TEST(KvLayers, AModelWithLinearAttentionLayersIsRefusedByName) {
   const ModelCopy model(tiny_config(R"(["full_attention","linear_attention","full_attention","linear_attention"])", "null"));
   auto rt = Runtime::open(options(model.dir()));
