@@ -47,7 +47,10 @@ void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, co
 
 void gated_attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
                      const std::string& prefix) {
+  // The three products of h side by side (a backend joins them), then the parting.
   g.matmul(a.h, w.q, w.q_bias, a.q_gate, prefix + "q and gate");
+  g.matmul(a.h, w.k, w.k_bias, a.k, prefix + "k");
+  g.matmul(a.h, w.v, w.v_bias, a.v, prefix + "v");
   // As rows of head_dim values, q_proj's output alternates a head's query and its gate.
   const uint32_t rows = g.tensor(a.q_heads).rows;
   std::vector<int32_t> queries(rows), gates(rows);
@@ -57,8 +60,6 @@ void gated_attention(StepGraph& g, const Activations& a, const AttentionWeights&
   }
   g.get_rows(a.q_gate_rows, g.host_ints(std::move(queries)), a.q_heads, prefix + "q");
   g.get_rows(a.q_gate_rows, g.host_ints(std::move(gates)), a.attn_gate_heads, prefix + "gate");
-  g.matmul(a.h, w.k, w.k_bias, a.k, prefix + "k");
-  g.matmul(a.h, w.v, w.v_bias, a.v, prefix + "v");
   attend(g, a, w, s, layer, prefix);
   g.glu(a.attn_gate, a.attn, SL_ACT_SIGMOID, a.attn_gate, prefix + "output gate");
   g.matmul(a.attn_gate, w.o, w.o_bias, a.o, prefix + "o");
