@@ -57,7 +57,7 @@ typedef enum sl_tensor_kind {
   /* 2.0: the states of the step's sequences in the STATE layer `state_layer` of the step's cache:
    * row i is sequence i's state (in slot sl_batch.state_slots[i]), cols values of dtype from byte
    * `offset` of it (a state may hold several arrays); rows = the step's n_seqs. Read and written by
-   * the ops that say so (COPY; the recurrent ops to come). */
+   * the ops that say so (COPY; 2.2: CAUSAL_CONV and GATED_DELTA). */
   SL_TENSOR_STATE = 3
 } sl_tensor_kind;
 
