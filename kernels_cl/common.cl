@@ -34,9 +34,10 @@ inline float quant_value(__global const uint* words, ulong words_per_row, uint b
   return load_value(scales, scale_dtype, g) * (float)q + load_value(biases, scale_dtype, g);
 }
 
-// act(g) of a gated MLP (sl_activation): 0 SiLU, 1 GELU (tanh approximation), 2 GELU (erf).
+// act(g) of a gated MLP (sl_activation): 0 SiLU, 1 GELU (tanh approximation), 2 GELU (erf), 3 sigmoid.
 inline float activation_of(float g, uint activation) {
   if (activation == 0u) return g / (1.0f + exp(-g));
   if (activation == 1u) return 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  if (activation == 4u) return 1.0f / (1.0f + exp(-g));  // SL_ACT_SIGMOID
   return 0.5f * g * (1.0f + erf(g * 0.7071067811865476f));
 }

@@ -104,6 +104,12 @@ sl_status kv_write(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const 
 sl_status attention(sl_backend*, sl_kv_cache*, uint32_t, const sl_buffer*, const sl_attention_params*, const float* sinks, sl_buffer*,
                     sl_error*);
 
+// Recurrent layers (cpu_recurrent.cpp, ABI 2.2): the states are the STATE tensor's rows in the cache.
+sl_status causal_conv(sl_backend*, sl_kv_cache*, const sl_buffer* x, const sl_weight* w, uint32_t activation, sl_buffer* out,
+                      const sl_tensor& window, sl_error*);
+sl_status gated_delta(sl_backend*, sl_kv_cache*, const sl_buffer* qkv, const sl_buffer* a, const sl_buffer* b, const sl_weight* a_log,
+                      const sl_gated_delta_params&, sl_buffer* out, const sl_tensor& state, sl_error*);
+
 // The graph entry points (cpu_graph.cpp).
 int supports_node(const sl_backend*, const sl_node_query*);
 sl_status graph_compute(sl_backend*, const sl_graph*, const sl_step*, sl_error*);

@@ -181,6 +181,15 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
       View x = view(*in0), o = view(*out);
       return argmax(be, x.get(), in0->rows, in0->cols, o.get(), 0, err);
     }
+    case SL_OP_CAUSAL_CONV: {  // 2.2
+      View x = view(*in0), o = view(*out);
+      return causal_conv(be, cache, x.get(), in1->weight, graph::params<sl_conv_params>(n)->activation, o.get(), *output(g, n, 1), err);
+    }
+    case SL_OP_GATED_DELTA: {  // 2.2
+      View qkv = view(*in0), a = view(*in1), b = view(*in2), o = view(*out);
+      return gated_delta(be, cache, qkv.get(), a.get(), b.get(), input(g, n, 3)->weight, *graph::params<sl_gated_delta_params>(n), o.get(),
+                         *output(g, n, 1), err);
+    }
     default:
       return set_error(err, SL_ERR_UNSUPPORTED, std::string(graph::node_name(n)) + ": op not supported by the CPU backend");
   }
@@ -226,18 +235,25 @@ bool weight_form_runs(const sl_weight* w, uint32_t op) {
 
 }  // namespace
 
+// Ops that read or write a sequence's state (STATE tensors).
+static bool takes_states(uint32_t op) { return op == SL_OP_COPY || op == SL_OP_CAUSAL_CONV || op == SL_OP_GATED_DELTA; }
+
 int supports_node(const sl_backend*, const sl_node_query* q) {
   if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op >= SL_OP_COUNT) return 0;
   const sl_node& n = *q->node;
+  if (n.op == SL_OP_GLU) {
+    const auto* p = graph::params<sl_glu_params>(n);
+    if (!p || p->activation > SL_ACT_SIGMOID) return 0;
+  }
   for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i) {
     if (n.inputs[i] == SL_NO_TENSOR || !q->tensors || n.inputs[i] >= q->n_tensors) continue;
     const sl_tensor& t = q->tensors[n.inputs[i]];
     if (t.kind == SL_TENSOR_WEIGHT && (!t.weight || !weight_form_runs(t.weight, n.op))) return 0;
-    if (t.kind == SL_TENSOR_STATE && n.op != SL_OP_COPY) return 0;
+    if (t.kind == SL_TENSOR_STATE && !takes_states(n.op)) return 0;
   }
   for (uint32_t i = 0; i < SL_NODE_MAX_OUTPUTS; ++i)
     if (n.outputs[i] != SL_NO_TENSOR && q->tensors && n.outputs[i] < q->n_tensors && q->tensors[n.outputs[i]].kind == SL_TENSOR_STATE &&
-        n.op != SL_OP_COPY)
+        !takes_states(n.op))
       return 0;
   return 1;  // every KV codec works through encode/decode or its fused hooks
 }

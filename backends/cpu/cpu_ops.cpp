@@ -217,6 +217,11 @@ sl_status gated_activation(sl_backend* be, const sl_glu_params* params, const sl
       });
       return SL_OK;
     }
+    case SL_ACT_SIGMOID:  // 2.2
+      be->pool->parallel_for(n, 4096, [&](std::size_t b, std::size_t e, unsigned) {
+        for (std::size_t i = b; i < e; ++i) o[i] = u[i] / (1.0f + std::exp(-g[i]));
+      });
+      return SL_OK;
     default:
       return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(params->activation));
   }

@@ -400,6 +400,12 @@ sl_status kv_copy_state(sl_backend*, sl_kv_cache*, uint32_t, uint32_t, sl_error*
 sl_status kv_clear_state(sl_backend*, sl_kv_cache*, uint32_t, sl_error*);
 // COPY with a recurrent layer's state on one side (x or out a STATE tensor; cl_kv_cache.cpp).
 sl_status copy_state(sl_backend*, sl_kv_cache*, const sl_tensor* x, const sl_tensor* out, sl_error*);
+// Recurrent layers (cl_recurrent.cpp, ABI 2.2): the states are the STATE tensor's rows in the cache.
+constexpr uint32_t kConvMaxTaps = 64;  // CONV_MAX_K in kernels_cl/recurrent.cl
+sl_status causal_conv(sl_backend*, sl_kv_cache*, const sl_buffer* x, const sl_weight* w, uint32_t activation, sl_buffer* out,
+                      const sl_tensor& window, sl_error*);
+sl_status gated_delta(sl_backend*, sl_kv_cache*, const sl_buffer* qkv, const sl_buffer* a, const sl_buffer* b, const sl_weight* a_log,
+                      const sl_gated_delta_params&, sl_buffer* out, const sl_tensor& state, sl_error*);
 // Whether the kernels run KV_WRITE and ATTENTION of this layer of the cache (cl_kv_cache.h).
 bool runs_layer(const sl_kv_cache* c, uint32_t layer);
 // KV_WRITE; rope: a rope pair of q and k to run first — in the write's launch where k is its second

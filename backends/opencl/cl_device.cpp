@@ -299,7 +299,7 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
     std::string source = kernel_source("common"), options = "-cl-std=CL1.2";
     if (program == "ops") {
       source += kernel_source("warp") + kernel_source("elementwise") + kernel_source("norms") + kernel_source("rope") +
-                kernel_source("gemm");
+                kernel_source("gemm") + kernel_source("recurrent");
       options += " -DWG=64";
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";  // the producers of the dp4a matvec's input
       if (be->use_ptx && be->caps.sm >= 70) options += " -DSLUICE_PTX_FENCE";  // argmax in one launch

@@ -143,6 +143,11 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
     }
     case SL_OP_ARGMAX:
       return argmax(be, buf(in0), in0->rows, in0->cols, buf(out), out->offset / 4, err);
+    case SL_OP_CAUSAL_CONV:  // 2.2
+      return causal_conv(be, r.cache, buf(in0), in1->weight, graph::params<sl_conv_params>(n)->activation, buf(out), *r.out(i, 1), err);
+    case SL_OP_GATED_DELTA:  // 2.2
+      return gated_delta(be, r.cache, buf(in0), buf(in1), buf(in2), r.in(i, 3)->weight, *graph::params<sl_gated_delta_params>(n), buf(out),
+                         *r.out(i, 1), err);
     default:
       return set_error(err, SL_ERR_UNSUPPORTED, std::string(graph::node_name(n)) + ": op not supported by the OpenCL backend");
   }
@@ -312,9 +317,17 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
       if (n.op != SL_OP_MATMUL && n.op != SL_OP_EMBED && t.weight->bits != 0) return 0;  // norms and biases: plain values
     } else if (t.kind == SL_TENSOR_BUFFER && t.offset != 0 && !takes_offset(n.op, is_output, is_output ? i - SL_NODE_MAX_INPUTS : i)) {
       return 0;
-    } else if (t.kind == SL_TENSOR_STATE && n.op != SL_OP_COPY) {
-      return 0;  // a state is read and written by COPY alone (the recurrent ops to come)
+    } else if (t.kind == SL_TENSOR_STATE && n.op != SL_OP_COPY && n.op != SL_OP_CAUSAL_CONV && n.op != SL_OP_GATED_DELTA) {
+      return 0;  // states: COPY and the recurrent ops
     }
+  }
+  if (n.op == SL_OP_GLU) {
+    const auto* p = graph::params<sl_glu_params>(n);
+    if (!p || p->activation > SL_ACT_SIGMOID) return 0;
+  }
+  if (n.op == SL_OP_CAUSAL_CONV && n.inputs[1] < q->n_tensors && q->tensors) {
+    const sl_tensor& w = q->tensors[n.inputs[1]];
+    if (w.kind != SL_TENSOR_WEIGHT || !w.weight || w.weight->bits || w.weight->cols > kConvMaxTaps) return 0;
   }
   if ((n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) && q->kv && q->kv->struct_size >= offsetof(sl_kv_layout, layers) + sizeof(void*) &&
       q->kv->layers) {

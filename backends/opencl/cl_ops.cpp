@@ -351,7 +351,7 @@ sl_status rope_prepare(sl_backend* be, sl_buffer* x, uint32_t n_heads, uint32_t 
 sl_status gated_activation(sl_backend* be, const sl_glu_params* params, const sl_buffer* gate, const sl_buffer* up,
                            sl_buffer* out, uint64_t n, Forms& forms, sl_error* err) {
   const uint32_t activation = params->activation;
-  if (activation > SL_ACT_SWIGLU_CLAMPED) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
+  if (activation > SL_ACT_SIGMOID) return set_error(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(activation));
   if (!float_buffer_ok(gate, n) || !float_buffer_ok(up, n) || !float_buffer_ok(out, n)) return too_small(err, "gated_activation");
   if (n == 0) return SL_OK;
   if (activation == SL_ACT_SWIGLU_CLAMPED) {

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "conformance/runner.h"
+#include "graph/step_graph.h"
 #include "plugin/builtin_codecs.h"
 #include "util/vec.h"
 
@@ -197,6 +198,27 @@ void run_elementwise(Runner& r) {
         const double x = std::min<double>(g[i], limit), y = std::clamp<double>(u[i], -limit, limit);
         const double want = x / (1 + std::exp(-1.702 * x)) * (y + 1);
         r.check(got[i], want, 4 * kRel * (std::abs(x) * (std::abs(y) + 1)) + kFloor, "value " + std::to_string(i));
+      }
+    }
+  });
+  // 2.2: sigmoid (Qwen3.5's gated attention output), for the backends that say they run it.
+  auto runs_sigmoid = [](const BackendHandle& be) -> std::string {
+    StepGraph g;
+    g.glu(g.buffer(nullptr, 1, 8), g.buffer(nullptr, 1, 8), SL_ACT_SIGMOID, g.buffer(nullptr, 1, 8), "glu");
+    const sl_graph& view = g.view();
+    return be.supports(view.nodes[0], std::span<const sl_tensor>(view.tensors, view.n_tensors)) ? "" : "unsupported";
+  };
+  r.op("gated_activation: sigmoid", runs_sigmoid, [&] {
+    for (uint64_t n : {1u, 4099u}) {
+      r.new_case("n " + std::to_string(n));
+      const auto g = r.random(n, 3.0f), u = r.random(n);
+      auto dg = r.upload(g), du = r.upload(u), out = r.zeros(n);
+      sl_error err{};
+      r.expect_ok(r.ops().gated_activation(SL_ACT_SIGMOID, dg.get(), du.get(), out.get(), n, &err), err, "gated_activation");
+      const auto got = r.download(out, n);
+      for (uint64_t i = 0; i < n; ++i) {
+        const double want = u[i] / (1 + std::exp(-double(g[i])));
+        r.check(got[i], want, 4 * kRel * std::abs(want) + kFloor, "value " + std::to_string(i));
       }
     }
   });

@@ -5,7 +5,9 @@
 // - a sliding-window layer's pages from the window table: blocks no query's window reaches left out
 //   (-1) and their page overwritten by another sequence, as the host releases and reuses them;
 // - recurrent state: kv_clear_state, COPY of an activation into a sequence's state and back (whole,
-//   and a range of it), kv_copy_state from slot to slot — exactly.
+//   and a range of it), kv_copy_state from slot to slot — exactly;
+// - the recurrent ops (2.2): CAUSAL_CONV and GATED_DELTA over two sequences whose tokens interleave
+//   in a prefill step and then decode a token each, against the recurrences in double precision.
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -373,12 +375,135 @@ void run_state(Runner& r) {
   });
 }
 
+// Shapes of the recurrent ops' check: grouped value heads (4 value heads on 2 key heads), a 4-tap
+// convolution over q, k and v together.
+constexpr uint32_t kNK = 2, kNV = 4, kDK = 8, kDV = 6, kTaps = 4;
+constexpr uint32_t kConvDim = 2 * kNK * kDK + kNV * kDV;
+constexpr uint32_t kWindowFloats = (kTaps - 1) * kConvDim, kMatrixFloats = kNV * kDK * kDV;
+
+bool runs_recurrent_ops(const BackendHandle& be) {
+  if (!be.keeps_state()) return false;
+  StepGraph g;
+  sl_weight taps{}, rates{};
+  taps.struct_size = rates.struct_size = sizeof(sl_weight);
+  taps.dtype = rates.dtype = SL_DTYPE_F32;
+  taps.rows = kConvDim;
+  taps.cols = kTaps;
+  rates.rows = 1;
+  rates.cols = kNV;
+  g.causal_conv(g.buffer(nullptr, 2, kConvDim), g.weight(taps), SL_ACT_SILU, g.buffer(nullptr, 2, kConvDim), g.state(1, 2, kWindowFloats),
+                "conv");
+  sl_gated_delta_params p{};
+  p.n_k_heads = kNK;
+  p.n_v_heads = kNV;
+  p.k_head_dim = kDK;
+  p.v_head_dim = kDV;
+  p.scale = 0.35f;
+  p.l2_eps = 1e-6f;
+  g.gated_delta(g.buffer(nullptr, 2, kConvDim), g.buffer(nullptr, 2, kNV), g.buffer(nullptr, 2, kNV), g.weight(rates), p,
+                g.buffer(nullptr, 2, kNV * kDV), g.state(1, 2, kMatrixFloats, kWindowFloats * 4), "delta");
+  const sl_graph& view = g.view();
+  const std::span<const sl_tensor> tensors(view.tensors, view.n_tensors);
+  return be.supports(view.nodes[0], tensors) && be.supports(view.nodes[1], tensors);
+}
+
+void run_recurrent_ops(Runner& r) {
+  r.op("recurrent ops: causal_conv and gated_delta", per_layer(runs_recurrent_ops), [&] {
+    sl_kv_layer state{};
+    state.kind = SL_KV_STATE;
+    state.state_bytes = uint64_t(kWindowFloats + kMatrixFloats) * 4;
+    auto c = two_layer_cache(r, builtin_f32_codec(), state, 2, 0, 4);
+    sl_kv_cache* cache = c->cache.get();
+    sl_error err{};
+    r.expect_ok(r.api()->kv_clear_state(r.raw(), cache, 2, &err), err, "kv_clear_state");
+    r.expect_ok(r.api()->kv_clear_state(r.raw(), cache, 0, &err), err, "kv_clear_state");
+    const Weight taps = r.weight(SL_DTYPE_F32, kConvDim, kTaps);
+    const Weight rates = r.weight(SL_DTYPE_F32, 1, kNV, 0.5f);
+    sl_gated_delta_params p{};
+    p.struct_size = sizeof(p);
+    p.n_k_heads = kNK;
+    p.n_v_heads = kNV;
+    p.k_head_dim = kDK;
+    p.v_head_dim = kDV;
+    p.scale = 1.0f / std::sqrt(float(kDK));
+    p.l2_eps = 1e-6f;
+    // The reference's states, per sequence: the window [K - 1][C] and the matrices [head][k][v].
+    std::vector<std::vector<double>> window(2, std::vector<double>(kWindowFloats, 0.0)), S(2, std::vector<double>(kMatrixFloats, 0.0));
+    auto step = [&](const std::string& name, const std::vector<int32_t>& positions, const std::vector<int32_t>& seqs) {
+      r.new_case(name);
+      const std::vector<int32_t> pages = {0, 1}, slots = {2, 0};
+      begin(r, positions, seqs, 2, 1, pages, nullptr, &slots);
+      const uint32_t n = static_cast<uint32_t>(positions.size());
+      const auto x = r.random(std::size_t(n) * kConvDim), qkv = r.random(std::size_t(n) * kConvDim, 1.0f);
+      const auto a = r.random(std::size_t(n) * kNV, 1.5f), b = r.random(std::size_t(n) * kNV, 1.5f);
+      auto dx = r.upload(x), dqkv = r.upload(qkv), da = r.upload(a), db = r.upload(b);
+      auto conv_out = r.zeros(std::size_t(n) * kConvDim), delta_out = r.zeros(std::size_t(n) * kNV * kDV);
+      r.expect_ok(r.ops().causal_conv(cache, 1, dx.get(), &taps.w, SL_ACT_SILU, conv_out.get(), &err), err, "causal_conv");
+      r.expect_ok(r.ops().gated_delta(cache, 1, kWindowFloats, dqkv.get(), da.get(), db.get(), &rates.w, p, delta_out.get(), &err), err,
+                  "gated_delta");
+      const auto got_conv = r.download(conv_out, std::size_t(n) * kConvDim);
+      const auto got_delta = r.download(delta_out, std::size_t(n) * kNV * kDV);
+      for (uint32_t t = 0; t < n; ++t) {
+        const uint32_t s = static_cast<uint32_t>(seqs[t]);
+        auto& w = window[s];
+        for (uint32_t ch = 0; ch < kConvDim; ++ch) {
+          double acc = double(taps.values[std::size_t(ch) * kTaps + kTaps - 1]) * x[std::size_t(t) * kConvDim + ch];
+          for (uint32_t k = 0; k + 1 < kTaps; ++k) acc += double(taps.values[std::size_t(ch) * kTaps + k]) * w[std::size_t(k) * kConvDim + ch];
+          for (uint32_t k = 0; k + 2 < kTaps; ++k) w[std::size_t(k) * kConvDim + ch] = w[std::size_t(k + 1) * kConvDim + ch];
+          w[std::size_t(kTaps - 2) * kConvDim + ch] = x[std::size_t(t) * kConvDim + ch];
+          const double want = acc / (1.0 + std::exp(-acc));
+          r.check(got_conv[std::size_t(t) * kConvDim + ch], float(want), 1e-5 * (1.0 + std::abs(want)),
+                  "conv token " + std::to_string(t) + " channel " + std::to_string(ch));
+        }
+        const float* row = qkv.data() + std::size_t(t) * kConvDim;
+        for (uint32_t h = 0; h < kNV; ++h) {
+          const uint32_t kh = h / (kNV / kNK);
+          double qq = 0, kk = 0;
+          for (uint32_t i = 0; i < kDK; ++i) {
+            qq += double(row[kh * kDK + i]) * row[kh * kDK + i];
+            kk += double(row[kNK * kDK + kh * kDK + i]) * row[kNK * kDK + kh * kDK + i];
+          }
+          std::vector<double> q(kDK), k(kDK), kv(kDV, 0.0);
+          for (uint32_t i = 0; i < kDK; ++i) {
+            q[i] = row[kh * kDK + i] / std::sqrt(qq + 1e-6) * p.scale;
+            k[i] = row[kNK * kDK + kh * kDK + i] / std::sqrt(kk + 1e-6);
+          }
+          const double av = a[std::size_t(t) * kNV + h];
+          const double softplus = av > 20 ? av : std::log1p(std::exp(av));
+          const double decay = std::exp(-std::exp(double(rates.values[h])) * softplus);
+          const double beta = 1.0 / (1.0 + std::exp(-double(b[std::size_t(t) * kNV + h])));
+          double* M = S[s].data() + std::size_t(h) * kDK * kDV;
+          for (uint32_t i = 0; i < kDK; ++i)
+            for (uint32_t j = 0; j < kDV; ++j) {
+              M[i * kDV + j] *= decay;
+              kv[j] += M[i * kDV + j] * k[i];
+            }
+          for (uint32_t j = 0; j < kDV; ++j) {
+            const double delta = (row[2 * kNK * kDK + h * kDV + j] - kv[j]) * beta;
+            double o = 0;
+            for (uint32_t i = 0; i < kDK; ++i) {
+              M[i * kDV + j] += k[i] * delta;
+              o += M[i * kDV + j] * q[i];
+            }
+            r.check(got_delta[std::size_t(t) * kNV * kDV + h * kDV + j], float(o), 1e-5 * (1.0 + std::abs(o)),
+                    "delta token " + std::to_string(t) + " head " + std::to_string(h) + " column " + std::to_string(j));
+          }
+        }
+      }
+    };
+    step("prefill: two sequences' tokens interleaved, from cleared states", {0, 0, 1, 2, 1, 3}, {0, 1, 0, 0, 1, 0});
+    step("decode: a token each, from the states the prefill left", {4, 2}, {0, 1});
+    step("a sequence's tokens after the other's", {3, 4, 5, 5}, {1, 1, 1, 0});
+  });
+}
+
 }  // namespace
 
 void run_kv_layers(Runner& r) {
   run_layer_widths(r);
   run_window_pages(r);
   run_state(r);
+  run_recurrent_ops(r);
 }
 
 }  // namespace sluice::conformance

@@ -144,6 +144,42 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
       if (!is_activation(in0) || !is_activation(out) || values(*out) != values(*in0)) return fail("needs x and output of one size");
       return {};
     }
+    case SL_OP_CAUSAL_CONV: {  // 2.2
+      const auto* p = params<sl_conv_params>(n);
+      const sl_tensor* window = output(g, n, 1);
+      if (!p) return fail("missing sl_conv_params");
+      if (p->activation != SL_ACT_SILU && p->activation != SL_CONV_NO_ACTIVATION) return fail("activation must be SiLU or none");
+      if (!is_activation(in0) || !is_weight(in1) || !is_activation(out) || !is_state(window))
+        return fail("needs F32 x and output, a weight and a STATE window");
+      const sl_weight& w = *in1->weight;
+      if (w.bits != 0 || w.cols < 1 || w.rows != in0->cols || in0->rows != n_tokens || out->rows != n_tokens || out->cols != in0->cols)
+        return fail("x " + shape(*in0) + ", weight [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) + "] and output " +
+                    shape(*out) + " are not [tokens, C], [C, K], [tokens, C]");
+      if (uint64_t(window->cols) != uint64_t(w.cols - 1) * w.rows) return fail("the window is not (K - 1) * C values a sequence");
+      if (overlaps(*in0, *out)) return fail("output overlaps x");
+      return {};
+    }
+    case SL_OP_GATED_DELTA: {  // 2.2
+      const auto* p = params<sl_gated_delta_params>(n);
+      const sl_tensor* in3 = input(g, n, 3);
+      const sl_tensor* state = output(g, n, 1);
+      if (!p) return fail("missing sl_gated_delta_params");
+      if (p->n_k_heads == 0 || p->n_v_heads % p->n_k_heads || p->k_head_dim == 0 || p->v_head_dim == 0 || !std::isfinite(p->scale) ||
+          !(p->l2_eps >= 0) || !std::isfinite(p->l2_eps))
+        return fail("heads, widths, scale or l2_eps out of range (n_v_heads a multiple of n_k_heads)");
+      const uint64_t qk = uint64_t(p->n_k_heads) * p->k_head_dim, vd = uint64_t(p->n_v_heads) * p->v_head_dim;
+      if (!is_activation(in0) || !is_activation(in1) || !is_activation(in2) || !is_weight(in3) || !is_activation(out) || !is_state(state))
+        return fail("needs F32 qkv, a, b and output, an A_log weight and a STATE");
+      if (in0->rows != n_tokens || in0->cols != 2 * qk + vd || values(*in1) != uint64_t(n_tokens) * p->n_v_heads ||
+          values(*in2) != uint64_t(n_tokens) * p->n_v_heads || values(*out) != n_tokens * vd)
+        return fail("qkv " + shape(*in0) + ", a, b and output do not fit the heads");
+      if (in3->weight->bits != 0 || in3->weight->rows != 1 || in3->weight->cols != p->n_v_heads) return fail("A_log is not [1, n_v_heads]");
+      if (uint64_t(state->cols) != uint64_t(p->n_v_heads) * p->k_head_dim * p->v_head_dim)
+        return fail("the state is not n_v_heads * k_head_dim * v_head_dim values a sequence");
+      for (const sl_tensor* t : {in0, in1, in2})
+        if (overlaps(*t, *out)) return fail("output overlaps an input");
+      return {};
+    }
     default:
       return fail("op " + std::to_string(n.op) + " is not known to this backend");
   }

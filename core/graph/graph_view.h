@@ -74,6 +74,8 @@ inline const char* op_name(uint32_t op) {
     case SL_OP_SCATTER_ADD_ROWS: return "scatter_add_rows";
     case SL_OP_ARGMAX: return "argmax";
     case SL_OP_SCALE: return "scale";
+    case SL_OP_CAUSAL_CONV: return "causal_conv";
+    case SL_OP_GATED_DELTA: return "gated_delta";
     default: return "unknown op";
   }
 }

@@ -54,6 +54,11 @@ StepGraph::Id StepGraph::state(uint32_t layer, uint32_t n_seqs, uint32_t cols, u
   return static_cast<Id>(tensors_.size() - 1);
 }
 
+StepGraph::Id StepGraph::host_ints(std::vector<int32_t> values) {
+  const auto& kept = ints_.emplace_back(std::move(values));
+  return host(kept.data(), 1, static_cast<uint32_t>(kept.size()), SL_DTYPE_I32);
+}
+
 void StepGraph::node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name) {
   if (in.size() > SL_NODE_MAX_INPUTS || out.size() > SL_NODE_MAX_OUTPUTS) throw std::logic_error("node with too many tensors");
   sl_node n{};
@@ -139,6 +144,19 @@ void StepGraph::scale(Id x, float scale, float softcap, Id out, std::string name
   node(SL_OP_SCALE, {x}, {out}, keep(p), std::move(name));
 }
 
+void StepGraph::causal_conv(Id x, Id w, uint32_t activation, Id out, Id window, std::string name) {
+  sl_conv_params p{};
+  p.struct_size = sizeof(p);
+  p.activation = activation;
+  node(SL_OP_CAUSAL_CONV, {x, w}, {out, window}, keep(p), std::move(name));
+}
+
+void StepGraph::gated_delta(Id qkv, Id a, Id b, Id a_log, const sl_gated_delta_params& p, Id out, Id state, std::string name) {
+  sl_gated_delta_params q = p;
+  q.struct_size = sizeof(q);
+  node(SL_OP_GATED_DELTA, {qkv, a, b, a_log}, {out, state}, keep(q), std::move(name));
+}
+
 const sl_graph& StepGraph::view() {
   graph_ = {};
   graph_.struct_size = sizeof(graph_);
@@ -155,6 +173,7 @@ void StepGraph::clear() {
   params_.clear();
   names_.clear();
   weights_.clear();
+  ints_.clear();
   graph_ = {};
 }
 

@@ -26,6 +26,8 @@ class StepGraph {
   // The step's sequences' states in recurrent layer `layer` of the step's cache: [n_seqs, cols]
   // float32 values from byte `offset_bytes` of each sequence's state (SL_TENSOR_STATE).
   Id state(uint32_t layer, uint32_t n_seqs, uint32_t cols, uint64_t offset_bytes = 0);
+  // Host I32 values the graph keeps until it is cleared (GET_ROWS indices made while building).
+  Id host_ints(std::vector<int32_t> values);
 
   // Nodes (sluice/graph.h says what each op computes). Names are for messages and profiles.
   void embed(Id table, Id ids, Id out, std::string name = "embed");
@@ -47,6 +49,10 @@ class StepGraph {
   Id reshape(Id t, uint32_t rows, uint32_t cols);
   // out = x * scale, or tanh(x * scale / softcap) * softcap with softcap > 0.
   void scale(Id x, float scale, float softcap, Id out, std::string name);
+  // 2.2: the causal depthwise convolution of x by w ([C, K]) with its window in `window` (a STATE).
+  void causal_conv(Id x, Id w, uint32_t activation, Id out, Id window, std::string name);
+  // 2.2: the gated delta rule over qkv with gates a (dt_bias added) and b, A_log; its states in `state`.
+  void gated_delta(Id qkv, Id a, Id b, Id a_log, const sl_gated_delta_params& p, Id out, Id state, std::string name);
 
   const sl_tensor& tensor(Id id) const { return tensors_.at(id); }
   const std::vector<sl_node>& nodes() const { return nodes_; }
@@ -56,7 +62,8 @@ class StepGraph {
   void clear();
 
  private:
-  using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params>;
+  using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params,
+                              sl_conv_params, sl_gated_delta_params>;
   void node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name);
   template <class P>
   const P* keep(const P& p) {
@@ -68,6 +75,7 @@ class StepGraph {
   std::deque<Params> params_;     // stable addresses
   std::deque<std::string> names_;
   std::deque<sl_weight> weights_; // copies of the weights referenced (the caller's may move)
+  std::deque<std::vector<int32_t>> ints_;  // host_ints' values
   sl_graph graph_{};
 };
 

@@ -29,6 +29,13 @@ struct Activations {
   Id per_layer = StepGraph::kNone, per_layer_gate = StepGraph::kNone;
   // An MoE block beside a dense MLP (Gemma 4): the MLP's output kept while the experts run, the router's input.
   Id dense_out = StepGraph::kNone, router_in = StepGraph::kNone;
+  // Gated attention (Qwen3.5): q_proj's output, each head's query then its gate ([n, heads·2D], and
+  // as [n·heads·2, D] rows), and the gates parted from it ([n, heads·D]; [n·heads, D]).
+  Id q_gate = StepGraph::kNone, q_gate_rows = StepGraph::kNone, attn_gate = StepGraph::kNone, attn_gate_heads = StepGraph::kNone;
+  // Gated DeltaNet: q, k and v before and after the convolution [n, conv_dim]; z [n, NV·DV]; a and b
+  // [n, NV]; the delta rule's output [n, NV·DV] and per head [n·NV, DV] for the gated norm.
+  Id lin_qkv = StepGraph::kNone, lin_conv = StepGraph::kNone, lin_z = StepGraph::kNone, lin_a = StepGraph::kNone,
+     lin_b = StepGraph::kNone, lin_core = StepGraph::kNone, lin_core_heads = StepGraph::kNone;
 };
 
 struct AttentionWeights {
@@ -58,6 +65,12 @@ struct AttentionShape {
 // attends what `layer` holds.
 void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
                const std::string& prefix);
+
+// h → o, Qwen3.5's gated attention: q_proj gives each head's query and an output gate side by side;
+// GET_ROWS parts them, the query goes through attention as above, and the attention output is
+// multiplied by sigmoid(gate) (a GLU node) before the output product.
+void gated_attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
+                     const std::string& prefix);
 
 // h → o: act(h·gateᵀ) * (h·upᵀ), then ·downᵀ.
 void gated_mlp(StepGraph& g, const Activations& a, Id gate, Id up, Id down, uint32_t activation, const std::string& prefix);

@@ -33,6 +33,14 @@ struct LayerWeights {
   // values; the Transformer keeps them as float32 on the layer's backend (sinks).
   std::vector<float> sink_values;
   sl_buffer* sinks = nullptr;
+  // A shared expert beside the routed ones (Qwen3.5-MoE): a gated MLP whose output the driver adds
+  // times sigmoid(h · shared_expert_gate).
+  sl_weight shared_gate{}, shared_up{}, shared_down{}, shared_expert_gate{};
+  bool has_shared_expert = false;
+  // A Gated DeltaNet layer (Qwen3.5's linear_attention): its products, dt_bias (in_proj_a's bias),
+  // A_log, the convolution's taps [conv_dim, K], the gated norm and the output product.
+  sl_weight lin_qkv{}, lin_z{}, lin_b{}, lin_a{}, lin_dt_bias{}, lin_a_log{}, lin_conv{}, lin_norm{}, lin_out{};
+  bool linear = false;
 };
 
 // Tensors around the layers a family binds itself (Gemma 4's per-layer inputs: the token table

@@ -498,10 +498,54 @@ Status parse_gemma4_layers(const rapidjson::Value& doc, const std::string& where
   return {};
 }
 
+// Qwen3.5 (transformers' Qwen3_5TextConfig / Qwen3_5MoeTextConfig defaults where a field is absent):
+// Gated DeltaNet linear-attention layers (layer_types, else every full_attention_interval-th layer
+// full), their sizes and state, gated full attention with per-head q/k norms, (1 + w) norms.
+Status parse_qwen3_5(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  Fields f(doc, where);
+  LinearAttentionConfig& l = c.linear;
+  struct Field {
+    const char* name;
+    long long fallback, max;
+    int* out;
+  };
+  for (const Field& x : {Field{"linear_conv_kernel_dim", 4, 64, &l.conv_kernel}, Field{"linear_num_key_heads", 16, kMaxHeads, &l.n_k_heads},
+                         Field{"linear_num_value_heads", 32, kMaxHeads, &l.n_v_heads},
+                         Field{"linear_key_head_dim", 128, kMaxHeadDim, &l.k_head_dim},
+                         Field{"linear_value_head_dim", 128, kMaxHeadDim, &l.v_head_dim}}) {
+    SLUICE_TRY_ASSIGN(v, f.integer(x.name));
+    const long long value = v.value_or(x.fallback);
+    const long long low = std::string_view(x.name) == "linear_conv_kernel_dim" ? 2 : 1;
+    if (value < low || value > x.max)
+      return make_error(where + ": '" + x.name + "' must be an integer in " + std::to_string(low) + ".." + std::to_string(x.max) + ", got " +
+                        std::to_string(value));
+    *x.out = static_cast<int>(value);
+  }
+  if (l.n_v_heads % l.n_k_heads != 0)
+    return make_error(where + ": linear_num_value_heads " + std::to_string(l.n_v_heads) + " is not a multiple of linear_num_key_heads " +
+                      std::to_string(l.n_k_heads));
+  const uint64_t state_bytes = (l.conv_state_floats() + l.recurrent_state_floats()) * 4;
+  if (state_bytes > (1ull << 30))
+    return make_error(where + ": a linear-attention layer's state of " + std::to_string(state_bytes) + " bytes a sequence is past 1 GiB");
+  c.linear_state_bytes = state_bytes;
+  if (!json::member(doc, "layer_types")) {  // transformers' default pattern
+    SLUICE_TRY_ASSIGN(interval, f.integer("full_attention_interval"));
+    const long long every = interval.value_or(4);
+    if (every <= 0 || every > kMaxLayers) return make_error(where + ": 'full_attention_interval' must be a positive integer");
+    for (int i = 0; i < c.num_layers; ++i)
+      if ((i + 1) % every != 0) c.layer_types[i] = LayerType::kLinearAttention;
+  }
+  c.norm_weight_offset = 1.0f;
+  c.qk_norm = true;
+  c.attention_output_gate = true;
+  return {};
+}
+
 // Mixture-of-Experts fields, named as each architecture's transformers config names them.
 Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
   const bool mixtral = c.architecture == "mixtral", qwen3_moe = c.architecture == "qwen3_moe", olmoe = c.architecture == "olmoe";
   const bool gpt_oss = c.architecture == "gpt_oss";
+  const bool qwen3_5_moe = c.architecture == "qwen3_5_moe_text";
   Fields f(doc, where);
   if (c.architecture == "gemma4_text") {  // the MoE block beside every layer's MLP (26B-A4B)
     SLUICE_TRY_ASSIGN(enabled, f.boolean("enable_moe_block"));
@@ -521,27 +565,32 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
     c.moe.sparse_layer.assign(c.num_layers, true);
     return {};
   }
-  if (!mixtral && !qwen3_moe && !olmoe && !gpt_oss) return {};
+  if (!mixtral && !qwen3_moe && !olmoe && !gpt_oss && !qwen3_5_moe) return {};
   SLUICE_TRY_ASSIGN(local_experts, f.integer("num_local_experts"));
   SLUICE_TRY_ASSIGN(experts, f.integer("num_experts"));
   SLUICE_TRY_ASSIGN(top_k, f.integer("num_experts_per_tok"));
   SLUICE_TRY_ASSIGN(moe_ffn, f.integer("moe_intermediate_size"));
   SLUICE_TRY_ASSIGN(norm, f.boolean("norm_topk_prob"));
   SLUICE_TRY_ASSIGN(sparse_step, f.integer("decoder_sparse_step"));
+  SLUICE_TRY_ASSIGN(shared_ffn, f.integer("shared_expert_intermediate_size"));
   MoeConfig& m = c.moe;
-  // gpt-oss: transformers' GptOssConfig defaults (gpt-oss-120b's 128 experts, 4 a token).
-  const long long n_experts = experts.value_or(local_experts.value_or(gpt_oss ? 128 : 0)), k = top_k.value_or(gpt_oss ? 4 : 0);
+  // Defaults where a field is absent: gpt-oss's GptOssConfig (gpt-oss-120b's 128 experts, 4 a token);
+  // Qwen3_5MoeTextConfig (256 experts, 8 a token, widths of 512).
+  const long long n_experts = experts.value_or(local_experts.value_or(gpt_oss ? 128 : qwen3_5_moe ? 256 : 0));
+  const long long k = top_k.value_or(gpt_oss ? 4 : qwen3_5_moe ? 8 : 0);
+  if (qwen3_5_moe && !moe_ffn) moe_ffn = 512;
   if (n_experts <= 0 || n_experts > kMaxExperts || k <= 0 || k > n_experts)
     return make_error(where + ": a " + c.architecture + " model needs num_experts (or num_local_experts) in 1.." +
                       std::to_string(kMaxExperts) + " and 0 < num_experts_per_tok <= it");
   m.n_experts = static_cast<int>(n_experts);
   m.top_k = static_cast<int>(k);
-  const long long expert_ffn = qwen3_moe ? moe_ffn.value_or(0) : c.intermediate_size;
+  const long long expert_ffn = qwen3_moe || qwen3_5_moe ? moe_ffn.value_or(0) : c.intermediate_size;
   if (expert_ffn <= 0 || expert_ffn > kMaxFfnWidth)
     return make_error(where + ": 'moe_intermediate_size' must be a positive integer at most " +
                       std::to_string(kMaxFfnWidth));
   m.expert_intermediate = static_cast<int>(expert_ffn);
-  m.normalize_top_k = mixtral ? true : norm.value_or(false);
+  // Qwen3.5-MoE's router always divides the top k by their sum (its config has no norm_topk_prob).
+  m.normalize_top_k = mixtral || qwen3_5_moe ? true : norm.value_or(false);
   m.sparse_layer.assign(c.num_layers, true);
   if (gpt_oss) {  // every layer MoE; a biased router, softmax over its top k; biased experts, clamped SwiGLU
     SLUICE_TRY_ASSIGN(alpha, f.number("swiglu_alpha"));
@@ -553,6 +602,12 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
     m.swiglu_limit = static_cast<float>(l);
     m.routing = MoeRouting::kTopKSoftmax;
     m.router_bias = m.expert_bias = true;
+  }
+  if (qwen3_5_moe) {  // every layer a MoE block with a shared expert
+    const long long shared = shared_ffn.value_or(512);
+    if (shared <= 0 || shared > kMaxFfnWidth)
+      return make_error(where + ": 'shared_expert_intermediate_size' must be a positive integer at most " + std::to_string(kMaxFfnWidth));
+    m.shared_expert_intermediate = static_cast<int>(shared);
   }
   if (qwen3_moe) {
     const long long step = sparse_step.value_or(1);
@@ -577,8 +632,9 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
 }  // namespace
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
-  static const std::vector<std::string> kArchitectures = {"gemma2", "gemma3_text", "gemma4_text", "gpt_oss", "llama",    "mistral",
-                                                          "mixtral", "olmoe",      "phi3",        "qwen2",   "qwen3", "qwen3_moe"};
+  static const std::vector<std::string> kArchitectures = {
+      "gemma2", "gemma3_text", "gemma4_text", "gpt_oss", "llama",        "mistral",          "mixtral",
+      "olmoe",  "phi3",        "qwen2",       "qwen3",   "qwen3_5_text", "qwen3_5_moe_text", "qwen3_moe"};
   return kArchitectures;
 }
 
@@ -619,11 +675,14 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     long long max;
     int* out;
   };
+  const bool qwen3_5 = c.architecture == "qwen3_5_text" || c.architecture == "qwen3_5_moe_text";
   for (const Required& r : {Required{"vocab_size", kMaxVocab, &c.vocab_size},
                             Required{"hidden_size", kMaxWidth, &c.hidden_size},
                             Required{"intermediate_size", kMaxFfnWidth, &c.intermediate_size},
                             Required{"num_hidden_layers", kMaxLayers, &c.num_layers},
                             Required{"num_attention_heads", kMaxHeads, &c.num_heads}}) {
+    // Qwen3.5-MoE has no dense MLP: its config may leave intermediate_size out.
+    if (c.architecture == "qwen3_5_moe_text" && std::string_view(r.name) == "intermediate_size" && !json::member(doc, r.name)) continue;
     auto s = required_int(r.name, r.max, *r.out);
     if (!s) return s.error();
   }
@@ -641,7 +700,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   // transformers' Qwen3Config defaults head_dim to 128 rather than hidden/heads.
   const bool gemma = c.architecture == "gemma2" || c.architecture == "gemma3_text" || c.architecture == "gemma4_text";
   const bool gpt_oss = c.architecture == "gpt_oss";
-  const long long default_head_dim = c.architecture == "qwen3" ? 128 : gemma ? 256 : gpt_oss ? 64 : c.hidden_size / c.num_heads;
+  const long long default_head_dim = c.architecture == "qwen3" ? 128 : gemma ? 256 : gpt_oss ? 64 : qwen3_5 ? 256 : c.hidden_size / c.num_heads;
   const long long hd = head_dim.value_or(default_head_dim);
   if (hd <= 0 || hd % 2 != 0 || hd > kMaxHeadDim)
     return make_error(where + ": head_dim must be positive and even (at most " + std::to_string(kMaxHeadDim) +
@@ -683,6 +742,7 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (auto s = parse_moe(doc, where, c); !s) return s.error();
 
   if (gpt_oss) c.rope.theta = 150000.0;  // GptOssConfig's default_theta
+  if (qwen3_5) c.rope.partial_rotary_factor = 0.25;  // Qwen3_5TextConfig's default; the file's value, if any, wins
   if (auto s = parse_rope(doc, where, c.max_position_embeddings, c.rope); !s) return s.error();
   if (gpt_oss && !json::member(doc, "rope_scaling") && !json::member(doc, "rope_parameters")) {
     // GptOssConfig's default: yarn 32× over a trained context of 4096, the ramp not rounded.
@@ -706,6 +766,8 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (auto s = parse_windows(doc, where, c); !s) return s.error();
   if (c.architecture == "gemma4_text")
     if (auto s = parse_gemma4_layers(doc, where, c); !s) return s.error();
+  if (qwen3_5)
+    if (auto s = parse_qwen3_5(doc, where, c); !s) return s.error();
 
   if (const auto* q = json::member(doc, "quantization")) {
     if (auto s = parse_quantization(*q, where + ": quantization", c.quantization); !s) return s.error();

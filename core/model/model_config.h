@@ -76,6 +76,7 @@ struct MoeConfig {
   // The experts' activation: SiLU-gated, or gpt-oss's clamped SwiGLU with these (swiglu_limit > 0).
   float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
   bool clamped_swiglu() const { return swiglu_limit > 0; }
+  int shared_expert_intermediate = 0;  // Qwen3.5-MoE: a shared expert beside the routed ones, gated by sigmoid(x·w); 0 none
   std::vector<bool> sparse_layer;  // per layer: a MoE block (true) or a dense MLP
   bool enabled() const { return n_experts > 0; }
   bool is_sparse(int layer) const { return enabled() && layer < static_cast<int>(sparse_layer.size()) && sparse_layer[layer]; }
@@ -94,6 +95,21 @@ struct LayerCacheSpec {
   uint32_t n_kv_heads = 0, k_head_dim = 0, v_head_dim = 0;  // attention layers
   uint32_t window = 0;        // sliding attention
   uint64_t state_bytes = 0;   // linear attention
+};
+
+// Gated DeltaNet, the recurrent (linear_attention) layers of Qwen3.5 / Qwen3-Next: q, k and v from
+// one product, a short causal convolution over them, the gated delta rule, a gated RMSNorm.
+struct LinearAttentionConfig {
+  int conv_kernel = 0;  // linear_conv_kernel_dim; 0: the model has no such layers
+  int n_k_heads = 0, n_v_heads = 0;
+  int k_head_dim = 0, v_head_dim = 0;
+  int key_dim() const { return n_k_heads * k_head_dim; }
+  int value_dim() const { return n_v_heads * v_head_dim; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }  // q, k and v, convolved together
+  // A sequence's state: the convolution's last conv_kernel - 1 inputs, then each value head's
+  // [k_head_dim, v_head_dim] matrix.
+  uint64_t conv_state_floats() const { return uint64_t(conv_kernel > 0 ? conv_kernel - 1 : 0) * conv_dim(); }
+  uint64_t recurrent_state_floats() const { return uint64_t(n_v_heads) * k_head_dim * v_head_dim; }
 };
 
 struct ModelConfig {
@@ -146,9 +162,13 @@ struct ModelConfig {
   bool double_wide_shared_mlp = false;
   // V values per KV head where they differ from K's (MLA); 0 = head_dim. Set by the families that have it.
   int v_head_dim = 0;
-  // Bytes of a linear-attention layer's state per sequence; set by the family that runs such layers
-  // (none yet: a model with them is refused, core/model/transformer.cpp).
+  // Bytes of a linear-attention layer's state per sequence, from the family's fields (Qwen3.5:
+  // `linear`'s convolution window and recurrent state).
   uint64_t linear_state_bytes = 0;
+  LinearAttentionConfig linear;
+  // Qwen3.5's full-attention layers: q_proj gives each head's query and a gate, and the attention
+  // output is multiplied by sigmoid(gate) before o_proj.
+  bool attention_output_gate = false;
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
   QuantizationConfig quantization;

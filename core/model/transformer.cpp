@@ -355,9 +355,10 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
   if (specs.empty()) return make_error("no backend to run the model on");
   m->family_ = families::family_for(c);
   if (!m->family_) return make_error("no graph builder for architecture (model_type) '" + c.architecture + "'");
-  for (int i = 0; i < c.num_layers; ++i)
+  for (int i = 0; i < c.num_layers && !m->family_->builds_linear_attention(); ++i)
     if (c.layer_type(i) == LayerType::kLinearAttention)
-      return make_error("layer " + std::to_string(i) + " is a linear-attention (recurrent) layer: no family here builds one yet");
+      return make_error("layer " + std::to_string(i) + " is a linear-attention (recurrent) layer, which the " + m->family_->name() +
+                        " family does not build");
   uint32_t placed = 0;
   for (const auto& spec : specs) {
     if (!spec.backend || spec.n_layers == 0) return make_error("a model stage needs a backend and at least one layer");
@@ -497,7 +498,8 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     // Sized for the widest layer (Gemma 4's full layers have wider heads).
     const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * std::max(c.max_head_dim(), c.value_head_dim());
     const uint64_t KD = uint64_t(c.max_kv_width()), VD = KD, OD = QD;
-    const uint64_t ffn = std::max<uint64_t>(uint64_t(c.intermediate_size) * (c.double_wide_shared_mlp ? 2 : 1), c.moe.expert_intermediate);
+    const uint64_t ffn = std::max<uint64_t>({uint64_t(std::max(0, c.intermediate_size)) * (c.double_wide_shared_mlp ? 2 : 1),
+                                             uint64_t(c.moe.expert_intermediate), uint64_t(c.moe.shared_expert_intermediate)});
     for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, VD}, {&a.attn, OD}, {&a.o, H},
                              {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
                              {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))},
@@ -513,6 +515,17 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
                                {&a.per_layer, P}, {&a.per_layer_gate, P}})
         if (auto s = grow(*buf, size * n); !s) return s;
     }
+    // Only the models that have them: gated attention's queries and gates, Gated DeltaNet's activations.
+    const LinearAttentionConfig& l = c.linear;
+    std::vector<std::pair<Buffer*, uint64_t>> extra;
+    if (c.moe.shared_expert_intermediate > 0) extra.push_back({&a.shared_gate_logits, 1});
+    if (c.attention_output_gate) extra.insert(extra.end(), {{&a.q_gate, 2 * QD}, {&a.attn_gate, OD}});
+    if (l.conv_kernel > 0)
+      extra.insert(extra.end(), {{&a.lin_qkv, uint64_t(l.conv_dim())}, {&a.lin_conv, uint64_t(l.conv_dim())},
+                                 {&a.lin_z, uint64_t(l.value_dim())}, {&a.lin_a, uint64_t(l.n_v_heads)},
+                                 {&a.lin_b, uint64_t(l.n_v_heads)}, {&a.lin_core, uint64_t(l.value_dim())}});
+    for (auto [buf, size] : extra)
+      if (auto s = grow(*buf, size * n); !s) return s;
     a.capacity_tokens = n;
     // The MoE output starts from zero rows copied from here.
     std::vector<float> zero(uint64_t(c.hidden_size) * n, 0.0f);

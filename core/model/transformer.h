@@ -113,6 +113,9 @@ class Transformer {
     Buffer router_logits, next_router_logits, expert_in, expert_out, zeros;  // Mixture of Experts
     Buffer per_layer_all, per_layer_tokens, per_layer, per_layer_gate;       // Gemma 4's per-layer inputs
     Buffer dense_out, router_in;                                              // Gemma 4's MoE block beside the MLP
+    Buffer shared_gate_logits;                                                 // a shared expert's gate, [n, 1]
+    Buffer q_gate, attn_gate;                                                  // gated attention (Qwen3.5)
+    Buffer lin_qkv, lin_conv, lin_z, lin_a, lin_b, lin_core;                   // Gated DeltaNet layers
   };
 
   // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.

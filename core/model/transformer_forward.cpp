@@ -16,7 +16,7 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   Activations& a = st.act;
   StepGraph& g = pass.graph;
   const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads, DV = c.value_head_dim();
-  const uint32_t F = static_cast<uint32_t>(std::max(c.intermediate_size, c.moe.expert_intermediate));
+  const uint32_t F = static_cast<uint32_t>(std::max({c.intermediate_size, c.moe.expert_intermediate, c.moe.shared_expert_intermediate}));
   blocks::Activations& t = pass.act;
   t.x = g.buffer(a.x.get(), n, H);
   t.h = g.buffer(a.h.get(), n, H);
@@ -44,6 +44,22 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   t.gate = g.buffer(a.gate.get(), n, ffn);
   t.up = g.buffer(a.up.get(), n, ffn);
   t.act = g.buffer(a.act.get(), n, ffn);
+  if (c.attention_output_gate) {
+    t.q_gate = g.buffer(a.q_gate.get(), n, 2 * NH * D);
+    t.q_gate_rows = g.buffer(a.q_gate.get(), 2 * n * NH, D);
+    t.attn_gate = g.buffer(a.attn_gate.get(), n, NH * DV);
+    t.attn_gate_heads = g.buffer(a.attn_gate.get(), n * NH, DV);
+  }
+  if (const LinearAttentionConfig& l = c.linear; l.conv_kernel > 0) {
+    const uint32_t CD = static_cast<uint32_t>(l.conv_dim()), NV = static_cast<uint32_t>(l.n_v_heads), VD = static_cast<uint32_t>(l.value_dim());
+    t.lin_qkv = g.buffer(a.lin_qkv.get(), n, CD);
+    t.lin_conv = g.buffer(a.lin_conv.get(), n, CD);
+    t.lin_z = g.buffer(a.lin_z.get(), n, VD);
+    t.lin_a = g.buffer(a.lin_a.get(), n, NV);
+    t.lin_b = g.buffer(a.lin_b.get(), n, NV);
+    t.lin_core = g.buffer(a.lin_core.get(), n, VD);
+    t.lin_core_heads = g.buffer(a.lin_core.get(), n * NV, static_cast<uint32_t>(l.v_head_dim));
+  }
 }
 
 Status Transformer::flush(Stage& st, PassGraph& pass, uint32_t n) {
@@ -75,6 +91,7 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
   ctx.kv_cache_layer = static_cast<uint32_t>(config_.kv_source_of(static_cast<int>(layer))) - st.first;
   ctx.n_tokens = n;
   if (!pass.per_layer_rows.empty()) ctx.per_layer_rows = pass.per_layer_rows.data() + std::size_t(layer) * n;
+  ctx.n_seqs = pass.batch.n_seqs;
   ctx.prefix = "layer " + std::to_string(layer) + " ";
   family_->before_ffn(pass.graph, ctx, L);
   if (L.moe_index >= 0) {
@@ -157,10 +174,18 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   if (next_router)
     g.matmul(router_input, g.weight(*next_router), next_bias ? g.weight(*next_bias) : StepGraph::kNone,
              g.buffer(a.next_router_logits.get(), n, E), "next router");
+  if (L.has_shared_expert)  // its gate's logit, read back with the router's
+    g.matmul(pass.act.h, g.weight(L.shared_expert_gate), StepGraph::kNone, g.buffer(a.shared_gate_logits.get(), n, 1), "shared expert gate");
   if (auto s = flush(st, pass, n); !s) return s;
 
   std::vector<float> logits(static_cast<std::size_t>(n) * E);
   if (auto s = backend.download(a.router_logits, 0, logits.data(), logits.size() * 4); !s) return s;
+  std::vector<float> shared_weights;
+  if (L.has_shared_expert) {
+    shared_weights.resize(n);
+    if (auto s = backend.download(a.shared_gate_logits, 0, shared_weights.data(), uint64_t(n) * 4); !s) return s;
+    for (float& w : shared_weights) w = 1.0f / (1.0f + std::exp(-w));  // sigmoid, as transformers gates it
+  }
   if (next_router) {
     std::vector<float> guess_logits(logits.size());
     if (auto s = backend.download(a.next_router_logits, 0, guess_logits.data(), guess_logits.size() * 4); !s) return s;
@@ -264,6 +289,21 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     g.matmul(act, g.weight(w[2]), bias_of(2), out, prefix + "down");
     g.scatter_add_rows(out, g.host(r.data(), 1, m, SL_DTYPE_I32), g.host(wt.data(), 1, m, SL_DTYPE_F32), pass.act.o,
                        prefix + "scatter");
+  }
+  // The shared expert (Qwen3.5-MoE): every token through its gated MLP, added times its sigmoid gate.
+  if (L.has_shared_expert) {
+    const uint32_t S = static_cast<uint32_t>(c.moe.shared_expert_intermediate);
+    std::vector<int32_t> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    const auto& r = pass.rows.emplace_back(std::move(all));
+    const auto& wt = pass.weights.emplace_back(std::move(shared_weights));
+    const StepGraph::Id gate = g.buffer(a.gate.get(), n, S), up = g.buffer(a.up.get(), n, S), act = g.buffer(a.act.get(), n, S);
+    const StepGraph::Id out = g.buffer(a.expert_out.get(), n, H);
+    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared expert gate_proj");
+    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared expert up_proj");
+    g.glu(gate, up, SL_ACT_SILU, act, "shared expert activation");
+    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, out, "shared expert down_proj");
+    g.scatter_add_rows(out, g.host(r.data(), 1, n, SL_DTYPE_I32), g.host(wt.data(), 1, n, SL_DTYPE_F32), pass.act.o, "shared expert add");
   }
   // The experts' weights are host memory the store lends until release: run them now and wait.
   if (auto s = flush(st, pass, n); !s) return s;

@@ -241,6 +241,27 @@ sl_status OpCalls::scale(const sl_buffer* x, sl_buffer* out, uint64_t n, float s
   return r.run(err);
 }
 
+sl_status OpCalls::causal_conv(sl_kv_cache* cache, uint32_t layer, const sl_buffer* x, const sl_weight* w, uint32_t activation,
+                               sl_buffer* out, sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t tokens = has_batch_ ? batch_.n_tokens : 1, seqs = has_batch_ ? batch_.n_seqs : 1;
+  const uint32_t window = w->cols > 0 ? (w->cols - 1) * w->rows : 0;
+  r.g.causal_conv(values(r.g, x, tokens, w->rows), r.g.weight(*w), activation, values(r.g, out, tokens, w->rows),
+                  r.g.state(layer, seqs, window), "causal_conv");
+  return r.run(err, cache);
+}
+
+sl_status OpCalls::gated_delta(sl_kv_cache* cache, uint32_t layer, uint64_t state_offset, const sl_buffer* qkv, const sl_buffer* a,
+                               const sl_buffer* b, const sl_weight* a_log, const sl_gated_delta_params& p, sl_buffer* out, sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t tokens = has_batch_ ? batch_.n_tokens : 1, seqs = has_batch_ ? batch_.n_seqs : 1;
+  const uint64_t width = 2ull * p.n_k_heads * p.k_head_dim + uint64_t(p.n_v_heads) * p.v_head_dim;
+  r.g.gated_delta(values(r.g, qkv, tokens, width), values(r.g, a, tokens, p.n_v_heads), values(r.g, b, tokens, p.n_v_heads), r.g.weight(*a_log),
+                  p, values(r.g, out, tokens, uint64_t(p.n_v_heads) * p.v_head_dim),
+                  r.g.state(layer, seqs, p.n_v_heads * p.k_head_dim * p.v_head_dim, state_offset * 4), "gated_delta");
+  return r.run(err, cache);
+}
+
 sl_status OpCalls::copy(const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n, sl_error* err) {
   // A tensor holds at most 2^32 - 1 values per row at a byte offset: larger asks cannot be a graph.
   if (n > UINT32_MAX || src_offset > UINT64_MAX / 4 || dst_offset > UINT64_MAX / 4) {

@@ -70,6 +70,13 @@ class OpCalls {
   sl_status gated_activation(uint32_t activation, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n, sl_error* err);
   sl_status gated_activation(const sl_glu_params& p, const sl_buffer* gate, const sl_buffer* up, sl_buffer* out, uint64_t n, sl_error* err);
   sl_status add(const sl_buffer* a, const sl_buffer* b, sl_buffer* out, uint64_t n, sl_error* err);
+  // 2.2, over the batch's tokens and the STATE layer `layer` of the cache: the causal convolution of
+  // x [tokens, w.rows] (its window from float 0 of each state), and the gated delta rule (its
+  // matrices from float state_offset).
+  sl_status causal_conv(sl_kv_cache* cache, uint32_t layer, const sl_buffer* x, const sl_weight* w, uint32_t activation, sl_buffer* out,
+                        sl_error* err);
+  sl_status gated_delta(sl_kv_cache* cache, uint32_t layer, uint64_t state_offset, const sl_buffer* qkv, const sl_buffer* a,
+                        const sl_buffer* b, const sl_weight* a_log, const sl_gated_delta_params& p, sl_buffer* out, sl_error* err);
   // out = x * scale, or tanh(x * scale / softcap) * softcap (a SCALE node, 2.1).
   sl_status scale(const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error* err);
   // Offsets and n in floats.

@@ -384,10 +384,86 @@ sl_status copy_state(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_err
   }
   return SL_OK;
 }
+// 2.2: the causal convolution, a channel's window of K - 1 inputs in the state, token by token.
+sl_status causal_conv(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_error* err) {
+  const auto* p = static_cast<const sl_conv_params*>(n.n->params);
+  const sl_weight* w = n.in[1]->weight;
+  const uint32_t C = w->rows, K = w->cols;
+  const sl_tensor* win = n.out[1];
+  if (!c || !win || win->kind != SL_TENSOR_STATE || win->rows != be->n_seqs || K < 2 || uint64_t(win->cols) != uint64_t(K - 1) * C ||
+      n.in[0]->cols != C || n.out[0]->cols != C || n.in[0]->rows != be->positions.size())
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "causal_conv: x [tokens, C], w [C, K], a window of (K - 1) * C a sequence");
+  for (uint32_t s = 0; s < be->n_seqs; ++s) {
+    unsigned char* state = state_of(be, c, win->state_layer, s);
+    if (!state || !fits(c->layers[win->state_layer].d.state_bytes, win->offset, uint64_t(win->cols) * 4))
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "causal_conv: no such state");
+    float* hist = reinterpret_cast<float*>(state + win->offset);  // [K - 1][C], oldest first
+    for (uint32_t t = 0; t < be->positions.size(); ++t) {
+      if (be->slots[t] != int32_t(s)) continue;
+      for (uint32_t ch = 0; ch < C; ++ch) {
+        const float x = F(n.in[0])[std::size_t(t) * C + ch];
+        float acc = W(w)[std::size_t(ch) * K + K - 1] * x;
+        for (uint32_t k = 0; k + 1 < K; ++k) acc += W(w)[std::size_t(ch) * K + k] * hist[std::size_t(k) * C + ch];
+        for (uint32_t k = 0; k + 2 < K; ++k) hist[std::size_t(k) * C + ch] = hist[std::size_t(k + 1) * C + ch];
+        hist[std::size_t(K - 2) * C + ch] = x;
+        F(n.out[0])[std::size_t(t) * C + ch] = p->activation == SL_ACT_SILU ? acc / (1 + std::exp(-acc)) : acc;
+      }
+    }
+  }
+  return SL_OK;
+}
+// 2.2: the gated delta rule, each value head's [k_head_dim, v_head_dim] state in the sequence's state.
+sl_status gated_delta(const sl_backend* be, sl_kv_cache* c, const Node& n, sl_error* err) {
+  const auto* p = static_cast<const sl_gated_delta_params*>(n.n->params);
+  const uint32_t NK = p->n_k_heads, NV = p->n_v_heads, DK = p->k_head_dim, DV = p->v_head_dim;
+  const sl_tensor* st = n.out[1];
+  const uint64_t width = 2ull * NK * DK + uint64_t(NV) * DV;
+  if (!c || !st || st->kind != SL_TENSOR_STATE || st->rows != be->n_seqs || NK == 0 || NV % NK || n.in[0]->cols != width ||
+      count(n.in[1]) != uint64_t(n.in[0]->rows) * NV || count(n.in[2]) != count(n.in[1]) || count(n.out[0]) != uint64_t(n.in[0]->rows) * NV * DV ||
+      n.in[3]->weight->cols != NV || uint64_t(st->cols) != uint64_t(NV) * DK * DV || n.in[0]->rows != be->positions.size())
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "gated_delta: shapes do not fit the heads");
+  std::vector<float> q(DK), k(DK), kv(DV);
+  for (uint32_t s = 0; s < be->n_seqs; ++s) {
+    unsigned char* state = state_of(be, c, st->state_layer, s);
+    if (!state || !fits(c->layers[st->state_layer].d.state_bytes, st->offset, uint64_t(st->cols) * 4))
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "gated_delta: no such state");
+    for (uint32_t t = 0; t < be->positions.size(); ++t) {
+      if (be->slots[t] != int32_t(s)) continue;
+      const float* row = F(n.in[0]) + t * width;
+      for (uint32_t h = 0; h < NV; ++h) {
+        const uint32_t kh = h / (NV / NK);
+        float qq = 0, kk = 0;
+        for (uint32_t i = 0; i < DK; ++i) {
+          qq += row[kh * DK + i] * row[kh * DK + i];
+          kk += row[NK * DK + kh * DK + i] * row[NK * DK + kh * DK + i];
+        }
+        for (uint32_t i = 0; i < DK; ++i) {
+          q[i] = row[kh * DK + i] / std::sqrt(qq + p->l2_eps) * p->scale;
+          k[i] = row[NK * DK + kh * DK + i] / std::sqrt(kk + p->l2_eps);
+        }
+        const float a = F(n.in[1])[std::size_t(t) * NV + h];
+        const float softplus = a > 20 ? a : std::log1p(std::exp(a));
+        const float decay = std::exp(-std::exp(W(n.in[3]->weight)[h]) * softplus);
+        const float beta = 1 / (1 + std::exp(-F(n.in[2])[std::size_t(t) * NV + h]));
+        float* S = reinterpret_cast<float*>(state + st->offset) + std::size_t(h) * DK * DV;
+        std::fill(kv.begin(), kv.end(), 0.0f);
+        for (uint32_t i = 0; i < DK; ++i)
+          for (uint32_t j = 0; j < DV; ++j) kv[j] += (S[i * DV + j] *= decay) * k[i];
+        float* o = F(n.out[0]) + std::size_t(t) * NV * DV + std::size_t(h) * DV;
+        for (uint32_t j = 0; j < DV; ++j) {
+          const float delta = (row[2 * NK * DK + h * DV + j] - kv[j]) * beta;
+          o[j] = 0;
+          for (uint32_t i = 0; i < DK; ++i) o[j] += (S[i * DV + j] += k[i] * delta) * q[i];
+        }
+      }
+    }
+  }
+  return SL_OK;
+}
 sl_status glu(const Node& n, sl_error* err) {
   const auto* p = static_cast<const sl_glu_params*>(n.n->params);
   const uint32_t act = p->activation;
-  if (act > SL_ACT_SWIGLU_CLAMPED) return fail(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(act));
+  if (act > SL_ACT_SIGMOID) return fail(err, SL_ERR_UNSUPPORTED, "unknown activation " + std::to_string(act));
   const float *g = F(n.in[0]), *u = F(n.in[1]);
   float* out = F(n.out[0]);
   if (act == SL_ACT_SWIGLU_CLAMPED) {  // 2.2: alpha and limit follow activation
@@ -401,7 +477,8 @@ sl_status glu(const Node& n, sl_error* err) {
   }
   for (uint64_t i = 0; i < count(n.out[0]); ++i) {
     const float x = g[i];
-    const float a = act == SL_ACT_SILU ? x / (1 + std::exp(-x))
+    const float a = act == SL_ACT_SILU      ? x / (1 + std::exp(-x))
+                    : act == SL_ACT_SIGMOID ? 1 / (1 + std::exp(-x))
                     : act == SL_ACT_GELU_TANH ? 0.5f * x * (1 + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)))
                                               : 0.5f * x * (1 + std::erf(x * 0.7071067812f));
     out[i] = a * u[i];
@@ -439,6 +516,9 @@ sl_status argmax(const Node& n, sl_error*) {
   return SL_OK;
 }
 
+// Ops that read or write sequences' states (STATE tensors): COPY, and 2.2's recurrent ops.
+bool takes_states(uint32_t op) { return op == SL_OP_COPY || op == SL_OP_CAUSAL_CONV || op == SL_OP_GATED_DELTA; }
+
 // What a node needs before it runs: its tensors exist, lie inside their buffers, and have the
 // shapes its op reads (checked here only as far as this backend's loops depend on them).
 sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err) {
@@ -472,11 +552,19 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
     case SL_OP_SCATTER_ADD_ROWS:
       if (!n.in[1] || !n.in[2]) return fail(err, SL_ERR_INVALID_ARGUMENT, "scatter_add_rows lacks rows or weights");
       break;
+    case SL_OP_CAUSAL_CONV:
+      if (!n.in[1] || n.in[1]->kind != SL_TENSOR_WEIGHT || !n.out[1]) return fail(err, SL_ERR_INVALID_ARGUMENT, "causal_conv lacks its taps or window");
+      break;
+    case SL_OP_GATED_DELTA:
+      if (!n.in[1] || !n.in[2] || !n.in[3] || n.in[3]->kind != SL_TENSOR_WEIGHT || !n.out[1])
+        return fail(err, SL_ERR_INVALID_ARGUMENT, "gated_delta lacks a, b, A_log or its state");
+      break;
     default:
       break;
   }
   const bool has_params = node->op == SL_OP_RMS_NORM || node->op == SL_OP_ROPE || node->op == SL_OP_KV_WRITE ||
-                          node->op == SL_OP_ATTENTION || node->op == SL_OP_GLU || node->op == SL_OP_SCALE;
+                          node->op == SL_OP_ATTENTION || node->op == SL_OP_GLU || node->op == SL_OP_SCALE ||
+                          node->op == SL_OP_CAUSAL_CONV || node->op == SL_OP_GATED_DELTA;
   if (has_params && !node->params) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node lacks its parameters");
   if (node->op == SL_OP_MATMUL &&
       (n.in[0]->cols != n.in[1]->weight->cols || n.out[0]->cols != n.in[1]->weight->rows || n.out[0]->rows != n.in[0]->rows))
@@ -484,20 +572,27 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
   if ((node->op == SL_OP_ADD || node->op == SL_OP_GLU || node->op == SL_OP_COPY || node->op == SL_OP_SCALE) && count(n.out[0]) > count(n.in[0]))
     return fail(err, SL_ERR_INVALID_ARGUMENT, "elementwise op: output larger than its input");
   for (const sl_tensor* t : {n.in[0], n.in[1], n.in[2], n.in[3], n.out[0], n.out[1]})
-    if (t && t->kind == SL_TENSOR_STATE && node->op != SL_OP_COPY) return fail(err, SL_ERR_UNSUPPORTED, "a state read by an op other than copy");
+    if (t && t->kind == SL_TENSOR_STATE && !takes_states(node->op)) return fail(err, SL_ERR_UNSUPPORTED, "a state read by an op that reads none");
   return SL_OK;
 }
 
 int supports_node(const sl_backend*, const sl_node_query* q) {
-  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_SCALE) return 0;
+  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_GATED_DELTA) return 0;
   for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i) {
     const uint32_t index = q->node->inputs[i];
     if (index == SL_NO_TENSOR || !q->tensors || index >= q->n_tensors) continue;
     const sl_tensor& t = q->tensors[index];
     if (t.kind == SL_TENSOR_WEIGHT && (!t.weight || t.weight->bits != 0 || t.weight->dtype != SL_DTYPE_F32)) return 0;
     if (t.kind != SL_TENSOR_WEIGHT && t.dtype != SL_DTYPE_F32 && t.dtype != SL_DTYPE_I32) return 0;
-    if (t.kind == SL_TENSOR_STATE && q->node->op != SL_OP_COPY) return 0;
+    if (t.kind == SL_TENSOR_STATE && !takes_states(q->node->op)) return 0;
   }
+  for (uint32_t i = 0; i < SL_NODE_MAX_OUTPUTS; ++i) {
+    const uint32_t index = q->node->outputs[i];
+    if (index != SL_NO_TENSOR && q->tensors && index < q->n_tensors && q->tensors[index].kind == SL_TENSOR_STATE && !takes_states(q->node->op))
+      return 0;
+  }
+  if (q->node->op == SL_OP_GLU && (!q->node->params || static_cast<const sl_glu_params*>(q->node->params)->activation > SL_ACT_SIGMOID))
+    return 0;
   return 1;
 }
 
@@ -531,6 +626,8 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
       case SL_OP_GET_ROWS: s = get_rows(n, err); break;
       case SL_OP_SCATTER_ADD_ROWS: s = scatter_add_rows(n, err); break;
       case SL_OP_ARGMAX: s = argmax(n, err); break;
+      case SL_OP_CAUSAL_CONV: s = causal_conv(be, step->cache, n, err); break;  // 2.2
+      case SL_OP_GATED_DELTA: s = gated_delta(be, step->cache, n, err); break;  // 2.2
       case SL_OP_SCALE: {  // 2.1
         const auto* p = static_cast<const sl_scale_params*>(g->nodes[i].params);
         for (uint64_t k = 0; k < count(n.out[0]); ++k) {

@@ -323,9 +323,10 @@ TEST_P(BackendOpsTest, RopeWithABadRotaryDimIsAnError) {
 double silu(double g) { return g / (1.0 + std::exp(-g)); }
 double gelu_tanh(double g) { return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))); }
 double gelu(double g) { return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))); }
+double sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
 
 TEST_P(BackendOpsTest, GatedActivationsMatchReference) {
-  for (uint32_t act : {uint32_t{SL_ACT_SILU}, uint32_t{SL_ACT_GELU_TANH}, uint32_t{SL_ACT_GELU}}) {
+  for (uint32_t act : {uint32_t{SL_ACT_SILU}, uint32_t{SL_ACT_GELU_TANH}, uint32_t{SL_ACT_GELU}, uint32_t{SL_ACT_SIGMOID}}) {
     for (uint64_t n : {1u, 1001u, 9000u}) {
       SCOPED_TRACE("activation " + std::to_string(act) + " n " + std::to_string(n));
       const auto g = random(n, 3.0f), u = random(n);
@@ -334,7 +335,10 @@ TEST_P(BackendOpsTest, GatedActivationsMatchReference) {
       ASSERT_EQ(ops().gated_activation(act, gate.get(), up.get(), out.get(), n, &err), SL_OK) << err.message;
       const auto got = download(out, n);
       for (uint64_t i = 0; i < n; ++i) {
-        const double a = act == SL_ACT_SILU ? silu(g[i]) : act == SL_ACT_GELU_TANH ? gelu_tanh(g[i]) : gelu(g[i]);
+        const double a = act == SL_ACT_SILU        ? silu(g[i])
+                         : act == SL_ACT_GELU_TANH ? gelu_tanh(g[i])
+                         : act == SL_ACT_SIGMOID   ? sigmoid(g[i])
+                                                   : gelu(g[i]);
         const double ref = a * u[i];
         ASSERT_NEAR(got[i], ref, 4 * kRel * (std::abs(g[i] * u[i]) + std::abs(ref)) + kFloor) << "value " << i;
       }

@@ -6,7 +6,9 @@
 // - recurrent layers' state (a hybrid toy layout, its "recurrence" written by graph nodes through
 //   STATE tensors): a state slot per sequence, cleared on its first pass, snapshotted at block ends
 //   and restored by prefix reuse at the longest boundary whose snapshot the cache still holds;
-// - a model with linear-attention layers is refused until a family builds them.
+// - a real hybrid (Qwen3.5: Gated DeltaNet layers and full attention): a conversation's next turn
+//   reuses its prefix (the recurrent layers' state from a snapshot) and gives what computing it gives;
+// - a model with linear-attention layers is refused by a family that does not build them.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -462,6 +464,65 @@ TEST_F(HybridState, AnEvictedSnapshotShortensTheReuseToTheLongestKept) {
   EXPECT_EQ(l.n_past, 48);
   EXPECT_EQ(read_state(l), state_after(tokens, 48));
   kv_->release(l);
+}
+
+TEST(KvLayers, Qwen3_5ConversationReusesItsPrefixAndGivesWhatComputingItGives) {
+  // zoo2/qwen3_5_text: layers 0-2 Gated DeltaNet (a state slot a sequence), layer 3 full attention.
+  // The second turn repeats the first turn's prompt and answer: the warm engine restores the state
+  // snapshot at a block end and the pages before it, and must continue exactly as a cold engine.
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/qwen3_5_text/config.json");
+  const std::string dir = test::reference_path("models/zoo2/qwen3_5_text").string();
+  auto rt = Runtime::open(options(dir));
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  EXPECT_EQ((*rt)->kv().layer_kind(0), uint32_t(SL_KV_STATE));
+  EXPECT_EQ((*rt)->kv().layer_kind(3), uint32_t(SL_KV_FULL));
+  auto warm = Engine::create(options(dir));
+  auto cold = Engine::create(options(dir));
+  ASSERT_TRUE(warm.ok() && cold.ok());
+  const auto first = prompt_of(4, 70);
+  const auto answer = (*warm)->generate(greedy(first, 12));
+  ASSERT_EQ(answer.ids.size(), 12u);
+  EXPECT_EQ((*cold)->generate(greedy(first, 12)).ids, answer.ids);
+  auto next = first;
+  next.insert(next.end(), answer.ids.begin(), answer.ids.end());
+  for (int j = 0; j < 9; ++j) next.push_back(700 + 3 * j);
+  auto cold_again = Engine::create(options(dir));
+  ASSERT_TRUE(cold_again.ok());
+  const auto reused = (*warm)->generate(greedy(next, 20));
+  const auto fresh = (*cold_again)->generate(greedy(next, 20));
+  EXPECT_GT(reused.stats.cached_tokens, 0);
+  EXPECT_EQ(fresh.stats.cached_tokens, 0);
+  EXPECT_EQ(reused.ids, fresh.ids);
+  // A prompt that shares only part of a block past the last snapshot reuses up to that snapshot.
+  auto branch = first;
+  branch.resize(60);
+  for (int j = 0; j < 9; ++j) branch.push_back(500 + j);
+  const auto branch_reused = (*warm)->generate(greedy(branch, 20));
+  auto cold_branch = Engine::create(options(dir));
+  ASSERT_TRUE(cold_branch.ok());
+  EXPECT_GT(branch_reused.stats.cached_tokens, 0);
+  EXPECT_EQ(branch_reused.ids, (*cold_branch)->generate(greedy(branch, 20)).ids);
+}
+
+TEST(KvLayers, Qwen3_5RequestsSideBySideGiveWhatEachGivesAlone) {
+  // Three sequences in one batch: the recurrent ops walk each sequence's tokens through its own state
+  // slot (prefill chunks beside decode tokens of the others), and each answers as it does alone.
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/qwen3_5_text/config.json");
+  const std::string dir = test::reference_path("models/zoo2/qwen3_5_text").string();
+  auto alone = Engine::create(options(dir));
+  auto together = Engine::create(options(dir, 3));
+  ASSERT_TRUE(alone.ok() && together.ok());
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 3; ++i) requests.push_back(greedy(prompt_of(10 + i, 19 + 37 * i), 30));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : requests) want.push_back((*alone)->generate(r).ids);
+  std::vector<std::future<GenerationResult>> futures;
+  for (const auto& r : requests) futures.push_back(std::async(std::launch::async, [&, r] { return (*together)->generate(r); }));
+  for (std::size_t i = 0; i < futures.size(); ++i) {
+    const auto got = futures[i].get();
+    EXPECT_EQ(got.finish, FinishReason::kLength) << got.error;
+    EXPECT_EQ(got.ids, want[i]) << "request " << i;
+  }
 }
 
 TEST(KvLayers, AModelWithLinearAttentionLayersIsRefusedByName) {

@@ -97,6 +97,11 @@ TEST(FamilyFor, EachSupportedArchitectureHasABuilder) {
   ModelConfig oss;
   oss.architecture = "gpt_oss";
   EXPECT_STREQ(families::family_for(oss)->name(), "gpt_oss");
+  ModelConfig qwen;
+  qwen.architecture = "qwen3_5_moe_text";
+  EXPECT_STREQ(families::family_for(qwen)->name(), "qwen3_5");
+  EXPECT_TRUE(families::family_for(qwen)->builds_linear_attention());
+  EXPECT_FALSE(families::family_for(phi)->builds_linear_attention());
 }
 
 // A gpt-oss layer's checkpoint: llama's attention and norms with every bias, and the sinks.
@@ -150,6 +155,43 @@ TEST(GptOssFamily, AMissingBiasOrSinkOrADenseLayerIsAnErrorNamingIt) {
   s = f.bind_layer(whole, c, 0, false, w);
   ASSERT_FALSE(s);
   EXPECT_NE(s.message().find("Mixture-of-Experts"), std::string::npos) << s.message();
+}
+
+// A Qwen3.5 linear-attention layer's tensors by their checkpoint names: nn.Conv1d's [C, 1, K] taps
+// bound as a [C, K] matrix; a missing tensor is an error naming it; a full-attention layer binds
+// self_attn instead, and a MoE layer its shared expert.
+TEST(Qwen3_5Binding, LinearLayersBindTheirTapsAsRowsAndNameAMissingTensor) {
+  ModelConfig c;
+  c.architecture = "qwen3_5_moe_text";
+  c.num_layers = 2;
+  c.linear = {4, 2, 4, 16, 16};
+  c.layer_types = {LayerType::kLinearAttention, LayerType::kFullAttention};
+  c.moe.n_experts = 8;
+  c.moe.shared_expert_intermediate = 32;
+  const families::Family* family = families::family_for(c);
+  ASSERT_NE(family, nullptr);
+  FixedWeights src;
+  for (const char* name : {"input_layernorm.weight", "post_attention_layernorm.weight", "linear_attn.in_proj_qkv.weight",
+                           "linear_attn.in_proj_z.weight", "linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight",
+                           "linear_attn.dt_bias", "linear_attn.norm.weight", "linear_attn.out_proj.weight",
+                           "mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight", "mlp.shared_expert.down_proj.weight",
+                           "mlp.shared_expert_gate.weight"})
+    src.weights[std::string("model.layers.0.") + name] = weight(1, 1, SL_DTYPE_BF16);
+  src.weights["model.layers.0.linear_attn.conv1d.weight"] = weight(1, 4, SL_DTYPE_BF16);  // as a 3-D shape binds: rows 1
+  LayerWeights w;
+  auto missing = family->bind_layer(src, c, 0, true, w);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.message().find("linear_attn.A_log"), std::string::npos) << missing.message();
+  src.weights["model.layers.0.linear_attn.A_log"] = weight(1, 4, SL_DTYPE_BF16);
+  ASSERT_TRUE(family->bind_layer(src, c, 0, true, w));
+  EXPECT_TRUE(w.linear);
+  EXPECT_EQ(w.lin_conv.rows, uint32_t(c.linear.conv_dim()));
+  EXPECT_EQ(w.lin_conv.cols, 4u);
+  EXPECT_TRUE(w.has_shared_expert);
+  LayerWeights full;
+  auto attention = family->bind_layer(src, c, 1, true, full);
+  ASSERT_FALSE(attention);
+  EXPECT_NE(attention.message().find("model.layers.1."), std::string::npos) << attention.message();
 }
 
 }  // namespace

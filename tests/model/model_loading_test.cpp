@@ -550,6 +550,76 @@ TEST(ModelConfig, GemmaDefaultsFollowTransformersAndNullTurnsASoftCapOff) {
   EXPECT_NE(bad.message().find("attn_logit_softcapping"), std::string::npos) << bad.message();
 }
 
+TEST(ModelConfig, Qwen3_5DefaultsFollowTransformersAndSizeTheRecurrentState) {
+  TempDir dir;
+  // Nothing but the shapes: Qwen3_5TextConfig's defaults (head_dim 256, a quarter rotated, every 4th
+  // layer full, Gated DeltaNet 16 key / 32 value heads of 128, a 4-tap convolution).
+  auto d = load_config(dir, config_json("qwen3_5_text"));
+  ASSERT_TRUE(d.ok()) << d.message();
+  EXPECT_EQ(d->head_dim, 256);
+  EXPECT_EQ(d->rotary_dim(), 64);
+  EXPECT_EQ(d->layer_type(0), LayerType::kLinearAttention);
+  EXPECT_EQ(d->layer_type(2), LayerType::kLinearAttention);
+  EXPECT_EQ(d->layer_type(3), LayerType::kFullAttention);
+  EXPECT_EQ(d->linear.conv_kernel, 4);
+  EXPECT_EQ(d->linear.conv_dim(), 2 * 16 * 128 + 32 * 128);
+  EXPECT_EQ(d->linear_state_bytes, (3ull * (2 * 16 * 128 + 32 * 128) + 32ull * 128 * 128) * 4);
+  EXPECT_EQ(d->layer_cache(0).state_bytes, d->linear_state_bytes);
+  EXPECT_FLOAT_EQ(d->norm_weight_offset, 1.0f);
+  EXPECT_TRUE(d->qk_norm);
+  EXPECT_TRUE(d->attention_output_gate);
+  EXPECT_FALSE(d->moe.enabled());
+  // The file's own fields: layer_types, the linear sizes, partial_rotary_factor in rope_parameters.
+  auto own = load_config(dir, config_json("qwen3_5_text", R"(,"head_dim":16,"layer_types":["full_attention","linear_attention",)"
+                                                          R"("linear_attention","full_attention"],"linear_conv_kernel_dim":3,)"
+                                                          R"("linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":8,)"
+                                                          R"("linear_value_head_dim":4,"rope_parameters":{"rope_theta":10000.0,)"
+                                                          R"("partial_rotary_factor":0.5,"rope_type":"default"})"));
+  ASSERT_TRUE(own.ok()) << own.message();
+  EXPECT_EQ(own->layer_type(0), LayerType::kFullAttention);
+  EXPECT_EQ(own->layer_type(1), LayerType::kLinearAttention);
+  EXPECT_EQ(own->rotary_dim(), 8);
+  EXPECT_EQ(own->linear_state_bytes, (2ull * (2 * 2 * 8 + 4 * 4) + 4 * 8 * 4) * 4);
+  // Every size bounded, value heads a multiple of key heads.
+  for (const char* bad : {R"(,"linear_conv_kernel_dim":1)", R"(,"linear_conv_kernel_dim":65)", R"(,"linear_num_key_heads":0)",
+                          R"(,"linear_key_head_dim":100000)", R"(,"linear_num_key_heads":3,"linear_num_value_heads":4)",
+                          R"(,"linear_value_head_dim":"128")", R"(,"full_attention_interval":0)"}) {
+    auto c = load_config(dir, config_json("qwen3_5_text", bad));
+    EXPECT_FALSE(c.ok()) << bad;
+  }
+  auto huge = load_config(dir, config_json("qwen3_5_text", R"(,"linear_num_value_heads":4096,"linear_num_key_heads":4096,)"
+                                                           R"("linear_key_head_dim":4096,"linear_value_head_dim":4096)"));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.message().find("1 GiB"), std::string::npos) << huge.message();
+}
+
+TEST(ModelConfig, Qwen3_5MoeRoutesEveryLayerWithASharedExpert) {
+  TempDir dir;
+  // No intermediate_size (the MoE model has no dense MLP); experts and the shared expert from the file.
+  std::string json = config_json("qwen3_5_moe_text", R"(,"num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":32,)"
+                                                     R"("shared_expert_intermediate_size":48)");
+  json.erase(json.find(R"("intermediate_size":128,)"), std::string(R"("intermediate_size":128,)").size());
+  auto m = load_config(dir, json);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->intermediate_size, 0);
+  EXPECT_EQ(m->moe.n_experts, 8);
+  EXPECT_EQ(m->moe.top_k, 2);
+  EXPECT_EQ(m->moe.expert_intermediate, 32);
+  EXPECT_EQ(m->moe.shared_expert_intermediate, 48);
+  EXPECT_TRUE(m->moe.normalize_top_k);  // its router always renormalises the top k
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(m->moe.is_sparse(i)) << i;
+  // transformers' defaults where absent: 256 experts, 8 a token, widths of 512.
+  auto d = load_config(dir, config_json("qwen3_5_moe_text"));
+  ASSERT_TRUE(d.ok()) << d.message();
+  EXPECT_EQ(d->moe.n_experts, 256);
+  EXPECT_EQ(d->moe.top_k, 8);
+  EXPECT_EQ(d->moe.expert_intermediate, 512);
+  EXPECT_EQ(d->moe.shared_expert_intermediate, 512);
+  auto bad = load_config(dir, config_json("qwen3_5_moe_text", R"(,"shared_expert_intermediate_size":0)"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("shared_expert_intermediate_size"), std::string::npos) << bad.message();
+}
+
 TEST(ModelConfig, Gemma3SlidingLayersRotateWithTheirOwnBase) {
   TempDir dir;
   // transformers 5.x: rope_parameters per layer type.

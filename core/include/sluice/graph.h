@@ -57,7 +57,7 @@ typedef enum sl_tensor_kind {
   /* 2.0: the states of the step's sequences in the STATE layer `state_layer` of the step's cache:
    * row i is sequence i's state (in slot sl_batch.state_slots[i]), cols values of dtype from byte
    * `offset` of it (a state may hold several arrays); rows = the step's n_seqs. Read and written by
-   * the ops that say so (COPY; the recurrent ops to come). */
+   * the ops that say so (COPY; 2.2: CAUSAL_CONV and GATED_DELTA). */
   SL_TENSOR_STATE = 3
 } sl_tensor_kind;
 
@@ -116,6 +116,25 @@ typedef enum sl_op {
   /* 2.1: out = x * scale, or with softcap > 0: tanh(x * scale / softcap) * softcap, elementwise (same
    * shapes); out may be x. sl_scale_params. Gemma's embedding scale and final-logit soft-capping. */
   SL_OP_SCALE = 13,
+  /* 2.2: a causal depthwise convolution over each sequence's inputs, K = w.cols taps:
+   * out[t, c] = act(sum_k w[c, k] * x[t - K + 1 + k, c]), where the K - 1 inputs before a sequence's
+   * first token of the step come from its state (zeros for a new sequence) and its newest K - 1 are
+   * written back. in: x [tokens, C], w (WEIGHT [C, K]); out0 [tokens, C], distinct from x; out1 the
+   * window, read and written (STATE [n_seqs, (K - 1) * C]: K - 1 rows of C, oldest first). A sequence's
+   * tokens lie in the batch in order of position. sl_conv_params. Gated DeltaNet's short convolution. */
+  SL_OP_CAUSAL_CONV = 14,
+  /* 2.2: the gated delta rule (Gated DeltaNet, Qwen3-Next / Qwen3.5 linear attention), token by token
+   * in order within each sequence. in0 qkv [tokens, 2 * n_k_heads * k_head_dim + n_v_heads * v_head_dim]:
+   * q of every key head, k of every key head, v of every value head; in1 a [tokens, n_v_heads] (the
+   * decay's input, dt_bias added); in2 b [tokens, n_v_heads]; in3 A_log (WEIGHT [1, n_v_heads]).
+   * Value head h reads key head h / (n_v_heads / n_k_heads). Per token and value head, with q and k
+   * L2-normalised (x / sqrt(sum x^2 + l2_eps)) and q multiplied by scale:
+   *   S *= exp(-exp(A_log[h]) * softplus(a[h]));  beta = sigmoid(b[h])
+   *   S += k (beta * (v - S^T k))^T;               out[h] = S^T q
+   * with S the head's [k_head_dim, v_head_dim] state. out0 [tokens, n_v_heads * v_head_dim]; out1 the
+   * states, read and written (STATE [n_seqs, n_v_heads * k_head_dim * v_head_dim], [head][k][v]).
+   * sl_gated_delta_params. */
+  SL_OP_GATED_DELTA = 15,
   SL_OP_COUNT /* grows with every minor; not part of the ABI */
 } sl_op;
 
@@ -169,8 +188,27 @@ typedef enum sl_activation {
   SL_ACT_GELU = 2,
   /* 2.2: gpt-oss's clamped SwiGLU: with g = min(gate, limit) and u = clamp(up, -limit, limit),
    * out = g * sigmoid(alpha * g) * (u + 1). alpha and limit are sl_glu_params' (2.2 members). */
-  SL_ACT_SWIGLU_CLAMPED = 3
+  SL_ACT_SWIGLU_CLAMPED = 3,
+  SL_ACT_SIGMOID = 4  /* 2.2: Qwen3.5's gated attention output (out = sigmoid(gate) * attention) */
 } sl_activation;
+
+/* 2.2 */
+typedef struct sl_conv_params {
+  uint32_t struct_size;
+  uint32_t activation;  /* SL_ACT_SILU, or SL_CONV_NO_ACTIVATION */
+} sl_conv_params;
+#define SL_CONV_NO_ACTIVATION 0xFFFFFFFFu
+
+/* 2.2 */
+typedef struct sl_gated_delta_params {
+  uint32_t struct_size;
+  uint32_t n_k_heads;
+  uint32_t n_v_heads;   /* a multiple of n_k_heads */
+  uint32_t k_head_dim;
+  uint32_t v_head_dim;
+  float scale;          /* q's factor after normalising; usually 1/sqrt(k_head_dim) */
+  float l2_eps;         /* in q's and k's L2 norms */
+} sl_gated_delta_params;
 
 /* 2.1 */
 typedef struct sl_scale_params {

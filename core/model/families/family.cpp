@@ -5,6 +5,7 @@
 #include "model/families/gpt_oss.h"
 #include "model/families/llama.h"
 #include "model/families/phi3.h"
+#include "model/families/qwen3_5.h"
 
 namespace sluice::families {
 
@@ -44,12 +45,14 @@ const Family* family_for(const ModelConfig& config) {
   static const Gemma gemma;
   static const Phi3 phi3;
   static const Gemma4 gemma4;
+  static const Qwen3_5 qwen3_5;
   const std::string& t = config.architecture;
   if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3" || t == "qwen3_moe" || t == "olmoe") return &llama;
   if (t == "gemma2" || t == "gemma3_text") return &gemma;
   if (t == "phi3") return &phi3;
   if (t == "gemma4_text") return &gemma4;
   if (t == "gpt_oss") return &gpt_oss;
+  if (t == "qwen3_5_text" || t == "qwen3_5_moe_text") return &qwen3_5;
   return nullptr;
 }
 

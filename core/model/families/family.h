@@ -25,6 +25,7 @@ struct LayerContext {
   uint32_t cache_layer = 0;  // its layer in the stage's cache
   // The stage's cache layer whose K/V it attends: cache_layer, or a KV-sharing layer's source.
   uint32_t kv_cache_layer = 0;
+  uint32_t n_seqs = 1;    // the step's sequences (rows of a STATE tensor)
   std::string prefix;     // "layer 3 ": names the layer's nodes in messages and profiles
   // Gemma 4: the rows of act->per_layer_rows that are this layer's per-layer input ([n] host indices).
   const int32_t* per_layer_rows = nullptr;
@@ -98,6 +99,9 @@ class Family {
   // A MoE layer's router module ("model.layers.3.mlp.gate"): its `.weight`, and `.bias` where the
   // config says the router has one.
   virtual std::string router_module(const ModelConfig& c, int layer) const;
+  // Whether the family writes linear_attention (recurrent) layers; a model with such layers and a
+  // family that does not is refused.
+  virtual bool builds_linear_attention() const { return false; }
   // Binds layer `layer`'s weights by the family's checkpoint names and shapes: attention, norms and,
   // for a dense layer, the feed-forward block (a MoE layer's router and experts are the driver's:
   // core/model/expert_layout.h).
