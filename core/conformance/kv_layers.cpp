@@ -432,7 +432,7 @@ void run_recurrent_ops(Runner& r) {
     auto step = [&](const std::string& name, const std::vector<int32_t>& positions, const std::vector<int32_t>& seqs) {
       r.new_case(name);
       const std::vector<int32_t> pages = {0, 1}, slots = {2, 0};
-      begin(r, positions, seqs, 2, 1, pages, nullptr, &slots);
+      r.begin_batch(positions, seqs, 2, 1, pages, nullptr, &slots);
       const uint32_t n = static_cast<uint32_t>(positions.size());
       const auto x = r.random(std::size_t(n) * kConvDim), qkv = r.random(std::size_t(n) * kConvDim, 1.0f);
       const auto a = r.random(std::size_t(n) * kNV, 1.5f), b = r.random(std::size_t(n) * kNV, 1.5f);
