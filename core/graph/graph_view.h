@@ -74,6 +74,7 @@ inline const char* op_name(uint32_t op) {
     case SL_OP_SCATTER_ADD_ROWS: return "scatter_add_rows";
     case SL_OP_ARGMAX: return "argmax";
     case SL_OP_SCALE: return "scale";
+    case SL_OP_COPY_COLUMNS: return "copy_columns";
     default: return "unknown op";
   }
 }

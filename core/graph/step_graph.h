@@ -45,6 +45,8 @@ class StepGraph {
   Id reshape(Id t, uint32_t rows, uint32_t cols);
   // out = x * scale, or tanh(x * scale / softcap) * softcap with softcap > 0.
   void scale(Id x, float scale, float softcap, Id out, std::string name);
+  // out[r, dst_col + c] = x[r / repeat, src_col + c] for c < width; out's other columns kept.
+  void copy_columns(Id x, uint32_t src_col, uint32_t dst_col, uint32_t width, uint32_t repeat, Id out, std::string name);
 
   const sl_tensor& tensor(Id id) const { return tensors_.at(id); }
   const std::vector<sl_node>& nodes() const { return nodes_; }
@@ -54,7 +56,7 @@ class StepGraph {
   void clear();
 
  private:
-  using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params>;
+  using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params, sl_copy_columns_params>;
   void node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name);
   template <class P>
   const P* keep(const P& p) {

@@ -112,6 +112,7 @@ class Transformer {
     Buffer router_logits, next_router_logits, expert_in, expert_out, zeros;  // Mixture of Experts
     Buffer per_layer_all, per_layer_tokens, per_layer, per_layer_gate;       // Gemma 4's per-layer inputs
     Buffer dense_out, router_in;                                              // Gemma 4's MoE block beside the MLP
+    Buffer mla_q_latent, mla_q, mla_kv_latent, mla_kv_normed, mla_kv;          // MLA's latents and per-head products
   };
 
   // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.
@@ -167,9 +168,11 @@ class Transformer {
   Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t cache_layer, uint32_t n);
   // h → o: routed on the host from the router's logits, the experts' gated MLPs as nodes.
   Status build_moe(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, StepGraph::Id router_input);
-  // Per token, its (expert, weight) pairs; expert_scale (Gemma 4) multiplies each chosen expert's weight.
+  // Per token, its (expert, weight) pairs; expert_scale (Gemma 4) multiplies each chosen expert's weight;
+  // choice_bias (DeepSeek-V3's e_score_correction_bias) shifts the scores the experts are chosen by.
   std::vector<std::vector<std::pair<uint32_t, float>>> route(const std::vector<float>& logits, uint32_t n,
-                                                             const std::vector<float>& expert_scale = {}) const;
+                                                             const std::vector<float>& expert_scale = {},
+                                                             const std::vector<float>& choice_bias = {}) const;
   // Every stage's layers; the last stage's graph is left open for the head (returned in `last`).
   Status run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot, PassGraph& last);
   // The final norm and the LM head over the rows that need logits, into the stage's a.logits.

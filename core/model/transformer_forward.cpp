@@ -7,6 +7,7 @@
 
 #include "model/families/family.h"
 #include "model/families/llama.h"  // activation()
+#include "model/moe_routing.h"
 #include "model/transformer.h"
 
 namespace sluice {
@@ -29,6 +30,17 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   if (c.moe.dense_beside) {
     t.dense_out = g.buffer(a.dense_out.get(), n, H);
     t.router_in = g.buffer(a.router_in.get(), n, H);
+  }
+  if (c.mla.enabled()) {
+    const uint32_t QL = static_cast<uint32_t>(std::max(1, c.mla.q_lora_rank)), KL = static_cast<uint32_t>(c.mla.kv_lora_rank);
+    const uint32_t R = static_cast<uint32_t>(c.mla.qk_rope_head_dim), KV = static_cast<uint32_t>(c.mla.qk_nope_head_dim) + DV;
+    t.mla_q_latent = g.buffer(a.mla_q_latent.get(), n, QL);
+    t.mla_q = g.buffer(a.mla_q.get(), n, NH * D);
+    t.mla_q_heads = g.buffer(a.mla_q.get(), n * NH, D);
+    t.mla_kv_latent = g.buffer(a.mla_kv_latent.get(), n, KL + R);
+    t.mla_kv_normed = g.buffer(a.mla_kv_normed.get(), n, KL);
+    t.mla_kv = g.buffer(a.mla_kv.get(), n, NH * KV);
+    t.mla_kv_heads = g.buffer(a.mla_kv.get(), n * NH, KV);
   }
   if (const uint32_t P = static_cast<uint32_t>(c.per_layer_input_width); P > 0) {
     const uint32_t L = static_cast<uint32_t>(c.num_layers);
@@ -91,8 +103,10 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
 // over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
 // the architecture says so. Returns, per token, its (expert, weight) pairs.
 std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const std::vector<float>& logits, uint32_t n,
-                                                                        const std::vector<float>& expert_scale) const {
+                                                                        const std::vector<float>& expert_scale,
+                                                                        const std::vector<float>& choice_bias) const {
   const auto& moe = config_.moe;
+  if (moe.routing == MoeRouting::kSigmoidGroupLimited) return routing::sigmoid_group_limited(moe, logits, n, choice_bias);
   const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
   std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
   std::vector<uint32_t> order(E);
@@ -130,9 +144,10 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   StepGraph& g = pass.graph;
   g.matmul(router_input, g.weight(L.router), StepGraph::kNone, g.buffer(a.router_logits.get(), n, E), "router");
   const sl_weight* next_router = nullptr;
+  uint32_t next_layer = UINT32_MAX;
   if (moe_layer + 1 < experts_->n_moe_layers()) {
-    const auto next = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
-    next_router = next < st.end ? &layers_[next].router : st.has_next_router ? &st.next_router : nullptr;
+    next_layer = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
+    next_router = next_layer < st.end ? &layers_[next_layer].router : st.has_next_router ? &st.next_router : nullptr;
   }
   if (next_router) g.matmul(router_input, g.weight(*next_router), StepGraph::kNone, g.buffer(a.next_router_logits.get(), n, E), "next router");
   if (auto s = flush(st, pass, n); !s) return s;
@@ -143,14 +158,16 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     std::vector<float> guess_logits(logits.size());
     if (auto s = backend.download(a.next_router_logits, 0, guess_logits.data(), guess_logits.size() * 4); !s) return s;
     std::vector<bool> want(E, false);
-    for (const auto& r : route(guess_logits, n))
+    const std::vector<float> no_bias;
+    const std::vector<float>& next_bias = next_layer < st.end ? layers_[next_layer].router_choice_bias : no_bias;
+    for (const auto& r : route(guess_logits, n, {}, next_bias))
       for (auto [e, w] : r) want[e] = true;
     std::vector<uint32_t> hint;
     for (uint32_t e = 0; e < E; ++e)
       if (want[e]) hint.push_back(e);
     store_->prefetch(moe_layer + 1, hint);
   }
-  const auto routes = route(logits, n, L.expert_scale);
+  const auto routes = route(logits, n, L.expert_scale, L.router_choice_bias);
   std::vector<std::vector<int32_t>> rows(E);
   std::vector<std::vector<float>> weights(E);
   for (uint32_t t = 0; t < n; ++t)
@@ -171,7 +188,16 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     ~Release() { store->release(layer, experts); }
   } release{store_, moe_layer, used};
 
-  g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
+  if (L.has_shared_experts) {  // o starts as the shared experts' MLP of every token (DeepSeek), else as zeros
+    const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
+    const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
+    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
+    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
+    g.glu(gate, up, families::activation(c), act, "shared experts activation");
+    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, pass.act.o, "shared experts down");
+  } else {
+    g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
+  }
   const uint32_t per_part = experts_->n_parts() / 3;
   for (std::size_t i = 0; i < used.size(); ++i) {
     const uint32_t e = used[i];
