@@ -48,7 +48,7 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Models, OpenclGoldenModel,
                          ::testing::Values(Case{"zoo/llama", "f32"}, Case{"zoo/qwen2", "f32"}, Case{"zoo/qwen3", "f32"},
                                            Case{"zoo/mistral", "f32"}, Case{"zoo/gemma2", "f32"}, Case{"zoo/gemma3_text", "f32"},
-                                           Case{"zoo/phi3", "f32"}, Case{"tiny-code-qwen2", "f32"},
+                                           Case{"zoo/phi3", "f32"}, Case{"zoo2/deepseek_v3", "f32"}, Case{"tiny-code-qwen2", "f32"},
                                            Case{"tiny-code-qwen2", "f16"}),
                          [](const auto& info) {
                            std::string n = info.param.model + "_" + info.param.codec;
