@@ -563,7 +563,7 @@ Status parse_mla(const rapidjson::Value& doc, const std::string& where, ModelCon
   };
   ModelConfig::Mla& m = c.mla;
   // transformers' defaults (DeepseekV3Config): 1536, 512, 128, 64, 128; q_lora_rank null = a plain q_proj.
-  const bool q_null = json::member(doc, "q_lora_rank") && json::member(doc, "q_lora_rank")->IsNull();
+  const bool q_null = doc.HasMember("q_lora_rank") && doc["q_lora_rank"].IsNull();
   if (auto s = width(q_null ? std::optional<long long>(0) : q_rank, "q_lora_rank", 1536, 0, kMaxWidth, m.q_lora_rank); !s) return s;
   if (auto s = width(kv_rank, "kv_lora_rank", 512, 1, kMaxWidth, m.kv_lora_rank); !s) return s;
   if (auto s = width(nope, "qk_nope_head_dim", 128, 0, kMaxHeadDim, m.qk_nope_head_dim); !s) return s;
