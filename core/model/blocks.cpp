@@ -44,16 +44,16 @@ void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, co
 
 void mla_attention(StepGraph& g, const Activations& a, const MlaWeights& w, const MlaShape& s, uint32_t layer, const std::string& prefix) {
   const uint32_t R = s.rope_dim, NOPE = s.nope_dim, V = s.v_head_dim, KL = s.kv_lora_rank, NH = s.n_heads;
-  if (w.q_a != StepGraph::kNone) {
-    g.matmul(a.h, w.q_a, StepGraph::kNone, a.mla_q_latent, prefix + "q_a");
+  // The two products of h first, side by side (a backend may join products of one input).
+  const bool q_latent = w.q_a != StepGraph::kNone;
+  g.matmul(a.h, q_latent ? w.q_a : w.q, StepGraph::kNone, q_latent ? a.mla_q_latent : a.mla_q, prefix + (q_latent ? "q_a" : "q"));
+  g.matmul(a.h, w.kv_a, StepGraph::kNone, a.mla_kv_latent, prefix + "kv_a");
+  if (q_latent) {
     g.rms_norm(a.mla_q_latent, w.q_a_norm, s.norm_eps, 0.0f, a.mla_q_latent, prefix + "q_a_norm");
     g.matmul(a.mla_q_latent, w.q, StepGraph::kNone, a.mla_q, prefix + "q_b");
-  } else {
-    g.matmul(a.h, w.q, StepGraph::kNone, a.mla_q, prefix + "q");
   }
   g.copy_columns(a.mla_q_heads, NOPE, 0, R, 1, a.q_heads, prefix + "q rope part");
   if (NOPE) g.copy_columns(a.mla_q_heads, 0, R, NOPE, 1, a.q_heads, prefix + "q nope part");
-  g.matmul(a.h, w.kv_a, StepGraph::kNone, a.mla_kv_latent, prefix + "kv_a");
   g.copy_columns(a.mla_kv_latent, KL, 0, R, NH, a.k_heads, prefix + "k rope part (every head)");
   g.copy_columns(a.mla_kv_latent, 0, 0, KL, 1, a.mla_kv_normed, prefix + "kv latent");
   g.rms_norm(a.mla_kv_normed, w.kv_a_norm, s.norm_eps, 0.0f, a.mla_kv_normed, prefix + "kv_a_norm");

@@ -99,9 +99,10 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
   return {};
 }
 
-// Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
-// over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
-// the architecture says so. Returns, per token, its (expert, weight) pairs.
+// Routing on the host (the expert ids are needed here anyway, to ask the store for them), by
+// MoeConfig::routing: DeepSeek's sigmoid group-limited kind in core/model/moe_routing.cpp, or here
+// softmax over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised
+// when the architecture says so. Returns, per token, its (expert, weight) pairs.
 std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const std::vector<float>& logits, uint32_t n,
                                                                         const std::vector<float>& expert_scale,
                                                                         const std::vector<float>& choice_bias) const {
