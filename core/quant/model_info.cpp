@@ -51,6 +51,7 @@ Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRe
   auto cfg = ModelConfig::load(dir);  // for per-module quantization; absent for unsupported architectures
   QuantizationConfig qc;
   if (cfg) qc = cfg->quantization;
+  if (cfg) m.head_dim = cfg->head_dim;  // as the host reads it (DeepSeek's config.json head_dim is only the rotary part)
 
   auto set = SafetensorsSet::open_dir(dir);
   if (!set) return set.error();
