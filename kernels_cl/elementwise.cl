@@ -11,6 +11,15 @@ __kernel void scale_f32(__global const float* x, __global float* out, ulong n, f
   if (i < n) out[i] = softcap > 0.0f ? tanh(x[i] * scale / softcap) * softcap : x[i] * scale;
 }
 
+// out[r, dst_col + c] = x[r / repeat, src_col + c] for c < width; out's other columns kept. One work item a value.
+__kernel void copy_columns_f32(__global const float* x, uint x_cols, __global float* out, uint out_cols, uint out_rows, uint src_col,
+                               uint dst_col, uint width, uint repeat) {
+  const ulong i = get_global_id(0);
+  if (i >= (ulong)out_rows * width) return;
+  const ulong r = i / width, c = i % width;
+  out[r * out_cols + dst_col + c] = x[(r / repeat) * x_cols + src_col + c];
+}
+
 // out = act(gate) * up.
 __kernel void gated_activation(__global const float* gate, __global const float* up, __global float* out, ulong n,
                                uint activation) {

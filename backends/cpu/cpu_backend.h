@@ -79,6 +79,10 @@ sl_status add(sl_backend*, const sl_buffer*, const sl_buffer*, sl_buffer*, uint6
 // out = x * scale, or tanh(x * scale / softcap) * softcap (softcap > 0); out may be x.
 sl_status scale(sl_backend*, const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error*);
 sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, uint64_t, sl_error*);
+// out[r, dst_col + c] = x[r / repeat, src_col + c] for r < out_rows, c < width (x of x_cols columns,
+// out of out_cols); out's other columns kept.
+sl_status copy_columns(sl_backend*, const sl_buffer* x, uint32_t x_cols, sl_buffer* out, uint32_t out_rows, uint32_t out_cols,
+                       const sl_copy_columns_params& p, sl_error*);
 
 // Fused forms the fusion pass chooses (cpu_matmul.cpp, cpu_ops.cpp).
 sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -243,6 +244,21 @@ sl_status scale(sl_backend* be, const sl_buffer* x, sl_buffer* out, uint64_t n, 
       for (std::size_t i = b; i < e; ++i) o[i] = std::tanh(in[i] * scale / softcap) * softcap;
     else
       for (std::size_t i = b; i < e; ++i) o[i] = in[i] * scale;
+  });
+  return SL_OK;
+}
+
+sl_status copy_columns(sl_backend* be, const sl_buffer* x, uint32_t x_cols, sl_buffer* out, uint32_t out_rows, uint32_t out_cols,
+                       const sl_copy_columns_params& p, sl_error* err) {
+  const uint64_t x_rows = p.repeat ? out_rows / p.repeat : 0;
+  if (p.repeat == 0 || uint64_t(p.src_col) + p.width > x_cols || uint64_t(p.dst_col) + p.width > out_cols ||
+      x->bytes / 4 < x_rows * x_cols || out->bytes / 4 < uint64_t(out_rows) * out_cols)
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "copy_columns: columns or rows past a buffer");
+  const float* in = f32(x);
+  float* o = f32(out);
+  be->pool->parallel_for(out_rows, 64, [&](std::size_t b, std::size_t e, unsigned) {
+    for (std::size_t r = b; r < e; ++r)
+      std::memcpy(o + r * out_cols + p.dst_col, in + (r / p.repeat) * x_cols + p.src_col, std::size_t(p.width) * 4);
   });
   return SL_OK;
 }

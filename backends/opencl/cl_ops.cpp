@@ -424,6 +424,30 @@ sl_status scale(sl_backend* be, const sl_buffer* x, sl_buffer* out, uint64_t n, 
   });
 }
 
+sl_status copy_columns(sl_backend* be, const sl_buffer* x, uint32_t x_cols, sl_buffer* out, uint32_t out_rows, uint32_t out_cols,
+                       const sl_copy_columns_params& p, sl_error* err) {
+  const uint64_t x_rows = p.repeat ? out_rows / p.repeat : 0;
+  if (p.repeat == 0 || uint64_t(p.src_col) + p.width > x_cols || uint64_t(p.dst_col) + p.width > out_cols ||
+      !float_buffer_ok(x, x_rows * x_cols) || !float_buffer_ok(out, uint64_t(out_rows) * out_cols))
+    return too_small(err, "copy_columns");
+  const uint64_t n = uint64_t(out_rows) * p.width;
+  if (n == 0) return SL_OK;
+  return guarded(err, "copy_columns", [&] {
+    auto& k = kernel(be, "ops", "copy_columns_f32");
+    k.setArg(0, single(x));
+    k.setArg(1, x_cols);
+    k.setArg(2, single(out));
+    k.setArg(3, out_cols);
+    k.setArg(4, out_rows);
+    k.setArg(5, p.src_col);
+    k.setArg(6, p.dst_col);
+    k.setArg(7, p.width);
+    k.setArg(8, p.repeat);
+    launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
+    return SL_OK;
+  });
+}
+
 sl_status copy(sl_backend* be, const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n,
                sl_error* err) {
   if (!fits(src->bytes / 4, src_offset, n) || !fits(dst->bytes / 4, dst_offset, n))

@@ -3,7 +3,9 @@
 // - SCATTER_ADD_ROWS: each destination row the source rows that name it, weighted and added in order
 //   (a float32 multiply and add a term: within (2·terms + 1) units of rounding of the magnitudes), rows
 //   no index names untouched (bit for bit);
-// - both refuse a row index outside their tensors with an error status instead of touching memory.
+// - COPY_COLUMNS: the named columns of every output row an exact copy of its source row's, the other
+//   columns untouched (bit for bit); refuses columns or rows that do not fit;
+// - GET_ROWS and SCATTER_ADD_ROWS refuse a row index outside their tensors with an error status instead of touching memory.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -86,9 +88,44 @@ void run_scatter_add_rows(Runner& r) {
   });
 }
 
+void run_copy_columns(Runner& r) {
+  r.op("copy_columns", Needs{}, [&] {
+    struct Case {
+      uint32_t x_rows, x_cols, out_cols, src_col, dst_col, width, repeat;
+    };
+    // MLA's moves: K's rotary part shared by 4 heads, K's and V's halves of kv_b's per-head rows; odd widths.
+    for (const Case& c : {Case{5, 24, 24, 16, 0, 8, 4}, Case{20, 32, 24, 0, 8, 16, 1}, Case{20, 32, 16, 16, 0, 16, 1},
+                          Case{3, 7, 65, 2, 60, 5, 7}, Case{33, 1, 1, 0, 0, 1, 1}}) {
+      const uint32_t out_rows = c.x_rows * c.repeat;
+      r.new_case(std::to_string(c.width) + " columns from " + std::to_string(c.src_col) + " of [" + std::to_string(c.x_rows) + ", " +
+                 std::to_string(c.x_cols) + "] to " + std::to_string(c.dst_col) + " of [" + std::to_string(out_rows) + ", " +
+                 std::to_string(c.out_cols) + "], repeat " + std::to_string(c.repeat));
+      const auto x = r.random(std::size_t(c.x_rows) * c.x_cols), out0 = r.random(std::size_t(out_rows) * c.out_cols);
+      auto dx = r.upload(x), dout = r.upload(out0);
+      sl_copy_columns_params p{sizeof(sl_copy_columns_params), c.src_col, c.dst_col, c.width, c.repeat};
+      sl_error err{};
+      r.expect_ok(r.ops().copy_columns(dx.get(), c.x_cols, dout.get(), out_rows, c.out_cols, p, &err), err, "copy_columns");
+      const auto got = r.download(dout, out0.size());
+      for (uint32_t row = 0; row < out_rows; ++row)
+        for (uint32_t col = 0; col < c.out_cols; ++col) {
+          const bool moved = col >= c.dst_col && col < c.dst_col + c.width;
+          const float want = moved ? x[std::size_t(row / c.repeat) * c.x_cols + c.src_col + (col - c.dst_col)] : out0[std::size_t(row) * c.out_cols + col];
+          r.check(got[std::size_t(row) * c.out_cols + col], want, 1e-30, "row " + std::to_string(row) + " column " + std::to_string(col));
+        }
+    }
+    r.new_case("columns past the source");
+    auto dx = r.zeros(4 * 8), dout = r.zeros(4 * 8);
+    sl_copy_columns_params p{sizeof(sl_copy_columns_params), 5, 0, 4, 1};
+    sl_error err{};
+    if (r.ops().copy_columns(dx.get(), 8, dout.get(), 4, 8, p, &err) == SL_OK)
+      throw CaseFailed{"copy_columns of columns 5..9 from 8 columns returned SL_OK"};
+  });
+}
+
 }  // namespace
 
 void run_row_moves(Runner& r) {
+  run_copy_columns(r);
   run_gather_rows(r);
   run_scatter_add_rows(r);
 }

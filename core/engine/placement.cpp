@@ -28,8 +28,12 @@ Result<std::unique_ptr<BackendHandle>> open_backend(PluginRegistry& registry, co
 uint64_t activation_bytes(const ModelConfig& c, const EngineOptions& o) {
   const uint64_t n = static_cast<uint64_t>(std::max(1, o.prefill_size) + std::max(1, o.parallel));
   const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
-  const uint64_t F = std::max<uint64_t>(c.intermediate_size, c.moe.expert_intermediate);
-  const uint64_t per_token = 6 * H + 2 * QD + 2 * KD + 3 * F + static_cast<uint64_t>(std::max(1, c.moe.n_experts)) + c.vocab_size;
+  const uint64_t F = std::max<uint64_t>({uint64_t(c.intermediate_size), uint64_t(c.moe.expert_intermediate), uint64_t(c.moe.shared_intermediate)});
+  // MLA's latents and per-head products (q's latent, q before its reorder, the K/V latent twice, kv_b's output).
+  const uint64_t mla = c.mla.enabled() ? uint64_t(std::max(1, c.mla.q_lora_rank)) + QD + 2 * uint64_t(c.mla.kv_lora_rank) + c.mla.qk_rope_head_dim +
+                                             uint64_t(c.num_heads) * (c.mla.qk_nope_head_dim + c.value_head_dim())
+                                       : 0;
+  const uint64_t per_token = 6 * H + 2 * QD + 2 * KD + 3 * F + mla + static_cast<uint64_t>(std::max(1, c.moe.n_experts)) + c.vocab_size;
   return n * per_token * 4;
 }
 

@@ -180,6 +180,17 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
         if (overlaps(*t, *out)) return fail("output overlaps an input");
       return {};
     }
+    case SL_OP_COPY_COLUMNS: {
+      const auto* p = params<sl_copy_columns_params>(n);
+      if (!p) return fail("missing sl_copy_columns_params");
+      if (!is_activation(in0) || !is_activation(out)) return fail("needs F32 x and output");
+      if (p->width == 0 || p->repeat == 0) return fail("width and repeat must be at least 1");
+      if (uint64_t(p->src_col) + p->width > in0->cols || uint64_t(p->dst_col) + p->width > out->cols)
+        return fail("columns past x " + shape(*in0) + " or the output " + shape(*out));
+      if (uint64_t(in0->rows) * p->repeat != out->rows) return fail("output " + shape(*out) + " needs repeat × x's rows " + shape(*in0));
+      if (overlaps(*in0, *out)) return fail("output overlaps x");
+      return {};
+    }
     default:
       return fail("op " + std::to_string(n.op) + " is not known to this backend");
   }

@@ -157,6 +157,16 @@ void StepGraph::gated_delta(Id qkv, Id a, Id b, Id a_log, const sl_gated_delta_p
   node(SL_OP_GATED_DELTA, {qkv, a, b, a_log}, {out, state}, keep(q), std::move(name));
 }
 
+void StepGraph::copy_columns(Id x, uint32_t src_col, uint32_t dst_col, uint32_t width, uint32_t repeat, Id out, std::string name) {
+  sl_copy_columns_params p{};
+  p.struct_size = sizeof(p);
+  p.src_col = src_col;
+  p.dst_col = dst_col;
+  p.width = width;
+  p.repeat = repeat;
+  node(SL_OP_COPY_COLUMNS, {x}, {out}, keep(p), std::move(name));
+}
+
 const sl_graph& StepGraph::view() {
   graph_ = {};
   graph_.struct_size = sizeof(graph_);

@@ -53,6 +53,8 @@ class StepGraph {
   void causal_conv(Id x, Id w, uint32_t activation, Id out, Id window, std::string name);
   // 2.2: the gated delta rule over qkv with gates a (dt_bias added) and b, A_log; its states in `state`.
   void gated_delta(Id qkv, Id a, Id b, Id a_log, const sl_gated_delta_params& p, Id out, Id state, std::string name);
+  // out[r, dst_col + c] = x[r / repeat, src_col + c] for c < width; out's other columns kept.
+  void copy_columns(Id x, uint32_t src_col, uint32_t dst_col, uint32_t width, uint32_t repeat, Id out, std::string name);
 
   const sl_tensor& tensor(Id id) const { return tensors_.at(id); }
   const std::vector<sl_node>& nodes() const { return nodes_; }
@@ -63,7 +65,7 @@ class StepGraph {
 
  private:
   using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params,
-                              sl_conv_params, sl_gated_delta_params>;
+                              sl_conv_params, sl_gated_delta_params, sl_copy_columns_params>;
   void node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name);
   template <class P>
   const P* keep(const P& p) {

@@ -36,6 +36,11 @@ struct Activations {
   // [n, NV]; the delta rule's output [n, NV·DV] and per head [n·NV, DV] for the gated norm.
   Id lin_qkv = StepGraph::kNone, lin_conv = StepGraph::kNone, lin_z = StepGraph::kNone, lin_a = StepGraph::kNone,
      lin_b = StepGraph::kNone, lin_core = StepGraph::kNone, lin_core_heads = StepGraph::kNone;
+  // MLA: q's latent [n, q_lora_rank], q as q_b makes it [n·heads, nope + rope] (and [n, heads·(nope + rope)]),
+  // the K/V latent with the shared rotary key [n, kv_lora_rank + rope], the latent alone [n, kv_lora_rank],
+  // its expansion [n, heads·(nope + v)] (and [n·heads, nope + v]).
+  Id mla_q_latent = StepGraph::kNone, mla_q = StepGraph::kNone, mla_q_heads = StepGraph::kNone;
+  Id mla_kv_latent = StepGraph::kNone, mla_kv_normed = StepGraph::kNone, mla_kv = StepGraph::kNone, mla_kv_heads = StepGraph::kNone;
 };
 
 struct AttentionWeights {
@@ -71,6 +76,22 @@ void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, co
 // multiplied by sigmoid(gate) (a GLU node) before the output product.
 void gated_attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
                      const std::string& prefix);
+// Multi-head latent attention (DeepSeek-V3), h → o. Q heads come as [nope | rope] from q (or q_b after
+// q_a and its norm); kv_a gives [latent | k_rope]; the normed latent through kv_b gives per head
+// [k_nope | v]. Q and K are laid out per head as [rope | nope] (a dot product does not see the same
+// permutation of both), so the ROPE op turns their first rope_dims values; every head's K shares the
+// token's k_rope. K (nope + rope wide) and V (v_head_dim wide) go to the cache as they are.
+struct MlaWeights {
+  Id q_a = StepGraph::kNone, q_a_norm = StepGraph::kNone;  // none: q is a plain projection of h
+  Id q = StepGraph::kNone, kv_a = StepGraph::kNone, kv_a_norm = StepGraph::kNone, kv_b = StepGraph::kNone, o = StepGraph::kNone;
+};
+struct MlaShape {
+  uint32_t n_heads = 0, nope_dim = 0, rope_dim = 0, v_head_dim = 0, kv_lora_rank = 0;
+  float norm_eps = 1e-6f;
+  sl_rope_params rope{};  // rotary_dim = rope_dim; n_heads and head_dim set per use
+  float scale = 0.0f;     // 0: 1/sqrt(nope_dim + rope_dim)
+};
+void mla_attention(StepGraph& g, const Activations& a, const MlaWeights& w, const MlaShape& s, uint32_t layer, const std::string& prefix);
 
 // h → o: act(h·gateᵀ) * (h·upᵀ), then ·downᵀ.
 void gated_mlp(StepGraph& g, const Activations& a, Id gate, Id up, Id down, uint32_t activation, const std::string& prefix);

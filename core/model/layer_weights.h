@@ -41,6 +41,16 @@ struct LayerWeights {
   // A_log, the convolution's taps [conv_dim, K], the gated norm and the output product.
   sl_weight lin_qkv{}, lin_z{}, lin_b{}, lin_a{}, lin_dt_bias{}, lin_a_log{}, lin_conv{}, lin_norm{}, lin_out{};
   bool linear = false;
+  // MLA (DeepSeek-V3): q's down-projection and its norm (q is then q_b, in `q`; none without
+  // q_lora_rank), the joint K/V latent + shared rotary key projection, the latent's norm and its
+  // per-head expansion to [k_nope | v].
+  sl_weight q_a{}, q_a_norm{}, kv_a{}, kv_a_norm{}, kv_b{};
+  bool has_q_lora = false;
+  // A MoE block's always-run shared experts (DeepSeek's mlp.shared_experts), and the router's
+  // correction bias that shifts the scores experts are chosen by (e_score_correction_bias, host values).
+  sl_weight shared_experts_gate{}, shared_experts_up{}, shared_experts_down{};
+  bool has_shared_experts = false;
+  std::vector<float> router_choice_bias;
 };
 
 // Tensors around the layers a family binds itself (Gemma 4's per-layer inputs: the token table

@@ -29,6 +29,9 @@ bool positive_float(double x) {
   return std::isfinite(x) && x > 0 && std::isfinite(f) && f > 0;
 }
 
+// yarn's magnitude correction for a context stretched by `scale` (DeepSeek's yarn_get_mscale).
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
 // Typed reads that tell "absent/null" (use the default) from "present with the wrong type" (an error).
 class Fields {
  public:
@@ -244,6 +247,12 @@ Status parse_rope_object(const rapidjson::Value& params, const std::string& para
   SLUICE_TRY_ASSIGN(attention_factor, p.number("attention_factor"));
   SLUICE_TRY_ASSIGN(truncate, p.boolean("truncate"));
   if (truncate) rope.truncate = *truncate;
+  SLUICE_TRY_ASSIGN(mscale, p.number("mscale"));
+  SLUICE_TRY_ASSIGN(mscale_all_dim, p.number("mscale_all_dim"));
+  for (auto m : {mscale, mscale_all_dim})
+    if (m && !(std::isfinite(*m) && *m >= 0)) return make_error(params_where + ": 'mscale' and 'mscale_all_dim' must be finite and >= 0");
+  rope.mscale = mscale;
+  rope.mscale_all_dim = mscale_all_dim;
   if (original && (*original <= 0 || *original > kMaxPositions))
     return make_error(params_where + ": original_max_position_embeddings must be a positive integer at most " +
                       std::to_string(kMaxPositions));
@@ -541,6 +550,93 @@ Status parse_qwen3_5(const rapidjson::Value& doc, const std::string& where, Mode
   return {};
 }
 
+// DeepSeek-V3's MoE layers (from first_k_dense_replace on): n_routed_experts routed by sigmoid scores
+// in groups, and shared experts beside them.
+Status parse_deepseek_moe(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  Fields f(doc, where);
+  SLUICE_TRY_ASSIGN(experts, f.integer("n_routed_experts"));
+  SLUICE_TRY_ASSIGN(top_k, f.integer("num_experts_per_tok"));
+  SLUICE_TRY_ASSIGN(moe_ffn, f.integer("moe_intermediate_size"));
+  SLUICE_TRY_ASSIGN(shared, f.integer("n_shared_experts"));
+  SLUICE_TRY_ASSIGN(n_group, f.integer("n_group"));
+  SLUICE_TRY_ASSIGN(topk_group, f.integer("topk_group"));
+  SLUICE_TRY_ASSIGN(norm, f.boolean("norm_topk_prob"));
+  SLUICE_TRY_ASSIGN(scaling, f.number("routed_scaling_factor"));
+  SLUICE_TRY_ASSIGN(first_dense, f.integer("first_k_dense_replace"));
+  if (!experts) return {};  // no routed experts: every layer dense
+  const long long E = *experts, k = top_k.value_or(0), ffn = moe_ffn.value_or(0), groups = n_group.value_or(1), kept = topk_group.value_or(1);
+  if (E <= 0 || E > kMaxExperts) return make_error(where + ": 'n_routed_experts' must be in 1.." + std::to_string(kMaxExperts));
+  if (ffn <= 0 || ffn > kMaxFfnWidth) return make_error(where + ": 'moe_intermediate_size' must be a positive integer at most " + std::to_string(kMaxFfnWidth));
+  if (groups <= 0 || E % groups != 0 || E / groups < 2)
+    return make_error(where + ": 'n_group' must divide n_routed_experts (" + std::to_string(E) + ") into groups of at least 2");
+  if (kept <= 0 || kept > groups) return make_error(where + ": 'topk_group' must be in 1..n_group (" + std::to_string(groups) + ")");
+  if (k <= 0 || k > kept * (E / groups))
+    return make_error(where + ": 'num_experts_per_tok' must be positive and at most the experts of topk_group groups (" +
+                      std::to_string(kept * (E / groups)) + ")");
+  const long long n_shared = shared.value_or(0);
+  if (n_shared < 0 || n_shared * ffn > kMaxFfnWidth) return make_error(where + ": 'n_shared_experts' out of range");
+  const double factor = scaling.value_or(1.0);
+  if (!positive_float(factor)) return make_error(where + ": 'routed_scaling_factor' must be positive and fit a float");
+  const long long dense = first_dense.value_or(0);
+  if (dense < 0) return make_error(where + ": 'first_k_dense_replace' must be >= 0");
+  MoeConfig& m = c.moe;
+  m.n_experts = static_cast<int>(E);
+  m.top_k = static_cast<int>(k);
+  m.expert_intermediate = static_cast<int>(ffn);
+  m.normalize_top_k = norm.value_or(true);
+  m.routing = MoeRouting::kSigmoidGroupLimited;
+  m.n_group = static_cast<int>(groups);
+  m.topk_group = static_cast<int>(kept);
+  m.routed_scaling = static_cast<float>(factor);
+  m.shared_intermediate = static_cast<int>(n_shared * ffn);
+  m.sparse_layer.assign(c.num_layers, false);
+  for (int i = 0; i < c.num_layers; ++i) m.sparse_layer[i] = i >= dense;
+  return {};
+}
+
+// Multi-head latent attention's widths (DeepSeek-V3), after the rope: K and Q heads of
+// qk_nope_head_dim + qk_rope_head_dim values (the last qk_rope_head_dim rotated, in adjacent pairs
+// with rope_interleave), V heads of v_head_dim; scores scaled by qk_head_dim^-1/2, times yarn's
+// mscale(factor, mscale_all_dim)² where the rope says so.
+Status parse_mla(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
+  Fields f(doc, where);
+  SLUICE_TRY_ASSIGN(q_rank, f.integer("q_lora_rank"));
+  SLUICE_TRY_ASSIGN(kv_rank, f.integer("kv_lora_rank"));
+  SLUICE_TRY_ASSIGN(nope, f.integer("qk_nope_head_dim"));
+  SLUICE_TRY_ASSIGN(rope, f.integer("qk_rope_head_dim"));
+  SLUICE_TRY_ASSIGN(v_dim, f.integer("v_head_dim"));
+  SLUICE_TRY_ASSIGN(interleave, f.boolean("rope_interleave"));
+  auto width = [&](const std::optional<long long>& v, const char* name, long long def, long long min, long long max, int& out) -> Status {
+    const long long x = v.value_or(def);
+    if (x < min || x > max)
+      return make_error(where + ": '" + name + "' must be an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", got " +
+                        std::to_string(x));
+    out = static_cast<int>(x);
+    return {};
+  };
+  ModelConfig::Mla& m = c.mla;
+  // transformers' defaults (DeepseekV3Config): 1536, 512, 128, 64, 128; q_lora_rank null = a plain q_proj.
+  const bool q_null = doc.HasMember("q_lora_rank") && doc["q_lora_rank"].IsNull();
+  if (auto s = width(q_null ? std::optional<long long>(0) : q_rank, "q_lora_rank", 1536, 0, kMaxWidth, m.q_lora_rank); !s) return s;
+  if (auto s = width(kv_rank, "kv_lora_rank", 512, 1, kMaxWidth, m.kv_lora_rank); !s) return s;
+  if (auto s = width(nope, "qk_nope_head_dim", 128, 0, kMaxHeadDim, m.qk_nope_head_dim); !s) return s;
+  if (auto s = width(rope, "qk_rope_head_dim", 64, 2, kMaxHeadDim, m.qk_rope_head_dim); !s) return s;
+  if (auto s = width(v_dim, "v_head_dim", 128, 1, kMaxHeadDim, c.v_head_dim); !s) return s;
+  if (m.qk_rope_head_dim % 2) return make_error(where + ": 'qk_rope_head_dim' must be even");
+  if (m.qk_nope_head_dim + m.qk_rope_head_dim > kMaxHeadDim) return make_error(where + ": qk_nope_head_dim + qk_rope_head_dim is too wide");
+  c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  c.num_kv_heads = c.num_heads;  // K and V are expanded for every head
+  c.rope_dims = m.qk_rope_head_dim;
+  c.rope_interleaved = interleave.value_or(true);
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  if (c.rope.scaling != RopeScaling::kNone && c.rope.mscale_all_dim && *c.rope.mscale_all_dim != 0) {
+    const double mscale = yarn_mscale(c.rope.factor, *c.rope.mscale_all_dim);
+    scale *= mscale * mscale;
+  }
+  c.attention_scale = static_cast<float>(scale);
+  return {};
+}
+
 // Mixture-of-Experts fields, named as each architecture's transformers config names them.
 Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelConfig& c) {
   const bool mixtral = c.architecture == "mixtral", qwen3_moe = c.architecture == "qwen3_moe", olmoe = c.architecture == "olmoe";
@@ -565,6 +661,7 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
     c.moe.sparse_layer.assign(c.num_layers, true);
     return {};
   }
+  if (c.architecture == "deepseek_v3") return parse_deepseek_moe(doc, where, c);
   if (!mixtral && !qwen3_moe && !olmoe && !gpt_oss && !qwen3_5_moe) return {};
   SLUICE_TRY_ASSIGN(local_experts, f.integer("num_local_experts"));
   SLUICE_TRY_ASSIGN(experts, f.integer("num_experts"));
@@ -633,8 +730,8 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
   static const std::vector<std::string> kArchitectures = {
-      "gemma2", "gemma3_text", "gemma4_text", "gpt_oss", "llama",        "mistral",          "mixtral",
-      "olmoe",  "phi3",        "qwen2",       "qwen3",   "qwen3_5_text", "qwen3_5_moe_text", "qwen3_moe"};
+      "deepseek_v3", "gemma2", "gemma3_text", "gemma4_text", "gpt_oss", "llama",        "mistral",          "mixtral",
+      "olmoe",       "phi3",   "qwen2",       "qwen3",       "qwen3_5_text", "qwen3_5_moe_text", "qwen3_moe"};
   return kArchitectures;
 }
 
@@ -753,6 +850,8 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     c.rope.truncate = false;
     c.rope.original_max_position = 4096;
   }
+  if (c.architecture == "deepseek_v3")
+    if (auto s = parse_mla(doc, where, c); !s) return s.error();
   if (!(std::isfinite(c.rope.theta) && c.rope.theta > 1)) return make_error(where + ": rope_theta must be greater than 1 and finite");
   if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
     return make_error(where + ": partial_rotary_factor must be in (0, 1]");
@@ -891,6 +990,7 @@ int ModelConfig::max_kv_width() const {
 }
 
 int ModelConfig::rotary_dim_of(int layer) const {
+  if (rope_dims > 0) return rope_dims;
   const RopeConfig& r = rope_of(layer);
   if (r.scaling == RopeScaling::kProportional) return head_dim_of(layer);
   return static_cast<int>(head_dim_of(layer) * r.partial_rotary_factor);
@@ -921,6 +1021,8 @@ float RopeConfig::attention_scaling() const {
   if (scaling != RopeScaling::kYarn && scaling != RopeScaling::kLongRope) return 1.0f;
   if (attention_factor) return static_cast<float>(*attention_factor);
   if (factor <= 1.0) return 1.0f;
+  if (scaling == RopeScaling::kYarn && mscale && mscale_all_dim && *mscale != 0 && *mscale_all_dim != 0)
+    return static_cast<float>(yarn_mscale(factor, *mscale) / yarn_mscale(factor, *mscale_all_dim));
   if (scaling == RopeScaling::kLongRope)
     return static_cast<float>(std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original_max_position))));
   return static_cast<float>(0.1 * std::log(factor) + 1.0);

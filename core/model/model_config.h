@@ -27,6 +27,8 @@ struct RopeConfig {
   // yarn: round the ramp's ends to whole dimensions (transformers' default); gpt-oss turns it off.
   bool truncate = true;
   std::optional<double> attention_factor;   // yarn mscale override
+  // DeepSeek's yarn: cos/sin scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim) where both are set.
+  std::optional<double> mscale, mscale_all_dim;
   double partial_rotary_factor = 1.0;     // fraction of head_dim rotated
   // longrope (Phi-3): per-frequency divisors, short within original_max_position, long past it.
   std::vector<double> short_factor, long_factor;
@@ -55,14 +57,24 @@ struct QuantizationConfig {
 
 // How a token's experts and their weights come from the router's logits.
 enum class MoeRouting {
-  kSoftmaxTopK,  // softmax over every expert, the top k kept (mixtral, qwen3_moe, olmoe)
+  kSoftmaxTopK,  // softmax over every expert, the top k kept (mixtral, qwen3_moe, olmoe, qwen3.5, gemma 4)
   kTopKSoftmax,  // the top k logits, then softmax over those k (gpt-oss)
+  // DeepSeek-V3: sigmoid scores; the choice by score + the layer's correction bias, among the
+  // topk_group groups (of n_group) with the largest sums of their two best biased scores; weights
+  // the unbiased scores of the chosen.
+  kSigmoidGroupLimited,
 };
 
-// Mixture-of-Experts feed-forward blocks (mixtral, qwen3_moe, olmoe, gpt_oss). Routing is softmax over
-// the experts, the top k kept, and (normalize_top_k) their weights divided by their sum — or, for
-// gpt-oss, softmax over the top k logits.
+// Mixture-of-Experts feed-forward blocks (mixtral, qwen3_moe, olmoe, gpt_oss, qwen3.5, gemma 4,
+// deepseek_v3). The top k by the routing kind, their weights divided by their sum (normalize_top_k),
+// times routed_scaling.
 struct MoeConfig {
+  MoeRouting routing = MoeRouting::kSoftmaxTopK;
+  int n_group = 1, topk_group = 1;  // kSigmoidGroupLimited
+  float routed_scaling = 1.0f;
+  // Always-run experts beside the routed ones (DeepSeek's shared_experts MLP, its output added): their
+  // gated MLP's width (moe_intermediate_size × n_shared_experts); 0 = none.
+  int shared_intermediate = 0;
   int n_experts = 0;            // 0: a dense model
   int top_k = 0;
   int expert_intermediate = 0;  // each expert's FFN width
@@ -162,6 +174,18 @@ struct ModelConfig {
   bool double_wide_shared_mlp = false;
   // V values per KV head where they differ from K's (MLA); 0 = head_dim. Set by the families that have it.
   int v_head_dim = 0;
+  // Multi-head latent attention (DeepSeek-V3): q through a rank-q_lora_rank bottleneck (0: q_proj
+  // straight), K and V expanded per head from a normed latent of kv_lora_rank values, each head's
+  // K and Q [nope | rope] with a rotary part of qk_rope_head_dim values shared by all heads' K.
+  // head_dim is qk_nope_head_dim + qk_rope_head_dim, v_head_dim V's width.
+  struct Mla {
+    int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0;
+    bool enabled() const { return kv_lora_rank > 0; }
+  } mla;
+  // Rotated dimensions per head set outright (MLA's qk_rope_head_dim); 0: head_dim × partial_rotary_factor.
+  int rope_dims = 0;
+  // Rotary pairs are adjacent dimensions (DeepSeek's rope_interleave) rather than the halves.
+  bool rope_interleaved = false;
   // Bytes of a linear-attention layer's state per sequence, from the family's fields (Qwen3.5:
   // `linear`'s convolution window and recurrent state).
   uint64_t linear_state_bytes = 0;
@@ -176,7 +200,7 @@ struct ModelConfig {
 
   static Result<ModelConfig> load(const std::filesystem::path& model_dir);
   static const std::vector<std::string>& supported_architectures();
-  int rotary_dim() const { return static_cast<int>(head_dim * rope.partial_rotary_factor); }
+  int rotary_dim() const { return rope_dims > 0 ? rope_dims : static_cast<int>(head_dim * rope.partial_rotary_factor); }
   int head_dim_of(int layer) const {
     return layer >= 0 && layer < static_cast<int>(layer_head_dim.size()) ? layer_head_dim[layer] : head_dim;
   }

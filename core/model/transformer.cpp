@@ -499,7 +499,8 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * std::max(c.max_head_dim(), c.value_head_dim());
     const uint64_t KD = uint64_t(c.max_kv_width()), VD = KD, OD = QD;
     const uint64_t ffn = std::max<uint64_t>({uint64_t(std::max(0, c.intermediate_size)) * (c.double_wide_shared_mlp ? 2 : 1),
-                                             uint64_t(c.moe.expert_intermediate), uint64_t(c.moe.shared_expert_intermediate)});
+                                             uint64_t(c.moe.expert_intermediate), uint64_t(c.moe.shared_expert_intermediate),
+                                             uint64_t(c.moe.shared_intermediate)});
     for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, VD}, {&a.attn, OD}, {&a.o, H},
                              {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
                              {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))},
@@ -509,6 +510,13 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     if (c.moe.dense_beside)
       for (Buffer* buf : {&a.dense_out, &a.router_in})
         if (auto s = grow(*buf, H * n); !s) return s;
+    if (c.mla.enabled()) {
+      const uint64_t NH = uint64_t(c.num_heads), KL = uint64_t(c.mla.kv_lora_rank), R = uint64_t(c.mla.qk_rope_head_dim);
+      for (auto [buf, size] : {std::pair{&a.mla_q_latent, uint64_t(std::max(1, c.mla.q_lora_rank))}, {&a.mla_q, NH * c.head_dim},
+                               {&a.mla_kv_latent, KL + R}, {&a.mla_kv_normed, KL},
+                               {&a.mla_kv, NH * uint64_t(c.mla.qk_nope_head_dim + c.value_head_dim())}})
+        if (auto s = grow(*buf, size * n); !s) return s;
+    }
     if (c.per_layer_input_width > 0) {
       const uint64_t P = uint64_t(c.per_layer_input_width);
       for (auto [buf, size] : {std::pair{&a.per_layer_all, P * c.num_layers}, {&a.per_layer_tokens, P * c.num_layers},

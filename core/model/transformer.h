@@ -116,6 +116,7 @@ class Transformer {
     Buffer shared_gate_logits;                                                 // a shared expert's gate, [n, 1]
     Buffer q_gate, attn_gate;                                                  // gated attention (Qwen3.5)
     Buffer lin_qkv, lin_conv, lin_z, lin_a, lin_b, lin_core;                   // Gated DeltaNet layers
+    Buffer mla_q_latent, mla_q, mla_kv_latent, mla_kv_normed, mla_kv;          // MLA's latents and per-head products
   };
 
   // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.
@@ -174,9 +175,11 @@ class Transformer {
   Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t cache_layer, uint32_t n);
   // h → o: routed on the host from the router's logits, the experts' gated MLPs as nodes.
   Status build_moe(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, StepGraph::Id router_input);
-  // Per token, its (expert, weight) pairs; expert_scale (Gemma 4) multiplies each chosen expert's weight.
+  // Per token, its (expert, weight) pairs; expert_scale (Gemma 4) multiplies each chosen expert's weight;
+  // choice_bias (DeepSeek-V3's e_score_correction_bias) shifts the scores the experts are chosen by.
   std::vector<std::vector<std::pair<uint32_t, float>>> route(const std::vector<float>& logits, uint32_t n,
-                                                             const std::vector<float>& expert_scale = {}) const;
+                                                             const std::vector<float>& expert_scale = {},
+                                                             const std::vector<float>& choice_bias = {}) const;
   // Every stage's layers; the last stage's graph is left open for the head (returned in `last`).
   Status run_layers(const ForwardBatch& batch, std::span<sl_kv_cache* const> caches, int from_slot, PassGraph& last);
   // The final norm and the LM head over the rows that need logits, into the stage's a.logits.

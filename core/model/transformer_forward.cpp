@@ -7,6 +7,7 @@
 
 #include "model/families/family.h"
 #include "model/families/llama.h"  // activation()
+#include "model/moe_routing.h"
 #include "model/transformer.h"
 
 namespace sluice {
@@ -29,6 +30,17 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   if (c.moe.dense_beside) {
     t.dense_out = g.buffer(a.dense_out.get(), n, H);
     t.router_in = g.buffer(a.router_in.get(), n, H);
+  }
+  if (c.mla.enabled()) {
+    const uint32_t QL = static_cast<uint32_t>(std::max(1, c.mla.q_lora_rank)), KL = static_cast<uint32_t>(c.mla.kv_lora_rank);
+    const uint32_t R = static_cast<uint32_t>(c.mla.qk_rope_head_dim), KV = static_cast<uint32_t>(c.mla.qk_nope_head_dim) + DV;
+    t.mla_q_latent = g.buffer(a.mla_q_latent.get(), n, QL);
+    t.mla_q = g.buffer(a.mla_q.get(), n, NH * D);
+    t.mla_q_heads = g.buffer(a.mla_q.get(), n * NH, D);
+    t.mla_kv_latent = g.buffer(a.mla_kv_latent.get(), n, KL + R);
+    t.mla_kv_normed = g.buffer(a.mla_kv_normed.get(), n, KL);
+    t.mla_kv = g.buffer(a.mla_kv.get(), n, NH * KV);
+    t.mla_kv_heads = g.buffer(a.mla_kv.get(), n * NH, KV);
   }
   if (const uint32_t P = static_cast<uint32_t>(c.per_layer_input_width); P > 0) {
     const uint32_t L = static_cast<uint32_t>(c.num_layers);
@@ -104,14 +116,17 @@ Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint
   return {};
 }
 
-// Routing on the host (the expert ids are needed here anyway, to ask the store for them): softmax
-// over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when
-// the architecture says so — or (gpt-oss) the top k logits, then softmax over those k. The two agree
+// Routing on the host (the expert ids are needed here anyway, to ask the store for them), by
+// MoeConfig::routing: DeepSeek's sigmoid group-limited kind in core/model/moe_routing.cpp; here softmax
+// over the experts' logits, the top k (ties to the lower index, as torch.topk), renormalised when the
+// architecture says so — or (gpt-oss) the top k logits, then softmax over those k. The last two agree
 // in exact arithmetic with renormalisation; each is computed in its model's order so the float32
 // rounding is transformers'. Returns, per token, its (expert, weight) pairs.
 std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const std::vector<float>& logits, uint32_t n,
-                                                                        const std::vector<float>& expert_scale) const {
+                                                                        const std::vector<float>& expert_scale,
+                                                                        const std::vector<float>& choice_bias) const {
   const auto& moe = config_.moe;
+  if (moe.routing == MoeRouting::kSigmoidGroupLimited) return routing::sigmoid_group_limited(moe, logits, n, choice_bias);
   const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
   std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
   std::vector<uint32_t> order(E);
@@ -161,11 +176,12 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   g.matmul(router_input, g.weight(L.router), L.has_router_bias ? g.weight(L.router_bias) : StepGraph::kNone,
            g.buffer(a.router_logits.get(), n, E), "router");
   const sl_weight *next_router = nullptr, *next_bias = nullptr;
+  uint32_t next_layer = UINT32_MAX;
   if (moe_layer + 1 < experts_->n_moe_layers()) {
-    const auto next = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
-    if (next < st.end) {
-      next_router = &layers_[next].router;
-      if (layers_[next].has_router_bias) next_bias = &layers_[next].router_bias;
+    next_layer = static_cast<uint32_t>(experts_->model_layer(moe_layer + 1));
+    if (next_layer < st.end) {
+      next_router = &layers_[next_layer].router;
+      if (layers_[next_layer].has_router_bias) next_bias = &layers_[next_layer].router_bias;
     } else if (st.has_next_router) {
       next_router = &st.next_router;
       if (c.moe.router_bias) next_bias = &st.next_router_bias;
@@ -190,14 +206,16 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     std::vector<float> guess_logits(logits.size());
     if (auto s = backend.download(a.next_router_logits, 0, guess_logits.data(), guess_logits.size() * 4); !s) return s;
     std::vector<bool> want(E, false);
-    for (const auto& r : route(guess_logits, n))
+    const std::vector<float> no_bias;
+    const std::vector<float>& next_choice_bias = next_layer < st.end ? layers_[next_layer].router_choice_bias : no_bias;
+    for (const auto& r : route(guess_logits, n, {}, next_choice_bias))
       for (auto [e, w] : r) want[e] = true;
     std::vector<uint32_t> hint;
     for (uint32_t e = 0; e < E; ++e)
       if (want[e]) hint.push_back(e);
     store_->prefetch(moe_layer + 1, hint);
   }
-  const auto routes = route(logits, n, L.expert_scale);
+  const auto routes = route(logits, n, L.expert_scale, L.router_choice_bias);
   std::vector<std::vector<int32_t>> rows(E);
   std::vector<std::vector<float>> weights(E);
   for (uint32_t t = 0; t < n; ++t)
@@ -218,7 +236,16 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     ~Release() { store->release(layer, experts); }
   } release{store_, moe_layer, used};
 
-  g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
+  if (L.has_shared_experts) {  // o starts as the shared experts' MLP of every token (DeepSeek), else as zeros
+    const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
+    const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
+    g.matmul(pass.act.h, g.weight(L.shared_experts_gate), StepGraph::kNone, gate, "shared experts gate");
+    g.matmul(pass.act.h, g.weight(L.shared_experts_up), StepGraph::kNone, up, "shared experts up");
+    g.glu(gate, up, families::activation(c), act, "shared experts activation");
+    g.matmul(act, g.weight(L.shared_experts_down), StepGraph::kNone, pass.act.o, "shared experts down");
+  } else {
+    g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
+  }
   const bool fused = experts_->form() != ExpertLayout::Form::kSeparate;
   const uint32_t per_part = fused ? 1 : experts_->n_parts() / 3;
   sl_glu_params activation{};

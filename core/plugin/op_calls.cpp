@@ -274,6 +274,14 @@ sl_status OpCalls::copy(const sl_buffer* src, uint64_t src_offset, sl_buffer* ds
   return r.run(err);
 }
 
+sl_status OpCalls::copy_columns(const sl_buffer* x, uint32_t x_cols, sl_buffer* out, uint32_t out_rows, uint32_t out_cols,
+                                const sl_copy_columns_params& p, sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t x_rows = p.repeat ? out_rows / p.repeat : out_rows;
+  r.g.copy_columns(values(r.g, x, x_rows, x_cols), p.src_col, p.dst_col, p.width, p.repeat, values(r.g, out, out_rows, out_cols), "copy_columns");
+  return r.run(err);
+}
+
 sl_status OpCalls::gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err) {
   GraphRun r(*this);
   // The host does not know the source's rows: enough for the rows asked (the backend checks its buffer).

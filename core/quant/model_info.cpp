@@ -44,13 +44,14 @@ Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRe
   m.head_dim = int_field(*doc, "head_dim", m.heads ? m.hidden / m.heads : 0);
   m.vocab = int_field(*doc, "vocab_size");
   m.ffn = int_field(*doc, "intermediate_size");
-  m.experts = int_field(*doc, "num_experts", int_field(*doc, "num_local_experts"));
+  m.experts = int_field(*doc, "num_experts", int_field(*doc, "num_local_experts", int_field(*doc, "n_routed_experts")));  // DeepSeek: routed ones
   m.experts_per_token = int_field(*doc, "num_experts_per_tok", int_field(*doc, "top_k_experts"));  // Gemma 4 names it so
   if (const auto* t = json::member(*doc, "tie_word_embeddings"); t && t->IsBool()) m.tied = t->GetBool();
 
   auto cfg = ModelConfig::load(dir);  // for per-module quantization; absent for unsupported architectures
   QuantizationConfig qc;
   if (cfg) qc = cfg->quantization;
+  if (cfg) m.head_dim = cfg->head_dim;  // as the host reads it (DeepSeek's config.json head_dim is only the rotary part)
 
   auto set = SafetensorsSet::open_dir(dir);
   if (!set) return set.error();

@@ -564,20 +564,26 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
   }
   const bool has_params = node->op == SL_OP_RMS_NORM || node->op == SL_OP_ROPE || node->op == SL_OP_KV_WRITE ||
                           node->op == SL_OP_ATTENTION || node->op == SL_OP_GLU || node->op == SL_OP_SCALE ||
-                          node->op == SL_OP_CAUSAL_CONV || node->op == SL_OP_GATED_DELTA;
+                          node->op == SL_OP_CAUSAL_CONV || node->op == SL_OP_GATED_DELTA || node->op == SL_OP_COPY_COLUMNS;
   if (has_params && !node->params) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node lacks its parameters");
   if (node->op == SL_OP_MATMUL &&
       (n.in[0]->cols != n.in[1]->weight->cols || n.out[0]->cols != n.in[1]->weight->rows || n.out[0]->rows != n.in[0]->rows))
     return fail(err, SL_ERR_INVALID_ARGUMENT, "matmul: shapes do not fit");
   if ((node->op == SL_OP_ADD || node->op == SL_OP_GLU || node->op == SL_OP_COPY || node->op == SL_OP_SCALE) && count(n.out[0]) > count(n.in[0]))
     return fail(err, SL_ERR_INVALID_ARGUMENT, "elementwise op: output larger than its input");
+  if (node->op == SL_OP_COPY_COLUMNS) {
+    const auto* p = static_cast<const sl_copy_columns_params*>(node->params);
+    if (p->repeat == 0 || uint64_t(n.in[0]->rows) * p->repeat != n.out[0]->rows || uint64_t(p->src_col) + p->width > n.in[0]->cols ||
+        uint64_t(p->dst_col) + p->width > n.out[0]->cols)
+      return fail(err, SL_ERR_INVALID_ARGUMENT, "copy_columns: columns or rows do not fit");
+  }
   for (const sl_tensor* t : {n.in[0], n.in[1], n.in[2], n.in[3], n.out[0], n.out[1]})
     if (t && t->kind == SL_TENSOR_STATE && !takes_states(node->op)) return fail(err, SL_ERR_UNSUPPORTED, "a state read by an op that reads none");
   return SL_OK;
 }
 
 int supports_node(const sl_backend*, const sl_node_query* q) {
-  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_GATED_DELTA) return 0;
+  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_COPY_COLUMNS) return 0;
   for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i) {
     const uint32_t index = q->node->inputs[i];
     if (index == SL_NO_TENSOR || !q->tensors || index >= q->n_tensors) continue;
@@ -634,6 +640,13 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
           const float v = F(n.in[0])[k] * p->scale;
           F(n.out[0])[k] = p->softcap > 0 ? std::tanh(v / p->softcap) * p->softcap : v;
         }
+        break;
+      }
+      case SL_OP_COPY_COLUMNS: {  // 2.3
+        const auto* p = static_cast<const sl_copy_columns_params*>(g->nodes[i].params);
+        for (uint32_t r = 0; r < n.out[0]->rows; ++r)
+          for (uint32_t c = 0; c < p->width; ++c)
+            F(n.out[0])[uint64_t(r) * n.out[0]->cols + p->dst_col + c] = F(n.in[0])[uint64_t(r / p->repeat) * n.in[0]->cols + p->src_col + c];
         break;
       }
       default: s = fail(err, SL_ERR_UNSUPPORTED, "op " + std::to_string(op) + " is not known to the example backend");

@@ -35,7 +35,8 @@ inline void expect_golden_prompts(Runtime& rt, Engine& engine, const rapidjson::
     const auto ids = golden_ids(prompt["ids"]);
     SequenceState seq;
     std::vector<float> logits;
-    ASSERT_TRUE(rt.run(seq, ids, false, logits).ok());
+    const auto ran = rt.run(seq, ids, false, logits);
+    ASSERT_TRUE(ran.ok()) << ran.message();
     rt.release(seq);
     ASSERT_EQ(logits.size(), prompt["last_logits"].GetArray().Size());
     if (logits_too) {

@@ -39,7 +39,7 @@ TEST_P(GoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
                          ::testing::Values("zoo/llama", "zoo/qwen2", "zoo/qwen3", "zoo/mistral", "zoo/gemma2", "zoo/gemma3_text", "zoo/phi3",
                                            "zoo2/gemma4_text", "zoo2/gemma4_text_moe",
-                                           "zoo2/qwen3_5_text", "zoo2/qwen3_5_moe_text",
+                                           "zoo2/qwen3_5_text", "zoo2/qwen3_5_moe_text", "zoo2/deepseek_v3",
                                            "tiny-code-qwen2"),
                          [](const auto& info) {
                            std::string n = info.param;

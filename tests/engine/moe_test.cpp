@@ -79,7 +79,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3_moe-4bit", "resident", 0}, Case{"zoo/mixtral", "uring", 1}, Case{"zoo/qwen3_moe", "uring", 1},
                       Case{"zoo/olmoe", "uring", 1}, Case{"qwen3_moe-4bit", "uring", 1}, Case{"zoo2/gemma4_text_moe", "resident", 0},
                       Case{"zoo2/gemma4_text_moe", "uring", 1}, Case{"zoo2/gpt_oss", "resident", 0}, Case{"zoo2/gpt_oss", "uring", 1},
-                      Case{"zoo2/qwen3_5_moe_text", "resident", 0}, Case{"zoo2/qwen3_5_moe_text", "uring", 1}),
+                      Case{"zoo2/qwen3_5_moe_text", "resident", 0}, Case{"zoo2/qwen3_5_moe_text", "uring", 1},
+                      Case{"zoo2/deepseek_v3", "resident", 0}, Case{"zoo2/deepseek_v3", "uring", 1}),
     [](const auto& info) {
       std::string n = info.param.model + "_" + info.param.store;
       for (auto& ch : n)

@@ -795,6 +795,72 @@ TEST(ModelConfig, GptOssReadsItsLayerTypesExpertsClampAndRope) {
     ASSERT_FALSE(b.ok()) << extra;
     EXPECT_THAT(b.message(), HasSubstr(message)) << extra;
   }
+
+TEST(ModelConfig, DeepseekV3ReadsLatentAttentionAndGroupRouting) {
+  TempDir dir;
+  const std::string mla = R"(,"head_dim":8,"q_lora_rank":24,"kv_lora_rank":16,"qk_nope_head_dim":16,"qk_rope_head_dim":8,)"
+                          R"("v_head_dim":16,"rope_interleave":true,"rope_parameters":{"rope_theta":10000.0,"rope_type":"default"})";
+  // The MoE fields, one of them replaced where `key` is set.
+  auto moe_with = [](const std::string& key = "", const std::string& value = "") {
+    const std::vector<std::pair<std::string, std::string>> fields = {
+        {"n_routed_experts", "8"}, {"num_experts_per_tok", "2"}, {"moe_intermediate_size", "32"}, {"n_shared_experts", "1"},
+        {"n_group", "2"},          {"topk_group", "1"},          {"norm_topk_prob", "true"},     {"routed_scaling_factor", "2.5"},
+        {"first_k_dense_replace", "1"}};
+    std::string out;
+    for (const auto& [k, v] : fields) out += ",\"" + k + "\":" + (k == key ? value : v);
+    return out;
+  };
+  const std::string moe = moe_with();
+  auto c = load_config(dir, config_json("deepseek_v3", mla + moe));
+  ASSERT_TRUE(c.ok()) << c.message();
+  // head_dim is qk_nope + qk_rope (config.json's head_dim is transformers' rope width); K and V for every head.
+  EXPECT_EQ(c->head_dim, 24);
+  EXPECT_EQ(c->value_head_dim(), 16);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->mla.q_lora_rank, 24);
+  EXPECT_EQ(c->mla.kv_lora_rank, 16);
+  EXPECT_EQ(c->rotary_dim(), 8);
+  EXPECT_EQ(c->rotary_dim_of(3), 8);
+  EXPECT_TRUE(c->rope_interleaved);
+  EXPECT_FLOAT_EQ(c->attention_scale, 1.0f / std::sqrt(24.0f));
+  const LayerCacheSpec spec = c->layer_cache(1);
+  EXPECT_EQ(spec.k_head_dim, 24u);
+  EXPECT_EQ(spec.v_head_dim, 16u);
+  EXPECT_EQ(c->moe.routing, MoeRouting::kSigmoidGroupLimited);
+  EXPECT_EQ(c->moe.n_experts, 8);
+  EXPECT_EQ(c->moe.top_k, 2);
+  EXPECT_EQ(c->moe.n_group, 2);
+  EXPECT_EQ(c->moe.topk_group, 1);
+  EXPECT_FLOAT_EQ(c->moe.routed_scaling, 2.5f);
+  EXPECT_EQ(c->moe.expert_intermediate, 32);
+  EXPECT_EQ(c->moe.shared_intermediate, 32);
+  EXPECT_TRUE(c->moe.normalize_top_k);
+  EXPECT_EQ(c->moe.sparse_layer, (std::vector<bool>{false, true, true, true}));
+
+  // q_lora_rank null: a plain q_proj. yarn with mscale_all_dim: scores scaled by mscale², cos/sin by mscale ratio.
+  const std::string yarn = R"(,"q_lora_rank":null,"kv_lora_rank":16,"qk_nope_head_dim":16,"qk_rope_head_dim":8,"v_head_dim":16,)"
+                           R"("rope_scaling":{"type":"yarn","factor":40,"mscale":1.0,"mscale_all_dim":0.707,)"
+                           R"("original_max_position_embeddings":4096,"beta_fast":32,"beta_slow":1})";
+  auto y = load_config(dir, config_json("deepseek_v3", yarn + moe));
+  ASSERT_TRUE(y.ok()) << y.message();
+  EXPECT_EQ(y->mla.q_lora_rank, 0);
+  const double all_dim = 0.1 * 0.707 * std::log(40.0) + 1.0, own = 0.1 * 1.0 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(y->attention_scale, all_dim * all_dim / std::sqrt(24.0), 1e-6);
+  EXPECT_NEAR(y->rope.attention_scaling(), own / all_dim, 1e-6);
+
+  // Sizes that cannot route, named.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"n_group", "3"}, {"topk_group", "3"}, {"num_experts_per_tok", "5"}, {"routed_scaling_factor", "0"}, {"first_k_dense_replace", "-1"}}) {
+    auto r = load_config(dir, config_json("deepseek_v3", mla + moe_with(field, value)));
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_NE(r.message().find(field), std::string::npos) << r.message();
+  }
+  auto odd = load_config(dir, config_json("deepseek_v3", R"(,"kv_lora_rank":16,"qk_nope_head_dim":16,"qk_rope_head_dim":7,"v_head_dim":16)" + moe));
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.message().find("qk_rope_head_dim"), std::string::npos) << odd.message();
+  auto no_latent = load_config(dir, config_json("deepseek_v3", R"(,"kv_lora_rank":0)" + moe));
+  ASSERT_FALSE(no_latent.ok());
+  EXPECT_NE(no_latent.message().find("kv_lora_rank"), std::string::npos) << no_latent.message();
 }
 
 // ---- RoPE inverse frequencies ----

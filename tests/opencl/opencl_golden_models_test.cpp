@@ -60,7 +60,8 @@ INSTANTIATE_TEST_SUITE_P(Models, OpenclGoldenModel,
                                            Case{"zoo/phi3", "f32"}, Case{"zoo2/gemma4_text", "f32", true},
                                            Case{"zoo2/gemma4_text_moe", "f32", true}, Case{"tiny-code-qwen2", "f32"},
                                            Case{"tiny-code-qwen2", "f16"}, Case{"zoo2/gpt_oss", "f32", true},
-                                           Case{"zoo2/qwen3_5_text", "f32"}, Case{"zoo2/qwen3_5_moe_text", "f32"}),
+                                           Case{"zoo2/qwen3_5_text", "f32"}, Case{"zoo2/qwen3_5_moe_text", "f32"},
+                                           Case{"zoo2/deepseek_v3", "f32"}),
                          [](const auto& info) {
                            std::string n = info.param.model + "_" + info.param.codec;
                            for (auto& c : n)

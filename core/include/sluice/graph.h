@@ -135,6 +135,11 @@ typedef enum sl_op {
    * states, read and written (STATE [n_seqs, n_v_heads * k_head_dim * v_head_dim], [head][k][v]).
    * sl_gated_delta_params. */
   SL_OP_GATED_DELTA = 15,
+  /* 2.2: out[r, dst_col + c] = x[r / repeat, src_col + c] for every row r of out and c < width; out's
+   * other columns keep their values (out is read too). in: x [r, cx]; out [r * repeat, co], distinct
+   * from x. sl_copy_columns_params. Moves per-head column ranges between per-head row views
+   * ([tokens * heads, head width]): MLA's split of K and V and its rotary part shared by all heads. */
+  SL_OP_COPY_COLUMNS = 16,
   SL_OP_COUNT /* grows with every minor; not part of the ABI */
 } sl_op;
 
@@ -216,6 +221,15 @@ typedef struct sl_scale_params {
   float scale;
   float softcap;  /* 0 = none */
 } sl_scale_params;
+
+/* 2.3 */
+typedef struct sl_copy_columns_params {
+  uint32_t struct_size;
+  uint32_t src_col;  /* first column read in each row of x */
+  uint32_t dst_col;  /* first column written in each row of out */
+  uint32_t width;    /* columns moved, >= 1 */
+  uint32_t repeat;   /* rows of out per row of x, >= 1 (a row of x copied to `repeat` consecutive rows) */
+} sl_copy_columns_params;
 
 typedef struct sl_glu_params {
   uint32_t struct_size;

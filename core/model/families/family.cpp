@@ -1,5 +1,6 @@
 #include "model/families/family.h"
 
+#include "model/families/deepseek_v3.h"
 #include "model/families/gemma.h"
 #include "model/families/gemma4.h"
 #include "model/families/gpt_oss.h"
@@ -46,6 +47,7 @@ const Family* family_for(const ModelConfig& config) {
   static const Phi3 phi3;
   static const Gemma4 gemma4;
   static const Qwen3_5 qwen3_5;
+  static const DeepseekV3 deepseek_v3;
   const std::string& t = config.architecture;
   if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3" || t == "qwen3_moe" || t == "olmoe") return &llama;
   if (t == "gemma2" || t == "gemma3_text") return &gemma;
@@ -53,6 +55,7 @@ const Family* family_for(const ModelConfig& config) {
   if (t == "gemma4_text") return &gemma4;
   if (t == "gpt_oss") return &gpt_oss;
   if (t == "qwen3_5_text" || t == "qwen3_5_moe_text") return &qwen3_5;
+  if (t == "deepseek_v3") return &deepseek_v3;
   return nullptr;
 }
 
