@@ -82,7 +82,6 @@ struct MoeConfig {
   // Gemma 4: each MoE block runs beside the layer's dense MLP (their outputs summed), routed from its
   // own input, its top-k weights scaled per expert (the router's per_expert_scale).
   bool dense_beside = false;
-  MoeRouting routing = MoeRouting::kSoftmaxTopK;
   bool router_bias = false;     // the router is a linear layer with a bias (gpt-oss)
   bool expert_bias = false;     // each expert's gate, up and down products add biases (gpt-oss)
   // The experts' activation: SiLU-gated, or gpt-oss's clamped SwiGLU with these (swiglu_limit > 0).

@@ -795,6 +795,7 @@ TEST(ModelConfig, GptOssReadsItsLayerTypesExpertsClampAndRope) {
     ASSERT_FALSE(b.ok()) << extra;
     EXPECT_THAT(b.message(), HasSubstr(message)) << extra;
   }
+}
 
 TEST(ModelConfig, DeepseekV3ReadsLatentAttentionAndGroupRouting) {
   TempDir dir;
