@@ -177,7 +177,7 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
       View x = view(*in0), o = view(*out);
       return scale(be, x.get(), o.get(), graph::values(*out), p->scale, p->softcap, err);
     }
-    case SL_OP_COPY_COLUMNS: {  // 2.3
+    case SL_OP_COPY_COLUMNS: {  // 2.2
       View x = view(*in0), o = view(*out);
       return copy_columns(be, x.get(), in0->cols, o.get(), out->rows, out->cols, *graph::params<sl_copy_columns_params>(n), err);
     }

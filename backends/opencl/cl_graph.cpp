@@ -141,7 +141,7 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
       const auto* p = graph::params<sl_scale_params>(n);
       return scale(be, buf(in0), buf(out), graph::values(*out), p->scale, p->softcap, err);
     }
-    case SL_OP_COPY_COLUMNS:  // 2.3
+    case SL_OP_COPY_COLUMNS:  // 2.2
       return copy_columns(be, buf(in0), in0->cols, buf(out), out->rows, out->cols, *graph::params<sl_copy_columns_params>(n), err);
     case SL_OP_ARGMAX:
       return argmax(be, buf(in0), in0->rows, in0->cols, buf(out), out->offset / 4, err);

@@ -81,7 +81,7 @@ class OpCalls {
   sl_status scale(const sl_buffer* x, sl_buffer* out, uint64_t n, float scale, float softcap, sl_error* err);
   // Offsets and n in floats.
   sl_status copy(const sl_buffer* src, uint64_t src_offset, sl_buffer* dst, uint64_t dst_offset, uint64_t n, sl_error* err);
-  // out[r, p.dst_col + c] = x[r / p.repeat, p.src_col + c] (a COPY_COLUMNS node, 2.3): x [out_rows / repeat, x_cols], out [out_rows, out_cols].
+  // out[r, p.dst_col + c] = x[r / p.repeat, p.src_col + c] (a COPY_COLUMNS node, 2.2): x [out_rows / repeat, x_cols], out [out_rows, out_cols].
   sl_status copy_columns(const sl_buffer* x, uint32_t x_cols, sl_buffer* out, uint32_t out_rows, uint32_t out_cols,
                          const sl_copy_columns_params& p, sl_error* err);
   sl_status gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err);

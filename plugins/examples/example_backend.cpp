@@ -642,7 +642,7 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
         }
         break;
       }
-      case SL_OP_COPY_COLUMNS: {  // 2.3
+      case SL_OP_COPY_COLUMNS: {  // 2.2
         const auto* p = static_cast<const sl_copy_columns_params*>(g->nodes[i].params);
         for (uint32_t r = 0; r < n.out[0]->rows; ++r)
           for (uint32_t c = 0; c < p->width; ++c)

@@ -222,7 +222,7 @@ typedef struct sl_scale_params {
   float softcap;  /* 0 = none */
 } sl_scale_params;
 
-/* 2.3 */
+/* 2.2 */
 typedef struct sl_copy_columns_params {
   uint32_t struct_size;
   uint32_t src_col;  /* first column read in each row of x */
