@@ -33,10 +33,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(c->moe.top_k > 0 && c->moe.top_k <= c->moe.n_experts && c->moe.expert_intermediate > 0);
     FUZZ_CHECK(static_cast<int>(c->moe.sparse_layer.size()) == c->num_layers);
   }
-  const int rotary = c->rotary_dim();
-  FUZZ_CHECK(rotary > 0 && rotary % 2 == 0 && rotary <= c->head_dim);
-  // The tables the forward pass builds at load: a config the reader accepts must not make them absurd.
-  for (float f : c->rope.inverse_frequencies(rotary)) FUZZ_CHECK(std::isfinite(f) && f > 0, "inverse frequency %g", f);
-  FUZZ_CHECK(std::isfinite(c->rope.attention_scaling()));
+  // The tables the forward pass builds at load, one a layer: a config the reader accepts must not make
+  // them absurd. A proportional rope (Gemma 4's full layers) keeps its trailing angles at 0 by design.
+  for (int l = 0; l < c->num_layers; ++l) {
+    const RopeConfig& r = c->rope_of(l);
+    const int rotary = c->rotary_dim_of(l);
+    FUZZ_CHECK(rotary > 0 && rotary % 2 == 0 && rotary <= c->head_dim_of(l));
+    const bool zeros_allowed = r.scaling == RopeScaling::kProportional;
+    for (float f : r.inverse_frequencies(rotary))
+      FUZZ_CHECK(std::isfinite(f) && (f > 0 || (zeros_allowed && f == 0)), "inverse frequency %g", f);
+    FUZZ_CHECK(std::isfinite(r.attention_scaling()));
+  }
   return 0;
 }
