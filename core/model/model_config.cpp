@@ -624,6 +624,9 @@ Status parse_mla(const rapidjson::Value& doc, const std::string& where, ModelCon
   if (auto s = width(v_dim, "v_head_dim", 128, 1, kMaxHeadDim, c.v_head_dim); !s) return s;
   if (m.qk_rope_head_dim % 2) return make_error(where + ": 'qk_rope_head_dim' must be even");
   if (m.qk_nope_head_dim + m.qk_rope_head_dim > kMaxHeadDim) return make_error(where + ": qk_nope_head_dim + qk_rope_head_dim is too wide");
+  // Every other family's query/key heads are even (the attention kernels read them in pairs); so are
+  // DeepSeek's released ones (128 + 64).
+  if (m.qk_nope_head_dim % 2) return make_error(where + ": 'qk_nope_head_dim' must be even");
   c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
   c.num_kv_heads = c.num_heads;  // K and V are expanded for every head
   c.rope_dims = m.qk_rope_head_dim;

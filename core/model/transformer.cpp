@@ -409,7 +409,7 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
           const auto& proj = m->experts_->projection(static_cast<uint32_t>(l), p);
           sl_weight form{};
           form.struct_size = sizeof(form);
-          form.dtype = proj.quantized() ? SL_DTYPE_U32 : proj.dtype;
+          form.dtype = proj.quantized() ? static_cast<uint32_t>(SL_DTYPE_U32) : proj.dtype;
           form.rows = proj.rows;
           form.cols = proj.cols;
           form.bits = proj.bits;

@@ -395,17 +395,6 @@ TEST_P(BackendOpsTest, CopyPastABuffersEndIsAnErrorEvenWhenOffsetsOverflow) {
   }
 }
 
-// ---- softmax, topk -----------------------------------------------------------------------------
-
-std::vector<double> softmax_ref(const float* v, std::size_t n) {
-  const double m = *std::max_element(v, v + n);
-  std::vector<double> p(n);
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) sum += (p[i] = std::exp(v[i] - m));
-  for (auto& x : p) x /= sum;
-  return p;
-}
-
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Backend, BackendOpsTest, ::testing::ValuesIn(backends_under_test()), backend_test_name);

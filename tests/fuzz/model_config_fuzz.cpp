@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!c.message().empty());
     return 0;
   }
-  FUZZ_CHECK(c->vocab_size > 0 && c->hidden_size > 0 && c->intermediate_size > 0 && c->num_layers > 0);
+  FUZZ_CHECK(c->vocab_size > 0 && c->hidden_size > 0 && c->intermediate_size >= 0 && c->num_layers > 0);
   FUZZ_CHECK(c->num_heads > 0 && c->num_kv_heads > 0 && c->num_heads % c->num_kv_heads == 0);
   FUZZ_CHECK(c->head_dim > 0 && c->head_dim % 2 == 0);
   FUZZ_CHECK(c->max_position_embeddings > 0);
@@ -32,6 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (c->moe.enabled()) {
     FUZZ_CHECK(c->moe.top_k > 0 && c->moe.top_k <= c->moe.n_experts && c->moe.expert_intermediate > 0);
     FUZZ_CHECK(static_cast<int>(c->moe.sparse_layer.size()) == c->num_layers);
+  }
+  // A config may leave the dense MLP's width out only where no layer has a dense MLP (Qwen3.5-MoE).
+  for (int l = 0; l < c->num_layers; ++l) {
+    const bool dense_mlp = !c->moe.enabled() || !c->moe.sparse_layer[l] || c->moe.dense_beside;
+    if (dense_mlp) FUZZ_CHECK(c->intermediate_size > 0, "layer %d has a dense MLP of width %d", l, c->intermediate_size);
   }
   // The tables the forward pass builds at load, one a layer: a config the reader accepts must not make
   // them absurd. A proportional rope (Gemma 4's full layers) keeps its trailing angles at 0 by design.

@@ -859,6 +859,10 @@ TEST(ModelConfig, DeepseekV3ReadsLatentAttentionAndGroupRouting) {
   auto odd = load_config(dir, config_json("deepseek_v3", R"(,"kv_lora_rank":16,"qk_nope_head_dim":16,"qk_rope_head_dim":7,"v_head_dim":16)" + moe));
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.message().find("qk_rope_head_dim"), std::string::npos) << odd.message();
+  // An odd query/key head (15 + 8) is refused by name (the fuzzer's find: it passed as head_dim 23).
+  auto odd_head = load_config(dir, config_json("deepseek_v3", R"(,"kv_lora_rank":16,"qk_nope_head_dim":15,"qk_rope_head_dim":8,"v_head_dim":16)" + moe));
+  ASSERT_FALSE(odd_head.ok());
+  EXPECT_NE(odd_head.message().find("qk_nope_head_dim"), std::string::npos) << odd_head.message();
   auto no_latent = load_config(dir, config_json("deepseek_v3", R"(,"kv_lora_rank":0)" + moe));
   ASSERT_FALSE(no_latent.ok());
   EXPECT_NE(no_latent.message().find("kv_lora_rank"), std::string::npos) << no_latent.message();

@@ -1022,7 +1022,9 @@ TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
         o.ops->record();  // kv_write, attention and the product as one graph, as in a decode step
         EXPECT_EQ(o.ops->kv_write(cache, 0, k, v, &err), SL_OK) << err.message;
         EXPECT_EQ(o.ops->attention(cache, 0, q, &params, nullptr, att, &err), SL_OK) << err.message;
-        if (pass == 1) EXPECT_EQ(o.ops->matmul(att, 1, &pack.weights[0], nullptr, out, &err), SL_OK) << err.message;
+        if (pass == 1) {
+          EXPECT_EQ(o.ops->matmul(att, 1, &pack.weights[0], nullptr, out, &err), SL_OK) << err.message;
+        }
         EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
         if (pass == 1) {
           Result r{std::vector<float>(kCols), std::vector<float>(512)};
