@@ -303,6 +303,13 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       options += " -DWG=64";
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";  // the producers of the dp4a matvec's input
       if (be->use_ptx && be->caps.sm >= 70) options += " -DSLUICE_PTX_FENCE";  // argmax in one launch
+    } else if (program.rfind("matvec_batch_t", 0) == 0) {  // "matvec_batch_t8_r2": BATCH_T, BATCH_R
+      source += kernel_source("warp") + kernel_source("matvec") + kernel_source("matvec_batch");
+      const auto r = program.find("_r");
+      options += " -DWG=128 -DTEAM=32 -DMAX_T=8 -DBATCH_T=" + program.substr(std::strlen("matvec_batch_t"), r - std::strlen("matvec_batch_t")) +
+                 " -DBATCH_R=" + program.substr(r + 2);
+      if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
+      options += nv_register_cap(be, be->tuning.maxrreg);
     } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64_r2" and the like: Q4_TEAM, R4
       source += kernel_source("warp") + kernel_source("matvec");
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8";

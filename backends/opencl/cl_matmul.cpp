@@ -15,11 +15,11 @@
 
 #include "cl_backend.h"
 #include "cl_fusion.h"
+#include "cl_matmul_path.h"
 
 namespace sluice::ocl {
 namespace {
 
-constexpr uint32_t kMatvecMaxRows = 8;            // MAX_T in matvec.cl
 constexpr uint32_t kMatvecRowsPerGroup = 128 / 32;  // WG / TEAM
 constexpr uint64_t kScratchBytes = 64ull << 20;   // float32 weight block for one GEMM
 
@@ -96,8 +96,10 @@ struct Q4Part {
   bool has_bias = false;
 };
 
+MatmulShape shape_of(uint32_t n_rows, const sl_weight* w) { return {n_rows, w->cols, w->bits, w->group_size}; }
+
 bool q4_decode_form(uint32_t n_rows, const sl_weight* w) {
-  return n_rows == 1 && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size % 32 == 0;
+  return n_rows == 1 && q4_steps_form(shape_of(n_rows, w));
 }
 
 // The activation's 15-bit form for the dp4a kernel, or false for the float kernel: a norm step's
@@ -253,6 +255,43 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(20, static_cast<cl_uint>(has_bias));
       launch(be, k, global, local);
     }
+  }
+}
+
+// A batch of decode rows (one a sequence) by a 4-bit weight: matvec_q4_batch (kernels_cl/matvec_batch.cl)
+// reads each weight step once for a chunk of rows; the chunks of a block of weight rows are
+// consecutive work-groups.
+void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
+              bool has_bias, sl_buffer* out) {
+  const uint32_t chunk = q4_batch_chunk(n_rows, be->tuning), team_rows = be->tuning.q4_batch_team_rows;
+  const uint32_t chunks = (n_rows + chunk - 1) / chunk, rows_per_group = 128 / 32 * team_rows;
+  auto& k = kernel(be, q4_batch_program(chunk, team_rows), "matvec_q4_batch");
+  for (const auto& s : segments(be, w)) {
+    cl_uint a = 0;
+    k.setArg(a++, s.data.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(s.data.offset));
+    k.setArg(a++, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
+    k.setArg(a++, s.scales.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(s.scales.offset));
+    k.setArg(a++, s.biases.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(s.biases.offset));
+    k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
+    k.setArg(a++, static_cast<cl_uint>(w->group_size));
+    k.setArg(a++, static_cast<cl_uint>(s.rows));
+    k.setArg(a++, static_cast<cl_uint>(w->cols));
+    k.setArg(a++, static_cast<cl_uint>(s.data.offset % 16 == 0 ? 16 : s.data.offset % 8 == 0 ? 8 : 4));
+    k.setArg(a++, single(x));
+    k.setArg(a++, static_cast<cl_uint>(n_rows));
+    k.setArg(a++, static_cast<cl_uint>(chunks));
+    k.setArg(a++, single(out));
+    k.setArg(a++, static_cast<cl_uint>(w->rows));
+    k.setArg(a++, static_cast<cl_uint>(s.r0));
+    k.setArg(a++, bias.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(bias.offset));
+    k.setArg(a++, static_cast<cl_uint>(bias_dtype));
+    k.setArg(a++, static_cast<cl_uint>(has_bias));
+    const uint64_t blocks = (s.rows + rows_per_group - 1) / rows_per_group;
+    launch(be, k, cl::NDRange(size_t(blocks * chunks * 128)), cl::NDRange(128));
   }
 }
 
@@ -428,8 +467,11 @@ DevPtr bias_range(sl_backend* be, const sl_weight* bias, const sl_buffer* out) {
 void matmul_one(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, sl_buffer* out,
                 Forms& forms, const NormStep* step) {
   const DevPtr b = bias_range(be, bias, out);
-  if (n_rows <= kMatvecMaxRows) return matvec(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out, forms, step);
+  const MatmulPath path = matmul_path(shape_of(n_rows, w), be->tuning);
+  if (path == MatmulPath::kQ4Decode || path == MatmulPath::kMatvec)
+    return matvec(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out, forms, step);
   if (step) norm_step_finish(be, *step, forms);  // (a norm step is decode's: one row)
+  if (path == MatmulPath::kQ4Batch) return q4_batch(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out);
   gemm(be, x, n_rows, w, out);
   if (bias) {
     auto& k = kernel(be, "ops", "add_bias");

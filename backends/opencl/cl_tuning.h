@@ -55,6 +55,12 @@ struct Tuning {
   uint32_t dp4a_min_log2 = 24;            // an input no op rounded takes dp4a from 2^n weights
   uint32_t glu_blocks = 1;                // 0: gate/up/activation in one work-group of 1024 a 32-row block
   TeamShape res_shape{32, 1};             // the residual join's product (matvec_q4_dp4a_res)
+  // Batched decode (several sequences, a row each): 4-bit products of 2..q4_batch_max_rows activation
+  // rows through matvec_q4_batch (cl_matmul_path.h), in chunks of q4_batch_chunk rows a work-group,
+  // q4_batch_team_rows weight rows a team of 32.
+  uint32_t q4_batch_max_rows = 64;        // 0: never (the general matvec up to 8 rows, then the GEMM)
+  uint32_t q4_batch_chunk = 8;            // 2, 4, 8 or 16
+  uint32_t q4_batch_team_rows = 2;        // 1, 2 or 4
   // Prefill products.
   uint32_t clblast = 1;                   // 0: our GEMM kernel instead of CLBlast's
   uint32_t mma = 1;                       // 0: no tensor-core GEMM (sm_80+ NVIDIA), the CLBlast path

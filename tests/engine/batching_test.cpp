@@ -17,9 +17,10 @@
 namespace sluice {
 namespace {
 
-std::unique_ptr<Engine> make_engine(int parallel, int ctx = 512, int prefill = 64, const std::string& backend = "cpu") {
+std::unique_ptr<Engine> make_engine(int parallel, int ctx = 512, int prefill = 64, const std::string& backend = "cpu",
+                                    const std::string& model_dir = test::source_path("models/tiny-code-qwen2").string()) {
   EngineOptions o;
-  o.model_dir = test::source_path("models/tiny-code-qwen2").string();
+  o.model_dir = model_dir;
   o.plugin_dir = test::binary_path("lib").string();
   o.backend = backend;
   o.threads = 2;
@@ -91,6 +92,29 @@ TEST(ContinuousBatching, OpenClConcurrentRequestsEqualEachAlone) {
   ASSERT_TRUE(alone && together);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 4; ++i) requests.push_back(greedy(prompt_of(i, 6 + i * 11), 8));
+  std::vector<std::vector<int32_t>> solo;
+  for (const auto& r : requests) solo.push_back(alone->generate(r).ids);
+  const auto results = run_together(*together, requests);
+  for (std::size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].ids, solo[i]) << "request " << i;
+}
+
+// A 4-bit model on OpenCL: a decode step of several sequences multiplies their rows by each weight in
+// one batched product (matvec_q4_batch, in chunks of 8 rows), which a lone sequence never runs. Ten
+// requests: a full chunk and a partial one.
+TEST(ContinuousBatching, OpenClConcurrentRequestsOfAFourBitModelEqualEachAlone) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2-4bit/model.safetensors");
+  {
+    PluginRegistry probe;
+    probe.scan(test::binary_path("lib"));
+    if (!probe.find(SL_PLUGIN_BACKEND, "opencl"))
+      GTEST_SKIP() << "no usable OpenCL backend here (see `sluice plugins`)";
+  }
+  const std::string model = test::reference_path("models/tiny-code-qwen2-4bit").string();
+  auto alone = make_engine(1, 256, 64, "opencl", model);
+  auto together = make_engine(10, 256, 64, "opencl", model);
+  ASSERT_TRUE(alone && together);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 10; ++i) requests.push_back(greedy(prompt_of(i, 4 + i * 3), 10));
   std::vector<std::vector<int32_t>> solo;
   for (const auto& r : requests) solo.push_back(alone->generate(r).ids);
   const auto results = run_together(*together, requests);

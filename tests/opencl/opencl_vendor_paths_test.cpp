@@ -295,6 +295,48 @@ std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::
   return out;
 }
 
+// Batched decode products (matvec_q4_batch, kernels_cl/matvec_batch.cl) on any device, PoCL included:
+// every chunk size and team shape the tuning accepts, batches that fill chunks, leave them partial or
+// span several, and a weight whose rows are no multiple of a team's — against float64 sums of the
+// dequantized weights (float32 sums here: the bound is a few float32 roundings of Σ |terms|).
+TEST_F(OpenclVendorPaths, BatchedFourBitProductsMatchAFloat64ReferenceForEveryChunkShape) {
+  std::mt19937 rng(11);
+  const QuantWeight w = random_quant(301, 512, 4, 64, SL_DTYPE_BF16, rng);
+  std::normal_distribution<float> d(0, 1);
+  for (const char* tuning : {"", "tune.q4_batch_chunk=2 tune.q4_batch_team_rows=1", "tune.q4_batch_chunk=4 tune.q4_batch_team_rows=4",
+                             "tune.q4_batch_chunk=16 tune.q4_batch_team_rows=2"}) {
+    Opened o;
+    ASSERT_TRUE(open(api, tuning, o, why)) << why;
+    for (uint32_t m : {2u, 3u, 8u, 9u, 17u, 64u}) {
+      SCOPED_TRACE(std::string("options '") + tuning + "', rows " + std::to_string(m));
+      std::vector<float> x(std::size_t(m) * w.cols);
+      for (auto& v : x) v = d(rng);
+      const auto got = quant_gemm(o, w, x, m);
+      for (uint32_t t = 0; t < m; ++t)
+        for (uint32_t r = 0; r < w.rows; ++r) {
+          double ref = 0, mag = 0;
+          for (uint32_t c = 0; c < w.cols; ++c) {
+            const double term = double(x[std::size_t(t) * w.cols + c]) * w.values[std::size_t(r) * w.cols + c];
+            ref += term;
+            mag += std::abs(term);
+          }
+          ASSERT_NEAR(got[std::size_t(t) * w.rows + r], ref, 1e-5 * mag + 1e-6) << "row " << t << " out " << r;
+        }
+    }
+  }
+  // And the batch kernel is what ran: a profiled backend names it.
+  ::testing::internal::CaptureStderr();
+  setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+  {
+    Opened profiled;
+    ASSERT_TRUE(open(api, "", profiled, why)) << why;
+    quant_gemm(profiled, w, std::vector<float>(std::size_t(4) * w.cols, 0.25f), 4);
+  }
+  unsetenv("SLUICE_OPENCL_PROFILE");
+  const std::string profile = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(profile.find("matvec_q4_batch"), std::string::npos) << profile;
+}
+
 TEST_F(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding) {
   Opened& fast = probe;
   Opened portable;
