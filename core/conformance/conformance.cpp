@@ -387,13 +387,7 @@ void attention_scenario(Runner& r, const sl_kvcodec_api& api, const AttnShape& s
           ref += term;
           mag += std::abs(term);
         }
-        // With f16 inputs: q and k rounded (2⁻¹⁰ a product) move each score by at most
-        // δ = scale·(2⁻¹⁰ + dim·2⁻²³)·Σ|q·k| and so each normalised weight by a factor within
-        // e^(±2δ); the weights and v rounded (2⁻¹¹ each), exp approximated (2⁻²⁰) and f32 sums over
-        // n keys (n·2⁻²³): |error| ≤ Σ|w·v|·(e^(2δ) − 1 + 2⁻¹⁰ + 2⁻²⁰ + n·2⁻²³).
-        const double n_keys = pos - lo + 1;
-        const double delta = p.scale * (std::ldexp(1.0, -10) + s.dim * std::ldexp(1.0, -23)) * most;
-        const double f16_tol = mag * (std::expm1(2 * delta) + std::ldexp(1.0, -10) + std::ldexp(1.0, -20) + n_keys * std::ldexp(1.0, -23));
+        const double f16_tol = f16_attention_tolerance(p.scale, s.dim, most, pos - lo + 1, mag);
         r.check(got[t * q_row + std::size_t(h) * s.dim + d], ref, std::max(1e-4 * (mag + 1.0), f16_inputs ? f16_tol : 0.0),
                 "token " + std::to_string(t) + " head " + std::to_string(h));
       }

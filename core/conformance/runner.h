@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "conformance/attention_bounds.h"
 #include "conformance/conformance.h"
 #include "plugin/op_calls.h"
 #include "plugin/plugin_registry.h"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend_fixture.h"
+#include "conformance/attention_bounds.h"
 #include "plugin/builtin_codecs.h"
 
 namespace sluice::test {
@@ -130,27 +131,49 @@ class KvLayersTest : public BackendOpsTest {
 };
 
 // Naive attention of one query head over keys [lo, pos] of one sequence: k [pos][kvh][KD], v [pos][kvh][VD].
-std::vector<double> naive(const float* q, const std::vector<float>& k, const std::vector<float>& v, uint32_t kvh, uint32_t kv_heads,
-                          uint32_t KD, uint32_t VD, int32_t lo, int32_t pos, double scale, std::vector<double>& mag) {
+struct Naive {
+  std::vector<double> out, mag;  // per value column: the output and Σ|w·v|
+  double most = 0;               // the largest Σ|q·k| of a key
+  int32_t keys = 0;
+};
+
+Naive naive(const float* q, const std::vector<float>& k, const std::vector<float>& v, uint32_t kvh, uint32_t kv_heads, uint32_t KD,
+            uint32_t VD, int32_t lo, int32_t pos, double scale) {
+  Naive n;
   std::vector<double> s;
   double m = -INFINITY;
   for (int32_t j = lo; j <= pos; ++j) {
-    double dot = 0;
-    for (uint32_t d = 0; d < KD; ++d) dot += double(q[d]) * k[(std::size_t(j) * kv_heads + kvh) * KD + d];
+    double dot = 0, dot_mag = 0;
+    for (uint32_t d = 0; d < KD; ++d) {
+      const double term = double(q[d]) * k[(std::size_t(j) * kv_heads + kvh) * KD + d];
+      dot += term;
+      dot_mag += std::abs(term);
+    }
+    n.most = std::max(n.most, dot_mag);
     s.push_back(dot * scale);
     m = std::max(m, s.back());
   }
   double sum = 0;
   for (auto& x : s) sum += (x = std::exp(x - m));
-  std::vector<double> out(VD, 0.0);
-  mag.assign(VD, 0.0);
+  n.out.assign(VD, 0.0);
+  n.mag.assign(VD, 0.0);
+  n.keys = pos - lo + 1;
   for (int32_t j = lo; j <= pos; ++j)
     for (uint32_t d = 0; d < VD; ++d) {
       const double term = s[j - lo] / sum * v[(std::size_t(j) * kv_heads + kvh) * VD + d];
-      out[d] += term;
-      mag[d] += std::abs(term);
+      n.out[d] += term;
+      n.mag[d] += std::abs(term);
     }
-  return out;
+  return n;
+}
+
+// The bound of column d: float32 arithmetic's, or on a device with matrix units (which may attend
+// prefill runs with f16 inputs: the OpenCL backend on NVIDIA) the f16 bound derived in
+// conformance/attention_bounds.h where it is wider.
+double tolerance(const BackendHandle& be, const Naive& n, uint32_t d, double scale, uint32_t KD) {
+  const double f32 = 1e-4 * (n.mag[d] + 1.0);
+  if (!be.has_cap(SL_CAP_MATRIX)) return f32;
+  return std::max(f32, conformance::f16_attention_tolerance(scale, KD, n.most, n.keys, n.mag[d]));
 }
 
 sl_attention_params attention_params(uint32_t layer, uint32_t heads, uint32_t kv_heads, uint32_t KD, uint32_t VD, uint32_t window) {
@@ -265,11 +288,10 @@ TEST_P(KvLayersTest, AttentionOverKAndVOfDifferentWidthsMatchesNaive) {
       for (std::size_t t = 0; t < qpos.size(); ++t)
         for (uint32_t h = 0; h < H; ++h) {
           const int32_t pos = qpos[t], lo = window ? std::max<int32_t>(0, pos - int32_t(window) + 1) : 0;
-          std::vector<double> mag;
           const auto ref = naive(q.data() + (t * H + h) * KD, kref[qslot[t]], vref[qslot[t]], h / (H / KVH), KVH, KD, VD, lo, pos,
-                                 p.scale, mag);
+                                 p.scale);
           for (uint32_t d = 0; d < VD; ++d)
-            ASSERT_NEAR(got[(t * H + h) * VD + d], ref[d], 1e-4 * (mag[d] + 1.0)) << "token " << t << " head " << h << " window " << window;
+            ASSERT_NEAR(got[(t * H + h) * VD + d], ref.out[d], tolerance(backend(), ref, d, p.scale, KD)) << "token " << t << " head " << h << " window " << window;
         }
     }
     // K and V of the wrong width for the layer: refused.
@@ -321,11 +343,10 @@ TEST_P(KvLayersTest, LayersOfTheCachesOwnGeometryRunBesideLayersOfOthers) {
       const auto got = download(out, std::size_t(count) * H * D);
       for (int32_t t = 0; t < count; ++t)
         for (uint32_t h = 0; h < H; ++h) {
-          std::vector<double> mag;
           const auto ref =
-              naive(q.data() + (std::size_t(t) * H + h) * D, kref[layer], vref[layer], h / (H / KVH), KVH, D, D, 0, first + t, p.scale, mag);
+              naive(q.data() + (std::size_t(t) * H + h) * D, kref[layer], vref[layer], h / (H / KVH), KVH, D, D, 0, first + t, p.scale);
           for (uint32_t d = 0; d < D; ++d)
-            ASSERT_NEAR(got[(std::size_t(t) * H + h) * D + d], ref[d], 1e-4 * (mag[d] + 1.0))
+            ASSERT_NEAR(got[(std::size_t(t) * H + h) * D + d], ref.out[d], tolerance(backend(), ref, d, p.scale, D))
                 << "layer " << layer << " position " << first + t;
         }
     }
@@ -374,9 +395,8 @@ TEST_P(KvLayersTest, SlidingWindowLayerReadsOnlyTheWindowsPages) {
     const auto got = download(out, run.size() * H * D);
     for (std::size_t t = 0; t < run.size(); ++t)
       for (uint32_t h = 0; h < H; ++h) {
-        std::vector<double> mag;
-        const auto ref = naive(q.data() + (t * H + h) * D, k, v, h / (H / KVH), KVH, D, D, run[t] - int32_t(W) + 1, run[t], p.scale, mag);
-        for (uint32_t d = 0; d < D; ++d) ASSERT_NEAR(got[(t * H + h) * D + d], ref[d], 1e-4 * (mag[d] + 1.0)) << "position " << run[t];
+        const auto ref = naive(q.data() + (t * H + h) * D, k, v, h / (H / KVH), KVH, D, D, run[t] - int32_t(W) + 1, run[t], p.scale);
+        for (uint32_t d = 0; d < D; ++d) ASSERT_NEAR(got[(t * H + h) * D + d], ref.out[d], tolerance(backend(), ref, d, p.scale, D)) << "position " << run[t];
       }
   }
   // A query whose window reaches a released block, or a node reading further back than the layer
@@ -456,11 +476,10 @@ TEST_P(KvLayersTest, LayersOfTheirOwnWidthsAndWindowsBesideUniformOnesWithARecen
       for (std::size_t t = 0; t < queries.size(); ++t)
         for (uint32_t h = 0; h < H; ++h) {
           const int32_t pos = queries[t], lo = window_of ? pos - int32_t(W) + 1 : 0;
-          std::vector<double> mag;
           const auto ref = naive(q.data() + (t * H + h) * s.k_dim, kref[layer], vref[layer], h / (H / s.heads), s.heads, s.k_dim, s.v_dim,
-                                 lo, pos, p.scale, mag);
+                                 lo, pos, p.scale);
           for (uint32_t d = 0; d < s.v_dim; ++d)
-            ASSERT_NEAR(got[(t * H + h) * s.v_dim + d], ref[d], 1e-4 * (mag[d] + 1.0)) << "layer " << layer << " position " << pos;
+            ASSERT_NEAR(got[(t * H + h) * s.v_dim + d], ref.out[d], tolerance(backend(), ref, d, p.scale, s.k_dim)) << "layer " << layer << " position " << pos;
         }
     }
   }
