@@ -90,7 +90,7 @@ Result<HttpResponse> exchange(asio::io_context& ioc, Stream& stream, const HttpR
     lowest.expires_after(timeout);
     auto ec = run_step(ioc, [&](auto handler) { http::async_read(stream, buffer, parser, handler); });
     if (ec == http::error::need_buffer) ec = {};
-    if (ec) return make_error(where + ": reading the body: " + describe(ec));
+    // Bytes that arrived before a broken connection are delivered too: a resumed transfer starts after them.
     const std::size_t n = chunk.size() - parser.get().body().size;
     if (streamed) {
       if (n)
@@ -101,6 +101,7 @@ Result<HttpResponse> exchange(asio::io_context& ioc, Stream& stream, const HttpR
     } else if (response.body.size() < kErrorBodyKeep) {
       response.body.append(chunk.data(), std::min(n, kErrorBodyKeep - response.body.size()));
     }
+    if (ec) return make_error(where + ": reading the body: " + describe(ec));
   }
   beast::error_code ignored;
   lowest.socket().shutdown(tcp::socket::shutdown_both, ignored);

@@ -219,12 +219,14 @@ class FakeHub:
                     self.wfile.flush()
                     self.close_connection = True
                     return
-                delay = hub.slow.get(filename, 0)
-                for i in range(0, len(body), 65536):
-                    self.wfile.write(body[i:i + 65536])
-                    if delay:
-                        self.wfile.flush()
-                        time.sleep(delay)
+                try:
+                    for i in range(0, len(body), 65536):
+                        self.wfile.write(body[i:i + 65536])
                         delay = hub.slow.get(filename, 0)
+                        if delay:
+                            self.wfile.flush()
+                            time.sleep(delay)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client went away (a test killed it)
 
         return Handler
