@@ -147,7 +147,10 @@ Result<ResolvedModel> resolve_model(const std::string& model, const ResolveOptio
   if (!names_hub_model(model)) return ResolvedModel{model, model_name_of_folder(model), false, {}};
   auto id = parse_hub_id(model);
   if (!id) return make_error("no folder " + model + ", and not a hub id: " + id.message());
-  return fetch_hub_model(*id, options);
+  auto fetched = fetch_hub_model(*id, options);
+  // A mistyped folder reads as a hub id: say that both were tried.
+  if (!fetched) return make_error(fetched.message() + " (there is no folder " + model + " either)");
+  return fetched;
 }
 
 }  // namespace sluice::hub

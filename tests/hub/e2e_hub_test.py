@@ -224,6 +224,52 @@ class DownloadTest(HubTestCase):
         self.assertIn("cannot reach the hub", r.stderr)
 
 
+class TlsTest(unittest.TestCase):
+    """The real hub is HTTPS: the same protocol over TLS, the certificate checked against the trust store
+    (SSL_CERT_FILE here: a certificate made for the test) and against the host name."""
+
+    def setUp(self):
+        if not shutil.which("openssl"):
+            self.skipTest("needs the openssl command to make a certificate")
+        self.tmp = tempfile.mkdtemp(prefix="sluice-hub-tls-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def certificate(self, name, alt_names):
+        cert, key = os.path.join(self.tmp, name + ".pem"), os.path.join(self.tmp, name + ".key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "1", "-subj", "/CN=" + name, "-addext", "subjectAltName=" + alt_names],
+                       check=True, capture_output=True)
+        return cert, key
+
+    def download(self, tls, trusted):
+        hub = FakeHub(MODEL, tls=tls)
+        self.addCleanup(hub.close)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "SSL_CERT"))}
+        env.update(HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=os.path.join(self.tmp, "hub"), SSL_CERT_FILE=trusted)
+        return hub, subprocess.run([SLUICE, "download", REPO], env=env, capture_output=True, text=True, timeout=120)
+
+    def test_download_over_https_checks_the_certificate(self):
+        good = self.certificate("localhost", "DNS:localhost,IP:127.0.0.1")
+        hub, r = self.download(good, trusted=good[0])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(hub.endpoint.startswith("https://"))
+        self.assertEqual(len(hub.requests("cdn")), 3)
+
+    def test_an_untrusted_certificate_is_refused(self):
+        good = self.certificate("localhost", "DNS:localhost,IP:127.0.0.1")
+        other = self.certificate("other", "DNS:other.example")
+        hub, r = self.download(good, trusted=other[0])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("TLS handshake with 127.0.0.1 failed", r.stderr)
+        self.assertIn("certificate verify failed", r.stderr)
+
+    def test_a_certificate_for_another_host_is_refused(self):
+        wrong = self.certificate("other", "DNS:other.example")
+        hub, r = self.download(wrong, trusted=wrong[0])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("TLS handshake with 127.0.0.1 failed", r.stderr)
+
+
 class CacheTest(HubTestCase):
     def write_cache_as_huggingface_hub_does(self):
         """The layout huggingface_hub 1.x writes, built by hand: blobs by ETag, refs/main, relative links."""

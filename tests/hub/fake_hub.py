@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import json
 import os
+import ssl
 import threading
 import time
 import urllib.parse
@@ -50,7 +51,8 @@ class Repo:
 class FakeHub:
     TOKEN = "hf_test_token"
 
-    def __init__(self, model_folder):
+    def __init__(self, model_folder, tls=None):
+        self.tls = tls                 # (certfile, keyfile): both servers speak HTTPS
         self.repos = {}
         self.renamed = {}              # old name -> new name (relative redirects, as for a renamed repo)
         self.blobs = {}                # sha256 -> bytes, served by the CDN
@@ -73,12 +75,16 @@ class FakeHub:
                 self.blobs[repo.etag(f)] = (f, repo.files[f])
 
     @property
+    def scheme(self):
+        return "https" if self.tls else "http"
+
+    @property
     def endpoint(self):
-        return "http://127.0.0.1:%d" % self.hub.server_address[1]
+        return "%s://127.0.0.1:%d" % (self.scheme, self.hub.server_address[1])
 
     @property
     def cdn_origin(self):
-        return "http://localhost:%d" % self.cdn.server_address[1]  # another host name than the hub's
+        return "%s://localhost:%d" % (self.scheme, self.cdn.server_address[1])  # another host name than the hub's
 
     def requests(self, server=None, method=None, contains=""):
         with self.lock:
@@ -93,6 +99,10 @@ class FakeHub:
     def _serve(self, handler):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         return server
 
