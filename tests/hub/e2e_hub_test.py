@@ -96,10 +96,10 @@ class DownloadTest(HubTestCase):
         self.assertIn("MB in", r.stderr)
 
     def test_progress_bar_on_a_terminal(self):
+        self.hub.slow["model-00001-of-00002.safetensors"] = 0.01  # long enough for several redraws
         master, slave = pty.openpty()
         proc = subprocess.Popen([SLUICE, "download", REPO], env=self.env(), stdout=subprocess.PIPE, stderr=slave)
         os.close(slave)
-        self.hub.slow["model-00001-of-00002.safetensors"] = 0.01  # long enough for several redraws
         output = b""
         while True:
             try:
