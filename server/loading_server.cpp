@@ -1,5 +1,7 @@
 #include "server/loading_server.h"
 
+#include <future>
+
 #include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -18,7 +20,7 @@ struct LoadingSession : std::enable_shared_from_this<LoadingSession> {
   LoadingSession(tcp::socket socket, const std::function<std::string()>& health) : stream(std::move(socket)), health(health) {}
 
   void start() {
-    stream.expires_after(std::chrono::seconds(10));
+    stream.expires_after(std::chrono::seconds(2));  // bounds how long a stalled client delays the handover
     parser.header_limit(16u << 10);
     parser.body_limit(64u << 10);
     http::async_read(stream, buffer, parser, [self = shared_from_this()](beast::error_code ec, std::size_t) {
@@ -82,14 +84,29 @@ void LoadingServer::accept() {
   });
 }
 
+int LoadingServer::hand_over() {
+  if (!thread_.joinable() || handed_over_) return -1;
+  handed_over_ = true;
+  std::promise<int> socket;
+  net::post(ioc_, [this, &socket] {
+    beast::error_code ec;
+    // release() ends the pending accept and takes the socket out of this context without closing it.
+    const int fd = acceptor_.release(ec);
+    socket.set_value(ec ? -1 : fd);
+  });
+  return socket.get_future().get();
+}
+
 void LoadingServer::stop() {
   if (!thread_.joinable()) return;
-  net::post(ioc_, [this] {
-    beast::error_code ec;
-    acceptor_.close(ec);
-    ioc_.stop();  // open sessions end with it: their clients retry against the real server
-  });
-  thread_.join();
+  if (!handed_over_) {
+    handed_over_ = true;
+    net::post(ioc_, [this] {
+      beast::error_code ec;
+      acceptor_.close(ec);
+    });
+  }
+  thread_.join();  // run() returns once the last session has answered or timed out
 }
 
 }  // namespace sluice::server

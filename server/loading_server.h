@@ -2,7 +2,9 @@
 // What `sluice serve` answers while the model is still being fetched and loaded (a hub model's
 // download can take minutes): every request gets 503 with Retry-After, /health a JSON body saying
 // what is happening (the download's progress). It owns the port until the real server takes it:
-// stop() closes it, and the server binds the same port right after.
+// hand_over() gives the listening socket itself to the server (connections waiting to be accepted go
+// with it), and stop() then lets the answers in flight finish (a stalled client is cut after 2 s) —
+// no connection is refused or dropped in the handover.
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,7 +27,9 @@ class LoadingServer {
 
   Status listen(const std::string& host, int port);  // binds and starts answering on its own thread
   unsigned short port() const { return port_; }      // the bound port (port 0 → the one chosen)
-  void stop();                                       // closes the port; idempotent
+  // Stops accepting and returns the listening socket (the caller owns it), or -1 when not listening.
+  int hand_over();
+  void stop();  // closes the port if not handed over, then waits for open answers; idempotent
 
  private:
   void accept();
@@ -35,6 +39,7 @@ class LoadingServer {
   boost::asio::ip::tcp::acceptor acceptor_{ioc_};
   std::thread thread_;
   unsigned short port_ = 0;
+  bool handed_over_ = false;
 };
 
 }  // namespace sluice::server

@@ -371,7 +371,7 @@ class ServeTest(HubTestCase):
         self.assertTrue(line.startswith("sluice loading: http://127.0.0.1:"), line)
         port = int(line.split("http://127.0.0.1:")[1].split(" ")[0])
         seen = []
-        while True:
+        while True:  # polled without pause: the handover to the server must refuse or drop no connection
             status, body = self.get(port, "/health")
             if status == 200:
                 break
@@ -381,7 +381,6 @@ class ServeTest(HubTestCase):
             seen.append(body["download"])
             if body["download"]["bytes_done"] > 0:
                 self.hub.slow.clear()
-            time.sleep(0.05)
         downloading = [d for d in seen if d["phase"] == "downloading"]
         self.assertTrue(downloading, seen)
         self.assertEqual(downloading[-1]["files_total"], len(NEEDED))
@@ -399,6 +398,13 @@ class ServeTest(HubTestCase):
         self.assertIn(" model=tiny ", ready)
         port = int(ready.split("http://127.0.0.1:")[1].split(" ")[0])
         self.assertEqual(self.get(port, "/v1/models")[1]["data"][0]["id"], "tiny")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "def f(", "max_tokens": 2}),
+                     headers={"Content-Type": "application/json"})
+        answer = json.loads(conn.getresponse().read())
+        conn.close()
+        self.assertEqual(answer["model"], "tiny")
+        self.assertEqual(len(answer["choices"]), 1)
 
     def test_a_failed_download_ends_serve_with_the_reason(self):
         proc = self.start(HF_HUB_OFFLINE="1")

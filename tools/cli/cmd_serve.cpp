@@ -81,9 +81,12 @@ int run_serve(const Args& args) {
 
   int status = 0;
   {
-    loading.reset();  // the port is the real server's from here
     server::Server http_server(**engine, options, std::move(*chat));
-    if (auto listening = http_server.listen(); !listening) {
+    // A hub model: the listening socket passes from the loading answers to the server, backlog and all.
+    const int handed = loading ? loading->hand_over() : -1;
+    auto listening = handed >= 0 ? http_server.listen_on(handed) : http_server.listen();
+    loading.reset();  // answers the loading server had in flight finish
+    if (!listening) {
       std::fprintf(stderr, "sluice serve: %s\n", listening.message().c_str());
       status = 1;
     } else {
