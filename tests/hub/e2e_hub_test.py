@@ -127,6 +127,25 @@ class DownloadTest(HubTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(len(self.hub.requests()) - before, 1)  # the model info only: is main still that commit?
 
+    def test_two_downloads_at_once_share_the_cache(self):
+        self.hub.slow["model-00001-of-00002.safetensors"] = 0.005
+        procs = [subprocess.Popen([SLUICE, "download", REPO], env=self.env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+        self.assert_cache_laid_out()
+        # One process fetched each large blob; the other waited on its lock and found it whole.
+        sha = self.hub.repos[REPO].etag("model-00001-of-00002.safetensors")
+        self.assertEqual(len([r for r in self.hub.requests("cdn") if sha in r[2]]), 1)
+
+    def test_a_pinned_commit_writes_no_ref(self):
+        r = self.download(REPO + "@" + self.commit())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), os.path.join(self.repo_folder, "snapshots", self.commit()))
+        self.assertFalse(os.path.exists(os.path.join(self.repo_folder, "refs")))
+        self.assertEqual(self.hub.requests("hub", "GET", "/api/models/%s/revision/%s" % (REPO, self.commit()))[0][1], "GET")
+
     def test_an_interrupted_transfer_resumes_with_range(self):
         cut = 3 * 1024 * 1024 + 17
         self.hub.cut_once["model-00001-of-00002.safetensors"] = cut
