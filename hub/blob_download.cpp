@@ -66,6 +66,15 @@ bool retriable(int status) { return status == 408 || status == 429 || status >= 
 
 bool is_sha256_etag(const std::string& etag) { return etag.size() == 64 && safe_etag(etag); }
 
+Status check_free_space(const fs::path& dir, std::uint64_t needed) {
+  std::error_code ec;
+  const auto space = fs::space(dir, ec);
+  if (ec) return {};  // unknown: the writes themselves will say
+  if (space.available >= needed) return {};
+  return make_error("not enough disk space in " + dir.string() + ": the download needs " + human_bytes(needed) + ", " +
+                    human_bytes(space.available) + " free (set HF_HUB_CACHE to a larger disk)");
+}
+
 Status download_blob(const HubApi& api, const RepoCache& cache, const BlobRequest& rq, DownloadProgress& progress,
                      const std::atomic<bool>& stop) {
   const FileMetadata& meta = rq.meta;

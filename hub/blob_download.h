@@ -26,4 +26,8 @@ Status download_blob(const HubApi& api, const RepoCache& cache, const BlobReques
 
 bool is_sha256_etag(const std::string& etag);  // 64 hex digits: an LFS file's content hash
 
+// Refuses before the first byte when the file system holding dir has less than `needed` bytes free
+// (a 100 GB model should not fail at 97 %).
+Status check_free_space(const fs::path& dir, std::uint64_t needed);
+
 }  // namespace sluice::hub

@@ -118,10 +118,15 @@ Result<ResolvedModel> fetch_hub_model(const HubId& id, const ResolveOptions& o) 
       return {};
     });
     if (!looked_up) return failed(looked_up.error());
-    std::uint64_t total = 0;
+    std::uint64_t total = 0, resumed = 0;
     std::error_code ec;
-    for (const auto& m : metas)
-      if (!fs::is_regular_file(cache.blob(m.etag), ec)) total += m.size;
+    for (const auto& m : metas) {
+      if (fs::is_regular_file(cache.blob(m.etag), ec)) continue;
+      total += m.size;
+      if (fs::is_regular_file(cache.incomplete_blob(m.etag), ec)) resumed += std::min<std::uint64_t>(fs::file_size(cache.incomplete_blob(m.etag), ec), m.size);
+    }
+    fs::create_directories(cache.folder() / "blobs", ec);
+    if (auto room = check_free_space(cache.folder() / "blobs", total - resumed); !room) return failed(room.error());
     progress.plan(static_cast<int>(missing.size()), total);
     auto downloaded = run_parallel(missing.size(), o.parallel, stop, [&](std::size_t i) -> Status {
       std::error_code e;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hub/blob_download.h"
 #include "hub/hub_api.h"
 #include "hub/hub_cache.h"
 #include "hub/hub_id.h"
@@ -221,6 +222,15 @@ TEST(ModelResolver, OfflineFindsTheCacheAndNeverAsks) {
   ASSERT_TRUE(folder);
   EXPECT_FALSE(folder->from_hub);
   EXPECT_EQ(folder->name, "org/name");
+}
+
+TEST(BlobDownload, RefusesADownloadTheDiskCannotHold) {
+  TempDir tmp;
+  EXPECT_TRUE(check_free_space(tmp.path(), 1));
+  auto refused = check_free_space(tmp.path(), std::uint64_t{1} << 62);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.message().find("not enough disk space in " + tmp.path().string()), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("HF_HUB_CACHE"), std::string::npos);
 }
 
 TEST(HubSettings, ReadsHuggingFaceHubVariables) {
