@@ -11,22 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "hub/url.h"
 #include "util/result.h"
 
 namespace sluice::hub {
-
-struct Url {
-  std::string scheme;  // "http" or "https"
-  std::string host;
-  std::string port;    // always set (80/443 by default)
-  std::string target;  // path and query, "/" at least
-
-  static Result<Url> parse(std::string_view text);
-  std::string origin() const;  // scheme://host[:port] (the port only when not the default)
-  std::string text() const { return origin() + target; }
-  // The URL a Location header names: absolute (any host) or relative to this one.
-  Result<Url> resolve(std::string_view location) const;
-};
 
 struct HttpResponse {
   int status = 0;

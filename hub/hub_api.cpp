@@ -52,13 +52,6 @@ std::string percent_encode(std::string_view text, bool keep_slash) {
   return out;
 }
 
-std::string normalize_etag(std::string etag) {
-  if (etag.starts_with("W/")) etag = etag.substr(2);
-  while (!etag.empty() && etag.front() == '"') etag.erase(etag.begin());
-  while (!etag.empty() && etag.back() == '"') etag.pop_back();
-  return etag;
-}
-
 HubSettings HubSettings::from_environment() {
   HubSettings s;
   if (auto e = env("HF_ENDPOINT"); !e.empty()) s.endpoint = e;

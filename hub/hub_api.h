@@ -68,6 +68,5 @@ class HubApi {
 };
 
 std::string percent_encode(std::string_view text, bool keep_slash);
-std::string normalize_etag(std::string etag);  // W/"abc" or "abc" -> abc
 
 }  // namespace sluice::hub

@@ -78,6 +78,13 @@ bool safe_etag(const std::string& etag) {
   return true;
 }
 
+std::string normalize_etag(std::string etag) {
+  if (etag.starts_with("W/")) etag = etag.substr(2);
+  while (!etag.empty() && etag.front() == '"') etag.erase(etag.begin());
+  while (!etag.empty() && etag.back() == '"') etag.pop_back();
+  return etag;
+}
+
 RepoCache::RepoCache(fs::path root, const std::string& repo) : root_(std::move(root)), folder_(root_ / repo_folder_name(repo)) {}
 
 std::optional<std::string> RepoCache::commit_for(const std::string& revision) const {
@@ -122,10 +129,17 @@ Status RepoCache::link_snapshot_file(const std::string& commit, const std::strin
   fs::path target;
   for (auto it = relative.begin(); it != relative.end(); ++it) target /= "..";
   target = target / ".." / "blobs" / etag;
-  fs::remove(link, ec);
-  fs::create_symlink(target, link, ec);
-  if (ec && !(fs::is_symlink(link) && fs::read_symlink(link) == target))
+  if (fs::is_symlink(link, ec) && fs::read_symlink(link, ec) == target) return {};
+  // Made under a temporary name and renamed over the old one: another process reading the snapshot
+  // (or linking the same file) never sees it missing.
+  const fs::path tmp = link.parent_path() / ("." + link.filename().string() + "." + random_suffix() + ".tmp");
+  fs::create_symlink(target, tmp, ec);
+  if (!ec) fs::rename(tmp, link, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
     return make_error("cannot link " + link.string() + ": " + ec.message());
+  }
   return {};
 }
 

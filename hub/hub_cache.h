@@ -29,6 +29,7 @@ std::string repo_folder_name(const std::string& repo);  // "org/name" -> "models
 bool safe_repo_filename(const std::string& filename);
 // An ETag names a blob: hex digits only (sha256 or git sha1), so it is a plain file name.
 bool safe_etag(const std::string& etag);
+std::string normalize_etag(std::string etag);  // an ETag header's W/"abc" or "abc" -> abc
 
 class RepoCache {
  public:
@@ -46,7 +47,7 @@ class RepoCache {
   // commit hash as revision needs no ref.
   Status write_ref(const std::string& revision, const std::string& commit) const;
   // snapshots/<commit>/<filename> -> the blob, as a relative symlink (../../blobs/<etag>, one more
-  // ../ per folder in filename). Replaces what was there.
+  // ../ per folder in filename). Replaces what was there atomically (a reader never finds it missing).
   Status link_snapshot_file(const std::string& commit, const std::string& filename, const std::string& etag) const;
   // Whether snapshots/<commit>/<filename> resolves to a file (a dangling link does not count).
   bool has_file(const std::string& commit, const std::string& filename) const;

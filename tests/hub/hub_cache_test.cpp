@@ -268,6 +268,15 @@ TEST(Url, ParsesAndResolvesRedirects) {
   EXPECT_EQ(local->port, "5000");
   EXPECT_EQ(local->target, "/");
   EXPECT_FALSE(Url::parse("ftp://x/y"));
+  EXPECT_FALSE(Url::parse("http://a:b:80/"));      // a colon in a name
+  EXPECT_FALSE(Url::parse("http://[::1]x:80/"));   // text after the brackets
+  EXPECT_FALSE(Url::parse("http://[::g]/"));
+  auto v6 = Url::parse("http://[::1]:8080/x#frag");
+  ASSERT_TRUE(v6);
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->target, "/x");
+  EXPECT_EQ(v6->origin(), "http://[::1]:8080");
+  EXPECT_EQ(v6->resolve("y#frag")->target, "/y");
   EXPECT_FALSE(Url::parse("http://user:pw@host/"));
   EXPECT_EQ(percent_encode("a b/c.json", true), "a%20b/c.json");
   EXPECT_EQ(percent_encode("refs/pr/1", false), "refs%2Fpr%2F1");
