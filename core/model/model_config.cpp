@@ -707,7 +707,8 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
     const long long shared = shared_ffn.value_or(512);
     if (shared <= 0 || shared > kMaxFfnWidth)
       return make_error(where + ": 'shared_expert_intermediate_size' must be a positive integer at most " + std::to_string(kMaxFfnWidth));
-    m.shared_expert_intermediate = static_cast<int>(shared);
+    m.shared_intermediate = static_cast<int>(shared);
+    m.shared_gated = true;
   }
   if (qwen3_moe) {
     const long long step = sparse_step.value_or(1);

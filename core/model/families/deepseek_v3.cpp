@@ -38,9 +38,9 @@ Status DeepseekV3::bind_layer(WeightSource& src, const ModelConfig& c, int layer
       w.router_choice_bias = std::move(*bias);
     }
     if (FS > 0) {
-      SLUICE_TRY(src.bind(w.shared_experts_gate, p + "mlp.shared_experts.gate_proj.weight", {FS, H}));
-      SLUICE_TRY(src.bind(w.shared_experts_up, p + "mlp.shared_experts.up_proj.weight", {FS, H}));
-      SLUICE_TRY(src.bind(w.shared_experts_down, p + "mlp.shared_experts.down_proj.weight", {H, FS}));
+      SLUICE_TRY(src.bind(w.shared_gate, p + "mlp.shared_experts.gate_proj.weight", {FS, H}));
+      SLUICE_TRY(src.bind(w.shared_up, p + "mlp.shared_experts.up_proj.weight", {FS, H}));
+      SLUICE_TRY(src.bind(w.shared_down, p + "mlp.shared_experts.down_proj.weight", {H, FS}));
       w.has_shared_experts = true;
     }
   }

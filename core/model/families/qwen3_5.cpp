@@ -39,13 +39,13 @@ Status Qwen3_5::bind_layer(WeightSource& src, const ModelConfig& c, int layer, b
     w.has_qk_norm = true;
   }
   if (sparse) {
-    const int64_t S = c.moe.shared_expert_intermediate;
+    const int64_t S = c.moe.shared_intermediate;
     if (S > 0) {
       SLUICE_TRY(src.bind(w.shared_gate, p + "mlp.shared_expert.gate_proj.weight", {S, H}));
       SLUICE_TRY(src.bind(w.shared_up, p + "mlp.shared_expert.up_proj.weight", {S, H}));
       SLUICE_TRY(src.bind(w.shared_down, p + "mlp.shared_expert.down_proj.weight", {H, S}));
       SLUICE_TRY(src.bind(w.shared_expert_gate, p + "mlp.shared_expert_gate.weight", {1, H}));
-      w.has_shared_expert = true;
+      w.has_shared_experts = true;
     }
   } else {
     SLUICE_TRY(bind_gated_mlp(src, p, F, H, w));
