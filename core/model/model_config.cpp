@@ -1007,6 +1007,13 @@ int ModelConfig::kv_source_of(int layer) const {
   return layer;
 }
 
+int ModelConfig::cache_index(int layer) const {
+  if (kv_shared_from < 0 || layer <= kv_shared_from) return layer;  // every layer before keeps one
+  int index = kv_shared_from;
+  for (int i = kv_shared_from; i < layer; ++i) index += keeps_cache(i) ? 1 : 0;
+  return index;
+}
+
 LayerCacheSpec ModelConfig::layer_cache(int layer) const {
   LayerCacheSpec s;
   s.type = layer_type(layer);

@@ -215,6 +215,11 @@ struct ModelConfig {
   // The layer whose K/V layer `layer` attends: itself, or for a KV-sharing layer the last layer of its
   // type before kv_shared_from.
   int kv_source_of(int layer) const;
+  // Whether layer `layer` keeps K/V (or a state) of its own: every layer but a KV-sharing one, which
+  // reads its source's and has no place in the cache layout.
+  bool keeps_cache(int layer) const { return kv_source_of(layer) == layer; }
+  // Layer `layer`'s index among the layers that keep a cache (the layers before it that do).
+  int cache_index(int layer) const;
   int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   LayerType layer_type(int layer) const;
   // The rotary embedding layer `layer` uses (sliding_rope on a sliding layer where the model has one).

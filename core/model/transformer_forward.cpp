@@ -87,20 +87,23 @@ Status Transformer::flush(Stage& st, PassGraph& pass, uint32_t n) {
   return {};
 }
 
-Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint32_t cache_layer, uint32_t n) {
+Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint32_t stage_layer, uint32_t n) {
   families::LayerContext ctx;
   ctx.config = &config_;
   ctx.act = &pass.act;
   ctx.rope.struct_size = sizeof(ctx.rope);
-  const uint32_t layer = st.first + cache_layer;
+  const uint32_t layer = st.first + stage_layer;
   ctx.rope.rotary_dim = static_cast<uint32_t>(config_.rotary_dim_of(static_cast<int>(layer)));
   ctx.rope.style = SL_ROPE_NEOX;
   const RopeTable& table = pass.past_original_context && layer < layer_long_rope_.size() ? layer_long_rope_[layer] : layer_rope_[layer];
   ctx.rope.attention_factor = table.factor;
   ctx.rope.inv_freq = table.inv_freq.data();
   ctx.layer = layer;
-  ctx.cache_layer = cache_layer;
-  ctx.kv_cache_layer = static_cast<uint32_t>(config_.kv_source_of(static_cast<int>(layer))) - st.first;
+  // Indices in the stage's cache layout, which holds only the layers that keep a cache of their own: a
+  // KV-sharing layer's is its source's (it writes nothing; cache_layer is then unused).
+  const int base = config_.cache_index(static_cast<int>(st.first));
+  ctx.cache_layer = static_cast<uint32_t>(config_.cache_index(static_cast<int>(layer)) - base);
+  ctx.kv_cache_layer = static_cast<uint32_t>(config_.cache_index(config_.kv_source_of(static_cast<int>(layer))) - base);
   ctx.n_tokens = n;
   if (!pass.per_layer_rows.empty()) ctx.per_layer_rows = pass.per_layer_rows.data() + std::size_t(layer) * n;
   ctx.n_seqs = pass.batch.n_seqs;

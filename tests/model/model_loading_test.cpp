@@ -721,6 +721,12 @@ TEST(ModelConfig, Gemma4LayersHaveTheirOwnWidthsRotaryAndSharing) {
   EXPECT_EQ(old->kv_source_of(1), 1);
   EXPECT_EQ(old->kv_source_of(2), 0);  // sliding: layer 0
   EXPECT_EQ(old->kv_source_of(3), 1);  // full: layer 1
+  // The cache layout holds layers 0 and 1 only.
+  EXPECT_TRUE(old->keeps_cache(1));
+  EXPECT_FALSE(old->keeps_cache(2));
+  EXPECT_FALSE(old->keeps_cache(3));
+  EXPECT_EQ(old->cache_index(1), 1);
+  EXPECT_EQ(old->cache_index(old->kv_source_of(3)), 1);
   EXPECT_EQ(old->head_dim_of(2), 16);
   EXPECT_EQ(old->final_logit_softcap, 30.0f);  // absent: transformers' default
   auto lonely = load_config(dir, config_json("gemma4_text", types + rope + R"(,"head_dim":16,"num_kv_shared_layers":1)"));
