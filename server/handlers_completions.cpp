@@ -56,7 +56,7 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   if (!parsed) return Reply::error(parsed.error());
   ChatRequest& chat = *parsed;
   auto prompt = ctx.chat.render(chat.messages, chat.tools.IsArray() ? &chat.tools : nullptr,
-                                chat.add_generation_prompt.value_or(true));
+                                chat.add_generation_prompt.value_or(true), &chat.template_controls);
   if (!prompt) return Reply::error(ApiError::bad_request("chat template: " + prompt.message(), "messages"));
   std::vector<int32_t> ids = ctx.engine.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
   JobSpec spec;

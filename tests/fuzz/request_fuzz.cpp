@@ -24,7 +24,7 @@ const ChatPrompt& chat_prompt() {
     std::filesystem::create_directories(dir);
     fuzz::write_file(dir / "chat_template.jinja", fuzz::read_reference("chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     fuzz::write_file(dir / "tokenizer_config.json", fuzz::read_reference("models/tiny-code-qwen2/tokenizer_config.json"));
-    auto loaded = ChatPrompt::load(dir, /*enable_thinking=*/false);
+    auto loaded = ChatPrompt::load(dir, /*default_thinking=*/std::nullopt);
     FUZZ_CHECK(loaded && loaded->available(), "chat prompt did not load");
     return std::move(*loaded);
   }();
