@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Writes tests/server/data/agent_replay_golden.json: an agent history replay (an assistant turn with
+"""Writes tests/server/data/agent_replay_golden.json and template_controls_golden.json. The first: an agent history replay (an assistant turn with
 content null and tool_calls, then the tool's answer) rendered by Jinja2 the way transformers'
 apply_chat_template renders, for every template in ../shared/chat_templates that mentions tool_calls,
 in each of the four spellings a template may want (arguments as an object or the JSON string; null
 content kept or made ""). agent_history_test.cpp checks that the spelling Sluice's probe picks
-renders byte-exactly like Jinja2, and that a template it skips fails in Jinja2 too.
+renders byte-exactly like Jinja2, and that a template it skips fails in Jinja2 too. The second: a
+Qwen3 and a gpt-oss template rendered with enable_thinking / reasoning_effort / a custom variable
+unset and set, for template_controls_test.cpp.
 
 Needs jinja2 (3.1); run from the project root: python3 tests/server/make_agent_replay_golden.py
 """
@@ -20,6 +22,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT.parent / "shared" / "chat_templates"
 GOLDEN = ROOT.parent / "shared" / "golden" / "chat_templates_golden.json"
 OUT = ROOT / "tests" / "server" / "data" / "agent_replay_golden.json"
+CONTROLS_OUT = ROOT / "tests" / "server" / "data" / "template_controls_golden.json"
+# (template, the variables beyond messages) for the controls golden.
+CONTROL_CASES = [
+    ("Qwen-Qwen3-0.6B.jinja", {}),
+    ("Qwen-Qwen3-0.6B.jinja", {"enable_thinking": False}),
+    ("Qwen-Qwen3-0.6B.jinja", {"enable_thinking": True}),
+    ("openai-gpt-oss-120b.jinja", {}),
+    ("openai-gpt-oss-120b.jinja", {"reasoning_effort": "low"}),
+    ("openai-gpt-oss-120b.jinja", {"reasoning_effort": "high", "model_identity": "You are a tiny test model."}),
+]
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
@@ -93,6 +105,16 @@ def main():
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n")
     print("wrote", OUT, len(out["templates"]), "templates")
+
+    messages = [{"role": "user", "content": "Is 7 prime?"}]
+    cases = []
+    for name, extra in CONTROL_CASES:
+        bos, eos = tokens.get(name, ("", ""))
+        template = environment().from_string((TEMPLATES / name).read_text())
+        rendered = template.render(messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos, **extra)
+        cases.append({"template": name, "bos_token": bos, "eos_token": eos, "variables": extra, "rendered": rendered})
+    CONTROLS_OUT.write_text(json.dumps({"messages": messages, "cases": cases}, ensure_ascii=False, indent=1) + "\n")
+    print("wrote", CONTROLS_OUT, len(cases), "cases")
 
 
 if __name__ == "__main__":
