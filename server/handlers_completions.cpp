@@ -108,6 +108,8 @@ Router make_router(ServerContext& ctx) {
   r.add(V::get, "/v1/health", now(handle_health));
   r.add(V::get, "/v1/models", now(handle_models));
   r.add(V::get, "/models", now(handle_models));
+  r.add_prefix(V::get, "/v1/models/", "/v1/models/{id}", with_body(handle_model));
+  r.add_prefix(V::get, "/models/", "/models/{id}", with_body(handle_model));
   r.add(V::get, "/metrics", now(handle_metrics));
   // Everything with a body parses JSON and tokenizes or renders: off the I/O threads.
   r.add(V::post, "/tokenize", with_body(handle_tokenize), Work::kPool);
