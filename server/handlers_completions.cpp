@@ -61,6 +61,8 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   std::vector<int32_t> ids = ctx.engine.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/true, ctx.info.model);
+  spec.prompt_opened_think = prompt_opens_think(*prompt);
+  spec.split_reasoning = ctx.chat.uses_think_tags() || spec.prompt_opened_think;
   return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel);
 }
 
