@@ -80,7 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(chat->tools.IsNull() || chat->tools.IsArray());
     const auto* tools = chat->tools.IsArray() ? &chat->tools : nullptr;
     // Template errors (raise_exception on an odd conversation) are fine; a crash or hang is not.
-    (void)chat_prompt().render(chat->messages, tools, chat->add_generation_prompt.value_or(true));
+    (void)chat_prompt().render(chat->messages, tools, chat->add_generation_prompt.value_or(true),
+                               &chat->template_controls);
   }
 
   auto completion = parse_completion_request(body, defaults);

@@ -198,6 +198,9 @@ TEST(ServerOptions, ThinkingDefaultsToTheTemplateAndTakesOnOrOff) {
   auto on = parse_server_options({"--model", "m", "--thinking=on"});
   ASSERT_TRUE(on.ok()) << on.message();
   EXPECT_EQ(default_thinking(on->options), std::optional<bool>(true));
+  auto spaced = parse_server_options({"--model", "m", "--thinking", "off"});
+  ASSERT_TRUE(spaced.ok()) << spaced.message();
+  EXPECT_EQ(default_thinking(spaced->options), std::optional<bool>(false));
   auto bad = parse_server_options({"--model", "m", "--thinking=maybe"});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("--thinking"), std::string::npos);
