@@ -60,6 +60,8 @@ std::optional<ApiError> normalize_tool_call(Value& call, const std::string& wher
   if (const Value* type = json::member(call, "type")) {
     if (!type->IsString() || std::string_view(type->GetString(), type->GetStringLength()) != "function")
       return field_error(where + ".type", "must be \"function\"");
+  } else if (call.HasMember("type")) {
+    call["type"].SetString("function", alloc);  // an explicit null
   } else {
     call.AddMember("type", "function", alloc);
   }

@@ -207,13 +207,16 @@ TEST(ChatMessages, WrongTypesAre400NamingTheField) {
 TEST(ChatMessages, TheOpenAIFormsAreAccepted) {
   rapidjson::Document messages, out;
   messages.Parse(R"([{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"name":"ann"},
-      {"role":"assistant","tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{}"}}]},
+      {"role":"assistant","tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{}"}},
+                                        {"id":"c2","type":null,"function":{"name":"g","arguments":"{}"}}]},
       {"role":"tool","tool_call_id":"c1","content":"r"},
       {"role":"assistant","content":"done","tool_calls":null}])");
   ASSERT_FALSE(normalize_messages(messages, out).has_value());
   EXPECT_STREQ(out[0]["content"].GetString(), "ab");
   EXPECT_TRUE(out[1]["content"].IsNull());                                  // absent → null, spelled per template later
   EXPECT_STREQ(out[1]["tool_calls"][0]["type"].GetString(), "function");  // defaulted
+  EXPECT_STREQ(out[1]["tool_calls"][1]["type"].GetString(), "function");  // null too
+  EXPECT_EQ(out[1]["tool_calls"][1].MemberCount(), 3u);                    // and not a second key
   EXPECT_STREQ(out[1]["tool_calls"][0]["function"]["arguments"].GetString(), "{}");
   EXPECT_FALSE(out[3].HasMember("tool_calls"));                             // null calls dropped
 }
