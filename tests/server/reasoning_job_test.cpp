@@ -45,13 +45,15 @@ class RecordingChannel : public ResponseChannel {
 };
 
 // Runs a chat completion over `ids`; split_reasoning as the handler sets it for a <think> template.
-std::shared_ptr<RecordingChannel> run(const std::vector<int32_t>& ids, bool stream, bool split, bool opened = false) {
+std::shared_ptr<RecordingChannel> run(const std::vector<int32_t>& ids, bool stream, bool split, bool opened = false,
+                                      bool logprobs = false) {
   auto channel = std::make_shared<RecordingChannel>();
   JobSpec spec;
   spec.identity = make_identity(true, "tiny");
   spec.stream = stream;
   spec.split_reasoning = split;
   spec.prompt_opened_think = opened;
+  spec.logprobs = logprobs;
   auto job = std::make_shared<GenerationJob>(std::move(spec), std::make_unique<FakeText>(), channel, nullptr);
   GenerationRequest request;
   job->attach(request);
@@ -107,6 +109,25 @@ TEST(ReasoningJob, StreamedReasoningDeltasComeBeforeContentDeltas) {
   EXPECT_EQ(s.content, "Four.");
   EXPECT_FALSE(s.content_before_reasoning_ended);
   EXPECT_EQ(channel->events.back(), "data: [DONE]\n\n");
+}
+
+TEST(ReasoningJob, StreamedLogprobsCoverEveryTokenOnceAcrossReasoningAndContentChunks) {
+  const std::vector<int32_t> ids = {10, 11, 12, 13, 14, 15, 16, 17};
+  auto channel = run(ids, true, true, false, /*logprobs=*/true);
+  std::string tokens;
+  for (const auto& e : channel->events) {
+    if (e.rfind("data: {", 0) != 0) continue;
+    auto doc = json::parse(e.substr(6), "chunk");
+    ASSERT_TRUE(doc.ok()) << e;
+    if ((*doc)["choices"].Empty()) continue;
+    const auto& lp = (*doc)["choices"][0]["logprobs"];
+    if (lp.IsObject())
+      for (const auto& t : lp["content"].GetArray()) tokens += t["token"].GetString();
+  }
+  std::string expected;
+  for (int32_t id : ids) expected += kPieces.at(id);
+  EXPECT_EQ(tokens, expected);
+  EXPECT_EQ(reassemble(channel->events).reasoning, "Two and two.");
 }
 
 TEST(ReasoningJob, AnOpenedThinkWithoutCloseIsAllReasoning) {
