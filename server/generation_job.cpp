@@ -37,6 +37,7 @@ GenerationJob::GenerationJob(JobSpec spec, std::unique_ptr<TokenText> text, std:
                              ServerCounters* counters)
     : spec_(std::move(spec)), text_(std::move(text)), channel_(std::move(channel)), counters_(counters),
       stop_(spec_.stop) {
+  if (spec_.split_reasoning) reasoning_.emplace(spec_.prompt_opened_think);
   if (counters_) ++counters_->active_generations;
 }
 
@@ -59,7 +60,13 @@ bool GenerationJob::send(std::string event) {
 }
 
 void GenerationJob::emit(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+  emit_parts(reasoning_ ? reasoning_->push(text) : SplitText{{}, text}, logprobs);
+}
+
+void GenerationJob::emit_parts(const SplitText& parts, const std::vector<TokenLogprob>& logprobs) {
+  const std::string& text = parts.content;
   if (!spec_.stream) {
+    full_reasoning_ += parts.reasoning;
     full_text_ += text;
     all_logprobs_.insert(all_logprobs_.end(), logprobs.begin(), logprobs.end());
     return;
@@ -73,8 +80,16 @@ void GenerationJob::emit(const std::string& text, const std::vector<TokenLogprob
       emitted_bytes_ += spec_.echo_text.size();
     }
   }
-  if (text.empty() && logprobs.empty()) return;
   LogprobsPart part{logprobs, emitted_bytes_};
+  const bool with_logprobs = spec_.logprobs && !logprobs.empty();
+  // The reasoning of a piece comes before its content; the tokens' logprobs ride on the first chunk.
+  if (!parts.reasoning.empty()) {
+    send(sse_event(reasoning_chunk_json(id(), parts.reasoning, with_logprobs ? &part : nullptr, spec_.include_usage)));
+    if (text.empty()) return;
+    part.tokens.clear();
+  } else if (text.empty() && logprobs.empty()) {
+    return;
+  }
   send(sse_event(chunk_json(id(), nullptr, text, nullptr, spec_.logprobs ? &part : nullptr, spec_.include_usage)));
   emitted_bytes_ += text.size();
 }
@@ -103,6 +118,11 @@ void GenerationJob::on_done(const GenerationResult& result) {
     if (!rest.empty() || !pending_logprobs_.empty()) emit(rest, pending_logprobs_);
     pending_logprobs_.clear();
   }
+  // What the splitter held back (a possible tag that never completed) is text after all.
+  if (reasoning_) {
+    SplitText tail = reasoning_->flush();
+    if (!tail.empty()) emit_parts(tail, {});
+  }
   if (result.finish == FinishReason::kError) {
     ApiError error = ApiError::server_error("generation failed: " + result.error);
     if (spec_.stream && role_sent_) {
@@ -118,7 +138,7 @@ void GenerationJob::on_done(const GenerationResult& result) {
   if (!spec_.stream) {
     LogprobsPart part{all_logprobs_, spec_.echo_text.size()};
     channel_->respond(200, completion_json(id(), spec_.echo_text + full_text_, finish, result.stats,
-                                           spec_.logprobs ? &part : nullptr));
+                                           spec_.logprobs ? &part : nullptr, reasoning_ ? &full_reasoning_ : nullptr));
     return;
   }
   emit("", {});  // role (and echo) if no token came

@@ -55,6 +55,10 @@ def request_seeds(ref: Path, out: Path):
             seen.add(text)
             s.add(text)
     s.add(dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "input_text", "text": "b"}]}]}))
+    # An agent's history replayed (tests/server/data/agent_replay_golden.json), with template variables.
+    replay = json.loads((Path(__file__).resolve().parents[1] / "server/data/agent_replay_golden.json").read_text())
+    s.add(dumps({"messages": replay["messages"], "tools": replay["tools"], "enable_thinking": False,
+                 "reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": True, "documents": [{"a": 1}]}}))
     for prompt in ("def fib(n):", [1, 2, 3], [[4, 5]], ["one"], ""):
         s.add(dumps(dict(sampling, prompt=prompt, logprobs=2, echo=True)))
         s.add(dumps({"prompt": prompt}))

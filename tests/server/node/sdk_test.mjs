@@ -18,6 +18,33 @@ test("models.list", async () => {
   assert.equal(page.data[0].id, "tiny-code-qwen2");
 });
 
+test("models.retrieve", async () => {
+  const model = await client.models.retrieve("tiny-code-qwen2");
+  assert.equal(model.id, "tiny-code-qwen2");
+  assert.equal(model.object, "model");
+  await assert.rejects(client.models.retrieve("no-such-model"), (e) => e instanceof OpenAI.NotFoundError);
+});
+
+test("chat.completions.create replays an agent history", async () => {
+  const r = await client.chat.completions.create({
+    model: "tiny-code-qwen2",
+    messages: [
+      { role: "user", content: "What is the weather in Paris?" },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }],
+      },
+      { role: "tool", tool_call_id: "call_1", content: "18 degrees, sunny" },
+    ],
+    tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }],
+    max_tokens: 8,
+    temperature: 0,
+  });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(typeof r.choices[0].message.content, "string");
+});
+
 test("chat.completions.create", async () => {
   const r = await client.chat.completions.create({
     model: "tiny-code-qwen2",
