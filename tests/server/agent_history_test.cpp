@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include <gtest/gtest.h>
+
+#include "job_fakes.h"
 #include <rapidjson/document.h>
 
 #include "../chat/chat_test_util.h"
@@ -21,12 +23,7 @@ using namespace sluice::server;
 namespace {
 
 const rapidjson::Document& golden() {
-  static const rapidjson::Document doc = [] {
-    rapidjson::Document d;
-    auto text = read_text_file(test::source_path("tests/server/data/agent_replay_golden.json"));
-    if (text) d.Parse(text->c_str());
-    return d;
-  }();
+  static const rapidjson::Document doc = test_fakes::load_golden("agent_replay_golden.json");
   return doc;
 }
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "job_fakes.h"
+
 #include "server/generation_job.h"
 #include "util/json.h"
 
@@ -17,32 +19,12 @@ namespace {
 const std::map<int32_t, std::string> kPieces = {{10, "<th"}, {11, "ink>\n"}, {12, "Two and"}, {13, " two."},
                                                 {14, "</thi"}, {15, "nk>\n\n"}, {16, "Four"}, {17, "."}, {99, ""}};
 
-class FakeText : public TokenText {
+// Tokens' texts from kPieces, id 99 the control token.
+class FakeText : public test_fakes::TableText {
  public:
-  std::string push(int32_t id) override { return kPieces.at(id); }
-  std::string flush() override { return ""; }
-  std::string piece(int32_t id) override { return kPieces.at(id); }
-  bool is_control(int32_t id) override { return id == 99; }
+  FakeText() : TableText(kPieces, 99) {}
 };
-
-class RecordingChannel : public ResponseChannel {
- public:
-  void respond(int s, std::string body) override {
-    status = s;
-    response = std::move(body);
-  }
-  bool send_event(std::string event) override {
-    events.push_back(std::move(event));
-    return true;
-  }
-  void end_stream() override {}
-  std::shared_ptr<std::atomic<bool>> cancelled() const override { return flag; }
-
-  int status = 0;
-  std::string response;
-  std::vector<std::string> events;
-  std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
-};
+using test_fakes::RecordingChannel;
 
 // Runs a chat completion over `ids`; split_reasoning as the handler sets it for a <think> template.
 std::shared_ptr<RecordingChannel> run(const std::vector<int32_t>& ids, bool stream, bool split, bool opened = false,

@@ -2,6 +2,8 @@
 // the server's --thinking is the default, and the renders match Jinja2's with the same variables
 // (tests/server/data/template_controls_golden.json, from make_agent_replay_golden.py).
 #include <gtest/gtest.h>
+
+#include "job_fakes.h"
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -18,12 +20,7 @@ using namespace sluice::server;
 namespace {
 
 const rapidjson::Document& golden() {
-  static const rapidjson::Document doc = [] {
-    rapidjson::Document d;
-    auto text = read_text_file(test::source_path("tests/server/data/template_controls_golden.json"));
-    if (text) d.Parse(text->c_str());
-    return d;
-  }();
+  static const rapidjson::Document doc = test_fakes::load_golden("template_controls_golden.json");
   return doc;
 }
 
