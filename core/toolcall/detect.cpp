@@ -36,7 +36,8 @@ Format detect_format(std::string_view t) {
   if (has(t, "<|tool_call|>")) return Format::kGranite;
   if (has(t, "<arg_key>")) return Format::kGlm;
   // Families that wrap calls differently and are not parsed yet: Apriel's <tool_calls>[…] list,
-  // ByteDance Seed's <seed:tool_call>, Functionary's <function=NAME>{…}, Solar's <|tool_call:begin|>.
+  // ByteDance Seed's <seed:tool_call>, Functionary's <function=NAME>{…}, Solar's <|tool_call:begin|>,
+  // Nemotron Nano 2's <TOOLCALL>[…] (Cohere, Phi, MiniMax, LFM, DeepSeek V3.2 fall through to none too).
   if (has(t, "<tool_calls>") || has(t, "<seed:tool_call>") || has(t, "<|tool_call:begin|>")) return Format::kNone;
   if (has(t, "<tool_call>")) return has(t, "<function=") ? Format::kQwenXml : Format::kHermes;
   if (has(t, "<function=")) return Format::kNone;
