@@ -45,6 +45,7 @@ Result<ChatPrompt> ChatPrompt::load(const std::filesystem::path& model_dir, bool
     prompt.unavailable_reason_ = "this model has no chat template: " + source.message() + "; use /v1/completions";
     return prompt;
   }
+  prompt.tool_format_ = toolcall::detect_format(*source);
   auto parsed = chat::Template::parse(*source);
   if (!parsed) return make_error("the model's chat template does not parse: " + parsed.message());
   prompt.template_ = std::make_unique<chat::Template>(std::move(*parsed));

@@ -7,6 +7,7 @@
 
 #include <rapidjson/document.h>
 
+#include "toolcall/tool_call.h"
 #include "util/result.h"
 
 namespace sluice::chat {
@@ -24,6 +25,8 @@ class ChatPrompt {
   ~ChatPrompt();
 
   bool available() const { return template_ != nullptr; }
+  // The tool-call syntax the template teaches (kNone: answers are not parsed for calls).
+  toolcall::Format tool_format() const { return tool_format_; }
   const std::string& unavailable_reason() const { return unavailable_reason_; }
 
   // tools may be null. Template errors (raise_exception, ...) come back as messages.
@@ -37,6 +40,7 @@ class ChatPrompt {
   std::string bos_token_;
   std::string eos_token_;
   bool enable_thinking_ = false;
+  toolcall::Format tool_format_ = toolcall::Format::kNone;
 };
 
 }  // namespace sluice::server

@@ -12,6 +12,7 @@
 #include "server/openai_format.h"
 #include "server/response_channel.h"
 #include "server/stop_matcher.h"
+#include "server/tool_call_output.h"
 
 namespace sluice {
 class Tokenizer;
@@ -41,6 +42,9 @@ struct JobSpec {
   int top_logprobs = 0;
   std::vector<std::string> stop;
   std::string echo_text;  // text completions with echo: the prompt, put before the completion
+  // Chat with tools and tool_choice auto: the answer is parsed for calls in this syntax.
+  toolcall::Format tool_format = toolcall::Format::kNone;
+  bool parallel_tool_calls = true;
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
@@ -58,6 +62,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
  private:
   void emit(const std::string& text, const std::vector<TokenLogprob>& logprobs);
+  void emit_text(const std::string& text, const std::vector<TokenLogprob>& logprobs);
+  void emit_calls(const std::vector<toolcall::CallDelta>& calls);
   bool send(std::string event);
   const CompletionIdentity& id() const { return spec_.identity; }
 
@@ -66,6 +72,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::shared_ptr<ResponseChannel> channel_;
   ServerCounters* counters_;
   StopMatcher stop_;
+  std::unique_ptr<ToolCallOutput> tools_;  // null unless the answer is parsed for tool calls
   bool role_sent_ = false;
   bool client_gone_ = false;
   std::string full_text_;                 // non-streamed: the whole completion

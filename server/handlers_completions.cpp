@@ -61,6 +61,10 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   std::vector<int32_t> ids = ctx.engine.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/true, ctx.info.model);
+  // With tool_choice none the tools are still rendered (the model knows them) but nothing is parsed.
+  if (chat.tools.IsArray() && !chat.tools.Empty() && chat.tool_choice == ToolChoice::kAuto)
+    spec.tool_format = ctx.chat.tool_format();
+  spec.parallel_tool_calls = chat.parallel_tool_calls;
   return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel);
 }
 

@@ -11,6 +11,7 @@
 
 #include "engine/sampling.h"
 #include "server/api_error.h"
+#include "server/tool_request.h"
 
 namespace sluice::server {
 
@@ -40,7 +41,9 @@ struct ChatRequest {
   CompletionParams params;
   // Normalized messages (content flattened to a string) for the template, and `tools` when given.
   rapidjson::Document messages;
-  rapidjson::Document tools;  // null when absent
+  rapidjson::Document tools;  // null when absent; validated by parse_tool_fields
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool parallel_tool_calls = true;
   std::optional<bool> add_generation_prompt;
 };
 
