@@ -38,7 +38,8 @@ GenerationJob::GenerationJob(JobSpec spec, std::unique_ptr<TokenText> text, std:
     : spec_(std::move(spec)), text_(std::move(text)), channel_(std::move(channel)), counters_(counters),
       stop_(spec_.stop) {
   if (spec_.tool_format != toolcall::Format::kNone && id().chat)
-    tools_ = std::make_unique<ToolCallOutput>(spec_.tool_format, spec_.parallel_tool_calls);
+    tools_ = std::make_unique<ToolCallOutput>(spec_.tool_format, spec_.parallel_tool_calls,
+                                              std::move(spec_.tool_argument_types));
   if (counters_) ++counters_->active_generations;
 }
 

@@ -45,6 +45,7 @@ struct JobSpec {
   // Chat with tools and tool_choice auto: the answer is parsed for calls in this syntax.
   toolcall::Format tool_format = toolcall::Format::kNone;
   bool parallel_tool_calls = true;
+  toolcall::ArgumentTypes tool_argument_types;  // what the tools' schemas declare, for converted notations
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {

@@ -62,8 +62,10 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/true, ctx.info.model);
   // With tool_choice none the tools are still rendered (the model knows them) but nothing is parsed.
-  if (chat.tools.IsArray() && !chat.tools.Empty() && chat.tool_choice == ToolChoice::kAuto)
+  if (chat.tools.IsArray() && !chat.tools.Empty() && chat.tool_choice == ToolChoice::kAuto) {
     spec.tool_format = ctx.chat.tool_format();
+    spec.tool_argument_types = toolcall::ArgumentTypes::from_tools(chat.tools);
+  }
   spec.parallel_tool_calls = chat.parallel_tool_calls;
   return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel);
 }

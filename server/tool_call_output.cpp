@@ -48,8 +48,8 @@ std::string make_tool_call_id() {
   return id;
 }
 
-ToolCallOutput::ToolCallOutput(toolcall::Format format, bool parallel)
-    : parser_(format, limits_for(parallel)), markers_(toolcall::format_markers(format)) {}
+ToolCallOutput::ToolCallOutput(toolcall::Format format, bool parallel, toolcall::ArgumentTypes types)
+    : parser_(format, limits_for(parallel), std::move(types)), markers_(toolcall::format_markers(format)) {}
 
 bool ToolCallOutput::needs_special_text(std::string_view token_text) const {
   return std::find(markers_.begin(), markers_.end(), token_text) != markers_.end();

@@ -17,7 +17,7 @@ std::string make_tool_call_id();
 class ToolCallOutput {
  public:
   // parallel false: only the first call is taken (later ones stay text).
-  ToolCallOutput(toolcall::Format format, bool parallel);
+  ToolCallOutput(toolcall::Format format, bool parallel, toolcall::ArgumentTypes types);
 
   // Special tokens are hidden from answers; these are the ones the parser needs to see.
   bool needs_special_text(std::string_view token_text) const;

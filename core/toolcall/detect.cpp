@@ -19,6 +19,9 @@ std::string_view format_name(Format format) {
     case Format::kLlama3: return "llama3_json";
     case Format::kMistral: return "mistral";
     case Format::kGranite: return "granite";
+    case Format::kApriel: return "apriel";
+    case Format::kNemotron: return "nemotron_json";
+    case Format::kSeedXml: return "seed_xml";
     case Format::kDeepSeek: return "deepseek";
     case Format::kKimi: return "kimi_k2";
     case Format::kHarmony: return "harmony";
@@ -35,10 +38,12 @@ Format detect_format(std::string_view t) {
   if (has(t, "[TOOL_CALLS]")) return Format::kMistral;
   if (has(t, "<|tool_call|>")) return Format::kGranite;
   if (has(t, "<arg_key>")) return Format::kGlm;
-  // Families that wrap calls differently and are not parsed yet: Apriel's <tool_calls>[…] list,
-  // ByteDance Seed's <seed:tool_call>, Functionary's <function=NAME>{…}, Solar's <|tool_call:begin|>,
-  // Nemotron Nano 2's <TOOLCALL>[…] (Cohere, Phi, MiniMax, LFM, DeepSeek V3.2 fall through to none too).
-  if (has(t, "<tool_calls>") || has(t, "<seed:tool_call>") || has(t, "<|tool_call:begin|>")) return Format::kNone;
+  if (has(t, "<seed:tool_call>")) return Format::kSeedXml;
+  if (has(t, "<tool_calls>")) return Format::kApriel;
+  if (has(t, "<TOOLCALL>")) return Format::kNemotron;
+  // Not parsed yet (answers stay text): Solar's <|tool_call:begin|>, Functionary's <function=NAME>{…};
+  // Cohere, Phi, MiniMax, LFM, DeepSeek V3.2's DSML fall through to none as well.
+  if (has(t, "<|tool_call:begin|>")) return Format::kNone;
   if (has(t, "<tool_call>")) return has(t, "<function=") ? Format::kQwenXml : Format::kHermes;
   if (has(t, "<function=")) return Format::kNone;
   if (has(t, "<|python_tag|>")) return Format::kLlama3;

@@ -1,4 +1,4 @@
-// Families whose arguments are not JSON as written: Qwen3-Coder's XML parameters, GLM's key/value
+// Families whose arguments are not JSON as written: Qwen3-Coder's (and Seed-OSS's) XML parameters, GLM's key/value
 // tags, Gemma 4's object notation (bare keys, <|"|> around strings). Their arguments are read up to
 // the call's end marker and turned into a JSON object then, so they arrive in one piece in a stream.
 #include <algorithm>
@@ -33,11 +33,12 @@ std::string json_quote(std::string_view s) {
   return {buffer.GetString(), buffer.GetSize()};
 }
 
-// A parameter's value: JSON when it reads as a JSON number, literal, array or object; else the text
-// itself as a string. (The tool's schema could say which was meant; the text decides here.)
-std::string json_value_of(std::string_view text) {
+// A parameter's value. Declared a string: the text itself. Declared another type: the text as JSON
+// when it parses so. Undeclared: JSON when it reads as a JSON number, literal, array or object, else
+// the text as a string.
+std::string json_value_of(std::string_view text, std::string_view declared = {}) {
   std::string_view t = trim(text);
-  if (!t.empty() && t.front() != '"') {
+  if (declared != "string" && !t.empty() && t.front() != '"') {
     rapidjson::Document doc;
     doc.Parse(t.data(), t.size());
     if (!doc.HasParseError()) return std::string(t);
@@ -51,7 +52,8 @@ std::string json_value_of(std::string_view text) {
 // Reads `open KEY close_key … VALUE close_value` pairs into a JSON object. Truncated text gives the
 // pairs that are complete.
 std::string pairs_to_json(std::string_view raw, std::string_view key_open, std::string_view key_close,
-                          std::string_view value_open, std::string_view value_close) {
+                          std::string_view value_open, std::string_view value_close, std::string_view function,
+                          const ArgumentTypes& types) {
   std::string out = "{";
   bool first = true;
   std::size_t pos = 0;
@@ -74,7 +76,7 @@ std::string pairs_to_json(std::string_view raw, std::string_view key_open, std::
     first = false;
     out += json_quote(key);
     out += ": ";
-    out += json_value_of(raw.substr(v, ve - v));
+    out += json_value_of(raw.substr(v, ve - v), types.type_of(function, key));
     pos = ve + value_close.size();
   }
   out += "}";
@@ -97,15 +99,16 @@ bool continuation_open(Cursor& c, std::string_view open, HeaderStep& answer) {
 
 class QwenXml final : public Syntax {
  public:
-  std::vector<std::string> triggers() const override { return {"<tool_call>"}; }
-  std::vector<std::string> markers() const override { return {"<tool_call>", "</tool_call>"}; }
+  QwenXml(std::string open, std::string close) : open_(std::move(open)), close_(std::move(close)) {}
+  std::vector<std::string> triggers() const override { return {open_}; }
+  std::vector<std::string> markers() const override { return {open_, close_}; }
   HeaderStep header(std::string_view text, bool continuation, bool at_end) const override {
     Cursor c{text, at_end};
     if (continuation) {
       HeaderStep answer;
-      if (!continuation_open(c, "<tool_call>", answer)) return answer;
-    } else if (R r = c.literal("<tool_call>"); r != Cursor::kOk) {
-      return from_failure(r, 11);
+      if (!continuation_open(c, open_, answer)) return answer;
+    } else if (R r = c.literal(open_); r != Cursor::kOk) {
+      return from_failure(r, open_.size());
     }
     const std::size_t marker = c.pos;
     c.skip_space();
@@ -121,14 +124,18 @@ class QwenXml final : public Syntax {
     R r = c.literal("</function>");
     if (r == Cursor::kOk) {
       c.skip_space();
-      r = c.literal("</tool_call>");
+      r = c.literal(close_);
     }
     if (r == Cursor::kMore) return TrailerStep{true, 0, false};
     return TrailerStep{false, c.pos, r == Cursor::kOk};
   }
-  std::string convert(std::string_view raw) const override {
-    return pairs_to_json(raw, "<parameter=", ">", "", "</parameter>");
+  std::string convert(std::string_view raw, std::string_view function, const ArgumentTypes& types) const override {
+    return pairs_to_json(raw, "<parameter=", ">", "", "</parameter>", function, types);
   }
+
+ private:
+  std::string open_;
+  std::string close_;
 };
 
 class Glm final : public Syntax {
@@ -163,8 +170,8 @@ class Glm final : public Syntax {
     if (r == Cursor::kMore) return TrailerStep{true, 0, false};
     return TrailerStep{false, c.pos, r == Cursor::kOk};
   }
-  std::string convert(std::string_view raw) const override {
-    return pairs_to_json(raw, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>");
+  std::string convert(std::string_view raw, std::string_view function, const ArgumentTypes& types) const override {
+    return pairs_to_json(raw, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", function, types);
   }
 };
 
@@ -201,7 +208,7 @@ class Gemma4 final : public Syntax {
     if (r == Cursor::kMore) return TrailerStep{true, 0, false};
     return TrailerStep{false, c.pos, r == Cursor::kOk};
   }
-  std::string convert(std::string_view raw) const override {
+  std::string convert(std::string_view raw, std::string_view, const ArgumentTypes&) const override {
     std::string out;
     std::size_t i = 0;
     // Bare words: keys (before ':') are quoted; values stay as they are when they are JSON numbers
@@ -243,7 +250,8 @@ class Gemma4 final : public Syntax {
 
 std::unique_ptr<Syntax> make_converted_family_syntax(Format format) {
   switch (format) {
-    case Format::kQwenXml: return std::make_unique<QwenXml>();
+    case Format::kQwenXml: return std::make_unique<QwenXml>("<tool_call>", "</tool_call>");
+    case Format::kSeedXml: return std::make_unique<QwenXml>("<seed:tool_call>", "</seed:tool_call>");
     case Format::kGlm: return std::make_unique<Glm>();
     case Format::kGemma4: return std::make_unique<Gemma4>();
     default: return nullptr;

@@ -1,7 +1,8 @@
 // The families that write each call as a JSON object {"name": …, "arguments": {…}}: Hermes/Qwen
 // (one per <tool_call> block), Llama 3 (bare, or after <|python_tag|>; "parameters" for the
-// arguments), Mistral and Granite 3 (a JSON array after [TOOL_CALLS] / <|tool_call|>; Mistral's newer
-// models write [TOOL_CALLS]NAME[ARGS]{…} instead).
+// arguments), and a JSON array of them after a marker: Mistral [TOOL_CALLS] (whose newer models write
+// [TOOL_CALLS]NAME[ARGS]{…} instead), Granite 3 <|tool_call|>, Apriel <tool_calls>…</tool_calls>,
+// Nemotron Nano 2 <TOOLCALL>…</TOOLCALL>.
 #include "toolcall/syntax.h"
 
 namespace sluice::toolcall {
@@ -135,12 +136,21 @@ class Llama3 final : public Syntax {
   }
 };
 
-// A JSON array of call objects after a marker (Mistral's first form, Granite 3).
-HeaderStep array_call_header(Cursor& c, bool continuation, std::size_t marker) {
+// A JSON array of call objects after a marker (Mistral's first form, Granite 3, Apriel, Nemotron Nano 2);
+// `close` is the marker some families put after the array.
+HeaderStep array_call_header(Cursor& c, bool continuation, std::size_t marker, std::string_view close = {}) {
   c.skip_space();
   if (continuation) {
     if (c.done()) return c.at_end ? end_region(0) : need_more();
-    if (c.text[c.pos] == ']') return end_region(c.pos + 1);
+    if (c.text[c.pos] == ']') {
+      ++c.pos;
+      if (close.empty()) return end_region(c.pos);
+      const std::size_t after_list = c.pos;
+      c.skip_space();
+      R r = c.literal(close);
+      if (r == Cursor::kMore || (c.done() && !c.at_end)) return need_more();
+      return end_region(r == Cursor::kOk ? c.pos : after_list);
+    }
     if (c.text[c.pos] != ',') return end_region(0);
     ++c.pos;
   } else if (R r = c.literal("["); r != Cursor::kOk) {
@@ -192,22 +202,30 @@ class Mistral final : public Syntax {
   }
 };
 
-class Granite final : public Syntax {
+class JsonList final : public Syntax {
  public:
-  static constexpr std::string_view kOpen = "<|tool_call|>";
-  std::vector<std::string> triggers() const override { return {std::string(kOpen)}; }
+  JsonList(std::string open, std::string close) : open_(std::move(open)), close_(std::move(close)) {}
+  std::vector<std::string> triggers() const override { return {open_}; }
+  std::vector<std::string> markers() const override {
+    if (close_.empty()) return {open_};
+    return {open_, close_};
+  }
   HeaderStep header(std::string_view text, bool continuation, bool at_end) const override {
     Cursor c{text, at_end};
     if (!continuation) {
-      if (R r = c.literal(kOpen); r != Cursor::kOk) return from_failure(r, kOpen.size());
+      if (R r = c.literal(open_); r != Cursor::kOk) return from_failure(r, open_.size());
     }
-    return array_call_header(c, continuation, kOpen.size());
+    return array_call_header(c, continuation, open_.size(), close_);
   }
   TrailerStep trailer(std::string_view text, bool at_end) const override {
     Cursor c{text, at_end};
     R r = read_object_tail(c);
     return trailer_result(r, c, /*more_calls=*/true);
   }
+
+ private:
+  std::string open_;
+  std::string close_;
 };
 
 }  // namespace
@@ -217,7 +235,9 @@ std::unique_ptr<Syntax> make_json_family_syntax(Format format) {
     case Format::kHermes: return std::make_unique<Hermes>();
     case Format::kLlama3: return std::make_unique<Llama3>();
     case Format::kMistral: return std::make_unique<Mistral>();
-    case Format::kGranite: return std::make_unique<Granite>();
+    case Format::kGranite: return std::make_unique<JsonList>("<|tool_call|>", "");
+    case Format::kApriel: return std::make_unique<JsonList>("<tool_calls>", "</tool_calls>");
+    case Format::kNemotron: return std::make_unique<JsonList>("<TOOLCALL>", "</TOOLCALL>");
     default: return nullptr;
   }
 }

@@ -153,7 +153,7 @@ class Harmony final : public Syntax {
       if (R r = c.word("abcdefghijklmnopqrstuvwxyz", role); r != Cursor::kOk) return from_failure(r, marker);
       if (R r = read_recipient(c, recipient); r != Cursor::kOk) return from_failure(r, marker);
       if (R r = c.one_of({"<|channel|>", "<|message|>"}, &which); r != Cursor::kOk) return from_failure(r, marker);
-      if (which == 1) return skip_or_call(c, recipient);
+      if (which == 1) return skip_or_call(c, recipient, marker);
     }
     std::string channel;  // after <|channel|>: NAME [to=RECIPIENT] [<|constrain|>TYPE | TYPE]
     if (R r = c.word("abcdefghijklmnopqrstuvwxyz", channel); r != Cursor::kOk) return from_failure(r, marker);
@@ -166,7 +166,7 @@ class Harmony final : public Syntax {
         return from_failure(r, marker);
     }
     if (R r = c.literal("<|message|>"); r != Cursor::kOk) return from_failure(r, marker);
-    return skip_or_call(c, recipient);
+    return skip_or_call(c, recipient, marker);
   }
   TrailerStep trailer(std::string_view text, bool at_end) const override {
     Cursor c{text, at_end};
@@ -189,9 +189,9 @@ class Harmony final : public Syntax {
     c.skip_space();
     return Cursor::kOk;
   }
-  HeaderStep skip_or_call(Cursor& c, const std::string& recipient) const {
+  static HeaderStep skip_or_call(Cursor& c, const std::string& recipient, std::size_t marker) {
     if (recipient.starts_with("functions.") && recipient.size() > 10) {
-      if (R r = expect_object_start(c); r != Cursor::kOk) return from_failure(r, 1);
+      if (R r = expect_object_start(c); r != Cursor::kOk) return from_failure(r, marker);
       return call(c.pos, recipient.substr(10));
     }
     HeaderStep s;

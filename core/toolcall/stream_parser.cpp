@@ -43,8 +43,10 @@ class PlainText final : public Syntax {
 
 }  // namespace
 
-StreamParser::StreamParser(Format format, ParserLimits limits) : syntax_(make_syntax(format)), limits_(limits) {
+StreamParser::StreamParser(Format format, ParserLimits limits, ArgumentTypes types)
+    : syntax_(make_syntax(format)), limits_(limits), types_(std::move(types)) {
   if (!syntax_) syntax_ = std::make_unique<PlainText>();
+  triggers_ = syntax_->triggers();
 }
 StreamParser::StreamParser(StreamParser&&) noexcept = default;
 StreamParser& StreamParser::operator=(StreamParser&&) noexcept = default;
@@ -100,7 +102,7 @@ void StreamParser::run(bool at_end, StreamDelta& out) {
 
 bool StreamParser::step_content(bool at_end, StreamDelta& out) {
   if (buf_.empty()) return false;
-  const auto triggers = syntax_->triggers();
+  const auto& triggers = triggers_;
   // Llama 3: a call may be the whole answer, written as a bare JSON object.
   if (!saw_text_ && syntax_->anchored_json_call() && calls_ < limits_.max_calls) {
     std::size_t first = 0;
@@ -161,6 +163,7 @@ bool StreamParser::step_header(bool at_end, StreamDelta& out) {
     case HeaderStep::kCall:
       buf_.erase(0, n);
       ++calls_;
+      call_name_ = step.name;
       out.calls.push_back(CallDelta{calls_ - 1, std::move(step.name), {}});
       args_bytes_ = 0;
       if (step.form == ArgsForm::kJson) {
@@ -231,7 +234,7 @@ bool StreamParser::step_args_raw(bool at_end, StreamDelta& out) {
   buf_.erase(0, take);
   bool cut = raw_args_.size() >= limits_.max_argument_bytes;
   if (!complete && !at_end && !cut) return false;
-  emit_arguments(syntax_->convert(raw_args_), out);
+  emit_arguments(syntax_->convert(raw_args_, call_name_, types_), out);
   raw_args_.clear();
   mode_ = (complete && !cut) ? Mode::kTrailer : Mode::kContent;
   return complete || cut;
@@ -251,8 +254,8 @@ bool StreamParser::step_trailer(bool at_end) {
   return true;
 }
 
-ParsedOutput parse_tool_calls(Format format, std::string_view text, ParserLimits limits) {
-  StreamParser parser(format, limits);
+ParsedOutput parse_tool_calls(Format format, std::string_view text, ParserLimits limits, ArgumentTypes types) {
+  StreamParser parser(format, limits, std::move(types));
   ParsedOutput out;
   accumulate(out, parser.push(text));
   accumulate(out, parser.finish());

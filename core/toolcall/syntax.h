@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "toolcall/argument_types.h"
 #include "toolcall/tool_call.h"
 
 namespace sluice::toolcall {
@@ -49,8 +50,11 @@ class Syntax {
   virtual HeaderStep header(std::string_view text, bool continuation, bool at_end) const = 0;
   // `text` starts right after the arguments.
   virtual TrailerStep trailer(std::string_view text, bool at_end) const = 0;
-  // kConverted arguments → JSON object text.
-  virtual std::string convert(std::string_view raw) const { return std::string(raw); }
+  // kConverted arguments of `function` → JSON object text (`types`: what its schema declares).
+  virtual std::string convert(std::string_view raw, std::string_view /*function*/,
+                              const ArgumentTypes& /*types*/) const {
+    return std::string(raw);
+  }
   // Special-token texts the format needs to see.
   virtual std::vector<std::string> markers() const { return triggers(); }
 };

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "toolcall/argument_types.h"
+
 namespace sluice::toolcall {
 
 // The syntax families. kNone: the template does not describe a format we parse; text stays text.
@@ -22,10 +24,13 @@ enum class Format {
   kNone,
   kHermes,    // <tool_call>{"name": …, "arguments": {…}}</tool_call> (Qwen2.5/3, Hermes, Granite 4, …)
   kQwenXml,   // <tool_call><function=NAME><parameter=K>V</parameter></function></tool_call> (Qwen3-Coder, Qwen3.5)
+  kSeedXml,   // the same inside <seed:tool_call>…</seed:tool_call> (ByteDance Seed-OSS)
   kGlm,       // <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call> (GLM 4.5+)
   kLlama3,    // {"name": …, "parameters": {…}} opening the answer, or after <|python_tag|>
   kMistral,   // [TOOL_CALLS][{…}, …] and [TOOL_CALLS]NAME[ARGS]{…}
   kGranite,   // <|tool_call|>[{"name": …, "arguments": {…}}, …] (Granite 3.x)
+  kApriel,    // <tool_calls>[{"name": …, "arguments": {…}}, …]</tool_calls> (Apriel 1.5/1.6)
+  kNemotron,  // <TOOLCALL>[{"name": …, "arguments": {…}}, …]</TOOLCALL> (Nemotron Nano 2)
   kDeepSeek,  // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…<｜tool▁sep｜>…<｜tool▁call▁end｜>…
   kKimi,      // <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:i<|tool_call_argument_begin|>{…}…
   kHarmony,   // gpt-oss: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>
@@ -75,7 +80,7 @@ class Syntax;
 
 class StreamParser {
  public:
-  explicit StreamParser(Format format, ParserLimits limits = {});
+  explicit StreamParser(Format format, ParserLimits limits = {}, ArgumentTypes types = {});
   StreamParser(StreamParser&&) noexcept;
   StreamParser& operator=(StreamParser&&) noexcept;
   ~StreamParser();
@@ -98,6 +103,7 @@ class StreamParser {
   void emit_arguments(std::string_view text, StreamDelta& out);
 
   std::unique_ptr<Syntax> syntax_;
+  std::vector<std::string> triggers_;
   ParserLimits limits_;
   Mode mode_ = Mode::kContent;
   std::string buf_;                // text received and not yet decided
@@ -105,6 +111,8 @@ class StreamParser {
   bool continuation_ = false;      // the header being read follows a call in the same block
   int calls_ = 0;
   std::size_t args_bytes_ = 0;     // of the current call
+  ArgumentTypes types_;
+  std::string call_name_;          // of the current call
   std::string end_marker_;         // kArgsRaw: where the arguments end
   std::string raw_args_;           // kArgsRaw: the arguments so far (converted at the end)
   int json_depth_ = 0;             // kArgsJson: the scanner's state
@@ -114,7 +122,8 @@ class StreamParser {
 };
 
 // Parses a whole answer (the same parser, fed once).
-ParsedOutput parse_tool_calls(Format format, std::string_view text, ParserLimits limits = {});
+ParsedOutput parse_tool_calls(Format format, std::string_view text, ParserLimits limits = {},
+                              ArgumentTypes types = {});
 
 // Adds a stream delta to an assembled answer (how a client reassembles the stream).
 void accumulate(ParsedOutput& into, const StreamDelta& delta);

@@ -25,9 +25,9 @@ TEST(DetectFormat, EveryToolTemplateMapsToItsFormat) {
   // kNone: families whose syntax is not parsed yet (the answer stays text).
   const std::map<std::string, Format> expected = {
       {"Apertus-8B-Instruct", Format::kNone},  // tools as a system block, calls as a JSON list: not parsed
-      {"Apriel-1.6-15b-Thinker-fixed", Format::kNone},
+      {"Apriel-1.6-15b-Thinker-fixed", Format::kApriel},
       {"Bielik-11B-v3.0-Instruct", Format::kHermes},
-      {"ByteDance-Seed-OSS", Format::kNone},
+      {"ByteDance-Seed-OSS", Format::kSeedXml},
       {"CohereForAI-c4ai-command-r-plus-tool_use", Format::kNone},
       {"CohereForAI-c4ai-command-r7b-12-2024-tool_use", Format::kNone},
       {"GLM-4.6", Format::kGlm},
@@ -43,7 +43,7 @@ TEST(DetectFormat, EveryToolTemplateMapsToItsFormat) {
       {"MiniMax-M2", Format::kNone},
       {"Mistral-Small-3.2-24B-Instruct-2506", Format::kMistral},
       {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", Format::kQwenXml},
-      {"NVIDIA-Nemotron-Nano-v2", Format::kNone},  // <TOOLCALL>[…]</TOOLCALL>: not parsed yet
+      {"NVIDIA-Nemotron-Nano-v2", Format::kNemotron},
       {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", Format::kHermes},
       {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", Format::kHermes},
       {"Qwen-QwQ-32B", Format::kHermes},
@@ -74,7 +74,7 @@ TEST(DetectFormat, EveryToolTemplateMapsToItsFormat) {
       {"moonshotai-Kimi-K2", Format::kKimi},
       {"openai-gpt-oss-120b", Format::kHarmony},
       {"stepfun-ai-Step-3.5-Flash", Format::kQwenXml},
-      {"unsloth-Apriel-1.5", Format::kNone},
+      {"unsloth-Apriel-1.5", Format::kApriel},
       {"unsloth-mistral-Devstral-Small-2507", Format::kMistral},
       {"upstage-Solar-Open-100B", Format::kNone},
   };

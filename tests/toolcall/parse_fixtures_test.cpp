@@ -1,5 +1,7 @@
 // Realistic outputs of each family (written the way their templates render calls), parsed whole,
 // byte by byte and in small pieces.
+#include <rapidjson/document.h>
+
 #include "fixture_check.h"
 
 namespace sluice::toolcall::testing {
@@ -102,6 +104,17 @@ TEST(GraniteFormat, ListAfterMarker) {
   expect_parse(Format::kGranite, "<|tool_call|>sorry", {"<|tool_call|>sorry", {}});
 }
 
+TEST(JsonListFormats, AprielAndNemotronCloseTheirList) {
+  expect_parse(Format::kApriel,
+               "Checking.\n<tool_calls>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
+               "\"celsius\"}}, {\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}]</tool_calls>",
+               {"Checking.\n", {kWeather, kTime}});
+  expect_parse(Format::kNemotron,
+               "<TOOLCALL>[{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}]</TOOLCALL> then text",
+               {" then text", {kTime}});
+  expect_parse(Format::kNemotron, "<TOOLCALL>[oops]</TOOLCALL>", {"<TOOLCALL>[oops]</TOOLCALL>", {}});
+}
+
 TEST(DeepSeekFormat, V3FencedJson) {
   expect_parse(Format::kDeepSeek,
                "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
@@ -160,6 +173,34 @@ TEST(QwenXmlFormat, ParametersBecomeJson) {
                "<parameter=tz>\nEurope/Paris\n</parameter>\n</function>\n</tool_call>",
                {"I'll check.\n", {{"get_weather", R"({"city": "Paris", "days": 3})"}, kTime}});
   expect_parse(Format::kQwenXml, "<tool_call>\n{\"name\": \"x\"}</tool_call>", {"<tool_call>\n{\"name\": \"x\"}</tool_call>", {}});
+}
+
+TEST(QwenXmlFormat, DeclaredTypesDecideBareValues) {
+  rapidjson::Document tools;
+  tools.Parse(R"([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object",
+      "properties": {"zip": {"type": "string"}, "count": {"type": "integer"}, "flags": {"type": ["array", "null"]},
+      "note": {"type": "number"}}}}}])");
+  ArgumentTypes types = ArgumentTypes::from_tools(tools);
+  EXPECT_EQ(types.type_of("lookup", "flags"), "array");
+  EXPECT_EQ(types.type_of("lookup", "other"), "");
+  const std::string text =
+      "<tool_call>\n<function=lookup>\n<parameter=zip>\n12345\n</parameter>\n<parameter=count>\n7\n</parameter>\n"
+      "<parameter=flags>\n[\"a\"]\n</parameter>\n<parameter=note>\nnot a number\n</parameter>\n"
+      "<parameter=free>\ntrue\n</parameter>\n</function>\n</tool_call>";
+  ParsedOutput got = parse_tool_calls(Format::kQwenXml, text, {}, types);
+  ASSERT_EQ(got.calls.size(), 1u);
+  EXPECT_EQ(got.calls[0].arguments,
+            R"({"zip": "12345", "count": 7, "flags": ["a"], "note": "not a number", "free": true})");
+  // A string declared as a string stays one even when it reads as a number.
+  ParsedOutput untyped = parse_tool_calls(Format::kQwenXml, text);
+  EXPECT_NE(untyped.calls[0].arguments, got.calls[0].arguments);
+}
+
+TEST(SeedXmlFormat, SeedWrapper) {
+  expect_parse(Format::kSeedXml,
+               "<seed:tool_call>\n<function=get_time>\n<parameter=tz>Europe/Paris</parameter>\n</function>\n"
+               "</seed:tool_call>",
+               {"", {kTime}});
 }
 
 TEST(GlmFormat, KeyValueTags) {

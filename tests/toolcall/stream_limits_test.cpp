@@ -70,7 +70,8 @@ TEST(StreamParser, GarbageAndCutsAreSafe) {
       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
   };
   const Format formats[] = {Format::kHermes, Format::kMistral, Format::kHarmony, Format::kGemma4, Format::kDeepSeek,
-                            Format::kKimi, Format::kLlama3, Format::kGranite, Format::kQwenXml, Format::kGlm};
+                            Format::kKimi, Format::kLlama3, Format::kGranite, Format::kQwenXml, Format::kGlm,
+                            Format::kApriel, Format::kNemotron, Format::kSeedXml};
   uint32_t seed = 12345;
   auto rnd = [&seed] { return seed = seed * 1664525u + 1013904223u; };
   for (Format f : formats) {
