@@ -110,7 +110,7 @@ class Llama3 final : public Syntax {
  public:
   static constexpr std::string_view kTag = "<|python_tag|>";
   std::vector<std::string> triggers() const override { return {std::string(kTag)}; }
-  bool anchored_json_call() const override { return true; }
+  std::vector<std::string> anchored_triggers() const override { return {"{"}; }
   HeaderStep header(std::string_view text, bool continuation, bool at_end) const override {
     Cursor c{text, at_end};
     std::size_t marker = 1;  // a bare '{'

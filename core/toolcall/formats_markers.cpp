@@ -135,9 +135,16 @@ class Harmony final : public Syntax {
   std::vector<std::string> markers() const override {
     return {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>", "<|call|>"};
   }
+  std::vector<std::string> anchored_triggers() const override { return {"to="}; }
   HeaderStep header(std::string_view text, bool /*continuation*/, bool at_end) const override {
     Cursor c{text, at_end};
     std::size_t which = 0;
+    std::string recipient;
+    if (text.starts_with("to=")) {  // the answer goes on the prompt's <|start|>assistant: RECIPIENT<|channel|>…
+      if (R r = read_recipient(c, recipient); r != Cursor::kOk) return from_failure(r, 1);
+      if (R r = c.literal("<|channel|>"); r != Cursor::kOk) return from_failure(r, 1);
+      return channel_header(c, recipient, 1);
+    }
     if (R r = c.one_of({"<|start|>", "<|channel|>", "<|end|>", "<|return|>", "<|call|>"}, &which); r != Cursor::kOk)
       return from_failure(r, 1);
     const std::size_t marker = c.pos;
@@ -147,7 +154,6 @@ class Harmony final : public Syntax {
       s.consumed = c.pos;
       return s;
     }
-    std::string recipient;
     if (which == 0) {  // <|start|>ROLE [to=RECIPIENT]
       std::string role;
       if (R r = c.word("abcdefghijklmnopqrstuvwxyz", role); r != Cursor::kOk) return from_failure(r, marker);
@@ -155,7 +161,19 @@ class Harmony final : public Syntax {
       if (R r = c.one_of({"<|channel|>", "<|message|>"}, &which); r != Cursor::kOk) return from_failure(r, marker);
       if (which == 1) return skip_or_call(c, recipient, marker);
     }
-    std::string channel;  // after <|channel|>: NAME [to=RECIPIENT] [<|constrain|>TYPE | TYPE]
+    return channel_header(c, recipient, marker);
+  }
+  TrailerStep trailer(std::string_view text, bool at_end) const override {
+    Cursor c{text, at_end};
+    R r = c.literal("<|call|>");
+    if (r == Cursor::kMore || (!at_end && text.empty())) return TrailerStep{true, 0, false};
+    return TrailerStep{false, r == Cursor::kOk ? c.pos : 0, false};
+  }
+
+ private:
+  // After <|channel|>: NAME [to=RECIPIENT] [<|constrain|>TYPE | TYPE] <|message|>.
+  static HeaderStep channel_header(Cursor& c, std::string recipient, std::size_t marker) {
+    std::string channel;
     if (R r = c.word("abcdefghijklmnopqrstuvwxyz", channel); r != Cursor::kOk) return from_failure(r, marker);
     if (R r = read_recipient(c, recipient); r != Cursor::kOk) return from_failure(r, marker);
     c.skip_space();
@@ -168,14 +186,6 @@ class Harmony final : public Syntax {
     if (R r = c.literal("<|message|>"); r != Cursor::kOk) return from_failure(r, marker);
     return skip_or_call(c, recipient, marker);
   }
-  TrailerStep trailer(std::string_view text, bool at_end) const override {
-    Cursor c{text, at_end};
-    R r = c.literal("<|call|>");
-    if (r == Cursor::kMore || (!at_end && text.empty())) return TrailerStep{true, 0, false};
-    return TrailerStep{false, r == Cursor::kOk ? c.pos : 0, false};
-  }
-
- private:
   static R read_recipient(Cursor& c, std::string& recipient) {
     std::size_t save = c.pos;
     c.skip_space();

@@ -47,6 +47,7 @@ StreamParser::StreamParser(Format format, ParserLimits limits, ArgumentTypes typ
     : syntax_(make_syntax(format)), limits_(limits), types_(std::move(types)) {
   if (!syntax_) syntax_ = std::make_unique<PlainText>();
   triggers_ = syntax_->triggers();
+  anchored_ = syntax_->anchored_triggers();
 }
 StreamParser::StreamParser(StreamParser&&) noexcept = default;
 StreamParser& StreamParser::operator=(StreamParser&&) noexcept = default;
@@ -103,16 +104,20 @@ void StreamParser::run(bool at_end, StreamDelta& out) {
 bool StreamParser::step_content(bool at_end, StreamDelta& out) {
   if (buf_.empty()) return false;
   const auto& triggers = triggers_;
-  // Llama 3: a call may be the whole answer, written as a bare JSON object.
-  if (!saw_text_ && syntax_->anchored_json_call() && calls_ < limits_.max_calls) {
+  // A call that opens the answer (Llama 3's bare JSON, harmony's recipient after the prompt).
+  if (!saw_text_ && !anchored_.empty() && calls_ < limits_.max_calls) {
     std::size_t first = 0;
     while (first < buf_.size() && is_space(buf_[first])) ++first;
     if (first == buf_.size() && !at_end) return false;  // only whitespace so far: wait
-    if (first < buf_.size() && buf_[first] == '{') {
-      buf_.erase(0, first);  // whitespace before a call is not content
-      mode_ = Mode::kHeader;
-      continuation_ = false;
-      return true;
+    std::string_view rest = std::string_view(buf_).substr(first);
+    for (const auto& t : anchored_) {
+      if (rest.starts_with(t)) {
+        buf_.erase(0, first);  // whitespace before a call is not content
+        mode_ = Mode::kHeader;
+        continuation_ = false;
+        return true;
+      }
+      if (!at_end && rest.size() < t.size() && std::string_view(t).starts_with(rest)) return false;
     }
   }
   std::size_t found = std::string::npos;

@@ -44,8 +44,9 @@ class Syntax {
   virtual ~Syntax() = default;
   // Markers that open a block of calls anywhere in the text.
   virtual std::vector<std::string> triggers() const = 0;
-  // Llama 3: a JSON object opening the answer (after whitespace only) is a call too.
-  virtual bool anchored_json_call() const { return false; }
+  // Markers that open a call only at the very start of the answer (after whitespace): Llama 3's bare
+  // JSON object "{", harmony's recipient " to=functions.…" right after the prompt's <|start|>assistant.
+  virtual std::vector<std::string> anchored_triggers() const { return {}; }
   // `text` starts at a trigger (continuation false) or right after a call's closing (true).
   virtual HeaderStep header(std::string_view text, bool continuation, bool at_end) const = 0;
   // `text` starts right after the arguments.

@@ -104,6 +104,7 @@ class StreamParser {
 
   std::unique_ptr<Syntax> syntax_;
   std::vector<std::string> triggers_;
+  std::vector<std::string> anchored_;
   ParserLimits limits_;
   Mode mode_ = Mode::kContent;
   std::string buf_;                // text received and not yet decided

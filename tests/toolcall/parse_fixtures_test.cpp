@@ -154,6 +154,11 @@ TEST(HarmonyFormat, RecipientInRoleHeaderAndFinalText) {
                "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"tz\": \"Europe/Paris\"}",
                {"", {kTime}});
   expect_parse(Format::kHarmony, "<|channel|>final<|message|>It is sunny.<|return|>", {"It is sunny.", {}});
+  // Right after the prompt's <|start|>assistant the recipient can come first.
+  expect_parse(Format::kHarmony, " to=functions.get_time<|channel|>commentary json<|message|>{\"tz\": \"Europe/Paris\"}<|call|>",
+               {"", {kTime}});
+  // Only there: later in an answer it is text.
+  expect_parse(Format::kHarmony, "<|channel|>final<|message|>write to=functions.x<|channel|>", {"write to=functions.x<|channel|>", {}});
 }
 
 TEST(Gemma4Format, ObjectNotationBecomesJson) {
