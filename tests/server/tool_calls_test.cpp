@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scripted_job.h"
 #include "server/generation_job.h"
 #include "server/request_parser.h"
 #include "util/json.h"
@@ -14,41 +15,6 @@ using namespace sluice;
 using namespace sluice::server;
 
 namespace {
-
-// Tokens are given as texts; those in `specials` are control tokens (hidden unless the parser needs
-// them), and "<eos>" ends the answer.
-class ScriptedText : public TokenText {
- public:
-  ScriptedText(std::vector<std::string> pieces, std::set<std::string> specials)
-      : pieces_(std::move(pieces)), specials_(std::move(specials)) {}
-  std::string push(int32_t id) override { return pieces_.at(static_cast<std::size_t>(id)); }
-  std::string flush() override { return ""; }
-  std::string piece(int32_t id) override { return pieces_.at(static_cast<std::size_t>(id)); }
-  bool is_control(int32_t id) override { return specials_.contains(pieces_.at(static_cast<std::size_t>(id))); }
-
- private:
-  std::vector<std::string> pieces_;
-  std::set<std::string> specials_;
-};
-
-class RecordingChannel : public ResponseChannel {
- public:
-  void respond(int s, std::string body) override {
-    status = s;
-    response = std::move(body);
-  }
-  bool send_event(std::string event) override {
-    events.push_back(std::move(event));
-    return true;
-  }
-  void end_stream() override { ended = true; }
-  std::shared_ptr<std::atomic<bool>> cancelled() const override { return flag; }
-  int status = 0;
-  std::string response;
-  std::vector<std::string> events;
-  bool ended = false;
-  std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
-};
 
 struct Call {
   std::string id, name, arguments;
@@ -63,23 +29,12 @@ struct Answer {
 // Runs the job over the token texts and returns the answer it gave (assembled from chunks if streamed).
 Answer run(toolcall::Format format, const std::vector<std::string>& tokens, const std::set<std::string>& specials,
            bool stream, FinishReason engine_finish = FinishReason::kStop, bool parallel = true) {
-  auto channel = std::make_shared<RecordingChannel>();
   JobSpec spec;
   spec.identity = make_identity(true, "tiny");
   spec.stream = stream;
   spec.tool_format = format;
   spec.parallel_tool_calls = parallel;
-  auto job = std::make_shared<GenerationJob>(std::move(spec), std::make_unique<ScriptedText>(tokens, specials),
-                                             channel, nullptr);
-  GenerationRequest request;
-  job->attach(request);
-  GenerationResult result;
-  result.finish = engine_finish;
-  for (int32_t i = 0; i < static_cast<int32_t>(tokens.size()); ++i) {
-    result.ids.push_back(i);
-    if (!request.on_token(TokenEvent{i, -0.1f, {}})) break;
-  }
-  request.on_done(result);
+  auto channel = scripted::run_scripted(std::move(spec), tokens, specials, engine_finish);
 
   Answer a;
   if (!stream) {
