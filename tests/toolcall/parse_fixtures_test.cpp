@@ -217,6 +217,23 @@ TEST(GlmFormat, KeyValueTags) {
   expect_parse(Format::kGlm, "<tool_call>list_files</tool_call>", {"", {{"list_files", "{}"}}});
 }
 
+TEST(MalformedCalls, EachFamilyKeepsTextThatIsNotACall) {
+  // No name, no arguments, or the wrong framing: the text comes back as it was.
+  const std::pair<Format, std::string> cases[] = {
+      {Format::kKimi, "<|tool_calls_section_begin|><|tool_call_begin|><|tool_call_argument_begin|>{}<|tool_call_end|>"},
+      {Format::kKimi, "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>oops"},
+      {Format::kHarmony, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>not json"},
+      {Format::kGemma4, "<|tool_call>get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"},
+      {Format::kGemma4, "<|tool_call>call:{}<tool_call|>"},
+      {Format::kGlm, "<tool_call>{\"name\": \"f\"}</tool_call>"},
+      {Format::kDeepSeek, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\nnot fenced<｜tool▁call▁end｜>"},
+      {Format::kMistral, "[TOOL_CALLS]f[ARGS]not json"},
+      {Format::kApriel, "<tool_calls>{\"name\": \"f\"}</tool_calls>"},
+      {Format::kSeedXml, "<seed:tool_call><function>x</function></seed:tool_call>"},
+  };
+  for (const auto& [format, text] : cases) expect_parse(format, text, {text, {}});
+}
+
 TEST(NoFormat, TextIsText) {
   expect_parse(Format::kNone, "<tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>",
                {"<tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>", {}});
