@@ -27,6 +27,7 @@ Status ChatPrompt::adopt_source(const std::string& source) {
   template_ = std::make_unique<chat::Template>(std::move(*parsed));
   history_form_ = probe_chat_history_form(*template_, bos_token_, eos_token_);
   uses_think_tags_ = source.find("<think>") != std::string::npos;
+  tool_format_ = toolcall::detect_format(source);
   return {};
 }
 

@@ -13,6 +13,7 @@
 
 #include "server/chat_history_form.h"
 #include "server/template_controls.h"
+#include "toolcall/tool_call.h"
 #include "util/result.h"
 
 namespace sluice::chat {
@@ -34,6 +35,8 @@ class ChatPrompt {
   ~ChatPrompt();
 
   bool available() const { return template_ != nullptr; }
+  // The tool-call syntax the template teaches (kNone: answers are not parsed for calls).
+  toolcall::Format tool_format() const { return tool_format_; }
   const std::string& unavailable_reason() const { return unavailable_reason_; }
   const ChatHistoryForm& history_form() const { return history_form_; }
   // The template writes `<think>` (Qwen3, DeepSeek-R1, QwQ, ...): answers may open with reasoning.
@@ -59,6 +62,7 @@ class ChatPrompt {
   ChatHistoryForm history_form_;
   bool uses_think_tags_ = false;
   std::optional<std::chrono::system_clock::time_point> fixed_now_;
+  toolcall::Format tool_format_ = toolcall::Format::kNone;
 };
 
 }  // namespace sluice::server

@@ -38,6 +38,9 @@ GenerationJob::GenerationJob(JobSpec spec, std::unique_ptr<TokenText> text, std:
     : spec_(std::move(spec)), text_(std::move(text)), channel_(std::move(channel)), counters_(counters),
       stop_(spec_.stop) {
   if (spec_.split_reasoning) reasoning_.emplace(spec_.prompt_opened_think);
+  if (spec_.tool_format != toolcall::Format::kNone && id().chat)
+    tools_ = std::make_unique<ToolCallOutput>(spec_.tool_format, spec_.parallel_tool_calls,
+                                              std::move(spec_.tool_argument_types));
   if (counters_) ++counters_->active_generations;
 }
 
@@ -63,7 +66,22 @@ void GenerationJob::emit(const std::string& text, const std::vector<TokenLogprob
   emit_parts(reasoning_ ? reasoning_->push(text) : SplitText{{}, text}, logprobs);
 }
 
+// The reasoning split comes first — a call written inside <think> is reasoning, not a call — and the
+// content then goes through the tool-call parser where the answer is parsed for calls.
 void GenerationJob::emit_parts(const SplitText& parts, const std::vector<TokenLogprob>& logprobs) {
+  if (!tools_) return emit_text(parts, logprobs);
+  toolcall::StreamDelta delta = tools_->push(parts.content);
+  emit_text(SplitText{parts.reasoning, delta.content}, logprobs);
+  emit_calls(delta.calls);
+}
+
+void GenerationJob::emit_calls(const std::vector<toolcall::CallDelta>& calls) {
+  if (calls.empty() || !spec_.stream) return;  // a whole answer takes its calls from tools_ at the end
+  emit_text(SplitText{}, {});                  // the role chunk comes first
+  send(sse_event(tools_->chunk_json(id(), calls, spec_.include_usage)));
+}
+
+void GenerationJob::emit_text(const SplitText& parts, const std::vector<TokenLogprob>& logprobs) {
   const std::string& text = parts.content;
   if (!spec_.stream) {
     full_reasoning_ += parts.reasoning;
@@ -102,7 +120,13 @@ bool GenerationJob::on_token(const TokenEvent& event) {
       lp.top.emplace_back(text_->piece(event.top_logprobs[i].id), event.top_logprobs[i].logprob);
     pending_logprobs_.push_back(std::move(lp));
   }
-  std::string piece = text_->is_control(event.id) ? std::string() : text_->push(event.id);
+  std::string piece;
+  if (!text_->is_control(event.id)) {
+    piece = text_->push(event.id);
+  } else if (tools_) {  // a call's markers may be special tokens: the parser needs their text
+    std::string special = text_->piece(event.id);
+    if (tools_->needs_special_text(special)) piece = std::move(special);
+  }
   std::string safe = stop_.push(piece);
   if (!safe.empty() || stop_.stopped() || (spec_.stream && !role_sent_)) {
     emit(safe, pending_logprobs_);
@@ -123,6 +147,11 @@ void GenerationJob::on_done(const GenerationResult& result) {
     SplitText tail = reasoning_->flush();
     if (!tail.empty()) emit_parts(tail, {});
   }
+  if (tools_) {  // what the parser still held: a cut-off call keeps its arguments, anything else is text
+    toolcall::StreamDelta last = tools_->finish();
+    emit_text(SplitText{{}, last.content}, {});
+    emit_calls(last.calls);
+  }
   if (result.finish == FinishReason::kError) {
     ApiError error = ApiError::server_error("generation failed: " + result.error);
     if (spec_.stream && role_sent_) {
@@ -135,10 +164,12 @@ void GenerationJob::on_done(const GenerationResult& result) {
     return;
   }
   const char* finish = stop_.stopped() ? "stop" : finish_reason_name(result.finish);
+  if (tools_) finish = tools_->finish_reason(finish);
   if (!spec_.stream) {
     LogprobsPart part{all_logprobs_, spec_.echo_text.size()};
-    channel_->respond(200, completion_json(id(), spec_.echo_text + full_text_, finish, result.stats,
-                                           spec_.logprobs ? &part : nullptr, reasoning_ ? &full_reasoning_ : nullptr));
+    std::string body = completion_json(id(), spec_.echo_text + full_text_, finish, result.stats,
+                                       spec_.logprobs ? &part : nullptr, reasoning_ ? &full_reasoning_ : nullptr);
+    channel_->respond(200, tools_ ? tools_->completion_with_calls(body) : body);
     return;
   }
   emit("", {});  // role (and echo) if no token came

@@ -14,6 +14,7 @@
 #include "server/reasoning_split.h"
 #include "server/response_channel.h"
 #include "server/stop_matcher.h"
+#include "server/tool_call_output.h"
 
 namespace sluice {
 class Tokenizer;
@@ -46,6 +47,11 @@ struct JobSpec {
   // Chat with a <think>-style template: the answer's reasoning goes to reasoning_content.
   bool split_reasoning = false;
   bool prompt_opened_think = false;  // the prompt ends inside <think>: the answer starts as reasoning
+  // Chat with tools and tool_choice auto: the answer (its content, after the reasoning split) is parsed
+  // for calls in this syntax.
+  toolcall::Format tool_format = toolcall::Format::kNone;
+  bool parallel_tool_calls = true;
+  toolcall::ArgumentTypes tool_argument_types;  // what the tools' schemas declare, for converted notations
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
@@ -64,6 +70,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  private:
   void emit(const std::string& text, const std::vector<TokenLogprob>& logprobs);
   void emit_parts(const SplitText& parts, const std::vector<TokenLogprob>& logprobs);
+  void emit_text(const SplitText& parts, const std::vector<TokenLogprob>& logprobs);
+  void emit_calls(const std::vector<toolcall::CallDelta>& calls);
   bool send(std::string event);
   const CompletionIdentity& id() const { return spec_.identity; }
 
@@ -73,6 +81,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   ServerCounters* counters_;
   StopMatcher stop_;
   std::optional<ReasoningSplitter> reasoning_;  // set when spec_.split_reasoning
+  std::unique_ptr<ToolCallOutput> tools_;        // null unless the answer is parsed for tool calls
   bool role_sent_ = false;
   bool client_gone_ = false;
   std::string full_text_;                 // non-streamed: the whole completion (its content)

@@ -63,6 +63,12 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   spec.identity = make_identity(/*chat=*/true, ctx.info.model);
   spec.prompt_opened_think = prompt_opens_think(*prompt);
   spec.split_reasoning = ctx.chat.uses_think_tags() || spec.prompt_opened_think;
+  // With tool_choice none the tools are still rendered (the model knows them) but nothing is parsed.
+  if (chat.tools.IsArray() && !chat.tools.Empty() && chat.tool_choice == ToolChoice::kAuto) {
+    spec.tool_format = ctx.chat.tool_format();
+    spec.tool_argument_types = toolcall::ArgumentTypes::from_tools(chat.tools);
+  }
+  spec.parallel_tool_calls = chat.parallel_tool_calls;
   return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel);
 }
 

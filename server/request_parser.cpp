@@ -175,10 +175,11 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDe
   const Value* messages = json::member(*doc, "messages");
   if (!messages) return ApiError::bad_request("messages is required", "messages");
   if (auto err = normalize_messages(*messages, req.messages)) return *err;
-  if (const Value* tools = json::member(*doc, "tools")) {
-    if (!tools->IsArray()) return ApiError::bad_request("tools must be an array", "tools");
-    req.tools.CopyFrom(*tools, req.tools.GetAllocator());
-  }
+  ToolFields tool_fields;
+  if (auto err = parse_tool_fields(*doc, tool_fields)) return *err;
+  req.tools.Swap(tool_fields.tools);
+  req.tool_choice = tool_fields.choice;
+  req.parallel_tool_calls = tool_fields.parallel_calls;
   auto agp = optional_boolean(*doc, "add_generation_prompt");
   if (!agp) return agp.error();
   req.add_generation_prompt = *agp;

@@ -13,6 +13,7 @@
 #include "server/api_error.h"
 #include "server/chat_messages.h"  // normalize_messages, shared with /apply-template
 #include "server/template_controls.h"
+#include "server/tool_request.h"
 
 namespace sluice::server {
 
@@ -42,7 +43,9 @@ struct ChatRequest {
   CompletionParams params;
   // Normalized messages (content flattened to a string) for the template, and `tools` when given.
   rapidjson::Document messages;
-  rapidjson::Document tools;  // null when absent
+  rapidjson::Document tools;  // null when absent; validated by parse_tool_fields
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool parallel_tool_calls = true;
   std::optional<bool> add_generation_prompt;
   TemplateControls template_controls;  // chat_template_kwargs, enable_thinking, reasoning_effort
 };
