@@ -34,14 +34,18 @@ bool only_space(std::string_view s) {
 
 }  // namespace
 
-// call_ and 24 letters and digits, as OpenAI's ids look: random per process, with a counter so two
-// calls never share one.
-std::string make_tool_call_id() {
+// Random per process, with a counter so two calls never share one.
+std::string make_tool_call_id(toolcall::Format format) {
   static const char* kAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   static std::atomic<uint64_t> counter{0};
   thread_local std::mt19937_64 rng{std::random_device{}()};
   uint64_t high = rng();
   uint64_t low = ++counter ^ (rng() << 20);
+  if (format == toolcall::Format::kMistral) {
+    std::string id;
+    for (uint64_t v = high ^ low; id.size() < 9; v /= 62) id += kAlphabet[v % 62];
+    return id;
+  }
   std::string id = "call_";
   for (int i = 0; i < 12; ++i, high /= 62) id += kAlphabet[high % 62];
   for (int i = 0; i < 12; ++i, low /= 62) id += kAlphabet[low % 62];
@@ -49,7 +53,7 @@ std::string make_tool_call_id() {
 }
 
 ToolCallOutput::ToolCallOutput(toolcall::Format format, bool parallel, toolcall::ArgumentTypes types)
-    : parser_(format, limits_for(parallel), std::move(types)), markers_(toolcall::format_markers(format)) {}
+    : format_(format), parser_(format, limits_for(parallel), std::move(types)), markers_(toolcall::format_markers(format)) {}
 
 bool ToolCallOutput::needs_special_text(std::string_view token_text) const {
   return std::find(markers_.begin(), markers_.end(), token_text) != markers_.end();
@@ -57,7 +61,7 @@ bool ToolCallOutput::needs_special_text(std::string_view token_text) const {
 
 void ToolCallOutput::record(const toolcall::StreamDelta& delta) {
   for (const auto& c : delta.calls) {
-    while (static_cast<int>(ids_.size()) <= c.index) ids_.push_back(make_tool_call_id());
+    while (static_cast<int>(ids_.size()) <= c.index) ids_.push_back(make_tool_call_id(format_));
   }
   toolcall::accumulate(assembled_, delta);
 }

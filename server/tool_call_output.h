@@ -12,7 +12,9 @@
 
 namespace sluice::server {
 
-std::string make_tool_call_id();
+// A new call's id: call_ and 24 letters and digits, as OpenAI's look — or, for Mistral's format, 9
+// letters and digits, the only ids Mistral's chat templates take back when the history is replayed.
+std::string make_tool_call_id(toolcall::Format format = toolcall::Format::kNone);
 
 class ToolCallOutput {
  public:
@@ -43,6 +45,7 @@ class ToolCallOutput {
  private:
   void record(const toolcall::StreamDelta& delta);
 
+  toolcall::Format format_;
   toolcall::StreamParser parser_;
   std::vector<std::string> markers_;
   std::vector<std::string> ids_;

@@ -1,6 +1,8 @@
 // The response side of tools, through the real GenerationJob: token texts (as a model of each family
 // writes them, special tokens included) become message.tool_calls, or delta.tool_calls chunks that
 // reassemble to the same calls; and the request side's validation of tools / tool_choice.
+#include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -255,6 +257,20 @@ TEST(ToolCallsWithReasoning, ACallInsideThinkIsReasoningTheOneAfterIsACall) {
     }
     EXPECT_NE(reasoning.find("<tool_call>"), std::string::npos) << reasoning;
     EXPECT_EQ(names, std::vector<std::string>{"get"});
+  }
+}
+
+// Mistral's templates take back only ids of 9 letters and digits when a history is replayed.
+TEST(ToolCallIds, MistralCallsGetNineAlphanumericIdsOthersOpenAiShaped) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 200; ++i) {
+    const std::string m = make_tool_call_id(toolcall::Format::kMistral);
+    ASSERT_EQ(m.size(), 9u) << m;
+    EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); })) << m;
+    EXPECT_TRUE(seen.insert(m).second) << "repeated " << m;
+    const std::string o = make_tool_call_id(toolcall::Format::kHermes);
+    EXPECT_EQ(o.rfind("call_", 0), 0u) << o;
+    EXPECT_EQ(o.size(), 29u) << o;
   }
 }
 
