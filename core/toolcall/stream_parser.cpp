@@ -138,16 +138,24 @@ bool StreamParser::step_content(bool at_end, StreamDelta& out) {
   return false;
 }
 
+// A call's opening (and the trailer after it) may not pass max_header_bytes, decided the same way
+// whatever the pieces the text came in: a complete one longer than that is no call, and an incomplete
+// one is given up once the buffer holds more than that plus the look-ahead a syntax may need to see
+// where it ends (found by tests/fuzz/toolcall_fuzz.cpp: with the whole text at hand a long opening
+// was a call, fed in pieces it was given up as content).
+constexpr std::size_t kOpeningLookahead = 64;
+
 bool StreamParser::step_header(bool at_end, StreamDelta& out) {
   HeaderStep step = syntax_->header(buf_, continuation_, at_end);
   if (step.kind == HeaderStep::kNeedMore) {
-    if (at_end || buf_.size() > limits_.max_header_bytes) {
+    if (at_end || buf_.size() > limits_.max_header_bytes + kOpeningLookahead) {
       step = continuation_ ? end_region(0) : no_call(1);
     } else {
       return false;
     }
   }
-  if (step.kind == HeaderStep::kCall && calls_ >= limits_.max_calls) step = continuation_ ? end_region(0) : no_call(1);
+  if (step.kind == HeaderStep::kCall && (calls_ >= limits_.max_calls || step.consumed > limits_.max_header_bytes))
+    step = continuation_ ? end_region(0) : no_call(1);
   std::size_t n = std::min(step.consumed, buf_.size());
   switch (step.kind) {
     case HeaderStep::kNeedMore: return false;
@@ -247,8 +255,8 @@ bool StreamParser::step_args_raw(bool at_end, StreamDelta& out) {
 
 bool StreamParser::step_trailer(bool at_end) {
   TrailerStep step = syntax_->trailer(buf_, at_end);
-  if (step.need_more && !at_end && buf_.size() <= limits_.max_header_bytes) return false;
-  if (step.need_more) step = TrailerStep{};
+  if (step.need_more && !at_end && buf_.size() <= limits_.max_header_bytes + kOpeningLookahead) return false;
+  if (step.need_more || step.consumed > limits_.max_header_bytes) step = TrailerStep{};
   buf_.erase(0, std::min(step.consumed, buf_.size()));
   if (step.more_calls) {
     mode_ = Mode::kHeader;

@@ -39,6 +39,28 @@ TEST(StreamParser, HeldTextIsBounded) {
   EXPECT_EQ(out, "<tool_call>{\"name\": \"" + long_name);
 }
 
+// The opening's bound is decided the same way whole and in pieces (the fuzzer's find: harmony's
+// 75-byte opening under a 64-byte bound was a call whole and content in pieces). Under the bound it is
+// a call either way; over it, content either way.
+TEST(StreamParser, TheOpeningsBoundGivesOneAnswerWholeAndInPieces) {
+  const std::string text =
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>";
+  for (std::size_t bound : {64u, 80u}) {
+    ParserLimits limits;
+    limits.max_header_bytes = bound;
+    const ParsedOutput whole = parse_tool_calls(Format::kHarmony, text, limits);
+    EXPECT_EQ(whole.calls.size(), bound < 75 ? 0u : 1u) << bound;
+    for (std::size_t piece : {1u, 3u, 7u}) {
+      StreamParser p(Format::kHarmony, limits);
+      ParsedOutput streamed;
+      for (std::size_t at = 0; at < text.size(); at += piece) accumulate(streamed, p.push(std::string_view(text).substr(at, piece)));
+      accumulate(streamed, p.finish());
+      EXPECT_EQ(streamed.content, whole.content) << bound << " " << piece;
+      EXPECT_EQ(streamed.calls.size(), whole.calls.size()) << bound << " " << piece;
+    }
+  }
+}
+
 TEST(StreamParser, ArgumentsAreCutAtTheirBound) {
   ParserLimits limits;
   limits.max_argument_bytes = 32;
