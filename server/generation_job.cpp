@@ -37,6 +37,10 @@ GenerationJob::GenerationJob(JobSpec spec, std::unique_ptr<TokenText> text, std:
                              ServerCounters* counters)
     : spec_(std::move(spec)), text_(std::move(text)), channel_(std::move(channel)), counters_(counters),
       stop_(spec_.stop) {
+  if (spec_.split_reasoning) reasoning_.emplace(spec_.prompt_opened_think);
+  if (spec_.tool_format != toolcall::Format::kNone && id().chat)
+    tools_ = std::make_unique<ToolCallOutput>(spec_.tool_format, spec_.parallel_tool_calls,
+                                              std::move(spec_.tool_argument_types));
   if (counters_) ++counters_->active_generations;
 }
 
@@ -59,7 +63,28 @@ bool GenerationJob::send(std::string event) {
 }
 
 void GenerationJob::emit(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+  emit_parts(reasoning_ ? reasoning_->push(text) : SplitText{{}, text}, logprobs);
+}
+
+// The reasoning split comes first — a call written inside <think> is reasoning, not a call — and the
+// content then goes through the tool-call parser where the answer is parsed for calls.
+void GenerationJob::emit_parts(const SplitText& parts, const std::vector<TokenLogprob>& logprobs) {
+  if (!tools_) return emit_text(parts, logprobs);
+  toolcall::StreamDelta delta = tools_->push(parts.content);
+  emit_text(SplitText{parts.reasoning, delta.content}, logprobs);
+  emit_calls(delta.calls);
+}
+
+void GenerationJob::emit_calls(const std::vector<toolcall::CallDelta>& calls) {
+  if (calls.empty() || !spec_.stream) return;  // a whole answer takes its calls from tools_ at the end
+  emit_text(SplitText{}, {});                  // the role chunk comes first
+  send(sse_event(tools_->chunk_json(id(), calls, spec_.include_usage)));
+}
+
+void GenerationJob::emit_text(const SplitText& parts, const std::vector<TokenLogprob>& logprobs) {
+  const std::string& text = parts.content;
   if (!spec_.stream) {
+    full_reasoning_ += parts.reasoning;
     full_text_ += text;
     all_logprobs_.insert(all_logprobs_.end(), logprobs.begin(), logprobs.end());
     return;
@@ -73,8 +98,16 @@ void GenerationJob::emit(const std::string& text, const std::vector<TokenLogprob
       emitted_bytes_ += spec_.echo_text.size();
     }
   }
-  if (text.empty() && logprobs.empty()) return;
   LogprobsPart part{logprobs, emitted_bytes_};
+  const bool with_logprobs = spec_.logprobs && !logprobs.empty();
+  // The reasoning of a piece comes before its content; the tokens' logprobs ride on the first chunk.
+  if (!parts.reasoning.empty()) {
+    send(sse_event(reasoning_chunk_json(id(), parts.reasoning, with_logprobs ? &part : nullptr, spec_.include_usage)));
+    if (text.empty()) return;
+    part.tokens.clear();
+  } else if (text.empty() && logprobs.empty()) {
+    return;
+  }
   send(sse_event(chunk_json(id(), nullptr, text, nullptr, spec_.logprobs ? &part : nullptr, spec_.include_usage)));
   emitted_bytes_ += text.size();
 }
@@ -87,7 +120,13 @@ bool GenerationJob::on_token(const TokenEvent& event) {
       lp.top.emplace_back(text_->piece(event.top_logprobs[i].id), event.top_logprobs[i].logprob);
     pending_logprobs_.push_back(std::move(lp));
   }
-  std::string piece = text_->is_control(event.id) ? std::string() : text_->push(event.id);
+  std::string piece;
+  if (!text_->is_control(event.id)) {
+    piece = text_->push(event.id);
+  } else if (tools_) {  // a call's markers may be special tokens: the parser needs their text
+    std::string special = text_->piece(event.id);
+    if (tools_->needs_special_text(special)) piece = std::move(special);
+  }
   std::string safe = stop_.push(piece);
   if (!safe.empty() || stop_.stopped() || (spec_.stream && !role_sent_)) {
     emit(safe, pending_logprobs_);
@@ -103,6 +142,16 @@ void GenerationJob::on_done(const GenerationResult& result) {
     if (!rest.empty() || !pending_logprobs_.empty()) emit(rest, pending_logprobs_);
     pending_logprobs_.clear();
   }
+  // What the splitter held back (a possible tag that never completed) is text after all.
+  if (reasoning_) {
+    SplitText tail = reasoning_->flush();
+    if (!tail.empty()) emit_parts(tail, {});
+  }
+  if (tools_) {  // what the parser still held: a cut-off call keeps its arguments, anything else is text
+    toolcall::StreamDelta last = tools_->finish();
+    emit_text(SplitText{{}, last.content}, {});
+    emit_calls(last.calls);
+  }
   if (result.finish == FinishReason::kError) {
     ApiError error = ApiError::server_error("generation failed: " + result.error);
     if (spec_.stream && role_sent_) {
@@ -115,10 +164,12 @@ void GenerationJob::on_done(const GenerationResult& result) {
     return;
   }
   const char* finish = stop_.stopped() ? "stop" : finish_reason_name(result.finish);
+  if (tools_) finish = tools_->finish_reason(finish);
   if (!spec_.stream) {
     LogprobsPart part{all_logprobs_, spec_.echo_text.size()};
-    channel_->respond(200, completion_json(id(), spec_.echo_text + full_text_, finish, result.stats,
-                                           spec_.logprobs ? &part : nullptr));
+    std::string body = completion_json(id(), spec_.echo_text + full_text_, finish, result.stats,
+                                       spec_.logprobs ? &part : nullptr, reasoning_ ? &full_reasoning_ : nullptr);
+    channel_->respond(200, tools_ ? tools_->completion_with_calls(body) : body);
     return;
   }
   emit("", {});  // role (and echo) if no token came

@@ -8,6 +8,8 @@ namespace sluice::server {
 // GET /health, GET /v1/models, GET /metrics
 Reply handle_health(ServerContext& ctx);
 Reply handle_models(ServerContext& ctx);
+// GET /v1/models/{id}: the served model's object, or a 404 model_not_found for any other id.
+Reply handle_model(ServerContext& ctx, const HttpRequest& req);
 Reply handle_metrics(ServerContext& ctx);
 
 // POST /tokenize, /detokenize, /apply-template (llama.cpp's shapes)

@@ -56,11 +56,19 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   if (!parsed) return Reply::error(parsed.error());
   ChatRequest& chat = *parsed;
   auto prompt = ctx.chat.render(chat.messages, chat.tools.IsArray() ? &chat.tools : nullptr,
-                                chat.add_generation_prompt.value_or(true));
+                                chat.add_generation_prompt.value_or(true), &chat.template_controls);
   if (!prompt) return Reply::error(ApiError::bad_request("chat template: " + prompt.message(), "messages"));
   std::vector<int32_t> ids = ctx.engine.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/true, ctx.info.model);
+  spec.prompt_opened_think = prompt_opens_think(*prompt);
+  spec.split_reasoning = ctx.chat.uses_think_tags() || spec.prompt_opened_think;
+  // With tool_choice none the tools are still rendered (the model knows them) but nothing is parsed.
+  if (chat.tools.IsArray() && !chat.tools.Empty() && chat.tool_choice == ToolChoice::kAuto) {
+    spec.tool_format = ctx.chat.tool_format();
+    spec.tool_argument_types = toolcall::ArgumentTypes::from_tools(chat.tools);
+  }
+  spec.parallel_tool_calls = chat.parallel_tool_calls;
   return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel);
 }
 
@@ -108,6 +116,8 @@ Router make_router(ServerContext& ctx) {
   r.add(V::get, "/v1/health", now(handle_health));
   r.add(V::get, "/v1/models", now(handle_models));
   r.add(V::get, "/models", now(handle_models));
+  r.add_prefix(V::get, "/v1/models/", "/v1/models/{id}", with_body(handle_model));
+  r.add_prefix(V::get, "/models/", "/models/{id}", with_body(handle_model));
   r.add(V::get, "/metrics", now(handle_metrics));
   // Everything with a body parses JSON and tokenizes or renders: off the I/O threads.
   r.add(V::post, "/tokenize", with_body(handle_tokenize), Work::kPool);

@@ -52,15 +52,12 @@ Reply handle_health(ServerContext& ctx) {
   return Reply::json(to_text(buffer));
 }
 
-Reply handle_models(ServerContext& ctx) {
+namespace {
+
+// The one model object, as /v1/models lists it and /v1/models/{id} returns it.
+void model_object(rapidjson::Writer<rapidjson::StringBuffer>& w, ServerContext& ctx) {
   const auto created = std::chrono::duration_cast<std::chrono::seconds>(
       std::chrono::system_clock::now().time_since_epoch()).count();
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  w.StartObject();
-  w.Key("object"), w.String("list");
-  w.Key("data");
-  w.StartArray();
   w.StartObject();
   w.Key("id"), w.String(ctx.info.model.c_str());
   w.Key("object"), w.String("model");
@@ -72,8 +69,56 @@ Reply handle_models(ServerContext& ctx) {
   w.Key("backend"), w.String(ctx.info.backend.c_str());
   w.EndObject();
   w.EndObject();
+}
+
+// "%2F" → "/": SDKs encode the id as one path segment (Hugging Face ids hold a slash); a raw slash
+// is taken as it is. A malformed escape stays literal (and then names no model).
+std::string percent_decoded(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Reply handle_models(ServerContext& ctx) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("object"), w.String("list");
+  w.Key("data");
+  w.StartArray();
+  model_object(w, ctx);
   w.EndArray();
   w.EndObject();
+  return Reply::json(to_text(buffer));
+}
+
+Reply handle_model(ServerContext& ctx, const HttpRequest& req) {
+  std::string_view path = target_path(req.target());
+  std::string_view rest = path.substr(path.find("/models/") + std::string_view("/models/").size());
+  const std::string id = percent_decoded(rest);
+  if (id != ctx.info.model) {
+    return Reply::error(ApiError{404, "The model '" + id + "' does not exist; this server serves '" + ctx.info.model + "'",
+                                 "invalid_request_error", "model", "model_not_found"});
+  }
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  model_object(w, ctx);
   return Reply::json(to_text(buffer));
 }
 

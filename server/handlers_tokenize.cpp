@@ -80,7 +80,9 @@ Reply handle_apply_template(ServerContext& ctx, const HttpRequest& req) {
   if (tools && !tools->IsArray()) return Reply::error(ApiError::bad_request("tools must be an array", "tools"));
   auto add_generation_prompt = optional_boolean(*body, "add_generation_prompt");
   if (!add_generation_prompt) return Reply::error(add_generation_prompt.error());
-  auto prompt = ctx.chat.render(normalized, tools, add_generation_prompt->value_or(true));
+  auto controls = parse_template_controls(*body);
+  if (!controls) return Reply::error(controls.error());
+  auto prompt = ctx.chat.render(normalized, tools, add_generation_prompt->value_or(true), &*controls);
   if (!prompt) return Reply::error(ApiError::bad_request("chat template: " + prompt.message(), "messages"));
   rapidjson::StringBuffer buffer;
   Writer w(buffer);

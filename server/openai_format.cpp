@@ -145,7 +145,8 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 std::string completion_json(const CompletionIdentity& id, const std::string& text, const char* finish_reason,
-                            const GenerationStats& stats, const LogprobsPart* logprobs) {
+                            const GenerationStats& stats, const LogprobsPart* logprobs,
+                            const std::string* reasoning_content) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
@@ -159,6 +160,11 @@ std::string completion_json(const CompletionIdentity& id, const std::string& tex
     w.StartObject();
     key(w, "role"), w.String("assistant");
     key(w, "content"), str(w, text);
+    if (reasoning_content) {
+      key(w, "reasoning_content");
+      if (reasoning_content->empty()) w.Null();
+      else str(w, *reasoning_content);
+    }
     w.EndObject();
   } else {
     key(w, "text"), str(w, text);
@@ -193,6 +199,29 @@ std::string chunk_json(const CompletionIdentity& id, const std::string* role, co
   }
   logprobs_value(w, id.chat, logprobs);
   finish(w, finish_reason);
+  w.EndObject();
+  w.EndArray();
+  if (with_null_usage) key(w, "usage"), w.Null();
+  w.EndObject();
+  return {buffer.GetString(), buffer.GetSize()};
+}
+
+std::string reasoning_chunk_json(const CompletionIdentity& id, const std::string& reasoning, const LogprobsPart* logprobs,
+                                 bool with_null_usage) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  header(w, id, "chat.completion.chunk");
+  key(w, "choices");
+  w.StartArray();
+  w.StartObject();
+  key(w, "index"), w.Int(0);
+  key(w, "delta");
+  w.StartObject();
+  key(w, "reasoning_content"), str(w, reasoning);
+  w.EndObject();
+  logprobs_value(w, /*chat=*/true, logprobs);
+  finish(w, nullptr);
   w.EndObject();
   w.EndArray();
   if (with_null_usage) key(w, "usage"), w.Null();

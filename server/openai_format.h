@@ -30,12 +30,18 @@ struct LogprobsPart {
   std::size_t text_offset = 0;  // where this part's text starts in the completion (text form)
 };
 
+// reasoning_content: non-null for a model that reasons (<think>): message.reasoning_content is the
+// string, or null when the answer held none.
 std::string completion_json(const CompletionIdentity& id, const std::string& text, const char* finish_reason,
-                            const GenerationStats& stats, const LogprobsPart* logprobs);
+                            const GenerationStats& stats, const LogprobsPart* logprobs,
+                            const std::string* reasoning_content = nullptr);
 // A streamed chunk. Chat: `role` first (delta {role, content:""}), then content deltas; the last
 // carries finish_reason and an empty delta.
 std::string chunk_json(const CompletionIdentity& id, const std::string* role, const std::string& text,
                        const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage);
+// A streamed chat chunk of reasoning: delta {reasoning_content} (vLLM's and DeepSeek's field).
+std::string reasoning_chunk_json(const CompletionIdentity& id, const std::string& reasoning, const LogprobsPart* logprobs,
+                                 bool with_null_usage);
 // The final usage chunk (choices: []) for stream_options.include_usage.
 std::string usage_chunk_json(const CompletionIdentity& id, const GenerationStats& stats);
 

@@ -60,7 +60,8 @@ po::options_description describe(ServerOptions& o) {
      "stream MoE experts from the model files (the uring store, budget from free memory or --mem-limit)")
     ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(o.expert_cache_mb), "expert cache budget of a streaming store, MiB (0 = derived)")
     ("turbo-kv", po::bool_switch(&o.turbo_kv), "the recommended compressed KV cache (TurboQuant K/V pair)")
-    ("thinking", po::bool_switch(&o.thinking), "render chat templates with enable_thinking=true")
+    ("thinking", po::value(&o.thinking)->default_value(o.thinking)->implicit_value("on"),
+     "enable_thinking for chat templates when a request does not set it: auto (the template's default) | on | off")
     ("info", po::bool_switch(&o.info), "print the memory plan and exit")
     ("log-level", po::value(&o.log_level)->default_value(o.log_level), "trace | debug | info | warn | error | off")
     ("body-limit", po::value(&o.body_limit)->default_value(o.body_limit), "largest request body in bytes (413 above)")
@@ -74,6 +75,10 @@ po::options_description describe(ServerOptions& o) {
   // clang-format on
   return desc;
 }
+
+// on/off, and the true/false a config file written for the old switch says.
+bool thinking_on(const std::string& value) { return value == "on" || value == "true" || value == "1"; }
+bool thinking_off(const std::string& value) { return value == "off" || value == "false" || value == "0"; }
 
 Status validate(const ServerOptions& o) {
   if (o.model.empty()) return make_error("--model is required (on the command line or in --config)");
@@ -96,6 +101,7 @@ Status validate(const ServerOptions& o) {
   if (o.work_threads < 1) return make_error("--work-threads must be at least 1");
   if (o.work_queue < 1) return make_error("--work-queue must be at least 1");
   if (o.body_limit < 1024) return make_error("--body-limit must be at least 1024");
+  if (o.thinking != "auto" && !thinking_on(o.thinking) && !thinking_off(o.thinking)) return make_error("--thinking must be auto, on or off");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   bool level_ok = false;
   for (const char* l : kLevels) level_ok |= o.log_level == l;
@@ -185,6 +191,12 @@ EngineOptions to_engine_options(const ServerOptions& o) {
   e.parallel = o.parallel;
   e.queue_size = o.queue_size;
   return e;
+}
+
+std::optional<bool> default_thinking(const ServerOptions& o) {
+  if (thinking_on(o.thinking)) return true;
+  if (thinking_off(o.thinking)) return false;
+  return std::nullopt;
 }
 
 SamplingParams default_sampling(const ServerOptions& o) {

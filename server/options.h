@@ -42,7 +42,7 @@ struct ServerOptions {
   bool stream_experts = false; // the uring expert store with a derived budget
   int expert_cache_mb = 0;
   bool turbo_kv = false;       // later issue
-  bool thinking = false;
+  std::string thinking = "auto";  // enable_thinking default: auto (the template's own) | on | off
   bool info = false;
   std::string log_level = "info";
   // HTTP limits.
@@ -72,5 +72,7 @@ Status check_available(const ServerOptions& options);
 
 EngineOptions to_engine_options(const ServerOptions& options);
 SamplingParams default_sampling(const ServerOptions& options);
+// --thinking as the chat templates' enable_thinking default: nullopt leaves it to the template.
+std::optional<bool> default_thinking(const ServerOptions& options);
 
 }  // namespace sluice::server

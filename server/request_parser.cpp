@@ -151,11 +151,6 @@ json::JsonLimits request_json_limits() {
   return limits;
 }
 
-bool valid_role(std::string_view role) {
-  return role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool" ||
-         role == "function";
-}
-
 }  // namespace
 
 ApiResult<std::optional<bool>> optional_boolean(const Value& object, const char* name) {
@@ -172,42 +167,6 @@ ApiResult<rapidjson::Document> parse_body_object(std::string_view body) {
   return std::move(*doc);
 }
 
-std::optional<ApiError> normalize_messages(const Value& messages, rapidjson::Document& out) {
-  if (!messages.IsArray() || messages.Empty())
-    return ApiError::bad_request("messages must be a non-empty array", "messages");
-  out.SetArray();
-  auto& alloc = out.GetAllocator();
-  for (rapidjson::SizeType i = 0; i < messages.Size(); ++i) {
-    const Value& m = messages[i];
-    const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.IsObject()) return ApiError::bad_request(where + " must be an object", "messages");
-    auto role = json::string(m, "role");
-    if (!role || !valid_role(*role))
-      return ApiError::bad_request(where + ".role must be system, developer, user, assistant or tool", "messages");
-    Value copy(m, alloc);  // keeps tool_calls, name, tool_call_id, ... for the template
-    const Value* content = json::member(m, "content");
-    if (!content) {
-      // Only an assistant turn that calls tools may have no content.
-      if (*role != "assistant" || !json::member(m, "tool_calls"))
-        return ApiError::bad_request(where + ".content is required", "messages");
-    } else if (content->IsArray()) {
-      std::string text;
-      for (const auto& part : content->GetArray()) {
-        auto type = part.IsObject() ? json::string(part, "type") : std::nullopt;
-        auto part_text = part.IsObject() ? json::string(part, "text") : std::nullopt;
-        if (!type || (*type != "text" && *type != "input_text") || !part_text)
-          return ApiError::bad_request(where + ".content: only text parts are supported", "messages");
-        text += *part_text;
-      }
-      copy["content"].SetString(text.data(), static_cast<rapidjson::SizeType>(text.size()), alloc);
-    } else if (!content->IsString()) {
-      return ApiError::bad_request(where + ".content must be a string or an array of text parts", "messages");
-    }
-    out.PushBack(copy, alloc);
-  }
-  return std::nullopt;
-}
-
 ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDefaults& defaults) {
   auto doc = parse_body_object(body);
   if (!doc) return doc.error();
@@ -216,13 +175,17 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDe
   const Value* messages = json::member(*doc, "messages");
   if (!messages) return ApiError::bad_request("messages is required", "messages");
   if (auto err = normalize_messages(*messages, req.messages)) return *err;
-  if (const Value* tools = json::member(*doc, "tools")) {
-    if (!tools->IsArray()) return ApiError::bad_request("tools must be an array", "tools");
-    req.tools.CopyFrom(*tools, req.tools.GetAllocator());
-  }
+  ToolFields tool_fields;
+  if (auto err = parse_tool_fields(*doc, tool_fields)) return *err;
+  req.tools.Swap(tool_fields.tools);
+  req.tool_choice = tool_fields.choice;
+  req.parallel_tool_calls = tool_fields.parallel_calls;
   auto agp = optional_boolean(*doc, "add_generation_prompt");
   if (!agp) return agp.error();
   req.add_generation_prompt = *agp;
+  auto controls = parse_template_controls(*doc);
+  if (!controls) return controls.error();
+  req.template_controls = std::move(*controls);
   return req;
 }
 

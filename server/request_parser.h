@@ -11,6 +11,9 @@
 
 #include "engine/sampling.h"
 #include "server/api_error.h"
+#include "server/chat_messages.h"  // normalize_messages, shared with /apply-template
+#include "server/template_controls.h"
+#include "server/tool_request.h"
 
 namespace sluice::server {
 
@@ -40,8 +43,11 @@ struct ChatRequest {
   CompletionParams params;
   // Normalized messages (content flattened to a string) for the template, and `tools` when given.
   rapidjson::Document messages;
-  rapidjson::Document tools;  // null when absent
+  rapidjson::Document tools;  // null when absent; validated by parse_tool_fields
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool parallel_tool_calls = true;
   std::optional<bool> add_generation_prompt;
+  TemplateControls template_controls;  // chat_template_kwargs, enable_thinking, reasoning_effort
 };
 
 struct TextCompletionRequest {
@@ -53,9 +59,6 @@ struct TextCompletionRequest {
 
 ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDefaults& defaults);
 ApiResult<TextCompletionRequest> parse_completion_request(std::string_view body, const RequestDefaults& defaults);
-
-// Shared by /apply-template: validates and normalizes an OpenAI `messages` array into `out`.
-std::optional<ApiError> normalize_messages(const rapidjson::Value& messages, rapidjson::Document& out);
 
 // An optional boolean field: absent or null → nullopt; any other type → a 400 naming the field.
 ApiResult<std::optional<bool>> optional_boolean(const rapidjson::Value& object, const char* name);

@@ -6,12 +6,23 @@ void Router::add(http::verb method, std::string path, Handler handler, Work work
   routes_.push_back({method, std::move(path), std::move(handler), work});
 }
 
+void Router::add_prefix(http::verb method, std::string prefix, std::string label, Handler handler, Work work) {
+  routes_.push_back({method, std::move(prefix), std::move(handler), work, true, std::move(label)});
+}
+
 Router::Match Router::find(http::verb method, std::string_view path) const {
   bool path_known = false;
   for (const auto& r : routes_) {
-    if (r.path != path) continue;
+    if (r.prefix || r.path != path) continue;
     path_known = true;
     if (r.method == method) return {&r.handler, std::nullopt, r.path, r.work};
+  }
+  if (!path_known) {
+    for (const auto& r : routes_) {
+      if (!r.prefix || path.size() <= r.path.size() || !path.starts_with(r.path)) continue;
+      if (r.method == method) return {&r.handler, std::nullopt, r.label, r.work};
+      path_known = true;
+    }
   }
   Match m;
   if (path_known) {

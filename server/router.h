@@ -36,6 +36,11 @@ enum class Work { kInline, kPool };
 class Router {
  public:
   void add(http::verb method, std::string path, Handler handler, Work work = Work::kInline);
+  // Every path that starts with `prefix` and goes on (e.g. "/v1/models/" for /v1/models/{id}; the
+  // handler reads the rest from the request). Exact routes are tried first. `label` names the route
+  // in metrics, so ids do not become label values.
+  void add_prefix(http::verb method, std::string prefix, std::string label, Handler handler,
+                  Work work = Work::kInline);
 
   struct Match {
     const Handler* handler = nullptr;  // null → `error` says why (404 or 405)
@@ -51,6 +56,8 @@ class Router {
     std::string path;
     Handler handler;
     Work work;
+    bool prefix = false;
+    std::string label;
   };
   std::vector<Route> routes_;
 };

@@ -58,7 +58,7 @@ struct Tuning {
   // Batched decode (several sequences, a row each): 4-bit products of 2..q4_batch_max_rows activation
   // rows through matvec_q4_batch (cl_matmul_path.h), in chunks of q4_batch_chunk rows a work-group,
   // q4_batch_team_rows weight rows a team of 32.
-  uint32_t q4_batch_max_rows = 64;        // 0: never (the general matvec up to 8 rows, then the GEMM)
+  uint32_t q4_batch_max_rows = 64;        // 0: never (the general matvec up to 8 rows, then the GEMM); Hopper: 8
   uint32_t q4_batch_chunk = 8;            // 2, 4, 8 or 16
   uint32_t q4_batch_team_rows = 2;        // 1, 2 or 4
   // Prefill products.

@@ -126,17 +126,22 @@ Result<std::unique_ptr<KvCache>> KvCache::create(std::span<const KvStage> stages
   // Each layer as its stage's backend keeps it: a sliding-window layer keeps only its window's
   // pages where the backend reads them from a window table, else every position (attention alone
   // applies the window); a recurrent layer needs a backend that keeps state; a backend without
-  // per-layer layouts gets none and must find every layer alike.
-  std::vector<sl_kv_layer> described(static_cast<std::size_t>(config.num_layers));
+  // per-layer layouts gets none and must find every layer alike. A KV-sharing layer (Gemma 4's
+  // num_kv_shared_layers) has no place: it attends its source's K/V and writes none.
+  std::vector<sl_kv_layer> described;
+  std::vector<uint32_t> stage_cache_layers;  // per stage: its layers that keep a cache
   bool any_state = false;
   uint32_t first = 0;
   for (const auto& st : stages) {
     const BackendHandle& be = *st.backend;
     const bool per_layer = be.has_cap(SL_CAP_KV_LAYERS);
     const bool window_pages = per_layer && be.has_cap(SL_CAP_KV_WINDOW_PAGES) && pools.window_pages;
+    uint32_t kept = 0;
     for (uint32_t i = first; i < first + st.n_layers; ++i) {
+      if (!config.keeps_cache(static_cast<int>(i))) continue;
+      ++kept;
       const LayerCacheSpec spec = config.layer_cache(static_cast<int>(i));
-      sl_kv_layer& l = described[i];
+      sl_kv_layer& l = described.emplace_back();
       l.struct_size = sizeof(l);
       const std::string where = "layer " + std::to_string(i) + " (" + layer_type_name(spec.type) + ")";
       if (spec.type == LayerType::kLinearAttention) {
@@ -179,6 +184,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(std::span<const KvStage> stages
         return make_error(where + ": backend '" + be.name() + "' keeps one K/V geometry for every layer (no SL_CAP_KV_LAYERS); this layer's differs");
       kv->kinds_.push_back(l.kind);
     }
+    stage_cache_layers.push_back(kept);
     first += st.n_layers;
   }
 
@@ -243,11 +249,12 @@ Result<std::unique_ptr<KvCache>> KvCache::create(std::span<const KvStage> stages
   // One storage per stage, holding its layers (the whole layout but n_layers and its share of
   // `layers`); pages are shared: page p of a sequence is page p in every stage.
   first = 0;
-  for (const auto& st : stages) {
-    layout.n_layers = st.n_layers;
+  for (std::size_t si = 0; si < stages.size(); ++si) {
+    const KvStage& st = stages[si];
+    layout.n_layers = stage_cache_layers[si];
     layout.layers = st.backend->has_cap(SL_CAP_KV_LAYERS) ? described.data() + first : nullptr;
     bool has_state = false;
-    for (uint32_t i = first; i < first + st.n_layers; ++i) has_state |= described[i].kind == SL_KV_STATE;
+    for (uint32_t i = first; i < first + layout.n_layers; ++i) has_state |= described[i].kind == SL_KV_STATE;
     sl_kv_cache* cache = nullptr;
     sl_error err{};
     if (auto s = st.backend->check(st.backend->api()->kv_create(st.backend->raw(), &layout, &cache, &err), err, "kv_create"); !s)
@@ -255,7 +262,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(std::span<const KvStage> stages
     kv->backends_.push_back(st.backend);
     kv->caches_.push_back(cache);
     kv->stage_has_state_.push_back(has_state);
-    first += st.n_layers;
+    first += layout.n_layers;
   }
   kv->pool_ = std::make_unique<PagePool>(kv->n_pages_, pt);
   return kv;

@@ -98,9 +98,11 @@ class KvCache {
   uint32_t n_pages() const { return n_pages_; }
   PagePool& pages() { return *pool_; }
   const PagePool& pages() const { return *pool_; }
-  // The kind each layer was given (sl_kv_layer_kind: a sliding-window layer is SL_KV_FULL on a backend
-  // without window pages), and the pools beside the main one (null: no such layer).
-  uint32_t layer_kind(uint32_t layer) const { return kinds_.at(layer); }
+  // The kind each layer that keeps a cache was given, by its cache index (ModelConfig::cache_index; the
+  // model's layer but past KV-sharing layers) — sl_kv_layer_kind: a sliding-window layer is SL_KV_FULL
+  // on a backend without window pages — and the pools beside the main one (null: no such layer).
+  uint32_t layer_kind(uint32_t cache_layer) const { return kinds_.at(cache_layer); }
+  uint32_t n_cache_layers() const { return static_cast<uint32_t>(kinds_.size()); }
   const PagePool* window_pool() const { return window_pool_.get(); }
   const PagePool* state_pool() const { return state_pool_.get(); }
   uint32_t window() const { return window_; }  // the largest window of a WINDOW layer (0: none)
@@ -166,7 +168,7 @@ class KvCache {
   std::vector<const BackendHandle*> backends_;  // parallel to caches_
   std::vector<sl_kv_cache*> caches_;
   std::vector<bool> stage_has_state_;           // parallel to caches_
-  std::vector<uint32_t> kinds_;                 // per layer (sl_kv_layer_kind)
+  std::vector<uint32_t> kinds_;                 // per cache layer (sl_kv_layer_kind)
   uint32_t n_pages_ = 0;
   double bytes_per_token_ = 0;
   std::unique_ptr<PagePool> pool_;

@@ -33,10 +33,11 @@ struct LayerWeights {
   // values; the Transformer keeps them as float32 on the layer's backend (sinks).
   std::vector<float> sink_values;
   sl_buffer* sinks = nullptr;
-  // A shared expert beside the routed ones (Qwen3.5-MoE): a gated MLP whose output the driver adds
-  // times sigmoid(h · shared_expert_gate).
+  // A MoE block's always-run shared experts (ModelConfig::moe.shared_intermediate): a gated MLP whose
+  // output the driver adds — DeepSeek's mlp.shared_experts, or Qwen3.5-MoE's mlp.shared_expert times
+  // sigmoid(h · shared_expert_gate).
   sl_weight shared_gate{}, shared_up{}, shared_down{}, shared_expert_gate{};
-  bool has_shared_expert = false;
+  bool has_shared_experts = false;
   // A Gated DeltaNet layer (Qwen3.5's linear_attention): its products, dt_bias (in_proj_a's bias),
   // A_log, the convolution's taps [conv_dim, K], the gated norm and the output product.
   sl_weight lin_qkv{}, lin_z{}, lin_b{}, lin_a{}, lin_dt_bias{}, lin_a_log{}, lin_conv{}, lin_norm{}, lin_out{};
@@ -46,10 +47,8 @@ struct LayerWeights {
   // per-head expansion to [k_nope | v].
   sl_weight q_a{}, q_a_norm{}, kv_a{}, kv_a_norm{}, kv_b{};
   bool has_q_lora = false;
-  // A MoE block's always-run shared experts (DeepSeek's mlp.shared_experts), and the router's
-  // correction bias that shifts the scores experts are chosen by (e_score_correction_bias, host values).
-  sl_weight shared_experts_gate{}, shared_experts_up{}, shared_experts_down{};
-  bool has_shared_experts = false;
+  // The router's correction bias that shifts the scores experts are chosen by (DeepSeek's
+  // e_score_correction_bias, host values).
   std::vector<float> router_choice_bias;
 };
 

@@ -707,7 +707,8 @@ Status parse_moe(const rapidjson::Value& doc, const std::string& where, ModelCon
     const long long shared = shared_ffn.value_or(512);
     if (shared <= 0 || shared > kMaxFfnWidth)
       return make_error(where + ": 'shared_expert_intermediate_size' must be a positive integer at most " + std::to_string(kMaxFfnWidth));
-    m.shared_expert_intermediate = static_cast<int>(shared);
+    m.shared_intermediate = static_cast<int>(shared);
+    m.shared_gated = true;
   }
   if (qwen3_moe) {
     const long long step = sparse_step.value_or(1);
@@ -1004,6 +1005,13 @@ int ModelConfig::kv_source_of(int layer) const {
   for (int i = kv_shared_from - 1; i >= 0; --i)
     if (layer_type(i) == layer_type(layer)) return i;
   return layer;
+}
+
+int ModelConfig::cache_index(int layer) const {
+  if (kv_shared_from < 0 || layer <= kv_shared_from) return layer;  // every layer before keeps one
+  int index = kv_shared_from;
+  for (int i = kv_shared_from; i < layer; ++i) index += keeps_cache(i) ? 1 : 0;
+  return index;
 }
 
 LayerCacheSpec ModelConfig::layer_cache(int layer) const {

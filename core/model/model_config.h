@@ -72,9 +72,11 @@ struct MoeConfig {
   MoeRouting routing = MoeRouting::kSoftmaxTopK;
   int n_group = 1, topk_group = 1;  // kSigmoidGroupLimited
   float routed_scaling = 1.0f;
-  // Always-run experts beside the routed ones (DeepSeek's shared_experts MLP, its output added): their
-  // gated MLP's width (moe_intermediate_size × n_shared_experts); 0 = none.
+  // Always-run experts beside the routed ones: one gated MLP of this width for every token, its output
+  // added (DeepSeek's shared_experts: moe_intermediate_size × n_shared_experts), or added times
+  // sigmoid(h · shared_expert_gate) where shared_gated (Qwen3.5-MoE's shared_expert); 0 = none.
   int shared_intermediate = 0;
+  bool shared_gated = false;
   int n_experts = 0;            // 0: a dense model
   int top_k = 0;
   int expert_intermediate = 0;  // each expert's FFN width
@@ -87,7 +89,6 @@ struct MoeConfig {
   // The experts' activation: SiLU-gated, or gpt-oss's clamped SwiGLU with these (swiglu_limit > 0).
   float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
   bool clamped_swiglu() const { return swiglu_limit > 0; }
-  int shared_expert_intermediate = 0;  // Qwen3.5-MoE: a shared expert beside the routed ones, gated by sigmoid(x·w); 0 none
   std::vector<bool> sparse_layer;  // per layer: a MoE block (true) or a dense MLP
   bool enabled() const { return n_experts > 0; }
   bool is_sparse(int layer) const { return enabled() && layer < static_cast<int>(sparse_layer.size()) && sparse_layer[layer]; }
@@ -214,6 +215,11 @@ struct ModelConfig {
   // The layer whose K/V layer `layer` attends: itself, or for a KV-sharing layer the last layer of its
   // type before kv_shared_from.
   int kv_source_of(int layer) const;
+  // Whether layer `layer` keeps K/V (or a state) of its own: every layer but a KV-sharing one, which
+  // reads its source's and has no place in the cache layout.
+  bool keeps_cache(int layer) const { return kv_source_of(layer) == layer; }
+  // Layer `layer`'s index among the layers that keep a cache (the layers before it that do).
+  int cache_index(int layer) const;
   int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   LayerType layer_type(int layer) const;
   // The rotary embedding layer `layer` uses (sliding_rope on a sliding layer where the model has one).

@@ -499,8 +499,7 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * std::max(c.max_head_dim(), c.value_head_dim());
     const uint64_t KD = uint64_t(c.max_kv_width()), VD = KD, OD = QD;
     const uint64_t ffn = std::max<uint64_t>({uint64_t(std::max(0, c.intermediate_size)) * (c.double_wide_shared_mlp ? 2 : 1),
-                                             uint64_t(c.moe.expert_intermediate), uint64_t(c.moe.shared_expert_intermediate),
-                                             uint64_t(c.moe.shared_intermediate)});
+                                             uint64_t(c.moe.expert_intermediate), uint64_t(c.moe.shared_intermediate)});
     for (auto [buf, size] : {std::pair{&a.x, H}, {&a.h, H}, {&a.q, QD}, {&a.k, KD}, {&a.v, VD}, {&a.attn, OD}, {&a.o, H},
                              {&a.gate, ffn}, {&a.up, ffn}, {&a.act, ffn}, {&a.expert_in, H}, {&a.expert_out, H}, {&a.zeros, H},
                              {&a.router_logits, uint64_t(std::max(1, c.moe.n_experts))},
@@ -526,7 +525,7 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     // Only the models that have them: gated attention's queries and gates, Gated DeltaNet's activations.
     const LinearAttentionConfig& l = c.linear;
     std::vector<std::pair<Buffer*, uint64_t>> extra;
-    if (c.moe.shared_expert_intermediate > 0) extra.push_back({&a.shared_gate_logits, 1});
+    if (c.moe.shared_intermediate > 0 && c.moe.shared_gated) extra.push_back({&a.shared_gate_logits, 1});
     if (c.attention_output_gate) extra.insert(extra.end(), {{&a.q_gate, 2 * QD}, {&a.attn_gate, OD}});
     if (l.conv_kernel > 0)
       extra.insert(extra.end(), {{&a.lin_qkv, uint64_t(l.conv_dim())}, {&a.lin_conv, uint64_t(l.conv_dim())},

@@ -172,7 +172,7 @@ class Transformer {
   // Runs what the graph holds on the stage's backend and starts a new graph (same activations).
   Status flush(Stage& stage, PassGraph& pass, uint32_t n);
   // One layer's nodes (the family's builder); a MoE layer's experts run between two graphs.
-  Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t cache_layer, uint32_t n);
+  Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t stage_layer, uint32_t n);
   // h → o: routed on the host from the router's logits, the experts' gated MLPs as nodes.
   Status build_moe(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, StepGraph::Id router_input);
   // Per token, its (expert, weight) pairs; expert_scale (Gemma 4) multiplies each chosen expert's weight;

@@ -17,7 +17,7 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
   Activations& a = st.act;
   StepGraph& g = pass.graph;
   const uint32_t H = c.hidden_size, D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads, DV = c.value_head_dim();
-  const uint32_t F = static_cast<uint32_t>(std::max({c.intermediate_size, c.moe.expert_intermediate, c.moe.shared_expert_intermediate}));
+  const uint32_t F = static_cast<uint32_t>(std::max({c.intermediate_size, c.moe.expert_intermediate, c.moe.shared_intermediate}));
   blocks::Activations& t = pass.act;
   t.x = g.buffer(a.x.get(), n, H);
   t.h = g.buffer(a.h.get(), n, H);
@@ -87,20 +87,23 @@ Status Transformer::flush(Stage& st, PassGraph& pass, uint32_t n) {
   return {};
 }
 
-Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint32_t cache_layer, uint32_t n) {
+Status Transformer::build_layer(Stage& st, PassGraph& pass, const Layer& L, uint32_t stage_layer, uint32_t n) {
   families::LayerContext ctx;
   ctx.config = &config_;
   ctx.act = &pass.act;
   ctx.rope.struct_size = sizeof(ctx.rope);
-  const uint32_t layer = st.first + cache_layer;
+  const uint32_t layer = st.first + stage_layer;
   ctx.rope.rotary_dim = static_cast<uint32_t>(config_.rotary_dim_of(static_cast<int>(layer)));
   ctx.rope.style = SL_ROPE_NEOX;
   const RopeTable& table = pass.past_original_context && layer < layer_long_rope_.size() ? layer_long_rope_[layer] : layer_rope_[layer];
   ctx.rope.attention_factor = table.factor;
   ctx.rope.inv_freq = table.inv_freq.data();
   ctx.layer = layer;
-  ctx.cache_layer = cache_layer;
-  ctx.kv_cache_layer = static_cast<uint32_t>(config_.kv_source_of(static_cast<int>(layer))) - st.first;
+  // Indices in the stage's cache layout, which holds only the layers that keep a cache of their own: a
+  // KV-sharing layer's is its source's (it writes nothing; cache_layer is then unused).
+  const int base = config_.cache_index(static_cast<int>(st.first));
+  ctx.cache_layer = static_cast<uint32_t>(config_.cache_index(static_cast<int>(layer)) - base);
+  ctx.kv_cache_layer = static_cast<uint32_t>(config_.cache_index(config_.kv_source_of(static_cast<int>(layer))) - base);
   ctx.n_tokens = n;
   if (!pass.per_layer_rows.empty()) ctx.per_layer_rows = pass.per_layer_rows.data() + std::size_t(layer) * n;
   ctx.n_seqs = pass.batch.n_seqs;
@@ -190,14 +193,15 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   if (next_router)
     g.matmul(router_input, g.weight(*next_router), next_bias ? g.weight(*next_bias) : StepGraph::kNone,
              g.buffer(a.next_router_logits.get(), n, E), "next router");
-  if (L.has_shared_expert)  // its gate's logit, read back with the router's
+  const bool shared_gated = L.has_shared_experts && c.moe.shared_gated;
+  if (shared_gated)  // its gate's logit, read back with the router's
     g.matmul(pass.act.h, g.weight(L.shared_expert_gate), StepGraph::kNone, g.buffer(a.shared_gate_logits.get(), n, 1), "shared expert gate");
   if (auto s = flush(st, pass, n); !s) return s;
 
   std::vector<float> logits(static_cast<std::size_t>(n) * E);
   if (auto s = backend.download(a.router_logits, 0, logits.data(), logits.size() * 4); !s) return s;
   std::vector<float> shared_weights;
-  if (L.has_shared_expert) {
+  if (shared_gated) {
     shared_weights.resize(n);
     if (auto s = backend.download(a.shared_gate_logits, 0, shared_weights.data(), uint64_t(n) * 4); !s) return s;
     for (float& w : shared_weights) w = 1.0f / (1.0f + std::exp(-w));  // sigmoid, as transformers gates it
@@ -236,13 +240,13 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     ~Release() { store->release(layer, experts); }
   } release{store_, moe_layer, used};
 
-  if (L.has_shared_experts) {  // o starts as the shared experts' MLP of every token (DeepSeek), else as zeros
+  if (L.has_shared_experts && !shared_gated) {  // o starts as the shared experts' MLP of every token (DeepSeek), else as zeros
     const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
     const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
-    g.matmul(pass.act.h, g.weight(L.shared_experts_gate), StepGraph::kNone, gate, "shared experts gate");
-    g.matmul(pass.act.h, g.weight(L.shared_experts_up), StepGraph::kNone, up, "shared experts up");
+    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
+    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
     g.glu(gate, up, families::activation(c), act, "shared experts activation");
-    g.matmul(act, g.weight(L.shared_experts_down), StepGraph::kNone, pass.act.o, "shared experts down");
+    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, pass.act.o, "shared experts down");
   } else {
     g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
   }
@@ -318,8 +322,8 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
                        prefix + "scatter");
   }
   // The shared expert (Qwen3.5-MoE): every token through its gated MLP, added times its sigmoid gate.
-  if (L.has_shared_expert) {
-    const uint32_t S = static_cast<uint32_t>(c.moe.shared_expert_intermediate);
+  if (shared_gated) {
+    const uint32_t S = static_cast<uint32_t>(c.moe.shared_intermediate);
     std::vector<int32_t> all(n);
     std::iota(all.begin(), all.end(), 0);
     const auto& r = pass.rows.emplace_back(std::move(all));

@@ -106,7 +106,8 @@ Result<ModelInfo> inspect_model(const std::filesystem::path& dir, const PluginRe
   // Without a configuration this host reads, every layer is taken for full attention.
   std::vector<LayerCacheSpec> layer_specs;
   if (cfg) {
-    for (int i = 0; i < cfg->num_layers; ++i) layer_specs.push_back(cfg->layer_cache(i));
+    for (int i = 0; i < cfg->num_layers; ++i)
+      if (cfg->keeps_cache(i)) layer_specs.push_back(cfg->layer_cache(i));  // a KV-sharing layer keeps none
   } else {
     LayerCacheSpec full;
     full.n_kv_heads = static_cast<uint32_t>(m.kv_heads);

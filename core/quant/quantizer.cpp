@@ -59,6 +59,16 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& o) {
   std::error_code ec;
   if (std::filesystem::equivalent(o.input, o.output, ec)) return make_error("--out must differ from --model");
 
+  // Gemma 4 stores its experts as stacked output-major matrices named without ".weight"
+  // (experts.gate_up_proj [E, 2F, H], experts.down_proj [E, H, F]): they quantize like any weight, under
+  // the name + ".weight" the expert layout reads quantized. (gpt-oss's fused experts are input-major, and
+  // stay as they are.)
+  const rapidjson::Value* model_type = json::member(*config, "model_type");
+  const bool gemma4 = model_type && model_type->IsString() && std::string_view(model_type->GetString()) == "gemma4_text";
+  auto stacked_experts = [&](const std::string& name) {
+    return gemma4 && (name.ends_with(".experts.gate_up_proj") || name.ends_with(".experts.down_proj"));
+  };
+
   // Plan every output tensor first: the writer needs the whole layout before the first byte.
   std::vector<Job> jobs;
   std::vector<TensorPlan> plan;
@@ -70,12 +80,14 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& o) {
     Job job;
     job.source = &t;
     const bool kept_by_pattern = std::any_of(keep.begin(), keep.end(), [&](const std::regex& r) { return std::regex_search(name, r); });
-    job.quantize = float_dtype(t.dtype) && t.shape.size() >= 2 && name.ends_with(".weight") && !kept_by_pattern &&
+    const bool experts = stacked_experts(name);
+    job.quantize = float_dtype(t.dtype) && t.shape.size() >= 2 && (name.ends_with(".weight") || experts) && !kept_by_pattern &&
                    t.shape.back() > 0 && t.shape.back() % o.form.group_size == 0;
+    const std::string module = experts ? name : name.substr(0, name.size() - std::min<std::size_t>(name.size(), 7));
     job.form = o.form;
     if (job.quantize && router_weight(name)) {
       job.form.bits = 8;
-      overrides[name.substr(0, name.size() - 7)] = job.form;
+      overrides[module] = job.form;
     }
     job.scale_dtype = t.dtype;
     summary.input_bytes += t.bytes;
@@ -83,7 +95,6 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& o) {
       plan.push_back({name, t.dtype, t.shape});
       ++summary.kept;
     } else {
-      const std::string module = name.substr(0, name.size() - 7);
       std::vector<int64_t> packed = t.shape, params = t.shape;
       packed.back() = t.shape.back() * job.form.bits / 32;
       params.back() = t.shape.back() / job.form.group_size;

@@ -6,7 +6,8 @@
 //
 // What is quantized: every floating-point `*.weight` tensor with two or more dimensions whose last
 // dimension is a multiple of the group size — linear layers, the token embedding, an untied lm_head,
-// stacked expert weights — unless its name matches a --keep pattern. One-dimensional tensors (norm
+// stacked expert weights (and Gemma 4's experts.gate_up_proj / down_proj, stored without the suffix and
+// written with it) — unless its name matches a --keep pattern. One-dimensional tensors (norm
 // weights, linear biases) are copied as they are. MoE router weights (`*.mlp.gate.weight`) get 8 bits,
 // as mlx-lm quantizes them, recorded as per-module overrides in the `quantization` block.
 #include <cstdint>

@@ -238,6 +238,73 @@ def case_server(b):
     check("does not answer" in p.stderr, p.stderr)
 
 
+class ClosingServer:
+    """An OpenAI-compatible server as llama-server behaves: HTTP/1.1 answers that do not say
+    `Connection: close`, after which it closes the connection anyway. A client must reconnect (issue
+    30: against llama-server every other request of `sluice bench --server` failed)."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.connections = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                super().setup()
+                outer.connections += 1
+
+            def log_message(self, *a):
+                pass
+
+            def answer(self, body, content_type):
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                self.close_connection = True  # closed although the answer said nothing of it
+
+            def do_GET(self):
+                self.answer(json.dumps({"object": "list", "data": [{"id": "closing-model", "object": "model"}]}).encode(),
+                            "application/json")
+
+            def do_POST(self):
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                n = request["max_tokens"]
+                events = [{"choices": [{"index": 0, "text": "w%d " % i}]} for i in range(n)]
+                events.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n}})
+                body = "".join("data: %s\n\n" % json.dumps(e) for e in events) + "data: [DONE]\n\n"
+                self.answer(body.encode(), "text/event-stream")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+
+
+def case_server_closes(b):
+    server = ClosingServer()
+    try:
+        out = os.path.join(b.work, "closing.json")
+        p = b.run("--server", "http://127.0.0.1:%d" % server.port, "--api", "completions", "--clients", "2", "--requests", "8",
+                  "--gen", "5", "--json-out", out)
+        with open(out) as f:
+            doc = json.load(f)
+        every = {r["class"]: r for r in doc["rows"]}["all"]
+        check(every["requests"] == 8 and every["errors"] == 0, "every request answered after reconnecting: %r\n%s" % (every, p.stderr))
+        check(every["completion_tokens"] == 8 * 5, "tokens %r" % every)
+        # The model probe and each of the 8 requests had a connection of their own.
+        check(server.connections >= 9, "connections %d" % server.connections)
+    finally:
+        server.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True)

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "engine/runtime.h"
 #include "model/safetensors.h"
 #include "quant/random_model.h"
 #include "reference.h"
@@ -92,6 +93,26 @@ TEST(Gemma4Model, PiecesAndBatchesGiveTheTokensOfOnePass) {
   auto second = std::async(std::launch::async, [&] { return (*batched)->generate(greedy(2, 17, 20)); });
   EXPECT_EQ(first.get().ids, (*whole)->generate(greedy(1, 30, 20)).ids);
   EXPECT_EQ(second.get().ids, (*whole)->generate(greedy(2, 17, 20)).ids);
+}
+
+// Layers 4 and 5 attend the K/V of layers 3 and 2 (num_kv_shared_layers 2) and write none: the cache
+// layout holds the four layers that keep their own, the full layer's share of a token's bytes once,
+// and the pieces-and-batches test above shows the sharing layers read their sources' pages through it.
+TEST(Gemma4Model, KvSharingLayersHaveNoPlaceInTheCache) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/tokenizer.json");
+  TempDir dir;
+  ASSERT_TRUE(make_tiny_gemma4(dir.path(), 0));
+  auto rt = Runtime::open(options(dir.path(), 64));
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  const ModelConfig& c = (*rt)->config();
+  ASSERT_EQ(c.num_layers, 6);
+  ASSERT_EQ(c.kv_shared_from, 4);
+  EXPECT_EQ((*rt)->kv().n_cache_layers(), 4u);
+  EXPECT_EQ(c.cache_index(c.kv_source_of(4)), 3);
+  EXPECT_EQ(c.cache_index(c.kv_source_of(5)), 2);
+  // Per token: K and V (f32) of the one full layer that keeps a cache (layer 2; layer 5 shares it).
+  const double full_layer = 2.0 * c.kv_heads_of(2) * c.head_dim_of(2) * 4;
+  EXPECT_DOUBLE_EQ((*rt)->kv().bytes_per_token(), full_layer);
 }
 
 TEST(Gemma4Model, PackedWordsOffTheirAlignmentLoadAndRun) {

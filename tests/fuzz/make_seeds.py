@@ -55,6 +55,10 @@ def request_seeds(ref: Path, out: Path):
             seen.add(text)
             s.add(text)
     s.add(dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "input_text", "text": "b"}]}]}))
+    # An agent's history replayed (tests/server/data/agent_replay_golden.json), with template variables.
+    replay = json.loads((Path(__file__).resolve().parents[1] / "server/data/agent_replay_golden.json").read_text())
+    s.add(dumps({"messages": replay["messages"], "tools": replay["tools"], "enable_thinking": False,
+                 "reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": True, "documents": [{"a": 1}]}}))
     for prompt in ("def fib(n):", [1, 2, 3], [[4, 5]], ["one"], ""):
         s.add(dumps(dict(sampling, prompt=prompt, logprobs=2, echo=True)))
         s.add(dumps({"prompt": prompt}))
@@ -181,6 +185,30 @@ def sse_stop_seeds(out: Path):
     return s.count
 
 
+# Formats by their index in toolcall::Format (kNone = 0, kHermes = 1, ... kGemma4 = 13); each seed is
+# that byte, a piece size, then a model's answer with calls in the format.
+TOOLCALL_SEEDS = [
+    (1, b'Let me check.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+        b'<tool_call>{"name": "f", "arguments": {}}</tool_call>'),
+    (2, b"<tool_call><function=get_weather><parameter=city>Paris</parameter></function></tool_call>"),
+    (4, b"<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"),
+    (5, b'<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'),
+    (6, b'[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+    (6, b'[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'),
+    (10, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+         '{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'.encode()),
+    (12, b'<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'),
+    (13, b'<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'),
+]
+
+
+def toolcall_seeds(out: Path):
+    s = Seeds(out, "toolcall")
+    for fmt, text in TOOLCALL_SEEDS:
+        s.add(bytes([fmt, 3]) + text)
+    return s.count
+
+
 def hub_names_input(first, second):
     """FuzzedDataProvider's ConsumeRandomLengthString: a backslash doubles to stand for itself, and a
     backslash before any other byte ends the string."""
@@ -208,6 +236,7 @@ def main():
     counts = {"request": request_seeds(ref, out), "safetensors": safetensors_seeds(ref, out),
               "model_config": model_config_seeds(ref, out), "tokenizer": tokenizer_seeds(ref, out),
               "jinja": jinja_seeds(ref, out), "sse_stop": sse_stop_seeds(out),
+              "toolcall": toolcall_seeds(out),
               "hub_names": hub_names_seeds(out)}
     print("seeds: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
 

@@ -24,7 +24,7 @@ const ChatPrompt& chat_prompt() {
     std::filesystem::create_directories(dir);
     fuzz::write_file(dir / "chat_template.jinja", fuzz::read_reference("chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     fuzz::write_file(dir / "tokenizer_config.json", fuzz::read_reference("models/tiny-code-qwen2/tokenizer_config.json"));
-    auto loaded = ChatPrompt::load(dir, /*enable_thinking=*/false);
+    auto loaded = ChatPrompt::load(dir, /*default_thinking=*/std::nullopt);
     FUZZ_CHECK(loaded && loaded->available(), "chat prompt did not load");
     return std::move(*loaded);
   }();
@@ -72,15 +72,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     check_params(chat->params);
     FUZZ_CHECK(chat->messages.IsArray() && !chat->messages.Empty());
+    // The normalised form chat_messages.h promises: content a string, or null on an assistant turn;
+    // tool calls a non-empty array with a named function and string arguments; a tool's call id.
     for (const auto& m : chat->messages.GetArray()) {
-      FUZZ_CHECK(m.IsObject() && json::string(m, "role"));
-      const auto* content = json::member(m, "content");
-      FUZZ_CHECK(content ? content->IsString() : json::member(m, "tool_calls") != nullptr);
+      auto role = m.IsObject() ? json::string(m, "role") : std::nullopt;
+      FUZZ_CHECK(role.has_value());
+      const auto content = m.FindMember("content");  // json::member would hide a null
+      FUZZ_CHECK(content != m.MemberEnd() &&
+                 (content->value.IsString() || (content->value.IsNull() && *role == "assistant")));
+      if (const auto* calls = json::member(m, "tool_calls")) {
+        FUZZ_CHECK(*role == "assistant" && calls->IsArray() && !calls->Empty());
+        for (const auto& call : calls->GetArray()) {
+          const auto* function = json::member(call, "function");
+          FUZZ_CHECK(function && function->IsObject());
+          FUZZ_CHECK(json::string(*function, "name").value_or("") != "");
+          FUZZ_CHECK(json::string(*function, "arguments").has_value());
+        }
+      }
+      if (*role == "tool") FUZZ_CHECK(json::string(m, "tool_call_id").has_value());
     }
+    FUZZ_CHECK(chat->template_controls.kwargs.IsObject() &&
+               chat->template_controls.kwargs.MemberCount() <= kMaxTemplateKwargs);
     FUZZ_CHECK(chat->tools.IsNull() || chat->tools.IsArray());
     const auto* tools = chat->tools.IsArray() ? &chat->tools : nullptr;
     // Template errors (raise_exception on an odd conversation) are fine; a crash or hang is not.
-    (void)chat_prompt().render(chat->messages, tools, chat->add_generation_prompt.value_or(true));
+    (void)chat_prompt().render(chat->messages, tools, chat->add_generation_prompt.value_or(true),
+                               &chat->template_controls);
   }
 
   auto completion = parse_completion_request(body, defaults);

@@ -167,7 +167,8 @@ TEST(Qwen3_5Binding, LinearLayersBindTheirTapsAsRowsAndNameAMissingTensor) {
   c.linear = {4, 2, 4, 16, 16};
   c.layer_types = {LayerType::kLinearAttention, LayerType::kFullAttention};
   c.moe.n_experts = 8;
-  c.moe.shared_expert_intermediate = 32;
+  c.moe.shared_intermediate = 32;
+  c.moe.shared_gated = true;
   const families::Family* family = families::family_for(c);
   ASSERT_NE(family, nullptr);
   FixedWeights src;
@@ -187,7 +188,7 @@ TEST(Qwen3_5Binding, LinearLayersBindTheirTapsAsRowsAndNameAMissingTensor) {
   EXPECT_TRUE(w.linear);
   EXPECT_EQ(w.lin_conv.rows, uint32_t(c.linear.conv_dim()));
   EXPECT_EQ(w.lin_conv.cols, 4u);
-  EXPECT_TRUE(w.has_shared_expert);
+  EXPECT_TRUE(w.has_shared_experts);
   LayerWeights full;
   auto attention = family->bind_layer(src, c, 1, true, full);
   ASSERT_FALSE(attention);

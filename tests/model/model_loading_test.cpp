@@ -605,7 +605,8 @@ TEST(ModelConfig, Qwen3_5MoeRoutesEveryLayerWithASharedExpert) {
   EXPECT_EQ(m->moe.n_experts, 8);
   EXPECT_EQ(m->moe.top_k, 2);
   EXPECT_EQ(m->moe.expert_intermediate, 32);
-  EXPECT_EQ(m->moe.shared_expert_intermediate, 48);
+  EXPECT_EQ(m->moe.shared_intermediate, 48);
+  EXPECT_TRUE(m->moe.shared_gated);
   EXPECT_TRUE(m->moe.normalize_top_k);  // its router always renormalises the top k
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(m->moe.is_sparse(i)) << i;
   // transformers' defaults where absent: 256 experts, 8 a token, widths of 512.
@@ -614,7 +615,7 @@ TEST(ModelConfig, Qwen3_5MoeRoutesEveryLayerWithASharedExpert) {
   EXPECT_EQ(d->moe.n_experts, 256);
   EXPECT_EQ(d->moe.top_k, 8);
   EXPECT_EQ(d->moe.expert_intermediate, 512);
-  EXPECT_EQ(d->moe.shared_expert_intermediate, 512);
+  EXPECT_EQ(d->moe.shared_intermediate, 512);
   auto bad = load_config(dir, config_json("qwen3_5_moe_text", R"(,"shared_expert_intermediate_size":0)"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("shared_expert_intermediate_size"), std::string::npos) << bad.message();
@@ -720,6 +721,12 @@ TEST(ModelConfig, Gemma4LayersHaveTheirOwnWidthsRotaryAndSharing) {
   EXPECT_EQ(old->kv_source_of(1), 1);
   EXPECT_EQ(old->kv_source_of(2), 0);  // sliding: layer 0
   EXPECT_EQ(old->kv_source_of(3), 1);  // full: layer 1
+  // The cache layout holds layers 0 and 1 only.
+  EXPECT_TRUE(old->keeps_cache(1));
+  EXPECT_FALSE(old->keeps_cache(2));
+  EXPECT_FALSE(old->keeps_cache(3));
+  EXPECT_EQ(old->cache_index(1), 1);
+  EXPECT_EQ(old->cache_index(old->kv_source_of(3)), 1);
   EXPECT_EQ(old->head_dim_of(2), 16);
   EXPECT_EQ(old->final_logit_softcap, 30.0f);  // absent: transformers' default
   auto lonely = load_config(dir, config_json("gemma4_text", types + rope + R"(,"head_dim":16,"num_kv_shared_layers":1)"));
@@ -835,6 +842,7 @@ TEST(ModelConfig, DeepseekV3ReadsLatentAttentionAndGroupRouting) {
   EXPECT_FLOAT_EQ(c->moe.routed_scaling, 2.5f);
   EXPECT_EQ(c->moe.expert_intermediate, 32);
   EXPECT_EQ(c->moe.shared_intermediate, 32);
+  EXPECT_FALSE(c->moe.shared_gated);  // DeepSeek's shared experts are added as they are
   EXPECT_TRUE(c->moe.normalize_top_k);
   EXPECT_EQ(c->moe.sparse_layer, (std::vector<bool>{false, true, true, true}));
 

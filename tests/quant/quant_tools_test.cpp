@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/engine.h"
 #include "engine/perplexity.h"
 #include "engine/runtime.h"
 #include "model/model_config.h"
@@ -166,6 +167,47 @@ quant::MakeModelOptions tiny_options(const fs::path& out, int bits, uint64_t see
   o.tokenizer_from = tokenizer_dir();
   o.quiet = true;
   return o;
+}
+
+// Gemma 4's experts as transformers stores them (experts.gate_up_proj [E, 2F, H], down_proj [E, H, F],
+// no ".weight"): quantized like the other products and read back by the expert layout; the 8-bit
+// model still predicts the golden's greedy continuation of its prompt.
+TEST(Quantize, GemmaFourStackedExpertsAreQuantizedAndRun) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/gemma4_text_moe/golden.json");
+  const fs::path model = test::reference_path("models/zoo2/gemma4_text_moe");
+  TempDir out;
+  quant::QuantizeOptions o;
+  o.input = model;
+  o.output = out.path();
+  o.form = {8, 32};  // down_proj's rows are 32 wide
+  o.quiet = true;
+  auto r = quant::quantize_model(o);
+  ASSERT_TRUE(r.ok()) << r.message();
+  auto set = SafetensorsSet::open_dir(out.path());
+  ASSERT_TRUE(set.ok());
+  for (const char* name : {"gate_up_proj", "down_proj"}) {
+    const std::string base = std::string("model.layers.0.experts.") + name;
+    EXPECT_EQ(set->find(base), nullptr) << base;
+    ASSERT_NE(set->find(base + ".weight"), nullptr) << base;
+    EXPECT_EQ(set->find(base + ".weight")->dtype, DType::kU32) << base;
+    EXPECT_NE(set->find(base + ".scales"), nullptr) << base;
+  }
+  // It runs, and predicts as the float model does: each golden prompt's first greedy tokens (8-bit
+  // weights move the logits by far less than the margins there).
+  auto golden = json::parse_file(model / "golden.json");
+  ASSERT_TRUE(golden.ok());
+  auto engine = Engine::create(options_for(out.path()));
+  ASSERT_TRUE(engine.ok()) << engine.message();
+  for (const auto& prompt : (*golden)["prompts"].GetArray()) {
+    GenerationRequest req;
+    req.prompt_ids = test::golden_ids(prompt["ids"]);
+    req.max_tokens = 4;
+    req.sampling.temperature = 0;
+    req.ignore_eos = true;
+    auto expected = test::golden_ids(prompt["greedy_ids"]);
+    expected.resize(4);
+    EXPECT_EQ((*engine)->generate(req).ids, expected);
+  }
 }
 
 TEST(MakeModel, TinyPresetGeneratesFiniteLogitsInEveryForm) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "job_fakes.h"
+
 #include "util/json.h"
 
 using namespace sluice;
@@ -14,35 +16,12 @@ namespace {
 // Token i's text is kPieces[i]; id 99 is a control token.
 const std::map<int32_t, std::string> kPieces = {{0, "Hel"}, {1, "lo"}, {2, " wor"}, {3, "ld"}, {4, "!"}, {99, "<eos>"}};
 
-class FakeText : public TokenText {
+// Tokens' texts from kPieces, id 99 the control token.
+class FakeText : public test_fakes::TableText {
  public:
-  std::string push(int32_t id) override { return kPieces.at(id); }
-  std::string flush() override { return ""; }
-  std::string piece(int32_t id) override { return kPieces.at(id); }
-  bool is_control(int32_t id) override { return id == 99; }
+  FakeText() : TableText(kPieces, 99) {}
 };
-
-class RecordingChannel : public ResponseChannel {
- public:
-  void respond(int s, std::string body) override {
-    status = s;
-    response = std::move(body);
-  }
-  bool send_event(std::string event) override {
-    if (events.size() >= accept_events) return false;
-    events.push_back(std::move(event));
-    return true;
-  }
-  void end_stream() override { ended = true; }
-  std::shared_ptr<std::atomic<bool>> cancelled() const override { return flag; }
-
-  int status = 0;
-  std::string response;
-  std::vector<std::string> events;
-  std::size_t accept_events = 1000;
-  bool ended = false;
-  std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
-};
+using test_fakes::RecordingChannel;
 
 struct JobRun {
   std::shared_ptr<RecordingChannel> channel = std::make_shared<RecordingChannel>();

@@ -82,3 +82,23 @@ TEST(Router, FindsRoutesAnd404sAnd405s) {
   EXPECT_EQ(missing.route, "other");
   EXPECT_EQ(target_path("/v1/models?x=1"), "/v1/models");
 }
+
+TEST(Router, PrefixRoutesTakeTheRestOfThePathAfterExactOnes) {
+  Router r;
+  auto answer = [](const char* body) {
+    return [body](const HttpRequest&, const std::shared_ptr<ResponseChannel>&) {
+      return std::optional<Reply>(Reply::json(body));
+    };
+  };
+  r.add(http::verb::get, "/v1/models", answer("list"));
+  r.add_prefix(http::verb::get, "/v1/models/", "/v1/models/{id}", answer("one"));
+  auto list = r.find(http::verb::get, "/v1/models");
+  ASSERT_NE(list.handler, nullptr);
+  EXPECT_EQ((*list.handler)(HttpRequest{}, nullptr)->body, "list");
+  auto one = r.find(http::verb::get, "/v1/models/org/name");
+  ASSERT_NE(one.handler, nullptr);
+  EXPECT_EQ((*one.handler)(HttpRequest{}, nullptr)->body, "one");
+  EXPECT_EQ(one.route, "/v1/models/{id}");
+  EXPECT_EQ(r.find(http::verb::get, "/v1/models/").error->status, 404);  // no id
+  EXPECT_EQ(r.find(http::verb::delete_, "/v1/models/x").error->status, 405);
+}

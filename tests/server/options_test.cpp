@@ -50,7 +50,7 @@ TEST(ServerOptions, ConfigFileSuppliesValuesAndTheCommandLineWins) {
   EXPECT_EQ(p->options.model, "from-config");
   EXPECT_EQ(p->options.port, 7000);           // command line wins
   EXPECT_FLOAT_EQ(p->options.temp, 0.2f);     // config beats the default
-  EXPECT_TRUE(p->options.thinking);
+  EXPECT_EQ(default_thinking(p->options), std::optional<bool>(true));
   EXPECT_EQ(p->options.cors_origin, "*");
 }
 
@@ -183,4 +183,25 @@ TEST(ServerOptions, WorkPoolSizeIsReadAndChecked) {
   EXPECT_EQ(defaults->options.work_queue, 64);
   EXPECT_FALSE(parse_server_options({"--model", "m", "--work-threads", "0"}).ok());
   EXPECT_FALSE(parse_server_options({"--model", "m", "--work-queue", "0"}).ok());
+}
+
+TEST(ServerOptions, ThinkingDefaultsToTheTemplateAndTakesOnOrOff) {
+  auto plain = parse_server_options({"--model", "m"});
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_EQ(default_thinking(plain->options), std::nullopt);
+  auto bare = parse_server_options({"--model", "m", "--thinking"});
+  ASSERT_TRUE(bare.ok()) << bare.message();
+  EXPECT_EQ(default_thinking(bare->options), std::optional<bool>(true));
+  auto off = parse_server_options({"--model", "m", "--thinking=off"});
+  ASSERT_TRUE(off.ok()) << off.message();
+  EXPECT_EQ(default_thinking(off->options), std::optional<bool>(false));
+  auto on = parse_server_options({"--model", "m", "--thinking=on"});
+  ASSERT_TRUE(on.ok()) << on.message();
+  EXPECT_EQ(default_thinking(on->options), std::optional<bool>(true));
+  auto spaced = parse_server_options({"--model", "m", "--thinking", "off"});
+  ASSERT_TRUE(spaced.ok()) << spaced.message();
+  EXPECT_EQ(default_thinking(spaced->options), std::optional<bool>(false));
+  auto bad = parse_server_options({"--model", "m", "--thinking=maybe"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("--thinking"), std::string::npos);
 }

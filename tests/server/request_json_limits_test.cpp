@@ -20,9 +20,10 @@ RequestDefaults defaults() {
   return d;
 }
 
+// A valid tool whose parameters schema nests `depth` arrays deep (tools entries are validated).
 std::string deep_tools(std::size_t depth) {
-  return R"({"messages":[{"role":"user","content":"hi"}],"tools":)" + std::string(depth, '[') +
-         std::string(depth, ']') + "}";
+  return R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f",)"
+         R"("parameters":{"default":)" + std::string(depth, '[') + std::string(depth, ']') + "}}}]}";
 }
 
 // The error's JSON as the client receives it: {"error":{"message","type","param","code"}}.

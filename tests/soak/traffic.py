@@ -185,7 +185,11 @@ WRONG_TYPES = [
     ("/v1/completions", "max_tokens", -5, "max_tokens"), ("/v1/completions", "top_p", 7, "top_p"),
     ("/v1/completions", "echo", "x", "echo"), ("/v1/completions", "logprobs", 99, "logprobs"),
     ("/v1/chat/completions", "messages", "nope", "messages"),
-    ("/v1/chat/completions", "messages", [{"role": "robot", "content": "x"}], "messages"),
+    ("/v1/chat/completions", "messages", [{"role": "robot", "content": "x"}], "messages[0].role"),
+    ("/v1/chat/completions", "messages", [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}],
+     "messages[0].tool_calls[0].function.arguments"),
+    ("/v1/chat/completions", "chat_template_kwargs", {"messages": []}, "chat_template_kwargs.messages"),
     ("/v1/chat/completions", "messages", [], "messages"), ("/v1/chat/completions", "tools", {"x": 1}, "tools"),
     ("/v1/chat/completions", "add_generation_prompt", "x", "add_generation_prompt"),
     ("/v1/chat/completions", "top_logprobs", 50, "top_logprobs"),

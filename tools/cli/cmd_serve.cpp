@@ -72,7 +72,7 @@ int run_serve(const Args& args) {
     return 0;
   }
 
-  auto chat = server::ChatPrompt::load(options.model, options.thinking);
+  auto chat = server::ChatPrompt::load(options.model, server::default_thinking(options));
   if (!chat) {
     std::fprintf(stderr, "sluice serve: %s\n", chat.message().c_str());
     return 1;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "model/families/llama.h"
+#include "model/families/shared_bindings.h"
 
 namespace sluice::families {
 
@@ -10,9 +11,8 @@ Status DeepseekV3::bind_layer(WeightSource& src, const ModelConfig& c, int layer
   const auto& m = c.mla;
   const int64_t H = c.hidden_size, NH = c.num_heads, F = c.intermediate_size;
   const int64_t QK = c.head_dim, V = c.value_head_dim(), KL = m.kv_lora_rank, R = m.qk_rope_head_dim, NOPE = m.qk_nope_head_dim;
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-#define SLUICE_TRY(expr) \
-  if (auto s_ = (expr); !s_) return s_
+  const std::string p = layer_prefix(layer);
+#define SLUICE_TRY SLUICE_TRY_STATUS
   SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
   if (m.q_lora_rank > 0) {
     SLUICE_TRY(src.bind(w.q_a, p + "self_attn.q_a_proj.weight", {m.q_lora_rank, H}));
@@ -29,9 +29,7 @@ Status DeepseekV3::bind_layer(WeightSource& src, const ModelConfig& c, int layer
   if (c.attention_bias) return make_error(p + "self_attn: attention_bias is not supported for deepseek_v3");
   SLUICE_TRY(src.bind(w.ffn_norm, p + "post_attention_layernorm.weight", {H}));
   if (!sparse) {
-    SLUICE_TRY(src.bind(w.gate, p + "mlp.gate_proj.weight", {F, H}));
-    SLUICE_TRY(src.bind(w.up, p + "mlp.up_proj.weight", {F, H}));
-    SLUICE_TRY(src.bind(w.down, p + "mlp.down_proj.weight", {H, F}));
+    SLUICE_TRY(bind_gated_mlp(src, p, F, H, w));
   } else {
     const int64_t E = c.moe.n_experts, FS = c.moe.shared_intermediate;
     if (src.has(p + "mlp.gate.e_score_correction_bias")) {  // transformers' buffer of zeros where a checkpoint has none
@@ -40,9 +38,9 @@ Status DeepseekV3::bind_layer(WeightSource& src, const ModelConfig& c, int layer
       w.router_choice_bias = std::move(*bias);
     }
     if (FS > 0) {
-      SLUICE_TRY(src.bind(w.shared_experts_gate, p + "mlp.shared_experts.gate_proj.weight", {FS, H}));
-      SLUICE_TRY(src.bind(w.shared_experts_up, p + "mlp.shared_experts.up_proj.weight", {FS, H}));
-      SLUICE_TRY(src.bind(w.shared_experts_down, p + "mlp.shared_experts.down_proj.weight", {H, FS}));
+      SLUICE_TRY(src.bind(w.shared_gate, p + "mlp.shared_experts.gate_proj.weight", {FS, H}));
+      SLUICE_TRY(src.bind(w.shared_up, p + "mlp.shared_experts.up_proj.weight", {FS, H}));
+      SLUICE_TRY(src.bind(w.shared_down, p + "mlp.shared_experts.down_proj.weight", {H, FS}));
       w.has_shared_experts = true;
     }
   }

@@ -7,6 +7,7 @@
 #include "model/families/llama.h"
 #include "model/families/phi3.h"
 #include "model/families/qwen3_5.h"
+#include "model/families/shared_bindings.h"
 
 namespace sluice::families {
 
@@ -37,7 +38,7 @@ Status WeightSource::bind_rows(sl_weight& dst, const std::string& name, std::vec
 
 std::string Family::router_module(const ModelConfig& c, int layer) const {
   const char* module = c.architecture == "mixtral" ? "block_sparse_moe.gate" : c.architecture == "gemma4_text" ? "router.proj" : "mlp.gate";
-  return "model.layers." + std::to_string(layer) + "." + module;
+  return layer_prefix(layer) + module;
 }
 
 const Family* family_for(const ModelConfig& config) {

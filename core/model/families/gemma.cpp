@@ -3,6 +3,7 @@
 #include <string>
 
 #include "model/families/llama.h"  // activation()
+#include "model/families/shared_bindings.h"
 
 namespace sluice::families {
 
@@ -10,18 +11,10 @@ Status Gemma::bind_layer(WeightSource& src, const ModelConfig& c, int layer, boo
   if (sparse) return make_error(c.architecture + " has no Mixture-of-Experts layers");
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
   const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-#define SLUICE_TRY(expr) \
-  if (auto s_ = (expr); !s_) return s_
+  const std::string p = layer_prefix(layer);
+#define SLUICE_TRY SLUICE_TRY_STATUS
   SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
-  SLUICE_TRY(src.bind(w.q, p + "self_attn.q_proj.weight", {QD, H}));
-  SLUICE_TRY(src.bind(w.k, p + "self_attn.k_proj.weight", {KD, H}));
-  SLUICE_TRY(src.bind(w.v, p + "self_attn.v_proj.weight", {KD, H}));
-  SLUICE_TRY(src.bind(w.o, p + "self_attn.o_proj.weight", {H, QD}));
-  SLUICE_TRY(src.bind_optional(w.q_bias, w.has_q_bias, p + "self_attn.q_proj.bias", {QD}));
-  SLUICE_TRY(src.bind_optional(w.k_bias, w.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
-  SLUICE_TRY(src.bind_optional(w.v_bias, w.has_v_bias, p + "self_attn.v_proj.bias", {KD}));
-  SLUICE_TRY(src.bind_optional(w.o_bias, w.has_o_bias, p + "self_attn.o_proj.bias", {H}));
+  SLUICE_TRY(bind_attention_projections(src, p, {H, QD, KD, KD, QD}, w));
   if (c.qk_norm) {  // Gemma 3: per head
     SLUICE_TRY(src.bind(w.q_norm, p + "self_attn.q_norm.weight", {D}));
     SLUICE_TRY(src.bind(w.k_norm, p + "self_attn.k_norm.weight", {D}));
@@ -30,9 +23,7 @@ Status Gemma::bind_layer(WeightSource& src, const ModelConfig& c, int layer, boo
   SLUICE_TRY(src.bind(w.post_attn_norm, p + "post_attention_layernorm.weight", {H}));
   SLUICE_TRY(src.bind(w.ffn_norm, p + "pre_feedforward_layernorm.weight", {H}));
   SLUICE_TRY(src.bind(w.post_ffn_norm, p + "post_feedforward_layernorm.weight", {H}));
-  SLUICE_TRY(src.bind(w.gate, p + "mlp.gate_proj.weight", {F, H}));
-  SLUICE_TRY(src.bind(w.up, p + "mlp.up_proj.weight", {F, H}));
-  SLUICE_TRY(src.bind(w.down, p + "mlp.down_proj.weight", {H, F}));
+  SLUICE_TRY(bind_gated_mlp(src, p, F, H, w));
 #undef SLUICE_TRY
   return {};
 }
@@ -42,19 +33,7 @@ void Gemma::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& 
   const blocks::Activations& a = *c.act;
   const float offset = cfg.norm_weight_offset;
   g.rms_norm(a.x, g.weight(w.attn_norm), cfg.norm_eps, offset, a.h, c.prefix + "attn_norm");
-  blocks::AttentionWeights aw;
-  aw.q = g.weight(w.q);
-  aw.k = g.weight(w.k);
-  aw.v = g.weight(w.v);
-  aw.o = g.weight(w.o);
-  if (w.has_q_bias) aw.q_bias = g.weight(w.q_bias);
-  if (w.has_k_bias) aw.k_bias = g.weight(w.k_bias);
-  if (w.has_v_bias) aw.v_bias = g.weight(w.v_bias);
-  if (w.has_o_bias) aw.o_bias = g.weight(w.o_bias);
-  if (w.has_qk_norm) {
-    aw.q_norm = g.weight(w.q_norm);
-    aw.k_norm = g.weight(w.k_norm);
-  }
+  const blocks::AttentionWeights aw = attention_weights(g, w);
   blocks::AttentionShape s;
   s.n_heads = static_cast<uint32_t>(cfg.num_heads);
   s.n_kv_heads = static_cast<uint32_t>(cfg.num_kv_heads);

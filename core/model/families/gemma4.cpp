@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/families/llama.h"  // activation()
+#include "model/families/shared_bindings.h"
 
 namespace sluice::families {
 
@@ -43,8 +44,7 @@ blocks::Activations layer_view(StepGraph& g, const LayerContext& c) {
 
 }  // namespace
 
-#define SLUICE_TRY(expr) \
-  if (auto s_ = (expr); !s_) return s_
+#define SLUICE_TRY SLUICE_TRY_STATUS
 
 Status Gemma4::bind_model(WeightSource& src, const ModelConfig& c, ModelWeights& w) const {
   if (c.per_layer_input_width <= 0) return {};
@@ -75,7 +75,7 @@ Status Gemma4::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bo
   const int64_t H = c.hidden_size, D = c.head_dim_of(layer), KV = c.kv_heads_of(layer), F = ffn_width(c, layer);
   const int64_t QD = int64_t(c.num_heads) * D, KD = KV * D;
   const bool full = c.layer_type(layer) == LayerType::kFullAttention;
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const std::string p = layer_prefix(layer);
   SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
   SLUICE_TRY(src.bind(w.q, p + "self_attn.q_proj.weight", {QD, H}));
   SLUICE_TRY(src.bind(w.q_norm, p + "self_attn.q_norm.weight", {D}));
@@ -97,9 +97,7 @@ Status Gemma4::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bo
   SLUICE_TRY(src.bind(w.post_attn_norm, p + "post_attention_layernorm.weight", {H}));
   SLUICE_TRY(src.bind(w.ffn_norm, p + "pre_feedforward_layernorm.weight", {H}));
   SLUICE_TRY(src.bind(w.post_ffn_norm, p + "post_feedforward_layernorm.weight", {H}));
-  SLUICE_TRY(src.bind(w.gate, p + "mlp.gate_proj.weight", {F, H}));
-  SLUICE_TRY(src.bind(w.up, p + "mlp.up_proj.weight", {F, H}));
-  SLUICE_TRY(src.bind(w.down, p + "mlp.down_proj.weight", {H, F}));
+  SLUICE_TRY(bind_gated_mlp(src, p, F, H, w));
   if (sparse) {  // the MoE block beside the MLP (the router's product and the experts are the driver's)
     SLUICE_TRY(src.bind(w.router_scale, p + "router.scale", {H}));
     auto scale = src.values(p + "router.per_expert_scale", {c.moe.n_experts});

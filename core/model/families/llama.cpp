@@ -2,24 +2,18 @@
 
 #include <string>
 
+#include "model/families/shared_bindings.h"
+
 namespace sluice::families {
 
 Status Llama::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bool sparse, LayerWeights& w) const {
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
   const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
   const int64_t VD = int64_t(c.num_kv_heads) * c.value_head_dim(), OD = int64_t(c.num_heads) * c.value_head_dim();  // V, attention's output
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-#define SLUICE_TRY(expr) \
-  if (auto s_ = (expr); !s_) return s_
+  const std::string p = layer_prefix(layer);
+#define SLUICE_TRY SLUICE_TRY_STATUS
   SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
-  SLUICE_TRY(src.bind(w.q, p + "self_attn.q_proj.weight", {QD, H}));
-  SLUICE_TRY(src.bind(w.k, p + "self_attn.k_proj.weight", {KD, H}));
-  SLUICE_TRY(src.bind(w.v, p + "self_attn.v_proj.weight", {VD, H}));
-  SLUICE_TRY(src.bind(w.o, p + "self_attn.o_proj.weight", {H, OD}));
-  SLUICE_TRY(src.bind_optional(w.q_bias, w.has_q_bias, p + "self_attn.q_proj.bias", {QD}));
-  SLUICE_TRY(src.bind_optional(w.k_bias, w.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
-  SLUICE_TRY(src.bind_optional(w.v_bias, w.has_v_bias, p + "self_attn.v_proj.bias", {VD}));
-  SLUICE_TRY(src.bind_optional(w.o_bias, w.has_o_bias, p + "self_attn.o_proj.bias", {H}));
+  SLUICE_TRY(bind_attention_projections(src, p, {H, QD, KD, VD, OD}, w));
   if (c.qk_norm) {  // per head (qwen3)
     SLUICE_TRY(src.bind(w.q_norm, p + "self_attn.q_norm.weight", {D}));
     SLUICE_TRY(src.bind(w.k_norm, p + "self_attn.k_norm.weight", {D}));
@@ -30,11 +24,7 @@ Status Llama::bind_layer(WeightSource& src, const ModelConfig& c, int layer, boo
     w.has_qk_norm = w.qk_norm_full = true;
   }
   SLUICE_TRY(src.bind(w.ffn_norm, p + "post_attention_layernorm.weight", {H}));
-  if (!sparse) {
-    SLUICE_TRY(src.bind(w.gate, p + "mlp.gate_proj.weight", {F, H}));
-    SLUICE_TRY(src.bind(w.up, p + "mlp.up_proj.weight", {F, H}));
-    SLUICE_TRY(src.bind(w.down, p + "mlp.down_proj.weight", {H, F}));
-  }
+  if (!sparse) SLUICE_TRY(bind_gated_mlp(src, p, F, H, w));
 #undef SLUICE_TRY
   return {};
 }
@@ -43,20 +33,7 @@ void Llama::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights& 
   const ModelConfig& cfg = *c.config;
   const blocks::Activations& a = *c.act;
   g.rms_norm(a.x, g.weight(w.attn_norm), cfg.norm_eps, 0.0f, a.h, c.prefix + "attn_norm");
-  blocks::AttentionWeights aw;
-  aw.q = g.weight(w.q);
-  aw.k = g.weight(w.k);
-  aw.v = g.weight(w.v);
-  aw.o = g.weight(w.o);
-  if (w.has_q_bias) aw.q_bias = g.weight(w.q_bias);
-  if (w.has_k_bias) aw.k_bias = g.weight(w.k_bias);
-  if (w.has_v_bias) aw.v_bias = g.weight(w.v_bias);
-  if (w.has_o_bias) aw.o_bias = g.weight(w.o_bias);
-  if (w.has_qk_norm) {
-    aw.q_norm = g.weight(w.q_norm);
-    aw.k_norm = g.weight(w.k_norm);
-    aw.norm_per_head = !w.qk_norm_full;
-  }
+  blocks::AttentionWeights aw = attention_weights(g, w);
   blocks::AttentionShape s;
   s.n_heads = static_cast<uint32_t>(cfg.num_heads);
   s.n_kv_heads = static_cast<uint32_t>(cfg.num_kv_heads);

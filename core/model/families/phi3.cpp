@@ -2,15 +2,16 @@
 
 #include <string>
 
+#include "model/families/shared_bindings.h"
+
 namespace sluice::families {
 
 Status Phi3::bind_layer(WeightSource& src, const ModelConfig& c, int layer, bool sparse, LayerWeights& w) const {
   if (sparse) return make_error("phi3 has no Mixture-of-Experts layers");
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
   const uint32_t QD = static_cast<uint32_t>(c.num_heads * D), KD = static_cast<uint32_t>(c.num_kv_heads * D);
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-#define SLUICE_TRY(expr) \
-  if (auto s_ = (expr); !s_) return s_
+  const std::string p = layer_prefix(layer);
+#define SLUICE_TRY SLUICE_TRY_STATUS
   const std::string qkv = p + "self_attn.qkv_proj.weight", gate_up = p + "mlp.gate_up_proj.weight";
   SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
   SLUICE_TRY(src.bind_rows(w.q, qkv, {QD + 2 * KD, H}, 0, QD));

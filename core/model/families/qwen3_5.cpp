@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/families/llama.h"  // activation()
+#include "model/families/shared_bindings.h"
 
 namespace sluice::families {
 
@@ -11,9 +12,8 @@ Status Qwen3_5::bind_layer(WeightSource& src, const ModelConfig& c, int layer, b
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
   const int64_t QD = int64_t(c.num_heads) * D, KD = int64_t(c.num_kv_heads) * D;
   const LinearAttentionConfig& l = c.linear;
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-#define SLUICE_TRY(expr) \
-  if (auto s_ = (expr); !s_) return s_
+  const std::string p = layer_prefix(layer);
+#define SLUICE_TRY SLUICE_TRY_STATUS
   SLUICE_TRY(src.bind(w.attn_norm, p + "input_layernorm.weight", {H}));
   SLUICE_TRY(src.bind(w.ffn_norm, p + "post_attention_layernorm.weight", {H}));
   if (c.layer_type(layer) == LayerType::kLinearAttention) {
@@ -33,31 +33,22 @@ Status Qwen3_5::bind_layer(WeightSource& src, const ModelConfig& c, int layer, b
     SLUICE_TRY(src.bind(w.lin_out, a + "out_proj.weight", {H, VD}));
     w.linear = true;
   } else {
-    SLUICE_TRY(src.bind(w.q, p + "self_attn.q_proj.weight", {2 * QD, H}));  // each head's query, then its gate
-    SLUICE_TRY(src.bind(w.k, p + "self_attn.k_proj.weight", {KD, H}));
-    SLUICE_TRY(src.bind(w.v, p + "self_attn.v_proj.weight", {KD, H}));
-    SLUICE_TRY(src.bind(w.o, p + "self_attn.o_proj.weight", {H, QD}));
-    SLUICE_TRY(src.bind_optional(w.q_bias, w.has_q_bias, p + "self_attn.q_proj.bias", {2 * QD}));
-    SLUICE_TRY(src.bind_optional(w.k_bias, w.has_k_bias, p + "self_attn.k_proj.bias", {KD}));
-    SLUICE_TRY(src.bind_optional(w.v_bias, w.has_v_bias, p + "self_attn.v_proj.bias", {KD}));
-    SLUICE_TRY(src.bind_optional(w.o_bias, w.has_o_bias, p + "self_attn.o_proj.bias", {H}));
+    SLUICE_TRY(bind_attention_projections(src, p, {H, 2 * QD, KD, KD, QD}, w));  // q: each head's query, then its gate
     SLUICE_TRY(src.bind(w.q_norm, p + "self_attn.q_norm.weight", {D}));
     SLUICE_TRY(src.bind(w.k_norm, p + "self_attn.k_norm.weight", {D}));
     w.has_qk_norm = true;
   }
   if (sparse) {
-    const int64_t S = c.moe.shared_expert_intermediate;
+    const int64_t S = c.moe.shared_intermediate;
     if (S > 0) {
       SLUICE_TRY(src.bind(w.shared_gate, p + "mlp.shared_expert.gate_proj.weight", {S, H}));
       SLUICE_TRY(src.bind(w.shared_up, p + "mlp.shared_expert.up_proj.weight", {S, H}));
       SLUICE_TRY(src.bind(w.shared_down, p + "mlp.shared_expert.down_proj.weight", {H, S}));
       SLUICE_TRY(src.bind(w.shared_expert_gate, p + "mlp.shared_expert_gate.weight", {1, H}));
-      w.has_shared_expert = true;
+      w.has_shared_experts = true;
     }
   } else {
-    SLUICE_TRY(src.bind(w.gate, p + "mlp.gate_proj.weight", {F, H}));
-    SLUICE_TRY(src.bind(w.up, p + "mlp.up_proj.weight", {F, H}));
-    SLUICE_TRY(src.bind(w.down, p + "mlp.down_proj.weight", {H, F}));
+    SLUICE_TRY(bind_gated_mlp(src, p, F, H, w));
   }
 #undef SLUICE_TRY
   return {};
@@ -98,17 +89,7 @@ void Qwen3_5::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeights
   if (w.linear) {
     linear_attention(g, c, w);
   } else {
-    blocks::AttentionWeights aw;
-    aw.q = g.weight(w.q);
-    aw.k = g.weight(w.k);
-    aw.v = g.weight(w.v);
-    aw.o = g.weight(w.o);
-    if (w.has_q_bias) aw.q_bias = g.weight(w.q_bias);
-    if (w.has_k_bias) aw.k_bias = g.weight(w.k_bias);
-    if (w.has_v_bias) aw.v_bias = g.weight(w.v_bias);
-    if (w.has_o_bias) aw.o_bias = g.weight(w.o_bias);
-    aw.q_norm = g.weight(w.q_norm);
-    aw.k_norm = g.weight(w.k_norm);
+    const blocks::AttentionWeights aw = attention_weights(g, w);
     blocks::AttentionShape s;
     s.n_heads = static_cast<uint32_t>(cfg.num_heads);
     s.n_kv_heads = static_cast<uint32_t>(cfg.num_kv_heads);

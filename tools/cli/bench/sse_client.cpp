@@ -2,6 +2,9 @@
 
 #include <sys/socket.h>
 
+#include <cstdint>
+#include <limits>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -55,29 +58,37 @@ void SseClient::expire_if_late(std::chrono::steady_clock::time_point now) {
 
 namespace {
 
+// Runs one request (fn) on the kept-alive connection, opening one where there is none. A server may
+// close a kept-alive connection between requests without saying so (llama-server does after an
+// answer; idle timeouts do too): a request on a reused connection that failed before any of its
+// answer came back was never read by the server, so it is sent once more on a fresh connection. fn
+// sets `answered` once the answer's header has arrived; after that a failure is the request's own.
 template <class Fn>
-Status with_connection(SseClient::Impl& im, std::atomic<int>& fd, Fn&& fn) {
-  beast::error_code ec;
-  if (!im.connected) {
-    tcp::resolver resolver(im.ioc);
-    auto endpoints = resolver.resolve(im.target.host, im.target.port, ec);
-    if (ec) return make_error("resolve " + im.target.host + ": " + ec.message());
-    im.socket = tcp::socket(im.ioc);
-    asio::connect(im.socket, endpoints, ec);
-    if (ec) return make_error("connect " + im.target.host + ":" + im.target.port + ": " + ec.message());
-    im.socket.set_option(tcp::no_delay(true), ec);
-    im.buffer.clear();
-    im.connected = true;
-    fd = im.socket.native_handle();
-  }
-  Status s = fn();
-  if (!s) {
-    // After a failed request the connection's state is unknown: start the next on a fresh one.
+Status with_connection(SseClient::Impl& im, std::atomic<int>& fd, const std::atomic<bool>& expired, Fn&& fn) {
+  for (int attempt = 0;; ++attempt) {
+    beast::error_code ec;
+    const bool reused = im.connected;
+    if (!im.connected) {
+      tcp::resolver resolver(im.ioc);
+      auto endpoints = resolver.resolve(im.target.host, im.target.port, ec);
+      if (ec) return make_error("resolve " + im.target.host + ": " + ec.message());
+      im.socket = tcp::socket(im.ioc);
+      asio::connect(im.socket, endpoints, ec);
+      if (ec) return make_error("connect " + im.target.host + ":" + im.target.port + ": " + ec.message());
+      im.socket.set_option(tcp::no_delay(true), ec);
+      im.buffer.clear();
+      im.connected = true;
+      fd = im.socket.native_handle();
+    }
+    bool answered = false;
+    Status s = fn(answered);
+    if (s) return s;
+    // After a failed request the connection's state is unknown: the next starts on a fresh one.
     fd = -1;
     im.socket.close(ec);
     im.connected = false;
+    if (!reused || answered || expired || attempt > 0) return s;
   }
-  return s;
 }
 
 }  // namespace
@@ -86,7 +97,7 @@ Status SseClient::post_stream(const std::string& path, const std::string& body, 
                               const std::function<void(const std::string&)>& on_data) {
   expired_ = false;
   Impl& im = *impl_;
-  Status s = with_connection(im, fd_, [&]() -> Status {
+  Status s = with_connection(im, fd_, expired_, [&](bool& answered) -> Status {
     beast::error_code ec;
     http::request<http::string_body> req{http::verb::post, im.target.base_path + path, 11};
     req.set(http::field::host, im.target.host);
@@ -99,9 +110,12 @@ Status SseClient::post_stream(const std::string& path, const std::string& body, 
     http::write(im.socket, req, ec);
     if (ec) return make_error("send: " + ec.message());
     http::response_parser<http::buffer_body> parser;
-    parser.body_limit(boost::none);
+    // No limit on a stream's length — as a number: Boost 1.74 compares a Content-Length against an
+    // empty optional limit as "over it" and refuses every answer that has one.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     http::read_header(im.socket, im.buffer, parser, ec);
     if (ec) return make_error("reading the answer's header: " + ec.message());
+    answered = true;
     const unsigned status = parser.get().result_int();
     std::string pending, error_body;
     char chunk[16384];
@@ -148,16 +162,20 @@ Status SseClient::post_stream(const std::string& path, const std::string& body, 
 Result<std::string> SseClient::get(const std::string& path) {
   Impl& im = *impl_;
   std::string out;
-  Status s = with_connection(im, fd_, [&]() -> Status {
+  Status s = with_connection(im, fd_, expired_, [&](bool& answered) -> Status {
     beast::error_code ec;
     http::request<http::empty_body> req{http::verb::get, im.target.base_path + path, 11};
     req.set(http::field::host, im.target.host);
     req.keep_alive(true);
     http::write(im.socket, req, ec);
     if (ec) return make_error("send: " + ec.message());
-    http::response<http::string_body> res;
-    http::read(im.socket, im.buffer, res, ec);
+    http::response_parser<http::string_body> parser;
+    http::read_header(im.socket, im.buffer, parser, ec);
     if (ec) return make_error("GET " + path + ": " + ec.message());
+    answered = true;
+    http::read(im.socket, im.buffer, parser, ec);
+    if (ec) return make_error("GET " + path + ": " + ec.message());
+    auto& res = parser.get();
     if (res.result_int() != 200) return make_error("GET " + path + ": HTTP " + std::to_string(res.result_int()));
     out = res.body();
     if (!res.keep_alive()) {
