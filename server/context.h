@@ -18,7 +18,7 @@ struct ServerContext {
       : engine(e), options(o), chat(std::move(c)), cors(o.cors_origin) {
     defaults.sampling = default_sampling(o);
     defaults.max_tokens = o.max_tokens;
-    info.model = e.model_name();
+    info.model = o.alias.empty() ? e.model_name() : o.alias;
     info.backend = e.backend_name();
     // What the engine runs, after --turbo-kv and --stream-experts are resolved.
     const EngineOptions resolved = to_engine_options(o);

@@ -1,5 +1,7 @@
 #include "server/listener.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/strand.hpp>
 #include <spdlog/spdlog.h>
 
@@ -19,6 +21,16 @@ Status Listener::open(const std::string& host, int port) {
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return make_error("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  return {};
+}
+
+Status Listener::adopt(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return make_error("cannot adopt the listening socket");
+  beast::error_code ec;
+  acceptor_.assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (ec) return make_error("cannot adopt the listening socket: " + ec.message());
   return {};
 }
 

@@ -19,6 +19,9 @@ class Listener : public std::enable_shared_from_this<Listener> {
  public:
   Listener(net::io_context& ioc, ServerContext& ctx, const Router& router, SessionRegistry& registry);
   Status open(const std::string& host, int port);
+  // Takes over a socket already listening (the loading answers' socket, LoadingServer::hand_over):
+  // connections waiting in its backlog are accepted here, none is refused in the handover.
+  Status adopt(int listening_fd);
   tcp::endpoint local_endpoint() const;
   void start();
   void stop();  // thread-safe

@@ -23,7 +23,10 @@ po::options_description describe(ServerOptions& o) {
   desc.add_options()
     ("help,h", "print this help and exit")
     ("config", po::value(&o.config_file), "read options from FILE; the command line wins")
-    ("model,m", po::value(&o.model), "model folder (config.json, safetensors, tokenizer.json); required")
+    ("model,m", po::value(&o.model),
+     "model folder (config.json, safetensors, tokenizer.json), or a Hugging Face Hub id org/name[@revision] "
+     "found in the hub cache or downloaded into it; required")
+    ("alias", po::value(&o.alias), "the model's id in the API (default: org/name for a hub model, else the folder's name)")
     ("host", po::value(&o.host)->default_value(o.host), "address to listen on")
     ("port", po::value(&o.port)->default_value(o.port), "port to listen on (0 = any free port)")
     ("backend", po::value(&o.backend)->default_value(o.backend), "auto | cpu | opencl[:P:D]")
@@ -121,7 +124,7 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
     po::store(po::command_line_parser(args).options(desc).run(), vm);
     if (vm.count("help")) {
       std::ostringstream help;
-      help << "usage: sluice serve --model DIR [options]\n\n" << desc;
+      help << "usage: sluice serve --model DIR|org/name[@revision] [options]\n\n" << desc;
       parsed.help = true;
       parsed.help_text = help.str();
       return parsed;

@@ -23,6 +23,8 @@ Server::~Server() = default;
 
 Status Server::listen() { return listener_->open(ctx_.options.host, ctx_.options.port); }
 
+Status Server::listen_on(int listening_fd) { return listener_->adopt(listening_fd); }
+
 tcp::endpoint Server::local_endpoint() const { return listener_->local_endpoint(); }
 
 void Server::request_stop() {

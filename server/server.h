@@ -24,6 +24,7 @@ class Server {
   ~Server();
 
   Status listen();                      // binds host:port
+  Status listen_on(int listening_fd);   // takes over a socket already bound and listening
   tcp::endpoint local_endpoint() const; // the bound address (port 0 → the port chosen)
   // Serves until a signal or request_stop(); returns after the shutdown completes and the engine has
   // stopped.

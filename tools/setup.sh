@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config git
   libboost-dev libboost-program-options-dev libboost-system-dev
   rapidjson-dev
+  libssl-dev ca-certificates
   ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers libclblast-dev pocl-opencl-icd clinfo
   liburing-dev libpcre2-dev libutf8proc-dev libspdlog-dev libfmt-dev libxxhash-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev

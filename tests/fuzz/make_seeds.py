@@ -209,6 +209,24 @@ def toolcall_seeds(out: Path):
     return s.count
 
 
+def hub_names_input(first, second):
+    """FuzzedDataProvider's ConsumeRandomLengthString: a backslash doubles to stand for itself, and a
+    backslash before any other byte ends the string."""
+    return first.replace(b"\\", b"\\\\") + b"\\;" + second.replace(b"\\", b"\\\\")
+
+
+def hub_names_seeds(out: Path):
+    s = Seeds(out, "hub_names")
+    s.add(hub_names_input(b"Qwen/Qwen2.5-0.5B-Instruct@refs/pr/1", b"model-00001-of-00002.safetensors"))
+    s.add(hub_names_input(b"mlx-community/Qwen2.5-3B-Instruct-4bit@4147a09fefe65c40379d7c0d92f5045da3f3b9db",
+                          b"onnx/model.onnx"))
+    s.add(hub_names_input(b"https://huggingface.co/org/name/resolve/main/config.json",
+                          b"https://cdn-lfs.hf.co/repos/ab/cd/0123?X-Amz-Signature=1"))
+    s.add(hub_names_input(b"http://[::1]:8080/api/models/a/b", b"/org/renamed/resolve/main/tokenizer.json"))
+    s.add(hub_names_input(b'W/"67737db604c0103a64b56d66f22ffabc8fe630b1afd5fec73e5156c615b4460a"', b"../x"))
+    return s.count
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -218,7 +236,8 @@ def main():
     counts = {"request": request_seeds(ref, out), "safetensors": safetensors_seeds(ref, out),
               "model_config": model_config_seeds(ref, out), "tokenizer": tokenizer_seeds(ref, out),
               "jinja": jinja_seeds(ref, out), "sse_stop": sse_stop_seeds(out),
-              "toolcall": toolcall_seeds(out)}
+              "toolcall": toolcall_seeds(out),
+              "hub_names": hub_names_seeds(out)}
     print("seeds: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
 
 

@@ -30,6 +30,7 @@ harnesses=(
   "jinja         20480 jinja.dict"
   "sse_stop       1024 -"
   "toolcall       2048 toolcall.dict"
+  "hub_names      1024 -"
 )
 wanted=("$@")
 

@@ -5,6 +5,7 @@
 
 #include "chat/template.h"
 #include "commands.h"
+#include "model_source.h"
 #include "stdin_input.h"
 #include "util/file_io.h"
 #include "util/json.h"
@@ -44,6 +45,11 @@ int run_chat_template(const Args& args) {
     std::fprintf(stderr, "sluice chat-template: give exactly one of --model or --template\n");
     print_chat_template_usage();
     return 2;
+  }
+  if (!model_dir.empty()) {
+    auto model = resolve_model_arg("chat-template", model_dir);
+    if (!model) return 1;
+    model_dir = model->dir;
   }
   auto source = model_dir.empty() ? read_text_file(template_file) : chat::load_chat_template_source(model_dir);
   if (!source) {

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "model_options.h"
+#include "model_source.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
 
@@ -84,6 +85,9 @@ int run_generate(const Args& args) {
   sampling.temperature = temp;
   if (vm.count("seed")) sampling.seed = seed;
   const bool json_out = vm.count("json") > 0;
+  auto model = resolve_model_arg("generate", options.model_dir);
+  if (!model) return 1;
+  options.model_dir = model->dir;
 
   auto engine = Engine::create(options);
   if (!engine) {

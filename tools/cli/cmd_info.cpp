@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "model_options.h"
+#include "model_source.h"
 #include "plugin/plugin_registry.h"
 #include "quant/model_info.h"
 #include "util/json.h"
@@ -16,11 +17,14 @@ int run_info(const Args& args) {
   po::options_description desc("info options");
   desc.add_options()
       ("help", "this help")
-      ("model", po::value(&dir)->required(), "model folder")
+      ("model", po::value(&dir)->required(), "model folder or hub id org/name[@revision]")
       ("plugin-dir", po::value(&plugin_dir), "where to look for kvcodec plugins (default: next to the binary)")
       ("json", po::bool_switch(&as_json), "one JSON object");
   po::variables_map vm;
   if (int rc = parse_or_exit("info", args, desc, vm, "--model DIR [--json]"); rc >= 0) return rc;
+  auto model = resolve_model_arg("info", dir);
+  if (!model) return 1;
+  dir = model->dir;
   PluginRegistry registry;
   if (plugin_dir.empty()) {
     for (const auto& d : PluginRegistry::default_dirs()) registry.scan(d);

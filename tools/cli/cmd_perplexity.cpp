@@ -6,6 +6,7 @@
 #include "engine/perplexity.h"
 #include "engine/runtime.h"
 #include "model_options.h"
+#include "model_source.h"
 #include "util/file_io.h"
 #include "util/json.h"
 
@@ -52,6 +53,9 @@ int run_perplexity(const Args& args) {
     std::cerr << "sluice perplexity: give exactly one of --ids-file and --text-file\n";
     return 2;
   }
+  auto model = resolve_model_arg("perplexity", options.model_dir);
+  if (!model) return 1;
+  options.model_dir = model->dir;
   if (score == "all") {
     popt.scoring = PerplexityScoring::kAll;
   } else if (score != "second-half") {

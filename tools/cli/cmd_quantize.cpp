@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "model_source.h"
 #include "model_options.h"
 #include "quant/quantizer.h"
 
@@ -24,7 +25,9 @@ int run_quantize(const Args& args) {
   po::variables_map vm;
   if (int rc = parse_or_exit("quantize", args, desc, vm, "--model IN --out OUT [--bits B] [--group-size G] [--keep PATTERN]"); rc >= 0)
     return rc;
-  o.input = in;
+  auto model = resolve_model_arg("quantize", in);
+  if (!model) return 1;
+  o.input = model->dir;
   o.output = out;
   o.max_shard_bytes = static_cast<uint64_t>(shard_gb * 1e9);
   auto r = quant::quantize_model(o);

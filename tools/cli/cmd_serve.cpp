@@ -1,14 +1,18 @@
 // `sluice serve` (and plain `sluice --model ...`): the OpenAI-compatible HTTP server.
 #include <cstdio>
+#include <optional>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "hub/hub_id.h"
+#include "model_source.h"
 #include "engine/engine.h"
 #include "server/chat_prompt.h"
 #include "server/memory_plan.h"
 #include "server/options.h"
+#include "server/loading_server.h"
 #include "server/server.h"
 
 namespace sluice::cli {
@@ -23,7 +27,7 @@ int run_serve(const Args& args) {
     std::fputs(parsed->help_text.c_str(), stdout);
     return 0;
   }
-  const server::ServerOptions& options = parsed->options;
+  server::ServerOptions& options = parsed->options;
 
   // stdout carries the one "ready" line (and --info's plan); logs go to stderr.
   auto logger = spdlog::stderr_color_mt("sluice-serve");
@@ -34,6 +38,28 @@ int run_serve(const Args& args) {
     std::fprintf(stderr, "sluice serve: %s\n", available.message().c_str());
     return 2;
   }
+
+  // A hub model may take minutes to download: meanwhile the port answers 503 and /health shows the
+  // progress (a folder loads in seconds and keeps the plain startup).
+  hub::DownloadProgress progress;
+  std::optional<server::LoadingServer> loading;
+  if (hub::names_hub_model(options.model) && !options.info) {
+    const std::string requested = options.model;
+    loading.emplace([&progress, requested] { return hub::loading_health_json(progress.view(), requested); });
+    if (auto listening = loading->listen(options.host, options.port); !listening) {
+      std::fprintf(stderr, "sluice serve: %s\n", listening.message().c_str());
+      return 1;
+    }
+    options.port = loading->port();  // port 0: the real server takes the port chosen here
+    std::printf("sluice loading: http://%s:%u model=%s (/health reports the progress)\n", options.host.c_str(), loading->port(),
+                requested.c_str());
+    std::fflush(stdout);
+  }
+  auto model = resolve_model_arg("serve", options.model, &progress);
+  if (!model) return 1;
+  options.model = model->dir;
+  if (options.alias.empty()) options.alias = model->name;
+  progress.set_phase("loading");
 
   auto engine = Engine::create(server::to_engine_options(options));
   if (!engine) {
@@ -56,13 +82,17 @@ int run_serve(const Args& args) {
   int status = 0;
   {
     server::Server http_server(**engine, options, std::move(*chat));
-    if (auto listening = http_server.listen(); !listening) {
+    // A hub model: the listening socket passes from the loading answers to the server, backlog and all.
+    const int handed = loading ? loading->hand_over() : -1;
+    auto listening = handed >= 0 ? http_server.listen_on(handed) : http_server.listen();
+    loading.reset();  // answers the loading server had in flight finish
+    if (!listening) {
       std::fprintf(stderr, "sluice serve: %s\n", listening.message().c_str());
       status = 1;
     } else {
       const auto endpoint = http_server.local_endpoint();
       std::printf("sluice ready: http://%s:%u model=%s backend=%s\n", endpoint.address().to_string().c_str(),
-                  endpoint.port(), (*engine)->model_name().c_str(), (*engine)->backend_name().c_str());
+                  endpoint.port(), options.alias.c_str(), (*engine)->backend_name().c_str());
       std::fflush(stdout);
       http_server.run();
       spdlog::info("stopped");

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "commands.h"
+#include "model_source.h"
 #include "stdin_input.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
@@ -90,6 +91,11 @@ int run_tokenize(const Args& args) {
     std::fputs(kTokenizeUsage, stdout);
     return 0;
   }
+  if (!options->model_dir.empty()) {
+    auto model = resolve_model_arg("tokenize", options->model_dir);
+    if (!model) return 1;
+    options->model_dir = model->dir;
+  }
   auto tokenizer = load_tokenizer(*options);
   if (!tokenizer) {
     std::fprintf(stderr, "sluice tokenize: %s\n", tokenizer.message().c_str());
@@ -117,6 +123,11 @@ int run_detokenize(const Args& args) {
   if (options->help) {
     std::fputs(kDetokenizeUsage, stdout);
     return 0;
+  }
+  if (!options->model_dir.empty()) {
+    auto model = resolve_model_arg("detokenize", options->model_dir);
+    if (!model) return 1;
+    options->model_dir = model->dir;
   }
   auto tokenizer = load_tokenizer(*options);
   if (!tokenizer) {

@@ -22,6 +22,7 @@ int run_info(const Args& args);           // cmd_info.cpp
 int run_devices(const Args& args);        // cmd_devices.cpp
 int run_conformance(const Args& args);    // cmd_conformance.cpp
 int run_repack_experts(const Args& args); // cmd_repack_experts.cpp
+int run_download(const Args& args);       // cmd_download.cpp
 int run_bench(const Args& args);          // cmd_bench.cpp (pieces in bench/)
 
 }  // namespace sluice::cli

@@ -17,6 +17,7 @@ struct Command {
 
 const Command kCommands[] = {
     {"serve", sluice::cli::run_serve, "serve a model over an OpenAI-compatible HTTP API"},
+    {"download", sluice::cli::run_download, "fetch a model from the Hugging Face Hub into its cache (org/name[@revision])"},
     {"generate", sluice::cli::run_generate, "generate text from a prompt"},
     {"perplexity", sluice::cli::run_perplexity, "measure perplexity over a token file or text"},
     {"tokenize", sluice::cli::run_tokenize, "text on stdin -> token ids"},
@@ -33,7 +34,7 @@ const Command kCommands[] = {
 };
 
 void print_usage() {
-  std::fprintf(stderr, "usage: sluice <command> [options]\n       sluice --model DIR [serve options]\n\ncommands:\n");
+  std::fprintf(stderr, "usage: sluice <command> [options]\n       sluice --model DIR|org/name [serve options]\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(stderr, "  %-14s %s\n", c.name, c.summary);
   std::fprintf(stderr, "\n`sluice <command> --help` describes a command's options.\n");
 }

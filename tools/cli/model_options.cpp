@@ -23,7 +23,7 @@ void check_devices(const std::string& value) {
 
 void add_model_options(po::options_description& desc, EngineOptions& o) {
   desc.add_options()
-      ("model", po::value(&o.model_dir)->required(), "model folder (Hugging Face layout)")
+      ("model", po::value(&o.model_dir)->required(), "model folder (Hugging Face layout) or hub id org/name[@revision] (cached or downloaded)")
       ("backend", po::value(&o.backend)->default_value("auto"), "auto | cpu | opencl[:P:D] | path/to/plugin.so")
       ("kv-codec", po::value(&o.kv_codec)->default_value("f16"), "KV cache codec: f32 | f16 | plugin name | k=A,v=B")
       ("kv-recent", po::value(&o.kv_recent)->default_value(-1),

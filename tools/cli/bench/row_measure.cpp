@@ -1,5 +1,7 @@
 #include "row_measure.h"
 
+#include "hub/model_resolver.h"
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -10,6 +12,7 @@
 
 #include "bench_stats.h"
 #include "engine/runtime.h"
+#include "hub/model_resolver.h"
 #include "model/expert_layout.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -71,8 +74,7 @@ Result<rapidjson::Value> model_record(const std::string& model_dir, Alloc& a) {
   uint64_t bytes = 0;
   for (const auto& [name, t] : tensors->tensors()) bytes += t.bytes;
   rapidjson::Value m(rapidjson::kObjectType);
-  std::string name = std::filesystem::path(model_dir).lexically_normal().filename().string();
-  if (name.empty()) name = std::filesystem::path(model_dir).lexically_normal().parent_path().filename().string();
+  const std::string name = hub::model_name_of_folder(model_dir);  // org/name for a hub cache snapshot
   m.AddMember("name", str(name, a), a);
   m.AddMember("path", str(model_dir, a), a);
   m.AddMember("architecture", str(config->architecture, a), a);
