@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "job_fakes.h"
+#include "server_goldens.h"
 #include <rapidjson/document.h>
 
 #include "../chat/chat_test_util.h"

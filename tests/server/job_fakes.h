@@ -11,9 +11,6 @@
 
 #include "server/generation_job.h"
 #include "server/response_channel.h"
-#include "util/file_io.h"
-#include "util/json.h"
-#include "reference.h"
 
 namespace sluice::server::test_fakes {
 
@@ -54,14 +51,5 @@ class RecordingChannel : public ResponseChannel {
   bool ended = false;
   std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
 };
-
-// A JSON file of tests/server/data (Jinja2 renders made by the scripts beside it), parsed once; an
-// empty document where it cannot be read (the tests that use it then fail on its missing members).
-inline rapidjson::Document load_golden(const std::string& name) {
-  rapidjson::Document d;
-  auto text = read_text_file(test::source_path("tests/server/data/" + name));
-  if (text) d.Parse(text->c_str());
-  return d;
-}
 
 }  // namespace sluice::server::test_fakes

@@ -3,7 +3,7 @@
 // (tests/server/data/template_controls_golden.json, from make_agent_replay_golden.py).
 #include <gtest/gtest.h>
 
-#include "job_fakes.h"
+#include "server_goldens.h"
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
