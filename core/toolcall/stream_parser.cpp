@@ -139,16 +139,20 @@ bool StreamParser::step_content(bool at_end, StreamDelta& out) {
 }
 
 // A call's opening (and the trailer after it) may not pass max_header_bytes, decided the same way
-// whatever the pieces the text came in: a complete one longer than that is no call, and an incomplete
-// one is given up once the buffer holds more than that plus the look-ahead a syntax may need to see
-// where it ends (found by tests/fuzz/toolcall_fuzz.cpp: with the whole text at hand a long opening
-// was a call, fed in pieces it was given up as content).
+// whatever the pieces the text came in (found by tests/fuzz/toolcall_fuzz.cpp: fed whole, a long
+// opening was a call, or was judged no call further on than a stream could hold; fed in pieces it was
+// given up): the syntax judges it on a window of max_header_bytes plus the look-ahead it may need to
+// see where it ends — the same bytes whole or streamed — and a complete one longer than the bound is
+// no call.
 constexpr std::size_t kOpeningLookahead = 64;
 
 bool StreamParser::step_header(bool at_end, StreamDelta& out) {
-  HeaderStep step = syntax_->header(buf_, continuation_, at_end);
+  const std::size_t window = limits_.max_header_bytes + kOpeningLookahead;
+  const bool cut = buf_.size() > window;
+  HeaderStep step = syntax_->header(cut ? std::string_view(buf_).substr(0, window) : std::string_view(buf_), continuation_,
+                                    at_end && !cut);
   if (step.kind == HeaderStep::kNeedMore) {
-    if (at_end || buf_.size() > limits_.max_header_bytes + kOpeningLookahead) {
+    if (at_end || cut) {
       step = continuation_ ? end_region(0) : no_call(1);
     } else {
       return false;
@@ -254,8 +258,10 @@ bool StreamParser::step_args_raw(bool at_end, StreamDelta& out) {
 }
 
 bool StreamParser::step_trailer(bool at_end) {
-  TrailerStep step = syntax_->trailer(buf_, at_end);
-  if (step.need_more && !at_end && buf_.size() <= limits_.max_header_bytes + kOpeningLookahead) return false;
+  const std::size_t window = limits_.max_header_bytes + kOpeningLookahead;
+  const bool cut = buf_.size() > window;
+  TrailerStep step = syntax_->trailer(cut ? std::string_view(buf_).substr(0, window) : std::string_view(buf_), at_end && !cut);
+  if (step.need_more && !at_end && !cut) return false;
   if (step.need_more || step.consumed > limits_.max_header_bytes) step = TrailerStep{};
   buf_.erase(0, std::min(step.consumed, buf_.size()));
   if (step.more_calls) {
