@@ -43,11 +43,9 @@ Result<DownloadJobs::Started> DownloadJobs::start(const hub::HubId& id) {
     options.cancel = &j->cancel;
     options.step_timeout = std::chrono::seconds(20);
     auto result = fetch_(id, options);
-    {
-      std::lock_guard done(mutex_);
-      if (result) j->snapshot_dir = result->dir;
-    }
     if (!result && j->progress.view().phase != "failed") j->progress.fail(result.message());
+    std::lock_guard done(mutex_);
+    if (result) j->snapshot_dir = result->dir;
     j->finished = true;
   });
   return Started{snapshot_of(*j), true};
@@ -63,7 +61,7 @@ void DownloadJobs::forget_finished() {
 }
 
 DownloadJobs::Snapshot DownloadJobs::snapshot_of(const Job& job) const {
-  return {job.id, job.model, job.progress.view(), job.snapshot_dir};
+  return {job.id, job.model, job.progress.view(), job.snapshot_dir, job.finished.load()};
 }
 
 std::optional<DownloadJobs::Snapshot> DownloadJobs::find(const std::string& job_id) const {

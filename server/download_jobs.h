@@ -30,6 +30,7 @@ class DownloadJobs {
     std::string model;     // org/name[@revision]
     hub::DownloadProgress::View progress;
     std::string snapshot_dir;  // when done
+    bool finished = false;     // the download's thread is over (done or failed)
   };
 
   // fetch: what downloads (tests pass their own); by default hub::fetch_hub_model with the environment's settings.

@@ -35,7 +35,8 @@ void write_job(Writer& w, const DownloadJobs::Snapshot& job) {
   w.Key("id"), str(w, job.id);
   w.Key("object"), w.String("hub.download");
   w.Key("model"), str(w, job.model);
-  w.Key("phase"), str(w, v.phase);
+  // "done" or "failed" once the job is over; while it runs, the step it is at (resolving, downloading, ...).
+  w.Key("phase"), str(w, job.finished || (v.phase != "done" && v.phase != "failed") ? v.phase : std::string("finishing"));
   w.Key("files_done"), w.Int(v.files_done);
   w.Key("files_total"), w.Int(v.files_total);
   w.Key("bytes_done"), w.Uint64(v.done_bytes);
