@@ -123,7 +123,7 @@ export class Chat {
           view.update(answer);
           this.scrollDown(false);
         }
-        if (event.usage) speed.usage(event.usage);
+        if (event.usage) speed.usage(event.usage, event.timings);
       }, { signal: this.controller.signal });
     } catch (e) {
       if (e.name === "AbortError") stopped = true;
@@ -195,7 +195,9 @@ class AnswerView {
   }
 }
 
-// Tokens per second over the decode (from the first token on), and the time to the first token.
+// Tokens per second over the decode and the time to the first token: measured here while tokens arrive,
+// then the server's own figures (usage and timings in the last event), which do not depend on how the
+// network grouped the events.
 class SpeedMeter {
   constructor(out) {
     this.out = out;
@@ -215,8 +217,10 @@ class SpeedMeter {
     if (now - this.shown > 250 || !this.shown) this.show();
   }
 
-  usage(u) {
+  usage(u, timings) {
     if (u && Number.isFinite(u.completion_tokens)) this.reported = u.completion_tokens;
+    if (timings && Number.isFinite(timings.predicted_per_second) && timings.predicted_per_second > 0)
+      this.serverRate = timings.predicted_per_second;
   }
 
   show(done = false, stopped = false) {
@@ -227,7 +231,8 @@ class SpeedMeter {
       return;
     }
     const span = (this.last - this.first) / 1000;
-    const rate = tokens > 1 && span > 0 ? ((tokens - 1) / span).toFixed(1) : "–";
+    // Under a quarter second the events' grouping dominates what is measured here.
+    const rate = this.serverRate ? this.serverRate.toFixed(1) : tokens > 1 && span > 0.25 ? ((tokens - 1) / span).toFixed(1) : "–";
     const ttft = Math.round(this.first - this.start);
     this.out.textContent = `${tokens} tokens · ${rate} tok/s · first token ${ttft} ms${stopped ? " · stopped" : ""}`;
   }

@@ -16,6 +16,7 @@ function showTab(name) {
     tab.setAttribute("aria-selected", String(on));
     document.getElementById("panel-" + tab.dataset.tab).hidden = !on;
   }
+  document.body.dataset.tab = name;
   if (name === "models") models.loadCache();
   if (location.hash !== "#" + name) history.replaceState(null, "", "#" + name);
 }
