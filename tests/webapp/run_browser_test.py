@@ -31,6 +31,22 @@ def find_chromium():
     return None
 
 
+def thinking_model(model, folder):
+    """The bundled model with a generation prompt that opens <think> (as DeepSeek-R1's does): the server
+    then streams its answer as reasoning_content, which the app shows apart."""
+    os.makedirs(folder)
+    for name in os.listdir(model):
+        if name != "chat_template.jinja":
+            os.symlink(os.path.join(os.path.abspath(model), name), os.path.join(folder, name))
+    with open(os.path.join(model, "chat_template.jinja")) as f:
+        template = f.read()
+    opened = template.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'")
+    assert opened != template, "the bundled template's generation prompt changed; update thinking_model()"
+    with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
+        f.write(opened)
+    return folder
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", required=True)
@@ -64,21 +80,24 @@ def main():
         if k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_")):
             del os.environ[k]
     os.environ.update(HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=os.path.join(tmp, "hub"), HF_HOME=os.path.join(tmp, "home"))
-    srv = None
+    srv = thinker = None
     code = 1
     try:
         srv = Server(a.sluice, a.model, "--api-key", KEY)
+        thinker = Server(a.sluice, thinking_model(a.model, os.path.join(tmp, "tiny-thinking")), "--max-tokens", "40")
         env = dict(os.environ, SLUICE_URL=srv.base_url, SLUICE_API_KEY=KEY, CHROMIUM=chromium, SCREENSHOT_DIR=shots,
+                   SLUICE_THINKING_URL=thinker.base_url,
                    HOME=tmp)  # Chromium's profile and crash folders go to the temporary folder
         code = subprocess.run(["node", "browser_test.mjs"], cwd=BROWSER_DIR, env=env, timeout=150).returncode
         if code != 0:
             print("screenshots (and failure.png) in " + shots)
     finally:
-        if srv:
-            rc = srv.stop()
-            if rc != 0:
-                print("server exited with %d:\n%s" % (rc, "".join(srv.stderr_lines)))
-                code = code or 1
+        for server in (srv, thinker):
+            if server:
+                rc = server.stop()
+                if rc != 0:
+                    print("server exited with %d:\n%s" % (rc, "".join(server.stderr_lines)))
+                    code = code or 1
         hub.close()
         os.environ.clear()
         os.environ.update(env_saved)

@@ -4,6 +4,7 @@
 //   SLUICE_API_KEY      its key (the app must ask for it)
 //   CHROMIUM            the browser binary
 //   SCREENSHOT_DIR      where each tab's screenshots go (desktop 1280x800, phone 390x844)
+//   SLUICE_THINKING_URL a second server whose prompt opens <think>: its answers stream as reasoning_content
 // Each step prints `ok - ...`; the first failure throws (exit 1) with what was seen.
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -11,26 +12,38 @@ import path from "node:path";
 import puppeteer from "puppeteer-core";
 
 const url = process.env.SLUICE_URL;
+const thinkingUrl = process.env.SLUICE_THINKING_URL;
 const key = process.env.SLUICE_API_KEY;
 const shots = process.env.SCREENSHOT_DIR;
-assert.ok(url && key && process.env.CHROMIUM && shots, "SLUICE_URL, SLUICE_API_KEY, CHROMIUM and SCREENSHOT_DIR are required");
+assert.ok(url && thinkingUrl && key && process.env.CHROMIUM && shots, "SLUICE_URL, SLUICE_API_KEY, CHROMIUM and SCREENSHOT_DIR are required");
 
 const DESKTOP = { width: 1280, height: 800 };
 // Only the size: changing isMobile would make puppeteer reload the page (and lose the conversation).
 const PHONE = { width: 390, height: 844 };
 const T = 20000;  // a step's wait (the machine may be a loaded 2-core CI runner)
 
-const ok = (what) => console.log("ok - " + what);
+let step = "starting Chromium";
+const ok = (what) => {
+  console.log("ok - " + what);
+  step = "after: " + what;
+};
+// A hung browser call should fail the test with where it stood, before ctest's timeout kills it silently.
+setTimeout(() => {
+  console.error(`not ok - timed out (120 s); last step: ${step}`);
+  process.exit(1);
+}, 120000).unref();
 
 const browser = await puppeteer.launch({
   executablePath: process.env.CHROMIUM,
   headless: true,
+  protocolTimeout: 60000,  // one DevTools call; the default (180 s) outlasts the test's own limit
   // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
   args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions"],
 });
 let failed = false;
 try {
   const page = await browser.newPage();
+  page.setDefaultTimeout(T);
   await page.setViewport(DESKTOP);
   const pageErrors = [];
   page.on("pageerror", (e) => pageErrors.push(String(e)));
@@ -196,6 +209,30 @@ try {
 
   await page.click("#tab-settings");
   await page.screenshot({ path: path.join(shots, "settings-desktop.png"), fullPage: true });
+
+  // --- Thinking (reasoning_content deltas) shows apart from the answer. -----------------------------
+  const thinking = await browser.newPage();
+  await thinking.setViewport(DESKTOP);
+  thinking.on("pageerror", (e) => pageErrors.push(String(e)));
+  await thinking.goto(thinkingUrl + "/", { waitUntil: "domcontentloaded" });
+  await thinking.waitForSelector("body[data-ready=true]", { timeout: T });
+  await thinking.type("#prompt", "def add(a, b):");
+  await thinking.keyboard.press("Enter");
+  await thinking.waitForSelector(".msg.assistant details.thinking", { timeout: T });
+  await thinking.waitForSelector("#send:not([hidden])", { timeout: T });
+  const shown = await thinking.$eval(".msg.assistant", (m) => ({
+    summary: m.querySelector("details.thinking summary").textContent,
+    reasoning: m.querySelector("details.thinking .body").textContent,
+    answer: m.querySelector(".answer").textContent,
+    order: [...m.children].map((c) => c.className),
+  }));
+  assert.equal(shown.summary, "Thinking");
+  assert.ok(shown.reasoning.length > 10, "the reasoning should be shown: " + JSON.stringify(shown));
+  assert.equal(shown.answer, "");  // the model never closed </think>: nothing of it is the answer
+  assert.deepEqual(shown.order, ["thinking", "answer"]);
+  await thinking.screenshot({ path: path.join(shots, "thinking-desktop.png") });
+  await thinking.close();
+  ok("reasoning_content streams into a Thinking block apart from the answer");
 
   // --- A phone-sized screen: nothing wider than the screen, every tab reachable. -------------------
   await page.setViewport(PHONE);
