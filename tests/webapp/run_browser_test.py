@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Runs the web app's browser test (tests/webapp/browser/browser_test.mjs): starts the test hub
 (tests/hub/fake_hub.py, its model files slowed so a download's progress can be watched) and the real
-`sluice serve --api-key` pointed at it with an empty cache, then drives the app in headless Chromium.
+`sluice serve --api-key --cors '*'` pointed at it with an empty cache, and a second server whose prompt
+opens <think> (its page also reaches the first server across origins), then drives the app in headless
+Chromium.
 
 Exit 77 (ctest SKIP_RETURN_CODE) only when Chromium is not installed (the `chromium` package; CHROMIUM
 names another binary). A missing node or puppeteer-core is a failure: tools/setup.sh installs both.
@@ -83,7 +85,7 @@ def main():
     srv = thinker = None
     code = 1
     try:
-        srv = Server(a.sluice, a.model, "--api-key", KEY)
+        srv = Server(a.sluice, a.model, "--api-key", KEY, "--cors", "*")
         thinker = Server(a.sluice, thinking_model(a.model, os.path.join(tmp, "tiny-thinking")), "--max-tokens", "40")
         env = dict(os.environ, SLUICE_URL=srv.base_url, SLUICE_API_KEY=KEY, CHROMIUM=chromium, SCREENSHOT_DIR=shots,
                    SLUICE_THINKING_URL=thinker.base_url,

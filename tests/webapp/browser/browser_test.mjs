@@ -231,8 +231,25 @@ try {
   assert.equal(shown.answer, "");  // the model never closed </think>: nothing of it is the answer
   assert.deepEqual(shown.order, ["thinking", "answer"]);
   await thinking.screenshot({ path: path.join(shots, "thinking-desktop.png") });
-  await thinking.close();
   ok("reasoning_content streams into a Thinking block apart from the answer");
+
+  // --- Over --cors: this page (another origin) pointed at the first server, key and all. ------------
+  await thinking.click("#tab-settings");
+  await thinking.type('input[name="server_url"]', url);
+  await thinking.type('input[name="api_key"]', key);
+  await thinking.type('input[name="max_tokens"]', "8");
+  await thinking.click('#settings-form button[type="submit"]');
+  await thinking.waitForFunction(() => /^tiny-code-qwen2 /.test(document.getElementById("served-model").textContent), { timeout: T });
+  await thinking.click("#tab-chat");
+  await thinking.click("#clear-chat");
+  await thinking.type("#prompt", "import os");
+  await thinking.keyboard.press("Enter");
+  await thinking.waitForSelector("#send:not([hidden])", { timeout: T });
+  await thinking.waitForFunction(() => /^8 tokens/.test(document.getElementById("speed").textContent), { timeout: T });
+  assert.equal(await thinking.$eval(".msg.assistant", (m) => m.classList.contains("error")), false);
+  assert.ok((await thinking.$eval(".msg.assistant .answer", (a) => a.textContent)).length > 0);
+  await thinking.close();
+  ok("the app from another origin talks to a server started with --cors, sending the key");
 
   // --- A phone-sized screen: nothing wider than the screen, every tab reachable. -------------------
   await page.setViewport(PHONE);
