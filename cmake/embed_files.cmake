@@ -1,6 +1,7 @@
 # Turns files into a C++ source of byte arrays, run at build time (cmake -P), so the web app ships inside
 # the binary and needs nothing at run time. Each file gets its bytes, its size and an ETag (the first 16
-# hex digits of its SHA-256: it changes exactly when the bytes do).
+# hex digits of its SHA-256: it changes exactly when the bytes do); text files also a gzip copy (CMake's
+# own libarchive: no tool needed) with an ETag of its own, where compressing makes them smaller.
 #   -DOUTPUT=<file.cpp> -DBASE_DIR=<dir> -DFILES=<a|b|c> (paths relative to BASE_DIR; served as /<path>)
 cmake_minimum_required(VERSION 3.22)
 string(REPLACE "|" ";" FILES "${FILES}")
@@ -17,7 +18,22 @@ foreach(rel IN LISTS FILES)
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
   string(REGEX REPLACE "((0x[0-9a-f][0-9a-f],){16})" "\\1\n    " bytes "${bytes}")
   string(APPEND body "const unsigned char kAsset${index}[] = {\n    ${bytes}0x00};\n")
-  string(APPEND table "    {\"/${rel}\", {reinterpret_cast<const char*>(kAsset${index}), ${size}}, \"\\\"${etag}\\\"\"},\n")
+  set(gzip_entry "{}, {}")
+  if(rel MATCHES "\\.(html|css|js|mjs|svg|json)$")
+    set(gz "${OUTPUT}.${index}.gz")
+    file(ARCHIVE_CREATE OUTPUT "${gz}" PATHS "${BASE_DIR}/${rel}" FORMAT raw COMPRESSION GZip)
+    file(READ "${gz}" gz_hex HEX)
+    file(REMOVE "${gz}")
+    string(LENGTH "${gz_hex}" gz_hex_length)
+    math(EXPR gz_size "${gz_hex_length} / 2")
+    if(gz_size LESS size)
+      string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," gz_bytes "${gz_hex}")
+      string(REGEX REPLACE "((0x[0-9a-f][0-9a-f],){16})" "\\1\n    " gz_bytes "${gz_bytes}")
+      string(APPEND body "const unsigned char kAssetGzip${index}[] = {\n    ${gz_bytes}0x00};\n")
+      set(gzip_entry "{reinterpret_cast<const char*>(kAssetGzip${index}), ${gz_size}}, \"\\\"${etag}-gzip\\\"\"")
+    endif()
+  endif()
+  string(APPEND table "    {\"/${rel}\", {reinterpret_cast<const char*>(kAsset${index}), ${size}}, \"\\\"${etag}\\\"\", ${gzip_entry}},\n")
   math(EXPR index "${index} + 1")
 endforeach()
 string(APPEND body "\nconst EmbeddedFile kFiles[] = {\n${table}};\n\n}  // namespace\n\n")

@@ -42,7 +42,8 @@ void CorsPolicy::apply(const http::fields& request, http::fields& response) cons
   auto origin = request[http::field::origin];
   if (std::string_view(origin.data(), origin.size()) == allowed_) {
     response.set(http::field::access_control_allow_origin, allowed_);
-    response.set(http::field::vary, "Origin");
+    const auto vary = response[http::field::vary];  // keeps what the answer already varies by
+    response.set(http::field::vary, vary.empty() ? std::string("Origin") : std::string(vary) + ", Origin");
   }
 }
 

@@ -2,6 +2,7 @@
 (tests/hub/fake_hub.py) — the embedded files and their headers, the key on /v1 and not on the page, the ready
 line's URLs, /v1/server, hub search proxied to HF_ENDPOINT, downloads into the cache with progress, and the
 cache listing with its fits indicator. Exit 77 (ctest SKIP_RETURN_CODE) when the binary or model is missing."""
+import gzip
 import json
 import os
 import shutil
@@ -93,6 +94,20 @@ class WebAppServer(unittest.TestCase):
         self.assertEqual(headers["etag"], etag)
         status, _, _ = self.get("/app/chat.js", {"If-None-Match": '"0000000000000000"'})
         self.assertEqual(status, 200)
+
+    def test_text_files_are_gzipped_for_clients_that_accept_it(self):
+        _, plain_headers, plain = self.get("/app/chat.js")
+        status, headers, body = self.get("/app/chat.js", {"Accept-Encoding": "gzip"})
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["content-encoding"], "gzip")
+        self.assertEqual(headers["vary"], "Accept-Encoding")
+        self.assertEqual(gzip.decompress(body), plain)
+        self.assertLess(len(body), len(plain))
+        self.assertNotEqual(headers["etag"], plain_headers["etag"])
+        self.assertNotIn("content-encoding", plain_headers)
+        status, _, _ = self.get("/app/chat.js", {"Accept-Encoding": "gzip", "If-None-Match": headers["etag"]})
+        self.assertEqual(status, 304)
+        # With --cors '*' the origin is not varied on; a named origin adds itself to Vary (unit tested).
 
     def test_api_needs_the_key(self):
         for method, path in [("GET", "/v1/server"), ("GET", "/v1/hub/models"), ("GET", "/v1/hub/search?q=tiny"),

@@ -71,6 +71,57 @@ TEST(StaticAssets, MatchingIfNoneMatchGets304WithoutABody) {
   EXPECT_EQ(static_file_reply(js, req).status, 200);
 }
 
+TEST(StaticAssets, TextFilesGoGzippedToClientsThatAcceptIt) {
+  const EmbeddedFile& js = *find_embedded_file("/app/chat.js");
+  ASSERT_FALSE(js.gzip.empty());
+  EXPECT_LT(js.gzip.size(), js.bytes.size() / 2);
+  EXPECT_EQ(js.gzip.substr(0, 2), "\x1f\x8b");  // the gzip magic
+  EXPECT_NE(js.gzip_etag, js.etag);
+  HttpRequest req{http::verb::get, "/app/chat.js", 11};
+  req.set(http::field::accept_encoding, "gzip, deflate, br");
+  Reply r = static_file_reply(js, req);
+  EXPECT_EQ(r.body, js.gzip);
+  EXPECT_EQ(header(r, "Content-Encoding"), "gzip");
+  EXPECT_EQ(header(r, "Vary"), "Accept-Encoding");
+  EXPECT_EQ(header(r, "ETag"), js.gzip_etag);
+  req.set(http::field::if_none_match, js.gzip_etag);
+  EXPECT_EQ(static_file_reply(js, req).status, 304);
+  req.set(http::field::if_none_match, js.etag);  // the other form's tag: not this representation
+  EXPECT_EQ(static_file_reply(js, req).status, 200);
+
+  req.erase(http::field::if_none_match);
+  req.set(http::field::accept_encoding, "gzip;q=0, identity");
+  r = static_file_reply(js, req);
+  EXPECT_EQ(r.body, js.bytes);
+  EXPECT_EQ(header(r, "Content-Encoding"), "");
+  EXPECT_EQ(header(r, "Vary"), "Accept-Encoding");
+}
+
+TEST(StaticAssets, CorsAddsOriginToWhatTheAnswerVariesBy) {
+  http::fields request, response;
+  request.set(http::field::origin, "http://app.test");
+  response.set(http::field::vary, "Accept-Encoding");
+  CorsPolicy("http://app.test").apply(request, response);
+  EXPECT_EQ(response[http::field::vary], "Accept-Encoding, Origin");
+  http::fields plain;
+  CorsPolicy("http://app.test").apply(request, plain);
+  EXPECT_EQ(plain[http::field::vary], "Origin");
+}
+
+TEST(StaticAssets, ReadsAcceptEncoding) {
+  EXPECT_TRUE(accepts_gzip("gzip"));
+  EXPECT_TRUE(accepts_gzip("deflate, gzip;q=0.5"));
+  EXPECT_TRUE(accepts_gzip("*"));
+  EXPECT_TRUE(accepts_gzip("x-gzip"));
+  EXPECT_FALSE(accepts_gzip(""));
+  EXPECT_FALSE(accepts_gzip("identity"));
+  EXPECT_FALSE(accepts_gzip("br"));
+  EXPECT_FALSE(accepts_gzip("gzip;q=0"));
+  EXPECT_FALSE(accepts_gzip("gzip; q=0.000, *"));  // refused by name: the star does not bring it back
+  EXPECT_FALSE(accepts_gzip("*;q=0"));
+  EXPECT_FALSE(accepts_gzip("gzipx"));
+}
+
 TEST(StaticAssets, PageIsOpenAndTheApiIsGuarded) {
   http::fields none;
   const std::string key = "secret";
