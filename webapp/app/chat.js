@@ -113,9 +113,12 @@ export class Chat {
     this.setBusy(true);
     let stopped = false;
     let failure = null;
+    let finish = null;
     try {
       await postStream("/v1/chat/completions", this.requestBody(), (event) => {
-        const delta = event.choices && event.choices[0] && event.choices[0].delta;
+        const choice = event.choices && event.choices[0];
+        if (choice && choice.finish_reason) finish = choice.finish_reason;
+        const delta = choice && choice.delta;
         if (delta) {
           if (delta.reasoning_content) answer.reasoning += delta.reasoning_content;
           if (delta.content) answer.content += delta.content;
@@ -137,6 +140,7 @@ export class Chat {
       bubble.replaceChildren(document.createTextNode(failure.message));  // Regenerate asks again
     } else {
       if (stopped) view.note("stopped");
+      else if (finish === "length") view.note("cut at the token limit (max tokens in Settings, or the context)");
       this.history.push({ role: "assistant", content: answer.content });
     }
     this.setBusy(false);

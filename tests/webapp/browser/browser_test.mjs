@@ -175,6 +175,7 @@ try {
   assert.equal(regenerated.messages.filter((m) => m.role === "assistant").length, 1);  // without the stopped answer
   assert.match(await page.$eval("#speed", (e) => e.textContent), /^24 tokens/);
   assert.equal(await page.$$eval(".msg.assistant", (m) => m.length), 2);
+  assert.match(await page.$$eval(".msg.assistant", (m) => m[1].querySelector(".note")?.textContent ?? ""), /^cut at the token limit/);
   ok("sampling settings (temperature, top_k, max_tokens, seed) travel with the request; Regenerate replaces the answer");
   await page.screenshot({ path: path.join(shots, "chat-desktop.png") });
 
@@ -229,7 +230,7 @@ try {
   assert.equal(shown.summary, "Thinking");
   assert.ok(shown.reasoning.length > 10, "the reasoning should be shown: " + JSON.stringify(shown));
   assert.equal(shown.answer, "");  // the model never closed </think>: nothing of it is the answer
-  assert.deepEqual(shown.order, ["thinking", "answer"]);
+  assert.deepEqual(shown.order, ["thinking", "answer", "note"]);  // the note: --max-tokens 40 cut it
   await thinking.screenshot({ path: path.join(shots, "thinking-desktop.png") });
   ok("reasoning_content streams into a Thinking block apart from the answer");
 
