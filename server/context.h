@@ -4,6 +4,7 @@
 
 #include "engine/engine.h"
 #include "server/chat_prompt.h"
+#include "server/download_jobs.h"
 #include "server/http_policy.h"
 #include "server/metrics.h"
 #include "server/options.h"
@@ -34,6 +35,7 @@ struct ServerContext {
   RequestDefaults defaults;
   ServerInfo info;
   ServerCounters counters;
+  DownloadJobs downloads;         // hub downloads started through the web app
   WorkPool* work_pool = nullptr;  // where body-parsing routes run; null → inline (the server sets it)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };

@@ -3,6 +3,7 @@
 #include "model/model_config.h"
 #include "server/generation_job.h"
 #include "server/handlers.h"
+#include "server/static_assets.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::server {
@@ -127,6 +128,14 @@ Router make_router(ServerContext& ctx) {
   r.add(V::post, "/chat/completions", generate(handle_chat_completions), Work::kPool);
   r.add(V::post, "/v1/completions", generate(handle_completions), Work::kPool);
   r.add(V::post, "/completions", generate(handle_completions), Work::kPool);
+  // The web app's.
+  r.add(V::get, "/v1/server", now(handle_server_info));
+  r.add(V::get, "/v1/hub/models", now(handle_cached_models), Work::kPool);      // reads the disk
+  r.add(V::get, "/v1/hub/search", with_body(handle_hub_search), Work::kPool);   // waits on the hub
+  r.add(V::post, "/v1/hub/downloads", with_body(handle_start_download), Work::kPool);
+  r.add(V::get, "/v1/hub/downloads", now(handle_list_downloads));
+  r.add_prefix(V::get, "/v1/hub/downloads/", "/v1/hub/downloads/{id}", with_body(handle_download));
+  add_static_routes(r);  // the web chat app at /
   return r;
 }
 

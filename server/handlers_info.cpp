@@ -71,28 +71,6 @@ void model_object(rapidjson::Writer<rapidjson::StringBuffer>& w, ServerContext& 
   w.EndObject();
 }
 
-// "%2F" → "/": SDKs encode the id as one path segment (Hugging Face ids hold a slash); a raw slash
-// is taken as it is. A malformed escape stays literal (and then names no model).
-std::string percent_decoded(std::string_view text) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
-      out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 Reply handle_models(ServerContext& ctx) {
@@ -111,6 +89,7 @@ Reply handle_models(ServerContext& ctx) {
 Reply handle_model(ServerContext& ctx, const HttpRequest& req) {
   std::string_view path = target_path(req.target());
   std::string_view rest = path.substr(path.find("/models/") + std::string_view("/models/").size());
+  // SDKs encode the id as one path segment ("%2F": Hugging Face ids hold a slash); a raw slash is taken as it is.
   const std::string id = percent_decoded(rest);
   if (id != ctx.info.model) {
     return Reply::error(ApiError{404, "The model '" + id + "' does not exist; this server serves '" + ctx.info.model + "'",

@@ -24,7 +24,7 @@ class Server:
                                      errors="replace", preexec_fn=preexec_fn)
         self.stderr_lines = []
         self._readers = [threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines), daemon=True)]
-        lines = queue.Queue()
+        lines = self.stdout_lines = queue.Queue()  # stdout after the ready line stays here for a test to read
         self._readers.append(threading.Thread(target=self._lines, args=(self.proc.stdout, lines), daemon=True))
         for t in self._readers:
             t.start()
