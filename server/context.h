@@ -1,6 +1,8 @@
 #pragma once
 // What every handler may use: the engine, the options, the chat template, the counters.
+#include <atomic>
 #include <chrono>
+#include <functional>
 
 #include "engine/engine.h"
 #include "server/chat_prompt.h"
@@ -38,6 +40,10 @@ struct ServerContext {
   DownloadJobs downloads;         // hub downloads started through the web app
   WorkPool* work_pool = nullptr;  // where body-parsing routes run; null → inline (the server sets it)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // Draining (SIGTERM, POST /admin/drain): /health answers 503 and new generations are refused while
+  // the ones in flight finish; then the server stops. request_drain starts it (set by the Server).
+  std::atomic<bool> draining{false};
+  std::function<void()> request_drain;
 };
 
 }  // namespace sluice::server

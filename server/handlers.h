@@ -11,6 +11,8 @@ Reply handle_models(ServerContext& ctx);
 // GET /v1/models/{id}: the served model's object, or a 404 model_not_found for any other id.
 Reply handle_model(ServerContext& ctx, const HttpRequest& req);
 Reply handle_metrics(ServerContext& ctx);
+// POST /admin/drain: stop admitting, finish what is in flight (within --shutdown-grace), exit.
+Reply handle_drain(ServerContext& ctx);
 
 // POST /tokenize, /detokenize, /apply-template (llama.cpp's shapes)
 Reply handle_tokenize(ServerContext& ctx, const HttpRequest& req);

@@ -15,6 +15,7 @@ namespace {
 std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams& params,
                                       std::vector<int32_t> prompt_ids, JobSpec spec, const char* prompt_param,
                                       const std::shared_ptr<ResponseChannel>& channel) {
+  if (ctx.draining.load()) return Reply::error(ApiError::draining());
   const int context = ctx.engine.context_size();
   const int prompt_tokens = static_cast<int>(prompt_ids.size());
   if (prompt_tokens == 0) return Reply::error(ApiError::bad_request("the prompt is empty", prompt_param));
@@ -120,6 +121,7 @@ Router make_router(ServerContext& ctx) {
   r.add_prefix(V::get, "/v1/models/", "/v1/models/{id}", with_body(handle_model));
   r.add_prefix(V::get, "/models/", "/models/{id}", with_body(handle_model));
   r.add(V::get, "/metrics", now(handle_metrics));
+  r.add(V::post, "/admin/drain", now(handle_drain));
   // Everything with a body parses JSON and tokenizes or renders: off the I/O threads.
   r.add(V::post, "/tokenize", with_body(handle_tokenize), Work::kPool);
   r.add(V::post, "/detokenize", with_body(handle_detokenize), Work::kPool);

@@ -84,11 +84,11 @@ class Server:
         status, hdrs, data = self.request(method, path, body, headers, timeout)
         return status, json.loads(data) if data else None
 
-    def stream(self, path, body, timeout=60):
+    def stream(self, path, body, timeout=60, headers=None):
         """POSTs and yields each SSE data payload (str) as it arrives."""
         conn = self.connection(timeout)
         try:
-            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", **(headers or {})})
             res = conn.getresponse()
             if res.status != 200:
                 raise AssertionError("stream status %d: %s" % (res.status, res.read()))
