@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "engine/routing_key.h"
 #include "model/model_config.h"
 #include "server/generation_job.h"
 #include "server/handlers.h"
@@ -14,7 +15,7 @@ namespace {
 // `prompt_param` names the field an error about the prompt points at (messages or prompt).
 std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams& params,
                                       std::vector<int32_t> prompt_ids, JobSpec spec, const char* prompt_param,
-                                      const std::shared_ptr<ResponseChannel>& channel) {
+                                      const std::shared_ptr<ResponseChannel>& channel, std::string_view session_id) {
   if (ctx.draining.load()) return Reply::error(ApiError::draining());
   const int context = ctx.engine.context_size();
   const int prompt_tokens = static_cast<int>(prompt_ids.size());
@@ -25,6 +26,10 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
                                      std::to_string(context),
                                  "invalid_request_error", prompt_param, "context_length_exceeded"});
   }
+  // The routing key of the prompt's beginning (engine/routing_key.h), and the client's own session id
+  // echoed, for a load balancer that keeps a conversation on the replica holding its pages.
+  if (auto key = prefix_routing_key(prompt_ids)) channel->set_header("X-Sluice-Prefix-Key", routing_key_text(*key));
+  if (!session_id.empty()) channel->set_header("X-Session-Id", std::string(session_id));
   auto request = std::make_shared<GenerationRequest>();
   request->prompt_ids = std::move(prompt_ids);
   request->max_tokens = std::max(1, std::min(params.max_tokens, context - prompt_tokens));
@@ -50,6 +55,17 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
   return std::nullopt;
 }
 
+// X-Session-Id as the client sent it, when it is short printable ASCII (it goes back in a header).
+std::string_view session_id_of(const HttpRequest& req) {
+  const auto it = req.find("X-Session-Id");
+  if (it == req.end()) return {};
+  const std::string_view v(it->value().data(), it->value().size());
+  if (v.empty() || v.size() > 128) return {};
+  for (char c : v)
+    if (c < 0x21 || c > 0x7e) return {};
+  return v;
+}
+
 }  // namespace
 
 std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpRequest& req,
@@ -71,7 +87,7 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
     spec.tool_argument_types = toolcall::ArgumentTypes::from_tools(chat.tools);
   }
   spec.parallel_tool_calls = chat.parallel_tool_calls;
-  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel);
+  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel, session_id_of(req));
 }
 
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
@@ -95,7 +111,7 @@ std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& r
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/false, ctx.info.model);
   if (completion.echo) spec.echo_text = completion.prompt_text ? *completion.prompt_text : tok.decode(ids);
-  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), "prompt", channel);
+  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), "prompt", channel, session_id_of(req));
 }
 
 Router make_router(ServerContext& ctx) {

@@ -182,6 +182,32 @@ class Endpoints(unittest.TestCase):
         self.assertEqual(len(finals), 1)
         self.assertIn(finals[0]["choices"][0]["finish_reason"], ("stop", "length"))
 
+    def test_answers_carry_the_routing_key_and_echo_the_session_id(self):
+        long_prompt = "def fibonacci(n):\n    " + "# compute the nth number of the sequence\n    " * 6
+        # A streamed answer: the headers go out with the stream's head.
+        conn = self.srv.connection()
+        try:
+            conn.request("POST", "/v1/completions", body=json.dumps({"prompt": long_prompt, "max_tokens": 2, "stream": True}),
+                         headers={"Content-Type": "application/json", "X-Session-Id": "conv-42"})
+            res = conn.getresponse()
+            streamed = res.getheader("X-Sluice-Prefix-Key")
+            self.assertEqual(res.getheader("X-Session-Id"), "conv-42")
+            res.read()
+        finally:
+            conn.close()
+        self.assertRegex(streamed or "", r"^[0-9a-f]{16}$")
+        # A plain one of a longer prompt with the same beginning: the same key (its first blocks).
+        status, hdrs, _ = self.srv.request("POST", "/v1/completions", {"prompt": long_prompt + "return n", "max_tokens": 2})
+        self.assertEqual(status, 200)
+        self.assertEqual(hdrs.get("x-sluice-prefix-key"), streamed)
+        self.assertNotIn("x-session-id", hdrs)
+        # A prompt shorter than a block has no key; a session id that is not a header token is not echoed.
+        status, hdrs, _ = self.srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                                           headers={"X-Session-Id": "two words"})
+        self.assertEqual(status, 200)
+        self.assertNotIn("x-sluice-prefix-key", hdrs)
+        self.assertNotIn("x-session-id", hdrs)
+
     def test_apply_template_tokenize_detokenize(self):
         self.need_chat()
         status, body = self.srv.json("POST", "/apply-template", {"messages": [{"role": "user", "content": "hi"}]})
