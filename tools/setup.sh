@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-dev llvm
   prometheus python3 python3-matplotlib fio curl
-  haproxy
+  haproxy nginx
   chromium
 )
 

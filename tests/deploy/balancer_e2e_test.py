@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Three replicas of the bundled model behind HAProxy, configured by deploy/haproxy.cfg (its bind port
-and server lines replaced): conversations keep to the replica that holds their prefix, requests
-without a session spread over all three, a draining replica finishes its stream while its new work
-goes elsewhere, and a replica killed under load loses no request that had not started streaming.
-Loopback only; exits 77 (skipped) when haproxy is not installed (tools/setup.sh installs it)."""
+"""Three replicas of the bundled model behind a load balancer, configured by deploy/haproxy.cfg or
+deploy/nginx.conf (their listening port and server lines replaced): conversations keep to the replica
+that holds their prefix, requests without a session spread over all three, a draining replica
+finishes its stream while its new work goes elsewhere, and a replica killed under load loses no
+request that had not started streaming. Loopback only; a balancer that is not installed is skipped
+(tools/setup.sh installs both); exits 77 when neither is."""
 import json
 import os
 import re
@@ -22,25 +23,21 @@ from sluice_server_harness import Server, free_port, run_e2e_tests  # noqa: E402
 
 ARGS = None
 KEY = {"Authorization": "Bearer fleet-key"}
-CONFIG = os.path.join(HERE, "..", "..", "deploy", "haproxy.cfg")
+DEPLOY = os.path.join(HERE, "..", "..", "deploy")
 
 
 class Balancer:
-    """haproxy -db on the deploy file, its frontend on a free port, one server line per replica."""
+    """A balancer process on its deploy file, listening on a free port, one server line per replica."""
 
     def __init__(self, replicas):
         self.port = free_port()
-        text = open(CONFIG).read()
-        text = re.sub(r"(?m)^  bind 127\.0\.0\.1:\d+$", "  bind 127.0.0.1:%d" % self.port, text)
-        text = re.sub(r"(?m)^  server replica.*\n", "", text)
-        text += "".join("  server replica%d %s:%d check\n" % (i + 1, r.host, r.port) for i, r in enumerate(replicas))
-        self.dir = tempfile.mkdtemp(prefix="sluice-haproxy-")
-        self.path = os.path.join(self.dir, "haproxy.cfg")
+        self.host = "127.0.0.1"
+        self.dir = tempfile.mkdtemp(prefix="sluice-%s-" % self.name)
+        text = self.configure(open(os.path.join(DEPLOY, self.config)).read(), replicas)
+        self.path = os.path.join(self.dir, self.config)
         with open(self.path, "w") as f:
             f.write(text)
-        self.proc = subprocess.Popen(["haproxy", "-db", "-f", self.path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
-        self.host = "127.0.0.1"
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def stop(self):
         self.proc.terminate()
@@ -49,6 +46,30 @@ class Balancer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class HAProxy(Balancer):
+    name, config = "haproxy", "haproxy.cfg"
+
+    def configure(self, text, replicas):
+        text = re.sub(r"(?m)^  bind 127\.0\.0\.1:\d+$", "  bind 127.0.0.1:%d" % self.port, text)
+        text = re.sub(r"(?m)^  server replica.*\n", "", text)
+        return text + "".join("  server replica%d %s:%d check\n" % (i + 1, r.host, r.port) for i, r in enumerate(replicas))
+
+    def command(self):
+        return ["haproxy", "-db", "-f", self.path]
+
+
+class Nginx(Balancer):
+    name, config = "nginx", "nginx.conf"
+
+    def configure(self, text, replicas):
+        text = re.sub(r"(?m)^    listen 127\.0\.0\.1:\d+;$", "    listen 127.0.0.1:%d;" % self.port, text)
+        servers = "".join("    server %s:%d max_fails=1 fail_timeout=5s;\n" % (r.host, r.port) for r in replicas)
+        return re.sub(r"(?m)(^    server 127\.0\.0\.1:\d+ .*\n)+", servers, text)
+
+    def command(self):
+        return ["nginx", "-p", self.dir, "-c", self.path]
 
 
 def balancer_view(balancer):
@@ -70,14 +91,19 @@ def chat(front, messages, session=None, max_tokens=8):
         return status, hdrs, {"not_json": data.decode(errors="replace")[:300]}
 
 
-class Fleet(unittest.TestCase):
+class Fleet:
+    """The tests, for each balancer (the subclasses below name it)."""
+    balancer_class = None
+
     @classmethod
     def setUpClass(cls):
+        if shutil.which(cls.balancer_class.name) is None:
+            raise unittest.SkipTest("%s not installed (tools/setup.sh installs it)" % cls.balancer_class.name)
         cls.replicas = []
         for i in range(3):
             cls.replicas.append(Server(ARGS.sluice, ARGS.model, "--api-key", "fleet-key", "--alias", "replica%d" % (i + 1),
                                        "--parallel", "2", "--shutdown-grace", "60"))
-        cls.balancer = Balancer(cls.replicas)
+        cls.balancer = cls.balancer_class(cls.replicas)
         cls.front = balancer_view(cls.balancer)
         deadline = time.time() + 30
         while time.time() < deadline:  # the frontend up and every replica answering through it
@@ -120,7 +146,7 @@ class Fleet(unittest.TestCase):
             self.assertEqual(len(served_by), 1, "%s moved between replicas: %s" % (session, served_by))
             placed[session] = served_by.pop()
         self.assertGreater(len(set(placed.values())), 1, placed)  # the sessions are spread, not piled on one
-        Fleet.placed = placed
+        type(self).placed = placed
 
     def test_2_requests_without_a_session_spread_over_every_replica(self):
         models = [chat(self.front, [{"role": "user", "content": "unrelated %d" % i}])[2]["model"] for i in range(9)]
@@ -128,7 +154,7 @@ class Fleet(unittest.TestCase):
 
     def test_3_a_draining_replica_finishes_its_stream_and_its_new_work_goes_elsewhere(self):
         target = self.replicas[0]
-        session = next((s for s, m in getattr(Fleet, "placed", {}).items() if m == "replica1"), None)
+        session = next((s for s, m in getattr(type(self), "placed", {}).items() if m == "replica1"), None)
         if session is None:  # find a session id the hash sends to replica1
             for n in range(100):
                 if chat(self.front, [{"role": "user", "content": "x"}], "probe-%d" % n, 1)[2]["model"] == "replica1":
@@ -204,9 +230,17 @@ class Fleet(unittest.TestCase):
         victim.kill()
 
 
+class BehindHAProxy(Fleet, unittest.TestCase):
+    balancer_class = HAProxy
+
+
+class BehindNginx(Fleet, unittest.TestCase):
+    balancer_class = Nginx
+
+
 def main():
-    if shutil.which("haproxy") is None:
-        print("SKIP: haproxy not installed (tools/setup.sh installs it)")
+    if shutil.which("haproxy") is None and shutil.which("nginx") is None:
+        print("SKIP: neither haproxy nor nginx is installed (tools/setup.sh installs both)")
         return 77
 
     def use(args):
