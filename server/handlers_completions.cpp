@@ -30,6 +30,7 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
   // echoed, for a load balancer that keeps a conversation on the replica holding its pages.
   if (auto key = prefix_routing_key(prompt_ids)) channel->set_header("X-Sluice-Prefix-Key", routing_key_text(*key));
   if (!session_id.empty()) channel->set_header("X-Session-Id", std::string(session_id));
+  if (!ctx.info.replica.empty()) channel->set_header("X-Sluice-Replica", ctx.info.replica);
   auto request = std::make_shared<GenerationRequest>();
   request->prompt_ids = std::move(prompt_ids);
   request->max_tokens = std::max(1, std::min(params.max_tokens, context - prompt_tokens));

@@ -26,6 +26,7 @@ po::options_description describe(ServerOptions& o) {
     ("model,m", po::value(&o.model),
      "model folder (config.json, safetensors, tokenizer.json), or a Hugging Face Hub id org/name[@revision] "
      "found in the hub cache or downloaded into it; required")
+    ("replica-name", po::value(&o.replica_name), "this replica's name in the X-Sluice-Replica header of completion answers (default: host name:port)")
     ("alias", po::value(&o.alias), "the model's id in the API (default: org/name for a hub model, else the folder's name)")
     ("host", po::value(&o.host)->default_value(o.host), "address to listen on")
     ("port", po::value(&o.port)->default_value(o.port), "port to listen on (0 = any free port)")

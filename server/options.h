@@ -14,6 +14,7 @@ struct ServerOptions {
   std::string config_file;
   std::string model;           // a folder or a hub id org/name[@revision] (resolved before the engine loads)
   std::string alias;           // the model's id in the API (default: org/name of a hub model, else the folder's name)
+  std::string replica_name;  // --replica-name: this replica in X-Sluice-Replica (default host name:port)
   std::string host = "127.0.0.1";
   int port = 5413;
   std::string backend = "auto";

@@ -1,6 +1,9 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
 
 #include <spdlog/spdlog.h>
 
@@ -22,9 +25,29 @@ Server::Server(Engine& engine, const ServerOptions& options, ChatPrompt chat)
 
 Server::~Server() = default;
 
-Status Server::listen() { return listener_->open(ctx_.options.host, ctx_.options.port); }
+Status Server::listen() {
+  Status s = listener_->open(ctx_.options.host, ctx_.options.port);
+  if (s) name_replica();
+  return s;
+}
 
-Status Server::listen_on(int listening_fd) { return listener_->adopt(listening_fd); }
+Status Server::listen_on(int listening_fd) {
+  Status s = listener_->adopt(listening_fd);
+  if (s) name_replica();
+  return s;
+}
+
+// Behind a balancer, which replica answered (sluice bench --server groups by it): its --replica-name,
+// else the host's name and the bound port.
+void Server::name_replica() {
+  if (!ctx_.options.replica_name.empty()) {
+    ctx_.info.replica = ctx_.options.replica_name;
+    return;
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
+  ctx_.info.replica = std::string(host) + ":" + std::to_string(listener_->local_endpoint().port());
+}
 
 tcp::endpoint Server::local_endpoint() const { return listener_->local_endpoint(); }
 

@@ -34,6 +34,7 @@ class Server {
   void request_stop();                  // thread-safe
 
  private:
+  void name_replica();
   void begin_drain();
   void poll_drain();
   void begin_shutdown();
