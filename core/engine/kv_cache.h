@@ -152,6 +152,14 @@ class KvCache {
   void publish(SequenceKv& seq, std::span<const int32_t> tokens);
   void trim_window(SequenceKv& seq);
   void release(SequenceKv& seq);
+  // Speculative decoding's rejected drafts: forgets positions [n_end, seq.n_past) as if they had
+  // never been computed — the pages (of every pool) past n_end's block go back, n_past becomes
+  // n_end; rows left in the kept pages are overwritten before any query reads them (a query at
+  // position p reads keys up to p, all written by then). An error for models with recurrent layers
+  // (their state has no per-position history to go back to) and below what was published.
+  Status rollback(SequenceKv& seq, int32_t n_end);
+  // Whether rollback() works for this cache's layers (no recurrent state).
+  bool can_roll_back() const { return state_pool_ == nullptr; }
   // A batch's tables (page, window and recent tables, state slots) for its sequences, in order.
   void fill_batch(std::span<const SequenceKv* const> seqs, ForwardBatch& batch) const;
 

@@ -59,6 +59,11 @@ int run_serve(const Args& args) {
   if (!model) return 1;
   options.model = model->dir;
   if (options.alias.empty()) options.alias = model->name;
+  if (!options.draft_model.empty()) {
+    auto draft = resolve_model_arg("serve", options.draft_model, &progress);
+    if (!draft) return 1;
+    options.draft_model = draft->dir;
+  }
   progress.set_phase("loading");
 
   auto engine = Engine::create(server::to_engine_options(options));
