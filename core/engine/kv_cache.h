@@ -156,7 +156,9 @@ class KvCache {
   // never been computed — the pages (of every pool) past n_end's block go back, n_past becomes
   // n_end; rows left in the kept pages are overwritten before any query reads them (a query at
   // position p reads keys up to p, all written by then). An error for models with recurrent layers
-  // (their state has no per-position history to go back to) and below what was published.
+  // (their state has no per-position history to go back to) and below what was published. The
+  // verifying pass must not be passed() before: passed() at its own end frees recent-window pages
+  // that queries at the kept positions still read — pass the kept end after the rollback.
   Status rollback(SequenceKv& seq, int32_t n_end);
   // Whether rollback() works for this cache's layers (no recurrent state).
   bool can_roll_back() const { return state_pool_ == nullptr; }

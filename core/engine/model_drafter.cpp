@@ -92,6 +92,10 @@ Result<std::unique_ptr<Drafter>> open_draft_model(const EngineOptions& options, 
   o.gpu_layers.clear();
   o.devices.clear();
   o.ctx_size = target.context_size();
+  // A small model's cache is small: exact rows, and no recent window whose trimmed pages a rollback
+  // could not bring back (Runtime::run trims at the end of each pass, past the rollback point).
+  o.kv_codec = "f16";
+  o.kv_recent = 0;
   if (!options.devices.empty()) o.backend = target.backend().name();  // the first offload device's kind
   auto rt = Runtime::open(o);
   if (!rt) return make_error("--draft-model " + options.draft_model + ": " + rt.message());
