@@ -273,7 +273,7 @@ class EngineImpl final : public Engine {
       std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
       DraftTokens draft;
       if (speculate && s.decoding && pending == 1) {
-        if (auto st = propose(s, budget - std::min(budget, batch.tokens.size() + 1), draft); !st) {
+        if (auto st = propose(s, batch.tokens.size(), budget - std::min(budget, batch.tokens.size() + 1), draft); !st) {
           finish(s, FinishReason::kError, st.message());
           continue;
         }
@@ -321,11 +321,15 @@ class EngineImpl final : public Engine {
     for (auto* s : in_batch) records.push_back(&s->kv);
     rt_->kv().fill_batch(records, batch);
 
+    const auto issued = Clock::now();
     if (auto st = rt_->model().forward(batch, rt_->kv().caches(), logits_); !st) {
       for (auto* s : in_batch) finish(*s, FinishReason::kError, st.message());
       return;
     }
     const auto now = Clock::now();
+    // What a decode pass of this many tokens costs (drafting's trade-off; not a prompt's chunk).
+    if (drafter_ && std::all_of(in_batch.begin(), in_batch.end(), [](const Sequence* s) { return s->decoding; }))
+      costs_.observe_pass(static_cast<int>(batch.tokens.size()), ms_between(issued, now));
     const std::size_t vocab = static_cast<std::size_t>(rt_->config().vocab_size);
     for (std::size_t i = 0; i < in_batch.size(); ++i) {
       Sequence& s = *in_batch[i];
@@ -355,15 +359,19 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // A decoding sequence's guesses for this step: at most its adaptive draft length, the tokens it may
-  // still generate after the next one, and `room` (the batch's tokens left).
-  Status propose(Sequence& s, std::size_t room, DraftTokens& draft) {
+  // A decoding sequence's guesses for this step: at most its adaptive draft length (given the
+  // other_tokens already in the batch), the tokens it may still generate after the next one, and
+  // `room` (the batch's tokens left).
+  Status propose(Sequence& s, std::size_t other_tokens, std::size_t room, DraftTokens& draft) {
     const int left = s.limit - static_cast<int>(s.result.ids.size()) - 1;
-    const int n = std::min({s.draft_length.next(), left, static_cast<int>(std::min<std::size_t>(room, INT32_MAX))});
+    const int n = std::min({s.draft_length.next(costs_, static_cast<int>(other_tokens)), left,
+                            static_cast<int>(std::min<std::size_t>(room, INT32_MAX))});
     if (n <= 0 || !s.drafter) return {};
+    const auto t0 = Clock::now();
     auto d = s.drafter->propose(s.tokens, s.n_prompt, n);
     if (!d) return make_error("speculative decoding: " + d.message());
     draft = std::move(*d);
+    costs_.observe_draft(static_cast<int>(draft.ids.size()), ms_between(t0, Clock::now()));
     if (draft.ids.size() > static_cast<std::size_t>(n)) draft.ids.resize(static_cast<std::size_t>(n));
     const auto vocab = static_cast<int32_t>(rt_->config().vocab_size);
     for (int32_t id : draft.ids)
@@ -523,6 +531,7 @@ class EngineImpl final : public Engine {
   const bool decode_ahead_;  // the backend and model decode greedily a token ahead (GreedyAhead::available)
   const int num_draft_tokens_;
   const int spec_max_batch_;
+  PassCosts costs_;  // decode passes and guesses timed, for the draft length
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;

@@ -54,6 +54,40 @@ int DraftLength::next() const {
   return static_cast<int>(std::clamp(k, 1.0, static_cast<double>(max_)));
 }
 
+void PassCosts::observe_pass(int tokens, double ms) {
+  if (tokens < 1 || tokens > kMaxTokens || ms <= 0) return;
+  double& m = ms_[tokens];
+  m = m == 0 ? ms : m + kSmoothing * (ms - m);
+}
+
+void PassCosts::observe_draft(int guesses, double ms) {
+  if (guesses < 1 || ms < 0) return;
+  const double per_guess = ms / guesses;
+  guess_ms_ = guess_ms_ == 0 ? per_guess : guess_ms_ + kSmoothing * (per_guess - guess_ms_);
+}
+
+double PassCosts::pass_ms(int tokens) const {
+  double best = 0;  // costs only grow with tokens: the largest timed at or below
+  for (int n = 1; n <= std::min(tokens, kMaxTokens); ++n) best = std::max(best, ms_[n]);
+  return best;
+}
+
+int DraftLength::next(const PassCosts& costs, int other_tokens) {
+  ++passes_;
+  if (costs.pass_ms(other_tokens + 1) <= 0) return next();
+  const double a = std::clamp(rate_, 0.0, 0.999);
+  int best_k = 1;
+  double best = -1;
+  for (int k = 1; k <= max_; ++k) {
+    const double tokens = (1 - std::pow(a, k + 1)) / (1 - a);
+    const double ms = costs.pass_ms(other_tokens + 1 + k) + k * costs.guess_ms();
+    if (ms <= 0) continue;
+    if (tokens / ms > best * (1 + 1e-9)) best = tokens / ms, best_k = k;
+  }
+  if (passes_ % kExplore == 0 && best_k < max_) ++best_k;
+  return best_k;
+}
+
 void DraftLength::observe(int drafted, int accepted) {
   // The guesses checked: each accepted one, and the first rejected one (those after it were never judged).
   for (int i = 0; i < accepted; ++i) rate_ += kSmoothing * (1.0 - rate_);

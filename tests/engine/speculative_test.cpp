@@ -138,6 +138,41 @@ TEST(DraftLength, GrowsWithAcceptanceAndShrinksWithRejection) {
   EXPECT_EQ(one.next(), 1);
 }
 
+// Once passes are timed the length follows what they cost: flat costs (a GPU reading the weights once
+// for every row) draft to the most; a jump past 4 tokens (the CPU backend's streaming product ends
+// there) stops at 3 guesses; a draft model's steps make guesses dearer.
+TEST(DraftLength, FollowsWhatPassesCost) {
+  auto kept = [](DraftLength& l, int passes) {
+    for (int i = 0; i < passes; ++i) l.observe(3, 3);
+  };
+  PassCosts flat;
+  for (int n = 1; n <= 9; ++n) flat.observe_pass(n, 10.0);
+  DraftLength on_flat(8);
+  kept(on_flat, 20);
+  EXPECT_EQ(on_flat.next(flat, 0), 8);
+
+  PassCosts jump;
+  for (int n = 1; n <= 12; ++n) jump.observe_pass(n, n <= 4 ? 2.0 + 0.3 * n : 9.0 + 1.5 * (n - 4));
+  DraftLength on_jump(8);
+  kept(on_jump, 20);
+  EXPECT_EQ(on_jump.next(jump, 0), 3);
+  EXPECT_EQ(on_jump.next(jump, 2), 1);  // two tokens of other sequences already in the pass
+
+  PassCosts dear = flat;
+  dear.observe_draft(1, 10.0);  // a guess costs as much as a pass
+  DraftLength with_model(8);
+  for (int i = 0; i < 20; ++i) with_model.observe(3, 1);  // and half are kept
+  EXPECT_LT(with_model.next(dear, 0), 3);
+
+  PassCosts untimed_above;  // 5 tokens never timed: taken to cost what 4 did, so it gets tried
+  for (int n = 1; n <= 4; ++n) untimed_above.observe_pass(n, 2.0);
+  DraftLength explore(8);
+  kept(explore, 20);
+  EXPECT_EQ(explore.next(untimed_above, 0), 8);
+  EXPECT_DOUBLE_EQ(untimed_above.pass_ms(9), 2.0);
+  EXPECT_EQ(PassCosts().pass_ms(4), 0.0);
+}
+
 TEST(Speculative, NgramGreedyEqualsPlainGreedyF16) {
   SLUICE_REQUIRE_REFERENCE("golden/eval_code_ids.json");
   auto o = options("cpu", "f16");
