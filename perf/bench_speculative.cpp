@@ -7,7 +7,10 @@
 // machine's load drifts alike for all; --sequential loads one configuration's engine at a time, for
 // models too large to hold several copies) and the median round is reported: decode tokens/s (generated
 // tokens after each request's first over its decode time, summed over the round's requests), the
-// speed-up over plain decoding, the acceptance rate and the tokens per target pass. Greedy output
+// speed-up over plain decoding, the acceptance rate and the tokens per target pass — and the
+// process's CPU time per generated token (user + system, every thread; the round's prompts come from
+// the prefix cache after the warm-up round), which other people's load on a shared machine disturbs
+// far less than wall time. Greedy output
 // is checked to be plain decoding's, token for token. First it prints what one target pass costs by
 // its number of tokens (a prompt's worth of context cached, then 1..12 tokens, rolled back after
 // each): the price of verifying guesses, which decides how many are worth drafting.
@@ -15,6 +18,8 @@
 //   bench_speculative --model DIR [--backend cpu] [--threads N] [--kv-codec f16] [--draft-model DIR]
 //                     [--draft-tokens 2,3,4,6,8] [--prompts 8] [--prompt-len 256] [--gen 128]
 //                     [--streams 1] [--rounds 3] [--prompt-ids FILE] [--prompt-tokenizer DIR] [--sequential] [--json]
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,8 +45,15 @@ struct Config {
   int draft_tokens = 0;
 };
 
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 struct RoundResult {
   double decode_tps = 0;  // summed generated-after-first tokens over summed decode seconds
+  double cpu_ms_per_token = 0;
   double acceptance = 0, tokens_per_pass = 0;
   std::vector<std::vector<int32_t>> ids;
 };
@@ -80,6 +92,8 @@ Result<RoundResult> run_round(Engine& engine, const std::vector<std::vector<int3
   out.ids.resize(prompts.size());
   long tokens = 0, passes = 0, pass_tokens = 0, drafted = 0, accepted = 0;
   double seconds = 0;
+  const double cpu0 = cpu_seconds();
+  long generated = 0;
   for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(streams)) {
     std::vector<std::future<GenerationResult>> running;
     const std::size_t end = std::min(prompts.size(), first + static_cast<std::size_t>(streams));
@@ -95,6 +109,7 @@ Result<RoundResult> run_round(Engine& engine, const std::vector<std::vector<int3
       const GenerationResult g = running[i - first].get();
       if (g.finish == FinishReason::kError) return make_error(g.error);
       tokens += g.stats.completion_tokens - 1;
+      generated += g.stats.completion_tokens;
       seconds += g.stats.decode_ms / 1000.0;
       passes += g.stats.decode_passes;
       pass_tokens += g.stats.decode_pass_tokens;
@@ -104,6 +119,7 @@ Result<RoundResult> run_round(Engine& engine, const std::vector<std::vector<int3
     }
   }
   out.decode_tps = seconds > 0 ? tokens / seconds : 0;
+  out.cpu_ms_per_token = generated > 0 ? (cpu_seconds() - cpu0) * 1000.0 / generated : 0;
   out.acceptance = drafted > 0 ? static_cast<double>(accepted) / drafted : 0;
   out.tokens_per_pass = passes > 0 ? static_cast<double>(pass_tokens) / passes : 0;
   return out;
@@ -218,20 +234,22 @@ int main(int argc, char** argv) {
 
   std::printf("model %s, backend %s, kv %s, %d prompts of %d tokens, %d generated each, %d stream(s), median of %d rounds\n\n",
               model_name.c_str(), backend.c_str(), o.kv_codec.c_str(), n_prompts, prompt_len, gen, streams, rounds);
-  std::printf("| drafting | draft tokens | decode tok/s | speed-up | acceptance | tokens/pass | same ids |\n|---|---|---|---|---|---|---|\n");
+  std::printf("| drafting | draft tokens | decode tok/s | speed-up | CPU ms/token | speed-up (CPU) | acceptance | tokens/pass | same ids |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   std::string json_rows;
-  double plain_tps = 0;
+  double plain_tps = 0, plain_cpu = 0;
   for (std::size_t c = 0; c < configs.size(); ++c) {
-    std::vector<double> tps, acc, tpp;
-    for (const auto& r : results[c]) tps.push_back(r.decode_tps), acc.push_back(r.acceptance), tpp.push_back(r.tokens_per_pass);
-    const double t = median(tps);
-    if (c == 0) plain_tps = t;
+    std::vector<double> tps, cpu, acc, tpp;
+    for (const auto& r : results[c])
+      tps.push_back(r.decode_tps), cpu.push_back(r.cpu_ms_per_token), acc.push_back(r.acceptance), tpp.push_back(r.tokens_per_pass);
+    const double t = median(tps), cpu_ms = median(cpu);
+    if (c == 0) plain_tps = t, plain_cpu = cpu_ms;
     const bool same = results[c].front().ids == results[0].front().ids;
-    std::printf("| %s | %s | %.1f | %.2fx | %.2f | %.2f | %s |\n", configs[c].name.c_str(),
+    std::printf("| %s | %s | %.1f | %.2fx | %.3f | %.2fx | %.2f | %.2f | %s |\n", configs[c].name.c_str(),
                 configs[c].draft_tokens ? std::to_string(configs[c].draft_tokens).c_str() : "-", t, plain_tps > 0 ? t / plain_tps : 0,
-                median(acc), median(tpp), same ? "yes" : "NO");
+                cpu_ms, cpu_ms > 0 ? plain_cpu / cpu_ms : 0, median(acc), median(tpp), same ? "yes" : "NO");
     json_rows += std::string(json_rows.empty() ? "" : ",") + "{\"drafting\":" + json::quote(configs[c].name) +
-                 ",\"draft_tokens\":" + std::to_string(configs[c].draft_tokens) + ",\"decode_tps\":" + std::to_string(t) +
+                 ",\"draft_tokens\":" + std::to_string(configs[c].draft_tokens) + ",\"decode_tps\":" + std::to_string(t) + ",\"cpu_ms_per_token\":" + std::to_string(cpu_ms) +
                  ",\"acceptance\":" + std::to_string(median(acc)) + ",\"tokens_per_pass\":" + std::to_string(median(tpp)) +
                  ",\"same_ids\":" + (same ? "true" : "false") + "}";
   }
