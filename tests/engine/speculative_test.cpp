@@ -206,6 +206,41 @@ TEST(Speculative, DraftModelGreedyEqualsPlainGreedy) {
   expect_greedy_unchanged(o);
 }
 
+// A request can end in the middle of a verifying pass — its max_tokens, or its on_token callback
+// (the edge's stop strings) — and then ends exactly where plain decoding would; the guesses past the
+// end are dropped and its pages go back.
+TEST(Speculative, EndsMidPassWhereAPlainRequestWould) {
+  SLUICE_REQUIRE_REFERENCE("golden/eval_code_ids.json");
+  auto spec = options();
+  spec.draft = "ngram";
+  auto plain_engine = Engine::create(options());
+  auto spec_engine = Engine::create(spec);
+  ASSERT_TRUE(plain_engine.ok() && spec_engine.ok());
+  const auto prompt = code_prompt(3000, 150);
+  const auto full = (*plain_engine)->generate(test::greedy(prompt, 40)).ids;
+  ASSERT_EQ(full.size(), 40u);
+  int drafted = 0;
+  for (int max_tokens : {1, 2, 3, 5, 8, 13, 21}) {
+    const auto r = (*spec_engine)->generate(test::greedy(prompt, max_tokens));
+    EXPECT_EQ(r.ids, std::vector<int32_t>(full.begin(), full.begin() + max_tokens)) << "max_tokens " << max_tokens;
+    EXPECT_EQ(r.finish, FinishReason::kLength);
+    drafted += r.stats.draft_tokens;
+  }
+  for (int stop_after : {4, 9, 17}) {
+    auto req = test::greedy(prompt, 40);
+    int seen = 0;
+    req.on_token = [&](const TokenEvent&) { return ++seen < stop_after; };
+    const auto r = (*spec_engine)->generate(req);
+    EXPECT_EQ(r.ids, std::vector<int32_t>(full.begin(), full.begin() + stop_after)) << "stopped after " << stop_after;
+    EXPECT_EQ(r.finish, FinishReason::kStop);
+    EXPECT_EQ(seen, stop_after);  // no token reported past the stop
+    drafted += r.stats.draft_tokens;
+  }
+  EXPECT_GT(drafted, 0);
+  for (int i = 0; i < 200 && (*spec_engine)->metrics().active_sequences != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ((*spec_engine)->metrics().kv_pages_in_use, 0u);
+}
+
 // Several sequences at once: each speculates on its own while the batch is small enough, and the
 // engine falls back to plain steps when it is not; either way the output is unchanged.
 TEST(Speculative, BatchedSequencesEqualPlainGreedy) {
