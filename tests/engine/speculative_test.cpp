@@ -206,6 +206,29 @@ TEST(Speculative, DraftModelGreedyEqualsPlainGreedy) {
   expect_greedy_unchanged(o);
 }
 
+// A Mixture-of-Experts model with its experts streamed from the files (the uring store, a 1 MiB
+// budget: most experts are read for every pass): a verifying pass routes every guess's row, and the
+// output is unchanged — the model drafting for itself keeps nearly every guess.
+TEST(Speculative, StreamedExpertsGreedyEqualsPlainGreedy) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo/qwen3_moe/config.json");
+  auto o = options();
+  o.model_dir = test::reference_path("models/zoo/qwen3_moe").string();
+  o.expert_store = "uring";
+  o.expert_cache_mb = 1;
+  const std::vector<GenerationRequest> requests{test::greedy({5, 6, 7, 8, 9, 10, 5, 6, 7}, 80)};
+  const Generated want = run_all(o, requests);
+  for (const bool model_draft : {false, true}) {
+    SCOPED_TRACE(model_draft ? "draft model" : "ngram");
+    auto spec = o;
+    if (model_draft) spec.draft_model = o.model_dir;
+    else spec.draft = "ngram";
+    const Generated got = run_all(spec, requests);
+    ASSERT_EQ(got.ids.size(), 1u);
+    EXPECT_EQ(got.ids[0], want.ids[0]);
+    EXPECT_GT(got.draft_accepted, 0);
+  }
+}
+
 // A request can end in the middle of a verifying pass — its max_tokens, or its on_token callback
 // (the edge's stop strings) — and then ends exactly where plain decoding would; the guesses past the
 // end are dropped and its pages go back.
