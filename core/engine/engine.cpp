@@ -320,9 +320,22 @@ class EngineImpl final : public Engine {
     std::vector<const SequenceKv*> records;
     for (auto* s : in_batch) records.push_back(&s->kv);
     rt_->kv().fill_batch(records, batch);
+    // Recurrent layers: the state before the guesses, to go back to (take_verified).
+    std::vector<int32_t> saved_states(in_batch.size(), -1);
+    for (std::size_t i = 0; i < in_batch.size(); ++i) {
+      if (drafts[i].ids.empty()) continue;
+      auto saved = rt_->kv().save_state(in_batch[i]->kv);
+      if (!saved) {
+        for (int32_t slot : saved_states) rt_->kv().drop_state(slot);
+        for (auto* s : in_batch) finish(*s, FinishReason::kError, saved.message());
+        return;
+      }
+      saved_states[i] = *saved;
+    }
 
     const auto issued = Clock::now();
     if (auto st = rt_->model().forward(batch, rt_->kv().caches(), logits_); !st) {
+      for (int32_t slot : saved_states) rt_->kv().drop_state(slot);
       for (auto* s : in_batch) finish(*s, FinishReason::kError, st.message());
       return;
     }
@@ -334,7 +347,8 @@ class EngineImpl final : public Engine {
     for (std::size_t i = 0; i < in_batch.size(); ++i) {
       Sequence& s = *in_batch[i];
       if (!drafts[i].ids.empty()) {
-        take_verified(s, chunk_sizes[i], drafts[i], logits_.data() + static_cast<std::size_t>(logit_index[i]) * vocab, vocab);
+        take_verified(s, chunk_sizes[i], drafts[i], logits_.data() + static_cast<std::size_t>(logit_index[i]) * vocab, vocab,
+                      saved_states[i]);
         continue;
       }
       s.kv.n_past += static_cast<int32_t>(chunk_sizes[i]);
@@ -384,7 +398,9 @@ class EngineImpl final : public Engine {
   // disagrees with is replaced by the target's own token; when every guess is kept the last row
   // gives one token more. The KV cache keeps the positions of the tokens emitted and is rolled back
   // past them.
-  void take_verified(Sequence& s, uint32_t chunk, const DraftTokens& draft, float* rows, std::size_t vocab) {
+  // saved_state: the recurrent layers' state from before the pass (-1: none), put back and advanced
+  // over the kept positions again when a guess was rejected.
+  void take_verified(Sequence& s, uint32_t chunk, const DraftTokens& draft, float* rows, std::size_t vocab, int32_t saved_state) {
     const int32_t base = s.kv.n_past;  // the position of the sequence's last token
     const std::size_t k = draft.ids.size();
     const std::size_t before = s.result.ids.size();
@@ -414,9 +430,36 @@ class EngineImpl final : public Engine {
     st.decode_passes += 1;
     st.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
     s.kv.n_past = base + static_cast<int32_t>(chunk);
-    if (auto r = rt_->kv().rollback(s.kv, base + used); !r) return finish(s, FinishReason::kError, r.message());
+    if (auto r = rt_->kv().rollback(s.kv, base + used); !r) {
+      rt_->kv().drop_state(saved_state);
+      return finish(s, FinishReason::kError, r.message());
+    }
+    if (saved_state >= 0) {
+      if (s.finished || used == static_cast<int>(chunk)) {
+        rt_->kv().drop_state(saved_state);  // every guess kept (or the sequence is done): the state is right
+      } else if (auto r = rt_->kv().restore_state(s.kv, saved_state); !r) {
+        return finish(s, FinishReason::kError, r.message());
+      } else if (auto again = recompute(s, base, used); !again) {
+        return finish(s, FinishReason::kError, again.message());
+      }
+    }
     if (auto r = rt_->kv().passed(s.kv, s.kv.n_past); !r) return finish(s, FinishReason::kError, r.message());
     rt_->kv().publish(s.kv, s.tokens);
+  }
+
+  // Recurrent layers after a rejected guess: the state, put back to before the pass, runs the kept
+  // positions [base, base + n) again (their K/V rows are written again with the same values).
+  Status recompute(Sequence& s, int32_t base, int n) {
+    ForwardBatch batch;
+    for (int i = 0; i < n; ++i) {
+      batch.tokens.push_back(s.tokens[static_cast<std::size_t>(base + i)]);
+      batch.positions.push_back(base + i);
+      batch.seq_slots.push_back(0);
+    }
+    const SequenceKv* one[] = {&s.kv};
+    rt_->kv().fill_batch(one, batch);
+    std::vector<float> none;
+    return rt_->model().forward(batch, rt_->kv().caches(), none);
   }
 
   void sample(Sequence& s, std::span<float> logits) {
@@ -556,10 +599,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (!rt) return rt.error();
   std::unique_ptr<Drafter> drafter;
   if (!options.draft.empty() || !options.draft_model.empty()) {
-    if (!(*rt)->kv().can_roll_back())
-      return make_error("speculative decoding: " + (*rt)->model_name() +
-                        " has recurrent layers (e.g. Gated DeltaNet), whose state cannot be rolled back past rejected guesses yet; "
-                        "drop --draft / --draft-model for this model");
     if (options.draft == "ngram") {
       drafter = make_ngram_drafter();
     } else {

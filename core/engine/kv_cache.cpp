@@ -483,7 +483,6 @@ void KvCache::release(SequenceKv& seq) {
 
 Status KvCache::rollback(SequenceKv& seq, int32_t n_end) {
   if (n_end >= seq.n_past) return {};
-  if (!can_roll_back()) return make_error("KV cache: recurrent layers' state cannot be rolled back to an earlier position");
   if (n_end < 0 || static_cast<std::size_t>(n_end) < seq.n_published * kPageTokens || n_end < seq.first_own)
     return make_error("KV cache: cannot roll back to position " + std::to_string(n_end) + ", inside blocks shared with the prefix cache");
   const std::size_t keep = (static_cast<std::size_t>(n_end) + kPageTokens - 1) / kPageTokens;
@@ -506,6 +505,30 @@ Status KvCache::rollback(SequenceKv& seq, int32_t n_end) {
   }
   seq.n_past = n_end;
   return {};
+}
+
+Result<int32_t> KvCache::save_state(const SequenceKv& seq) {
+  if (!state_pool_ || seq.state_slot < 0) return -1;
+  auto slot = state_pool_->allocate(1);
+  if (!slot) return make_error("recurrent state: no slot to keep the state before speculative guesses: " + slot.message());
+  if (auto s = copy_state(static_cast<uint32_t>(seq.state_slot), static_cast<uint32_t>(slot->front())); !s) {
+    state_pool_->release(*slot);
+    return s.error();
+  }
+  return slot->front();
+}
+
+Status KvCache::restore_state(SequenceKv& seq, int32_t saved) {
+  if (saved < 0) return {};
+  Status copied = copy_state(static_cast<uint32_t>(saved), static_cast<uint32_t>(seq.state_slot));
+  drop_state(saved);
+  return copied;
+}
+
+void KvCache::drop_state(int32_t saved) {
+  if (saved < 0 || !state_pool_) return;
+  const int32_t slot[] = {saved};
+  state_pool_->release(slot);
 }
 
 void KvCache::fill_batch(std::span<const SequenceKv* const> seqs, ForwardBatch& batch) const {

@@ -100,7 +100,7 @@ Result<std::unique_ptr<Drafter>> open_draft_model(const EngineOptions& options, 
   auto rt = Runtime::open(o);
   if (!rt) return make_error("--draft-model " + options.draft_model + ": " + rt.message());
   if (auto st = check_same_tokenizer(target.tokenizer(), (*rt)->tokenizer(), options.draft_model); !st) return st.error();
-  if (!(*rt)->kv().can_roll_back())
+  if ((*rt)->kv().has_state())
     return make_error("--draft-model " + options.draft_model +
                       ": it has recurrent layers, whose state speculative decoding cannot roll back yet; choose a draft without them");
   return std::unique_ptr<Drafter>(std::make_unique<ModelDrafter>(std::move(*rt)));
