@@ -88,7 +88,9 @@ std::string memory_plan_text(const Engine& engine, const std::string& kv_codec, 
   const double per_sequence = static_cast<double>(m.kv_window_bytes_per_sequence + m.kv_state_bytes_per_sequence);
   if (per_sequence > 0)
     out += fmt::format("  {:<8} {:>16} {:>18}\n", kv_codec, "+ per sequence", format_bytes(per_sequence) + " (windows, state)");
-  const double total = static_cast<double>(m.weight_bytes) + m.kv_bytes_per_token * ctx + per_sequence;
+  if (m.draft_bytes > 0)
+    out += fmt::format("  {:<28} {:>12}\n", m.drafter + " (weights, KV)", format_bytes(static_cast<double>(m.draft_bytes)));
+  const double total = static_cast<double>(m.weight_bytes) + m.kv_bytes_per_token * ctx + per_sequence + static_cast<double>(m.draft_bytes);
   out += fmt::format("  total ({}, full context)   {:>12}\n", kv_codec, format_bytes(total));
   std::optional<uint64_t> budget;
   std::string budget_name;

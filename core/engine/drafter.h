@@ -34,6 +34,7 @@ class Drafter {
   virtual ~Drafter() = default;
   virtual std::unique_ptr<SequenceDrafter> start(const SamplingParams& sampling) = 0;
   virtual std::string describe() const = 0;  // "ngram", "draft model NAME"
+  virtual uint64_t memory_bytes() const { return 0; }  // a draft model's weights and KV cache
 };
 
 // Prompt lookup: the tokens after the latest earlier occurrence of the longest suffix of `tokens`

@@ -47,7 +47,7 @@ class EngineImpl final : public Engine {
       : rt_(std::move(rt)), drafter_(std::move(drafter)), queue_limit_(options.queue_size), parallel_(std::max(1, options.parallel)),
         prefill_size_(std::max(1, options.prefill_size)), decode_ahead_(GreedyAhead::available(*rt_)),
         num_draft_tokens_(std::max(1, options.num_draft_tokens)), spec_max_batch_(options.spec_max_batch) {
-    if (drafter_) metrics_.drafter = drafter_->describe();
+    if (drafter_) metrics_.drafter = drafter_->describe(), metrics_.draft_bytes = drafter_->memory_bytes();
     metrics_.weight_bytes = rt_->model().weight_bytes();
     metrics_.kv_bytes_capacity = rt_->kv().capacity_bytes();
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();

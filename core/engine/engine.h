@@ -120,6 +120,7 @@ struct EngineMetrics {
   double decode_seconds_total = 0;
   // Speculative decoding (GenerationStats' counters, summed over finished requests).
   std::string drafter;  // "" when off, "ngram", "draft model NAME"
+  uint64_t draft_bytes = 0;  // a draft model's weights and KV cache
   uint64_t decode_passes_total = 0;
   uint64_t decode_pass_tokens_total = 0;
   uint64_t draft_tokens_total = 0;

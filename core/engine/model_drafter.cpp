@@ -76,6 +76,7 @@ class ModelDrafter final : public Drafter {
     return std::make_unique<ModelSequence>(*rt_, sampling);
   }
   std::string describe() const override { return "draft model " + rt_->model_name(); }
+  uint64_t memory_bytes() const override { return rt_->model().weight_bytes() + rt_->kv().capacity_bytes(); }
 
  private:
   std::unique_ptr<Runtime> rt_;

@@ -460,6 +460,12 @@ class Lifecycle(unittest.TestCase):
         self.assertEqual(texts[1], texts[0])
         self.assertEqual(texts[2], texts[0])
 
+    def test_info_counts_a_draft_model_in_the_plan(self):
+        p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, "--info", "--ctx-size", "1024", "--draft-model", ARGS.model],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("draft model", p.stdout)
+
     def test_swiftlm_flags_for_missing_features_are_refused_by_name(self):
         for flag, feature in (("--dflash", "DFlash"), ("--vision", "image input"), ("--audio", "audio input")):
             p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, flag], capture_output=True, text=True, timeout=60)
