@@ -1,21 +1,14 @@
-// Speculative decoding (engine/speculation.h, engine/drafter.h): greedy output is plain greedy
-// output token for token (n-gram guesses and the bundled model's 4-bit form as a draft model; f32,
-// f16 and compressed KV codecs; one and several sequences; CPU and OpenCL/PoCL); sampled output keeps
-// the target's distribution (rejection sampling checked exactly on a small vocabulary, and through
-// the engine against plain sampling); rolling the KV cache back leaves it as if the guesses had
-// never been computed (the same later logits, bit for bit, and the same pages held).
+// Speculative decoding (engine/speculation.h, engine/drafter.h) through the engine: greedy output is
+// plain greedy output token for token — n-gram guesses and the bundled model's 4-bit form as a draft
+// model; f32, f16 and compressed KV codecs; streamed experts; recurrent layers; one and several
+// sequences; requests ending mid-pass; CPU and OpenCL/PoCL — and the guesses were really used. Also
+// the n-gram lookup, the adaptive draft length, and the options refused.
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <future>
-#include <map>
-#include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include "engine/drafter.h"
 #include "engine/engine.h"
@@ -24,78 +17,14 @@
 #include "greedy_requests.h"
 #include "opencl_probe.h"
 #include "reference.h"
-#include "util/json.h"
+#include "speculative_fixtures.h"
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 namespace sluice {
 namespace {
 
-constexpr const char* kDraft4bit = "models/tiny-code-qwen2-4bit";
-
-EngineOptions options(const std::string& backend = "cpu", const std::string& codec = "f16", int parallel = 1) {
-  EngineOptions o;
-  o.model_dir = test::source_path("models/tiny-code-qwen2").string();
-  o.plugin_dir = test::binary_path("lib").string();
-  o.backend = backend;
-  o.kv_codec = codec;
-  o.threads = 2;
-  o.ctx_size = 512;
-  o.parallel = parallel;
-  o.prefill_size = 64;
-  o.decode_ahead = "off";
-  return o;
-}
-
-// Held-out Python (the perplexity text): code whose continuation repeats its context, as the
-// workload n-gram drafting is for.
-std::vector<int32_t> code_prompt(std::size_t from, std::size_t length) {
-  static const std::vector<int32_t> all = [] {
-    std::vector<int32_t> ids;
-    auto doc = json::parse_file(test::reference_path("golden/eval_code_ids.json"));
-    if (doc.ok())
-      for (const auto& v : doc->GetArray()) ids.push_back(v.GetInt());
-    return ids;
-  }();
-  std::vector<int32_t> ids;
-  for (std::size_t i = from; i < from + length && i < all.size(); ++i) ids.push_back(all[i]);
-  return ids;
-}
-
-struct Generated {
-  std::vector<std::vector<int32_t>> ids;
-  int draft_tokens = 0, draft_accepted = 0, decode_passes = 0, decode_pass_tokens = 0;
-};
-
-// Runs the requests at once (the engine batches them as --parallel allows).
-Generated run_all(const EngineOptions& o, const std::vector<GenerationRequest>& requests) {
-  Generated out;
-  auto engine = Engine::create(o);
-  EXPECT_TRUE(engine.ok()) << engine.message();
-  if (!engine.ok()) return out;
-  std::vector<std::future<GenerationResult>> futures;
-  for (const auto& r : requests) futures.push_back(std::async(std::launch::async, [&, r] { return (*engine)->generate(r); }));
-  for (auto& f : futures) {
-    const GenerationResult r = f.get();
-    EXPECT_NE(r.finish, FinishReason::kError) << r.error;
-    out.ids.push_back(r.ids);
-    out.draft_tokens += r.stats.draft_tokens;
-    out.draft_accepted += r.stats.draft_accepted;
-    out.decode_passes += r.stats.decode_passes;
-    out.decode_pass_tokens += r.stats.decode_pass_tokens;
-  }
-  // The engine publishes its metrics after on_done: wait for the slots to empty.
-  for (int i = 0; i < 200 && (*engine)->metrics().active_sequences != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const EngineMetrics m = (*engine)->metrics();
-  EXPECT_EQ(m.kv_pages_in_use, 0u) << "pages leaked";
-  EXPECT_EQ(m.draft_tokens_total, static_cast<uint64_t>(out.draft_tokens));
-  EXPECT_EQ(m.draft_accepted_total, static_cast<uint64_t>(out.draft_accepted));
-  return out;
-}
-
-std::vector<GenerationRequest> code_requests(int n, int max_tokens) {
-  std::vector<GenerationRequest> r;
-  for (int i = 0; i < n; ++i) r.push_back(test::greedy(code_prompt(3000 + 997 * static_cast<std::size_t>(i), 150 + 37 * i), max_tokens));
-  return r;
-}
+using namespace spectest;
 
 // Speculative greedy output is the plain greedy output, and the guesses were really used.
 void expect_greedy_unchanged(EngineOptions spec, int n_requests = 2) {
@@ -296,144 +225,6 @@ TEST(Speculative, OpenClNgramAndDraftModelGreedyEqualPlainGreedy) {
   expect_greedy_unchanged(o, 1);
 }
 
-// One verifying pass as the engine runs it: pages and recent pages for every token, logits at each,
-// and nothing trimmed before the caller rolls back (KvCache::passed then runs at the kept end).
-Status verify_pass(Runtime& rt, SequenceState& seq, std::span<const int32_t> tokens, std::vector<float>& logits) {
-  const int32_t n_end = seq.n_past + static_cast<int32_t>(tokens.size());
-  if (auto s = rt.kv().reserve(seq, n_end); !s) return s;
-  if (auto s = rt.kv().update_recent(seq.recent, seq.first_own, seq.n_past, n_end); !s) return s;
-  ForwardBatch batch;
-  batch.tokens.assign(tokens.begin(), tokens.end());
-  for (uint32_t i = 0; i < tokens.size(); ++i) {
-    batch.positions.push_back(seq.n_past + static_cast<int32_t>(i));
-    batch.seq_slots.push_back(0);
-    batch.logit_rows.push_back(i);
-  }
-  const SequenceKv* one[] = {&seq};
-  rt.kv().fill_batch(one, batch);
-  if (auto s = rt.model().forward(batch, rt.kv().caches(), logits); !s) return s;
-  seq.n_past = n_end;
-  return {};
-}
-
-// Rolled back, a sequence's cache is as if the guesses had never been run: the logits of every later
-// step are the same bits as a sequence that never drafted, and it holds the same pages (recent
-// window's included). The guesses cross into a page the kept tokens do not reach (which must go back).
-void expect_rollback_leaves_no_trace(const std::string& backend, const std::string& codec) {
-  auto rt = Runtime::open(options(backend, codec));
-  ASSERT_TRUE(rt.ok()) << rt.message();
-  KvCache& kv = (*rt)->kv();
-  const auto prompt = test::prompt_of(4, 29);  // positions 0..28; the next step is position 29
-  std::vector<float> logits;
-  SequenceState plain, spec;
-  ASSERT_TRUE((*rt)->run(plain, prompt, false, logits).ok());
-  const auto argmax = [](const std::vector<float>& l) {
-    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-  };
-  std::vector<int32_t> next{argmax(logits)};
-  std::vector<std::vector<float>> want;
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE((*rt)->run(plain, std::vector<int32_t>{next.back()}, false, logits).ok());
-    want.push_back(logits);
-    next.push_back(argmax(logits));
-  }
-  ASSERT_TRUE((*rt)->run(spec, prompt, false, logits).ok());
-  // The first token and three wrong guesses: positions 29..32, the last in the third page.
-  const std::vector<int32_t> verify{next[0], 11, 12, 13};
-  ASSERT_TRUE(verify_pass(**rt, spec, verify, logits).ok());
-  EXPECT_EQ(spec.pages.size(), 3u);
-  const std::size_t vocab = want[0].size();
-  ASSERT_EQ(logits.size(), 4 * vocab);
-  EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(vocab)), want[0])
-      << "the verifying pass's first row is the plain step's logits";
-  ASSERT_TRUE(kv.rollback(spec, 30).ok());  // keeps position 29 (next[0]): the first guess was rejected
-  ASSERT_TRUE(kv.passed(spec, spec.n_past).ok());
-  EXPECT_EQ(spec.n_past, 30);
-  EXPECT_EQ(spec.pages.size(), 2u);
-  for (std::size_t i = 1; i < want.size(); ++i) {
-    ASSERT_TRUE((*rt)->run(spec, std::vector<int32_t>{next[i]}, false, logits).ok());
-    ASSERT_EQ(logits, want[i]) << "step " << i;
-  }
-  EXPECT_EQ(spec.n_past, plain.n_past);
-  EXPECT_EQ(spec.pages.size(), plain.pages.size());
-  const auto held = [](const std::vector<int32_t>& pages) { return std::count_if(pages.begin(), pages.end(), [](int32_t p) { return p >= 0; }); };
-  EXPECT_EQ(held(spec.recent), held(plain.recent));
-  (*rt)->release(spec);
-  (*rt)->release(plain);
-  EXPECT_EQ(kv.pages().pages_in_use(), 0u);
-  EXPECT_EQ(kv.recent_pages_in_use(), 0u);
-}
-
-TEST(SpeculativeRollback, LeavesTheCacheAsIfNeverDraftedF16) { expect_rollback_leaves_no_trace("cpu", "f16"); }
-TEST(SpeculativeRollback, LeavesTheCacheAsIfNeverDraftedWithACompressedCodec) {
-  expect_rollback_leaves_no_trace("cpu", "turbo4");  // and its recent window's pages
-}
-TEST(SpeculativeRollback, LeavesTheCacheAsIfNeverDraftedOnOpenCl) {
-  if (auto why = test::opencl_unavailable(); !why.empty()) GTEST_SKIP() << "no usable OpenCL backend here: " << why;
-  expect_rollback_leaves_no_trace("opencl", "f16");
-}
-
-// Recurrent layers, at the Runtime: the state kept before a verifying pass whose first two tokens
-// are kept, put back, and the two positions run again — every later step's logits are the bits of a
-// sequence that never drafted.
-TEST(SpeculativeRollback, RecurrentStateIsRestoredAndTheKeptPositionsRunAgain) {
-  SLUICE_REQUIRE_REFERENCE("models/zoo2/qwen3_5_text/config.json");
-  auto o = options();
-  o.model_dir = test::reference_path("models/zoo2/qwen3_5_text").string();
-  auto rt = Runtime::open(o);
-  ASSERT_TRUE(rt.ok()) << rt.message();
-  KvCache& kv = (*rt)->kv();
-  ASSERT_TRUE(kv.has_state());
-  const auto prompt = test::prompt_of(2, 29);
-  std::vector<float> logits;
-  SequenceState plain, spec;
-  ASSERT_TRUE((*rt)->run(plain, prompt, false, logits).ok());
-  const auto argmax = [](const std::vector<float>& l) {
-    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-  };
-  std::vector<int32_t> next{argmax(logits)};
-  std::vector<std::vector<float>> want;
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE((*rt)->run(plain, std::vector<int32_t>{next.back()}, false, logits).ok());
-    want.push_back(logits);
-    next.push_back(argmax(logits));
-  }
-  ASSERT_TRUE((*rt)->run(spec, prompt, false, logits).ok());
-  auto saved = kv.save_state(spec);
-  ASSERT_TRUE(saved.ok()) << saved.message();
-  ASSERT_GE(*saved, 0);
-  const std::vector<int32_t> verify{next[0], next[1], 11, 12};  // the guess after next[1] is wrong
-  ASSERT_TRUE(verify_pass(**rt, spec, verify, logits).ok());
-  const std::size_t vocab = want[0].size();
-  EXPECT_EQ(std::vector<float>(logits.begin() + static_cast<std::ptrdiff_t>(vocab), logits.begin() + static_cast<std::ptrdiff_t>(2 * vocab)),
-            want[1]);
-  ASSERT_TRUE(kv.rollback(spec, 29).ok());  // back to before the pass, then the two kept positions again
-  ASSERT_TRUE(kv.restore_state(spec, *saved).ok());
-  ASSERT_TRUE((*rt)->run(spec, std::vector<int32_t>{next[0], next[1]}, false, logits).ok());
-  EXPECT_EQ(logits, want[1]);
-  for (std::size_t i = 2; i < want.size(); ++i) {
-    ASSERT_TRUE((*rt)->run(spec, std::vector<int32_t>{next[i]}, false, logits).ok());
-    ASSERT_EQ(logits, want[i]) << "step " << i;
-  }
-  EXPECT_EQ(spec.n_past, plain.n_past);
-  EXPECT_EQ(spec.pages.size(), plain.pages.size());
-  (*rt)->release(spec);
-  (*rt)->release(plain);
-  EXPECT_EQ(kv.state_pool()->pages_in_use(), 0u) << "the kept state's slot was not given back";
-}
-
-TEST(SpeculativeRollback, RefusesToGoBelowWhatIsShared) {
-  auto rt = Runtime::open(options());
-  ASSERT_TRUE(rt.ok()) << rt.message();
-  SequenceState s;
-  std::vector<float> logits;
-  ASSERT_TRUE((*rt)->run(s, test::prompt_of(1, 40), false, logits).ok());
-  (*rt)->kv().publish(s, test::prompt_of(1, 40));  // blocks 0 and 1 go to the prefix cache
-  EXPECT_FALSE((*rt)->kv().rollback(s, 20).ok());
-  EXPECT_TRUE((*rt)->kv().rollback(s, 33).ok());
-  (*rt)->release(s);
-}
-
 // Models with recurrent layers (Qwen3.5's Gated DeltaNet) keep a state, not a row per position: the
 // engine keeps a copy from before each verifying pass and, when a guess is rejected, puts it back and
 // runs the kept positions again. The random-weight models reject nearly every guess, so this runs the
@@ -507,164 +298,6 @@ TEST(Speculative, RefusesBadOptions) {
   e = Engine::create(o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.message().find("--num-draft-tokens"), std::string::npos) << e.message();
-}
-
-// Rejection sampling, exactly: over a small vocabulary, the tokens verify_draft emits for guesses
-// drawn from q are distributed as the target's p — for a point mass (n-gram), for a q unlike p, and
-// where the sampler's filters (top-k) give p no mass on tokens q likes. A Pearson chi-square over
-// 200 000 draws against p: the 0.1% critical value for 5 degrees of freedom is 20.5.
-double chi_square(const std::vector<int>& counts, const TokenDistribution& p, int n) {
-  double x2 = 0;
-  for (const auto& [prob, id] : p) {
-    const double e = prob * n;
-    x2 += (counts[static_cast<std::size_t>(id)] - e) * (counts[static_cast<std::size_t>(id)] - e) / e;
-  }
-  for (std::size_t id = 0; id < counts.size(); ++id) {
-    const bool in_p = std::any_of(p.begin(), p.end(), [&](const auto& c) { return c.second == static_cast<int32_t>(id); });
-    if (!in_p) {
-      EXPECT_EQ(counts[id], 0) << "token " << id << " has no mass under p";
-    }
-  }
-  return x2;
-}
-
-void expect_verify_keeps_p(SamplingParams params, const TokenDistribution& q, const char* what) {
-  SCOPED_TRACE(what);
-  const std::vector<float> logits{1.2f, 0.3f, -0.5f, 2.0f, 0.9f, -1.0f};
-  const std::vector<int32_t> history{1};
-  params.seed = 1234;
-  Sampler sampler(params);
-  std::vector<float> work = logits;
-  const TokenDistribution p = Sampler(params).distribution(work, history, 1);
-  std::mt19937_64 rng(99);
-  std::vector<int> counts(logits.size(), 0);
-  constexpr int kDraws = 200000;
-  int accepted = 0;
-  for (int i = 0; i < kDraws; ++i) {
-    int32_t guess = q.front().second;
-    if (q.size() > 1) {
-      double r = std::uniform_real_distribution<double>(0, 1)(rng);
-      for (const auto& [qp, id] : q)
-        if ((r -= qp) <= 0 || id == q.back().second) {
-          guess = id;
-          break;
-        }
-    }
-    const DraftVerdict v = verify_draft(sampler, logits, history, 1, guess, q.size() > 1 ? &q : nullptr);
-    accepted += v.accepted;
-    EXPECT_EQ(v.accepted, v.choice.id == guess);
-    ++counts[static_cast<std::size_t>(v.choice.id)];
-  }
-  EXPECT_LT(chi_square(counts, p, kDraws), 20.5);
-  EXPECT_GT(accepted, 0);
-  EXPECT_LT(accepted, kDraws);
-}
-
-TEST(RejectionSampling, EmitsTheTargetDistribution) {
-  SamplingParams t1;
-  t1.temperature = 1.0f;
-  expect_verify_keeps_p(t1, {{1.0f, 3}}, "point mass on the target's favourite");
-  expect_verify_keeps_p(t1, {{1.0f, 5}}, "point mass on an unlikely token");
-  expect_verify_keeps_p(t1, {{0.1f, 0}, {0.1f, 1}, {0.5f, 2}, {0.1f, 3}, {0.1f, 4}, {0.1f, 5}}, "a draft unlike the target");
-  SamplingParams filtered = t1;
-  filtered.temperature = 0.7f;
-  filtered.top_k = 3;  // tokens 0, 3, 4 only
-  expect_verify_keeps_p(filtered, {{0.3f, 1}, {0.3f, 5}, {0.2f, 3}, {0.2f, 0}}, "top-k: q's mass where p has none");
-  SamplingParams penalised = t1;
-  penalised.repeat_penalty = 1.5f;  // history {1}: token 1 penalised
-  expect_verify_keeps_p(penalised, {{1.0f, 1}}, "repeat penalty");
-}
-
-TEST(RejectionSampling, GreedyKeepsExactlyTheArgmax) {
-  SamplingParams greedy;
-  greedy.temperature = 0;
-  Sampler s(greedy);
-  const std::vector<float> logits{0.1f, 3.0f, 2.9f};
-  const std::vector<int32_t> history{0};
-  EXPECT_TRUE(verify_draft(s, logits, history, 1, 1, nullptr).accepted);
-  const DraftVerdict v = verify_draft(s, logits, history, 1, 2, nullptr);
-  EXPECT_FALSE(v.accepted);
-  EXPECT_EQ(v.choice.id, 1);
-  EXPECT_FLOAT_EQ(v.choice.logprob, Sampler::logprob_of(logits, 1));
-}
-
-// Through the engine: the first generated tokens of many seeded sampled requests, with and without
-// speculation, are drawn from the same distribution — a two-sample chi-square per position over the
-// tokens either side saw at least 10 times (rare ones pooled). Seeds are fixed, so the test is
-// deterministic; the threshold is the 0.1% critical value for the degrees of freedom found.
-double chi_square_critical_001(int dof) {
-  // Wilson–Hilferty approximation of the 99.9% quantile.
-  const double z = 3.0902, k = dof;
-  return k * std::pow(1 - 2.0 / (9 * k) + z * std::sqrt(2.0 / (9 * k)), 3);
-}
-
-void expect_same_distribution(const EngineOptions& spec_options) {
-  // A stretch of code twice and its start again: sampled continuations often copy it, so n-gram
-  // lookups find guesses (checked below).
-  auto prompt = code_prompt(12000, 90);
-  const auto once = prompt;
-  prompt.insert(prompt.end(), once.begin(), once.end());
-  prompt.insert(prompt.end(), once.begin(), once.begin() + 20);
-  constexpr int kRuns = 400, kPositions = 5;
-  auto sample_runs = [&](const EngineOptions& o, int& drafted) {
-    std::vector<std::vector<int32_t>> out;
-    auto engine = Engine::create(o);
-    EXPECT_TRUE(engine.ok()) << engine.message();
-    if (!engine.ok()) return out;
-    for (int seed = 0; seed < kRuns; ++seed) {
-      GenerationRequest r;
-      r.prompt_ids = prompt;
-      r.max_tokens = kPositions;
-      r.ignore_eos = true;
-      r.sampling.temperature = 1.0f;
-      r.sampling.seed = static_cast<uint64_t>(seed) * 7919 + 1;
-      const GenerationResult g = (*engine)->generate(r);
-      EXPECT_EQ(g.ids.size(), static_cast<std::size_t>(kPositions));
-      drafted += g.stats.draft_tokens;
-      out.push_back(g.ids);
-    }
-    return out;
-  };
-  EngineOptions plain_options = spec_options;
-  plain_options.draft.clear();
-  plain_options.draft_model.clear();
-  int plain_drafted = 0, spec_drafted = 0;
-  const auto plain = sample_runs(plain_options, plain_drafted);
-  const auto spec = sample_runs(spec_options, spec_drafted);
-  ASSERT_EQ(plain.size(), spec.size());
-  EXPECT_GT(spec_drafted, kRuns) << "guesses were too few to test anything";
-  for (int pos = 1; pos < kPositions; ++pos) {  // the first token comes from the prompt's pass alone
-    std::map<int32_t, std::pair<int, int>> counts;
-    for (const auto& r : plain) ++counts[r[static_cast<std::size_t>(pos)]].first;
-    for (const auto& r : spec) ++counts[r[static_cast<std::size_t>(pos)]].second;
-    std::vector<std::pair<int, int>> cells;
-    std::pair<int, int> rare{0, 0};
-    for (const auto& [id, c] : counts) {
-      if (c.first + c.second >= 10) cells.push_back(c);
-      else rare.first += c.first, rare.second += c.second;
-    }
-    if (rare.first + rare.second > 0) cells.push_back(rare);
-    double x2 = 0;
-    for (const auto& [a, b] : cells) x2 += static_cast<double>(a - b) * (a - b) / (a + b);  // equal sample sizes
-    const int dof = static_cast<int>(cells.size()) - 1;
-    if (dof < 1) continue;
-    EXPECT_LT(x2, chi_square_critical_001(dof)) << "position " << pos << ", " << cells.size() << " cells";
-  }
-}
-
-TEST(Speculative, NgramSampledOutputKeepsThePlainDistribution) {
-  SLUICE_REQUIRE_REFERENCE("golden/eval_code_ids.json");
-  auto o = options();
-  o.draft = "ngram";
-  expect_same_distribution(o);
-}
-
-TEST(Speculative, DraftModelSampledOutputKeepsThePlainDistribution) {
-  SLUICE_REQUIRE_REFERENCE("golden/eval_code_ids.json");
-  SLUICE_REQUIRE_REFERENCE(std::string(kDraft4bit) + "/config.json");
-  auto o = options();
-  o.draft_model = test::reference_path(kDraft4bit).string();
-  expect_same_distribution(o);
 }
 
 }  // namespace
