@@ -3,6 +3,7 @@
 #include "model/model_config.h"
 #include "server/generation_job.h"
 #include "server/handlers.h"
+#include "server/static_assets.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::server {
@@ -14,6 +15,7 @@ namespace {
 std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams& params,
                                       std::vector<int32_t> prompt_ids, JobSpec spec, const char* prompt_param,
                                       const std::shared_ptr<ResponseChannel>& channel) {
+  if (ctx.draining.load()) return Reply::error(ApiError::draining());
   const int context = ctx.engine.context_size();
   const int prompt_tokens = static_cast<int>(prompt_ids.size());
   if (prompt_tokens == 0) return Reply::error(ApiError::bad_request("the prompt is empty", prompt_param));
@@ -119,6 +121,7 @@ Router make_router(ServerContext& ctx) {
   r.add_prefix(V::get, "/v1/models/", "/v1/models/{id}", with_body(handle_model));
   r.add_prefix(V::get, "/models/", "/models/{id}", with_body(handle_model));
   r.add(V::get, "/metrics", now(handle_metrics));
+  r.add(V::post, "/admin/drain", now(handle_drain));
   // Everything with a body parses JSON and tokenizes or renders: off the I/O threads.
   r.add(V::post, "/tokenize", with_body(handle_tokenize), Work::kPool);
   r.add(V::post, "/detokenize", with_body(handle_detokenize), Work::kPool);
@@ -127,6 +130,14 @@ Router make_router(ServerContext& ctx) {
   r.add(V::post, "/chat/completions", generate(handle_chat_completions), Work::kPool);
   r.add(V::post, "/v1/completions", generate(handle_completions), Work::kPool);
   r.add(V::post, "/completions", generate(handle_completions), Work::kPool);
+  // The web app's.
+  r.add(V::get, "/v1/server", now(handle_server_info));
+  r.add(V::get, "/v1/hub/models", now(handle_cached_models), Work::kPool);      // reads the disk
+  r.add(V::get, "/v1/hub/search", with_body(handle_hub_search), Work::kPool);   // waits on the hub
+  r.add(V::post, "/v1/hub/downloads", with_body(handle_start_download), Work::kPool);
+  r.add(V::get, "/v1/hub/downloads", now(handle_list_downloads));
+  r.add_prefix(V::get, "/v1/hub/downloads/", "/v1/hub/downloads/{id}", with_body(handle_download));
+  add_static_routes(r);  // the web chat app at /
   return r;
 }
 

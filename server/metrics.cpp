@@ -84,6 +84,10 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          static_cast<double>(e.cached_tokens_total));
   metric(out, "sluice_completion_tokens_total", "counter", "Tokens generated.",
          static_cast<double>(e.completion_tokens_total));
+  metric(out, "sluice_decode_ahead_steps_total", "counter", "Decode steps issued a token ahead (greedy sequences decoded together).",
+         static_cast<double>(e.ahead_steps_total));
+  metric(out, "sluice_decode_ahead_rows_total", "counter", "Sequence rows in the steps issued a token ahead.",
+         static_cast<double>(e.ahead_rows_total));
   metric(out, "sluice_prefill_seconds_total", "counter", "Seconds spent in prompt processing.", e.prefill_seconds_total);
   metric(out, "sluice_decode_seconds_total", "counter", "Seconds spent generating tokens.", e.decode_seconds_total);
   double prefill_tps = e.prefill_seconds_total > 0

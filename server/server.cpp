@@ -17,6 +17,7 @@ Server::Server(Engine& engine, const ServerOptions& options, ChatPrompt chat)
       listener_(std::make_shared<Listener>(ioc_, ctx_, router_, registry_)),
       work_pool_(options.work_threads, static_cast<std::size_t>(options.work_queue)) {
   ctx_.work_pool = &work_pool_;
+  ctx_.request_drain = [this] { net::post(ioc_, [this] { begin_drain(); }); };
 }
 
 Server::~Server() = default;
@@ -38,8 +39,8 @@ void Server::run() {
       spdlog::warn("second signal: cancelling in-flight requests now");
       grace_deadline_ = std::chrono::steady_clock::now();
     } else {
-      spdlog::info("signal {}: shutting down", signo);
-      begin_shutdown();
+      spdlog::info("signal {}: draining, then shutting down", signo);
+      begin_drain();
     }
     signals_.async_wait(on_signal);
   };
@@ -63,13 +64,37 @@ void Server::run() {
   ioc_.run_for(std::chrono::seconds(1));
 }
 
+void Server::begin_drain() {
+  if (draining_ || shutting_down_) return;
+  draining_ = true;
+  ctx_.draining.store(true);
+  grace_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(ctx_.options.shutdown_grace_s);
+  spdlog::info("draining: /health answers 503, new generations are refused, {} in flight", ctx_.engine.metrics().active_sequences);
+  poll_drain();
+}
+
+void Server::poll_drain() {
+  if (shutting_down_) return;
+  const EngineMetrics m = ctx_.engine.metrics();
+  if ((m.active_sequences == 0 && m.queue_depth == 0) || std::chrono::steady_clock::now() >= grace_deadline_) {
+    begin_shutdown();
+    return;
+  }
+  shutdown_timer_.expires_after(std::chrono::milliseconds(20));
+  shutdown_timer_.async_wait([this](beast::error_code ec) {
+    if (!ec) poll_drain();
+  });
+}
+
 void Server::begin_shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
+  ctx_.draining.store(true);
   listener_->stop();
   registry_.stop_all();
   const auto now = std::chrono::steady_clock::now();
-  grace_deadline_ = now + std::chrono::seconds(ctx_.options.shutdown_grace_s);
+  // After a drain the grace it began with is what is left; a direct stop gets the whole grace.
+  if (!draining_) grace_deadline_ = now + std::chrono::seconds(ctx_.options.shutdown_grace_s);
   hard_deadline_ = grace_deadline_ + std::chrono::seconds(3);
   poll_shutdown();
 }

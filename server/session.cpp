@@ -212,7 +212,7 @@ void Session::run_on_pool(const Handler& handler, const std::shared_ptr<Response
     if (self->gone_->load()) return;
     std::optional<Reply> reply = call_handler(*handler, *request, channel);
     if (!reply) return;  // the channel answers
-    make_valid_utf8(reply->body);
+    if (!reply->binary) make_valid_utf8(reply->body);
     net::post(self->stream_.get_executor(), [self, exchange, r = std::move(*reply)]() mutable {
       self->deliver_response(exchange, std::move(r));
     });
@@ -241,12 +241,13 @@ void Session::write_reply(const Reply& reply, const std::string& route, bool bod
                                                                   request_->version());
   res->set(http::field::server, "sluice");
   res->set(http::field::content_type, reply.content_type);
+  for (const auto& [name, value] : reply.headers) res->set(name, value);
   if (reply.status == 401) res->set(http::field::www_authenticate, "Bearer");
   if (reply.status == 405) res->set(http::field::allow, request_->method() == http::verb::get ? "POST" : "GET");
   ctx_.cors.apply(*request_, *res);
   res->keep_alive(keep_alive_);
   res->body() = reply.body;
-  if (!body_checked) make_valid_utf8(res->body());
+  if (!body_checked && !reply.binary) make_valid_utf8(res->body());
   res->prepare_payload();
   reply_ = res;
   stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));

@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-dev llvm
   prometheus python3 python3-matplotlib fio curl
+  chromium
 )
 
 missing=()
@@ -33,3 +34,5 @@ fi
 
 # The OpenAI Node.js SDK used by the server's end-to-end test (npm registry; locked version).
 bash "$(dirname "$0")/../tests/server/node/install.sh"
+# puppeteer-core, which drives Chromium (above) through the web app's browser test (locked version).
+bash "$(dirname "$0")/../tests/webapp/browser/install.sh"

@@ -200,23 +200,24 @@ class EngineImpl final : public Engine {
     s.result.error = std::move(error);
   }
 
-  // The one sequence the engine serves, when it decodes greedily with nothing else to do: then it
-  // decodes a token ahead (decode_ahead). Sampling that reads the logits on the host (temperature,
-  // penalties, logprobs) keeps to step().
-  Sequence* lone_greedy() {
-    if (!decode_ahead_ || drafter_ || others_waiting()) return nullptr;
-    Sequence* lone = nullptr;
+  // The sequences the engine serves, when every one decodes greedily with nothing else to do (no
+  // prompt to prefill, no request waiting): then they decode a token ahead together (decode_ahead).
+  // Sampling that reads the logits on the host (temperature, penalties, logprobs) keeps to step(),
+  // and so does speculative decoding (verification reads every guess's logits).
+  std::vector<Sequence*> greedy_group() {
+    std::vector<Sequence*> group;
+    if (!decode_ahead_ || drafter_ || others_waiting()) return group;
     for (auto& sp : active_) {
-      if (sp->finished) continue;
-      if (lone) return nullptr;
-      lone = sp.get();
+      Sequence& s = *sp;
+      if (s.finished) continue;
+      if (!s.decoding || s.tokens.size() != static_cast<std::size_t>(s.kv.n_past) + 1 || should_stop(s)) return {};
+      const GenerationRequest& req = *s.request;
+      const SamplingParams& p = req.sampling;
+      const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+      if (!greedy || req.top_logprobs != 0) return {};
+      group.push_back(&s);
     }
-    if (!lone || !lone->decoding || lone->tokens.size() != static_cast<std::size_t>(lone->kv.n_past) + 1 || should_stop(*lone))
-      return nullptr;
-    const GenerationRequest& req = *lone->request;
-    const SamplingParams& p = req.sampling;
-    const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
-    return greedy && req.top_logprobs == 0 ? lone : nullptr;
+    return group;
   }
 
   bool others_waiting() {
@@ -225,36 +226,64 @@ class EngineImpl final : public Engine {
   }
 
   // Greedy decoding a token ahead (engine/greedy_ahead.h): while the device runs the step that picks
-  // token n+1, this thread hands token n to the request. Returns when the sequence finishes, is
-  // cancelled, or another request arrives (after the steps in flight are taken in).
-  void decode_ahead(Sequence& s) {
-    GreedyAhead ahead(*rt_, s.kv, s.kv.n_past);
-    if (auto st = ahead.issue(s.tokens.back()); !st) return finish(s, FinishReason::kError, st.message());
+  // each sequence's token n+1, this thread hands tokens n to the requests. No step is issued once a
+  // sequence finishes, is cancelled or reaches its length, or another request arrives; the steps in
+  // flight are then taken in — their tokens are real for the sequences still going — and the
+  // engine's next step() regroups.
+  void decode_ahead(const std::vector<Sequence*>& group) {
+    std::vector<SequenceKv*> records;
+    std::vector<int32_t> positions, tokens;
+    for (Sequence* s : group) {
+      records.push_back(&s->kv);
+      positions.push_back(s->kv.n_past);
+      tokens.push_back(s->tokens.back());
+    }
+    auto fail = [&](const std::string& why) {
+      for (Sequence* s : group) finish(*s, FinishReason::kError, why);
+    };
+    GreedyAhead ahead(*rt_, std::move(records), std::move(positions));
+    auto issued = [&] {
+      std::lock_guard lock(mu_);
+      metrics_.ahead_steps_total += 1;
+      metrics_.ahead_rows_total += group.size();
+    };
+    if (auto st = ahead.issue(tokens); !st) return fail(st.message());
+    issued();
     while (ahead.in_flight() > 0) {
-      // The next step while this one runs, where its token may still be wanted.
-      const bool more = !should_stop(s) && !others_waiting() &&
-                        s.result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s.limit);
-      if (more)
-        if (auto st = ahead.issue_next(); !st) return finish(s, FinishReason::kError, st.message());
-      auto token = ahead.take();
-      if (!token) return finish(s, FinishReason::kError, token.message());
-      if (should_stop(s)) return finish(s, FinishReason::kCancelled);  // as step() would, before this token
-      s.kv.n_past += 1;  // its recent pages and state snapshot followed at issue
-      rt_->kv().publish(s.kv, s.tokens);
-      TokenEvent event;
-      event.id = *token;
-      const std::size_t before = s.result.ids.size();
-      accept(s, event);
-      s.result.stats.decode_passes += 1;
-      s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
-      if (s.finished) return;  // ahead drops the step issued past the end
-      publish_metrics();  // as between steps: the pages this sequence holds now
+      // The next step while this one runs, where every sequence's token may still be wanted.
+      bool more = !others_waiting();
+      for (const Sequence* s : group)
+        more = more && !s->finished && !should_stop(*s) &&
+               s->result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s->limit);
+      if (more) {
+        if (auto st = ahead.issue_next(); !st) return fail(st.message());
+        issued();
+      }
+      auto ids = ahead.take_all();
+      if (!ids) return fail(ids.message());
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        Sequence& s = *group[i];
+        if (s.finished) continue;  // its steps past the end are dropped
+        if (should_stop(s)) {
+          finish(s, FinishReason::kCancelled);  // as step() would, before this token
+          continue;
+        }
+        s.kv.n_past += 1;  // its recent pages and state snapshot followed at issue
+        rt_->kv().publish(s.kv, s.tokens);
+        TokenEvent event;
+        event.id = (*ids)[i];
+        const std::size_t before = s.result.ids.size();
+        accept(s, event);
+        s.result.stats.decode_passes += 1;
+        s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
+      }
+      publish_metrics();  // as between steps: the pages the sequences hold now
     }
   }
 
   // One forward pass over every active sequence.
   void step() {
-    if (Sequence* lone = lone_greedy()) return decode_ahead(*lone);
+    if (auto group = greedy_group(); !group.empty()) return decode_ahead(group);
     ForwardBatch batch;
     std::vector<Sequence*> in_batch;     // sequences with tokens in this batch
     std::vector<uint32_t> chunk_sizes;

@@ -116,6 +116,10 @@ struct EngineMetrics {
   uint64_t prompt_tokens_total = 0;
   uint64_t cached_tokens_total = 0;
   uint64_t completion_tokens_total = 0;
+  // Decode steps issued a token ahead (engine/greedy_ahead.h) and the sequences' rows in them: rows
+  // over steps is how many greedy sequences decoded together.
+  uint64_t ahead_steps_total = 0;
+  uint64_t ahead_rows_total = 0;
   double prefill_seconds_total = 0;
   double decode_seconds_total = 0;
   // Speculative decoding (GenerationStats' counters, summed over finished requests).

@@ -416,6 +416,59 @@ class Lifecycle(unittest.TestCase):
         with self.assertRaises(OSError):
             socket.create_connection((srv.host, srv.port), timeout=2).close()
 
+    def test_drain_refuses_new_work_finishes_the_stream_in_flight_and_exits_0(self):
+        key = {"Authorization": "Bearer sekrit"}
+        srv = start("--api-key", "sekrit", "--shutdown-grace", "60")
+        got = {"done": False, "chunks": 0, "finish": None}
+
+        def reader():
+            try:
+                body = {"prompt": "def f():", "stream": True, "max_tokens": 60, "ignore_eos": True, "temperature": 0}
+                for data in srv.stream("/v1/completions", body, headers=key):
+                    got["chunks"] += 1
+                    if data == "[DONE]":
+                        got["done"] = True
+                    else:
+                        got["finish"] = json.loads(data)["choices"][0]["finish_reason"] or got["finish"]
+            except Exception as e:  # noqa: BLE001
+                got["error"] = str(e)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        deadline = time.time() + 20
+        while got["chunks"] < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        try:
+            self.assertEqual(srv.json("POST", "/admin/drain")[0], 401)  # the key is needed
+            status, body = srv.json("POST", "/admin/drain", headers=key)
+            self.assertEqual(status, 202, body)
+            self.assertEqual(body["status"], "draining")
+            status, health = srv.json("GET", "/health")
+            self.assertEqual(status, 503, health)  # a balancer's check sends new work elsewhere
+            self.assertEqual(health["status"], "draining")
+            status, err = srv.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, headers=key)
+            self.assertEqual(status, 503, err)
+            self.assertEqual(err["error"]["code"], "draining")
+        finally:
+            t.join(60)
+        # The stream in flight ran to its length, not cancelled; then the server stopped by itself.
+        self.assertTrue(got["done"], got)
+        self.assertEqual(got["finish"], "length", got)
+        self.assertEqual(srv.proc.wait(timeout=30), 0, "".join(srv.stderr_lines))
+        srv.stop(timeout=5)
+
+    def test_drain_without_an_api_key_is_refused(self):
+        srv = start()
+        try:
+            status, err = srv.json("POST", "/admin/drain")
+            self.assertEqual(status, 403, err)
+            self.assertEqual(err["error"]["code"], "drain_needs_api_key")
+            status, health = srv.json("GET", "/health")
+            self.assertEqual(status, 200)
+            self.assertIn("free", health["slots"])
+        finally:
+            srv.stop(timeout=15)
+
     def test_sigint_on_idle_server_exits_0(self):
         srv = start()
         self.assertEqual(srv.json("GET", "/health")[0], 200)

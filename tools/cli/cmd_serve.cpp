@@ -16,6 +16,18 @@
 #include "server/server.h"
 
 namespace sluice::cli {
+namespace {
+
+// The origin a person types: a wildcard bind (0.0.0.0, ::) is reached through the loopback address,
+// an IPv6 address goes in brackets.
+std::string browser_origin(const boost::asio::ip::address& address, unsigned short port) {
+  std::string host = address.to_string();
+  if (address.is_unspecified()) host = address.is_v6() ? "[::1]" : "127.0.0.1";
+  else if (address.is_v6()) host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(port);
+}
+
+}  // namespace
 
 int run_serve(const Args& args) {
   auto parsed = server::parse_server_options(args);
@@ -29,7 +41,7 @@ int run_serve(const Args& args) {
   }
   server::ServerOptions& options = parsed->options;
 
-  // stdout carries the one "ready" line (and --info's plan); logs go to stderr.
+  // stdout carries the "ready" lines (and --info's plan); logs go to stderr.
   auto logger = spdlog::stderr_color_mt("sluice-serve");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(options.log_level));
@@ -101,6 +113,8 @@ int run_serve(const Args& args) {
       const auto endpoint = http_server.local_endpoint();
       std::printf("sluice ready: http://%s:%u model=%s backend=%s\n", endpoint.address().to_string().c_str(),
                   endpoint.port(), options.alias.c_str(), (*engine)->backend_name().c_str());
+      const std::string base = browser_origin(endpoint.address(), endpoint.port());
+      std::printf("  chat in a browser:   %s/\n  OpenAI API base URL: %s/v1\n", base.c_str(), base.c_str());
       std::fflush(stdout);
       http_server.run();
       spdlog::info("stopped");
