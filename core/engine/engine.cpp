@@ -415,10 +415,14 @@ class EngineImpl final : public Engine {
     if (!d) return make_error("speculative decoding: " + d.message());
     draft = std::move(*d);
     costs_.observe_draft(static_cast<int>(draft.ids.size()), ms_between(t0, Clock::now()));
-    if (draft.ids.size() > static_cast<std::size_t>(n)) draft.ids.resize(static_cast<std::size_t>(n));
+    // At most n guesses, and none past one outside the model's vocabulary (a draft model's logits may
+    // be padded wider than the target's): the guesses before it still count.
     const auto vocab = static_cast<int32_t>(rt_->config().vocab_size);
-    for (int32_t id : draft.ids)
-      if (id < 0 || id >= vocab) return make_error("speculative decoding: the drafter guessed token " + std::to_string(id) + ", outside the vocabulary");
+    std::size_t keep = std::min(draft.ids.size(), static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < keep; ++i)
+      if (draft.ids[i] < 0 || draft.ids[i] >= vocab) keep = i;
+    draft.ids.resize(keep);
+    if (draft.q.size() > keep) draft.q.resize(keep);
     return {};
   }
 
