@@ -87,7 +87,9 @@ MemoryPlan plan_memory(const Engine& engine, const std::string& kv_codec, const 
   // Sliding-window layers (where the backend keeps only the window's pages) and recurrent layers'
   // state cost per sequence, not per token.
   plan.per_sequence_bytes = static_cast<double>(m.kv_window_bytes_per_sequence + m.kv_state_bytes_per_sequence);
-  plan.total_bytes = plan.weights_bytes + m.kv_bytes_per_token * plan.context + plan.per_sequence_bytes;
+  plan.drafter = m.drafter;
+  plan.draft_bytes = static_cast<double>(m.draft_bytes);
+  plan.total_bytes = plan.weights_bytes + m.kv_bytes_per_token * plan.context + plan.per_sequence_bytes + plan.draft_bytes;
   if (!mem_limit.empty()) {
     plan.budget = parse_byte_size(mem_limit);
     plan.budget_name = "--mem-limit " + mem_limit;
@@ -115,6 +117,8 @@ std::string memory_plan_text(const MemoryPlan& plan, const std::string& mem_limi
   if (plan.per_sequence_bytes > 0)
     out += fmt::format("  {:<8} {:>16} {:>18}\n", configured, "+ per sequence",
                        format_bytes(plan.per_sequence_bytes) + " (windows, state)");
+  if (plan.draft_bytes > 0)
+    out += fmt::format("  {} (weights, KV)   {:>12}\n", plan.drafter, format_bytes(plan.draft_bytes));
   out += fmt::format("  total ({}, full context)   {:>12}\n", configured, format_bytes(plan.total_bytes));
   if (plan.mem_limit_malformed) out += fmt::format("  --mem-limit {}: not a size (use e.g. 8G)\n", mem_limit);
   if (plan.budget) {

@@ -34,7 +34,9 @@ struct MemoryPlan {
   double weights_bytes = 0;
   std::vector<KvRow> kv;            // f32, f16, and the configured codec when it is another
   double per_sequence_bytes = 0;    // sliding windows and recurrent state
-  double total_bytes = 0;           // weights + the configured codec at the full context + per sequence
+  std::string drafter;              // speculative decoding's ("" off)
+  double draft_bytes = 0;           // a draft model's weights and KV cache
+  double total_bytes = 0;           // weights + the configured codec at the full context + per sequence + draft
   std::optional<uint64_t> budget;   // --mem-limit, else the memory available
   std::string budget_name;          // "--mem-limit 8G" or "available memory"
   bool mem_limit_malformed = false;

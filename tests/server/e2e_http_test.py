@@ -517,6 +517,41 @@ class Lifecycle(unittest.TestCase):
         finally:
             srv.stop(signal.SIGTERM, timeout=15)
 
+    def test_speculative_decoding_flags_serve_the_same_greedy_text_and_count_guesses(self):
+        body = {"prompt": "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\n\ndef fib",
+                "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+        texts = []
+        for extra in ((), ("--draft", "ngram"), ("--draft-model", ARGS.model, "--num-draft-tokens", "4")):
+            srv = start(*extra)
+            try:
+                status, out = srv.json("POST", "/v1/completions", body)
+                self.assertEqual(status, 200, out)
+                texts.append(out["choices"][0]["text"])
+                drafted = srv.metric("sluice_spec_draft_tokens_total")
+                if extra:
+                    self.assertGreater(drafted, 0, extra)
+                    self.assertGreater(srv.metric("sluice_tokens_per_target_pass"), 1.0, extra)
+                    self.assertGreater(srv.metric("sluice_spec_acceptance_rate"), 0.0, extra)
+                else:
+                    self.assertEqual(drafted, 0)
+            finally:
+                srv.stop(signal.SIGTERM, timeout=15)
+        self.assertEqual(texts[1], texts[0])
+        self.assertEqual(texts[2], texts[0])
+
+    def test_info_counts_a_draft_model_in_the_plan(self):
+        p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, "--info", "--ctx-size", "1024", "--draft-model", ARGS.model],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("draft model", p.stdout)
+
+    def test_swiftlm_flags_for_missing_features_are_refused_by_name(self):
+        for flag, feature in (("--dflash", "DFlash"), ("--vision", "image input"), ("--audio", "audio input")):
+            p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, flag], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(flag, p.stderr)
+            self.assertIn(feature, p.stderr)
+
     def test_info_prints_memory_plan_and_exits(self):
         p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, "--info", "--ctx-size", "1024"],
                            capture_output=True, text=True, timeout=60)

@@ -71,6 +71,11 @@ int run_serve(const Args& args) {
   if (!model) return 1;
   options.model = model->dir;
   if (options.alias.empty()) options.alias = model->name;
+  if (!options.draft_model.empty()) {
+    auto draft = resolve_model_arg("serve", options.draft_model, &progress);
+    if (!draft) return 1;
+    options.draft_model = draft->dir;
+  }
   progress.set_phase("loading");
 
   auto engine = Engine::create(server::to_engine_options(options));
@@ -78,6 +83,9 @@ int run_serve(const Args& args) {
     std::fprintf(stderr, "sluice serve: %s\n", engine.message().c_str());
     return 1;
   }
+  if (const std::string drafter = (*engine)->metrics().drafter; !drafter.empty())
+    spdlog::info("speculative decoding: {} (up to {} guesses a pass, while at most {} sequences decode)", drafter,
+                 options.num_draft_tokens, options.spec_max_batch);
   if (options.info) {
     std::fputs(server::memory_plan_text(**engine, server::to_engine_options(options).kv_codec, options.mem_limit).c_str(), stdout);
     (*engine)->shutdown();
