@@ -53,8 +53,8 @@ class HAProxy(Balancer):
 
     def configure(self, text, replicas):
         text = re.sub(r"(?m)^  bind 127\.0\.0\.1:\d+$", "  bind 127.0.0.1:%d" % self.port, text)
-        text = re.sub(r"(?m)^  server replica.*\n", "", text)
-        return text + "".join("  server replica%d %s:%d check\n" % (i + 1, r.host, r.port) for i, r in enumerate(replicas))
+        servers = "".join("  server replica%d %s:%d check\n" % (i + 1, r.host, r.port) for i, r in enumerate(replicas))
+        return re.sub(r"(?m)(^  server replica.*\n)+", lambda m: servers, text)  # each backend's list
 
     def command(self):
         return ["haproxy", "-db", "-f", self.path]
