@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "constrain/grammar_constraint.h"
 #include "model/model_config.h"
 #include "server/generation_job.h"
 #include "server/handlers.h"
@@ -24,6 +25,14 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
                                  "invalid_request_error", prompt_param, "context_length_exceeded"});
   }
   auto request = std::make_shared<GenerationRequest>();
+  // Structured outputs: the grammar is compiled (or found compiled) here, off the engine thread.
+  if (params.json_schema || params.json_object) {
+    auto grammar = params.json_schema ? ctx.grammars.for_schema(*params.json_schema) : ctx.grammars.any_object();
+    if (!grammar)
+      return Reply::error(ApiError::bad_request("response_format: " + grammar.message(),
+                                                params.json_schema ? "response_format.json_schema.schema" : "response_format"));
+    request->constraint = std::make_shared<constrain::GrammarConstraint>(*grammar);
+  }
   request->prompt_ids = std::move(prompt_ids);
   request->max_tokens = std::max(1, std::min(params.max_tokens, context - prompt_tokens));
   request->sampling = params.sampling;

@@ -204,7 +204,7 @@ class EngineImpl final : public Engine {
     const GenerationRequest& req = *lone->request;
     const SamplingParams& p = req.sampling;
     const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
-    return greedy && req.top_logprobs == 0 ? lone : nullptr;
+    return greedy && req.top_logprobs == 0 && !req.constraint ? lone : nullptr;
   }
 
   bool others_waiting() {
@@ -314,6 +314,13 @@ class EngineImpl final : public Engine {
       finish(s, FinishReason::kLength);
       return;
     }
+    if (req.constraint) {
+      const int remaining = s.limit - static_cast<int>(s.result.ids.size());
+      if (!req.constraint->restrict(logits, remaining)) {
+        finish(s, FinishReason::kError, "constrained decoding: no token can continue the output");
+        return;
+      }
+    }
     TokenEvent event;
     if (req.top_logprobs > 0) event.top_logprobs = Sampler::top_logprobs(logits, req.top_logprobs);
     const TokenChoice choice = s.sampler->sample(logits, s.tokens, s.n_prompt);
@@ -330,6 +337,11 @@ class EngineImpl final : public Engine {
       finish(s, FinishReason::kStop);
       return;
     }
+    if (req.constraint)
+      if (auto st = req.constraint->accept(event.id); !st) {
+        finish(s, FinishReason::kError, "constrained decoding: " + st.message());
+        return;
+      }
     s.result.ids.push_back(event.id);
     s.tokens.push_back(event.id);
     s.result.stats.completion_tokens = static_cast<int>(s.result.ids.size());
@@ -337,7 +349,8 @@ class EngineImpl final : public Engine {
       finish(s, req.cancelled->load() ? FinishReason::kCancelled : FinishReason::kStop);
       return;
     }
-    if (s.result.ids.size() >= static_cast<std::size_t>(s.limit)) finish(s, FinishReason::kLength);
+    if (req.constraint && req.constraint->must_stop()) finish(s, FinishReason::kStop);
+    else if (s.result.ids.size() >= static_cast<std::size_t>(s.limit)) finish(s, FinishReason::kLength);
   }
 
   // Sequences that finished leave: pages back to the pool, on_done called, slot freed.
