@@ -196,6 +196,7 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDe
   if (auto err = parse_tool_fields(*doc, tool_fields)) return *err;
   req.tools.Swap(tool_fields.tools);
   req.tool_choice = tool_fields.choice;
+  req.forced_tool = tool_fields.forced_name;
   req.parallel_tool_calls = tool_fields.parallel_calls;
   auto agp = optional_boolean(*doc, "add_generation_prompt");
   if (!agp) return agp.error();

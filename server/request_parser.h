@@ -48,6 +48,7 @@ struct ChatRequest {
   rapidjson::Document messages;
   rapidjson::Document tools;  // null when absent; validated by parse_tool_fields
   ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string forced_tool;  // tool_choice naming a function
   bool parallel_tool_calls = true;
   std::optional<bool> add_generation_prompt;
   TemplateControls template_controls;  // chat_template_kwargs, enable_thinking, reasoning_effort

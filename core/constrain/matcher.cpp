@@ -75,7 +75,7 @@ std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::entry(uint32_t po
   }
   auto e = compute(position);
   std::lock_guard lock(mu_);
-  const std::size_t bytes = e->allowed.words().size() * 8 + e->needs_context.size() * 4;
+  const std::size_t bytes = e->allowed.words().size() * 8 + e->needs_context.size() * 4 + e->increasing.size() * 8;
   if (cache_used_ + bytes <= limits_.cache_bytes) {
     cache_.emplace(position, e);
     cache_used_ += bytes;
@@ -100,6 +100,7 @@ std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::compute(uint32_t 
   std::vector<std::vector<Head>> level(1, std::vector<Head>{{position, kContext}});
   std::vector<char> left_above(1, 0);
   std::vector<std::size_t> mark(1, 0);
+  const int64_t start_distance = grammar_.positions[position].min_to_end;
   for (uint32_t i = 1; i < nodes.size();) {
     const auto& node = nodes[i];
     const std::size_t d = node.depth;
@@ -114,9 +115,18 @@ std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::compute(uint32_t 
     const bool above = left_above[d - 1];
     const bool alive = !level[d].empty();
     const auto [tb, te] = vocab_->tokens_at(i);
+    // How much further the output's end is after the token: the same in every context for a token
+    // that stays in the rule; one that ends the rule never moves it further (the rest of the stack
+    // was already counted).
+    int64_t delta = alive ? static_cast<int64_t>(stepper.distance(level[d])) - start_distance : 0;
+    if (left) delta = std::min<int64_t>(delta, 0);
     for (uint32_t k = tb; k < te; ++k) {
-      if (alive || left) e->allowed.set(ids[k]);
-      else if (above) e->needs_context.push_back(ids[k]);
+      if (alive || left) {
+        e->allowed.set(ids[k]);
+        if (delta > 0) e->increasing.push_back({ids[k], static_cast<uint32_t>(delta)});
+      } else if (above) {
+        e->needs_context.push_back(ids[k]);
+      }
     }
     if (alive) {
       left_above[d] = above || left;
@@ -158,6 +168,41 @@ uint32_t Matcher::distance() const {
   return stepper.distance(heads_);
 }
 
+void Matcher::exact_walk(TokenMask& mask, uint32_t room) {
+  // Every token against the real stacks, sharing prefixes; a subtree is skipped once it is dead or
+  // even its longest token could not shorten the way enough (one byte shortens it by one at most).
+  const VocabIndex& v = g_->vocab();
+  const auto nodes = v.nodes();
+  const auto ids = v.sorted_ids();
+  const std::size_t mark = frames_.size();
+  Stepper stepper(g_->grammar(), g_->limits(), frames_);
+  std::vector<std::vector<Head>> level(1, heads_);
+  std::vector<std::size_t> level_mark(1, mark);
+  for (uint32_t i = 1; i < nodes.size();) {
+    const auto& node = nodes[i];
+    const std::size_t d = node.depth;
+    if (level.size() <= d) {
+      level.resize(d + 1);
+      level_mark.resize(d + 1);
+    }
+    frames_.resize(level_mark[d - 1]);
+    bool left = false;
+    stepper.step(level[d - 1], node.byte, level[d], left);
+    const uint32_t nd = level[d].empty() ? kUnreachable : stepper.distance(level[d]);
+    if (level[d].empty() || nd > room + (node.max_depth - node.depth)) {
+      i = node.end;
+      continue;
+    }
+    level_mark[d] = frames_.size();
+    if (nd <= room) {
+      const auto [tb, te] = v.tokens_at(i);
+      for (uint32_t k = tb; k < te; ++k) mask.set(ids[k]);
+    }
+    ++i;
+  }
+  frames_.resize(mark);
+}
+
 bool Matcher::simulate(std::string_view bytes) {
   Stepper stepper(g_->grammar(), g_->limits(), frames_);
   scratch_a_ = heads_;
@@ -196,58 +241,51 @@ void Matcher::fill_mask(TokenMask& mask, int remaining_tokens) {
       if (id >= 0 && static_cast<std::size_t>(id) < v.size()) mask.set(id);
   const std::size_t mark = frames_.size();
   Stepper stepper(g_->grammar(), g_->limits(), frames_);
-  const uint32_t dist = stepper.distance(heads_);
-  const bool budgeted = remaining_tokens >= 0 && dist > 0;
-  if (budgeted && static_cast<uint32_t>(remaining_tokens) <= dist + g_->limits().budget_window) {
-    // Near the end of the budget, an exact walk with the real stack: a token may leave at most as
-    // many bytes to write as tokens will be left after it (one byte a token always exists: every
-    // byte is a token in the vocabularies served), and at the very end every byte must shorten
-    // the way (which also prunes the walk to the shortest completions).
-    const bool closing = static_cast<uint32_t>(remaining_tokens) <= dist;
-    const uint32_t room = static_cast<uint32_t>(remaining_tokens - 1);
-    const auto nodes = v.nodes();
-    const auto ids = v.sorted_ids();
-    std::vector<std::vector<Head>> level(1, heads_);
-    std::vector<uint32_t> level_dist(1, dist);
-    std::vector<std::size_t> level_mark(1, mark);
-    for (uint32_t i = 1; i < nodes.size();) {
-      const auto& node = nodes[i];
-      const std::size_t d = node.depth;
-      if (level.size() <= d) {
-        level.resize(d + 1);
-        level_dist.resize(d + 1);
-        level_mark.resize(d + 1);
-      }
-      frames_.resize(level_mark[d - 1]);
-      bool left = false;
-      stepper.step(level[d - 1], node.byte, level[d], left);
-      const uint32_t nd = stepper.distance(level[d]);
-      if (level[d].empty() || (closing && nd >= level_dist[d - 1])) {
-        i = node.end;
-        continue;
-      }
-      level_dist[d] = nd;
-      level_mark[d] = frames_.size();
-      if (closing || nd <= room) {
-        const auto [tb, te] = v.tokens_at(i);
-        for (uint32_t k = tb; k < te; ++k) mask.set(ids[k]);
-      }
-      ++i;
-    }
+  // The budget: a token may leave at most as many bytes to write as tokens will be left after it.
+  // Every byte is a token in the vocabularies served, so one byte along a shortest completion is
+  // always allowed, and an output that fits its max_tokens when it starts is always finished.
+  const uint32_t room = remaining_tokens > 0 ? static_cast<uint32_t>(remaining_tokens - 1) : kUnreachable;
+  auto fits_after = [&](std::string_view bytes) {
+    const bool ok = simulate(bytes) && stepper.distance(scratch_a_) <= room;
     frames_.resize(mark);
-    return;
-  }
-  std::vector<uint32_t> seen;
-  for (const Head& h : heads_) {
-    if (h.pos == kAccepted || std::find(seen.begin(), seen.end(), h.pos) != seen.end()) continue;
-    seen.push_back(h.pos);
+    return ok;
+  };
+  std::vector<const Head*> live;
+  bool tight = false;  // some stack's shortest completion does not fit: every token's distance matters
+  for (const Head& h : heads_)
+    if (h.pos != kAccepted) {
+      live.push_back(&h);
+      tight = tight || stepper.distance(h) > room;
+    }
+  if (tight) return exact_walk(mask, room);
+  if (live.size() == 1) {
+    // One stack: the cached entry's distances apply as they are.
+    const Head& h = *live[0];
+    const uint32_t dist = stepper.distance(h);
     auto entry = g_->entry(h.pos);
     mask.add(entry->allowed);
-    for (int32_t t : entry->needs_context) {
-      if (mask.test(t)) continue;
-      if (simulate(v.bytes(t))) mask.set(t);
-      frames_.resize(mark);
-    }
+    for (const auto& [t, delta] : entry->increasing)
+      if (dist + delta > room) mask.reset(t);
+    for (int32_t t : entry->needs_context)
+      if (!mask.test(t) && fits_after(v.bytes(t))) mask.set(t);
+    return;
+  }
+  // Several stacks: the union of their entries, and every token that might not fit checked whole.
+  std::vector<int32_t> recheck;
+  std::vector<uint32_t> seen;
+  for (const Head* h : live) {
+    if (std::find(seen.begin(), seen.end(), h->pos) != seen.end()) continue;
+    seen.push_back(h->pos);
+    auto entry = g_->entry(h->pos);
+    mask.add(entry->allowed);
+    for (const auto& [t, delta] : entry->increasing) recheck.push_back(t);
+    recheck.insert(recheck.end(), entry->needs_context.begin(), entry->needs_context.end());
+  }
+  std::sort(recheck.begin(), recheck.end());
+  recheck.erase(std::unique(recheck.begin(), recheck.end()), recheck.end());
+  for (int32_t t : recheck) {
+    if (fits_after(v.bytes(t))) mask.set(t);
+    else mask.reset(t);
   }
 }
 

@@ -8,11 +8,9 @@
 // walk over the vocabulary trie and cached; the few that leave the rule (say `",` closing a
 // string) are checked against the real stack each step.
 //
-// Budget: near the end of max_tokens a token may leave no more bytes to write than tokens will be
-// left; once the tokens left equal the bytes the shortest completion needs, only tokens whose every
-// byte moves along a shortest completion are allowed. So an output finishes within max_tokens
-// instead of being cut off mid-value (when the schema's shortest value fits at all, and unless
-// one token opens more than budget_window bytes of required text).
+// Budget: a token may leave no more bytes to write (the shortest way to a complete output) than
+// tokens will be left after it. So an output finishes within max_tokens instead of being cut off
+// mid-value, whenever the schema's shortest value fits the budget at all.
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,9 +31,6 @@ struct MatcherLimits {
   uint32_t max_stack_depth = 96;     // nested rules at once (bounds recursive schemas)
   uint32_t max_stacks = 64;          // alternatives tracked at once
   std::size_t cache_bytes = 256u << 20;  // per grammar: cached per-position masks
-  // Within this many tokens of the fewest needed to finish, masks also keep the output finishable
-  // (an exact walk, dearer than the cached masks, so only near the end of max_tokens).
-  uint32_t budget_window = 64;
 };
 
 // A grammar compiled for one vocabulary, shared by every request that uses it (masks cached here).
@@ -50,6 +45,9 @@ class CompiledGrammar {
   struct Entry {
     TokenMask allowed;                  // accepted whatever lies below the position's rule
     std::vector<int32_t> needs_context;  // leave the rule mid-token: checked against the real stack
+    // Allowed tokens that put the end of the output further away, and by how many bytes (checked
+    // against the budget of tokens left).
+    std::vector<std::pair<int32_t, uint32_t>> increasing;
   };
   std::shared_ptr<const Entry> entry(uint32_t position) const;
   std::size_t cached_positions() const;
@@ -111,6 +109,7 @@ class Matcher {
 
  private:
   bool simulate(std::string_view bytes);
+  void exact_walk(TokenMask& mask, uint32_t room);
 
   std::shared_ptr<const CompiledGrammar> g_;
   std::vector<Frame> frames_;

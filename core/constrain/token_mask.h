@@ -10,6 +10,7 @@ class TokenMask {
   explicit TokenMask(std::size_t n = 0) : n_(n), words_((n + 63) / 64, 0) {}
   std::size_t size() const { return n_; }
   void set(int32_t id) { words_[static_cast<std::size_t>(id) >> 6] |= uint64_t{1} << (id & 63); }
+  void reset(int32_t id) { words_[static_cast<std::size_t>(id) >> 6] &= ~(uint64_t{1} << (id & 63)); }
   bool test(int32_t id) const { return (words_[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1; }
   void clear() { std::fill(words_.begin(), words_.end(), 0); }
   void add(const TokenMask& o) {

@@ -15,7 +15,7 @@ VocabIndex::VocabIndex(std::vector<std::string> bytes, std::vector<int32_t> stop
   std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b]; });
   // Sorted strings give the trie's preorder directly: a node per distinct prefix, opened where the
   // string first differs from the one before.
-  nodes_.push_back({0, 0, 0, 0});
+  nodes_.push_back({0, 0, 0, 0, 0});
   std::vector<uint32_t> open{0};  // node index per depth along the current path
   const std::string* previous = nullptr;
   for (std::size_t k = 0; k < sorted_.size(); ++k) {
@@ -29,7 +29,7 @@ VocabIndex::VocabIndex(std::vector<std::string> bytes, std::vector<int32_t> stop
       open.pop_back();
     }
     for (std::size_t d = common; d < s.size(); ++d) {
-      nodes_.push_back({static_cast<unsigned char>(s[d]), static_cast<uint16_t>(d + 1), 0, static_cast<uint32_t>(k)});
+      nodes_.push_back({static_cast<unsigned char>(s[d]), static_cast<uint16_t>(d + 1), 0, static_cast<uint32_t>(k), 0});
       open.push_back(static_cast<uint32_t>(nodes_.size() - 1));
     }
     previous = &s;
@@ -37,6 +37,12 @@ VocabIndex::VocabIndex(std::vector<std::string> bytes, std::vector<int32_t> stop
   while (!open.empty()) {
     nodes_[open.back()].end = static_cast<uint32_t>(nodes_.size());
     open.pop_back();
+  }
+  // Deepest token below each node: children come after their parent, so a backward pass suffices.
+  for (std::size_t i = nodes_.size(); i-- > 0;) {
+    nodes_[i].max_depth = std::max(nodes_[i].max_depth, nodes_[i].depth);
+    for (uint32_t c = static_cast<uint32_t>(i) + 1; c < nodes_[i].end; c = nodes_[c].end)
+      nodes_[i].max_depth = std::max(nodes_[i].max_depth, nodes_[c].max_depth);
   }
 }
 

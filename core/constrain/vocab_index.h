@@ -33,6 +33,7 @@ class VocabIndex {
     uint16_t depth;
     uint32_t end;          // first node after this subtree
     uint32_t first_token;  // into sorted_ids(): tokens ending here are [first_token, next node's first_token)
+    uint16_t max_depth;    // of the longest token in this subtree
   };
   std::span<const Node> nodes() const { return nodes_; }
   std::span<const int32_t> sorted_ids() const { return sorted_; }
