@@ -28,9 +28,19 @@ uint32_t Stepper::distance(std::span<const Head> heads) const {
 }
 
 void Stepper::expand(Head h, std::vector<Head>& out, bool& left_rule) {
+  if (h.pos != kAccepted) {
+    // The common case: a position that only reads bytes.
+    const Position& p = g_.positions[h.pos];
+    if (p.calls.empty() && !p.final) {
+      push_unique(out, h, limits_.max_stacks);
+      return;
+    }
+  }
   visited_.clear();
   // Depth-first over calls and returns; visited guards the loops a rule that may be empty makes.
-  std::vector<Head> todo{h};
+  std::vector<Head>& todo = todo_;
+  todo.clear();
+  todo.push_back(h);
   while (!todo.empty()) {
     const Head cur = todo.back();
     todo.pop_back();
@@ -57,6 +67,13 @@ void Stepper::expand(Head h, std::vector<Head>& out, bool& left_rule) {
   }
 }
 
+void Stepper::pop(const Head& h, std::vector<Head>& out) {
+  out.clear();
+  bool left = false;
+  if (h.rest == kRoot) out.push_back({kAccepted, kRoot});
+  else if (h.rest != kContext) expand({frames_[h.rest].ret, frames_[h.rest].parent}, out, left);
+}
+
 void Stepper::step(std::span<const Head> in, unsigned char b, std::vector<Head>& out, bool& left_rule) {
   out.clear();
   for (const Head& h : in) {
@@ -75,7 +92,8 @@ std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::entry(uint32_t po
   }
   auto e = compute(position);
   std::lock_guard lock(mu_);
-  const std::size_t bytes = e->allowed.words().size() * 8 + e->needs_context.size() * 4 + e->increasing.size() * 8;
+  const std::size_t bytes = e->allowed.words().size() * 8 + (e->increasing.size() + e->decreasing.size()) * 8 + e->ends_rule.size() * 4 +
+                            e->exits.nodes().size() * sizeof(PrefixTrie::Node) + e->exits.size() * 4;
   if (cache_used_ + bytes <= limits_.cache_bytes) {
     cache_.emplace(position, e);
     cache_used_ += bytes;
@@ -91,57 +109,68 @@ std::size_t CompiledGrammar::cached_positions() const {
 std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::compute(uint32_t position) const {
   auto e = std::make_shared<Entry>();
   e->allowed = TokenMask(vocab_->size());
-  const auto nodes = vocab_->nodes();
-  const auto ids = vocab_->sorted_ids();
+  const PrefixTrie& trie = vocab_->trie();
+  const auto nodes = trie.nodes();
+  const auto ids = trie.ids();
   std::vector<Frame> frames;
   Stepper stepper(grammar_, limits_, frames);
-  // Per trie depth: the heads after that many bytes, whether a branch left the rule at or above
-  // that depth, and the arena size to roll back to.
+  // Per trie depth: the heads after that many bytes, whether a branch ended the rule right there,
+  // and the arena size to roll back to.
   std::vector<std::vector<Head>> level(1, std::vector<Head>{{position, kContext}});
-  std::vector<char> left_above(1, 0);
+  std::vector<char> exit_at(1, 0);
   std::vector<std::size_t> mark(1, 0);
+  std::vector<std::pair<std::string, int32_t>> exits;
   const int64_t start_distance = grammar_.positions[position].min_to_end;
+  // A token that the rule does not take whole: what follows each exit on its path, for the walk
+  // from the real stack below.
+  auto add_exits = [&](int32_t id, std::size_t depth) {
+    const std::string& bytes = vocab_->bytes(id);
+    for (std::size_t k = 1; k <= depth; ++k)
+      if (exit_at[k] && k < bytes.size()) exits.emplace_back(bytes.substr(k), id);
+  };
   for (uint32_t i = 1; i < nodes.size();) {
     const auto& node = nodes[i];
     const std::size_t d = node.depth;
     if (level.size() <= d) {
       level.resize(d + 1);
-      left_above.resize(d + 1);
+      exit_at.resize(d + 1);
       mark.resize(d + 1);
     }
     frames.resize(mark[d - 1]);
     bool left = false;
     stepper.step(level[d - 1], node.byte, level[d], left);
-    const bool above = left_above[d - 1];
+    exit_at[d] = left;
     const bool alive = !level[d].empty();
-    const auto [tb, te] = vocab_->tokens_at(i);
     // How much further the output's end is after the token: the same in every context for a token
-    // that stays in the rule; one that ends the rule never moves it further (the rest of the stack
-    // was already counted).
-    int64_t delta = alive ? static_cast<int64_t>(stepper.distance(level[d])) - start_distance : 0;
-    if (left) delta = std::min<int64_t>(delta, 0);
-    for (uint32_t k = tb; k < te; ++k) {
-      if (alive || left) {
-        e->allowed.set(ids[k]);
-        if (delta > 0) e->increasing.push_back({ids[k], static_cast<uint32_t>(delta)});
-      } else if (above) {
-        e->needs_context.push_back(ids[k]);
+    // that stays in the rule.
+    const int64_t delta = alive ? static_cast<int64_t>(stepper.distance(level[d])) - start_distance : 0;
+    for (int32_t id : trie.ids_at(i)) {
+      if (left) {
+        e->allowed.set(id);
+        e->ends_rule.push_back(id);
+      } else if (alive) {
+        e->allowed.set(id);
+        if (delta > 0) e->increasing.push_back({id, static_cast<uint32_t>(delta)});
+        if (delta < 0) e->decreasing.push_back({id, static_cast<uint32_t>(-delta)});
+      } else {
+        add_exits(id, d - 1);
       }
     }
     if (alive) {
-      left_above[d] = above || left;
       mark[d] = frames.size();
       ++i;
       continue;
     }
-    if (above || left) {
-      // Nothing continues here inside the rule: every longer token depends on the context.
-      const auto [sb, se] = vocab_->tokens_below(i);
-      for (uint32_t k = te; k < se; ++k) e->needs_context.push_back(ids[k]);
-      (void)sb;
-    }
+    // Nothing continues in the rule past here: longer tokens depend on the exits on their path.
+    const uint32_t first = nodes[i].first + nodes[i].here;
+    const uint32_t last = node.end < nodes.size() ? nodes[node.end].first : static_cast<uint32_t>(ids.size());
+    bool any_exit = false;
+    for (std::size_t k = 1; k <= d; ++k) any_exit = any_exit || exit_at[k];
+    if (any_exit)
+      for (uint32_t k = first; k < last; ++k) add_exits(ids[k], d);
     i = node.end;
   }
+  e->exits = PrefixTrie(std::move(exits));
   return e;
 }
 
@@ -168,36 +197,31 @@ uint32_t Matcher::distance() const {
   return stepper.distance(heads_);
 }
 
-void Matcher::exact_walk(TokenMask& mask, uint32_t room) {
-  // Every token against the real stacks, sharing prefixes; a subtree is skipped once it is dead or
-  // even its longest token could not shorten the way enough (one byte shortens it by one at most).
-  const VocabIndex& v = g_->vocab();
-  const auto nodes = v.nodes();
-  const auto ids = v.sorted_ids();
+void Matcher::walk(const PrefixTrie& trie, const std::vector<Head>& start, uint32_t room, TokenMask& mask) {
+  // Every string against the real stacks, sharing prefixes; a subtree is skipped once it is dead or
+  // even its longest string could not shorten the way enough (one byte shortens it by one at most).
+  const auto nodes = trie.nodes();
   const std::size_t mark = frames_.size();
   Stepper stepper(g_->grammar(), g_->limits(), frames_);
-  std::vector<std::vector<Head>> level(1, heads_);
-  std::vector<std::size_t> level_mark(1, mark);
+  if (levels_.empty()) levels_.resize(1);
+  levels_[0] = start;
+  level_marks_.assign(1, mark);
   for (uint32_t i = 1; i < nodes.size();) {
     const auto& node = nodes[i];
     const std::size_t d = node.depth;
-    if (level.size() <= d) {
-      level.resize(d + 1);
-      level_mark.resize(d + 1);
-    }
-    frames_.resize(level_mark[d - 1]);
+    if (levels_.size() <= d) levels_.resize(d + 1);
+    if (level_marks_.size() <= d) level_marks_.resize(d + 1);
+    frames_.resize(level_marks_[d - 1]);
     bool left = false;
-    stepper.step(level[d - 1], node.byte, level[d], left);
-    const uint32_t nd = level[d].empty() ? kUnreachable : stepper.distance(level[d]);
-    if (level[d].empty() || nd > room + (node.max_depth - node.depth)) {
+    stepper.step(levels_[d - 1], node.byte, levels_[d], left);
+    const uint32_t nd = levels_[d].empty() ? kUnreachable : stepper.distance(levels_[d]);
+    if (levels_[d].empty() || nd > room + (node.max_depth - node.depth)) {
       i = node.end;
       continue;
     }
-    level_mark[d] = frames_.size();
-    if (nd <= room) {
-      const auto [tb, te] = v.tokens_at(i);
-      for (uint32_t k = tb; k < te; ++k) mask.set(ids[k]);
-    }
+    level_marks_[d] = frames_.size();
+    if (nd <= room)
+      for (int32_t id : trie.ids_at(i)) mask.set(id);
     ++i;
   }
   frames_.resize(mark);
@@ -239,52 +263,60 @@ void Matcher::fill_mask(TokenMask& mask, int remaining_tokens) {
   if (complete())
     for (int32_t id : v.stop_ids())
       if (id >= 0 && static_cast<std::size_t>(id) < v.size()) mask.set(id);
-  const std::size_t mark = frames_.size();
   Stepper stepper(g_->grammar(), g_->limits(), frames_);
   // The budget: a token may leave at most as many bytes to write as tokens will be left after it.
   // Every byte is a token in the vocabularies served, so one byte along a shortest completion is
   // always allowed, and an output that fits its max_tokens when it starts is always finished.
   const uint32_t room = remaining_tokens > 0 ? static_cast<uint32_t>(remaining_tokens - 1) : kUnreachable;
-  auto fits_after = [&](std::string_view bytes) {
-    const bool ok = simulate(bytes) && stepper.distance(scratch_a_) <= room;
-    frames_.resize(mark);
-    return ok;
-  };
   std::vector<const Head*> live;
-  bool tight = false;  // some stack's shortest completion does not fit: every token's distance matters
   for (const Head& h : heads_)
-    if (h.pos != kAccepted) {
-      live.push_back(&h);
-      tight = tight || stepper.distance(h) > room;
-    }
-  if (tight) return exact_walk(mask, room);
+    if (h.pos != kAccepted) live.push_back(&h);
+  std::vector<Head> below;
   if (live.size() == 1) {
     // One stack: the cached entry's distances apply as they are.
     const Head& h = *live[0];
     const uint32_t dist = stepper.distance(h);
     auto entry = g_->entry(h.pos);
-    mask.add(entry->allowed);
-    for (const auto& [t, delta] : entry->increasing)
-      if (dist + delta > room) mask.reset(t);
-    for (int32_t t : entry->needs_context)
-      if (!mask.test(t) && fits_after(v.bytes(t))) mask.set(t);
+    const uint32_t after_rule = stepper.below(h);  // where a token that ends the rule leaves the output
+    if (dist <= room) {
+      mask.add(entry->allowed);
+      for (const auto& [t, delta] : entry->increasing)
+        if (dist + delta > room) mask.reset(t);
+    } else {
+      // Tight: only tokens that shorten the way enough.
+      for (const auto& [t, delta] : entry->decreasing)
+        if (dist - delta <= room) mask.set(t);
+      if (after_rule <= room)
+        for (int32_t t : entry->ends_rule) mask.set(t);
+    }
+    if (entry->exits.size()) {
+      stepper.pop(h, below);
+      walk(entry->exits, below, room, mask);
+    }
     return;
   }
-  // Several stacks: the union of their entries, and every token that might not fit checked whole.
+  // Several stacks (an ambiguous stretch, as anyOf's alternatives share a start): the union of their
+  // entries, tokens that might overrun the budget checked whole; where some stack's shortest way
+  // does not fit, the whole vocabulary is walked against all of them.
+  for (const Head* h : live)
+    if (stepper.distance(*h) > room) return walk(v.trie(), heads_, room, mask);
   std::vector<int32_t> recheck;
-  std::vector<uint32_t> seen;
+  std::vector<Head> one;
   for (const Head* h : live) {
-    if (std::find(seen.begin(), seen.end(), h->pos) != seen.end()) continue;
-    seen.push_back(h->pos);
     auto entry = g_->entry(h->pos);
     mask.add(entry->allowed);
-    for (const auto& [t, delta] : entry->increasing) recheck.push_back(t);
-    recheck.insert(recheck.end(), entry->needs_context.begin(), entry->needs_context.end());
+    for (const auto& [t, delta] : entry->increasing)
+      if (stepper.distance(*h) + delta > room) recheck.push_back(t);
+    if (entry->exits.size()) {
+      stepper.pop(*h, below);
+      walk(entry->exits, below, room, mask);
+    }
   }
-  std::sort(recheck.begin(), recheck.end());
-  recheck.erase(std::unique(recheck.begin(), recheck.end()), recheck.end());
+  const std::size_t mark = frames_.size();
   for (int32_t t : recheck) {
-    if (fits_after(v.bytes(t))) mask.set(t);
+    const bool fits = simulate(v.bytes(t)) && stepper.distance(scratch_a_) <= room;
+    frames_.resize(mark);
+    if (fits) mask.set(t);
     else mask.reset(t);
   }
 }

@@ -5,8 +5,9 @@
 // State: a set of stacks (a grammar may be ambiguous for a while, e.g. anyOf of two objects),
 // each a position plus a chain of return positions in an arena. Masks: per stack-top position,
 // the tokens decided by that position alone (they never leave its rule) are computed once by one
-// walk over the vocabulary trie and cached; the few that leave the rule (say `",` closing a
-// string) are checked against the real stack each step.
+// walk over the vocabulary trie and cached; for the few that leave the rule mid-token (say `",`
+// closing a string) the cache keeps what follows the exit as a small trie, walked each step from
+// the real stack below.
 //
 // Budget: a token may leave no more bytes to write (the shortest way to a complete output) than
 // tokens will be left after it. So an output finishes within max_tokens instead of being cut off
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "constrain/grammar.h"
+#include "constrain/prefix_trie.h"
 #include "constrain/token_mask.h"
 #include "constrain/vocab_index.h"
 #include "util/result.h"
@@ -43,11 +45,15 @@ class CompiledGrammar {
   const MatcherLimits& limits() const { return limits_; }
 
   struct Entry {
-    TokenMask allowed;                  // accepted whatever lies below the position's rule
-    std::vector<int32_t> needs_context;  // leave the rule mid-token: checked against the real stack
-    // Allowed tokens that put the end of the output further away, and by how many bytes (checked
-    // against the budget of tokens left).
-    std::vector<std::pair<int32_t, uint32_t>> increasing;
+    TokenMask allowed;  // accepted whatever lies below the position's rule
+    // Allowed tokens that stay in the rule and move the end of the output, by how many bytes: the
+    // same in any context (checked against the budget of tokens left).
+    std::vector<std::pair<int32_t, uint32_t>> increasing, decreasing;
+    // Allowed tokens that end exactly where the rule ends: the output's end is then the stack
+    // below's (never further than before).
+    std::vector<int32_t> ends_rule;
+    // Tokens that leave the rule mid-token: what follows the exit, walked from the stack below.
+    PrefixTrie exits;
   };
   std::shared_ptr<const Entry> entry(uint32_t position) const;
   std::size_t cached_positions() const;
@@ -84,6 +90,9 @@ class Stepper {
   void step(std::span<const Head> in, unsigned char b, std::vector<Head>& out, bool& left_rule);
   // Expands a head to the positions that read bytes (calls entered, ended rules returned from).
   void expand(Head h, std::vector<Head>& out, bool& left_rule);
+  // The heads of the stack below h's rule (h's rule ended), and the fewest bytes from there.
+  void pop(const Head& h, std::vector<Head>& out);
+  uint32_t below(const Head& h) const { return h.rest < kContext ? frames_[h.rest].below : 0; }
   uint32_t distance(const Head& h) const;
   uint32_t distance(std::span<const Head> heads) const;
 
@@ -91,7 +100,7 @@ class Stepper {
   const Grammar& g_;
   const MatcherLimits& limits_;
   std::vector<Frame>& frames_;
-  std::vector<Head> visited_;
+  std::vector<Head> visited_, todo_;
 };
 
 class Matcher {
@@ -109,12 +118,15 @@ class Matcher {
 
  private:
   bool simulate(std::string_view bytes);
-  void exact_walk(TokenMask& mask, uint32_t room);
+  // Sets the tokens of `trie` that `start` accepts and that leave at most `room` bytes to write.
+  void walk(const PrefixTrie& trie, const std::vector<Head>& start, uint32_t room, TokenMask& mask);
 
   std::shared_ptr<const CompiledGrammar> g_;
   std::vector<Frame> frames_;
   std::vector<Head> heads_;
   std::vector<Head> scratch_a_, scratch_b_;
+  std::vector<std::vector<Head>> levels_;
+  std::vector<std::size_t> level_marks_;
 };
 
 }  // namespace sluice::constrain
