@@ -257,6 +257,18 @@ Status Matcher::accept(int32_t token) {
 }
 
 void Matcher::fill_mask(TokenMask& mask, int remaining_tokens) {
+  fill_mask_within(mask, remaining_tokens > 0 ? static_cast<uint32_t>(remaining_tokens - 1) : kUnreachable);
+  if (!mask.any() && !heads_.empty()) {
+    // The shortest completion is longer in bytes than the tokens left: tokens of several bytes may
+    // still make it, so every token that shortens the way is allowed (the output ends at max_tokens
+    // if they do not).
+    Stepper stepper(g_->grammar(), g_->limits(), frames_);
+    const uint32_t dist = stepper.distance(heads_);
+    if (dist > 0 && dist < kUnreachable) fill_mask_within(mask, dist - 1);
+  }
+}
+
+void Matcher::fill_mask_within(TokenMask& mask, uint32_t room) {
   const VocabIndex& v = g_->vocab();
   if (mask.size() != v.size()) mask = TokenMask(v.size());
   mask.clear();
@@ -264,10 +276,6 @@ void Matcher::fill_mask(TokenMask& mask, int remaining_tokens) {
     for (int32_t id : v.stop_ids())
       if (id >= 0 && static_cast<std::size_t>(id) < v.size()) mask.set(id);
   Stepper stepper(g_->grammar(), g_->limits(), frames_);
-  // The budget: a token may leave at most as many bytes to write as tokens will be left after it.
-  // Every byte is a token in the vocabularies served, so one byte along a shortest completion is
-  // always allowed, and an output that fits its max_tokens when it starts is always finished.
-  const uint32_t room = remaining_tokens > 0 ? static_cast<uint32_t>(remaining_tokens - 1) : kUnreachable;
   std::vector<const Head*> live;
   for (const Head& h : heads_)
     if (h.pos != kAccepted) live.push_back(&h);

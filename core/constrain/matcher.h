@@ -107,7 +107,11 @@ class Matcher {
  public:
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
 
-  // The tokens allowed next. remaining_tokens: what the request may still generate.
+  // The tokens allowed next. remaining_tokens: what the request may still generate. A token may
+  // leave at most as many bytes to write as tokens will be left after it: every byte is a token in
+  // the vocabularies served, so one byte along a shortest completion is always allowed and an output
+  // whose shortest completion fits max_tokens is always finished. When it does not fit, every token
+  // that shortens the way is allowed (multi-byte tokens may still finish it).
   void fill_mask(TokenMask& mask, int remaining_tokens);
   // Takes a token; an error when the grammar does not allow it (the state is then unchanged).
   Status accept(int32_t token);
@@ -118,6 +122,8 @@ class Matcher {
 
  private:
   bool simulate(std::string_view bytes);
+  // The tokens allowed when at most `room` bytes may remain to write after them.
+  void fill_mask_within(TokenMask& mask, uint32_t room);
   // Sets the tokens of `trie` that `start` accepts and that leave at most `room` bytes to write.
   void walk(const PrefixTrie& trie, const std::vector<Head>& start, uint32_t room, TokenMask& mask);
 

@@ -124,6 +124,37 @@ class StructuredOutputs(unittest.TestCase):
                 self.assertEqual(text, whole)
                 self.assertEqual(finish, "stop")
 
+    def test_batched_requests_each_follow_their_own_schema(self):
+        """Four requests at once (--parallel 4): three schemas and one free answer share the engine's
+        batches; each mask applies to its own sequence."""
+        import threading
+        picks = SCHEMAS[1::9][:3]
+        results = {}
+
+        def run(key, body):
+            results[key] = self.srv.json("POST", "/v1/chat/completions", body)
+
+        threads = []
+        for path in picks:
+            with open(path) as f:
+                schema = json.load(f)
+            threads.append(threading.Thread(target=run, args=(path, ask(os.path.basename(path), schema))))
+        free = {"messages": [{"role": "user", "content": "def add(a, b):"}], "max_tokens": 40, "temperature": 0}
+        threads.append(threading.Thread(target=run, args=("free", free)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for path in picks:
+            status, reply = results[path]
+            self.assertEqual(status, 200, reply)
+            with open(path) as f:
+                validate(self, json.load(f), reply["choices"][0]["message"]["content"], path)
+        status, reply = results["free"]
+        self.assertEqual(status, 200, reply)
+        status, alone = self.srv.json("POST", "/v1/chat/completions", free)
+        self.assertEqual(reply["choices"][0]["message"]["content"], alone["choices"][0]["message"]["content"])
+
     def test_json_object_is_one_object(self):
         body = {"messages": [{"role": "user", "content": "A person as JSON"}], "max_tokens": 60, "temperature": 0.9, "seed": 1,
                 "response_format": {"type": "json_object"}}
