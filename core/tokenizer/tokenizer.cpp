@@ -132,8 +132,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 
 std::string Tokenizer::token_bytes(int32_t id) const {
   const Impl& s = *impl_;
-  if (const auto* added = s.added.by_id(id)) return added->content;
-  const std::string* token = s.model->id_to_token(id);
+  const std::string* token = s.token_string(id);  // added tokens go through the decoder too, as in decode()
   if (!token) return {};
   return s.decoder ? s.decoder->piece_bytes(*token) : *token;
 }

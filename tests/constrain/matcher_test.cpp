@@ -151,3 +151,24 @@ TEST(Matcher, RealTokenizerMasksEqualBruteForce) {
 
 }  // namespace
 }  // namespace sluice::constrain
+
+namespace sluice::constrain {
+namespace {
+
+// The bytes a token adds mid-text, for the decoder chains SentencePiece-style vocabularies use:
+// byte-fallback tokens are raw bytes (half a character stays half), the word marker is a space even
+// on what would be a first token (these vocabularies mark their byte tokens special: added tokens take
+// the decoder too, as in decode()).
+TEST(TokenBytes, SentencePieceVocabulariesGiveRawMidTextBytes) {
+  for (const char* name : {"golden/tokenizers/sp-legacy/tokenizer.json", "golden/tokenizers/sp-metaspace/tokenizer.json"}) {
+    SLUICE_REQUIRE_REFERENCE(name);
+    auto tok = Tokenizer::load(test::reference_path(name));
+    ASSERT_TRUE(tok.ok()) << tok.message();
+    EXPECT_EQ(tok->token_bytes(*tok->token_to_id("<0x0A>")), "\n") << name;
+    EXPECT_EQ(tok->token_bytes(*tok->token_to_id("<0xC3>")), "\xC3") << name;
+    EXPECT_EQ(tok->token_bytes(*tok->token_to_id("\xE2\x96\x81SMALL")), " SMALL") << name;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::constrain
