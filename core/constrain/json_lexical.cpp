@@ -83,11 +83,8 @@ Frag json_whitespace(GrammarBuilder& b, int max_bytes) {
   return b.repeat([&] { return b.bytes(ByteSet::chars(" \t\n\r")); }, 0, max_bytes);
 }
 
-Frag json_string_char(GrammarBuilder& b) {
-  ByteSet ascii = ByteSet::range(0x20, 0x7F);
-  ascii.remove("\"\\");
+Frag utf8_non_ascii_char(GrammarBuilder& b) {
   std::vector<Frag> options;
-  options.push_back(b.bytes(ascii));
   // Well-formed UTF-8 (RFC 3629): no overlongs, no surrogates, nothing past U+10FFFF.
   options.push_back(b.seq({b.bytes(ByteSet::range(0xC2, 0xDF)), b.bytes(kCont)}));
   options.push_back(b.seq({b.bytes(ByteSet::of(0xE0)), b.bytes(ByteSet::range(0xA0, 0xBF)), b.bytes(kCont)}));
@@ -96,6 +93,15 @@ Frag json_string_char(GrammarBuilder& b) {
   options.push_back(b.seq({b.bytes(ByteSet::of(0xF0)), b.bytes(ByteSet::range(0x90, 0xBF)), b.bytes(kCont), b.bytes(kCont)}));
   options.push_back(b.seq({b.bytes(ByteSet::range(0xF1, 0xF3)), b.bytes(kCont), b.bytes(kCont), b.bytes(kCont)}));
   options.push_back(b.seq({b.bytes(ByteSet::of(0xF4)), b.bytes(ByteSet::range(0x80, 0x8F)), b.bytes(kCont), b.bytes(kCont)}));
+  return b.alt(options);
+}
+
+Frag json_string_char(GrammarBuilder& b) {
+  ByteSet ascii = ByteSet::range(0x20, 0x7F);
+  ascii.remove("\"\\");
+  std::vector<Frag> options;
+  options.push_back(b.bytes(ascii));
+  options.push_back(utf8_non_ascii_char(b));
   // Escapes; \u outside D800-DFFF so that every escape is a whole character.
   const ByteSet hex = hex_digits();
   Frag unicode = b.seq({b.literal("u"),

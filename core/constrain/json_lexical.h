@@ -20,6 +20,9 @@ Frag json_whitespace(GrammarBuilder& b, int max_bytes);
 // characters, no quote or backslash) or an escape (\uXXXX outside the surrogates).
 Frag json_string_char(GrammarBuilder& b);
 
+// One well-formed UTF-8 character of two to four bytes (no surrogates, nothing past U+10FFFF).
+Frag utf8_non_ascii_char(GrammarBuilder& b);
+
 // A whole JSON string (quotes included) of min..max characters (max < 0: unbounded).
 Frag json_string(GrammarBuilder& b, int min_chars, int max_chars);
 

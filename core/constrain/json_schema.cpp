@@ -9,6 +9,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "constrain/json_pattern.h"
 #include "util/json.h"
 
 namespace sluice::constrain {
@@ -19,7 +20,7 @@ namespace {
 constexpr std::string_view kUnsupported[] = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
-    "minProperties", "maxProperties", "multipleOf", "pattern", "$dynamicRef", "$recursiveRef", "additionalItems"};
+    "minProperties", "maxProperties", "multipleOf", "$dynamicRef", "$recursiveRef", "additionalItems"};
 
 std::string json_text(const rapidjson::Value& v) {
   rapidjson::StringBuffer buffer;
@@ -231,7 +232,8 @@ Result<Frag> JsonSchemaCompiler::body_for(const Context& ctx, const rapidjson::V
     if (schema.HasMember("properties") || schema.HasMember("required") || schema.HasMember("additionalProperties")) types.push_back("object");
     else if (schema.HasMember("items") || schema.HasMember("prefixItems") || schema.HasMember("minItems") || schema.HasMember("maxItems"))
       types.push_back("array");
-    else if (schema.HasMember("minLength") || schema.HasMember("maxLength") || schema.HasMember("format")) types.push_back("string");
+    else if (schema.HasMember("minLength") || schema.HasMember("maxLength") || schema.HasMember("format") || schema.HasMember("pattern"))
+      types.push_back("string");
     else if (schema.HasMember("minimum") || schema.HasMember("maximum") || schema.HasMember("exclusiveMinimum") || schema.HasMember("exclusiveMaximum"))
       types.push_back("number");
     else {
@@ -450,6 +452,14 @@ Result<Frag> JsonSchemaCompiler::array_body(const Context& ctx, const rapidjson:
 Result<Frag> JsonSchemaCompiler::string_body(const rapidjson::Value& schema, const std::string& pointer) {
   const auto* min_len = json::member(schema, "minLength");
   const auto* max_len = json::member(schema, "maxLength");
+  if (const auto* pattern = json::member(schema, "pattern")) {
+    if (!pattern->IsString()) return at(child(pointer, "pattern"), "pattern must be a string");
+    if (min_len || max_len || schema.HasMember("format"))
+      return at(child(pointer, "pattern"), "pattern together with minLength / maxLength / format is not supported");
+    auto f = json_pattern_string(b_, std::string_view(pattern->GetString(), pattern->GetStringLength()));
+    if (!f) return at(child(pointer, "pattern"), f.message());
+    return *f;
+  }
   if (const auto* format = json::member(schema, "format")) {
     if (!format->IsString()) return at(child(pointer, "format"), "format must be a string");
     if (min_len || max_len) return at(pointer, "format together with minLength / maxLength is not supported");

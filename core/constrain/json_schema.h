@@ -3,7 +3,8 @@
 // additionalProperties (false, true or a schema), enum, const, items / prefixItems with minItems /
 // maxItems, anyOf / oneOf, a one-element allOf, local $ref into $defs / definitions / any JSON
 // pointer (recursion allowed, depth bounded by the matcher), string minLength / maxLength and
-// format (date, time, date-time, uuid, email, ipv4), integer minimum / maximum (exclusive too),
+// format (date, time, date-time, uuid, email, ipv4), pattern (the subset json_pattern.h names),
+// integer minimum / maximum (exclusive too),
 // number, boolean, null. Any other assertion keyword is an error naming it and where it stands.
 //
 // Outputs: properties in the order the schema lists them; a property not required may be left

@@ -69,7 +69,9 @@ std::string walk(std::shared_ptr<const CompiledGrammar> g, uint32_t seed, int ma
   std::string text;
   for (int step = 0; step < max_tokens; ++step) {
     m.fill_mask(mask, max_tokens - step);
-    if (check) EXPECT_EQ(mask.words(), brute_force(m, v, max_tokens - step).words()) << "step " << step << " after: " << text;
+    if (check) {
+      EXPECT_EQ(mask.words(), brute_force(m, v, max_tokens - step).words()) << "step " << step << " after: " << text;
+    }
     std::vector<int32_t> allowed;
     for (std::size_t id = 0; id < v.size(); ++id)
       if (mask.test(static_cast<int32_t>(id))) allowed.push_back(static_cast<int32_t>(id));

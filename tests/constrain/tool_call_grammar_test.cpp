@@ -68,7 +68,9 @@ TEST(ToolCallGrammar, EveryFormatIsReadBackByItsOwnParser) {
         SCOPED_TRACE(std::string(toolcall::format_name(f)) + ": " + text);
         ASSERT_FALSE(parsed.calls.empty());
         EXPECT_EQ(parsed.content.find_first_not_of(" \n"), std::string::npos) << parsed.content;
-        if (!parallel) EXPECT_EQ(parsed.calls.size(), 1u);
+        if (!parallel) {
+          EXPECT_EQ(parsed.calls.size(), 1u);
+        }
         for (const auto& call : parsed.calls) {
           auto args = json::parse(call.arguments, "arguments");
           ASSERT_TRUE(args.ok()) << call.arguments;

@@ -171,8 +171,10 @@ class StructuredOutputs(unittest.TestCase):
 
     def test_unsupported_or_malformed_schemas_are_400_naming_the_field(self):
         cases = [
-            ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a+$"}}},
+            ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^(?=a)a+$"}}},
              "response_format.json_schema.schema", "pattern"),
+            ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "patternProperties": {"^a": {}}}}},
+             "response_format.json_schema.schema", "patternProperties"),
             ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "https://example.com/a.json"}}},
              "response_format.json_schema.schema", "$ref"),
             ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}},
