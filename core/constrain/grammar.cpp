@@ -1,6 +1,7 @@
 #include "constrain/grammar.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 namespace sluice::constrain {
@@ -93,40 +94,46 @@ GrammarBuilder::Frag GrammarBuilder::repeat(const Make& make, int min, int max) 
   for (int i = 0; i < min && overflow_.empty(); ++i) parts.push_back(make());
   if (max < 0) {
     parts.push_back(star(make()));
-  } else {
-    // The optional tail nests (a(b(c)?)?)? so that each copy is reached only after the one before.
-    Frag tail = empty();
-    bool any = false;
-    for (int i = max; i > min && overflow_.empty(); --i) {
-      tail = any ? optional(seq({make(), tail})) : optional(make());
-      any = true;
-    }
-    parts.push_back(tail);
+    return seq(parts);
   }
-  return seq(parts);
+  // The optional copies in a row, each place able to jump straight to one shared end: closures stay
+  // small (nested optionals, (a(b(c)?)?)?, would make every closure as long as the rest of the chain).
+  Frag head = seq(parts);
+  const uint32_t end = state();
+  uint32_t at = head.out;
+  for (int i = min; i < max && overflow_.empty(); ++i) {
+    eps(at, end);
+    const Frag f = make();
+    eps(at, f.in);
+    at = f.out;
+  }
+  eps(at, end);
+  return {head.in, end};
 }
 
 namespace {
 
-// The NFA states reachable by epsilon edges, sorted.
+// The NFA states reachable by epsilon edges, sorted. `mark` (one slot per NFA state) and `stamp`
+// make membership O(1) without clearing between calls.
 template <class States>
-std::vector<uint32_t> closure(const States& nfa, std::vector<uint32_t> seeds) {
-  std::vector<uint32_t> out;
-  std::vector<char> seen;
-  auto mark = [&](uint32_t s) {
-    // Sparse membership over a huge state space: a sorted check is enough for small sets.
-    if (std::find(out.begin(), out.end(), s) != out.end()) return false;
-    out.push_back(s);
-    return true;
-  };
-  std::vector<uint32_t> todo;
+std::vector<uint32_t> closure(const States& nfa, const std::vector<uint32_t>& seeds, std::vector<uint32_t>& mark, uint32_t& stamp) {
+  ++stamp;
+  std::vector<uint32_t> out, todo;
   for (uint32_t s : seeds)
-    if (mark(s)) todo.push_back(s);
+    if (mark[s] != stamp) {
+      mark[s] = stamp;
+      out.push_back(s);
+      todo.push_back(s);
+    }
   while (!todo.empty()) {
     const uint32_t s = todo.back();
     todo.pop_back();
     for (uint32_t t : nfa[s].eps)
-      if (mark(t)) todo.push_back(t);
+      if (mark[t] != stamp) {
+        mark[t] = stamp;
+        out.push_back(t);
+        todo.push_back(t);
+      }
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -144,11 +151,9 @@ Result<Grammar> GrammarBuilder::finish(uint32_t root) {
     g.rule_names.push_back(rules_[r].name);
   }
   // Per rule: subset construction. Call edges are symbols too (one per callee rule).
-  struct PendingCall {
-    uint32_t position;
-    uint32_t rule;
-    std::vector<uint32_t> targets;
-  };
+  std::vector<uint32_t> mark(nfa_.size(), 0);
+  uint32_t stamp = 0;
+  std::size_t work = 0;  // NFA states visited: bounds the subset construction's time
   for (std::size_t r = 0; r < rules_.size(); ++r) {
     const uint32_t exit = rules_[r].body.out;
     std::map<std::vector<uint32_t>, uint32_t> ids;
@@ -165,44 +170,52 @@ Result<Grammar> GrammarBuilder::finish(uint32_t root) {
       return it->second;
     };
     const uint32_t base = static_cast<uint32_t>(g.positions.size());
-    g.rule_start[r] = id_of(closure(nfa_, {rules_[r].body.in}));
+    g.rule_start[r] = id_of(closure(nfa_, {rules_[r].body.in}, mark, stamp));
+    std::array<std::vector<uint32_t>, 256> targets;
     for (std::size_t i = 0; i < sets.size(); ++i) {
       if (g.positions.size() > limits_.max_positions)
         return make_error("the schema compiles to more than " + std::to_string(limits_.max_positions) + " grammar positions");
       const std::vector<uint32_t> set = sets[i];  // copy: sets grows below
+      work += set.size();
+      if (work > limits_.max_work)
+        return make_error("the schema is too complex to compile (its automaton grows past " + std::to_string(limits_.max_work) + " steps)");
       const uint32_t here = base + static_cast<uint32_t>(i);
-      std::vector<uint32_t> previous;
+      for (auto& t : targets) t.clear();
+      for (uint32_t s : set)
+        for (const auto& [label, t] : nfa_[s].bytes)
+          for (int b = 0; b < 256; ++b)
+            if (label.has(static_cast<unsigned char>(b))) targets[b].push_back(t);
+      // Runs of bytes that lead to the same set become one range.
       int run_start = -1;
       for (int b = 0; b <= 256; ++b) {
-        std::vector<uint32_t> targets;
-        if (b < 256)
-          for (uint32_t s : set)
-            for (const auto& [label, t] : nfa_[s].bytes)
-              if (label.has(static_cast<unsigned char>(b))) targets.push_back(t);
-        std::sort(targets.begin(), targets.end());
-        targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-        if (b < 256 && run_start >= 0 && targets == previous) continue;
-        if (run_start >= 0 && !previous.empty()) {
-          const uint32_t to = id_of(closure(nfa_, previous));
+        if (b < 256) {
+          std::sort(targets[b].begin(), targets[b].end());
+          targets[b].erase(std::unique(targets[b].begin(), targets[b].end()), targets[b].end());
+          if (run_start >= 0 && targets[b] == targets[run_start]) continue;
+        }
+        if (run_start >= 0 && !targets[run_start].empty()) {
+          const uint32_t to = id_of(closure(nfa_, targets[run_start], mark, stamp));
           g.positions[here].bytes.push_back({static_cast<unsigned char>(run_start), static_cast<unsigned char>(b - 1), to});
         }
-        previous = std::move(targets);
         run_start = b;
       }
       std::map<uint32_t, std::vector<uint32_t>> by_rule;
       for (uint32_t s : set)
         for (const CallEdge& c : nfa_[s].calls) by_rule[c.rule].push_back(c.target);
-      for (auto& [callee, targets] : by_rule) {
-        const uint32_t to = id_of(closure(nfa_, targets));
+      for (auto& [callee, call_targets] : by_rule) {
+        const uint32_t to = id_of(closure(nfa_, call_targets, mark, stamp));
         g.positions[here].calls.push_back({callee, to});
       }
     }
   }
   // Fewest bytes to the end of each rule: relax until nothing changes (costs are positive, calls
   // cost their rule's shortest text).
+  // Positions are numbered from a rule's start onward and distances flow back from its end, so a
+  // backward sweep settles a chain in one pass (a forward one would take a pass per position).
   for (bool changed = true; changed;) {
     changed = false;
-    for (Position& p : g.positions) {
+    for (auto it = g.positions.rbegin(); it != g.positions.rend(); ++it) {
+      Position& p = *it;
       uint32_t best = p.final ? 0 : p.min_to_end;
       for (const ByteRange& r : p.bytes) best = std::min(best, 1 + g.positions[r.target].min_to_end);
       for (const CallEdge& c : p.calls)

@@ -46,6 +46,7 @@ struct GrammarLimits {
   std::size_t max_positions = 200000;   // deterministic states over all rules
   std::size_t max_rules = 4096;
   std::size_t max_nfa_states = 400000;  // while building
+  std::size_t max_work = 4000000;       // NFA states visited while determinizing (bounds its time)
 };
 
 struct Grammar {

@@ -25,7 +25,7 @@ struct JsonGrammarOptions {
   int max_whitespace = 3;        // bytes of whitespace between two JSON tokens
   int max_number_digits = 15;    // per integer / fraction part of an unbounded number
   int max_schema_depth = 64;     // nesting of the schema itself
-  int max_string_length = 4096;  // the largest maxLength / minLength compiled exactly
+  int max_string_length = 1024;  // the largest maxLength / minLength compiled exactly
   int max_items = 256;           // the largest minItems / maxItems compiled exactly
   int max_properties = 256;      // properties of one object schema
 };

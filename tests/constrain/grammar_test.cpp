@@ -198,7 +198,7 @@ TEST(JsonSchemaGrammar, UnsupportedKeywordsAreNamed) {
 
 TEST(JsonSchemaGrammar, LimitsStopHugeSchemas) {
   std::string schema = R"({"type":"object","properties":{)";
-  for (int i = 0; i < 200; ++i) schema += (i ? "," : "") + std::string("\"p") + std::to_string(i) + R"(":{"type":"string","maxLength":4000})";
+  for (int i = 0; i < 200; ++i) schema += (i ? "," : "") + std::string("\"p") + std::to_string(i) + R"(":{"type":"string","maxLength":1000})";
   schema += "}}";
   auto doc = json::parse(schema, "schema");
   ASSERT_TRUE(doc.ok());
@@ -207,6 +207,13 @@ TEST(JsonSchemaGrammar, LimitsStopHugeSchemas) {
   auto g = compile_json_schema(*doc, {}, limits);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.message().find("more than"), std::string::npos) << g.message();
+  // An automaton that explodes when determinized stops at the work bound, with its own message.
+  auto exploding = grammar_from(R"({"type":"string","pattern":"^(a|b)*a(a|b){18}$"})");
+  ASSERT_FALSE(exploding.ok());
+  EXPECT_NE(exploding.message().find("too complex"), std::string::npos) << exploding.message();
+  auto nested = grammar_from(R"({"type":"string","pattern":"^([a-z]{0,200}){200}$"})");
+  EXPECT_FALSE(nested.ok());
+  EXPECT_FALSE(grammar_from(R"({"type":"string","maxLength":5000})").ok());
 }
 
 }  // namespace
