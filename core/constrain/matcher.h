@@ -32,7 +32,7 @@ namespace sluice::constrain {
 struct MatcherLimits {
   uint32_t max_stack_depth = 96;     // nested rules at once (bounds recursive schemas)
   uint32_t max_stacks = 64;          // alternatives tracked at once
-  std::size_t cache_bytes = 256u << 20;  // per grammar: cached per-position masks
+  std::size_t cache_bytes = 32u << 20;  // per grammar: cached per-position masks (past it, built each time)
 };
 
 // A grammar compiled for one vocabulary, shared by every request that uses it (masks cached here).
