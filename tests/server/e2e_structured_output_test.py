@@ -155,6 +155,17 @@ class StructuredOutputs(unittest.TestCase):
         status, alone = self.srv.json("POST", "/v1/chat/completions", free)
         self.assertEqual(reply["choices"][0]["message"]["content"], alone["choices"][0]["message"]["content"])
 
+    def test_logprobs_list_only_allowed_alternatives(self):
+        body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 10, "logprobs": True, "top_logprobs": 3,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": {"const": "ok"}}}}
+        status, reply = self.srv.json("POST", "/v1/chat/completions", body)
+        self.assertEqual(status, 200, reply)
+        self.assertEqual(reply["choices"][0]["message"]["content"], '"ok"')
+        for entry in reply["choices"][0]["logprobs"]["content"]:
+            for alt in entry["top_logprobs"]:
+                self.assertTrue(set(alt["token"]) <= set('"ok'), entry)
+                self.assertGreater(alt["logprob"], -9999, entry)
+
     def test_json_object_is_one_object(self):
         body = {"messages": [{"role": "user", "content": "A person as JSON"}], "max_tokens": 60, "temperature": 0.9, "seed": 1,
                 "response_format": {"type": "json_object"}}
