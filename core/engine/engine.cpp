@@ -333,7 +333,9 @@ class EngineImpl final : public Engine {
   void accept(Sequence& s, const TokenEvent& event) {
     GenerationRequest& req = *s.request;
     const auto& eos = rt_->config().eos_token_ids;
-    if (!req.ignore_eos && std::find(eos.begin(), eos.end(), event.id) != eos.end()) {
+    // A constrained output ends at its end-of-sequence whatever ignore_eos says: its grammar allowed
+    // the token only once the value was complete.
+    if ((!req.ignore_eos || req.constraint) && std::find(eos.begin(), eos.end(), event.id) != eos.end()) {
       finish(s, FinishReason::kStop);
       return;
     }

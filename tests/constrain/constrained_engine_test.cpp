@@ -68,6 +68,24 @@ TEST(ConstrainedEngine, LoneGreedyRequestFollowsItsGrammarWithinMaxTokens) {
   }
 }
 
+TEST(ConstrainedEngine, IgnoreEosStillEndsAConstrainedOutputAtItsEnd) {
+  auto engine = make_engine(1);
+  ASSERT_TRUE(engine);
+  // After "1" the value is complete yet may go on ("12"): the end-of-sequence token is one of two
+  // choices, and a high temperature makes it come up in some of the seeds.
+  auto g = grammar(*engine, R"({"enum":[1,12]})");
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    GenerationRequest req = test::greedy(engine->tokenizer().encode("n = "), 20);
+    req.ignore_eos = true;
+    req.sampling.temperature = 50.0f;
+    req.sampling.seed = seed;
+    req.constraint = std::make_shared<GrammarConstraint>(g);
+    const GenerationResult r = engine->generate(std::move(req));
+    EXPECT_NE(r.finish, FinishReason::kError) << r.error;
+    EXPECT_TRUE(whole_value(g, r.ids)) << engine->tokenizer().decode(r.ids);
+  }
+}
+
 TEST(ConstrainedEngine, ABudgetBelowTheShortestValueStillShortensTheWay) {
   auto engine = make_engine(1);
   ASSERT_TRUE(engine);
