@@ -61,9 +61,8 @@ std::vector<std::string> vocabulary(const Tokenizer& tok, std::size_t size, uint
   for (const auto& b : bytes)
     if (!b.empty() && b.size() <= 8) base.push_back(b);
   std::mt19937 rng(seed);
-  std::sort(bytes.begin(), bytes.end());  // for dedup lookups below; ids are arbitrary here
+  std::sort(bytes.begin(), bytes.end());  // ids are arbitrary here: only the set of strings matters
   std::vector<std::string> out(bytes.begin(), bytes.end());
-  std::vector<std::string> seen = bytes;
   while (out.size() < size) {
     std::string t = base[rng() % base.size()] + base[rng() % base.size()];
     if (t.size() > 24) continue;
@@ -82,7 +81,7 @@ Result<Grammar> grammar_for(const Schema& s) {
   if (!s.tools) return compile_json_schema(*doc);
   std::vector<ToolSchema> tools;
   for (const auto& t : doc->GetArray()) tools.push_back({t["name"].GetString(), &t["parameters"]});
-  // Kept alive by the static below while the grammar is compiled (the schema is copied into rules).
+  // The schema is only read while compiling: the grammar keeps no pointer into it.
   auto g = compile_tool_calls(toolcall::Format::kHermes, tools, true);
   if (!g) return g.error();
   return std::move(g->grammar);

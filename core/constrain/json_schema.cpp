@@ -39,15 +39,6 @@ std::string child(const std::string& pointer, std::string_view key) {
   return out;
 }
 
-std::optional<int64_t> as_int(const rapidjson::Value& v) {
-  if (v.IsInt64()) return v.GetInt64();
-  if (v.IsNumber()) {
-    const double d = v.GetDouble();
-    if (std::isfinite(d) && std::abs(d) < 9e15) return static_cast<int64_t>(d);
-  }
-  return std::nullopt;
-}
-
 bool matches_type(const rapidjson::Value& v, std::string_view type) {
   if (type == "string") return v.IsString();
   if (type == "integer") return v.IsInt64() || v.IsUint64() || (v.IsDouble() && std::floor(v.GetDouble()) == v.GetDouble());
@@ -506,7 +497,6 @@ Result<Frag> JsonSchemaCompiler::integer_body(const rapidjson::Value& schema, co
     if (auto s = bound(key, lower, exclusive); !s) return s.error();
   if (lo && hi && *lo > *hi) return at(pointer, "no integer lies between the bounds");
   if (is_number && !lo && !hi) return json_number(b_, options_.max_number_digits);
-  (void)as_int;
   return json_integer(b_, lo, hi, options_.max_number_digits);
 }
 

@@ -101,11 +101,6 @@ std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::entry(uint32_t po
   return e;
 }
 
-std::size_t CompiledGrammar::cached_positions() const {
-  std::lock_guard lock(mu_);
-  return cache_.size();
-}
-
 std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::compute(uint32_t position) const {
   auto e = std::make_shared<Entry>();
   e->allowed = TokenMask(vocab_->size());

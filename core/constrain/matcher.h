@@ -56,7 +56,6 @@ class CompiledGrammar {
     PrefixTrie exits;
   };
   std::shared_ptr<const Entry> entry(uint32_t position) const;
-  std::size_t cached_positions() const;
 
  private:
   std::shared_ptr<const Entry> compute(uint32_t position) const;
