@@ -1,4 +1,4 @@
-# Thin wrapper over CMake. `make run` builds and serves the bundled model; `make test` builds and runs every test.
+# Thin wrapper over CMake. `make run` builds and serves the bundled model (chat at http://127.0.0.1:5413/); `make test` builds and runs every test.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -14,7 +14,9 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The ready line names the chat app's URL (open it in a browser) and the /v1 base URL for SDKs.
 run: build
+	@echo "sluice: loading models/tiny-code-qwen2; then open the chat app at the \"chat in a browser\" URL below (http://127.0.0.1:5413/ by default)"
 	./$(BUILD)/bin/sluice serve --model models/tiny-code-qwen2 $(ARGS)
 
 test: build

@@ -137,6 +137,42 @@ Result<RepoInfo> HubApi::repo_info(const HubId& id) const {
   return info;
 }
 
+Result<std::vector<ModelSummary>> parse_model_search(std::string_view body, std::size_t limit) {
+  json::JsonLimits limits;
+  limits.max_bytes = 8u << 20;
+  limits.max_depth = 32;
+  auto doc = json::parse(body, "the hub's search answer", limits);
+  if (!doc) return doc.error();
+  if (!doc->IsArray()) return make_error("the hub's search answer is not a list of models");
+  std::vector<ModelSummary> out;
+  for (const auto& m : doc->GetArray()) {
+    if (out.size() >= limit) break;
+    if (!m.IsObject()) continue;
+    ModelSummary s;
+    s.id = json::string(m, "id").value_or(json::string(m, "modelId").value_or(""));
+    if (auto id = parse_hub_id(s.id); !id || id->revision_given) continue;
+    s.downloads = json::integer(m, "downloads").value_or(-1);
+    s.likes = json::integer(m, "likes").value_or(-1);
+    s.pipeline_tag = json::string(m, "pipeline_tag").value_or("");
+    s.library_name = json::string(m, "library_name").value_or("");
+    if (const auto* gated = json::member(m, "gated"))  // false, or the kind of gate ("auto", "manual")
+      s.gated = gated->IsString() || (gated->IsBool() && gated->GetBool());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<std::vector<ModelSummary>> HubApi::search_models(const std::string& query, int limit) const {
+  if (settings_.offline) return make_error("HF_HUB_OFFLINE is set: the hub is not searched");
+  auto url = Url::parse(settings_.endpoint + "/api/models?search=" + percent_encode(query, false) +
+                        "&limit=" + std::to_string(limit) + "&sort=downloads&direction=-1");
+  if (!url) return make_error("HF_ENDPOINT: " + url.message());
+  auto answer = client_.send({"GET", *url, headers_for(*url)}, nullptr, 8u << 20);
+  if (!answer) return make_error("cannot reach the hub: " + answer.message());
+  if (answer->status != 200) return make_error(http_error(*answer, "search", "\"" + query + "\""));
+  return parse_model_search(answer->body, static_cast<std::size_t>(limit));
+}
+
 Result<FileMetadata> HubApi::file_metadata(const std::string& repo, const std::string& commit, const std::string& filename) const {
   auto url = Url::parse(settings_.endpoint + "/" + repo + "/resolve/" + commit + "/" + percent_encode(filename, true));
   if (!url) return make_error("HF_ENDPOINT: " + url.message());

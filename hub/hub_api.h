@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hub/http_client.h"
@@ -43,6 +44,20 @@ struct FileMetadata {
   Url location;             // where GET fetches the bytes (the CDN for large files)
 };
 
+// One model as the hub's search (GET /api/models?search=) lists it.
+struct ModelSummary {
+  std::string id;                 // org/name
+  std::int64_t downloads = -1;    // -1: not reported
+  std::int64_t likes = -1;
+  std::string pipeline_tag;       // "text-generation", ...
+  std::string library_name;       // "transformers", "mlx", ...
+  bool gated = false;             // "auto"/"manual" on the hub: a token of an account granted access is needed
+};
+
+// The hub's search answer (a JSON array of model objects) as summaries; entries without a valid id are
+// dropped, at most `limit` kept.
+Result<std::vector<ModelSummary>> parse_model_search(std::string_view body, std::size_t limit);
+
 class HubApi {
  public:
   explicit HubApi(HubSettings settings, std::chrono::seconds step_timeout = std::chrono::seconds(30));
@@ -54,6 +69,9 @@ class HubApi {
   // offset) and its bytes. The final status is returned (the receiver saw the body only for 2xx); an
   // error is a transfer that broke (connection, timeout) or the receiver's own error.
   Result<int> fetch(const Url& location, std::uint64_t offset, const BodyReceiver& receiver) const;
+
+  // GET {endpoint}/api/models?search=<query>&limit=<limit>&sort=downloads: the most downloaded first.
+  Result<std::vector<ModelSummary>> search_models(const std::string& query, int limit) const;
 
   const HubSettings& settings() const { return settings_; }
   std::string repo_url(const std::string& repo) const { return settings_.endpoint + "/" + repo; }

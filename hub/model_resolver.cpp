@@ -109,7 +109,8 @@ Result<ResolvedModel> fetch_hub_model(const HubId& id, const ResolveOptions& o) 
     if (!cache.has_file(commit, f)) missing.push_back(f);
 
   if (!missing.empty()) {
-    std::atomic<bool> stop{false};
+    std::atomic<bool> own_stop{false};
+    std::atomic<bool>& stop = o.cancel ? *o.cancel : own_stop;
     std::vector<FileMetadata> metas(missing.size());
     auto looked_up = run_parallel(missing.size(), o.parallel, stop, [&](std::size_t i) -> Status {
       auto m = api.file_metadata(id.repo, commit, missing[i]);
@@ -138,6 +139,7 @@ Result<ResolvedModel> fetch_hub_model(const HubId& id, const ResolveOptions& o) 
       return {};
     });
     if (!downloaded) return failed(downloaded.error());
+    if (stop.load()) return failed(make_error(id.text() + ": the download was cancelled"));
     cache.tag_cache_dir();
   }
   if (auto ok = cache.write_ref(id.revision, commit); !ok && o.warn) o.warn(ok.message());

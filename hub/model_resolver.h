@@ -5,6 +5,7 @@
 //  - `org/name[@revision]` is looked up in the Hugging Face cache and what the model lacks is
 //    downloaded from the hub into it (only the files a model needs, several at once). With
 //    HF_HUB_OFFLINE the network is never touched: the cache has the model or it is an error.
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -27,6 +28,9 @@ struct ResolveOptions {
   DownloadProgress* progress = nullptr;                 // optional observer
   std::function<void(const std::string&)> warn;         // e.g. "hub unreachable, using the cached snapshot"
   std::chrono::seconds step_timeout{30};
+  // Set from another thread, ends a download between and inside transfers (partial blobs stay for a
+  // resume); the result is then an error. Optional.
+  std::atomic<bool>* cancel = nullptr;
 };
 
 Result<ResolvedModel> resolve_model(const std::string& model, const ResolveOptions& options);

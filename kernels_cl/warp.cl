@@ -94,4 +94,13 @@ void matvec_x_int15(__global const float* x, uint cols, __global uchar* xq, __gl
   const bool live = c < cols;  // cols % 32 == 0: a warp is wholly inside or outside
   int15_store(live ? x[c] : 0.0f, c, live, cols, xq, blocks);
 }
+
+// Rows of x (n_t rows of cols floats, one a sequence of a batched decode step) → one form each, row t's
+// at xq + t · 2·cols bytes and blocks + t · cols/32: the input of matvec_q4_batch_dp4a.
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void matvec_x_int15_rows(__global const float* x, uint cols, __global uchar* xq, __global float2* blocks) {
+  const uint c = get_global_id(0), t = get_global_id(1);
+  const bool live = c < cols;  // cols % 32 == 0: a warp is wholly inside or outside
+  int15_store(live ? x[(ulong)t * cols + c] : 0.0f, c, live, cols, xq + (ulong)t * 2u * cols, blocks + (ulong)t * (cols / 32u));
+}
 #endif

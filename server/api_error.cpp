@@ -50,6 +50,11 @@ ApiError ApiError::shutting_down() {
   return {503, "The server is shutting down", "server_error", "", "server_shutting_down"};
 }
 
+ApiError ApiError::draining() {
+  return ApiError{503, "the server is draining: it finishes the requests in flight and stops; send this one to another replica",
+                  "unavailable_error", "", "draining"};
+}
+
 ApiError ApiError::server_error(std::string message) {
   return {500, std::move(message), "server_error", "", ""};
 }

@@ -24,6 +24,7 @@ struct ApiError {
   static ApiError header_fields_too_large(std::size_t limit);   // 431
   static ApiError overloaded(std::string message);      // 503: the queue is full
   static ApiError shutting_down();                      // 503: cancelled by shutdown before it started
+  static ApiError draining();                           // 503: the server finishes its work and stops
   static ApiError server_error(std::string message);    // 500
 };
 

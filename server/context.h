@@ -1,9 +1,12 @@
 #pragma once
 // What every handler may use: the engine, the options, the chat template, the counters.
+#include <atomic>
 #include <chrono>
+#include <functional>
 
 #include "engine/engine.h"
 #include "server/chat_prompt.h"
+#include "server/download_jobs.h"
 #include "server/grammar_cache.h"
 #include "server/http_policy.h"
 #include "server/metrics.h"
@@ -35,9 +38,14 @@ struct ServerContext {
   RequestDefaults defaults;
   ServerInfo info;
   ServerCounters counters;
+  DownloadJobs downloads;         // hub downloads started through the web app
   GrammarCache grammars;  // structured outputs' compiled grammars
   WorkPool* work_pool = nullptr;  // where body-parsing routes run; null → inline (the server sets it)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // Draining (SIGTERM, POST /admin/drain): /health answers 503 and new generations are refused while
+  // the ones in flight finish; then the server stops. request_drain starts it (set by the Server).
+  std::atomic<bool> draining{false};
+  std::function<void()> request_drain;
 };
 
 }  // namespace sluice::server

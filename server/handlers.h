@@ -11,6 +11,8 @@ Reply handle_models(ServerContext& ctx);
 // GET /v1/models/{id}: the served model's object, or a 404 model_not_found for any other id.
 Reply handle_model(ServerContext& ctx, const HttpRequest& req);
 Reply handle_metrics(ServerContext& ctx);
+// POST /admin/drain: stop admitting, finish what is in flight (within --shutdown-grace), exit.
+Reply handle_drain(ServerContext& ctx);
 
 // POST /tokenize, /detokenize, /apply-template (llama.cpp's shapes)
 Reply handle_tokenize(ServerContext& ctx, const HttpRequest& req);
@@ -22,6 +24,16 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
                                              const std::shared_ptr<ResponseChannel>& channel);
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
                                         const std::shared_ptr<ResponseChannel>& channel);
+
+// The web app's: GET /v1/server (what runs: model, codecs, defaults, memory plan), GET /v1/hub/models
+// (the local cache, with fits), GET /v1/hub/search?q=&limit=, POST /v1/hub/downloads {"model"},
+// GET /v1/hub/downloads, GET /v1/hub/downloads/{id}.
+Reply handle_server_info(ServerContext& ctx);
+Reply handle_cached_models(ServerContext& ctx);
+Reply handle_hub_search(ServerContext& ctx, const HttpRequest& req);
+Reply handle_start_download(ServerContext& ctx, const HttpRequest& req);
+Reply handle_list_downloads(ServerContext& ctx);
+Reply handle_download(ServerContext& ctx, const HttpRequest& req);
 
 // Every route (with the llama.cpp-style aliases /completions, /chat/completions, /models).
 Router make_router(ServerContext& ctx);

@@ -6,9 +6,11 @@
 #include "constrain/grammar_constraint.h"
 #include "constrain/tool_call_grammar.h"
 #include "util/json.h"
+#include "engine/routing_key.h"
 #include "model/model_config.h"
 #include "server/generation_job.h"
 #include "server/handlers.h"
+#include "server/static_assets.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice::server {
@@ -55,7 +57,9 @@ ApiResult<GrammarPtr> forced_calls_grammar(ServerContext& ctx, const ChatRequest
 
 std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams& params,
                                       std::vector<int32_t> prompt_ids, JobSpec spec, const char* prompt_param,
-                                      const std::shared_ptr<ResponseChannel>& channel, GrammarPtr grammar) {
+                                      const std::shared_ptr<ResponseChannel>& channel, std::string_view session_id,
+                                      GrammarPtr grammar) {
+  if (ctx.draining.load()) return Reply::error(ApiError::draining());
   const int context = ctx.engine.context_size();
   const int prompt_tokens = static_cast<int>(prompt_ids.size());
   if (prompt_tokens == 0) return Reply::error(ApiError::bad_request("the prompt is empty", prompt_param));
@@ -65,6 +69,11 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
                                      std::to_string(context),
                                  "invalid_request_error", prompt_param, "context_length_exceeded"});
   }
+  // The routing key of the prompt's beginning (engine/routing_key.h), and the client's own session id
+  // echoed, for a load balancer that keeps a conversation on the replica holding its pages.
+  if (auto key = prefix_routing_key(prompt_ids)) channel->set_header("X-Sluice-Prefix-Key", routing_key_text(*key));
+  if (!session_id.empty()) channel->set_header("X-Session-Id", std::string(session_id));
+  if (!ctx.info.replica.empty()) channel->set_header("X-Sluice-Replica", ctx.info.replica);
   auto request = std::make_shared<GenerationRequest>();
   // Structured outputs and forced calls: compiled (or found compiled) off the engine thread.
   if (grammar) request->constraint = std::make_shared<constrain::GrammarConstraint>(std::move(grammar));
@@ -90,6 +99,17 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
     return Reply::error(ApiError::overloaded("the server is busy: " + submitted.message()));
   }
   return std::nullopt;
+}
+
+// X-Session-Id as the client sent it, when it is short printable ASCII (it goes back in a header).
+std::string_view session_id_of(const HttpRequest& req) {
+  const auto it = req.find("X-Session-Id");
+  if (it == req.end()) return {};
+  const std::string_view v(it->value().data(), it->value().size());
+  if (v.empty() || v.size() > 128) return {};
+  for (char c : v)
+    if (c < 0x21 || c > 0x7e) return {};
+  return v;
 }
 
 }  // namespace
@@ -127,7 +147,8 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
     grammar = std::move(*format);
   }
   spec.parallel_tool_calls = chat.parallel_tool_calls;
-  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel, std::move(grammar));
+  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel, session_id_of(req),
+                          std::move(grammar));
 }
 
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
@@ -153,7 +174,8 @@ std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& r
   if (completion.echo) spec.echo_text = completion.prompt_text ? *completion.prompt_text : tok.decode(ids);
   auto grammar = response_format_grammar(ctx, completion.params);
   if (!grammar) return Reply::error(grammar.error());
-  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), "prompt", channel, std::move(*grammar));
+  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), "prompt", channel, session_id_of(req),
+                          std::move(*grammar));
 }
 
 Router make_router(ServerContext& ctx) {
@@ -179,6 +201,7 @@ Router make_router(ServerContext& ctx) {
   r.add_prefix(V::get, "/v1/models/", "/v1/models/{id}", with_body(handle_model));
   r.add_prefix(V::get, "/models/", "/models/{id}", with_body(handle_model));
   r.add(V::get, "/metrics", now(handle_metrics));
+  r.add(V::post, "/admin/drain", now(handle_drain));
   // Everything with a body parses JSON and tokenizes or renders: off the I/O threads.
   r.add(V::post, "/tokenize", with_body(handle_tokenize), Work::kPool);
   r.add(V::post, "/detokenize", with_body(handle_detokenize), Work::kPool);
@@ -187,6 +210,14 @@ Router make_router(ServerContext& ctx) {
   r.add(V::post, "/chat/completions", generate(handle_chat_completions), Work::kPool);
   r.add(V::post, "/v1/completions", generate(handle_completions), Work::kPool);
   r.add(V::post, "/completions", generate(handle_completions), Work::kPool);
+  // The web app's.
+  r.add(V::get, "/v1/server", now(handle_server_info));
+  r.add(V::get, "/v1/hub/models", now(handle_cached_models), Work::kPool);      // reads the disk
+  r.add(V::get, "/v1/hub/search", with_body(handle_hub_search), Work::kPool);   // waits on the hub
+  r.add(V::post, "/v1/hub/downloads", with_body(handle_start_download), Work::kPool);
+  r.add(V::get, "/v1/hub/downloads", now(handle_list_downloads));
+  r.add_prefix(V::get, "/v1/hub/downloads/", "/v1/hub/downloads/{id}", with_body(handle_download));
+  add_static_routes(r);  // the web chat app at /
   return r;
 }
 

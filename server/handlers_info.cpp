@@ -12,12 +12,27 @@ std::string to_text(const rapidjson::StringBuffer& b) { return {b.GetString(), b
 
 }  // namespace
 
+Reply handle_drain(ServerContext& ctx) {
+  // Without an API key anyone who reaches the port could stop the server: draining then takes a
+  // signal (SIGTERM) from whoever runs it.
+  if (ctx.options.api_key.empty())
+    return Reply::error(ApiError{403, "POST /admin/drain needs the server started with --api-key; or send it SIGTERM",
+                                 "permission_error", "", "drain_needs_api_key"});
+  if (ctx.request_drain) ctx.request_drain();
+  const EngineMetrics m = ctx.engine.metrics();
+  return {202, "{\"status\":\"draining\",\"active\":" + std::to_string(m.active_sequences) + ",\"queued\":" +
+                   std::to_string(m.queue_depth) + "}"};
+}
+
 Reply handle_health(ServerContext& ctx) {
   const EngineMetrics m = ctx.engine.metrics();
+  const bool draining = ctx.draining.load();
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartObject();
-  w.Key("status"), w.String("ok");
+  // A balancer's health check: 503 while draining, so it sends new work elsewhere.
+  w.Key("status"), w.String(draining ? "draining" : "ok");
+  if (draining) w.Key("reason"), w.String("draining: finishing the requests in flight, then stopping");
   w.Key("model"), w.String(ctx.info.model.c_str());
   w.Key("backend"), w.String(ctx.info.backend.c_str());
   w.Key("devices");
@@ -34,6 +49,7 @@ Reply handle_health(ServerContext& ctx) {
   w.StartObject();
   w.Key("parallel"), w.Int(ctx.options.parallel);
   w.Key("active"), w.Int(m.active_sequences);
+  w.Key("free"), w.Int(std::max(0, ctx.options.parallel - m.active_sequences));
   w.Key("queued"), w.Int(m.queue_depth);
   w.EndObject();
   w.Key("memory");
@@ -49,7 +65,9 @@ Reply handle_health(ServerContext& ctx) {
   w.Key("resident_bytes"), w.Uint64(process_resident_bytes());
   w.EndObject();
   w.EndObject();
-  return Reply::json(to_text(buffer));
+  Reply reply = Reply::json(to_text(buffer));
+  if (draining) reply.status = 503;
+  return reply;
 }
 
 namespace {
@@ -71,28 +89,6 @@ void model_object(rapidjson::Writer<rapidjson::StringBuffer>& w, ServerContext& 
   w.EndObject();
 }
 
-// "%2F" → "/": SDKs encode the id as one path segment (Hugging Face ids hold a slash); a raw slash
-// is taken as it is. A malformed escape stays literal (and then names no model).
-std::string percent_decoded(std::string_view text) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
-      out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 Reply handle_models(ServerContext& ctx) {
@@ -111,6 +107,7 @@ Reply handle_models(ServerContext& ctx) {
 Reply handle_model(ServerContext& ctx, const HttpRequest& req) {
   std::string_view path = target_path(req.target());
   std::string_view rest = path.substr(path.find("/models/") + std::string_view("/models/").size());
+  // SDKs encode the id as one path segment ("%2F": Hugging Face ids hold a slash); a raw slash is taken as it is.
   const std::string id = percent_decoded(rest);
   if (id != ctx.info.model) {
     return Reply::error(ApiError{404, "The model '" + id + "' does not exist; this server serves '" + ctx.info.model + "'",

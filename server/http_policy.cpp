@@ -1,5 +1,7 @@
 #include "server/http_policy.h"
 
+#include "server/static_assets.h"
+
 namespace sluice::server {
 namespace {
 
@@ -14,7 +16,10 @@ bool equal_secret(std::string_view given, std::string_view secret) {
 
 }  // namespace
 
-bool is_auth_exempt(std::string_view path) { return path == "/health" || path == "/metrics"; }
+// The web app's files hold no secret (the page asks for the key and sends it with its API calls).
+bool is_auth_exempt(std::string_view path) {
+  return path == "/health" || path == "/metrics" || find_embedded_file(path) != nullptr;
+}
 
 bool is_authorized(const http::fields& headers, std::string_view path, const std::string& api_key) {
   if (api_key.empty() || is_auth_exempt(path)) return true;
@@ -37,7 +42,8 @@ void CorsPolicy::apply(const http::fields& request, http::fields& response) cons
   auto origin = request[http::field::origin];
   if (std::string_view(origin.data(), origin.size()) == allowed_) {
     response.set(http::field::access_control_allow_origin, allowed_);
-    response.set(http::field::vary, "Origin");
+    const auto vary = response[http::field::vary];  // keeps what the answer already varies by
+    response.set(http::field::vary, vary.empty() ? std::string("Origin") : std::string(vary) + ", Origin");
   }
 }
 

@@ -9,7 +9,7 @@ namespace sluice::server {
 
 namespace http = boost::beast::http;
 
-// Paths that answer without the API key (probes and scrapers).
+// Paths that answer without the API key: probes, scrapers, and the web app's static files.
 bool is_auth_exempt(std::string_view path);
 
 // True when no key is configured, the path is exempt, or the request carries the key as

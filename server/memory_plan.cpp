@@ -11,18 +11,21 @@
 namespace sluice::server {
 namespace {
 
-std::optional<uint64_t> available_memory_bytes() {
+std::optional<uint64_t> meminfo_bytes(const std::string& wanted) {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   uint64_t kib = 0;
   std::string unit;
   while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == wanted) return kib * 1024;
   }
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<uint64_t> available_memory_bytes() { return meminfo_bytes("MemAvailable:"); }
+std::optional<uint64_t> total_memory_bytes() { return meminfo_bytes("MemTotal:"); }
 
 std::optional<uint64_t> parse_byte_size(const std::string& text) {
   std::size_t used = 0;
@@ -61,50 +64,72 @@ double kv_bytes_per_token(const ModelConfig& c, double element_bytes) {
   return bytes;
 }
 
-std::string memory_plan_text(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit) {
+MemoryPlan plan_memory(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit) {
   const ModelConfig& c = engine.model_config();
   const EngineMetrics m = engine.metrics();
-  const int ctx = engine.context_size();
-  std::string out;
-  out += fmt::format("memory plan: {} ({}, {} layers, {} KV heads x {} dims), context {} tokens\n", engine.model_name(),
-                     c.architecture, c.num_layers, c.num_kv_heads, c.head_dim, ctx);
-  out += fmt::format("device: {}\n", engine.backend_name());
-  out += fmt::format("  weights                      {:>12}\n", format_bytes(static_cast<double>(m.weight_bytes)));
-  out += fmt::format("  {:<8} {:>16} {:>18}\n", "KV codec", "per token", fmt::format("at {} tokens", ctx));
-  struct Row {
-    std::string name;
-    double per_token;
-  };
-  std::vector<Row> rows = {{"f32", kv_bytes_per_token(c, 4)}, {"f16", kv_bytes_per_token(c, 2)}};
+  MemoryPlan plan;
+  plan.model = engine.model_name();
+  plan.architecture = c.architecture;
+  plan.device = engine.backend_name();
+  plan.layers = c.num_layers;
+  plan.kv_heads = c.num_kv_heads;
+  plan.head_dim = c.head_dim;
+  plan.context = engine.context_size();
+  plan.weights_bytes = static_cast<double>(m.weight_bytes);
+  plan.kv = {{"f32", kv_bytes_per_token(c, 4)}, {"f16", kv_bytes_per_token(c, 2)}};
   bool configured_listed = false;
-  for (auto& r : rows) configured_listed |= r.name == kv_codec;
-  if (!configured_listed) rows.push_back({kv_codec, m.kv_bytes_per_token});
-  for (const auto& r : rows) {
-    out += fmt::format("  {:<8} {:>16} {:>18}{}\n", r.name, format_bytes(r.per_token), format_bytes(r.per_token * ctx),
-                       r.name == kv_codec ? "   (configured)" : "");
+  for (auto& r : plan.kv) configured_listed |= r.codec == kv_codec;
+  if (!configured_listed) plan.kv.push_back({kv_codec, m.kv_bytes_per_token});
+  for (auto& r : plan.kv) {
+    r.bytes_at_context = r.bytes_per_token * plan.context;
+    r.configured = r.codec == kv_codec;
   }
   // Sliding-window layers (where the backend keeps only the window's pages) and recurrent layers'
   // state cost per sequence, not per token.
-  const double per_sequence = static_cast<double>(m.kv_window_bytes_per_sequence + m.kv_state_bytes_per_sequence);
-  if (per_sequence > 0)
-    out += fmt::format("  {:<8} {:>16} {:>18}\n", kv_codec, "+ per sequence", format_bytes(per_sequence) + " (windows, state)");
-  const double total = static_cast<double>(m.weight_bytes) + m.kv_bytes_per_token * ctx + per_sequence;
-  out += fmt::format("  total ({}, full context)   {:>12}\n", kv_codec, format_bytes(total));
-  std::optional<uint64_t> budget;
-  std::string budget_name;
+  plan.per_sequence_bytes = static_cast<double>(m.kv_window_bytes_per_sequence + m.kv_state_bytes_per_sequence);
+  plan.drafter = m.drafter;
+  plan.draft_bytes = static_cast<double>(m.draft_bytes);
+  plan.total_bytes = plan.weights_bytes + m.kv_bytes_per_token * plan.context + plan.per_sequence_bytes + plan.draft_bytes;
   if (!mem_limit.empty()) {
-    budget = parse_byte_size(mem_limit);
-    budget_name = "--mem-limit " + mem_limit;
-    if (!budget) out += fmt::format("  --mem-limit {}: not a size (use e.g. 8G)\n", mem_limit);
+    plan.budget = parse_byte_size(mem_limit);
+    plan.budget_name = "--mem-limit " + mem_limit;
+    plan.mem_limit_malformed = !plan.budget;
   } else {
-    budget = available_memory_bytes();
-    budget_name = "available memory";
+    plan.budget = available_memory_bytes();
+    plan.budget_name = "available memory";
   }
-  if (budget) {
-    out += fmt::format("  {}: {} -> {}\n", budget_name, format_bytes(static_cast<double>(*budget)),
-                       total <= static_cast<double>(*budget) ? "fits" : "does NOT fit");
+  return plan;
+}
+
+std::string memory_plan_text(const MemoryPlan& plan, const std::string& mem_limit) {
+  std::string out;
+  out += fmt::format("memory plan: {} ({}, {} layers, {} KV heads x {} dims), context {} tokens\n", plan.model,
+                     plan.architecture, plan.layers, plan.kv_heads, plan.head_dim, plan.context);
+  out += fmt::format("device: {}\n", plan.device);
+  out += fmt::format("  weights                      {:>12}\n", format_bytes(plan.weights_bytes));
+  out += fmt::format("  {:<8} {:>16} {:>18}\n", "KV codec", "per token", fmt::format("at {} tokens", plan.context));
+  std::string configured;
+  for (const auto& r : plan.kv) {
+    out += fmt::format("  {:<8} {:>16} {:>18}{}\n", r.codec, format_bytes(r.bytes_per_token), format_bytes(r.bytes_at_context),
+                       r.configured ? "   (configured)" : "");
+    if (r.configured) configured = r.codec;
+  }
+  if (plan.per_sequence_bytes > 0)
+    out += fmt::format("  {:<8} {:>16} {:>18}\n", configured, "+ per sequence",
+                       format_bytes(plan.per_sequence_bytes) + " (windows, state)");
+  if (plan.draft_bytes > 0)
+    out += fmt::format("  {} (weights, KV)   {:>12}\n", plan.drafter, format_bytes(plan.draft_bytes));
+  out += fmt::format("  total ({}, full context)   {:>12}\n", configured, format_bytes(plan.total_bytes));
+  if (plan.mem_limit_malformed) out += fmt::format("  --mem-limit {}: not a size (use e.g. 8G)\n", mem_limit);
+  if (plan.budget) {
+    out += fmt::format("  {}: {} -> {}\n", plan.budget_name, format_bytes(static_cast<double>(*plan.budget)),
+                       plan.fits() ? "fits" : "does NOT fit");
   }
   return out;
+}
+
+std::string memory_plan_text(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit) {
+  return memory_plan_text(plan_memory(engine, kv_codec, mem_limit), mem_limit);
 }
 
 }  // namespace sluice::server

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "model/model_config.h"
@@ -17,6 +18,33 @@ std::string format_bytes(double bytes);
 // KV cache bytes per token for a plain codec with `element_bytes` per stored value.
 double kv_bytes_per_token(const ModelConfig& config, double element_bytes);
 
+// This machine's memory from /proc/meminfo (MemAvailable, MemTotal); nullopt where unreadable.
+std::optional<uint64_t> available_memory_bytes();
+std::optional<uint64_t> total_memory_bytes();
+
+struct MemoryPlan {
+  struct KvRow {
+    std::string codec;
+    double bytes_per_token = 0;
+    double bytes_at_context = 0;
+    bool configured = false;
+  };
+  std::string model, architecture, device;
+  int layers = 0, kv_heads = 0, head_dim = 0, context = 0;
+  double weights_bytes = 0;
+  std::vector<KvRow> kv;            // f32, f16, and the configured codec when it is another
+  double per_sequence_bytes = 0;    // sliding windows and recurrent state
+  std::string drafter;              // speculative decoding's ("" off)
+  double draft_bytes = 0;           // a draft model's weights and KV cache
+  double total_bytes = 0;           // weights + the configured codec at the full context + per sequence + draft
+  std::optional<uint64_t> budget;   // --mem-limit, else the memory available
+  std::string budget_name;          // "--mem-limit 8G" or "available memory"
+  bool mem_limit_malformed = false;
+  bool fits() const { return budget && total_bytes <= static_cast<double>(*budget); }
+};
+
+MemoryPlan plan_memory(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit);
+std::string memory_plan_text(const MemoryPlan& plan, const std::string& mem_limit);
 std::string memory_plan_text(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit);
 
 }  // namespace sluice::server

@@ -84,6 +84,10 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          static_cast<double>(e.cached_tokens_total));
   metric(out, "sluice_completion_tokens_total", "counter", "Tokens generated.",
          static_cast<double>(e.completion_tokens_total));
+  metric(out, "sluice_decode_ahead_steps_total", "counter", "Decode steps issued a token ahead (greedy sequences decoded together).",
+         static_cast<double>(e.ahead_steps_total));
+  metric(out, "sluice_decode_ahead_rows_total", "counter", "Sequence rows in the steps issued a token ahead.",
+         static_cast<double>(e.ahead_rows_total));
   metric(out, "sluice_prefill_seconds_total", "counter", "Seconds spent in prompt processing.", e.prefill_seconds_total);
   metric(out, "sluice_decode_seconds_total", "counter", "Seconds spent generating tokens.", e.decode_seconds_total);
   double prefill_tps = e.prefill_seconds_total > 0
@@ -93,6 +97,19 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          prefill_tps);
   metric(out, "sluice_decode_tokens_per_second", "gauge", "Average generated tokens per second of decode time.",
          decode_tps);
+  metric(out, "sluice_decode_passes_total", "counter", "Target forward passes that generated tokens after a request's first.",
+         static_cast<double>(e.decode_passes_total));
+  metric(out, "sluice_decode_pass_tokens_total", "counter", "Tokens those passes generated.",
+         static_cast<double>(e.decode_pass_tokens_total));
+  metric(out, "sluice_tokens_per_target_pass", "gauge",
+         "Tokens generated per decode pass of the target model (1 without speculative decoding).",
+         e.decode_passes_total > 0 ? static_cast<double>(e.decode_pass_tokens_total) / e.decode_passes_total : 0);
+  metric(out, "sluice_spec_draft_tokens_total", "counter", "Speculative guesses the target model verified.",
+         static_cast<double>(e.draft_tokens_total));
+  metric(out, "sluice_spec_accepted_tokens_total", "counter", "Speculative guesses the target model kept.",
+         static_cast<double>(e.draft_accepted_total));
+  metric(out, "sluice_spec_acceptance_rate", "gauge", "Kept guesses per verified guess (0 when none were verified).",
+         e.draft_tokens_total > 0 ? static_cast<double>(e.draft_accepted_total) / e.draft_tokens_total : 0);
   metric(out, "sluice_queue_depth", "gauge", "Requests waiting for a slot.", e.queue_depth);
   metric(out, "sluice_active_sequences", "gauge", "Sequences being generated.", e.active_sequences);
   metric(out, "sluice_weight_bytes", "gauge", "Bytes of model weights.", static_cast<double>(e.weight_bytes));

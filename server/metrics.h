@@ -18,6 +18,7 @@ struct ServerInfo {
   std::string kv_codec;
   std::string expert_store;
   std::string version;
+  std::string replica;  // X-Sluice-Replica on completion answers: --replica-name, else host name:port
 };
 
 // Counters the HTTP layer keeps. Thread-safe.

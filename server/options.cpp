@@ -26,6 +26,7 @@ po::options_description describe(ServerOptions& o) {
     ("model,m", po::value(&o.model),
      "model folder (config.json, safetensors, tokenizer.json), or a Hugging Face Hub id org/name[@revision] "
      "found in the hub cache or downloaded into it; required")
+    ("replica-name", po::value(&o.replica_name), "this replica's name in the X-Sluice-Replica header of completion answers (default: host name:port)")
     ("alias", po::value(&o.alias), "the model's id in the API (default: org/name for a hub model, else the folder's name)")
     ("host", po::value(&o.host)->default_value(o.host), "address to listen on")
     ("port", po::value(&o.port)->default_value(o.port), "port to listen on (0 = any free port)")
@@ -60,6 +61,16 @@ po::options_description describe(ServerOptions& o) {
      "stream MoE experts from the model files (the uring store, budget from free memory or --mem-limit)")
     ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(o.expert_cache_mb), "expert cache budget of a streaming store, MiB (0 = derived)")
     ("turbo-kv", po::bool_switch(&o.turbo_kv), "the recommended compressed KV cache (TurboQuant K/V pair)")
+    ("draft", po::value(&o.draft), "speculative decoding with guesses from the sequence itself: ngram (prompt lookup)")
+    ("draft-model", po::value(&o.draft_model),
+     "speculative decoding with guesses from a small model with the same tokenizer (folder or hub id)")
+    ("num-draft-tokens", po::value(&o.num_draft_tokens)->default_value(o.num_draft_tokens),
+     "the most guesses one pass verifies (the draft length adapts below it to the acceptance rate)")
+    ("spec-max-batch", po::value(&o.spec_max_batch)->default_value(o.spec_max_batch),
+     "speculate only while at most this many sequences decode together")
+    ("dflash", po::bool_switch(&o.dflash), "SwiftLM's block-diffusion drafting: not available in Sluice (refused)")
+    ("vision", po::bool_switch(&o.vision), "SwiftLM's image input: not available in Sluice (refused)")
+    ("audio", po::bool_switch(&o.audio), "SwiftLM's audio input: not available in Sluice (refused)")
     ("thinking", po::value(&o.thinking)->default_value(o.thinking)->implicit_value("on"),
      "enable_thinking for chat templates when a request does not set it: auto (the template's default) | on | off")
     ("info", po::bool_switch(&o.info), "print the memory plan and exit")
@@ -106,6 +117,10 @@ Status validate(const ServerOptions& o) {
   bool level_ok = false;
   for (const char* l : kLevels) level_ok |= o.log_level == l;
   if (!level_ok) return make_error("--log-level must be one of trace, debug, info, warn, error, off");
+  if (!o.draft.empty() && o.draft != "ngram") return make_error("--draft must be ngram (a draft model is --draft-model DIR)");
+  if (!o.draft.empty() && !o.draft_model.empty()) return make_error("--draft ngram and --draft-model are two kinds of drafting: give one");
+  if (o.num_draft_tokens < 1) return make_error("--num-draft-tokens must be at least 1");
+  if (o.spec_max_batch < 1) return make_error("--spec-max-batch must be at least 1");
   if (auto g = GpuLayers::parse(o.gpu_layers); !g) return g.error();
   if (!o.devices.empty()) {
     if (auto d = parse_devices(o.devices); !d) return d.error();
@@ -147,6 +162,10 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
 }
 
 Status check_available(const ServerOptions& o) {
+  if (o.dflash)
+    return make_error("--dflash: block-diffusion (DFlash) drafting is not available in Sluice; speculative decoding is --draft ngram or --draft-model DIR");
+  if (o.vision) return make_error("--vision: image input (vision encoders) is not available in Sluice; it serves text models");
+  if (o.audio) return make_error("--audio: audio input is not available in Sluice; it serves text models");
   if (o.stream_experts && o.expert_store != "resident" && o.expert_store.rfind("uring", 0) != 0)
     return make_error("--stream-experts streams through the uring store; it cannot be combined with --expert-store " + o.expert_store);
   return {};
@@ -190,6 +209,10 @@ EngineOptions to_engine_options(const ServerOptions& o) {
   e.decode_ahead = o.decode_ahead;
   e.parallel = o.parallel;
   e.queue_size = o.queue_size;
+  e.draft = o.draft;
+  e.draft_model = o.draft_model;
+  e.num_draft_tokens = o.num_draft_tokens;
+  e.spec_max_batch = o.spec_max_batch;
   return e;
 }
 

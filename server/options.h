@@ -14,6 +14,7 @@ struct ServerOptions {
   std::string config_file;
   std::string model;           // a folder or a hub id org/name[@revision] (resolved before the engine loads)
   std::string alias;           // the model's id in the API (default: org/name of a hub model, else the folder's name)
+  std::string replica_name;  // --replica-name: this replica in X-Sluice-Replica (default host name:port)
   std::string host = "127.0.0.1";
   int port = 5413;
   std::string backend = "auto";
@@ -42,6 +43,14 @@ struct ServerOptions {
   bool stream_experts = false; // the uring expert store with a derived budget
   int expert_cache_mb = 0;
   bool turbo_kv = false;       // later issue
+  // Speculative decoding (EngineOptions::draft, draft_model, num_draft_tokens, spec_max_batch).
+  std::string draft;           // "" | ngram
+  std::string draft_model;     // a folder or hub id with the model's tokenizer
+  int num_draft_tokens = 8;
+  int spec_max_batch = 2;
+  // SwiftLM flags for features Sluice does not have: accepted by the parser so that
+  // check_available can refuse them by name.
+  bool dflash = false, vision = false, audio = false;
   std::string thinking = "auto";  // enable_thinking default: auto (the template's own) | on | off
   bool info = false;
   std::string log_level = "info";

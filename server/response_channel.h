@@ -20,6 +20,9 @@ class ResponseChannel {
   virtual void end_stream() = 0;
   // Set when the client disconnects; shared with the engine request so generation stops at once.
   virtual std::shared_ptr<std::atomic<bool>> cancelled() const = 0;
+  // A response header for this exchange (the routing key), set before anything is sent — by the
+  // handler, before the generation is submitted.
+  virtual void set_header(std::string name, std::string value) = 0;
 };
 
 }  // namespace sluice::server

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/beast/http.hpp>
@@ -22,6 +23,8 @@ struct Reply {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers{};  // more response headers (ETag, Cache-Control)
+  bool binary = false;  // bytes sent as they are (not made valid UTF-8): images
 
   static Reply json(std::string body) { return {200, std::move(body), "application/json"}; }
   static Reply error(const ApiError& e) { return {e.status, e.to_json(), "application/json"}; }
@@ -64,5 +67,9 @@ class Router {
 
 // The path part of a request target ("/v1/models?x=1" → "/v1/models").
 std::string_view target_path(std::string_view target);
+// "%2F" → "/" (and '+' → ' ' when `plus_is_space`, as in a query). A malformed escape stays literal.
+std::string percent_decoded(std::string_view text, bool plus_is_space = false);
+// A query parameter's decoded value ("?q=qwen+2&limit=5", "q" → "qwen 2"); nullopt when absent.
+std::optional<std::string> query_param(std::string_view target, std::string_view name);
 
 }  // namespace sluice::server

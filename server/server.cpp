@@ -1,6 +1,9 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
 
 #include <spdlog/spdlog.h>
 
@@ -17,13 +20,34 @@ Server::Server(Engine& engine, const ServerOptions& options, ChatPrompt chat)
       listener_(std::make_shared<Listener>(ioc_, ctx_, router_, registry_)),
       work_pool_(options.work_threads, static_cast<std::size_t>(options.work_queue)) {
   ctx_.work_pool = &work_pool_;
+  ctx_.request_drain = [this] { net::post(ioc_, [this] { begin_drain(); }); };
 }
 
 Server::~Server() = default;
 
-Status Server::listen() { return listener_->open(ctx_.options.host, ctx_.options.port); }
+Status Server::listen() {
+  Status s = listener_->open(ctx_.options.host, ctx_.options.port);
+  if (s) name_replica();
+  return s;
+}
 
-Status Server::listen_on(int listening_fd) { return listener_->adopt(listening_fd); }
+Status Server::listen_on(int listening_fd) {
+  Status s = listener_->adopt(listening_fd);
+  if (s) name_replica();
+  return s;
+}
+
+// Behind a balancer, which replica answered (sluice bench --server groups by it): its --replica-name,
+// else the host's name and the bound port.
+void Server::name_replica() {
+  if (!ctx_.options.replica_name.empty()) {
+    ctx_.info.replica = ctx_.options.replica_name;
+    return;
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
+  ctx_.info.replica = std::string(host) + ":" + std::to_string(listener_->local_endpoint().port());
+}
 
 tcp::endpoint Server::local_endpoint() const { return listener_->local_endpoint(); }
 
@@ -38,8 +62,8 @@ void Server::run() {
       spdlog::warn("second signal: cancelling in-flight requests now");
       grace_deadline_ = std::chrono::steady_clock::now();
     } else {
-      spdlog::info("signal {}: shutting down", signo);
-      begin_shutdown();
+      spdlog::info("signal {}: draining, then shutting down", signo);
+      begin_drain();
     }
     signals_.async_wait(on_signal);
   };
@@ -63,13 +87,37 @@ void Server::run() {
   ioc_.run_for(std::chrono::seconds(1));
 }
 
+void Server::begin_drain() {
+  if (draining_ || shutting_down_) return;
+  draining_ = true;
+  ctx_.draining.store(true);
+  grace_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(ctx_.options.shutdown_grace_s);
+  spdlog::info("draining: /health answers 503, new generations are refused, {} in flight", ctx_.engine.metrics().active_sequences);
+  poll_drain();
+}
+
+void Server::poll_drain() {
+  if (shutting_down_) return;
+  const EngineMetrics m = ctx_.engine.metrics();
+  if ((m.active_sequences == 0 && m.queue_depth == 0) || std::chrono::steady_clock::now() >= grace_deadline_) {
+    begin_shutdown();
+    return;
+  }
+  shutdown_timer_.expires_after(std::chrono::milliseconds(20));
+  shutdown_timer_.async_wait([this](beast::error_code ec) {
+    if (!ec) poll_drain();
+  });
+}
+
 void Server::begin_shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
+  ctx_.draining.store(true);
   listener_->stop();
   registry_.stop_all();
   const auto now = std::chrono::steady_clock::now();
-  grace_deadline_ = now + std::chrono::seconds(ctx_.options.shutdown_grace_s);
+  // After a drain the grace it began with is what is left; a direct stop gets the whole grace.
+  if (!draining_) grace_deadline_ = now + std::chrono::seconds(ctx_.options.shutdown_grace_s);
   hard_deadline_ = grace_deadline_ + std::chrono::seconds(3);
   poll_shutdown();
 }

@@ -1,7 +1,9 @@
 #pragma once
 // The HTTP server: a listener, sessions on strands, a pool of I/O threads, and graceful shutdown on
-// SIGINT/SIGTERM (stop accepting; let in-flight requests finish for --shutdown-grace seconds, then
-// cancel them; a second signal cancels at once).
+// SIGINT/SIGTERM or POST /admin/drain: first it drains — still listening, /health answers 503 and new
+// generations are refused (a balancer sends them elsewhere) while the ones in flight finish — then,
+// once the engine is idle or --shutdown-grace has passed, it stops accepting, cancels what is left
+// and exits. A second signal cancels at once.
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -32,6 +34,9 @@ class Server {
   void request_stop();                  // thread-safe
 
  private:
+  void name_replica();
+  void begin_drain();
+  void poll_drain();
   void begin_shutdown();
   void poll_shutdown();
 
@@ -42,6 +47,7 @@ class Server {
   net::signal_set signals_;
   net::steady_timer shutdown_timer_;
   std::shared_ptr<Listener> listener_;
+  bool draining_ = false;
   bool shutting_down_ = false;
   bool engine_stopped_ = false;
   std::chrono::steady_clock::time_point grace_deadline_;

@@ -44,10 +44,13 @@ class SessionChannel final : public ResponseChannel {
 
   void respond(int status, std::string body) override {
     make_valid_utf8(body);  // here, on the engine thread, not on the connection's strand
-    net::post(session_->stream_.get_executor(), [s = session_, ex = exchange_, status, b = std::move(body)]() mutable {
-      s->deliver_response(ex, Reply{status, std::move(b), "application/json"});
-    });
+    net::post(session_->stream_.get_executor(),
+              [s = session_, ex = exchange_, status, b = std::move(body), h = headers_]() mutable {
+                s->deliver_response(ex, Reply{status, std::move(b), "application/json", std::move(h)});
+              });
   }
+
+  void set_header(std::string name, std::string value) override { headers_.emplace_back(std::move(name), std::move(value)); }
 
   bool send_event(std::string event) override {
     if (gone_->load()) return false;
@@ -59,8 +62,10 @@ class SessionChannel final : public ResponseChannel {
       net::post(session_->stream_.get_executor(), [s = session_] { s->client_gone(/*too_slow=*/true); });
       return false;
     }
-    net::post(session_->stream_.get_executor(), [s = session_, ex = exchange_, e = std::move(event)]() mutable {
-      s->deliver_event(ex, std::move(e));
+    // The stream's head goes out with the first event: the headers travel with it (a copy; set_header
+    // is done before the first event).
+    net::post(session_->stream_.get_executor(), [s = session_, ex = exchange_, e = std::move(event), h = headers_]() mutable {
+      s->deliver_event(ex, std::move(e), h);
     });
     return true;
   }
@@ -77,6 +82,7 @@ class SessionChannel final : public ResponseChannel {
   std::shared_ptr<std::atomic<bool>> cancelled_;
   std::shared_ptr<std::atomic<bool>> gone_;
   std::shared_ptr<std::atomic<std::size_t>> queued_;
+  std::vector<std::pair<std::string, std::string>> headers_;
 };
 
 Session::Session(tcp::socket&& socket, ServerContext& ctx, const Router& router, SessionRegistry& registry)
@@ -212,7 +218,7 @@ void Session::run_on_pool(const Handler& handler, const std::shared_ptr<Response
     if (self->gone_->load()) return;
     std::optional<Reply> reply = call_handler(*handler, *request, channel);
     if (!reply) return;  // the channel answers
-    make_valid_utf8(reply->body);
+    if (!reply->binary) make_valid_utf8(reply->body);
     net::post(self->stream_.get_executor(), [self, exchange, r = std::move(*reply)]() mutable {
       self->deliver_response(exchange, std::move(r));
     });
@@ -241,12 +247,13 @@ void Session::write_reply(const Reply& reply, const std::string& route, bool bod
                                                                   request_->version());
   res->set(http::field::server, "sluice");
   res->set(http::field::content_type, reply.content_type);
+  for (const auto& [name, value] : reply.headers) res->set(name, value);
   if (reply.status == 401) res->set(http::field::www_authenticate, "Bearer");
   if (reply.status == 405) res->set(http::field::allow, request_->method() == http::verb::get ? "POST" : "GET");
   ctx_.cors.apply(*request_, *res);
   res->keep_alive(keep_alive_);
   res->body() = reply.body;
-  if (!body_checked) make_valid_utf8(res->body());
+  if (!body_checked && !reply.binary) make_valid_utf8(res->body());
   res->prepare_payload();
   reply_ = res;
   stream_.expires_after(std::chrono::seconds(ctx_.options.write_timeout_s));
@@ -307,7 +314,7 @@ void Session::deliver_response(uint64_t exchange, Reply reply) {
   write_reply(reply, route_, /*body_checked=*/true);
 }
 
-void Session::deliver_event(uint64_t exchange, std::string event) {
+void Session::deliver_event(uint64_t exchange, std::string event, const std::vector<std::pair<std::string, std::string>>& headers) {
   if (exchange != exchange_ || (state_ != State::kWaiting && state_ != State::kStreaming)) {
     queued_bytes_->fetch_sub(event.size());
     return;
@@ -322,6 +329,7 @@ void Session::deliver_event(uint64_t exchange, std::string event) {
   stream_head_->set(http::field::content_type, "text/event-stream");
   stream_head_->set(http::field::cache_control, "no-cache");
   stream_head_->set("X-Accel-Buffering", "no");
+  for (const auto& [name, value] : headers) stream_head_->set(name, value);
   ctx_.cors.apply(*request_, *stream_head_);
   chunked_ = request_->version() >= 11;
   if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the end of the stream is the end of the connection

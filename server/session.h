@@ -61,7 +61,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Channel side, on the strand.
   void deliver_response(uint64_t exchange, Reply reply);
-  void deliver_event(uint64_t exchange, std::string event);
+  void deliver_event(uint64_t exchange, std::string event, const std::vector<std::pair<std::string, std::string>>& headers);
   void deliver_end(uint64_t exchange);
   void pump();
 

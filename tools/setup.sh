@@ -12,7 +12,9 @@ packages=(
   liburing-dev libpcre2-dev libutf8proc-dev libspdlog-dev libfmt-dev libxxhash-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-dev llvm
-  prometheus python3 python3-matplotlib python3-jsonschema fio curl
+  prometheus python3 python3-matplotlib python3-yaml python3-jsonschema fio curl
+  haproxy nginx
+  chromium
 )
 
 missing=()
@@ -33,3 +35,5 @@ fi
 
 # The OpenAI Node.js SDK used by the server's end-to-end test (npm registry; locked version).
 bash "$(dirname "$0")/../tests/server/node/install.sh"
+# puppeteer-core, which drives Chromium (above) through the web app's browser test (locked version).
+bash "$(dirname "$0")/../tests/webapp/browser/install.sh"

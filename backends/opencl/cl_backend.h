@@ -149,6 +149,19 @@ struct Forms {
   void written(const sl_buffer* b) {
     for (auto& o : of)
       if (o == b) o = nullptr;
+    if (batch_of == b) batch_of = nullptr;
+  }
+  // The batch pair (sl_backend::batch_x8): the forms of a decode batch's n_rows rows of x, which the
+  // products after the first that read the same x (q, k, v; gate, up) reuse.
+  const sl_buffer* batch_of = nullptr;
+  uint32_t batch_cols = 0, batch_rows = 0;
+  bool holds_batch(const sl_buffer* x, uint32_t n, uint32_t rows) const {
+    return x && batch_of == x && batch_cols == n && batch_rows == rows;
+  }
+  void made_batch(const sl_buffer* x, uint32_t n, uint32_t rows) {
+    batch_of = x;
+    batch_cols = n;
+    batch_rows = rows;
   }
 };
 
@@ -263,6 +276,7 @@ struct sl_backend {
   // the joined gate/up/activation and residual launches write one while they read the other.
   sluice::ocl::Scratch matvec_x8, matvec_x8_blocks;
   sluice::ocl::Scratch matvec_x8_alt, matvec_x8_alt_blocks;
+  sluice::ocl::Scratch batch_x8, batch_x8_blocks;  // a decode batch's rows in their 15-bit forms
   sluice::ocl::Forms forms;  // what they hold
   // The fusion pass's options (cl_fusion.h), from the device and the backend's options at create.
   sluice::ocl::FusionOptions fusion;

@@ -262,10 +262,26 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
 // reads each weight step once for a chunk of rows; the chunks of a block of weight rows are
 // consecutive work-groups.
 void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
-              bool has_bias, sl_buffer* out) {
-  const uint32_t chunk = q4_batch_chunk(n_rows, be->tuning), team_rows = be->tuning.q4_batch_team_rows;
+              bool has_bias, sl_buffer* out, Forms& forms) {
+  const uint32_t chunk = q4_batch_chunk(n_rows, be->tuning), team_rows = q4_batch_team_rows(n_rows, be->tuning);
   const uint32_t chunks = (n_rows + chunk - 1) / chunk, rows_per_group = 128 / 32 * team_rows;
-  auto& k = kernel(be, q4_batch_program(chunk, team_rows), "matvec_q4_batch");
+  cl::Buffer *xq = nullptr, *blocks = nullptr;
+  const bool dp4a = q4_batch_dp4a(use_dp4a(be), be->tuning) && w->cols % 32 == 0;
+  if (dp4a) {  // every row's 15-bit form, read by each segment's launch; buffers of their own, as the
+               // one-row pair may hold a form a later product reuses (Forms, slot 0)
+    xq = &be->batch_x8.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
+    blocks = &be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * w->cols / 32 * 8);
+  }
+  if (dp4a && !forms.holds_batch(x, w->cols, n_rows)) {
+    auto& q = kernel(be, "matvec", "matvec_x_int15_rows");
+    q.setArg(0, single(x));
+    q.setArg(1, static_cast<cl_uint>(w->cols));
+    q.setArg(2, *xq);
+    q.setArg(3, *blocks);
+    launch(be, q, cl::NDRange(round_up(w->cols, 256), n_rows), cl::NDRange(256, 1));
+    forms.made_batch(x, w->cols, n_rows);
+  }
+  auto& k = kernel(be, q4_batch_program(chunk, team_rows), dp4a ? "matvec_q4_batch_dp4a" : "matvec_q4_batch");
   for (const auto& s : segments(be, w)) {
     cl_uint a = 0;
     k.setArg(a++, s.data.buffer);
@@ -279,8 +295,13 @@ void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weig
     k.setArg(a++, static_cast<cl_uint>(w->group_size));
     k.setArg(a++, static_cast<cl_uint>(s.rows));
     k.setArg(a++, static_cast<cl_uint>(w->cols));
-    k.setArg(a++, static_cast<cl_uint>(s.data.offset % 16 == 0 ? 16 : s.data.offset % 8 == 0 ? 8 : 4));
-    k.setArg(a++, single(x));
+    if (dp4a) {
+      k.setArg(a++, static_cast<cl_uint>(s.data.offset % 16 == 0 ? 16 : s.data.offset % 8 == 0 ? 8 : 4));
+      k.setArg(a++, *xq);
+      k.setArg(a++, *blocks);
+    } else {
+      k.setArg(a++, single(x));
+    }
     k.setArg(a++, static_cast<cl_uint>(n_rows));
     k.setArg(a++, static_cast<cl_uint>(chunks));
     k.setArg(a++, single(out));
@@ -471,7 +492,7 @@ void matmul_one(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_we
   if (path == MatmulPath::kQ4Decode || path == MatmulPath::kMatvec)
     return matvec(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out, forms, step);
   if (step) norm_step_finish(be, *step, forms);  // (a norm step is decode's: one row)
-  if (path == MatmulPath::kQ4Batch) return q4_batch(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out);
+  if (path == MatmulPath::kQ4Batch) return q4_batch(be, x, n_rows, w, b, bias ? bias->dtype : 0, bias != nullptr, out, forms);
   gemm(be, x, n_rows, w, out);
   if (bias) {
     auto& k = kernel(be, "ops", "add_bias");

@@ -45,6 +45,18 @@ inline uint32_t q4_batch_chunk(uint32_t n_rows, const Tuning& t) {
   return chunk;
 }
 
+// Weight rows a team of 32 takes for a batch of n_rows: more rows share each activation load among
+// more weight rows, which pays once the batch is wide (on the H100 from 8 rows: 53 against 60 µs for
+// a 14336 × 4096 weight and 8 rows, but 30 against 23 µs for 2 rows; perf/results/batching_gpu.md).
+inline uint32_t q4_batch_team_rows(uint32_t n_rows, const Tuning& t) {
+  return t.q4_batch_wide_rows && n_rows >= t.q4_batch_wide_rows ? t.q4_batch_wide_team_rows : t.q4_batch_team_rows;
+}
+
+// Whether a batch takes matvec_q4_batch_dp4a (the activation rows rounded to their 15-bit forms, the
+// codes multiplied with dp4a) rather than the float matvec_q4_batch: where the device runs dp4a (NVIDIA
+// with inline PTX, unless tune.dp4a=0 — use_dp4a) and the tuning allows it.
+inline bool q4_batch_dp4a(bool dp4a_device, const Tuning& t) { return dp4a_device && t.q4_batch_dp4a != 0; }
+
 // The program holding matvec_q4_batch for a chunk and a team's weight rows (cl_device.cpp builds it).
 inline std::string q4_batch_program(uint32_t chunk, uint32_t team_rows) {
   return "matvec_batch_t" + std::to_string(chunk) + "_r" + std::to_string(team_rows);

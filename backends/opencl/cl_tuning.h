@@ -61,6 +61,9 @@ struct Tuning {
   uint32_t q4_batch_max_rows = 64;        // 0: never (the general matvec up to 8 rows, then the GEMM); Hopper: 8
   uint32_t q4_batch_chunk = 8;            // 2, 4, 8 or 16
   uint32_t q4_batch_team_rows = 2;        // 1, 2 or 4
+  uint32_t q4_batch_wide_rows = 0;        // batches of this many rows and more (0: none) take…
+  uint32_t q4_batch_wide_team_rows = 2;   // …this many weight rows a team (1, 2 or 4)
+  uint32_t q4_batch_dp4a = 1;             // 0: the float batch kernel where dp4a runs (see use_dp4a)
   // Prefill products.
   uint32_t clblast = 1;                   // 0: our GEMM kernel instead of CLBlast's
   uint32_t mma = 1;                       // 0: no tensor-core GEMM (sm_80+ NVIDIA), the CLBlast path

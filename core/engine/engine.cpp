@@ -5,15 +5,21 @@
 // same way whether it runs alone or beside others) — and runs one forward pass. New requests join
 // between steps (reusing any cached prefix of their prompt), finished ones leave and free their
 // pages at once. Results stream back through each request's callbacks on this thread.
+//
+// With speculative decoding (engine/speculation.h) a decoding sequence's chunk is its last token and
+// a drafter's guesses: the pass computes logits at every one of them, the guesses the target agrees
+// with are kept, and the KV cache is rolled back past the first one it does not.
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
 
+#include "engine/drafter.h"
 #include "engine/greedy_ahead.h"
 #include "engine/runtime.h"
 #include "engine/sequence.h"
@@ -37,9 +43,11 @@ double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(std::unique_ptr<Runtime> rt, const EngineOptions& options)
-      : rt_(std::move(rt)), queue_limit_(options.queue_size), parallel_(std::max(1, options.parallel)),
-        prefill_size_(std::max(1, options.prefill_size)), decode_ahead_(GreedyAhead::available(*rt_)) {
+  EngineImpl(std::unique_ptr<Runtime> rt, std::unique_ptr<Drafter> drafter, const EngineOptions& options)
+      : rt_(std::move(rt)), drafter_(std::move(drafter)), queue_limit_(options.queue_size), parallel_(std::max(1, options.parallel)),
+        prefill_size_(std::max(1, options.prefill_size)), decode_ahead_(GreedyAhead::available(*rt_)),
+        num_draft_tokens_(std::max(1, options.num_draft_tokens)), spec_max_batch_(options.spec_max_batch) {
+    if (drafter_) metrics_.drafter = drafter_->describe(), metrics_.draft_bytes = drafter_->memory_bytes();
     metrics_.weight_bytes = rt_->model().weight_bytes();
     metrics_.kv_bytes_capacity = rt_->kv().capacity_bytes();
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();
@@ -160,6 +168,10 @@ class EngineImpl final : public Engine {
       seq->tokens = next.request->prompt_ids;
       seq->n_prompt = seq->tokens.size();
       seq->sampler = std::make_unique<Sampler>(next.request->sampling);
+      if (drafter_) {
+        seq->drafter = drafter_->start(next.request->sampling);
+        seq->draft_length = DraftLength(num_draft_tokens_);
+      }
       seq->limit = std::min(next.request->max_tokens, rt_->context_size() - static_cast<int>(seq->n_prompt));
       seq->result.stats.prompt_tokens = static_cast<int>(seq->n_prompt);
       seq->result.stats.queue_ms = ms_between(next.queued_at, seq->started_at);
@@ -188,23 +200,25 @@ class EngineImpl final : public Engine {
     s.result.error = std::move(error);
   }
 
-  // The one sequence the engine serves, when it decodes greedily with nothing else to do: then it
-  // decodes a token ahead (decode_ahead). Sampling that reads the logits on the host (temperature,
-  // penalties, logprobs) keeps to step().
-  Sequence* lone_greedy() {
-    if (!decode_ahead_ || others_waiting()) return nullptr;
-    Sequence* lone = nullptr;
+  // The sequences the engine serves, when every one decodes greedily with nothing else to do (no
+  // prompt to prefill, no request waiting): then they decode a token ahead together (decode_ahead).
+  // Sampling that reads the logits on the host (temperature, penalties, logprobs) keeps to step(),
+  // and so does speculative decoding (verification reads every guess's logits).
+  std::vector<Sequence*> greedy_group() {
+    std::vector<Sequence*> group;
+    if (!decode_ahead_ || drafter_ || others_waiting()) return group;
     for (auto& sp : active_) {
-      if (sp->finished) continue;
-      if (lone) return nullptr;
-      lone = sp.get();
+      Sequence& s = *sp;
+      if (s.finished) continue;
+      if (!s.decoding || s.tokens.size() != static_cast<std::size_t>(s.kv.n_past) + 1 || should_stop(s)) return {};
+      const GenerationRequest& req = *s.request;
+      const SamplingParams& p = req.sampling;
+      const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+      // A constrained request's mask applies on the host, to logits this path never reads.
+      if (!greedy || req.top_logprobs != 0 || req.constraint) return {};
+      group.push_back(&s);
     }
-    if (!lone || !lone->decoding || lone->tokens.size() != static_cast<std::size_t>(lone->kv.n_past) + 1 || should_stop(*lone))
-      return nullptr;
-    const GenerationRequest& req = *lone->request;
-    const SamplingParams& p = req.sampling;
-    const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
-    return greedy && req.top_logprobs == 0 && !req.constraint ? lone : nullptr;
+    return group;
   }
 
   bool others_waiting() {
@@ -213,38 +227,71 @@ class EngineImpl final : public Engine {
   }
 
   // Greedy decoding a token ahead (engine/greedy_ahead.h): while the device runs the step that picks
-  // token n+1, this thread hands token n to the request. Returns when the sequence finishes, is
-  // cancelled, or another request arrives (after the steps in flight are taken in).
-  void decode_ahead(Sequence& s) {
-    GreedyAhead ahead(*rt_, s.kv, s.kv.n_past);
-    if (auto st = ahead.issue(s.tokens.back()); !st) return finish(s, FinishReason::kError, st.message());
+  // each sequence's token n+1, this thread hands tokens n to the requests. No step is issued once a
+  // sequence finishes, is cancelled or reaches its length, or another request arrives; the steps in
+  // flight are then taken in — their tokens are real for the sequences still going — and the
+  // engine's next step() regroups.
+  void decode_ahead(const std::vector<Sequence*>& group) {
+    std::vector<SequenceKv*> records;
+    std::vector<int32_t> positions, tokens;
+    for (Sequence* s : group) {
+      records.push_back(&s->kv);
+      positions.push_back(s->kv.n_past);
+      tokens.push_back(s->tokens.back());
+    }
+    auto fail = [&](const std::string& why) {
+      for (Sequence* s : group) finish(*s, FinishReason::kError, why);
+    };
+    GreedyAhead ahead(*rt_, std::move(records), std::move(positions));
+    auto issued = [&] {
+      std::lock_guard lock(mu_);
+      metrics_.ahead_steps_total += 1;
+      metrics_.ahead_rows_total += group.size();
+    };
+    if (auto st = ahead.issue(tokens); !st) return fail(st.message());
+    issued();
     while (ahead.in_flight() > 0) {
-      // The next step while this one runs, where its token may still be wanted.
-      const bool more = !should_stop(s) && !others_waiting() &&
-                        s.result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s.limit);
-      if (more)
-        if (auto st = ahead.issue_next(); !st) return finish(s, FinishReason::kError, st.message());
-      auto token = ahead.take();
-      if (!token) return finish(s, FinishReason::kError, token.message());
-      if (should_stop(s)) return finish(s, FinishReason::kCancelled);  // as step() would, before this token
-      s.kv.n_past += 1;  // its recent pages and state snapshot followed at issue
-      rt_->kv().publish(s.kv, s.tokens);
-      TokenEvent event;
-      event.id = *token;
-      accept(s, event);
-      if (s.finished) return;  // ahead drops the step issued past the end
-      publish_metrics();  // as between steps: the pages this sequence holds now
+      // The next step while this one runs, where every sequence's token may still be wanted.
+      bool more = !others_waiting();
+      for (const Sequence* s : group)
+        more = more && !s->finished && !should_stop(*s) &&
+               s->result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s->limit);
+      if (more) {
+        if (auto st = ahead.issue_next(); !st) return fail(st.message());
+        issued();
+      }
+      auto ids = ahead.take_all();
+      if (!ids) return fail(ids.message());
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        Sequence& s = *group[i];
+        if (s.finished) continue;  // its steps past the end are dropped
+        if (should_stop(s)) {
+          finish(s, FinishReason::kCancelled);  // as step() would, before this token
+          continue;
+        }
+        s.kv.n_past += 1;  // its recent pages and state snapshot followed at issue
+        rt_->kv().publish(s.kv, s.tokens);
+        TokenEvent event;
+        event.id = (*ids)[i];
+        const std::size_t before = s.result.ids.size();
+        accept(s, event);
+        s.result.stats.decode_passes += 1;
+        s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
+      }
+      publish_metrics();  // as between steps: the pages the sequences hold now
     }
   }
 
   // One forward pass over every active sequence.
   void step() {
-    if (Sequence* lone = lone_greedy()) return decode_ahead(*lone);
+    if (auto group = greedy_group(); !group.empty()) return decode_ahead(group);
     ForwardBatch batch;
     std::vector<Sequence*> in_batch;     // sequences with tokens in this batch
     std::vector<uint32_t> chunk_sizes;
-    std::vector<int> logit_index;        // per in_batch entry: its row in logits, or -1
+    std::vector<int> logit_index;        // per in_batch entry: its (first) row in logits, or -1
+    std::vector<DraftTokens> drafts;     // per in_batch entry: the guesses after its last token
     const std::size_t budget = static_cast<std::size_t>(prefill_size_) + static_cast<std::size_t>(parallel_);
+    const bool speculate = drafter_ && active_count() <= spec_max_batch_;
     for (auto& sp : active_) {
       Sequence& s = *sp;
       if (s.finished) continue;
@@ -253,12 +300,26 @@ class EngineImpl final : public Engine {
         continue;
       }
       const std::size_t pending = s.tokens.size() - static_cast<std::size_t>(s.kv.n_past);
-      const std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
+      std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
+      DraftTokens draft;
+      if (speculate && s.decoding && pending == 1) {
+        if (auto st = propose(s, batch.tokens.size(), budget - std::min(budget, batch.tokens.size() + 1), draft); !st) {
+          finish(s, FinishReason::kError, st.message());
+          continue;
+        }
+        chunk += draft.ids.size();
+      }
       // A whole chunk or nothing (the first sequence always gets in): chunking stays deterministic.
       if (!batch.tokens.empty() && batch.tokens.size() + chunk > budget) continue;
-      if (auto st = rt_->kv().reserve(s.kv, s.kv.n_past + static_cast<int32_t>(chunk)); !st) {
+      auto reserved = rt_->kv().reserve(s.kv, s.kv.n_past + static_cast<int32_t>(chunk));
+      if (!reserved && !draft.ids.empty()) {  // no pages for the guesses: a plain step
+        chunk -= draft.ids.size();
+        draft = {};
+        reserved = rt_->kv().reserve(s.kv, s.kv.n_past + static_cast<int32_t>(chunk));
+      }
+      if (!reserved) {
         if (batch.tokens.empty() && active_count() == 1) {
-          finish(s, FinishReason::kError, st.message());
+          finish(s, FinishReason::kError, reserved.message());
         }
         continue;  // waits for pages other sequences will free
       }
@@ -267,31 +328,59 @@ class EngineImpl final : public Engine {
         continue;
       }
       const uint32_t slot = static_cast<uint32_t>(in_batch.size());
+      const std::size_t first = batch.tokens.size();
       for (std::size_t i = 0; i < chunk; ++i) {
-        batch.tokens.push_back(s.tokens[static_cast<std::size_t>(s.kv.n_past) + i]);
+        const std::size_t at = static_cast<std::size_t>(s.kv.n_past) + i;
+        batch.tokens.push_back(at < s.tokens.size() ? s.tokens[at] : draft.ids[at - s.tokens.size()]);
         batch.positions.push_back(s.kv.n_past + static_cast<int32_t>(i));
         batch.seq_slots.push_back(static_cast<int32_t>(slot));
       }
-      const bool needs_logits = static_cast<std::size_t>(s.kv.n_past) + chunk == s.tokens.size();
+      const bool needs_logits = static_cast<std::size_t>(s.kv.n_past) + chunk >= s.tokens.size();
       logit_index.push_back(needs_logits ? static_cast<int>(batch.logit_rows.size()) : -1);
-      if (needs_logits) batch.logit_rows.push_back(static_cast<uint32_t>(batch.tokens.size() - 1));
+      // Logits at the last token, and at each guess (the target's choice after it).
+      if (needs_logits)
+        for (std::size_t row = first + chunk - 1 - draft.ids.size(); row < first + chunk; ++row)
+          batch.logit_rows.push_back(static_cast<uint32_t>(row));
       in_batch.push_back(&s);
       chunk_sizes.push_back(static_cast<uint32_t>(chunk));
+      drafts.push_back(std::move(draft));
     }
     if (in_batch.empty()) return;
 
     std::vector<const SequenceKv*> records;
     for (auto* s : in_batch) records.push_back(&s->kv);
     rt_->kv().fill_batch(records, batch);
+    // Recurrent layers: the state before the guesses, to go back to (take_verified).
+    std::vector<int32_t> saved_states(in_batch.size(), -1);
+    for (std::size_t i = 0; i < in_batch.size(); ++i) {
+      if (drafts[i].ids.empty()) continue;
+      auto saved = rt_->kv().save_state(in_batch[i]->kv);
+      if (!saved) {
+        for (int32_t slot : saved_states) rt_->kv().drop_state(slot);
+        for (auto* s : in_batch) finish(*s, FinishReason::kError, saved.message());
+        return;
+      }
+      saved_states[i] = *saved;
+    }
 
+    const auto issued = Clock::now();
     if (auto st = rt_->model().forward(batch, rt_->kv().caches(), logits_); !st) {
+      for (int32_t slot : saved_states) rt_->kv().drop_state(slot);
       for (auto* s : in_batch) finish(*s, FinishReason::kError, st.message());
       return;
     }
     const auto now = Clock::now();
+    // What a decode pass of this many tokens costs (drafting's trade-off; not a prompt's chunk).
+    if (drafter_ && std::all_of(in_batch.begin(), in_batch.end(), [](const Sequence* s) { return s->decoding; }))
+      costs_.observe_pass(static_cast<int>(batch.tokens.size()), ms_between(issued, now));
     const std::size_t vocab = static_cast<std::size_t>(rt_->config().vocab_size);
     for (std::size_t i = 0; i < in_batch.size(); ++i) {
       Sequence& s = *in_batch[i];
+      if (!drafts[i].ids.empty()) {
+        take_verified(s, chunk_sizes[i], drafts[i], logits_.data() + static_cast<std::size_t>(logit_index[i]) * vocab, vocab,
+                      saved_states[i]);
+        continue;
+      }
       s.kv.n_past += static_cast<int32_t>(chunk_sizes[i]);
       if (auto st = rt_->kv().passed(s.kv, s.kv.n_past); !st) {
         finish(s, FinishReason::kError, st.message());
@@ -299,13 +388,113 @@ class EngineImpl final : public Engine {
       }
       rt_->kv().publish(s.kv, s.tokens);
       if (logit_index[i] < 0) continue;
+      const bool was_decoding = s.decoding;
       if (!s.decoding) {
         s.decoding = true;
         s.decode_started_at = now;
         s.result.stats.prefill_ms = ms_between(s.started_at, now);
       }
+      const std::size_t before = s.result.ids.size();
       sample(s, std::span<float>(logits_.data() + static_cast<std::size_t>(logit_index[i]) * vocab, vocab));
+      if (was_decoding) {
+        s.result.stats.decode_passes += 1;
+        s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
+      }
     }
+  }
+
+  // A decoding sequence's guesses for this step: at most its adaptive draft length (given the
+  // other_tokens already in the batch), the tokens it may still generate after the next one, and
+  // `room` (the batch's tokens left).
+  Status propose(Sequence& s, std::size_t other_tokens, std::size_t room, DraftTokens& draft) {
+    const int left = s.limit - static_cast<int>(s.result.ids.size()) - 1;
+    const int n = std::min({s.draft_length.next(costs_, static_cast<int>(other_tokens)), left,
+                            static_cast<int>(std::min<std::size_t>(room, INT32_MAX))});
+    // A constrained request does not guess: its mask would have to judge every guess's row.
+    if (n <= 0 || !s.drafter || s.request->constraint) return {};
+    const auto t0 = Clock::now();
+    auto d = s.drafter->propose(s.tokens, s.n_prompt, n);
+    if (!d) return make_error("speculative decoding: " + d.message());
+    draft = std::move(*d);
+    costs_.observe_draft(static_cast<int>(draft.ids.size()), ms_between(t0, Clock::now()));
+    // At most n guesses, and none past one outside the model's vocabulary (a draft model's logits may
+    // be padded wider than the target's): the guesses before it still count.
+    const auto vocab = static_cast<int32_t>(rt_->config().vocab_size);
+    std::size_t keep = std::min(draft.ids.size(), static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < keep; ++i)
+      if (draft.ids[i] < 0 || draft.ids[i] >= vocab) keep = i;
+    draft.ids.resize(keep);
+    if (draft.q.size() > keep) draft.q.resize(keep);
+    return {};
+  }
+
+  // The target's verdicts on a sequence's guesses, in order (rows: its logits at the last token, then
+  // at each guess): each kept guess is emitted and the next one judged; the first the target
+  // disagrees with is replaced by the target's own token; when every guess is kept the last row
+  // gives one token more. The KV cache keeps the positions of the tokens emitted and is rolled back
+  // past them.
+  // saved_state: the recurrent layers' state from before the pass (-1: none), put back and advanced
+  // over the kept positions again when a guess was rejected.
+  void take_verified(Sequence& s, uint32_t chunk, const DraftTokens& draft, float* rows, std::size_t vocab, int32_t saved_state) {
+    const int32_t base = s.kv.n_past;  // the position of the sequence's last token
+    const std::size_t k = draft.ids.size();
+    const std::size_t before = s.result.ids.size();
+    int used = 0, accepted = 0, judged = 0;
+    for (std::size_t j = 0; j <= k && !s.finished; ++j) {
+      std::span<float> row(rows + j * vocab, vocab);
+      ++used;
+      if (j == k) {
+        sample(s, row);
+        break;
+      }
+      GenerationRequest& req = *s.request;
+      TokenEvent event;
+      if (req.top_logprobs > 0) event.top_logprobs = Sampler::top_logprobs(row, req.top_logprobs);
+      const DraftVerdict v = verify_draft(*s.sampler, row, s.tokens, s.n_prompt, draft.ids[j], draft.q.empty() ? nullptr : &draft.q[j]);
+      ++judged;
+      event.id = v.choice.id;
+      event.logprob = v.choice.logprob;
+      accept(s, event);
+      if (!v.accepted) break;
+      ++accepted;
+    }
+    s.draft_length.observe(judged, accepted);
+    auto& st = s.result.stats;
+    st.draft_tokens += judged;
+    st.draft_accepted += accepted;
+    st.decode_passes += 1;
+    st.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
+    s.kv.n_past = base + static_cast<int32_t>(chunk);
+    if (auto r = rt_->kv().rollback(s.kv, base + used); !r) {
+      rt_->kv().drop_state(saved_state);
+      return finish(s, FinishReason::kError, r.message());
+    }
+    if (saved_state >= 0) {
+      if (s.finished || used == static_cast<int>(chunk)) {
+        rt_->kv().drop_state(saved_state);  // every guess kept (or the sequence is done): the state is right
+      } else if (auto r = rt_->kv().restore_state(s.kv, saved_state); !r) {
+        return finish(s, FinishReason::kError, r.message());
+      } else if (auto again = recompute(s, base, used); !again) {
+        return finish(s, FinishReason::kError, again.message());
+      }
+    }
+    if (auto r = rt_->kv().passed(s.kv, s.kv.n_past); !r) return finish(s, FinishReason::kError, r.message());
+    rt_->kv().publish(s.kv, s.tokens);
+  }
+
+  // Recurrent layers after a rejected guess: the state, put back to before the pass, runs the kept
+  // positions [base, base + n) again (their K/V rows are written again with the same values).
+  Status recompute(Sequence& s, int32_t base, int n) {
+    ForwardBatch batch;
+    for (int i = 0; i < n; ++i) {
+      batch.tokens.push_back(s.tokens[static_cast<std::size_t>(base + i)]);
+      batch.positions.push_back(base + i);
+      batch.seq_slots.push_back(0);
+    }
+    const SequenceKv* one[] = {&s.kv};
+    rt_->kv().fill_batch(one, batch);
+    std::vector<float> none;
+    return rt_->model().forward(batch, rt_->kv().caches(), none);
   }
 
   void sample(Sequence& s, std::span<float> logits) {
@@ -376,6 +565,10 @@ class EngineImpl final : public Engine {
         metrics_.completion_tokens_total += s.result.stats.completion_tokens;
         metrics_.prefill_seconds_total += s.result.stats.prefill_ms / 1000.0;
         metrics_.decode_seconds_total += s.result.stats.decode_ms / 1000.0;
+        metrics_.decode_passes_total += s.result.stats.decode_passes;
+        metrics_.decode_pass_tokens_total += s.result.stats.decode_pass_tokens;
+        metrics_.draft_tokens_total += s.result.stats.draft_tokens;
+        metrics_.draft_accepted_total += s.result.stats.draft_accepted;
       }
       auto req = s.request;
       GenerationResult result = std::move(s.result);
@@ -424,10 +617,14 @@ class EngineImpl final : public Engine {
   }
 
   std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<Drafter> drafter_;  // speculative decoding (null: off); outlives the sequences' drafters
   const int queue_limit_;
   const int parallel_;
   const int prefill_size_;
   const bool decode_ahead_;  // the backend and model decode greedily a token ahead (GreedyAhead::available)
+  const int num_draft_tokens_;
+  const int spec_max_batch_;
+  PassCosts costs_;  // decode passes and guesses timed, for the draft length
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
@@ -442,9 +639,25 @@ class EngineImpl final : public Engine {
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
+  if (!options.draft.empty() && options.draft != "ngram")
+    return make_error("--draft must be ngram (or give a draft model with --draft-model DIR), not \"" + options.draft + "\"");
+  if (!options.draft.empty() && !options.draft_model.empty())
+    return make_error("--draft ngram and --draft-model are two kinds of drafting: give one");
+  if (options.num_draft_tokens < 1) return make_error("--num-draft-tokens must be at least 1");
+  if (options.spec_max_batch < 1) return make_error("--spec-max-batch must be at least 1");
   auto rt = Runtime::open(options);
   if (!rt) return rt.error();
-  return std::unique_ptr<Engine>(new EngineImpl(std::move(*rt), options));
+  std::unique_ptr<Drafter> drafter;
+  if (!options.draft.empty() || !options.draft_model.empty()) {
+    if (options.draft == "ngram") {
+      drafter = make_ngram_drafter();
+    } else {
+      auto d = open_draft_model(options, **rt);
+      if (!d) return d.error();
+      drafter = std::move(*d);
+    }
+  }
+  return std::unique_ptr<Engine>(new EngineImpl(std::move(*rt), std::move(drafter), options));
 }
 
 }  // namespace sluice

@@ -50,6 +50,14 @@ struct EngineOptions {
   // backend's: docs/GUIDE.md, "OpenCL tuning"); the CPU backend that runs the layers a split leaves
   // gets none.
   std::string backend_options;
+  // Speculative decoding (engine/speculation.h, engine/drafter.h): draft = "ngram" (prompt lookup)
+  // or draft_model = a model folder with the target's tokenizer (one of them; both empty: off).
+  std::string draft;
+  std::string draft_model;
+  int num_draft_tokens = 8;  // the most guesses one pass verifies (the adaptive length stays below)
+  // Sequences speculate only while at most this many decode in one step: a batch that large already
+  // reads the weights once for several tokens, and drafts would add rows without saving a pass.
+  int spec_max_batch = 2;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -68,6 +76,14 @@ struct GenerationStats {
   double queue_ms = 0;
   double prefill_ms = 0;
   double decode_ms = 0;
+  // Decode passes (every target forward pass that gave this sequence tokens after the first) and the
+  // tokens they gave: 1 per pass in plain decoding, more when speculative guesses were kept.
+  int decode_passes = 0;
+  int decode_pass_tokens = 0;
+  int draft_tokens = 0;     // guesses the target verified
+  int draft_accepted = 0;   // of them, kept
+  double tokens_per_pass() const { return decode_passes > 0 ? static_cast<double>(decode_pass_tokens) / decode_passes : 0; }
+  double acceptance_rate() const { return draft_tokens > 0 ? static_cast<double>(draft_accepted) / draft_tokens : 0; }
   double prefill_tps() const { return prefill_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prefill_ms : 0; }
   double decode_tps() const { return decode_ms > 0 && completion_tokens > 1 ? (completion_tokens - 1) * 1000.0 / decode_ms : 0; }
 };
@@ -106,8 +122,19 @@ struct EngineMetrics {
   uint64_t prompt_tokens_total = 0;
   uint64_t cached_tokens_total = 0;
   uint64_t completion_tokens_total = 0;
+  // Decode steps issued a token ahead (engine/greedy_ahead.h) and the sequences' rows in them: rows
+  // over steps is how many greedy sequences decoded together.
+  uint64_t ahead_steps_total = 0;
+  uint64_t ahead_rows_total = 0;
   double prefill_seconds_total = 0;
   double decode_seconds_total = 0;
+  // Speculative decoding (GenerationStats' counters, summed over finished requests).
+  std::string drafter;  // "" when off, "ngram", "draft model NAME"
+  uint64_t draft_bytes = 0;  // a draft model's weights and KV cache
+  uint64_t decode_passes_total = 0;
+  uint64_t decode_pass_tokens_total = 0;
+  uint64_t draft_tokens_total = 0;
+  uint64_t draft_accepted_total = 0;
   int queue_depth = 0;
   int active_sequences = 0;
   uint64_t weight_bytes = 0;

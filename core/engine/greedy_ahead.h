@@ -8,10 +8,14 @@
 //
 // The device runs steps in issue order, so every host-side record (pages, recent window) may
 // advance at issue; only the tokens are known late. A step issued after the sequence's last real
-// one (past an end-of-sequence token, a stop string) is waited for and dropped.
+// one (past an end-of-sequence token, a stop string) is waited for and dropped. Several greedy
+// sequences decode together the same way, a step a row each (the batched products read the weights
+// once a step): the host issuing a batch's ~700 launches is then hidden behind the device's step
+// too (perf/NOTES.md, "Batched decode, second sitting").
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/sequence_kv.h"
@@ -23,10 +27,12 @@ class Runtime;
 
 class GreedyAhead {
  public:
-  // Steps of one sequence whose KV cache records are `seq` (its pages, window pages, recent pages
-  // and state snapshots kept up to date here as each step is issued; its n_past is the caller's to
-  // advance as it takes the steps' tokens); the next step is at position next_position.
-  GreedyAhead(Runtime& rt, SequenceKv& seq, int32_t next_position);
+  // Steps of one or several sequences decoded together, one token each a step, whose KV cache
+  // records are `seqs` (their pages, window pages, recent pages and state snapshots kept up to date
+  // here as each step is issued; each n_past is the caller's to advance as it takes the steps'
+  // tokens); sequence i's next step is at position next_positions[i].
+  GreedyAhead(Runtime& rt, std::vector<SequenceKv*> seqs, std::vector<int32_t> next_positions);
+  GreedyAhead(Runtime& rt, SequenceKv& seq, int32_t next_position) : GreedyAhead(rt, {&seq}, {next_position}) {}
   ~GreedyAhead();  // drops the steps in flight
   GreedyAhead(const GreedyAhead&) = delete;
   GreedyAhead& operator=(const GreedyAhead&) = delete;
@@ -35,24 +41,27 @@ class GreedyAhead {
   // "off", or "auto" = where the backend queues its ops).
   static bool available(const Runtime& rt);
 
-  // Issues the step of `token` (from the host) at the next position.
-  Status issue(int32_t token);
-  // Issues the step whose token is the choice of the newest step in flight.
+  // Issues the step of `tokens` (from the host, one a sequence) at each sequence's next position.
+  Status issue(std::span<const int32_t> tokens);
+  Status issue(int32_t token) { return issue(std::span<const int32_t>(&token, 1)); }
+  // Issues the step whose tokens are the choices of the newest step in flight.
   Status issue_next();
-  // Waits for the oldest step in flight and returns its choice.
+  // Waits for the oldest step in flight and returns its choices, one a sequence.
+  Result<std::vector<int32_t>> take_all();
+  // The one choice of a one-sequence step.
   Result<int32_t> take();
   // Waits for every step in flight and forgets their choices.
   void drop();
 
   int in_flight() const { return static_cast<int>(slots_.size()); }
-  int32_t next_position() const { return next_position_; }
+  int32_t next_position(std::size_t i = 0) const { return next_positions_.at(i); }
 
  private:
-  Status issue_from(std::optional<int32_t> host_token);
+  Status issue_from(std::span<const int32_t> host_tokens);
 
   Runtime& rt_;
-  SequenceKv& seq_;
-  int32_t next_position_;
+  std::vector<SequenceKv*> seqs_;
+  std::vector<int32_t> next_positions_;
   std::deque<uint32_t> slots_;  // the steps in flight, oldest first: each one's choice slot
   uint32_t next_slot_ = 0;
 };

@@ -481,6 +481,56 @@ void KvCache::release(SequenceKv& seq) {
   seq.last_hash = PagePool::kRootHash;
 }
 
+Status KvCache::rollback(SequenceKv& seq, int32_t n_end) {
+  if (n_end >= seq.n_past) return {};
+  if (n_end < 0 || static_cast<std::size_t>(n_end) < seq.n_published * kPageTokens || n_end < seq.first_own)
+    return make_error("KV cache: cannot roll back to position " + std::to_string(n_end) + ", inside blocks shared with the prefix cache");
+  const std::size_t keep = (static_cast<std::size_t>(n_end) + kPageTokens - 1) / kPageTokens;
+  if (seq.pages.size() > keep) {
+    pool_->release(std::span<const int32_t>(seq.pages).subspan(keep));
+    seq.pages.resize(keep);
+  }
+  if (window_pool_ && seq.window_pages.size() > keep) {
+    for (std::size_t b = keep; b < seq.window_pages.size(); ++b)
+      if (seq.window_pages[b] >= 0) {
+        const int32_t page[] = {seq.window_pages[b]};
+        window_pool_->release(page);
+      }
+    seq.window_pages.resize(keep);
+  }
+  if (seq.recent.size() > keep) {
+    for (std::size_t p = keep; p < seq.recent.size(); ++p)
+      if (seq.recent[p] >= 0) recent_free_.push_back(seq.recent[p]);
+    seq.recent.resize(keep);
+  }
+  seq.n_past = n_end;
+  return {};
+}
+
+Result<int32_t> KvCache::save_state(const SequenceKv& seq) {
+  if (!state_pool_ || seq.state_slot < 0) return -1;
+  auto slot = state_pool_->allocate(1);
+  if (!slot) return make_error("recurrent state: no slot to keep the state before speculative guesses: " + slot.message());
+  if (auto s = copy_state(static_cast<uint32_t>(seq.state_slot), static_cast<uint32_t>(slot->front())); !s) {
+    state_pool_->release(*slot);
+    return s.error();
+  }
+  return slot->front();
+}
+
+Status KvCache::restore_state(SequenceKv& seq, int32_t saved) {
+  if (saved < 0) return {};
+  Status copied = copy_state(static_cast<uint32_t>(saved), static_cast<uint32_t>(seq.state_slot));
+  drop_state(saved);
+  return copied;
+}
+
+void KvCache::drop_state(int32_t saved) {
+  if (saved < 0 || !state_pool_) return;
+  const int32_t slot[] = {saved};
+  state_pool_->release(slot);
+}
+
 void KvCache::fill_batch(std::span<const SequenceKv* const> seqs, ForwardBatch& batch) const {
   batch.n_seqs = static_cast<uint32_t>(seqs.size());
   batch.max_pages = 0;

@@ -152,6 +152,22 @@ class KvCache {
   void publish(SequenceKv& seq, std::span<const int32_t> tokens);
   void trim_window(SequenceKv& seq);
   void release(SequenceKv& seq);
+  // Speculative decoding's rejected drafts: forgets positions [n_end, seq.n_past) as if they had
+  // never been computed — the pages (of every pool) past n_end's block go back, n_past becomes
+  // n_end; rows left in the kept pages are overwritten before any query reads them (a query at
+  // position p reads keys up to p, all written by then). An error below what was published. The
+  // verifying pass must not be passed() before: passed() at its own end frees recent-window pages
+  // that queries at the kept positions still read — pass the kept end after the rollback.
+  // Recurrent layers' state is one value, not a row per position: rollback leaves it; the caller
+  // keeps a copy from before the pass (save_state), puts it back (restore_state) and runs the kept
+  // positions again.
+  Status rollback(SequenceKv& seq, int32_t n_end);
+  bool has_state() const { return state_pool_ != nullptr; }
+  // A copy of the sequence's live state in a slot of its own (-1: the model has no recurrent layers,
+  // or the sequence no state yet); restore_state copies it back and frees it, drop_state frees it.
+  Result<int32_t> save_state(const SequenceKv& seq);
+  Status restore_state(SequenceKv& seq, int32_t saved);
+  void drop_state(int32_t saved);
   // A batch's tables (page, window and recent tables, state slots) for its sequences, in order.
   void fill_batch(std::span<const SequenceKv* const> seqs, ForwardBatch& batch) const;
 

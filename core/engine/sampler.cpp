@@ -36,13 +36,12 @@ std::vector<TokenChoice> Sampler::top_logprobs(std::span<const float> logits, in
   return out;
 }
 
-TokenChoice Sampler::sample(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from) {
-  const float lse = log_sum_exp(logits);
-  const std::size_t vocab = logits.size();
-  std::vector<float> raw;  // kept only if penalties change logits, for the reported logprob
-  const bool penalised = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-  if (penalised) raw.assign(logits.begin(), logits.end());
+bool Sampler::penalised() const {
+  return params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+}
 
+void Sampler::penalise(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from) const {
+  const std::size_t vocab = logits.size();
   if (params_.repeat_penalty != 1.0f) {
     std::vector<bool> seen(vocab, false);
     for (int32_t id : history) {
@@ -60,19 +59,16 @@ TokenChoice Sampler::sample(std::span<float> logits, std::span<const int32_t> hi
       logits[id] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
     }
   }
-  auto choice = [&](int32_t id) { return TokenChoice{id, (penalised ? raw[id] : logits[id]) - lse}; };
+}
 
-  if (params_.temperature <= 0.0f) {
-    // Greedy: the first maximum, as argmax does.
-    return choice(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-  }
-
+void Sampler::filter(std::span<const float> logits) {
+  const std::size_t vocab = logits.size();
   candidates_.clear();
   candidates_.reserve(vocab);
   const float inv_t = 1.0f / params_.temperature;
   for (std::size_t i = 0; i < vocab; ++i)
     if (std::isfinite(logits[i])) candidates_.emplace_back(logits[i] * inv_t, static_cast<int32_t>(i));
-  if (candidates_.empty()) return choice(0);
+  if (candidates_.empty()) return;
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   std::size_t keep = candidates_.size();
   if (params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < keep) {
@@ -103,15 +99,49 @@ TokenChoice Sampler::sample(std::span<float> logits, std::span<const int32_t> hi
     }
     candidates_.resize(std::max<std::size_t>(1, n));
   }
+}
+
+int32_t Sampler::draw(const TokenDistribution& weights) {
+  double total = 0;
+  for (const auto& c : weights) total += c.first;
+  double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  for (const auto& [p, id] : weights) {
+    r -= p;
+    if (r <= 0) return id;
+  }
+  return weights.back().second;
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+TokenChoice Sampler::sample(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from) {
+  const float lse = log_sum_exp(logits);
+  std::vector<float> raw;  // kept only if penalties change logits, for the reported logprob
+  if (penalised()) raw.assign(logits.begin(), logits.end());
+  penalise(logits, history, generated_from);
+  auto choice = [&](int32_t id) { return TokenChoice{id, (raw.empty() ? logits[id] : raw[id]) - lse}; };
+
+  if (params_.temperature <= 0.0f) {
+    // Greedy: the first maximum, as argmax does.
+    return choice(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+  filter(logits);
+  if (candidates_.empty()) return choice(0);
+  return choice(draw(candidates_));
+}
+
+TokenDistribution Sampler::distribution(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from) {
+  penalise(logits, history, generated_from);
+  if (params_.temperature <= 0.0f)
+    return {{1.0f, static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())}};
+  filter(logits);
+  if (candidates_.empty()) return {{1.0f, 0}};
+  // Renormalised after min-p / top-p, as draw() normalises by the survivors' total.
   double total = 0;
   for (const auto& c : candidates_) total += c.first;
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  double r = uniform(rng_);
-  for (const auto& [p, id] : candidates_) {
-    r -= p;
-    if (r <= 0) return choice(id);
-  }
-  return choice(candidates_.back().second);
+  TokenDistribution out(candidates_.begin(), candidates_.end());
+  for (auto& c : out) c.first = static_cast<float>(c.first / total);
+  return out;
 }
 
 }  // namespace sluice

@@ -25,17 +25,35 @@ struct TokenChoice {
   float logprob = 0.0f;  // log-softmax of the raw logits (before penalties and temperature)
 };
 
+// A distribution over a few tokens: (probability, id) pairs, most likely first, summing to 1.
+using TokenDistribution = std::vector<std::pair<float, int32_t>>;
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   // history: the prompt and the generated ids so far (repeat_penalty looks at all of it;
   // presence/frequency penalties look at the generated part starting at generated_from).
   TokenChoice sample(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from);
+  // The distribution sample() draws from for these logits (penalties, temperature, top-k, min-p,
+  // top-p applied; greedy: the argmax alone). Speculative decoding compares it with a draft's.
+  // Like sample(), it may change `logits` (penalties).
+  TokenDistribution distribution(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from);
+  // Draws an id from weights that need not sum to 1, and a uniform number in [0, 1), from the
+  // request's generator (so a seed reproduces them too).
+  int32_t draw(const TokenDistribution& weights);
+  double uniform();
+  bool greedy() const { return params_.temperature <= 0.0f; }
+  const SamplingParams& params() const { return params_; }
   // The n most likely tokens under the raw logits, for logprobs.
   static std::vector<TokenChoice> top_logprobs(std::span<const float> logits, int n);
   static float logprob_of(std::span<const float> logits, int32_t id);
 
  private:
+  void penalise(std::span<float> logits, std::span<const int32_t> history, std::size_t generated_from) const;
+  bool penalised() const;
+  // candidates_ ← the tokens that survive the filters, with their probabilities, most likely first.
+  void filter(std::span<const float> logits);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;

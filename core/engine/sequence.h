@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/engine.h"
 #include "engine/sequence_kv.h"
 #include "engine/sampling.h"
@@ -21,6 +22,8 @@ struct Sequence {
   SequenceKv kv;                       // its pages, state and prefix-cache records; kv.n_past positions computed
   int limit = 0;                       // tokens it may still generate in total
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<SequenceDrafter> drafter;  // speculative decoding's guesses (null: off)
+  DraftLength draft_length{1};
   GenerationResult result;
   Clock::time_point started_at, decode_started_at;
   bool decoding = false;               // the prompt is done; each step adds one token

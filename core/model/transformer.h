@@ -84,11 +84,14 @@ class Transformer {
   // — so the host can issue the next pass before it knows this one's token.
   static constexpr uint32_t kGreedySlots = 4;
   bool greedy_on_device() const;
-  // Issues one pass of batch (one logit row) without waiting for it. from_slot < 0: the batch's
-  // tokens from the host; otherwise its one token is the choice of the pass issued to from_slot.
-  // The pass's choice goes to to_slot, which must not be in flight.
+  // Issues one pass of batch without waiting for it: one token a sequence, every row a logit row in
+  // order (a decode step of one or several sequences). from_slot < 0: the batch's tokens from the
+  // host; otherwise row i's token is row i's choice of the pass issued to from_slot (the same
+  // sequences in the same order). The pass's choices go to to_slot, which must not be in flight.
   Status forward_greedy(const ForwardBatch& batch, sl_kv_cache* cache, int from_slot, uint32_t to_slot);
-  // Waits for the choice of the pass issued to `slot` and frees the slot.
+  // Waits for the choices of the pass issued to `slot` (one a row) and frees the slot.
+  Result<std::vector<int32_t>> greedy_choices(uint32_t slot);
+  // The one choice of a one-row pass.
   Result<int32_t> greedy_choice(uint32_t slot);
 
   const ModelConfig& config() const { return config_; }
@@ -206,8 +209,11 @@ class Transformer {
 
   // Greedy choices on the device (forward_greedy): a slot's id, its copy on the host and the
   // download's ticket (0: none in flight).
+  // A slot holds greedy_capacity_ rows' ids; a pass of more rows grows the buffer when no slot is in
+  // flight.
   Buffer greedy_ids_;
-  std::array<int32_t, kGreedySlots> greedy_host_{};
+  uint32_t greedy_capacity_ = 0;
+  std::array<std::vector<int32_t>, kGreedySlots> greedy_host_{};
   std::array<uint64_t, kGreedySlots> greedy_ticket_{};
 
   // Mixture of Experts.

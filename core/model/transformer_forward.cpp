@@ -419,7 +419,8 @@ Status Transformer::run_layers(const ForwardBatch& batch, std::span<sl_kv_cache*
     if (s == 0) {
       StepGraph& g = pass.graph;
       const StepGraph::Id ids = from_slot < 0 ? g.host(batch.tokens.data(), 1, n, SL_DTYPE_I32)
-                                              : g.buffer(greedy_ids_.get(), 1, n, SL_DTYPE_I32, uint64_t(from_slot) * sizeof(int32_t));
+                                              : g.buffer(greedy_ids_.get(), 1, n, SL_DTYPE_I32,
+                                                         uint64_t(from_slot) * greedy_capacity_ * sizeof(int32_t));
       g.embed(g.weight(embed_), ids, pass.act.x);
       if (config_.embed_scale > 0) g.scale(pass.act.x, config_.embed_scale, 0.0f, pass.act.x, "embedding scale");
       families::EmbedContext ectx;
@@ -486,37 +487,53 @@ Status Transformer::forward_greedy(const ForwardBatch& batch, sl_kv_cache* cache
   if (!greedy_on_device()) return make_error("forward_greedy: the backend cannot keep a greedy choice on the device");
   if (to_slot >= kGreedySlots || from_slot >= static_cast<int>(kGreedySlots) || from_slot == static_cast<int>(to_slot))
     return make_error("forward_greedy: bad slots");
-  if (batch.logit_rows.size() != 1) return make_error("forward_greedy: a greedy pass picks one token (one logit row)");
-  if (from_slot >= 0 && batch.tokens.size() != 1) return make_error("forward_greedy: a token from the device is one token");
+  const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
+  if (n == 0 || batch.logit_rows.size() != n) return make_error("forward_greedy: a greedy pass picks one token for each of its rows");
+  for (uint32_t i = 0; i < n; ++i)
+    if (batch.logit_rows[i] != i) return make_error("forward_greedy: the logit rows must be the batch's rows in order");
+  if (from_slot >= 0 && greedy_host_[from_slot].size() != n)
+    return make_error("forward_greedy: the tokens from the device are the " + std::to_string(greedy_host_[from_slot].size()) +
+                      " choices of the pass before");
   if (greedy_ticket_[to_slot] != 0) return make_error("forward_greedy: slot " + std::to_string(to_slot) + " is still in flight");
   Stage& st = stages_.front();
   const BackendHandle& backend = *st.backend;
-  if (!greedy_ids_) {
-    auto b = backend.alloc(kGreedySlots * sizeof(int32_t));
+  if (n > greedy_capacity_) {
+    for (uint64_t t : greedy_ticket_)
+      if (t != 0) return make_error("forward_greedy: a wider pass while passes are in flight");
+    const uint32_t capacity = std::max(n, 2 * greedy_capacity_);
+    auto b = backend.alloc(uint64_t(kGreedySlots) * capacity * sizeof(int32_t));
     if (!b) return b.error();
     greedy_ids_ = std::move(*b);
+    greedy_capacity_ = capacity;
   }
   PassGraph pass;
   if (auto s = run_layers(batch, std::span<sl_kv_cache* const>(&cache, 1), from_slot, pass); !s) return s;
-  const uint32_t n = static_cast<uint32_t>(batch.tokens.size());
   build_head(st, pass, batch, n);
   StepGraph& g = pass.graph;
-  g.argmax(g.buffer(st.act.logits.get(), 1, config_.vocab_size),
-           g.buffer(greedy_ids_.get(), 1, 1, SL_DTYPE_I32, uint64_t(to_slot) * sizeof(int32_t)), "argmax");
+  const uint64_t to_offset = uint64_t(to_slot) * greedy_capacity_ * sizeof(int32_t);
+  g.argmax(g.buffer(st.act.logits.get(), n, config_.vocab_size), g.buffer(greedy_ids_.get(), 1, n, SL_DTYPE_I32, to_offset), "argmax");
   if (auto s = flush(st, pass, n); !s) return s;
-  auto ticket = backend.download_begin(greedy_ids_, uint64_t(to_slot) * sizeof(int32_t), &greedy_host_[to_slot], sizeof(int32_t));
+  greedy_host_[to_slot].assign(n, 0);
+  auto ticket = backend.download_begin(greedy_ids_, to_offset, greedy_host_[to_slot].data(), n * sizeof(int32_t));
   if (!ticket) return ticket.error();
   greedy_ticket_[to_slot] = *ticket;
   return {};
 }
 
-Result<int32_t> Transformer::greedy_choice(uint32_t slot) {
+Result<std::vector<int32_t>> Transformer::greedy_choices(uint32_t slot) {
   if (slot >= kGreedySlots || greedy_ticket_[slot] == 0) return make_error("greedy_choice: no pass in flight in slot " + std::to_string(slot));
   const BackendHandle& backend = *stages_.front().backend;
   const uint64_t ticket = greedy_ticket_[slot];
   greedy_ticket_[slot] = 0;
   if (auto s = backend.download_wait(ticket); !s) return s.error();
   return greedy_host_[slot];
+}
+
+Result<int32_t> Transformer::greedy_choice(uint32_t slot) {
+  auto ids = greedy_choices(slot);
+  if (!ids) return ids.error();
+  if (ids->size() != 1) return make_error("greedy_choice: the pass in slot " + std::to_string(slot) + " picked " + std::to_string(ids->size()) + " tokens");
+  return ids->front();
 }
 
 }  // namespace sluice

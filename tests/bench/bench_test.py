@@ -288,6 +288,39 @@ class ClosingServer:
         self.httpd.shutdown()
 
 
+def case_server_turns(b):
+    """Conversations (--turns): each turn's history holds the turns before, so from the second turn the
+    server finds the conversation's prefix cached; the answers name their replica (X-Sluice-Replica)."""
+    server = Server(b.args.sluice, b.args.model, "--parallel", "2", "--replica-name", "replica-a")
+    try:
+        out = os.path.join(b.work, "turns.json")
+        p = b.run("--server", server.base_url, "--api", "chat", "--turns", "3", "--clients", "2", "--requests", "4", "--gen", "4",
+                  "--prompt-lengths", "40", "--shared-prefix", "0", "--json-out", out)
+        with open(out) as f:
+            doc = json.load(f)
+        check(doc["server"]["turns"] == 3 and doc["server"]["session_ids"] is True, "server record %r" % doc["server"])
+        reqs = doc["requests"]
+        check(len(reqs) == 12 and all("error" not in r for r in reqs), "4 conversations of 3 turns: %r" % reqs)
+        for turn in (0, 1, 2):
+            check(sum(1 for r in reqs if r["turn"] == turn) == 4, "turn %d of each conversation" % turn)
+        first = [r for r in reqs if r["turn"] == 0]
+        later = [r for r in reqs if r["turn"] > 0]
+        check(all(r["cached_tokens"] == 0 for r in first), "first turns start cold: %r" % first)
+        check(all(r["cached_tokens"] >= 16 for r in later), "later turns find their conversation cached: %r" % later)
+        check(min(r["prompt_tokens"] for r in later) > max(r["prompt_tokens"] for r in first), "the history grows")
+        rows = {r["class"]: r for r in doc["rows"]}
+        check(rows["later_turns"]["cache_hit_rate"] > 0.5 and rows["first_turn"]["cache_hit_rate"] == 0, "hit rates %r" % rows)
+        check(doc["replicas"] == [{"replica": "replica-a", "requests": 12, "prompt_tokens": sum(r["prompt_tokens"] for r in reqs),
+                                   "cached_tokens": sum(r["cached_tokens"] for r in reqs),
+                                   "cache_hit_rate": sum(r["cached_tokens"] for r in reqs) / sum(r["prompt_tokens"] for r in reqs)}],
+              "replicas %r" % doc["replicas"])
+        check("| replica-a | 12 |" in p.stdout and "later_turns: 8" in p.stdout, p.stdout)
+        bad = b.run("--server", server.base_url, "--turns", "2", expect=2)
+        check("--api chat" in bad.stderr, bad.stderr)
+    finally:
+        server.stop()
+
+
 def case_server_closes(b):
     server = ClosingServer()
     try:

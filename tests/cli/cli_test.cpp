@@ -71,6 +71,30 @@ TEST(CliGenerate, JsonLastLineHasGoldenGreedyIdsAndStats) {
   EXPECT_GT((*doc)["stats"]["decode_tps"].GetDouble(), 0.0);
 }
 
+// --draft ngram: the same greedy ids as plain decoding, and the acceptance in --json's stats.
+TEST(CliGenerate, NgramDraftingKeepsTheGreedyIdsAndReportsAcceptance) {
+  SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/golden.json");
+  auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));
+  ASSERT_TRUE(golden.ok());
+  const auto& prompt = (*golden)["prompts"][0];
+  const std::string common = "generate --model " + test::reference_path("models/tiny-code-qwen2").string() + " --prompt-ids " +
+                             ids_csv(prompt["ids"]) + " --max-tokens " + std::to_string(prompt["greedy_ids"].Size()) +
+                             " --ignore-eos --kv-codec f32 --threads 2 --json";
+  const auto r = run(common + " --draft ngram --num-draft-tokens 4");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto doc = json::parse(last_line(r.out), "generate output");
+  ASSERT_TRUE(doc.ok()) << r.out;
+  EXPECT_EQ(ids_csv((*doc)["ids"]), ids_csv(prompt["greedy_ids"]));
+  const auto& st = (*doc)["stats"];
+  ASSERT_TRUE(st.HasMember("acceptance_rate") && st.HasMember("tokens_per_pass") && st.HasMember("draft_tokens")) << r.out;
+  EXPECT_GT(st["draft_tokens"].GetInt(), 0) << r.out;
+  EXPECT_GE(st["tokens_per_pass"].GetDouble(), 1.0);
+  EXPECT_NEAR(st["acceptance_rate"].GetDouble(), static_cast<double>(st["draft_accepted"].GetInt()) / st["draft_tokens"].GetInt(), 1e-4);
+  const auto bad = run(common + " --draft medusa");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("--draft must be ngram"), std::string::npos) << bad.out;
+}
+
 TEST(CliPerplexity, ScoreAllOverTheHeldOutWindowMatchesTransformers) {
   SLUICE_REQUIRE_REFERENCE("models/tiny-code-qwen2/golden.json");
   auto golden = json::parse_file(test::reference_path("models/tiny-code-qwen2/golden.json"));

@@ -216,6 +216,58 @@ TEST(GreedyAhead, ARequestArrivingMidGenerationGetsItsOwnOutput) {
   EXPECT_EQ(rb.ids, want_second);
 }
 
+// Several greedy requests at once decode a token ahead together (one step a row each): each gets
+// exactly its output alone — with different lengths, one stopped by its caller and one cancelled
+// while steps are in flight — the ahead steps held several rows, and every page goes back.
+void expect_greedy_group_equals_each_alone(const std::string& backend, const std::string& ahead) {
+  auto plain = make_engine(backend, "off");
+  auto engine = make_engine(backend, ahead, 4);
+  ASSERT_TRUE(plain && engine);
+  std::vector<GenerationRequest> requests = {greedy(prompt_of(7, 15), 30), greedy(prompt_of(8, 23), 12), greedy(prompt_of(5, 12), 20),
+                                             greedy(prompt_of(9, 10), 25)};
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : requests) want.push_back(plain->generate(r).ids);
+  want[2].resize(6);  // request 2 is stopped by its caller after 6 tokens
+  want[3].resize(9);  // request 3 is cancelled at its 9th token
+  // All four queued before the engine takes any, so they prefill together and then decode as a group.
+  std::vector<std::shared_ptr<GenerationRequest>> live;
+  std::vector<std::promise<GenerationResult>> done(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto r = std::make_shared<GenerationRequest>(requests[i]);
+    if (i == 2) {
+      auto seen = std::make_shared<int>(0);
+      r->on_token = [seen](const TokenEvent&) { return ++*seen < 6; };
+    }
+    if (i == 3) {
+      auto seen = std::make_shared<int>(0);
+      auto flag = r->cancelled;
+      r->on_token = [seen, flag](const TokenEvent&) {
+        if (++*seen == 9) flag->store(true);
+        return true;
+      };
+    }
+    r->on_done = [&done, i](const GenerationResult& g) { done[i].set_value(g); };
+    live.push_back(r);
+  }
+  for (auto& r : live) ASSERT_TRUE(engine->submit(r).ok());
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const auto got = done[i].get_future().get();
+    EXPECT_EQ(got.ids, want[i]) << "request " << i;
+  }
+  const EngineMetrics m = engine->metrics();
+  EXPECT_GT(m.ahead_steps_total, 0u);
+  EXPECT_GT(m.ahead_rows_total, m.ahead_steps_total) << "no ahead step held more than one sequence";
+  for (int i = 0; i < 100 && engine->metrics().active_sequences != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine->metrics().kv_bytes_used, 0u);
+}
+
+TEST(GreedyAhead, CpuGreedyRequestsDecodeAheadTogetherAndEachGetsItsOwnOutput) { expect_greedy_group_equals_each_alone("cpu", "on"); }
+
+TEST(GreedyAhead, OpenClGreedyRequestsDecodeAheadTogetherAndEachGetsItsOwnOutput) {
+  if (!opencl_built()) GTEST_SKIP() << "no usable OpenCL backend here (see `sluice plugins`)";
+  expect_greedy_group_equals_each_alone("opencl", "auto");
+}
+
 // Sampling that needs the logits on the host keeps to the plain steps and still works beside it.
 TEST(GreedyAhead, SamplingAndLogprobsKeepToThePlainSteps) {
   auto engine = make_engine("cpu", "on");

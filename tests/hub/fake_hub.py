@@ -145,13 +145,28 @@ class FakeHub:
                 return not repo.gated or self.headers.get("Authorization") == "Bearer " + FakeHub.TOKEN
 
             def _route(self, head):
-                path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+                split = urllib.parse.urlsplit(self.path)
+                path = urllib.parse.unquote(split.path)
                 parts = path.strip("/").split("/")
+                if parts == ["api", "models"]:
+                    return self._search(urllib.parse.parse_qs(split.query), head)
                 if len(parts) >= 6 and parts[0] == "api" and parts[1] == "models" and parts[4] == "revision":
                     return self._model_info("/".join(parts[2:4]), "/".join(parts[5:]), head)
                 if len(parts) >= 5 and parts[2] == "resolve":
                     return self._resolve("/".join(parts[0:2]), parts[3], "/".join(parts[4:]), head)
                 self._error(404, "NotFound", "no such route", head)
+
+            def _search(self, query, head):
+                """GET /api/models?search=&limit=: the repos whose name holds the text, most downloaded first."""
+                text = query.get("search", [""])[0].lower()
+                limit = int(query.get("limit", ["20"])[0])
+                found = [r for n, r in sorted(hub.repos.items()) if text in n.lower()]
+                models = [{"id": r.name, "modelId": r.name, "downloads": 1000 + len(r.name), "likes": 7,
+                           "pipeline_tag": "text-generation", "library_name": "transformers",
+                           "gated": "manual" if r.gated else False, "private": False, "tags": ["safetensors"]}
+                          for r in found]
+                models.sort(key=lambda m: -m["downloads"])
+                self._send(200, [("Content-Type", "application/json")], json.dumps(models[:limit]).encode(), head)
 
             def _model_info(self, name, revision, head):
                 if name in hub.renamed:

@@ -62,5 +62,24 @@ TEST(MatmulPath, ChunksFitSmallBatchesAndStopAtTheTunedSize) {
   EXPECT_EQ(q4_batch_program(8, 2), "matvec_batch_t8_r2");
 }
 
+TEST(MatmulPath, WideBatchesTakeTheirOwnTeamShapeWhereTuned) {
+  Tuning t;  // no wide shape: every batch the one team shape
+  EXPECT_EQ(q4_batch_team_rows(2, t), 2u);
+  EXPECT_EQ(q4_batch_team_rows(64, t), 2u);
+  t.q4_batch_wide_rows = 8;
+  t.q4_batch_wide_team_rows = 4;
+  EXPECT_EQ(q4_batch_team_rows(7, t), 2u);
+  EXPECT_EQ(q4_batch_team_rows(8, t), 4u);
+  EXPECT_EQ(q4_batch_team_rows(32, t), 4u);
+}
+
+TEST(MatmulPath, BatchesTakeTheDp4aKernelWhereTheDeviceRunsDp4aUnlessTunedOff) {
+  Tuning t;
+  EXPECT_TRUE(q4_batch_dp4a(true, t));
+  EXPECT_FALSE(q4_batch_dp4a(false, t));  // PoCL, other vendors, tune.dp4a=0: the float kernel
+  t.q4_batch_dp4a = 0;
+  EXPECT_FALSE(q4_batch_dp4a(true, t));
+}
+
 }  // namespace
 }  // namespace sluice::ocl

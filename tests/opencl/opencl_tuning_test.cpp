@@ -73,6 +73,12 @@ TEST(OpenclTuning, DefaultsAreTheValuesTheBackendUsedBefore) {
   EXPECT_EQ(t.dp4a_min_log2, 24u);                   // min_log2 ? min_log2 : 24
   EXPECT_EQ(t.glu_blocks, 1u);                       // on unless SLUICE_OPENCL_GLU_BLOCKS=0
   EXPECT_EQ(t.res_shape, (TeamShape{32, 1}));        // team ? team : 32, rows ? rows : 1
+  EXPECT_EQ(t.q4_batch_max_rows, 64u);               // the batch kernel, new with its tuning
+  EXPECT_EQ(t.q4_batch_chunk, 8u);
+  EXPECT_EQ(t.q4_batch_team_rows, 2u);
+  EXPECT_EQ(t.q4_batch_wide_rows, 0u);               // no wide shape
+  EXPECT_EQ(t.q4_batch_wide_team_rows, 2u);
+  EXPECT_EQ(t.q4_batch_dp4a, 1u);                    // dp4a where the device runs it
   EXPECT_EQ(t.clblast, 1u);                          // on unless SLUICE_OPENCL_NO_CLBLAST
   EXPECT_EQ(t.mma, 1u);                              // on unless SLUICE_OPENCL_MMA=0
   EXPECT_EQ(t.mma_bk, 64u);                          // 64 where K allows unless SLUICE_OPENCL_MMA_BK=32
@@ -101,14 +107,15 @@ TEST(OpenclTuning, EveryFieldHasAName) {
   const std::vector<std::string> expected = {
       "q4_base_shape", "q4_tall_rows", "q4_tall_shape", "q4_big_weights", "q4_big_shape", "q4_warps_per_cu",
       "q4_team", "q4_rows", "q4_shape_of", "maxrreg", "dp4a", "dp4a_min_log2", "glu_blocks", "res_shape",
-      "q4_batch_max_rows", "q4_batch_chunk", "q4_batch_team_rows", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_team", "att_kpt", "att_vu", "att_shfl_local",
+      "q4_batch_max_rows", "q4_batch_chunk", "q4_batch_team_rows",
+      "q4_batch_wide_rows", "q4_batch_wide_team_rows", "q4_batch_dp4a", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_team", "att_kpt", "att_vu", "att_shfl_local",
       "att_short", "att_groups_per_cu", "att_groups_per_cu_fused", "fused_attention", "maxrreg_att", "mma_att",
       "mma_att_min_run", "mma_att_groups_per_cu", "mma_att_min_tiles", "mma_att_splits", "max_alloc"};
   EXPECT_EQ(tuning_field_names(), expected);
 }
 
 // The built-in table's Hopper entry restates the H100's measurements — the defaults, but for the
-// batched decode kernel, which the H100 measured faster than the tensor-core GEMM only up to 8 rows —
+// batched decode kernel, which the H100 measured faster than the tensor-core GEMM only up to 32 rows —
 // and every other device falls back to the defaults.
 TEST(OpenclTuning, BuiltinTableGivesEveryDeviceTheValuesItHadBefore) {
   const std::string hopper = "built-in [vendor \"NVIDIA*\" device \"*H100*\" \"*H200*\"]";
@@ -119,7 +126,9 @@ TEST(OpenclTuning, BuiltinTableGivesEveryDeviceTheValuesItHadBefore) {
     Tuning tuning;
   };
   Tuning hopper_tuning;
-  hopper_tuning.q4_batch_max_rows = 8;
+  hopper_tuning.q4_batch_max_rows = 32;
+  hopper_tuning.q4_batch_wide_rows = 8;
+  hopper_tuning.q4_batch_wide_team_rows = 4;
   const Case cases[] = {
       {"H100", kH100, {hopper}, hopper_tuning}, {"H200", kH200, {hopper}, hopper_tuning}, {"another NVIDIA", kRtx, {}, {}},
       {"AMD", kAmd, {}, {}},                    {"Intel", kIntel, {}, {}},                {"PoCL CPU", kPocl, {}, {}},

@@ -301,26 +301,41 @@ std::vector<float> quant_gemm(const Opened& o, const QuantWeight& w, const std::
 // dequantized weights (float32 sums here: the bound is a few float32 roundings of Σ |terms|).
 TEST_F(OpenclVendorPaths, BatchedFourBitProductsMatchAFloat64ReferenceForEveryChunkShape) {
   std::mt19937 rng(11);
-  const QuantWeight w = random_quant(301, 512, 4, 64, SL_DTYPE_BF16, rng);
+  // 512 columns: 64 words, two whole passes of a team's 32 lanes; 288 columns in groups of 32: 36
+  // words, the second pass only partly filled.
+  const QuantWeight wide = random_quant(301, 512, 4, 64, SL_DTYPE_BF16, rng), ragged = random_quant(37, 288, 4, 32, SL_DTYPE_F32, rng);
   std::normal_distribution<float> d(0, 1);
-  for (const char* tuning : {"", "tune.q4_batch_chunk=2 tune.q4_batch_team_rows=1", "tune.q4_batch_chunk=4 tune.q4_batch_team_rows=4",
-                             "tune.q4_batch_chunk=16 tune.q4_batch_team_rows=2"}) {
+  // Every batch size here takes the batch kernel, whatever the device's limit (8 rows on Hopper: past
+  // it the tensor-core GEMM, whose f16 rounding is checked by its own test).
+  for (const char* tuning : {"tune.q4_batch_max_rows=64", "tune.q4_batch_max_rows=64 tune.q4_batch_chunk=2 tune.q4_batch_team_rows=1",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_chunk=4 tune.q4_batch_team_rows=4",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_chunk=16 tune.q4_batch_team_rows=2",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_dp4a=0"}) {
     Opened o;
     ASSERT_TRUE(open(api, tuning, o, why)) << why;
+    // On NVIDIA the batch kernel reads each activation row's 15-bit form (matvec_q4_batch_dp4a): each
+    // product may then move by |w| · step / 2, step = max |x| / 16383 of the row's 32-column block.
+    const bool int15 = dp4a_runs(o) && test::test_tuning("q4_batch_dp4a") != "0" &&
+                       std::string(tuning).find("q4_batch_dp4a=0") == std::string::npos;
+    for (const QuantWeight* wp : {&wide, &ragged})
     for (uint32_t m : {2u, 3u, 8u, 9u, 17u, 64u}) {
-      SCOPED_TRACE(std::string("options '") + tuning + "', rows " + std::to_string(m));
+      const QuantWeight& w = *wp;
+      SCOPED_TRACE(std::string("options '") + tuning + "', rows " + std::to_string(m) + ", cols " + std::to_string(w.cols));
       std::vector<float> x(std::size_t(m) * w.cols);
       for (auto& v : x) v = d(rng);
       const auto got = quant_gemm(o, w, x, m);
+      std::vector<double> step(std::size_t(m) * (w.cols / 32), 0.0);  // max |x| / 16383 a row's block
+      for (std::size_t i = 0; i < x.size(); ++i) step[i / 32] = std::max(step[i / 32], std::abs(double(x[i])) / 16383.0);
       for (uint32_t t = 0; t < m; ++t)
         for (uint32_t r = 0; r < w.rows; ++r) {
-          double ref = 0, mag = 0;
+          double ref = 0, mag = 0, rounding = 0;
           for (uint32_t c = 0; c < w.cols; ++c) {
-            const double term = double(x[std::size_t(t) * w.cols + c]) * w.values[std::size_t(r) * w.cols + c];
+            const double v = w.values[std::size_t(r) * w.cols + c], term = double(x[std::size_t(t) * w.cols + c]) * v;
             ref += term;
             mag += std::abs(term);
+            if (int15) rounding += std::abs(v) * step[std::size_t(t) * (w.cols / 32) + c / 32] / 2;
           }
-          ASSERT_NEAR(got[std::size_t(t) * w.rows + r], ref, 1e-5 * mag + 1e-6) << "row " << t << " out " << r;
+          ASSERT_NEAR(got[std::size_t(t) * w.rows + r], ref, 1e-5 * mag + 1e-6 + rounding) << "row " << t << " out " << r;
         }
     }
   }
@@ -330,11 +345,15 @@ TEST_F(OpenclVendorPaths, BatchedFourBitProductsMatchAFloat64ReferenceForEveryCh
   {
     Opened profiled;
     ASSERT_TRUE(open(api, "", profiled, why)) << why;
-    quant_gemm(profiled, w, std::vector<float>(std::size_t(4) * w.cols, 0.25f), 4);
+    quant_gemm(profiled, wide, std::vector<float>(std::size_t(4) * wide.cols, 0.25f), 4);
   }
   unsetenv("SLUICE_OPENCL_PROFILE");
   const std::string profile = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(profile.find("matvec_q4_batch"), std::string::npos) << profile;
+  if (dp4a && test::test_tuning("q4_batch_dp4a") != "0") {
+    EXPECT_NE(profile.find("matvec_q4_batch_dp4a"), std::string::npos) << profile;
+    EXPECT_NE(profile.find("matvec_x_int15_rows"), std::string::npos) << profile;
+  }
 }
 
 TEST_F(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding) {

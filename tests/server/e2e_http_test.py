@@ -182,6 +182,32 @@ class Endpoints(unittest.TestCase):
         self.assertEqual(len(finals), 1)
         self.assertIn(finals[0]["choices"][0]["finish_reason"], ("stop", "length"))
 
+    def test_answers_carry_the_routing_key_and_echo_the_session_id(self):
+        long_prompt = "def fibonacci(n):\n    " + "# compute the nth number of the sequence\n    " * 6
+        # A streamed answer: the headers go out with the stream's head.
+        conn = self.srv.connection()
+        try:
+            conn.request("POST", "/v1/completions", body=json.dumps({"prompt": long_prompt, "max_tokens": 2, "stream": True}),
+                         headers={"Content-Type": "application/json", "X-Session-Id": "conv-42"})
+            res = conn.getresponse()
+            streamed = res.getheader("X-Sluice-Prefix-Key")
+            self.assertEqual(res.getheader("X-Session-Id"), "conv-42")
+            res.read()
+        finally:
+            conn.close()
+        self.assertRegex(streamed or "", r"^[0-9a-f]{16}$")
+        # A plain one of a longer prompt with the same beginning: the same key (its first blocks).
+        status, hdrs, _ = self.srv.request("POST", "/v1/completions", {"prompt": long_prompt + "return n", "max_tokens": 2})
+        self.assertEqual(status, 200)
+        self.assertEqual(hdrs.get("x-sluice-prefix-key"), streamed)
+        self.assertNotIn("x-session-id", hdrs)
+        # A prompt shorter than a block has no key; a session id that is not a header token is not echoed.
+        status, hdrs, _ = self.srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                                           headers={"X-Session-Id": "two words"})
+        self.assertEqual(status, 200)
+        self.assertNotIn("x-sluice-prefix-key", hdrs)
+        self.assertNotIn("x-session-id", hdrs)
+
     def test_apply_template_tokenize_detokenize(self):
         self.need_chat()
         status, body = self.srv.json("POST", "/apply-template", {"messages": [{"role": "user", "content": "hi"}]})
@@ -417,6 +443,59 @@ class Lifecycle(unittest.TestCase):
         with self.assertRaises(OSError):
             socket.create_connection((srv.host, srv.port), timeout=2).close()
 
+    def test_drain_refuses_new_work_finishes_the_stream_in_flight_and_exits_0(self):
+        key = {"Authorization": "Bearer sekrit"}
+        srv = start("--api-key", "sekrit", "--shutdown-grace", "60")
+        got = {"done": False, "chunks": 0, "finish": None}
+
+        def reader():
+            try:
+                body = {"prompt": "def f():", "stream": True, "max_tokens": 60, "ignore_eos": True, "temperature": 0}
+                for data in srv.stream("/v1/completions", body, headers=key):
+                    got["chunks"] += 1
+                    if data == "[DONE]":
+                        got["done"] = True
+                    else:
+                        got["finish"] = json.loads(data)["choices"][0]["finish_reason"] or got["finish"]
+            except Exception as e:  # noqa: BLE001
+                got["error"] = str(e)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        deadline = time.time() + 20
+        while got["chunks"] < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        try:
+            self.assertEqual(srv.json("POST", "/admin/drain")[0], 401)  # the key is needed
+            status, body = srv.json("POST", "/admin/drain", headers=key)
+            self.assertEqual(status, 202, body)
+            self.assertEqual(body["status"], "draining")
+            status, health = srv.json("GET", "/health")
+            self.assertEqual(status, 503, health)  # a balancer's check sends new work elsewhere
+            self.assertEqual(health["status"], "draining")
+            status, err = srv.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, headers=key)
+            self.assertEqual(status, 503, err)
+            self.assertEqual(err["error"]["code"], "draining")
+        finally:
+            t.join(60)
+        # The stream in flight ran to its length, not cancelled; then the server stopped by itself.
+        self.assertTrue(got["done"], got)
+        self.assertEqual(got["finish"], "length", got)
+        self.assertEqual(srv.proc.wait(timeout=30), 0, "".join(srv.stderr_lines))
+        srv.stop(timeout=5)
+
+    def test_drain_without_an_api_key_is_refused(self):
+        srv = start()
+        try:
+            status, err = srv.json("POST", "/admin/drain")
+            self.assertEqual(status, 403, err)
+            self.assertEqual(err["error"]["code"], "drain_needs_api_key")
+            status, health = srv.json("GET", "/health")
+            self.assertEqual(status, 200)
+            self.assertIn("free", health["slots"])
+        finally:
+            srv.stop(timeout=15)
+
     def test_sigint_on_idle_server_exits_0(self):
         srv = start()
         self.assertEqual(srv.json("GET", "/health")[0], 200)
@@ -438,6 +517,41 @@ class Lifecycle(unittest.TestCase):
             self.assertIn("sluice_kv_recent_window_tokens 16", text.decode())
         finally:
             srv.stop(signal.SIGTERM, timeout=15)
+
+    def test_speculative_decoding_flags_serve_the_same_greedy_text_and_count_guesses(self):
+        body = {"prompt": "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\n\ndef fib",
+                "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+        texts = []
+        for extra in ((), ("--draft", "ngram"), ("--draft-model", ARGS.model, "--num-draft-tokens", "4")):
+            srv = start(*extra)
+            try:
+                status, out = srv.json("POST", "/v1/completions", body)
+                self.assertEqual(status, 200, out)
+                texts.append(out["choices"][0]["text"])
+                drafted = srv.metric("sluice_spec_draft_tokens_total")
+                if extra:
+                    self.assertGreater(drafted, 0, extra)
+                    self.assertGreater(srv.metric("sluice_tokens_per_target_pass"), 1.0, extra)
+                    self.assertGreater(srv.metric("sluice_spec_acceptance_rate"), 0.0, extra)
+                else:
+                    self.assertEqual(drafted, 0)
+            finally:
+                srv.stop(signal.SIGTERM, timeout=15)
+        self.assertEqual(texts[1], texts[0])
+        self.assertEqual(texts[2], texts[0])
+
+    def test_info_counts_a_draft_model_in_the_plan(self):
+        p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, "--info", "--ctx-size", "1024", "--draft-model", ARGS.model],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("draft model", p.stdout)
+
+    def test_swiftlm_flags_for_missing_features_are_refused_by_name(self):
+        for flag, feature in (("--dflash", "DFlash"), ("--vision", "image input"), ("--audio", "audio input")):
+            p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, flag], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(flag, p.stderr)
+            self.assertIn(feature, p.stderr)
 
     def test_info_prints_memory_plan_and_exits(self):
         p = subprocess.run([ARGS.sluice, "serve", "--model", ARGS.model, "--info", "--ctx-size", "1024"],

@@ -43,8 +43,10 @@ class RecordingChannel : public ResponseChannel {
   }
   void end_stream() override { ended = true; }
   std::shared_ptr<std::atomic<bool>> cancelled() const override { return flag; }
+  void set_header(std::string name, std::string value) override { headers.emplace_back(std::move(name), std::move(value)); }
 
   int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
   std::string response;
   std::vector<std::string> events;
   std::size_t accept_events = 1000;

@@ -27,6 +27,10 @@ std::string sample_text() {
   e.expert_hits = 6;
   e.kv_pages_total = 64;
   e.kv_pages_cached = 5;
+  e.decode_passes_total = 4;
+  e.decode_pass_tokens_total = 10;
+  e.draft_tokens_total = 8;
+  e.draft_accepted_total = 6;
   ServerCounters c;
   c.count_request("/v1/chat/completions", 200);
   c.count_request("/v1/chat/completions", 200);
@@ -81,4 +85,13 @@ TEST(Metrics, PassesPromtoolCheck) {
   std::filesystem::remove(path);
   EXPECT_EQ(status, 0) << output;
   EXPECT_EQ(output, "") << "promtool lint findings:\n" << output;
+}
+
+TEST(Metrics, SpeculativeDecodingAcceptanceAndTokensPerPass) {
+  const std::string text = sample_text();
+  EXPECT_NE(text.find("\nsluice_spec_draft_tokens_total 8\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nsluice_spec_accepted_tokens_total 6\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nsluice_spec_acceptance_rate 0.75\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nsluice_tokens_per_target_pass 2.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nsluice_decode_passes_total 4\n"), std::string::npos) << text;
 }

@@ -205,3 +205,44 @@ TEST(ServerOptions, ThinkingDefaultsToTheTemplateAndTakesOnOrOff) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("--thinking"), std::string::npos);
 }
+
+// SwiftLM's speculative decoding flags mean what they say there; its flags for features Sluice does
+// not have parse (so the message is not "unrecognised option") and are refused naming the feature.
+TEST(ServerOptions, SwiftLmDraftFlagsAreAccepted) {
+  auto p = parse_server_options({"--model", "m", "--draft-model", "small", "--num-draft-tokens", "5"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  const auto e = to_engine_options(p->options);
+  EXPECT_EQ(e.draft_model, "small");
+  EXPECT_EQ(e.num_draft_tokens, 5);
+  EXPECT_TRUE(e.draft.empty());
+  EXPECT_TRUE(check_available(p->options).ok());
+  auto ngram = parse_server_options({"--model", "m", "--draft", "ngram", "--spec-max-batch", "4"});
+  ASSERT_TRUE(ngram.ok()) << ngram.message();
+  EXPECT_EQ(to_engine_options(ngram->options).draft, "ngram");
+  EXPECT_EQ(to_engine_options(ngram->options).spec_max_batch, 4);
+}
+
+TEST(ServerOptions, BadDraftOptionsAreUsageErrorsNamingTheOption) {
+  auto bad = parse_server_options({"--model", "m", "--draft", "medusa"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("--draft"), std::string::npos) << bad.message();
+  auto both = parse_server_options({"--model", "m", "--draft", "ngram", "--draft-model", "x"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.message().find("give one"), std::string::npos) << both.message();
+  auto zero = parse_server_options({"--model", "m", "--num-draft-tokens", "0"});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.message().find("--num-draft-tokens"), std::string::npos) << zero.message();
+}
+
+TEST(ServerOptions, SwiftLmFlagsForMissingFeaturesAreRefusedByName) {
+  const std::pair<const char*, const char*> flags[] = {{"--dflash", "DFlash"}, {"--vision", "image input"}, {"--audio", "audio input"}};
+  for (const auto& [flag, feature] : flags) {
+    auto p = parse_server_options({"--model", "m", flag});
+    ASSERT_TRUE(p.ok()) << flag << ": " << p.message();
+    const auto available = check_available(p->options);
+    ASSERT_FALSE(available.ok()) << flag;
+    EXPECT_NE(available.message().find(flag), std::string::npos) << available.message();
+    EXPECT_NE(available.message().find(feature), std::string::npos) << available.message();
+    EXPECT_NE(available.message().find("not available"), std::string::npos) << available.message();
+  }
+}

@@ -24,7 +24,7 @@ class Server:
                                      errors="replace", preexec_fn=preexec_fn)
         self.stderr_lines = []
         self._readers = [threading.Thread(target=self._drain, args=(self.proc.stderr, self.stderr_lines), daemon=True)]
-        lines = queue.Queue()
+        lines = self.stdout_lines = queue.Queue()  # stdout after the ready line stays here for a test to read
         self._readers.append(threading.Thread(target=self._lines, args=(self.proc.stdout, lines), daemon=True))
         for t in self._readers:
             t.start()
@@ -84,11 +84,11 @@ class Server:
         status, hdrs, data = self.request(method, path, body, headers, timeout)
         return status, json.loads(data) if data else None
 
-    def stream(self, path, body, timeout=60):
+    def stream(self, path, body, timeout=60, headers=None):
         """POSTs and yields each SSE data payload (str) as it arrives."""
         conn = self.connection(timeout)
         try:
-            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", **(headers or {})})
             res = conn.getresponse()
             if res.status != 200:
                 raise AssertionError("stream status %d: %s" % (res.status, res.read()))

@@ -88,6 +88,11 @@ int run_generate(const Args& args) {
   auto model = resolve_model_arg("generate", options.model_dir);
   if (!model) return 1;
   options.model_dir = model->dir;
+  if (!options.draft_model.empty()) {
+    auto draft = resolve_model_arg("generate", options.draft_model);
+    if (!draft) return 1;
+    options.draft_model = draft->dir;
+  }
 
   auto engine = Engine::create(options);
   if (!engine) {
@@ -130,11 +135,17 @@ int run_generate(const Args& args) {
               << "\",\"stats\":{\"prompt_tokens\":" << st.prompt_tokens << ",\"completion_tokens\":" << st.completion_tokens
               << ",\"prefill_ms\":" << st.prefill_ms << ",\"decode_ms\":" << st.decode_ms
               << ",\"prefill_tps\":" << st.prefill_tps() << ",\"decode_tps\":" << st.decode_tps()
+              << ",\"decode_passes\":" << st.decode_passes << ",\"tokens_per_pass\":" << st.tokens_per_pass()
+              << ",\"draft_tokens\":" << st.draft_tokens << ",\"draft_accepted\":" << st.draft_accepted
+              << ",\"acceptance_rate\":" << st.acceptance_rate()
               << ",\"backend\":" << json::quote((*engine)->backend_name()) << expert_stats_json((*engine)->metrics()) << "}}" << std::endl;
   } else {
     std::cout << stream.flush() << std::endl;
     std::fprintf(stderr, "[%d prompt tokens, %.1f tok/s prefill; %d generated, %.1f tok/s decode; %s]\n", st.prompt_tokens,
                  st.prefill_tps(), st.completion_tokens, st.decode_tps(), to_string(result.finish));
+    if (st.draft_tokens > 0)
+      std::fprintf(stderr, "[speculative: %d of %d guesses kept (%.0f%%), %.2f tokens per target pass]\n", st.draft_accepted,
+                   st.draft_tokens, 100.0 * st.acceptance_rate(), st.tokens_per_pass());
   }
   return 0;
 }

@@ -16,6 +16,18 @@
 #include "server/server.h"
 
 namespace sluice::cli {
+namespace {
+
+// The origin a person types: a wildcard bind (0.0.0.0, ::) is reached through the loopback address,
+// an IPv6 address goes in brackets.
+std::string browser_origin(const boost::asio::ip::address& address, unsigned short port) {
+  std::string host = address.to_string();
+  if (address.is_unspecified()) host = address.is_v6() ? "[::1]" : "127.0.0.1";
+  else if (address.is_v6()) host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(port);
+}
+
+}  // namespace
 
 int run_serve(const Args& args) {
   auto parsed = server::parse_server_options(args);
@@ -29,7 +41,7 @@ int run_serve(const Args& args) {
   }
   server::ServerOptions& options = parsed->options;
 
-  // stdout carries the one "ready" line (and --info's plan); logs go to stderr.
+  // stdout carries the "ready" lines (and --info's plan); logs go to stderr.
   auto logger = spdlog::stderr_color_mt("sluice-serve");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(options.log_level));
@@ -59,6 +71,11 @@ int run_serve(const Args& args) {
   if (!model) return 1;
   options.model = model->dir;
   if (options.alias.empty()) options.alias = model->name;
+  if (!options.draft_model.empty()) {
+    auto draft = resolve_model_arg("serve", options.draft_model, &progress);
+    if (!draft) return 1;
+    options.draft_model = draft->dir;
+  }
   progress.set_phase("loading");
 
   auto engine = Engine::create(server::to_engine_options(options));
@@ -66,6 +83,9 @@ int run_serve(const Args& args) {
     std::fprintf(stderr, "sluice serve: %s\n", engine.message().c_str());
     return 1;
   }
+  if (const std::string drafter = (*engine)->metrics().drafter; !drafter.empty())
+    spdlog::info("speculative decoding: {} (up to {} guesses a pass, while at most {} sequences decode)", drafter,
+                 options.num_draft_tokens, options.spec_max_batch);
   if (options.info) {
     std::fputs(server::memory_plan_text(**engine, server::to_engine_options(options).kv_codec, options.mem_limit).c_str(), stdout);
     (*engine)->shutdown();
@@ -93,6 +113,8 @@ int run_serve(const Args& args) {
       const auto endpoint = http_server.local_endpoint();
       std::printf("sluice ready: http://%s:%u model=%s backend=%s\n", endpoint.address().to_string().c_str(),
                   endpoint.port(), options.alias.c_str(), (*engine)->backend_name().c_str());
+      const std::string base = browser_origin(endpoint.address(), endpoint.port());
+      std::printf("  chat in a browser:   %s/\n  OpenAI API base URL: %s/v1\n", base.c_str(), base.c_str());
       std::fflush(stdout);
       http_server.run();
       spdlog::info("stopped");

@@ -42,7 +42,13 @@ void add_model_options(po::options_description& desc, EngineOptions& o) {
        "greedy requests decode a token ahead, the choice kept on the device: auto (where the backend queues its ops) | on | off")
       ("expert-store", po::value(&o.expert_store)->default_value("resident"),
        "where MoE experts live: resident | uring[:direct=0,uring=0,qd=N] | plugin name")
-      ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(0), "expert cache budget in MiB for a streaming store (0 = its default)");
+      ("expert-cache-mb", po::value(&o.expert_cache_mb)->default_value(0), "expert cache budget in MiB for a streaming store (0 = its default)")
+      ("draft", po::value(&o.draft), "speculative decoding with guesses from the sequence itself: ngram (prompt lookup)")
+      ("draft-model", po::value(&o.draft_model), "speculative decoding with guesses from a small model with the same tokenizer (folder)")
+      ("num-draft-tokens", po::value(&o.num_draft_tokens)->default_value(o.num_draft_tokens),
+       "the most guesses one pass verifies (the draft length adapts below it to the acceptance rate)")
+      ("spec-max-batch", po::value(&o.spec_max_batch)->default_value(o.spec_max_batch),
+       "speculate only while at most this many sequences decode together");
 }
 
 int parse_or_exit(const char* command, const std::vector<std::string>& args, const po::options_description& desc,

@@ -84,7 +84,7 @@ std::vector<std::string> BenchOptions::one_row_args(const RowSpec& r) const {
 
 int parse_bench_options(const std::vector<std::string>& args, BenchOptions& o) {
   std::vector<std::string> backends, gpu_layers, kv_codecs, expert_stores;
-  std::string threads = "0", ctx = "128,512", prompt_lengths = "16,128,512";
+  std::string threads = "0", ctx = "128,512", prompt_lengths = "16,128,512", session_ids = "on";
   po::options_description matrix("Matrix (lists are comma-separated; ';' also separates, e.g. \"f16;k=turbo4,v=turbo3\")");
   matrix.add_options()
       ("help", "this help")
@@ -113,7 +113,9 @@ int parse_bench_options(const std::vector<std::string>& args, BenchOptions& o) {
        "--server: words of the shared prefix every other request starts with (default 1024; 0 = none)")
       ("api", po::value(&o.server.api), "--server: completions | chat (default completions)")
       ("api-key", po::value(&o.server.api_key), "--server: bearer key")
-      ("request-timeout", po::value(&o.server.timeout_s), "--server: seconds per request (default 300)");
+      ("request-timeout", po::value(&o.server.timeout_s), "--server: seconds per request (default 300)")
+      ("turns", po::value(&o.server.turns), "--server: turns of each conversation (chat; default 1)")
+      ("session-ids", po::value(&session_ids), "--server --turns: send X-Session-Id with each turn, on | off (default on)");
   po::options_description hidden;
   hidden.add_options()("one-row", "measure one row in this process (used by the matrix runner)");
   po::options_description all;
@@ -129,6 +131,7 @@ int parse_bench_options(const std::vector<std::string>& args, BenchOptions& o) {
     }
     po::notify(vm);
     const bool server_only = vm.count("clients") || vm.count("requests") || vm.count("prompt-lengths") || vm.count("shared-prefix") ||
+                             vm.count("turns") || vm.count("session-ids") ||
                              vm.count("api") || vm.count("api-key") || vm.count("request-timeout");
     const int n_modes = (vm.count("compare") ? 1 : 0) + (vm.count("server") ? 1 : 0) + (vm.count("one-row") ? 1 : 0);
     if (n_modes > 1) throw UsageError{"--compare, --server and --one-row are separate modes: give one"};
@@ -149,6 +152,10 @@ int parse_bench_options(const std::vector<std::string>& args, BenchOptions& o) {
       require_range("request-timeout", s.timeout_s, 1, 86400);
       s.prompt_words = ints_of(prompt_lengths, "prompt-lengths", 1 << 20);
       if (s.api != "completions" && s.api != "chat") throw UsageError{"--api: '" + s.api + "' is not completions or chat"};
+      require_range("turns", s.turns, 1, 1000);
+      if (s.turns > 1 && s.api != "chat") throw UsageError{"--turns above 1 needs --api chat (a conversation's history is messages)"};
+      if (session_ids != "on" && session_ids != "off") throw UsageError{"--session-ids: '" + session_ids + "' is not on or off"};
+      s.session_ids = session_ids == "on";
       return -1;
     }
     if (server_only) throw UsageError{"--clients, --requests, --prompt-lengths, --shared-prefix, --api and --api-key need --server URL"};

@@ -19,6 +19,11 @@ struct ServerLoadOptions {
   std::string api = "completions";      // completions | chat
   std::string api_key;
   double timeout_s = 300;                // per request
+  // Conversations: each request becomes a chat of `turns` turns (its answers and a new message added
+  // each turn), its turns sent with X-Session-Id (unless session_ids is false) — what keeps a
+  // conversation on one replica behind a balancer (docs/DEPLOY.md).
+  int turns = 1;
+  bool session_ids = true;
 };
 
 struct BenchOptions {

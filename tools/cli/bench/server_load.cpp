@@ -1,9 +1,11 @@
 #include "server_load.h"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -28,24 +30,33 @@ using Alloc = rapidjson::Document::AllocatorType;
 struct Outcome {
   bool shared_prefix = false;
   int own_words = 0;
+  int turn = 0;           // of its conversation (0: the first; always 0 with --turns 1)
+  std::string replica;    // the answer's X-Sluice-Replica ("" when the server sent none)
+  std::string answer;     // chat: the answer's text (the next turn's history)
   double ttft_ms = 0, total_ms = 0;
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   std::string error;  // "" = success
 };
 
-std::string request_body(const ServerLoadOptions& o, const std::string& prompt) {
+// A chat's history: (role, content) in order.
+using History = std::vector<std::pair<std::string, std::string>>;
+
+std::string request_body(const ServerLoadOptions& o, const History& history) {
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
   w.StartObject();
   if (o.api == "chat") {
     w.Key("messages");
     w.StartArray();
-    w.StartObject();
-    w.Key("role"), w.String("user");
-    w.Key("content"), w.String(prompt.c_str(), static_cast<rapidjson::SizeType>(prompt.size()));
-    w.EndObject();
+    for (const auto& [role, content] : history) {
+      w.StartObject();
+      w.Key("role"), w.String(role.c_str());
+      w.Key("content"), w.String(content.c_str(), static_cast<rapidjson::SizeType>(content.size()));
+      w.EndObject();
+    }
     w.EndArray();
   } else {
+    const std::string& prompt = history.front().second;
     w.Key("prompt"), w.String(prompt.c_str(), static_cast<rapidjson::SizeType>(prompt.size()));
   }
   w.Key("max_tokens"), w.Int(o.gen);
@@ -76,11 +87,14 @@ void on_event(const std::string& data, Clock::time_point t0, Outcome& out, bool&
     out.error = json::string(*e, "message").value_or("error event");
     return;
   }
-  if (const auto* choices = json::member(*doc, "choices"); choices && choices->IsArray() && !choices->Empty() && out.ttft_ms == 0) {
+  if (const auto* choices = json::member(*doc, "choices"); choices && choices->IsArray() && !choices->Empty()) {
     const auto& c = (*choices)[0];
     std::string piece = json::string(c, "text").value_or("");
-    if (const auto* delta = json::member(c, "delta"); delta && delta->IsObject()) piece = json::string(*delta, "content").value_or("");
-    if (!piece.empty()) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (const auto* delta = json::member(c, "delta"); delta && delta->IsObject()) {
+      piece = json::string(*delta, "content").value_or("");
+      out.answer += piece;
+    }
+    if (!piece.empty() && out.ttft_ms == 0) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
   if (const auto* u = json::member(*doc, "usage"); u && u->IsObject()) {
     out.prompt_tokens = static_cast<int>(json::integer(*u, "prompt_tokens").value_or(0));
@@ -119,7 +133,29 @@ rapidjson::Value summary_row(const char* name, const std::vector<Outcome>& all, 
   r.AddMember("decode_tps_per_request_p50", percentile(per_request_tps, 50), a);
   r.AddMember("prompt_tokens_mean", ok > 0 ? prompt / ok : 0.0, a);
   r.AddMember("cached_tokens_mean", ok > 0 ? cached / ok : 0.0, a);
+  r.AddMember("cache_hit_rate", prompt > 0 ? cached / prompt : 0.0, a);  // of the prompt tokens, found in the cache
   return r;
+}
+
+// Requests, prompt tokens and cached tokens by the replica that answered (X-Sluice-Replica).
+rapidjson::Value replica_rows(const std::vector<Outcome>& all, Alloc& a) {
+  std::map<std::string, std::array<double, 3>> by;  // requests, prompt, cached
+  for (const auto& o : all) {
+    if (!o.error.empty()) continue;
+    auto& v = by[o.replica.empty() ? "(unnamed)" : o.replica];
+    v[0] += 1, v[1] += o.prompt_tokens, v[2] += o.cached_tokens;
+  }
+  rapidjson::Value rows(rapidjson::kArrayType);
+  for (const auto& [name, v] : by) {
+    rapidjson::Value r(rapidjson::kObjectType);
+    r.AddMember("replica", rapidjson::Value(name.c_str(), static_cast<rapidjson::SizeType>(name.size()), a), a);
+    r.AddMember("requests", static_cast<int>(v[0]), a);
+    r.AddMember("prompt_tokens", v[1], a);
+    r.AddMember("cached_tokens", v[2], a);
+    r.AddMember("cache_hit_rate", v[1] > 0 ? v[2] / v[1] : 0.0, a);
+    rows.PushBack(r, a);
+  }
+  return rows;
 }
 
 }  // namespace
@@ -145,7 +181,8 @@ int run_server_load(const BenchOptions& options) {
   }
   const uint32_t run = std::random_device{}();
   const auto requests = make_load_requests(o.requests, o.shared_prefix_words, o.prompt_words, run);
-  std::vector<Outcome> outcomes(requests.size());
+  const int turns = o.turns;
+  std::vector<Outcome> outcomes(requests.size() * static_cast<std::size_t>(turns));
   const std::string path = o.api == "chat" ? "/v1/chat/completions" : "/v1/completions";
   std::fprintf(stderr, "sluice bench --server %s: model %s, %d clients, %d requests, gen %d, shared prefix %d words\n", o.url.c_str(),
                model.c_str(), o.clients, o.requests, o.gen, o.shared_prefix_words);
@@ -173,28 +210,43 @@ int run_server_load(const BenchOptions& options) {
       SseClient& client = *clients[static_cast<std::size_t>(c)];
       for (int i; (i = next.fetch_add(1)) < static_cast<int>(requests.size());) {
         const auto& req = requests[static_cast<std::size_t>(i)];
-        Outcome& out = outcomes[static_cast<std::size_t>(i)];
-        out.shared_prefix = req.shared_prefix;
-        out.own_words = req.own_words;
-        bool done = false;
-        const auto t0 = Clock::now();
-        client.set_deadline(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s)));
-        Status s = client.post_stream(path, request_body(o, req.prompt), o.api_key,
-                                      [&](const std::string& data) { on_event(data, t0, out, done); });
-        client.clear_deadline();
-        out.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        if (!s) out.error = s.message();
-        else if (out.error.empty() && !done) out.error = "the stream ended without data: [DONE]";
-        else if (out.error.empty() && out.completion_tokens == 0) out.error = "no usage chunk (completion_tokens 0)";
-        if (out.error.empty() && out.ttft_ms == 0) out.ttft_ms = out.total_ms;  // every token decoded to no text
-        std::lock_guard lock(progress_mutex);
-        const int k = ++finished;
-        if (out.error.empty())
-          std::fprintf(stderr, "[%d/%zu] request %d (%s, %d words): ttft %.0f ms, %d tokens in %.0f ms, %d prompt tokens (%d cached)\n", k,
-                       requests.size(), i + 1, req.shared_prefix ? "shared prefix" : "unique", req.own_words, out.ttft_ms,
-                       out.completion_tokens, out.total_ms, out.prompt_tokens, out.cached_tokens);
-        else
-          std::fprintf(stderr, "[%d/%zu] request %d failed: %s\n", k, requests.size(), i + 1, out.error.c_str());
+        // A conversation: its turns one after another on this client, each adding the answer and a
+        // new message to the history; its id keeps it on one replica behind a balancer.
+        History history = {{"user", req.prompt}};
+        std::vector<std::pair<std::string, std::string>> headers;
+        if (turns > 1 && o.session_ids) headers.emplace_back("X-Session-Id", "bench-" + std::to_string(run) + "-" + std::to_string(i));
+        for (int turn = 0; turn < turns; ++turn) {
+          Outcome& out = outcomes[static_cast<std::size_t>(i) * static_cast<std::size_t>(turns) + static_cast<std::size_t>(turn)];
+          out.shared_prefix = req.shared_prefix;
+          out.own_words = req.own_words;
+          out.turn = turn;
+          bool done = false;
+          const auto t0 = Clock::now();
+          client.set_deadline(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s)));
+          Status s = client.post_stream(path, request_body(o, history), o.api_key,
+                                        [&](const std::string& data) { on_event(data, t0, out, done); }, headers, &out.replica);
+          client.clear_deadline();
+          out.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          if (!s) out.error = s.message();
+          else if (out.error.empty() && !done) out.error = "the stream ended without data: [DONE]";
+          else if (out.error.empty() && out.completion_tokens == 0) out.error = "no usage chunk (completion_tokens 0)";
+          if (out.error.empty() && out.ttft_ms == 0) out.ttft_ms = out.total_ms;  // every token decoded to no text
+          {
+            std::lock_guard lock(progress_mutex);
+            const int k = ++finished;
+            const std::size_t total = outcomes.size();
+            if (out.error.empty())
+              std::fprintf(stderr, "[%d/%zu] request %d%s (%s, %d words)%s%s: ttft %.0f ms, %d tokens in %.0f ms, %d prompt tokens (%d cached)\n", k,
+                           total, i + 1, turns > 1 ? (" turn " + std::to_string(turn + 1)).c_str() : "", req.shared_prefix ? "shared prefix" : "unique",
+                           req.own_words, out.replica.empty() ? "" : " on ", out.replica.c_str(), out.ttft_ms, out.completion_tokens, out.total_ms,
+                           out.prompt_tokens, out.cached_tokens);
+            else
+              std::fprintf(stderr, "[%d/%zu] request %d failed: %s\n", k, total, i + 1, out.error.c_str());
+          }
+          if (!out.error.empty()) break;  // the conversation cannot go on without its answer
+          history.emplace_back("assistant", out.answer);
+          history.emplace_back("user", "Go on: turn " + std::to_string(turn + 2) + " of request " + std::to_string(i + 1) + ".");
+        }
       }
     });
   }
@@ -216,6 +268,8 @@ int run_server_load(const BenchOptions& options) {
   server.AddMember("requests", o.requests, a);
   server.AddMember("gen", o.gen, a);
   server.AddMember("shared_prefix_words", o.shared_prefix_words, a);
+  server.AddMember("turns", turns, a);
+  server.AddMember("session_ids", o.session_ids, a);
   server.AddMember("run_tag", run, a);
   rapidjson::Value words(rapidjson::kArrayType);
   for (int w : o.prompt_words) words.PushBack(w, a);
@@ -226,7 +280,12 @@ int run_server_load(const BenchOptions& options) {
   rows.PushBack(summary_row("all", outcomes, [](const Outcome&) { return true; }, wall_s, a), a);
   rows.PushBack(summary_row("shared_prefix", outcomes, [](const Outcome& x) { return x.shared_prefix; }, wall_s, a), a);
   rows.PushBack(summary_row("unique", outcomes, [](const Outcome& x) { return !x.shared_prefix; }, wall_s, a), a);
+  if (turns > 1) {
+    rows.PushBack(summary_row("first_turn", outcomes, [](const Outcome& x) { return x.turn == 0; }, wall_s, a), a);
+    rows.PushBack(summary_row("later_turns", outcomes, [](const Outcome& x) { return x.turn > 0; }, wall_s, a), a);
+  }
   doc.AddMember("rows", rows, a);
+  doc.AddMember("replicas", replica_rows(outcomes, a), a);
   rapidjson::Value list(rapidjson::kArrayType);
   int errors = 0;
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
@@ -235,6 +294,8 @@ int run_server_load(const BenchOptions& options) {
     r.AddMember("index", static_cast<int>(i), a);
     r.AddMember("shared_prefix", x.shared_prefix, a);
     r.AddMember("own_words", x.own_words, a);
+    r.AddMember("turn", x.turn, a);
+    if (!x.replica.empty()) r.AddMember("replica", s(x.replica), a);
     r.AddMember("prompt_tokens", x.prompt_tokens, a);
     r.AddMember("cached_tokens", x.cached_tokens, a);
     r.AddMember("completion_tokens", x.completion_tokens, a);
@@ -248,12 +309,20 @@ int run_server_load(const BenchOptions& options) {
   }
   doc.AddMember("requests", list, a);
 
-  std::printf("| requests | clients | errors | tokens/s (aggregate) | TTFT p50 ms | TTFT p99 ms | per-request decode tok/s p50 | prompt tokens | cached |\n"
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| requests | clients | errors | tokens/s (aggregate) | TTFT p50 ms | TTFT p99 ms | per-request decode tok/s p50 | prompt tokens | cached | cache hit |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& r : doc["rows"].GetArray()) {
-    std::printf("| %s: %d | %d | %d | %s | %s | %s | %s | %s | %s |\n", r["class"].GetString(), r["requests"].GetInt(), n_clients,
+    std::printf("| %s: %d | %d | %d | %s | %s | %s | %s | %s | %s | %.0f %% |\n", r["class"].GetString(), r["requests"].GetInt(), n_clients,
                 r["errors"].GetInt(), cell(r, "aggregate_tps", 1).c_str(), cell(r, "ttft_p50_ms", 1).c_str(), cell(r, "ttft_p99_ms", 1).c_str(),
-                cell(r, "decode_tps_per_request_p50", 1).c_str(), cell(r, "prompt_tokens_mean", 0).c_str(), cell(r, "cached_tokens_mean", 0).c_str());
+                cell(r, "decode_tps_per_request_p50", 1).c_str(), cell(r, "prompt_tokens_mean", 0).c_str(), cell(r, "cached_tokens_mean", 0).c_str(),
+                100.0 * r["cache_hit_rate"].GetDouble());
+  }
+  // Behind a balancer: who answered, and what each found in its own cache.
+  if (doc["replicas"].Size() > 1 || (doc["replicas"].Size() == 1 && std::string(doc["replicas"][0]["replica"].GetString()) != "(unnamed)")) {
+    std::printf("\n| replica | requests | prompt tokens | cached tokens | cache hit |\n| --- | --- | --- | --- | --- |\n");
+    for (const auto& r : doc["replicas"].GetArray())
+      std::printf("| %s | %d | %.0f | %.0f | %.0f %% |\n", r["replica"].GetString(), r["requests"].GetInt(), r["prompt_tokens"].GetDouble(),
+                  r["cached_tokens"].GetDouble(), 100.0 * r["cache_hit_rate"].GetDouble());
   }
   std::fflush(stdout);
   if (!options.json_out.empty()) {

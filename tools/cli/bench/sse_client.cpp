@@ -94,7 +94,8 @@ Status with_connection(SseClient::Impl& im, std::atomic<int>& fd, const std::ato
 }  // namespace
 
 Status SseClient::post_stream(const std::string& path, const std::string& body, const std::string& api_key,
-                              const std::function<void(const std::string&)>& on_data) {
+                              const std::function<void(const std::string&)>& on_data,
+                              const std::vector<std::pair<std::string, std::string>>& headers, std::string* replica) {
   expired_ = false;
   Impl& im = *impl_;
   Status s = with_connection(im, fd_, expired_, [&](bool& answered) -> Status {
@@ -104,6 +105,7 @@ Status SseClient::post_stream(const std::string& path, const std::string& body, 
     req.set(http::field::content_type, "application/json");
     req.set(http::field::accept, "text/event-stream");
     if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
+    for (const auto& [name, value] : headers) req.set(name, value);
     req.keep_alive(true);
     req.body() = body;
     req.prepare_payload();
@@ -117,6 +119,10 @@ Status SseClient::post_stream(const std::string& path, const std::string& body, 
     if (ec) return make_error("reading the answer's header: " + ec.message());
     answered = true;
     const unsigned status = parser.get().result_int();
+    if (replica) {
+      const auto it = parser.get().find("X-Sluice-Replica");
+      *replica = it == parser.get().end() ? std::string() : std::string(it->value());
+    }
     std::string pending, error_body;
     char chunk[16384];
     while (!parser.is_done()) {

@@ -8,6 +8,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "util/result.h"
 
@@ -27,8 +29,10 @@ class SseClient {
 
   // POSTs body to base_path + path. For a 200 answer, on_data gets every event's data (without
   // "data: "); any other status is an error carrying the status and the start of the body.
+  // `headers`: more request headers; `replica`, when given, gets the answer's X-Sluice-Replica.
   Status post_stream(const std::string& path, const std::string& body, const std::string& api_key,
-                     const std::function<void(const std::string&)>& on_data);
+                     const std::function<void(const std::string&)>& on_data,
+                     const std::vector<std::pair<std::string, std::string>>& headers = {}, std::string* replica = nullptr);
   // GET base_path + path; the body of a 200 answer.
   Result<std::string> get(const std::string& path);
 
