@@ -1,7 +1,8 @@
 // Constrained requests through the engine with the bundled model: the mask applies per sequence
 // (a free request batched beside a constrained one answers as it does alone), a lone greedy
 // constrained request does not take the decode-ahead path (whose choice is made on the device,
-// where no mask applies) and its output is a whole value of its grammar, within max_tokens.
+// where no mask applies) nor make speculative guesses, and its output is a whole value of its
+// grammar, within max_tokens.
 #include <future>
 
 #include <gtest/gtest.h>
@@ -17,8 +18,9 @@
 namespace sluice::constrain {
 namespace {
 
-std::unique_ptr<Engine> make_engine(int parallel) {
+std::unique_ptr<Engine> make_engine(int parallel, const std::string& draft = "") {
   EngineOptions o;
+  o.draft = draft;
   o.model_dir = test::source_path("models/tiny-code-qwen2").string();
   o.plugin_dir = test::binary_path("lib").string();
   o.backend = "cpu";
@@ -96,6 +98,22 @@ TEST(ConstrainedEngine, ABudgetBelowTheShortestValueStillShortensTheWay) {
   EXPECT_NE(r.finish, FinishReason::kError) << r.error;
   Matcher m(g);
   for (int32_t id : r.ids) EXPECT_TRUE(m.accept(id).ok());  // what it wrote is a prefix of a value
+}
+
+TEST(ConstrainedEngine, SpeculativeDecodingMakesNoGuessesForAConstrainedRequest) {
+  auto engine = make_engine(1, "ngram");
+  ASSERT_TRUE(engine);
+  auto g = grammar(*engine, kSchema);
+  // A prompt that repeats itself, so prompt lookup has guesses to make for a free request.
+  const auto prompt = engine->tokenizer().encode("x = {\"name\": \"a\", \"n\": 1, \"tags\": []}\nx = {\"name\": \"a\", \"n\": 1, \"tags\": []}\nx = ");
+  GenerationRequest free_req = test::greedy(prompt, 24);
+  const GenerationResult free_run = engine->generate(std::move(free_req));
+  GenerationRequest req = test::greedy(prompt, 48);
+  req.constraint = std::make_shared<GrammarConstraint>(g);
+  const GenerationResult r = engine->generate(std::move(req));
+  EXPECT_EQ(r.stats.draft_tokens, 0);
+  EXPECT_TRUE(whole_value(g, r.ids)) << engine->tokenizer().decode(r.ids);
+  EXPECT_GT(free_run.stats.draft_tokens, 0) << "the drafter made no guesses at all: the check above says nothing";
 }
 
 TEST(ConstrainedEngine, MasksArePerSequenceInOneBatch) {
