@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "server/chat_prompt.h"
 #include "server/download_jobs.h"
+#include "server/grammar_cache.h"
 #include "server/http_policy.h"
 #include "server/metrics.h"
 #include "server/options.h"
@@ -18,7 +19,7 @@ class WorkPool;
 
 struct ServerContext {
   ServerContext(Engine& e, const ServerOptions& o, ChatPrompt c)
-      : engine(e), options(o), chat(std::move(c)), cors(o.cors_origin) {
+      : engine(e), options(o), chat(std::move(c)), cors(o.cors_origin), grammars(e.tokenizer(), e.eos_ids()) {
     defaults.sampling = default_sampling(o);
     defaults.max_tokens = o.max_tokens;
     info.model = o.alias.empty() ? e.model_name() : o.alias;
@@ -38,6 +39,7 @@ struct ServerContext {
   ServerInfo info;
   ServerCounters counters;
   DownloadJobs downloads;         // hub downloads started through the web app
+  GrammarCache grammars;  // structured outputs' compiled grammars
   WorkPool* work_pool = nullptr;  // where body-parsing routes run; null → inline (the server sets it)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   // Draining (SIGTERM, POST /admin/drain): /health answers 503 and new generations are refused while

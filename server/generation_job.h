@@ -47,7 +47,7 @@ struct JobSpec {
   // Chat with a <think>-style template: the answer's reasoning goes to reasoning_content.
   bool split_reasoning = false;
   bool prompt_opened_think = false;  // the prompt ends inside <think>: the answer starts as reasoning
-  // Chat with tools and tool_choice auto: the answer (its content, after the reasoning split) is parsed
+  // Chat with tools and tool_choice auto (or forced: required / named): the answer (its content, after the reasoning split) is parsed
   // for calls in this syntax.
   toolcall::Format tool_format = toolcall::Format::kNone;
   bool parallel_tool_calls = true;

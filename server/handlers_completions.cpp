@@ -1,5 +1,11 @@
 #include <algorithm>
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "constrain/grammar_constraint.h"
+#include "constrain/tool_call_grammar.h"
+#include "util/json.h"
 #include "engine/routing_key.h"
 #include "model/model_config.h"
 #include "server/generation_job.h"
@@ -13,9 +19,46 @@ namespace {
 // Validates the prompt against the context, builds the engine request and submits it. Returns the
 // immediate error reply, or nullopt when the answer will come through the channel.
 // `prompt_param` names the field an error about the prompt points at (messages or prompt).
+using GrammarPtr = std::shared_ptr<const constrain::CompiledGrammar>;
+
+// response_format's grammar (null: free text).
+ApiResult<GrammarPtr> response_format_grammar(ServerContext& ctx, const CompletionParams& params) {
+  if (!params.json_schema && !params.json_object) return GrammarPtr{};
+  auto grammar = params.json_schema ? ctx.grammars.for_schema(*params.json_schema) : ctx.grammars.any_object();
+  if (!grammar)
+    return ApiError::bad_request("response_format: " + grammar.message(),
+                                 params.json_schema ? "response_format.json_schema.schema" : "response_format");
+  return *grammar;
+}
+
+// tool_choice required / named: calls of the (named) tools in the syntax forced_call_format picks.
+ApiResult<GrammarPtr> forced_calls_grammar(ServerContext& ctx, const ChatRequest& chat, toolcall::Format format) {
+  std::vector<constrain::ToolSchema> tools;
+  std::string key = "tools:" + std::string(toolcall::format_name(format)) + (chat.parallel_tool_calls ? ":parallel:" : ":one:");
+  for (const auto& tool : chat.tools.GetArray()) {
+    const auto& function = tool["function"];
+    std::string name = function["name"].GetString();
+    if (chat.tool_choice == ToolChoice::kNamed && name != chat.forced_tool) continue;
+    const rapidjson::Value* parameters = json::member(function, "parameters");
+    tools.push_back({name, parameters});
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+    if (parameters) parameters->Accept(writer);
+    key += json::quote(name) + ":" + buffer.GetString() + ";";
+  }
+  auto grammar = ctx.grammars.get(key, [&]() -> Result<constrain::Grammar> {
+    auto g = constrain::compile_tool_calls(format, tools, chat.parallel_tool_calls);
+    if (!g) return g.error();
+    return std::move(g->grammar);
+  });
+  if (!grammar) return ApiError::bad_request("tools: " + grammar.message(), "tools");
+  return *grammar;
+}
+
 std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams& params,
                                       std::vector<int32_t> prompt_ids, JobSpec spec, const char* prompt_param,
-                                      const std::shared_ptr<ResponseChannel>& channel, std::string_view session_id) {
+                                      const std::shared_ptr<ResponseChannel>& channel, std::string_view session_id,
+                                      GrammarPtr grammar) {
   if (ctx.draining.load()) return Reply::error(ApiError::draining());
   const int context = ctx.engine.context_size();
   const int prompt_tokens = static_cast<int>(prompt_ids.size());
@@ -32,6 +75,8 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
   if (!session_id.empty()) channel->set_header("X-Session-Id", std::string(session_id));
   if (!ctx.info.replica.empty()) channel->set_header("X-Sluice-Replica", ctx.info.replica);
   auto request = std::make_shared<GenerationRequest>();
+  // Structured outputs and forced calls: compiled (or found compiled) off the engine thread.
+  if (grammar) request->constraint = std::make_shared<constrain::GrammarConstraint>(std::move(grammar));
   request->prompt_ids = std::move(prompt_ids);
   request->max_tokens = std::max(1, std::min(params.max_tokens, context - prompt_tokens));
   request->sampling = params.sampling;
@@ -83,12 +128,27 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
   spec.prompt_opened_think = prompt_opens_think(*prompt);
   spec.split_reasoning = ctx.chat.uses_think_tags() || spec.prompt_opened_think;
   // With tool_choice none the tools are still rendered (the model knows them) but nothing is parsed.
-  if (chat.tools.IsArray() && !chat.tools.Empty() && chat.tool_choice == ToolChoice::kAuto) {
+  const bool has_tools = chat.tools.IsArray() && !chat.tools.Empty();
+  if (has_tools && chat.tool_choice == ToolChoice::kAuto) {
     spec.tool_format = ctx.chat.tool_format();
     spec.tool_argument_types = toolcall::ArgumentTypes::from_tools(chat.tools);
   }
+  GrammarPtr grammar;
+  if (has_tools && (chat.tool_choice == ToolChoice::kRequired || chat.tool_choice == ToolChoice::kNamed)) {
+    // Forced calls: written in the template's syntax where it carries JSON arguments, else Hermes's.
+    spec.tool_format = constrain::forced_call_format(ctx.chat.tool_format());
+    spec.tool_argument_types = toolcall::ArgumentTypes::from_tools(chat.tools);
+    auto forced = forced_calls_grammar(ctx, chat, spec.tool_format);
+    if (!forced) return Reply::error(forced.error());
+    grammar = std::move(*forced);
+  } else {
+    auto format = response_format_grammar(ctx, chat.params);
+    if (!format) return Reply::error(format.error());
+    grammar = std::move(*format);
+  }
   spec.parallel_tool_calls = chat.parallel_tool_calls;
-  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel, session_id_of(req));
+  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel, session_id_of(req),
+                          std::move(grammar));
 }
 
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
@@ -112,7 +172,10 @@ std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& r
   JobSpec spec;
   spec.identity = make_identity(/*chat=*/false, ctx.info.model);
   if (completion.echo) spec.echo_text = completion.prompt_text ? *completion.prompt_text : tok.decode(ids);
-  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), "prompt", channel, session_id_of(req));
+  auto grammar = response_format_grammar(ctx, completion.params);
+  if (!grammar) return Reply::error(grammar.error());
+  return start_generation(ctx, completion.params, std::move(ids), std::move(spec), "prompt", channel, session_id_of(req),
+                          std::move(*grammar));
 }
 
 Router make_router(ServerContext& ctx) {

@@ -129,10 +129,27 @@ std::optional<ApiError> parse_common(const Value& body, const RequestDefaults& d
     auto type = rf->IsObject() ? json::string(*rf, "type") : std::nullopt;
     if (!type) f.fail("response_format", "response_format must be an object with a string `type`");
     else if (*type == "json_object") p.json_object = true;
-    else if (*type == "json_schema")
-      f.fail("response_format", "response_format json_schema is not supported yet (no constrained decoding)");
-    else if (*type != "text")
-      f.fail("response_format", "response_format.type must be text or json_object");
+    else if (*type == "json_schema") {
+      const Value* js = json::member(*rf, "json_schema");
+      const Value* schema = js && js->IsObject() ? json::member(*js, "schema") : nullptr;
+      const Value* name = js && js->IsObject() ? json::member(*js, "name") : nullptr;
+      const Value* strict = js && js->IsObject() ? json::member(*js, "strict") : nullptr;
+      if (!js || !js->IsObject()) f.fail("response_format.json_schema", "response_format.json_schema must be an object");
+      else if (!name || !name->IsString())
+        f.fail("response_format.json_schema.name", "response_format.json_schema.name must be a string (the format's name)");
+      else if (strict && !strict->IsBool() && !strict->IsNull())
+        f.fail("response_format.json_schema.strict", "response_format.json_schema.strict must be a boolean");
+      else if (schema && !schema->IsObject() && !schema->IsBool())
+        f.fail("response_format.json_schema.schema", "response_format.json_schema.schema must be a JSON Schema object");
+      else if (!schema) p.json_object = true;  // no schema: any JSON object
+      else {
+        auto copy = std::make_shared<rapidjson::Document>();
+        copy->CopyFrom(*schema, copy->GetAllocator());
+        p.json_schema = std::move(copy);
+      }
+    } else if (*type != "text") {
+      f.fail("response_format", "response_format.type must be text, json_object or json_schema");
+    }
   }
   p.ignore_eos = f.boolean("ignore_eos").value_or(false);
   if (auto t = f.number("timeout", 0.001, 86400.0)) p.timeout_s = *t;
@@ -179,6 +196,7 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const RequestDe
   if (auto err = parse_tool_fields(*doc, tool_fields)) return *err;
   req.tools.Swap(tool_fields.tools);
   req.tool_choice = tool_fields.choice;
+  req.forced_tool = tool_fields.forced_name;
   req.parallel_tool_calls = tool_fields.parallel_calls;
   auto agp = optional_boolean(*doc, "add_generation_prompt");
   if (!agp) return agp.error();

@@ -2,6 +2,7 @@
 // OpenAI request bodies → C++ structs, validated at the edge. Unknown fields are ignored; a field of
 // the wrong type or out of range is a 400 naming the field.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,7 +34,9 @@ struct CompletionParams {
   bool include_usage = false;   // stream_options.include_usage
   bool logprobs = false;
   int top_logprobs = 0;
-  bool json_object = false;     // response_format json_object (not enforced: no constrained decoding yet)
+  bool json_object = false;     // response_format json_object: the output is one JSON object
+  // response_format json_schema: the schema the output must validate against (null: none).
+  std::shared_ptr<const rapidjson::Document> json_schema;
   bool ignore_eos = false;      // llama.cpp extension
   std::optional<double> timeout_s;  // Sluice extension: a deadline, seconds from arrival
   std::string user;
@@ -45,6 +48,7 @@ struct ChatRequest {
   rapidjson::Document messages;
   rapidjson::Document tools;  // null when absent; validated by parse_tool_fields
   ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string forced_tool;  // tool_choice naming a function
   bool parallel_tool_calls = true;
   std::optional<bool> add_generation_prompt;
   TemplateControls template_controls;  // chat_template_kwargs, enable_thinking, reasoning_effort

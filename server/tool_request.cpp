@@ -49,13 +49,6 @@ std::optional<ApiError> check_tool(const Value& tool, const std::string& where, 
   return std::nullopt;
 }
 
-std::optional<ApiError> constrained_decoding_needed(const std::string& what) {
-  return ApiError::bad_request("tool_choice " + what +
-                                   " is not supported yet: forcing a call needs constrained decoding, which this "
-                                   "server does not have; use \"auto\" (the model decides) or \"none\"",
-                               "tool_choice");
-}
-
 }  // namespace
 
 std::optional<ApiError> parse_tool_fields(const Value& body, ToolFields& out) {
@@ -74,7 +67,7 @@ std::optional<ApiError> parse_tool_fields(const Value& body, ToolFields& out) {
       std::string_view c(choice->GetString(), choice->GetStringLength());
       if (c == "none") out.choice = ToolChoice::kNone;
       else if (c == "auto") out.choice = ToolChoice::kAuto;
-      else if (c == "required") return constrained_decoding_needed("\"required\"");
+      else if (c == "required") out.choice = ToolChoice::kRequired;
       else return ApiError::bad_request("tool_choice must be \"none\", \"auto\", \"required\" or a function", "tool_choice");
     } else if (choice->IsObject()) {
       auto type = json::string(*choice, "type");
@@ -85,11 +78,14 @@ std::optional<ApiError> parse_tool_fields(const Value& body, ToolFields& out) {
                                      "tool_choice");
       if (!names.contains(*name))
         return ApiError::bad_request("tool_choice names \"" + *name + "\", which is not in tools", "tool_choice");
-      return constrained_decoding_needed("naming a function");
+      out.choice = ToolChoice::kNamed;
+      out.forced_name = *name;
     } else {
       return ApiError::bad_request("tool_choice must be a string or an object", "tool_choice");
     }
   }
+  if ((out.choice == ToolChoice::kRequired || out.choice == ToolChoice::kNamed) && !out.has_tools())
+    return ApiError::bad_request("tool_choice requires tools", "tool_choice");
   if (const Value* parallel = json::member(body, "parallel_tool_calls"); parallel && !parallel->IsNull()) {
     if (!parallel->IsBool()) return ApiError::bad_request("parallel_tool_calls must be a boolean", "parallel_tool_calls");
     out.parallel_calls = parallel->GetBool();

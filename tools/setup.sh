@@ -12,7 +12,7 @@ packages=(
   liburing-dev libpcre2-dev libutf8proc-dev libspdlog-dev libfmt-dev libxxhash-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-dev llvm
-  prometheus python3 python3-matplotlib python3-yaml fio curl
+  prometheus python3 python3-matplotlib python3-yaml python3-jsonschema fio curl
   haproxy nginx
   chromium
 )

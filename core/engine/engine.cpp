@@ -214,7 +214,8 @@ class EngineImpl final : public Engine {
       const GenerationRequest& req = *s.request;
       const SamplingParams& p = req.sampling;
       const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
-      if (!greedy || req.top_logprobs != 0) return {};
+      // A constrained request's mask applies on the host, to logits this path never reads.
+      if (!greedy || req.top_logprobs != 0 || req.constraint) return {};
       group.push_back(&s);
     }
     return group;
@@ -409,7 +410,8 @@ class EngineImpl final : public Engine {
     const int left = s.limit - static_cast<int>(s.result.ids.size()) - 1;
     const int n = std::min({s.draft_length.next(costs_, static_cast<int>(other_tokens)), left,
                             static_cast<int>(std::min<std::size_t>(room, INT32_MAX))});
-    if (n <= 0 || !s.drafter) return {};
+    // A constrained request does not guess: its mask would have to judge every guess's row.
+    if (n <= 0 || !s.drafter || s.request->constraint) return {};
     const auto t0 = Clock::now();
     auto d = s.drafter->propose(s.tokens, s.n_prompt, n);
     if (!d) return make_error("speculative decoding: " + d.message());
@@ -501,6 +503,13 @@ class EngineImpl final : public Engine {
       finish(s, FinishReason::kLength);
       return;
     }
+    if (req.constraint) {
+      const int remaining = s.limit - static_cast<int>(s.result.ids.size());
+      if (!req.constraint->restrict(logits, remaining)) {
+        finish(s, FinishReason::kError, "constrained decoding: no token can continue the output");
+        return;
+      }
+    }
     TokenEvent event;
     if (req.top_logprobs > 0) event.top_logprobs = Sampler::top_logprobs(logits, req.top_logprobs);
     const TokenChoice choice = s.sampler->sample(logits, s.tokens, s.n_prompt);
@@ -513,10 +522,17 @@ class EngineImpl final : public Engine {
   void accept(Sequence& s, const TokenEvent& event) {
     GenerationRequest& req = *s.request;
     const auto& eos = rt_->config().eos_token_ids;
-    if (!req.ignore_eos && std::find(eos.begin(), eos.end(), event.id) != eos.end()) {
+    // A constrained output ends at its end-of-sequence whatever ignore_eos says: its grammar allowed
+    // the token only once the value was complete.
+    if ((!req.ignore_eos || req.constraint) && std::find(eos.begin(), eos.end(), event.id) != eos.end()) {
       finish(s, FinishReason::kStop);
       return;
     }
+    if (req.constraint)
+      if (auto st = req.constraint->accept(event.id); !st) {
+        finish(s, FinishReason::kError, "constrained decoding: " + st.message());
+        return;
+      }
     s.result.ids.push_back(event.id);
     s.tokens.push_back(event.id);
     s.result.stats.completion_tokens = static_cast<int>(s.result.ids.size());
@@ -524,7 +540,8 @@ class EngineImpl final : public Engine {
       finish(s, req.cancelled->load() ? FinishReason::kCancelled : FinishReason::kStop);
       return;
     }
-    if (s.result.ids.size() >= static_cast<std::size_t>(s.limit)) finish(s, FinishReason::kLength);
+    if (req.constraint && req.constraint->must_stop()) finish(s, FinishReason::kStop);
+    else if (s.result.ids.size() >= static_cast<std::size_t>(s.limit)) finish(s, FinishReason::kLength);
   }
 
   // Sequences that finished leave: pages back to the pool, on_done called, slot freed.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/sampling.h"
+#include "engine/token_constraint.h"
 #include "util/result.h"
 
 namespace sluice {
@@ -100,6 +101,11 @@ struct GenerationRequest {
   SamplingParams sampling;
   bool ignore_eos = false;
   int top_logprobs = 0;  // alternatives per token to report (0 = none)
+  // The grammar the output must follow (nullptr: free text). Masks apply before sampling, per
+  // sequence, so constrained and free requests batch together; such a request never decodes a
+  // token ahead (greedy_ahead picks on the device, where no mask applies). Reported logprobs are
+  // those of the masked distribution.
+  std::shared_ptr<TokenConstraint> constraint;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   // Called on the engine thread for every generated token; return false to stop (the request then
   // finishes with kStop — the edge uses this for stop strings — or kCancelled if `cancelled` is set).

@@ -31,7 +31,8 @@ std::vector<TokenChoice> Sampler::top_logprobs(std::span<const float> logits, in
   std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   const float lse = log_sum_exp(logits);
   std::vector<TokenChoice> out;
-  for (int i = 0; i < n; ++i) out.push_back({ids[i], logits[ids[i]] - lse});
+  for (int i = 0; i < n; ++i)
+    if (std::isfinite(logits[ids[i]])) out.push_back({ids[i], logits[ids[i]] - lse});  // masked-out tokens are no alternative
   return out;
 }
 

@@ -29,6 +29,15 @@ class ByteLevel final : public Decoder {
     }
     return {utf8_lossy(bytes)};
   }
+  std::string piece_bytes(std::string token) const override {
+    std::string bytes;
+    for (std::size_t pos = 0; pos < token.size();) {
+      auto byte = char_to_byte(next_code_point(token, pos));
+      if (!byte) return token;  // not byte-level encoded: its own UTF-8
+      bytes.push_back(static_cast<char>(*byte));
+    }
+    return bytes;
+  }
 };
 
 // SentencePiece-style "<0xNN>" tokens back to bytes; a run that is not valid UTF-8 becomes one
@@ -61,6 +70,10 @@ class ByteFallback final : public Decoder {
     }
     flush();
     return out;
+  }
+  std::string piece_bytes(std::string token) const override {
+    if (auto byte = parse_byte_token(token)) return std::string(1, static_cast<char>(*byte));
+    return token;
   }
 
   static std::optional<unsigned char> parse_byte_token(const std::string& token) {
@@ -107,6 +120,7 @@ class Strip final : public Decoder {
     return tokens;
   }
   std::size_t unstable_tail_chars() const override { return stop_; }
+  std::string piece_bytes(std::string token) const override { return token; }  // trims apply at the text's ends
 
  private:
   char32_t content_;
@@ -143,6 +157,15 @@ class Metaspace final : public Decoder {
     }
     return tokens;
   }
+  std::string piece_bytes(std::string token) const override {
+    std::string out;
+    for (std::size_t pos = 0; pos < token.size();) {
+      char32_t cp = next_code_point(token, pos);
+      if (cp != replacement_) append_utf8(out, cp);
+      else out.push_back(' ');
+    }
+    return out;
+  }
 
  private:
   char32_t replacement_;
@@ -158,6 +181,7 @@ class BpeSuffix final : public Decoder {
       tokens[i] = Pattern::literal(suffix_).replace_all(tokens[i], i + 1 == tokens.size() ? "" : " ");
     return tokens;
   }
+  std::string piece_bytes(std::string token) const override { return Pattern::literal(suffix_).replace_all(token, " "); }
 
  private:
   std::string suffix_;
@@ -174,6 +198,10 @@ class Sequence final : public Decoder {
     std::size_t n = 0;
     for (const auto& step : steps_) n += step->unstable_tail_chars();
     return n;
+  }
+  std::string piece_bytes(std::string token) const override {
+    for (const auto& step : steps_) token = step->piece_bytes(std::move(token));
+    return token;
   }
 
  private:

@@ -130,6 +130,13 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return text;
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  const Impl& s = *impl_;
+  const std::string* token = s.token_string(id);  // added tokens go through the decoder too, as in decode()
+  if (!token) return {};
+  return s.decoder ? s.decoder->piece_bytes(*token) : *token;
+}
+
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (auto id = impl_->added.id_of(token)) return id;
   return impl_->model->token_to_id(token);

@@ -33,6 +33,9 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // raw vocab string; empty for an unknown id
   bool is_special(int32_t id) const;
+  // The raw bytes a token adds in the middle of a text (added tokens: their content). Unlike
+  // decode({id}) no UTF-8 repair and no first-token rule applies. Empty for an unknown id.
+  std::string token_bytes(int32_t id) const;
   std::size_t vocab_size() const;  // max id + 1 over vocab and added tokens
 
   // From tokenizer_config.json (load_from_model_dir only); nullopt when absent or null.

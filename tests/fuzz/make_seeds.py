@@ -227,6 +227,17 @@ def hub_names_seeds(out: Path):
     return s.count
 
 
+def schema_seeds(out: Path):
+    """The structured-output suite's schemas (tests/server/data/schemas) and a few edge shapes."""
+    s = Seeds(out, "schema")
+    for path in sorted((Path(__file__).resolve().parent.parent / "server" / "data" / "schemas").glob("*.json")):
+        s.add(dumps(json.loads(path.read_text())))
+    for extra in ({"type": "object"}, True, {"$ref": "#/$defs/a", "$defs": {"a": {"anyOf": [{"type": "null"}, {"type": "array", "items": {"$ref": "#/$defs/a"}}]}}},
+                  {"type": "string", "pattern": "^(a|bc)+[^x-z]{2,4}\\d?$"}, {"type": "integer", "minimum": -99, "exclusiveMaximum": 1000}):
+        s.add(dumps(extra))
+    return s.count
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -237,7 +248,7 @@ def main():
               "model_config": model_config_seeds(ref, out), "tokenizer": tokenizer_seeds(ref, out),
               "jinja": jinja_seeds(ref, out), "sse_stop": sse_stop_seeds(out),
               "toolcall": toolcall_seeds(out),
-              "hub_names": hub_names_seeds(out)}
+              "hub_names": hub_names_seeds(out), "schema": schema_seeds(out)}
     print("seeds: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
 
 

@@ -31,6 +31,7 @@ harnesses=(
   "sse_stop       1024 -"
   "toolcall       2048 toolcall.dict"
   "hub_names      1024 -"
+  "schema         4096 json.dict"
 )
 wanted=("$@")
 

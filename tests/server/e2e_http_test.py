@@ -253,7 +253,8 @@ class Errors(unittest.TestCase):
     def test_bad_fields_are_400_with_param(self):
         for body, param in [({"prompt": "x", "n": 2}, "n"),
                             ({"prompt": "x", "temperature": "hot"}, "temperature"),
-                            ({"prompt": "x", "response_format": {"type": "json_schema"}}, "response_format"),
+                            ({"prompt": "x", "response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+                            ({"prompt": "x", "response_format": {"type": "yaml"}}, "response_format"),
                             ({"prompt": [99999999]}, "prompt"),
                             ({"messages": "nope"}, "messages")]:
             path = "/v1/chat/completions" if "messages" in body else "/v1/completions"

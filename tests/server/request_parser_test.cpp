@@ -61,7 +61,18 @@ TEST(ChatRequest, FieldsAreHonoured) {
   EXPECT_TRUE(p.stream);
   EXPECT_TRUE(p.include_usage);
   EXPECT_TRUE(p.json_object);
+  EXPECT_FALSE(p.json_schema);
   EXPECT_EQ(p.user, "u");
+}
+
+TEST(ChatRequest, JsonSchemaIsKeptForTheGrammar) {
+  auto r = parse_chat_request(
+      chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}}}}})"),
+      defaults());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(r->params.json_schema);
+  EXPECT_STREQ((*r->params.json_schema)["properties"]["a"]["type"].GetString(), "integer");
+  EXPECT_FALSE(r->params.json_object);
 }
 
 TEST(ChatRequest, MaxCompletionTokensWinsAndIsClampedToTheServerCeiling) {
@@ -93,7 +104,12 @@ TEST(ChatRequest, InvalidRequestsAre400WithTheParam) {
   EXPECT_EQ(chat_error(R"("temperature":3)").param, "temperature");
   EXPECT_EQ(chat_error(R"("max_tokens":0)").param, "max_tokens");
   EXPECT_EQ(chat_error(R"("stop":[1])").param, "stop");
-  EXPECT_EQ(chat_error(R"("response_format":{"type":"json_schema","json_schema":{}})").param, "response_format");
+  EXPECT_EQ(chat_error(R"("response_format":{"type":"json_schema","json_schema":{}})").param, "response_format.json_schema.name");
+  EXPECT_EQ(chat_error(R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":3}})").param,
+            "response_format.json_schema.schema");
+  EXPECT_EQ(chat_error(R"("response_format":{"type":"json_schema","json_schema":{"name":"a","strict":"yes"}})").param,
+            "response_format.json_schema.strict");
+  EXPECT_EQ(chat_error(R"("response_format":{"type":"yaml"})").param, "response_format");
   EXPECT_EQ(chat_error(R"("stream":"yes")").param, "stream");
   EXPECT_EQ(chat_error(R"("top_logprobs":3)").param, "top_logprobs");
   EXPECT_EQ(chat_error(R"("seed":"x")").param, "seed");

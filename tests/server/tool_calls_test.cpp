@@ -208,17 +208,20 @@ TEST(ToolRequest, BadToolsAre400NamingTheField) {
   }
 }
 
-TEST(ToolRequest, RequiredAndNamedChoicesAreRefusedUntilConstrainedDecoding) {
-  for (std::string choice : {std::string(R"("required")"),
-                             std::string(R"({"type":"function","function":{"name":"get_weather"}})")}) {
-    auto r = parse(std::string(R"(,"tools":[)") + kTool + R"(],"tool_choice":)" + choice);
-    ASSERT_FALSE(r.ok()) << choice;
-    EXPECT_EQ(r.error().param, "tool_choice");
-    EXPECT_NE(r.error().message.find("constrained decoding"), std::string::npos) << r.error().message;
-  }
+TEST(ToolRequest, RequiredAndNamedChoicesAreTakenWithTheirFunction) {
+  auto required = parse(std::string(R"(,"tools":[)") + kTool + R"(],"tool_choice":"required")");
+  ASSERT_TRUE(required.ok()) << required.error().message;
+  EXPECT_EQ(required->tool_choice, ToolChoice::kRequired);
+  auto named = parse(std::string(R"(,"tools":[)") + kTool + R"(],"tool_choice":{"type":"function","function":{"name":"get_weather"}})");
+  ASSERT_TRUE(named.ok()) << named.error().message;
+  EXPECT_EQ(named->tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named->forced_tool, "get_weather");
   auto unknown = parse(std::string(R"(,"tools":[)") + kTool + R"(],"tool_choice":{"type":"function","function":{"name":"nope"}})");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error().message.find("not in tools"), std::string::npos);
+  auto without_tools = parse(R"(,"tool_choice":"required")");
+  ASSERT_FALSE(without_tools.ok());
+  EXPECT_EQ(without_tools.error().param, "tool_choice");
 }
 
 // A <think> model with tools: the reasoning split runs first, so a call the model only thinks about

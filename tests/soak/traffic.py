@@ -193,7 +193,10 @@ WRONG_TYPES = [
     ("/v1/chat/completions", "messages", [], "messages"), ("/v1/chat/completions", "tools", {"x": 1}, "tools"),
     ("/v1/chat/completions", "add_generation_prompt", "x", "add_generation_prompt"),
     ("/v1/chat/completions", "top_logprobs", 50, "top_logprobs"),
-    ("/v1/chat/completions", "response_format", {"type": "json_schema"}, "response_format"),
+    ("/v1/chat/completions", "response_format", {"type": "json_schema"}, "response_format.json_schema"),
+    ("/v1/chat/completions", "response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}},
+     "response_format.json_schema.schema"),
+    ("/v1/chat/completions", "tool_choice", "required", "tool_choice"),
     ("/tokenize", "content", 5, "content"), ("/detokenize", "tokens", "abc", "tokens"),
 ]
 

@@ -8,10 +8,11 @@ if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
   echo "tests/server/node: node/npm not found; the OpenAI SDK test will be skipped" >&2
   exit 0
 fi
-wanted=$(node -e 'console.log(require("./package-lock.json").packages["node_modules/openai"].version)')
-have=$(node -e 'try{console.log(require("./node_modules/openai/package.json").version)}catch(e){console.log("")}')
+# The locked versions of what the tests import (the SDK, and zod for zodResponseFormat).
+wanted=$(node -e 'const p=require("./package-lock.json").packages; console.log(["openai","zod"].map(n=>p["node_modules/"+n].version).join(" "))')
+have=$(node -e 'console.log(["openai","zod"].map(n=>{try{return require("./node_modules/"+n+"/package.json").version}catch(e){return ""}}).join(" "))')
 if [ "$wanted" = "$have" ]; then
   exit 0
 fi
-echo "tests/server/node: installing openai $wanted" >&2
+echo "tests/server/node: installing openai and zod ($wanted)" >&2
 npm ci --no-audit --no-fund --loglevel=error

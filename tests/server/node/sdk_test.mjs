@@ -148,13 +148,62 @@ test("chat.completions with tools (auto): answered, and the stream helper reasse
   assert.equal(final.choices[0].finish_reason, r.choices[0].finish_reason);
 });
 
-test("tool_choice required is a 400 on tool_choice (no constrained decoding yet)", async () => {
-  await assert.rejects(
-    client.chat.completions.create({
-      model: "m", messages: [{ role: "user", content: "x" }], tools: [weatherTool], tool_choice: "required",
-    }),
-    (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === "tool_choice",
+test("tool_choice required: tool_calls whose arguments parse, and the stream helper reassembles them", async () => {
+  const body = {
+    model: "tiny-code-qwen2",
+    messages: [{ role: "user", content: "def weather(city):" }],
+    tools: [weatherTool],
+    tool_choice: "required",
+    max_tokens: 120,
+    temperature: 0,
+  };
+  const r = await client.chat.completions.create(body);
+  const calls = r.choices[0].message.tool_calls;
+  assert.ok(calls && calls.length >= 1, JSON.stringify(r));
+  assert.equal(r.choices[0].finish_reason, "tool_calls");
+  for (const call of calls) {
+    assert.equal(call.function.name, "get_weather");
+    assert.equal(typeof JSON.parse(call.function.arguments).city, "string");
+  }
+  const helper = client.chat.completions.stream ?? client.beta.chat.completions.stream;
+  const runner = helper.call(client.chat.completions.stream ? client.chat.completions : client.beta.chat.completions, body);
+  const final = await runner.finalChatCompletion();
+  assert.deepEqual(
+    final.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]),
+    calls.map((c) => [c.function.name, c.function.arguments]),
   );
+  assert.equal(final.choices[0].finish_reason, "tool_calls");
+});
+
+test("tool_choice naming a function forces that function", async () => {
+  const other = { type: "function", function: { name: "get_time", parameters: { type: "object", properties: {} } } };
+  const r = await client.chat.completions.create({
+    model: "tiny-code-qwen2", messages: [{ role: "user", content: "x" }], tools: [other, weatherTool],
+    tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 120, temperature: 0,
+  });
+  assert.equal(r.choices[0].message.tool_calls[0].function.name, "get_weather");
+});
+
+test("response_format via zodResponseFormat: chat.completions.parse returns the parsed object", async () => {
+  const { z } = await import("zod");
+  const { zodResponseFormat } = await import("openai/helpers/zod");
+  const Event = z.object({
+    name: z.string().max(30),
+    date: z.string(),
+    participants: z.array(z.string().max(20)).max(3),
+    priority: z.enum(["low", "high"]),
+  });
+  const parse = client.chat.completions.parse ?? client.beta.chat.completions.parse;
+  const r = await parse.call(client.chat.completions.parse ? client.chat.completions : client.beta.chat.completions, {
+    model: "tiny-code-qwen2",
+    messages: [{ role: "user", content: "Alice and Bob meet on Friday" }],
+    response_format: zodResponseFormat(Event, "event"),
+    max_tokens: 150,
+    temperature: 0,
+  });
+  const parsed = r.choices[0].message.parsed;
+  assert.ok(parsed, JSON.stringify(r));
+  assert.deepEqual(Event.parse(parsed), parsed);
 });
 
 let failed = 0;
