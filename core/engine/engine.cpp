@@ -201,16 +201,18 @@ class EngineImpl final : public Engine {
   }
 
   // The sequences the engine serves, when every one decodes greedily with nothing else to do (no
-  // prompt to prefill, no request waiting): then they decode a token ahead together (decode_ahead).
+  // prompt to prefill, no request waiting): then they decode ahead together (decode_ahead).
   // Sampling that reads the logits on the host (temperature, penalties, logprobs) keeps to step(),
-  // and so does speculative decoding (verification reads every guess's logits).
+  // and so does speculative decoding while a sequence has guesses (verification reads every guess's
+  // logits): a drafter that can say cheaply that it has none (n-gram, when no suffix recurs) leaves
+  // the sequence to decode ahead until it has.
   std::vector<Sequence*> greedy_group() {
     std::vector<Sequence*> group;
-    if (!decode_ahead_ || drafter_ || others_waiting()) return group;
+    if (!decode_ahead_ || others_waiting()) return group;
     for (auto& sp : active_) {
       Sequence& s = *sp;
       if (s.finished) continue;
-      if (!s.decoding || s.tokens.size() != static_cast<std::size_t>(s.kv.n_past) + 1 || should_stop(s)) return {};
+      if (!s.decoding || s.tokens.size() != static_cast<std::size_t>(s.kv.n_past) + 1 || should_stop(s) || has_guess(s)) return {};
       const GenerationRequest& req = *s.request;
       const SamplingParams& p = req.sampling;
       const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
@@ -219,6 +221,13 @@ class EngineImpl final : public Engine {
       group.push_back(&s);
     }
     return group;
+  }
+
+  // Whether step() would verify guesses for s now: speculation on at this batch size, and its drafter
+  // has (or cannot cheaply rule out) a guess. A constrained request never guesses.
+  bool has_guess(const Sequence& s) const {
+    if (!drafter_ || !s.drafter || s.request->constraint || active_count() > spec_max_batch_) return false;
+    return s.drafter->may_guess(s.tokens);
   }
 
   bool others_waiting() {
@@ -251,12 +260,14 @@ class EngineImpl final : public Engine {
     if (auto st = ahead.issue(tokens); !st) return fail(st.message());
     issued();
     while (ahead.in_flight() > 0) {
-      // The next step while this one runs, where every sequence's token may still be wanted.
-      bool more = !others_waiting();
-      for (const Sequence* s : group)
-        more = more && !s->finished && !should_stop(*s) &&
-               s->result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s->limit);
-      if (more) {
+      // The next steps while this one runs (GreedyAhead::kStepsAhead queued behind it), where every
+      // sequence's token may still be wanted and none has a guess to verify instead.
+      while (ahead.in_flight() <= GreedyAhead::kStepsAhead) {
+        bool more = !others_waiting();
+        for (const Sequence* s : group)
+          more = more && !s->finished && !should_stop(*s) && !has_guess(*s) &&
+                 s->result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s->limit);
+        if (!more) break;
         if (auto st = ahead.issue_next(); !st) return fail(st.message());
         issued();
       }

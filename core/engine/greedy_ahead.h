@@ -27,6 +27,13 @@ class Runtime;
 
 class GreedyAhead {
  public:
+  // Steps kept queued behind the one whose choices the host waits for. One hides the host's issue
+  // time; a second also rides out the host's own pauses (a wake-up late, a busy core) that would
+  // otherwise leave the device idle between tokens: on the H100, llama3-8b 4-bit decoded 328.2 and
+  // 327.9 tokens/s two steps ahead against 324.7 and 324.5 one ahead, alternating in one sitting
+  // (perf/NOTES.md, "Two steps ahead"). A finished sequence then wastes up to two dropped steps.
+  static constexpr int kStepsAhead = 2;
+
   // Steps of one or several sequences decoded together, one token each a step, whose KV cache
   // records are `seqs` (their pages, window pages, recent pages and state snapshots kept up to date
   // here as each step is issued; each n_past is the caller's to advance as it takes the steps'
