@@ -45,7 +45,10 @@ class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<Runtime> rt, std::unique_ptr<Drafter> drafter, const EngineOptions& options)
       : rt_(std::move(rt)), drafter_(std::move(drafter)), queue_limit_(options.queue_size), parallel_(std::max(1, options.parallel)),
-        prefill_size_(std::max(1, options.prefill_size)), decode_ahead_(GreedyAhead::available(*rt_)),
+        prefill_size_(std::max(1, options.prefill_size)),
+        snapshot_every_(std::max(0, options.state_snapshot_tokens) / static_cast<int>(rt_->kv().page_tokens()) *
+                        static_cast<int>(rt_->kv().page_tokens())),
+        decode_ahead_(GreedyAhead::available(*rt_)),
         num_draft_tokens_(std::max(1, options.num_draft_tokens)), spec_max_batch_(options.spec_max_batch) {
     if (drafter_) metrics_.drafter = drafter_->describe(), metrics_.draft_bytes = drafter_->memory_bytes();
     metrics_.weight_bytes = rt_->model().weight_bytes();
@@ -312,6 +315,7 @@ class EngineImpl final : public Engine {
       }
       const std::size_t pending = s.tokens.size() - static_cast<std::size_t>(s.kv.n_past);
       std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
+      if (!s.decoding && rt_->kv().has_state()) chunk = to_snapshot(s, chunk);
       DraftTokens draft;
       if (speculate && s.decoding && pending == 1) {
         if (auto st = propose(s, batch.tokens.size(), budget - std::min(budget, batch.tokens.size() + 1), draft); !st) {
@@ -412,6 +416,18 @@ class EngineImpl final : public Engine {
         s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
       }
     }
+  }
+
+  // A prompt's pass over recurrent layers shortened to end at the first snapshot point inside it: a
+  // multiple of snapshot_every_, or the prompt's last whole block (the furthest a later request with
+  // this prompt can reuse: one prompt token is always computed). KvCache::passed snapshots there.
+  std::size_t to_snapshot(const Sequence& s, std::size_t chunk) const {
+    const int64_t from = s.kv.n_past, bt = rt_->kv().page_tokens();
+    int64_t end = from + static_cast<int64_t>(chunk);
+    if (snapshot_every_ > 0) end = std::min<int64_t>(end, (from / snapshot_every_ + 1) * snapshot_every_);
+    const int64_t last_block = (static_cast<int64_t>(s.n_prompt) - 1) / bt * bt;
+    if (last_block > from && last_block < end) end = last_block;
+    return static_cast<std::size_t>(end - from);
   }
 
   // A decoding sequence's guesses for this step: at most its adaptive draft length (given the
@@ -632,6 +648,7 @@ class EngineImpl final : public Engine {
   const int queue_limit_;
   const int parallel_;
   const int prefill_size_;
+  const int snapshot_every_;  // EngineOptions::state_snapshot_tokens in whole KV pages
   const bool decode_ahead_;  // the backend and model decode greedily a token ahead (GreedyAhead::available)
   const int num_draft_tokens_;
   const int spec_max_batch_;
