@@ -1,0 +1,36 @@
+// POST /v1/responses and POST /v1/messages: each API's request is translated into a chat completion
+// request and served by the chat machinery; its answer comes back through a TranslatingChannel that
+// reshapes it into the API's own objects and events.
+#include "server/anthropic_request.h"
+#include "server/anthropic_output.h"
+#include "server/handlers.h"
+#include "server/responses_output.h"
+#include "server/responses_request.h"
+#include "server/translating_channel.h"
+
+namespace sluice::server {
+
+std::optional<Reply> handle_responses(ServerContext& ctx, const HttpRequest& req,
+                                      const std::shared_ptr<ResponseChannel>& channel) {
+  auto request = translate_responses_request(req.body());
+  if (!request) return Reply::error(request.error());
+  auto translated = std::make_shared<TranslatingChannel>(
+      channel, std::make_unique<ResponsesTranslator>(ctx.info.model, request->settings));
+  auto reply = start_chat_completion(ctx, request->chat_body, session_id_of(req), translated);
+  if (reply && reply->status >= 400)
+    return Reply::error(responses_error_from_chat(read_api_error(reply->status, reply->body)));
+  return reply;
+}
+
+std::optional<Reply> handle_messages(ServerContext& ctx, const HttpRequest& req,
+                                     const std::shared_ptr<ResponseChannel>& channel) {
+  auto request = translate_messages_request(req.body());
+  if (!request) return anthropic_error_reply(request.error());
+  auto translated = std::make_shared<TranslatingChannel>(
+      channel, std::make_unique<MessagesTranslator>(ctx.info.model));
+  auto reply = start_chat_completion(ctx, request->chat_body, session_id_of(req), translated);
+  if (reply && reply->status >= 400) return anthropic_error_reply(read_api_error(reply->status, reply->body));
+  return reply;
+}
+
+}  // namespace sluice::server
