@@ -216,7 +216,10 @@ std::string MessagesTranslator::stream_chunk(const ChatOutput& chunk) {
   if (chunk.finish_reason) finish_reason_ = chunk.finish_reason;
   if (chunk.stop_sequence) stop_sequence_ = chunk.stop_sequence;
   if (!chunk.reasoning.empty()) {
-    if (block_ != BlockKind::kThinking) out += close() + open(BlockKind::kThinking);
+    if (block_ != BlockKind::kThinking) {
+      out += close();
+      out += open(BlockKind::kThinking);
+    }
     out += append(chunk.reasoning);
   }
   if (!chunk.content.empty()) {
@@ -225,13 +228,16 @@ std::string MessagesTranslator::stream_chunk(const ChatOutput& chunk) {
     } else if (only_space(chunk.content)) {
       held_space_ += chunk.content;
     } else {
-      out += close() + open(BlockKind::kText) + append(held_space_ + chunk.content);
+      out += close();
+      out += open(BlockKind::kText);
+      out += append(held_space_ + chunk.content);
       held_space_.clear();
     }
   }
   for (const auto& piece : chunk.calls) {
     if (block_ != BlockKind::kToolUse || call_index_ != piece.index) {
-      out += close() + open(BlockKind::kToolUse, piece.id, piece.name);
+      out += close();
+      out += open(BlockKind::kToolUse, piece.id, piece.name);
       call_index_ = piece.index;
       held_space_.clear();
       made_calls_ = true;
@@ -248,7 +254,9 @@ std::string MessagesTranslator::stream_end() {
   // As in the whole answer: whitespace alone is text only when no call came; an empty answer is an
   // empty text block.
   if (block_ != BlockKind::kText && !made_calls_ && (!held_space_.empty() || block_index_ < 0)) {
-    out += close() + open(BlockKind::kText) + append(held_space_);
+    out += close();
+    out += open(BlockKind::kText);
+    out += append(held_space_);
   }
   out += close();
   rapidjson::Document doc(rapidjson::kObjectType);

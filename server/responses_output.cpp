@@ -307,7 +307,10 @@ std::string ResponsesTranslator::stream_chunk(const ChatOutput& chunk) {
   if (chunk.usage) usage_ = chunk.usage;
   if (chunk.finish_reason) finish_reason_ = chunk.finish_reason;
   if (!chunk.reasoning.empty()) {
-    if (item_.kind != ItemKind::kReasoning) out += close("completed") + open(ItemKind::kReasoning);
+    if (item_.kind != ItemKind::kReasoning) {
+      out += close("completed");
+      out += open(ItemKind::kReasoning);
+    }
     out += append(chunk.reasoning);
   }
   if (!chunk.content.empty()) {
@@ -316,13 +319,16 @@ std::string ResponsesTranslator::stream_chunk(const ChatOutput& chunk) {
     } else if (only_space(chunk.content)) {
       held_space_ += chunk.content;
     } else {
-      out += close("completed") + open(ItemKind::kMessage) + append(held_space_ + chunk.content);
+      out += close("completed");
+      out += open(ItemKind::kMessage);
+      out += append(held_space_ + chunk.content);
       held_space_.clear();
     }
   }
   for (const auto& piece : chunk.calls) {
     if (item_.kind != ItemKind::kCall || item_.chat_index != piece.index) {
-      out += close("completed") + open(ItemKind::kCall, piece.id, piece.name, piece.index);
+      out += close("completed");
+      out += open(ItemKind::kCall, piece.id, piece.name, piece.index);
       held_space_.clear();
       made_calls_ = true;
     }
@@ -340,7 +346,9 @@ std::string ResponsesTranslator::stream_end() {
   const char* status = incomplete ? "incomplete" : "completed";
   // Whitespace alone is an answer only when nothing else came; an empty answer is still a message.
   if (item_.kind != ItemKind::kMessage && !made_calls_ && !held_space_.empty()) {
-    out += close("completed") + open(ItemKind::kMessage) + append(held_space_);
+    out += close("completed");
+    out += open(ItemKind::kMessage);
+    out += append(held_space_);
     held_space_.clear();
   }
   if (item_.kind == ItemKind::kNone && output_.Empty()) out += open(ItemKind::kMessage);
