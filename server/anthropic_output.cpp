@@ -67,10 +67,14 @@ Value stop_sequence_value(const std::optional<std::string>& stop, Allocator& a) 
   return stop ? text_value(*stop, a) : Value();
 }
 
-std::string event(const char* type, rapidjson::Document& doc) {
+// An event's object, its type first as Anthropic writes it.
+rapidjson::Document typed(const char* type) {
+  rapidjson::Document doc(rapidjson::kObjectType);
   doc.AddMember("type", rapidjson::StringRef(type), doc.GetAllocator());
-  return named_sse_event(type, serialize(doc));
+  return doc;
 }
+
+std::string event(const rapidjson::Document& doc) { return named_sse_event(doc["type"].GetString(), serialize(doc)); }
 
 }  // namespace
 
@@ -80,6 +84,10 @@ std::string anthropic_error_json(const ApiError& error) {
 }
 
 Reply anthropic_error_reply(const ApiError& error) { return {error.status, anthropic_error_json(error), "application/json"}; }
+
+Reply error_reply_for(std::string_view path, const ApiError& error) {
+  return path == "/v1/messages" ? anthropic_error_reply(error) : Reply::error(error);
+}
 
 MessagesTranslator::MessagesTranslator(std::string model) : id_(make_api_id("msg_")), model_(std::move(model)) {}
 
@@ -129,7 +137,7 @@ std::string MessagesTranslator::whole_answer(const ChatOutput& answer) {
 
 std::string MessagesTranslator::begin_stream() {
   begun_ = true;
-  rapidjson::Document doc(rapidjson::kObjectType);
+  rapidjson::Document doc = typed("message_start");
   auto& a = doc.GetAllocator();
   Value message(rapidjson::kObjectType);
   message.AddMember("id", text_value(id_, a), a);
@@ -141,15 +149,15 @@ std::string MessagesTranslator::begin_stream() {
   message.AddMember("stop_sequence", Value(), a);
   message.AddMember("usage", usage_value(prompt_tokens_, 0, 0, a), a);
   doc.AddMember("message", message, a);
-  std::string out = event("message_start", doc);
-  rapidjson::Document ping(rapidjson::kObjectType);
-  return out + event("ping", ping);
+  std::string out = event(doc);
+  rapidjson::Document ping = typed("ping");
+  return out + event(ping);
 }
 
 std::string MessagesTranslator::open(BlockKind kind, const std::string& call_id, const std::string& name) {
   block_ = kind;
   ++block_index_;
-  rapidjson::Document doc(rapidjson::kObjectType);
+  rapidjson::Document doc = typed("content_block_start");
   auto& a = doc.GetAllocator();
   doc.AddMember("index", block_index_, a);
   Value block(rapidjson::kObjectType);
@@ -167,12 +175,12 @@ std::string MessagesTranslator::open(BlockKind kind, const std::string& call_id,
     block.AddMember("input", Value(rapidjson::kObjectType), a);
   }
   doc.AddMember("content_block", block, a);
-  return event("content_block_start", doc);
+  return event(doc);
 }
 
 std::string MessagesTranslator::append(std::string_view text) {
   if (text.empty()) return "";
-  rapidjson::Document doc(rapidjson::kObjectType);
+  rapidjson::Document doc = typed("content_block_delta");
   auto& a = doc.GetAllocator();
   doc.AddMember("index", block_index_, a);
   Value delta(rapidjson::kObjectType);
@@ -187,16 +195,16 @@ std::string MessagesTranslator::append(std::string_view text) {
     delta.AddMember("partial_json", text_value(text, a), a);
   }
   doc.AddMember("delta", delta, a);
-  return event("content_block_delta", doc);
+  return event(doc);
 }
 
 std::string MessagesTranslator::close() {
   if (block_ == BlockKind::kNone) return "";
   block_ = BlockKind::kNone;
   call_index_ = -1;
-  rapidjson::Document doc(rapidjson::kObjectType);
+  rapidjson::Document doc = typed("content_block_stop");
   doc.AddMember("index", block_index_, doc.GetAllocator());
-  return event("content_block_stop", doc);
+  return event(doc);
 }
 
 std::string MessagesTranslator::stream_chunk(const ChatOutput& chunk) {
@@ -204,13 +212,13 @@ std::string MessagesTranslator::stream_chunk(const ChatOutput& chunk) {
   std::string out = begun_ ? "" : begin_stream();
   if (chunk.error) {
     ended_ = true;
-    rapidjson::Document doc(rapidjson::kObjectType);
+    rapidjson::Document doc = typed("error");
     auto& a = doc.GetAllocator();
     Value error(rapidjson::kObjectType);
     error.AddMember("type", rapidjson::StringRef(error_type(chunk.error->status)), a);
     error.AddMember("message", text_value(chunk.error->message, a), a);
     doc.AddMember("error", error, a);
-    return out + event("error", doc);
+    return out + event(doc);
   }
   if (chunk.usage) usage_ = chunk.usage;
   if (chunk.finish_reason) finish_reason_ = chunk.finish_reason;
@@ -259,7 +267,7 @@ std::string MessagesTranslator::stream_end() {
     out += append(held_space_);
   }
   out += close();
-  rapidjson::Document doc(rapidjson::kObjectType);
+  rapidjson::Document doc = typed("message_delta");
   auto& a = doc.GetAllocator();
   Value delta(rapidjson::kObjectType);
   delta.AddMember("stop_reason",
@@ -268,9 +276,9 @@ std::string MessagesTranslator::stream_end() {
   doc.AddMember("delta", delta, a);
   const ChatUsage usage = usage_.value_or(ChatUsage{prompt_tokens_, 0, 0});
   doc.AddMember("usage", usage_value(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens, a), a);
-  out += event("message_delta", doc);
-  rapidjson::Document stop(rapidjson::kObjectType);
-  return out + event("message_stop", stop);
+  out += event(doc);
+  rapidjson::Document stop = typed("message_stop");
+  return out + event(stop);
 }
 
 }  // namespace sluice::server

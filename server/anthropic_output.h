@@ -17,6 +17,9 @@ namespace sluice::server {
 // authentication_error, not_found_error, request_too_large, overloaded_error, api_error, ...).
 std::string anthropic_error_json(const ApiError& error);
 Reply anthropic_error_reply(const ApiError& error);
+// An error the connection answers itself (401, 405, 503) in the shape the route's API speaks:
+// Anthropic's on /v1/messages, OpenAI's everywhere else.
+Reply error_reply_for(std::string_view path, const ApiError& error);
 
 class MessagesTranslator final : public ApiTranslator {
  public:
