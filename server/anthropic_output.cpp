@@ -86,7 +86,7 @@ std::string anthropic_error_json(const ApiError& error) {
 Reply anthropic_error_reply(const ApiError& error) { return {error.status, anthropic_error_json(error), "application/json"}; }
 
 Reply error_reply_for(std::string_view path, const ApiError& error) {
-  return path == "/v1/messages" ? anthropic_error_reply(error) : Reply::error(error);
+  return path.starts_with("/v1/messages") ? anthropic_error_reply(error) : Reply::error(error);
 }
 
 MessagesTranslator::MessagesTranslator(std::string model) : id_(make_api_id("msg_")), model_(std::move(model)) {}

@@ -18,7 +18,7 @@ namespace sluice::server {
 std::string anthropic_error_json(const ApiError& error);
 Reply anthropic_error_reply(const ApiError& error);
 // An error the connection answers itself (401, 405, 503) in the shape the route's API speaks:
-// Anthropic's on /v1/messages, OpenAI's everywhere else.
+// Anthropic's on /v1/messages (and count_tokens), OpenAI's everywhere else.
 Reply error_reply_for(std::string_view path, const ApiError& error);
 
 class MessagesTranslator final : public ApiTranslator {

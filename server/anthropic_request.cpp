@@ -217,7 +217,7 @@ constexpr const char* kPassedThrough[] = {"model", "temperature", "top_p", "top_
 
 }  // namespace
 
-ApiResult<MessagesRequest> translate_messages_request(std::string_view body_text) {
+ApiResult<MessagesRequest> translate_messages_request(std::string_view body_text, bool counting) {
   auto parsed = parse_body_object(body_text);
   if (!parsed) return parsed.error();
   const Value& body = *parsed;
@@ -226,9 +226,10 @@ ApiResult<MessagesRequest> translate_messages_request(std::string_view body_text
   auto& a = chat.GetAllocator();
 
   const Value* max_tokens = json::member(body, "max_tokens");
-  if (!max_tokens) return bad("max_tokens", "is required");
-  if (!max_tokens->IsInt64() || max_tokens->GetInt64() < 1) return bad("max_tokens", "must be a positive integer");
-  chat.AddMember("max_tokens", Value(*max_tokens, a), a);
+  if (!max_tokens && !counting) return bad("max_tokens", "is required");
+  if (max_tokens && (!max_tokens->IsInt64() || max_tokens->GetInt64() < 1))
+    return bad("max_tokens", "must be a positive integer");
+  if (max_tokens) chat.AddMember("max_tokens", Value(*max_tokens, a), a);
   auto messages = translate_messages(body, a);
   if (!messages) return messages.error();
   chat.AddMember("messages", std::move(*messages), a);

@@ -24,6 +24,7 @@ struct MessagesRequest {
   bool stream = false;
 };
 
-ApiResult<MessagesRequest> translate_messages_request(std::string_view body);
+// `counting`: for /v1/messages/count_tokens, where max_tokens is not asked for.
+ApiResult<MessagesRequest> translate_messages_request(std::string_view body, bool counting = false);
 
 }  // namespace sluice::server

@@ -34,6 +34,8 @@ std::optional<Reply> handle_responses(ServerContext& ctx, const HttpRequest& req
                                       const std::shared_ptr<ResponseChannel>& channel);
 std::optional<Reply> handle_messages(ServerContext& ctx, const HttpRequest& req,
                                      const std::shared_ptr<ResponseChannel>& channel);
+// POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt a Messages request would render to.
+Reply handle_count_tokens(ServerContext& ctx, const HttpRequest& req);
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
                                         const std::shared_ptr<ResponseChannel>& channel);
 

@@ -218,6 +218,7 @@ Router make_router(ServerContext& ctx) {
   r.add(V::post, "/completions", generate(handle_completions), Work::kPool);
   r.add(V::post, "/v1/responses", generate(handle_responses), Work::kPool);
   r.add(V::post, "/v1/messages", generate(handle_messages), Work::kPool);
+  r.add(V::post, "/v1/messages/count_tokens", with_body(handle_count_tokens), Work::kPool);
   // The web app's.
   r.add(V::get, "/v1/server", now(handle_server_info));
   r.add(V::get, "/v1/hub/models", now(handle_cached_models), Work::kPool);      // reads the disk

@@ -7,6 +7,7 @@
 #include "server/responses_output.h"
 #include "server/responses_request.h"
 #include "server/translating_channel.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::server {
 
@@ -31,6 +32,18 @@ std::optional<Reply> handle_messages(ServerContext& ctx, const HttpRequest& req,
   auto reply = start_chat_completion(ctx, request->chat_body, session_id_of(req), translated);
   if (reply && reply->status >= 400) return anthropic_error_reply(read_api_error(reply->status, reply->body));
   return reply;
+}
+
+Reply handle_count_tokens(ServerContext& ctx, const HttpRequest& req) {
+  auto request = translate_messages_request(req.body(), /*counting=*/true);
+  if (!request) return anthropic_error_reply(request.error());
+  auto chat = parse_chat_request(request->chat_body, ctx.defaults);
+  if (!chat) return anthropic_error_reply(chat.error());
+  auto prompt = ctx.chat.render(chat->messages, chat->tools.IsArray() ? &chat->tools : nullptr, true,
+                                &chat->template_controls);
+  if (!prompt) return anthropic_error_reply(ApiError::bad_request("chat template: " + prompt.message(), "messages"));
+  const auto ids = ctx.engine.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
+  return Reply::json("{\"input_tokens\":" + std::to_string(ids.size()) + "}");
 }
 
 }  // namespace sluice::server

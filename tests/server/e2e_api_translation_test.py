@@ -266,6 +266,16 @@ class MessagesApi(unittest.TestCase):
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": u["id"], "content": "sunny"} for u in uses]}])
         self.assertIn(follow["stop_reason"], ("end_turn", "max_tokens"))
 
+    def test_count_tokens_is_the_prompt_length(self):
+        body = {"system": "You write Python.", "messages": [{"role": "user", "content": PROMPT}]}
+        status, counted = self.srv.json("POST", "/v1/messages/count_tokens", body, headers=self.KEY)
+        self.assertEqual(status, 200, counted)
+        m = self.create(max_tokens=1, **body)
+        self.assertEqual(counted["input_tokens"], m["usage"]["input_tokens"] + m["usage"]["cache_read_input_tokens"])
+        status, reply = self.srv.json("POST", "/v1/messages/count_tokens", {"messages": []}, headers=self.KEY)
+        self.assertEqual(status, 400, reply)
+        self.assertEqual(reply["type"], "error")
+
     def test_errors_have_anthropics_shape(self):
         cases = [({"messages": [{"role": "user", "content": "x"}]}, 400, "max_tokens"),
                  ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, 400, "image"),
