@@ -178,24 +178,23 @@ std::string MessagesTranslator::open(BlockKind kind, const std::string& call_id,
   return event(doc);
 }
 
+// The per-token event, written straight out (no tree): this runs on the engine thread.
 std::string MessagesTranslator::append(std::string_view text) {
   if (text.empty()) return "";
-  rapidjson::Document doc = typed("content_block_delta");
-  auto& a = doc.GetAllocator();
-  doc.AddMember("index", block_index_, a);
-  Value delta(rapidjson::kObjectType);
-  if (block_ == BlockKind::kThinking) {
-    delta.AddMember("type", "thinking_delta", a);
-    delta.AddMember("thinking", text_value(text, a), a);
-  } else if (block_ == BlockKind::kText) {
-    delta.AddMember("type", "text_delta", a);
-    delta.AddMember("text", text_value(text, a), a);
-  } else {
-    delta.AddMember("type", "input_json_delta", a);
-    delta.AddMember("partial_json", text_value(text, a), a);
-  }
-  doc.AddMember("delta", delta, a);
-  return event(doc);
+  const auto [delta_type, field] = block_ == BlockKind::kThinking ? std::pair{"thinking_delta", "thinking"}
+                                   : block_ == BlockKind::kText   ? std::pair{"text_delta", "text"}
+                                                                  : std::pair{"input_json_delta", "partial_json"};
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("type"), w.String("content_block_delta");
+  w.Key("index"), w.Int(block_index_);
+  w.Key("delta"), w.StartObject();
+  w.Key("type"), w.String(delta_type);
+  w.Key(field), w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
+  w.EndObject();
+  w.EndObject();
+  return named_sse_event("content_block_delta", std::string_view(buffer.GetString(), buffer.GetSize()));
 }
 
 std::string MessagesTranslator::close() {

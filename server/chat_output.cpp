@@ -84,7 +84,15 @@ std::optional<ChatOutput> read_chat_chunk(std::string_view sse_event) {
   }
   if (payload == "[DONE]") return std::nullopt;
   ChatOutput out;
-  rapidjson::Document doc = parse(payload);
+  // A chunk is small: its tree lives in a buffer on the stack rather than in a fresh 64 KiB pool
+  // (this runs on the engine thread for every streamed token).
+  char value_buffer[8192];
+  char parse_buffer[2048];
+  rapidjson::MemoryPoolAllocator<> values(value_buffer, sizeof value_buffer);
+  rapidjson::MemoryPoolAllocator<> parse_stack(parse_buffer, sizeof parse_buffer);
+  rapidjson::GenericDocument<rapidjson::UTF8<>, rapidjson::MemoryPoolAllocator<>, rapidjson::MemoryPoolAllocator<>> doc(
+      &values, sizeof parse_buffer, &parse_stack);
+  doc.Parse(payload.data(), payload.size());
   if (doc.HasParseError() || !doc.IsObject()) {
     out.error = ApiError::server_error("unreadable chat completion chunk");
     return out;

@@ -228,21 +228,25 @@ std::string ResponsesTranslator::open(ItemKind kind, std::string call_id, std::s
   return out + event(doc);
 }
 
+// The per-token event, written straight out (no tree): this runs on the engine thread.
 std::string ResponsesTranslator::append(std::string_view text) {
   if (text.empty()) return "";
   item_.text.append(text);
-  rapidjson::Document doc(rapidjson::kObjectType);
-  auto& a = doc.GetAllocator();
   const char* type = item_.kind == ItemKind::kMessage   ? "response.output_text.delta"
                      : item_.kind == ItemKind::kReasoning ? "response.reasoning_text.delta"
                                                            : "response.function_call_arguments.delta";
-  doc.AddMember("type", rapidjson::StringRef(type), a);
-  doc.AddMember("item_id", text_value(item_.id, a), a);
-  doc.AddMember("output_index", item_.output_index, a);
-  if (item_.kind != ItemKind::kCall) doc.AddMember("content_index", 0, a);
-  doc.AddMember("delta", text_value(text, a), a);
-  if (item_.kind == ItemKind::kMessage) doc.AddMember("logprobs", Value(rapidjson::kArrayType), a);
-  return event(doc);
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("type"), w.String(type);
+  w.Key("item_id"), w.String(item_.id.data(), static_cast<rapidjson::SizeType>(item_.id.size()));
+  w.Key("output_index"), w.Int(item_.output_index);
+  if (item_.kind != ItemKind::kCall) w.Key("content_index"), w.Int(0);
+  w.Key("delta"), w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
+  if (item_.kind == ItemKind::kMessage) w.Key("logprobs"), w.StartArray(), w.EndArray();
+  w.Key("sequence_number"), w.Int(sequence_++);
+  w.EndObject();
+  return named_sse_event(type, std::string_view(buffer.GetString(), buffer.GetSize()));
 }
 
 std::string ResponsesTranslator::close(const char* status) {
