@@ -34,6 +34,9 @@ std::optional<Reply> handle_responses(ServerContext& ctx, const HttpRequest& req
                                       const std::shared_ptr<ResponseChannel>& channel);
 std::optional<Reply> handle_messages(ServerContext& ctx, const HttpRequest& req,
                                      const std::shared_ptr<ResponseChannel>& channel);
+// GET / DELETE /v1/responses/{id}: a stored response object, or forgetting it (404 when not stored).
+Reply handle_get_response(ServerContext& ctx, const HttpRequest& req);
+Reply handle_delete_response(ServerContext& ctx, const HttpRequest& req);
 // POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt a Messages request would render to.
 Reply handle_count_tokens(ServerContext& ctx, const HttpRequest& req);
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,

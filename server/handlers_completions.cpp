@@ -217,6 +217,8 @@ Router make_router(ServerContext& ctx) {
   r.add(V::post, "/v1/completions", generate(handle_completions), Work::kPool);
   r.add(V::post, "/completions", generate(handle_completions), Work::kPool);
   r.add(V::post, "/v1/responses", generate(handle_responses), Work::kPool);
+  r.add_prefix(V::get, "/v1/responses/", "/v1/responses/{id}", with_body(handle_get_response));
+  r.add_prefix(V::delete_, "/v1/responses/", "/v1/responses/{id}", with_body(handle_delete_response));
   r.add(V::post, "/v1/messages", generate(handle_messages), Work::kPool);
   r.add(V::post, "/v1/messages/count_tokens", with_body(handle_count_tokens), Work::kPool);
   // The web app's.

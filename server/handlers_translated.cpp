@@ -8,19 +8,46 @@
 #include "server/responses_request.h"
 #include "server/translating_channel.h"
 #include "tokenizer/tokenizer.h"
+#include "util/json.h"
 
 namespace sluice::server {
 
 std::optional<Reply> handle_responses(ServerContext& ctx, const HttpRequest& req,
                                       const std::shared_ptr<ResponseChannel>& channel) {
-  auto request = translate_responses_request(req.body());
+  auto request = translate_responses_request(req.body(), &ctx.responses);
   if (!request) return Reply::error(request.error());
   auto translated = std::make_shared<TranslatingChannel>(
-      channel, std::make_unique<ResponsesTranslator>(ctx.info.model, request->settings));
+      channel, std::make_unique<ResponsesTranslator>(ctx.info.model, request->settings,
+                                                     request->store ? &ctx.responses : nullptr,
+                                                     std::move(request->conversation)));
   auto reply = start_chat_completion(ctx, request->chat_body, session_id_of(req), translated);
   if (reply && reply->status >= 400)
     return Reply::error(responses_error_from_chat(read_api_error(reply->status, reply->body)));
   return reply;
+}
+
+// GET /v1/responses/{id} and DELETE /v1/responses/{id}.
+namespace {
+std::string response_id_of(const HttpRequest& req) {
+  const std::string_view path = target_path(std::string_view(req.target().data(), req.target().size()));
+  return percent_decoded(path.substr(std::string_view("/v1/responses/").size()));
+}
+ApiError response_not_found(const std::string& id) {
+  return ApiError{404, "no stored response " + id, "invalid_request_error", "response_id", "response_not_found"};
+}
+}  // namespace
+
+Reply handle_get_response(ServerContext& ctx, const HttpRequest& req) {
+  const std::string id = response_id_of(req);
+  auto stored = ctx.responses.get(id);
+  if (!stored) return Reply::error(response_not_found(id));
+  return Reply::json(std::move(stored->response));
+}
+
+Reply handle_delete_response(ServerContext& ctx, const HttpRequest& req) {
+  const std::string id = response_id_of(req);
+  if (!ctx.responses.erase(id)) return Reply::error(response_not_found(id));
+  return Reply::json("{\"id\":" + json::quote(id) + ",\"object\":\"response\",\"deleted\":true}");
 }
 
 std::optional<Reply> handle_messages(ServerContext& ctx, const HttpRequest& req,

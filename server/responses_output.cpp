@@ -94,11 +94,14 @@ const char* incomplete_reason_of(const std::string& finish_reason) {
 
 }  // namespace
 
-ResponsesTranslator::ResponsesTranslator(std::string model, const rapidjson::Value& settings)
+ResponsesTranslator::ResponsesTranslator(std::string model, const rapidjson::Value& settings, ResponseStore* store,
+                                         std::string conversation)
     : id_(make_api_id("resp_")),
       created_at_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                       .count()),
-      model_(std::move(model)) {
+      model_(std::move(model)),
+      store_(store),
+      conversation_(std::move(conversation)) {
   settings_.CopyFrom(settings, settings_.GetAllocator());
   if (!settings_.IsObject()) settings_.SetObject();
 }
@@ -141,12 +144,12 @@ std::string ResponsesTranslator::response_json(const char* status, const Value& 
                 a);
   doc.AddMember("output", Value(output, a), a);
   echoed("parallel_tool_calls", Value(true));
-  doc.AddMember("previous_response_id", Value(), a);
+  echoed("previous_response_id", Value());
   Value reasoning(rapidjson::kObjectType);
   reasoning.AddMember("effort", Value(), a);
   reasoning.AddMember("summary", Value(), a);
   echoed("reasoning", std::move(reasoning));
-  doc.AddMember("store", false, a);
+  doc.AddMember("store", store_ != nullptr, a);
   echoed("temperature", Value());
   Value text(rapidjson::kObjectType);
   Value format(rapidjson::kObjectType);
@@ -179,7 +182,43 @@ std::string ResponsesTranslator::whole_answer(const ChatOutput& answer) {
     output.PushBack(item_value({"function_call", make_api_id("fc_"), call.arguments, call.id, call.name, item_status, true}, a), a);
   if (output.Empty())  // a message the SDK's output_text finds, even when nothing was generated
     output.PushBack(item_value({"message", make_api_id("msg_"), "", {}, {}, item_status, true}, a), a);
-  return response_json(incomplete ? "incomplete" : "completed", output, answer.usage, nullptr, incomplete);
+  std::string response = response_json(incomplete ? "incomplete" : "completed", output, answer.usage, nullptr, incomplete);
+  remember(output, response);
+  return response;
+}
+
+// The answer's output items as the assistant turn a later request continues from.
+void ResponsesTranslator::remember(const Value& output, const std::string& response) const {
+  if (!store_) return;
+  rapidjson::Document conversation;
+  conversation.Parse(conversation_);
+  if (conversation.HasParseError() || !conversation.IsArray()) conversation.SetArray();
+  auto& a = conversation.GetAllocator();
+  std::string text, reasoning;
+  Value calls(rapidjson::kArrayType);
+  for (const auto& item : output.GetArray()) {
+    const std::string_view type = item["type"].GetString();
+    if (type == "message" || type == "reasoning") {
+      for (const auto& part : item["content"].GetArray()) (type == "message" ? text : reasoning) += part["text"].GetString();
+    } else if (type == "function_call") {
+      Value function(rapidjson::kObjectType);
+      function.AddMember("name", Value(item["name"], a), a);
+      function.AddMember("arguments", Value(item["arguments"], a), a);
+      Value call(rapidjson::kObjectType);
+      call.AddMember("id", Value(item["call_id"], a), a);
+      call.AddMember("type", "function", a);
+      call.AddMember("function", function, a);
+      calls.PushBack(call, a);
+    }
+  }
+  Value turn(rapidjson::kObjectType);
+  turn.AddMember("role", "assistant", a);
+  if (text.empty() && !calls.Empty()) turn.AddMember("content", Value(), a);
+  else turn.AddMember("content", text_value(text, a), a);
+  if (!calls.Empty()) turn.AddMember("tool_calls", calls, a);
+  if (!reasoning.empty()) turn.AddMember("reasoning_content", text_value(reasoning, a), a);
+  conversation.PushBack(turn, a);
+  store_->put(id_, StoredResponse{serialize(conversation), response});
 }
 
 std::string ResponsesTranslator::event(rapidjson::Document& doc) {
@@ -360,8 +399,10 @@ std::string ResponsesTranslator::stream_end() {
   rapidjson::Document doc(rapidjson::kObjectType);
   auto& a = doc.GetAllocator();
   doc.AddMember("type", rapidjson::StringRef(incomplete ? "response.incomplete" : "response.completed"), a);
+  const std::string final_response = response_json(status, output_, usage_, nullptr, incomplete);
+  remember(output_, final_response);
   rapidjson::Document response;
-  response.Parse(response_json(status, output_, usage_, nullptr, incomplete));
+  response.Parse(final_response);
   doc.AddMember("response", Value(response, a), a);
   return out + event(doc);
 }

@@ -12,6 +12,7 @@
 
 #include <rapidjson/document.h>
 
+#include "server/response_store.h"
 #include "server/translating_channel.h"
 
 namespace sluice::server {
@@ -19,7 +20,10 @@ namespace sluice::server {
 class ResponsesTranslator final : public ApiTranslator {
  public:
   // `settings`: what the request set that the response object echoes (ResponsesRequest::settings).
-  ResponsesTranslator(std::string model, const rapidjson::Value& settings);
+  // With a `store`, a finished answer is kept there under its id: `conversation` (the request's chat
+  // messages) with the answer's assistant turn appended, and the response object.
+  ResponsesTranslator(std::string model, const rapidjson::Value& settings, ResponseStore* store = nullptr,
+                      std::string conversation = {});
 
   std::string whole_answer(const ChatOutput& answer) override;
   std::string error_body(const ApiError& error) override { return error.to_json(); }
@@ -48,11 +52,14 @@ class ResponsesTranslator final : public ApiTranslator {
   std::string append(std::string_view text);
   std::string close(const char* status);
   std::string finish(const char* finish_reason);
+  void remember(const rapidjson::Value& output, const std::string& response) const;
 
   std::string id_;
   int64_t created_at_;
   std::string model_;
   rapidjson::Document settings_;
+  ResponseStore* store_;
+  std::string conversation_;
   // Streamed state.
   bool begun_ = false;
   bool ended_ = false;

@@ -101,6 +101,11 @@ class MessageBuilder {
     messages_.PushBack(m, a_);
   }
 
+  // A stored conversation's messages, as they were kept.
+  void add_stored(const Value& messages) {
+    for (const auto& m : messages.GetArray()) messages_.PushBack(Value(m, a_), a_);
+  }
+
   void add_reasoning(std::string text) { pending_reasoning_ += text; }
   Value take() { return std::move(messages_); }
 
@@ -156,7 +161,7 @@ std::optional<ApiError> translate_item(const Value& item, const std::string& whe
   } else if (type == "reasoning") {
     messages.add_reasoning(reasoning_text(item));
   } else if (type == "item_reference") {
-    return bad(where + ".type", "\"item_reference\" needs stored responses, which this server does not keep");
+    return bad(where + ".type", "\"item_reference\" is not supported: send the item itself, or continue with previous_response_id");
   } else {
     return bad(where + ".type", "\"" + type + "\" is not supported (message, function_call, function_call_output and "
                                 "reasoning items are)");
@@ -221,14 +226,18 @@ ApiResult<Value> translate_text_format(const Value& text, Allocator& a) {
   return out;
 }
 
-// Fields refused because they need state this server does not keep.
-std::optional<ApiError> refuse_stateful(const Value& body) {
-  if (const Value* v = json::member(body, "previous_response_id"); v && !v->IsNull())
+// Fields refused because they need state this server does not keep (`keeps`: whether it keeps
+// responses at all).
+std::optional<ApiError> refuse_stateful(const Value& body, bool keeps) {
+  if (const Value* v = json::member(body, "previous_response_id"); v && !v->IsNull() && !keeps)
     return bad("previous_response_id", "is not supported: this server keeps no responses; send the whole "
                                        "conversation in `input`");
   if (const Value* v = json::member(body, "conversation"); v && !v->IsNull())
-    return bad("conversation", "is not supported: this server keeps no conversations; send them in `input`");
-  if (const Value* v = json::member(body, "store"); v && !v->IsNull() && !(v->IsBool() && !v->GetBool()))
+    return bad("conversation", "is not supported: send the conversation in `input`, or continue a response "
+                               "with previous_response_id");
+  if (const Value* v = json::member(body, "store"); v && !v->IsNull() && !v->IsBool())
+    return bad("store", "must be a boolean");
+  if (const Value* v = json::member(body, "store"); v && v->IsBool() && v->GetBool() && !keeps)
     return bad("store", "must be false: this server keeps no responses");
   if (const Value* v = json::member(body, "background"); v && !v->IsNull() && !(v->IsBool() && !v->GetBool()))
     return bad("background", "must be false: responses are answered in the request");
@@ -244,24 +253,41 @@ constexpr const char* kPassedThrough[] = {"model", "temperature", "top_p", "para
 // What the response object echoes back (the Responses API returns the request's settings).
 constexpr const char* kEchoed[] = {"model", "instructions", "max_output_tokens", "temperature", "top_p", "tools",
                                    "tool_choice", "parallel_tool_calls", "text", "reasoning", "metadata", "user",
-                                   "truncation"};
+                                   "truncation", "previous_response_id"};
 
 }  // namespace
 
-ApiResult<ResponsesRequest> translate_responses_request(std::string_view body_text) {
+ApiResult<ResponsesRequest> translate_responses_request(std::string_view body_text, ResponseStore* store) {
   auto parsed = parse_body_object(body_text);
   if (!parsed) return parsed.error();
   const Value& body = *parsed;
-  if (auto err = refuse_stateful(body)) return *err;
+  if (auto err = refuse_stateful(body, store != nullptr)) return *err;
 
   ResponsesRequest out;
   rapidjson::Document chat(rapidjson::kObjectType);
   auto& a = chat.GetAllocator();
   MessageBuilder messages(a);
-  if (const Value* instructions = json::member(body, "instructions")) {
+  bool has_instructions = false;
+  if (const Value* instructions = json::member(body, "instructions"); instructions && !instructions->IsNull()) {
     if (!instructions->IsString()) return bad("instructions", "must be a string");
     messages.add("system", std::string_view(instructions->GetString(), instructions->GetStringLength()));
+    has_instructions = true;
   }
+  if (const Value* previous = json::member(body, "previous_response_id"); previous && !previous->IsNull()) {
+    if (!previous->IsString()) return bad("previous_response_id", "must be a string");
+    const std::string id(previous->GetString(), previous->GetStringLength());
+    std::optional<StoredResponse> stored = store->get(id);
+    if (!stored)
+      return ApiError{404, "previous response " + id + " is not stored here (it was made with store: false, by "
+                           "another server, or dropped to make room)", "invalid_request_error",
+                      "previous_response_id", "previous_response_not_found"};
+    rapidjson::Document history;
+    history.Parse(stored->conversation);
+    if (!history.HasParseError() && history.IsArray()) messages.add_stored(history);
+  }
+  auto store_field = optional_boolean(body, "store");
+  if (!store_field) return store_field.error();
+  out.store = store != nullptr && store_field->value_or(true);
   const Value* input = json::member(body, "input");
   if (!input) return bad("input", "is required");
   if (input->IsString()) {
@@ -273,6 +299,12 @@ ApiResult<ResponsesRequest> translate_responses_request(std::string_view body_te
     return bad("input", "must be a string or an array of input items");
   }
   chat.AddMember("messages", messages.take(), a);
+  if (out.store) {
+    Value conversation(rapidjson::kArrayType);
+    const Value& all = chat["messages"];
+    for (rapidjson::SizeType i = has_instructions ? 1 : 0; i < all.Size(); ++i) conversation.PushBack(Value(all[i], a), a);
+    out.conversation = serialize(conversation);
+  }
 
   for (const char* field : kPassedThrough)
     if (const Value* v = json::member(body, field)) chat.AddMember(rapidjson::StringRef(field), Value(*v, a), a);

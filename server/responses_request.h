@@ -6,15 +6,18 @@
 //   tools (flat {type:"function", name, parameters}) and tool_choice → the chat forms;
 //   text.format (json_schema / json_object) → response_format; max_output_tokens → max_tokens;
 //   reasoning.effort → reasoning_effort ("none" also turns thinking off).
-// State is not kept: previous_response_id, conversation, store: true and background are a 400
-// naming the field, as are input items and tools of kinds the server does not run (images, files,
-// built-in tools). Errors name the Responses API's own fields (input[2].content[0].text).
+// previous_response_id continues a stored response (response_store.h): its conversation comes before
+// this input (its instructions do not carry over, as in OpenAI's API); an unknown id is a 404 naming
+// the field. conversation and background are a 400 naming the field, as are input items and tools of
+// kinds the server does not run (images, files, built-in tools). Errors name the Responses API's own
+// fields (input[2].content[0].text).
 #include <string>
 #include <string_view>
 
 #include <rapidjson/document.h>
 
 #include "server/api_error.h"
+#include "server/response_store.h"
 
 namespace sluice::server {
 
@@ -22,9 +25,12 @@ struct ResponsesRequest {
   std::string chat_body;        // the chat completion request (JSON text)
   bool stream = false;
   rapidjson::Document settings;  // the request's settings the response object echoes (model, tools, text, ...)
+  bool store = true;             // keep the answer (store: false does not)
+  std::string conversation;      // the chat messages without the instructions (JSON array), to store
 };
 
-ApiResult<ResponsesRequest> translate_responses_request(std::string_view body);
+// `store` null: nothing is kept, and previous_response_id / store: true are a 400.
+ApiResult<ResponsesRequest> translate_responses_request(std::string_view body, ResponseStore* store = nullptr);
 
 // A chat request's error, renamed to the Responses field it came from (tools[0].function.name →
 // tools[0].name, max_tokens → max_output_tokens, response_format → text.format, messages → input).

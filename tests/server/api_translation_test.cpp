@@ -13,6 +13,7 @@
 #include "server/anthropic_request.h"
 #include "server/request_parser.h"
 #include "server/responses_output.h"
+#include "server/response_store.h"
 #include "server/responses_request.h"
 #include "server/translating_channel.h"
 #include "util/json.h"
@@ -103,7 +104,55 @@ TEST(ResponsesRequest, ReasoningEffortNoneTurnsThinkingOff) {
   EXPECT_FALSE(chat["enable_thinking"].GetBool());
 }
 
+TEST(ResponseStore, KeepsTheMostRecentlyUsedWithinItsCountAndBytes) {
+  ResponseStore store(/*max_entries=*/3, /*max_bytes=*/100);
+  for (const char* id : {"a", "b", "c"}) store.put(id, {"[]", std::string(10, 'x')});
+  ASSERT_TRUE(store.get("a"));  // a is now the most recent: b goes first
+  store.put("d", {"[]", "y"});
+  EXPECT_FALSE(store.get("b"));
+  EXPECT_TRUE(store.get("a") && store.get("c") && store.get("d"));
+  // 12 + 12 + 3 bytes held; 82 more is over 100: the least recent (a) goes, and that is enough.
+  store.put("big", {"[]", std::string(80, 'z')});
+  EXPECT_TRUE(store.get("big"));
+  EXPECT_FALSE(store.get("a"));
+  EXPECT_EQ(store.size(), 3u);
+  store.put("huge", {"[]", std::string(200, 'z')});  // larger than the whole store: not kept
+  EXPECT_FALSE(store.get("huge"));
+  EXPECT_TRUE(store.erase("big"));
+  EXPECT_FALSE(store.erase("big"));
+}
+
+TEST(ResponsesRequest, PreviousResponseIdPutsTheStoredConversationFirst) {
+  ResponseStore store;
+  store.put("resp_1", {R"([{"role":"user","content":"Hi"},{"role":"assistant","content":null,
+    "tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}])", "{}"});
+  auto translated = translate_responses_request(R"({"previous_response_id":"resp_1","instructions":"New rules.",
+    "input":[{"type":"function_call_output","call_id":"call_1","output":"done"}]})", &store);
+  ASSERT_TRUE(translated.ok()) << translated.error().message;
+  auto chat = parse(translated->chat_body);
+  const auto& m = chat["messages"];
+  ASSERT_EQ(m.Size(), 4u);
+  EXPECT_EQ(str(m[0]["content"]), "New rules.");  // this request's instructions, not the stored ones
+  EXPECT_EQ(str(m[1]["content"]), "Hi");
+  EXPECT_EQ(str(m[2]["tool_calls"][0]["id"]), "call_1");
+  EXPECT_EQ(str(m[3]["role"]), "tool");
+  EXPECT_TRUE(parse_chat_request(translated->chat_body, RequestDefaults{}).ok());
+  // What is stored next is the conversation without the instructions.
+  EXPECT_TRUE(translated->store);
+  EXPECT_EQ(parse(translated->conversation).Size(), 3u);
+  EXPECT_EQ(str(translated->settings["previous_response_id"]), "resp_1");
+
+  auto unknown = translate_responses_request(R"({"previous_response_id":"resp_2","input":"x"})", &store);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().status, 404);
+  EXPECT_EQ(unknown.error().param, "previous_response_id");
+  auto not_stored = translate_responses_request(R"({"input":"x","store":false})", &store);
+  ASSERT_TRUE(not_stored.ok());
+  EXPECT_FALSE(not_stored->store);
+}
+
 TEST(ResponsesRequest, StatefulAndUnsupportedFieldsAreA400NamingThem) {
+  // Without a store (translate_responses_request's default) nothing can be kept or continued.
   EXPECT_EQ(responses_error(R"({"input":"x","previous_response_id":"resp_1"})").param, "previous_response_id");
   EXPECT_EQ(responses_error(R"({"input":"x","store":true})").param, "store");
   EXPECT_EQ(responses_error(R"({"input":"x","conversation":"c"})").param, "conversation");
@@ -340,6 +389,32 @@ TEST(ResponsesOutput, AnEmptyAnswerIsStillOneMessage) {
     ASSERT_EQ(r["output"].Size(), 1u);
     EXPECT_EQ(str(r["output"][0]["type"]), "message");
     EXPECT_EQ(str(r["output"][0]["content"][0]["text"]), "");
+  }
+}
+
+TEST(ResponsesOutput, AFinishedAnswerIsStoredWithItsAssistantTurn) {
+  for (bool stream : {false, true}) {
+    ResponseStore store;
+    auto translator = std::make_unique<ResponsesTranslator>("tiny", rapidjson::Document(rapidjson::kObjectType), &store,
+                                                            R"([{"role":"user","content":"Weather?"}])");
+    const std::string id = translator->id();
+    Script s({"<think>", "Hmm.", "</think>", "Sure.", "<tool_call>", R"({"name": "get", "arguments": {"x": 1}})",
+              "</tool_call>"},
+             stream, true, toolcall::Format::kHermes);
+    run_translated(std::move(translator), s);
+    auto stored = store.get(id);
+    ASSERT_TRUE(stored) << (stream ? "streamed" : "whole");
+    auto conversation = parse(stored->conversation);
+    ASSERT_EQ(conversation.Size(), 2u);
+    const auto& turn = conversation[1];
+    EXPECT_EQ(str(turn["role"]), "assistant");
+    EXPECT_EQ(str(turn["content"]), "Sure.");
+    EXPECT_EQ(str(turn["reasoning_content"]), "Hmm.");
+    EXPECT_EQ(str(turn["tool_calls"][0]["function"]["name"]), "get");
+    EXPECT_TRUE(str(turn["tool_calls"][0]["id"]).starts_with("call_"));
+    auto response = parse(stored->response);
+    EXPECT_EQ(str(response["id"]), id);
+    EXPECT_TRUE(response["store"].GetBool());
   }
 }
 

@@ -161,9 +161,55 @@ class ResponsesApi(unittest.TestCase):
         validate(self, json.loads(self.text_of(r)), schema)
         self.assertEqual(r["text"]["format"]["name"], "project")
 
+    def test_previous_response_id_continues_a_stored_conversation(self):
+        first = self.create(instructions="You write Python.", input=PROMPT, max_output_tokens=12, temperature=0)
+        self.assertTrue(first["store"])
+        status, got = self.srv.json("GET", "/v1/responses/" + first["id"])
+        self.assertEqual(status, 200, got)
+        self.assertEqual(got["output"], first["output"])
+        # The continuation sees the first input and answer (not its instructions), then the new input...
+        second = self.create(previous_response_id=first["id"], input="Now add a docstring.", max_output_tokens=12,
+                             temperature=0)
+        self.assertEqual(second["previous_response_id"], first["id"])
+        history = [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": self.text_of(first)},
+                   {"role": "user", "content": "Now add a docstring."}]
+        c = self.chat(messages=history, max_tokens=12, temperature=0)
+        self.assertEqual(self.text_of(second), c["choices"][0]["message"]["content"])
+        self.assertEqual(second["usage"]["input_tokens"], c["usage"]["prompt_tokens"])
+        # ...and streamed answers are stored too, so a chain goes on.
+        events = sse_events(self.srv, "/v1/responses", dict(previous_response_id=second["id"], input="Thanks.",
+                                                              max_output_tokens=4, stream=True))
+        third = events[-1][1]["response"]
+        status, got = self.srv.json("GET", "/v1/responses/" + third["id"])
+        self.assertEqual(status, 200, got)
+        self.assertEqual(got["usage"], third["usage"])
+        status, reply = self.srv.json("DELETE", "/v1/responses/" + first["id"])
+        self.assertEqual((status, reply["deleted"]), (200, True), reply)
+        for method, path, body in (("GET", "/v1/responses/" + first["id"], None),
+                                   ("POST", "/v1/responses", {"previous_response_id": first["id"], "input": "x"})):
+            status, reply = self.srv.json(method, path, body)
+            self.assertEqual(status, 404, reply)
+        self.assertEqual(reply["error"]["param"], "previous_response_id")
+
+    def test_store_false_keeps_nothing(self):
+        r = self.create(input=PROMPT, max_output_tokens=2, store=False)
+        self.assertFalse(r["store"])
+        status, reply = self.srv.json("GET", "/v1/responses/" + r["id"])
+        self.assertEqual(status, 404, reply)
+
+    def test_a_function_call_continues_with_its_output_by_previous_response_id(self):
+        tools = [{"type": "function", "name": "get_forecast", "parameters": WEATHER_SCHEMA}]
+        r = self.create(input="Weather in Paris?", tools=tools, tool_choice="required", max_output_tokens=120,
+                        temperature=0, parallel_tool_calls=False)
+        call = next(item for item in r["output"] if item["type"] == "function_call")
+        follow = self.create(previous_response_id=r["id"], tools=tools, max_output_tokens=6, temperature=0,
+                             input=[{"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}])
+        self.assertEqual(follow["status"] in ("completed", "incomplete"), True)
+        self.assertGreater(follow["usage"]["input_tokens"], r["usage"]["input_tokens"])
+
     def test_bad_requests_are_400_naming_the_responses_field(self):
-        cases = [({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
-                 ({"input": "x", "store": True}, "store"),
+        cases = [({"input": "x", "conversation": "conv_1"}, "conversation"),
+                 ({"input": "x", "store": "yes"}, "store"),
                  ({"model": "m"}, "input"),
                  ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
                   "input[0].content[0].type"),

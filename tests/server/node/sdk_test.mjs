@@ -284,10 +284,19 @@ test("responses.parse with zodTextFormat returns output_parsed", async () => {
   assert.deepEqual(Task.parse(r.output_parsed), r.output_parsed);
 });
 
-test("responses.create refuses previous_response_id with a 400 naming it", async () => {
+test("responses: previous_response_id continues, retrieve and delete a stored response", async () => {
+  const first = await client.responses.create({ model: "tiny-code-qwen2", input: "def fib(n):", max_output_tokens: 8, temperature: 0 });
+  const second = await client.responses.create({
+    model: "tiny-code-qwen2", previous_response_id: first.id, input: "Add a docstring.", max_output_tokens: 8, temperature: 0,
+  });
+  assert.ok(second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens);
+  const got = await client.responses.retrieve(first.id);
+  assert.equal(got.output_text, first.output_text);
+  await client.responses.delete(first.id);
+  await assert.rejects(client.responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
   await assert.rejects(
-    client.responses.create({ model: "m", input: "x", previous_response_id: "resp_123" }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id",
+    client.responses.create({ model: "m", input: "x", previous_response_id: "resp_unknown" }),
+    (e) => e instanceof OpenAI.NotFoundError && e.param === "previous_response_id",
   );
 });
 
