@@ -213,7 +213,7 @@ std::optional<ApiError> translate_tool_choice(const Value& choice, Value& chat, 
 }
 
 constexpr const char* kPassedThrough[] = {"model", "temperature", "top_p", "top_k", "seed", "min_p",
-                                          "chat_template_kwargs", "timeout"};
+                                          "chat_template_kwargs", "timeout", "ignore_eos"};
 
 }  // namespace
 

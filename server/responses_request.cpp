@@ -248,7 +248,7 @@ std::optional<ApiError> refuse_stateful(const Value& body, bool keeps) {
 // spell them the same way there).
 constexpr const char* kPassedThrough[] = {"model", "temperature", "top_p", "parallel_tool_calls", "user", "seed",
                                           "top_k", "min_p", "stop", "presence_penalty", "frequency_penalty",
-                                          "repetition_penalty", "chat_template_kwargs", "timeout"};
+                                          "repetition_penalty", "chat_template_kwargs", "timeout", "ignore_eos"};
 
 // What the response object echoes back (the Responses API returns the request's settings).
 constexpr const char* kEchoed[] = {"model", "instructions", "max_output_tokens", "temperature", "top_p", "tools",
@@ -328,7 +328,8 @@ ApiResult<ResponsesRequest> translate_responses_request(std::string_view body_te
     if (!reasoning->IsObject()) return bad("reasoning", "must be an object");
     if (const Value* effort = json::member(*reasoning, "effort"); effort && !effort->IsNull()) {
       chat.AddMember("reasoning_effort", Value(*effort, a), a);
-      if (effort->IsString() && std::string_view(effort->GetString()) == "none") chat.AddMember("enable_thinking", false, a);
+      // An effort asks for reasoning, "none" for none: for templates that switch thinking on and off.
+      if (effort->IsString()) chat.AddMember("enable_thinking", std::string_view(effort->GetString()) != "none", a);
     }
   }
   auto stream = optional_boolean(body, "stream");

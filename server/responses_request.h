@@ -5,7 +5,7 @@
 //   function_call_output, reasoning) → messages; instructions → a leading system message;
 //   tools (flat {type:"function", name, parameters}) and tool_choice → the chat forms;
 //   text.format (json_schema / json_object) → response_format; max_output_tokens → max_tokens;
-//   reasoning.effort → reasoning_effort ("none" also turns thinking off).
+//   reasoning.effort → reasoning_effort, and enable_thinking (off for "none", on for the others).
 // previous_response_id continues a stored response (response_store.h): its conversation comes before
 // this input (its instructions do not carry over, as in OpenAI's API); an unknown id is a 404 naming
 // the field. conversation and background are a 400 naming the field, as are input items and tools of

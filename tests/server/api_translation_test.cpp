@@ -60,6 +60,7 @@ TEST(ResponsesRequest, StringInputWithInstructionsAndSettings) {
   EXPECT_EQ(chat["max_tokens"].GetInt(), 20);
   EXPECT_DOUBLE_EQ(chat["temperature"].GetDouble(), 0.5);
   EXPECT_EQ(str(chat["reasoning_effort"]), "low");
+  EXPECT_TRUE(chat["enable_thinking"].GetBool());  // an effort asks for reasoning
   EXPECT_EQ(str(chat["response_format"]["type"]), "json_schema");
   EXPECT_EQ(str(chat["response_format"]["json_schema"]["name"]), "answer");
   EXPECT_TRUE(chat["response_format"]["json_schema"]["strict"].GetBool());

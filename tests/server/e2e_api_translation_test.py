@@ -8,11 +8,14 @@ check that bad requests get each API's error shape with a 400. No Anthropic SDK 
 reader below is that client."""
 import json
 import os
+import shutil
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluice_server_harness import Server, run_e2e_tests  # noqa: E402
+from e2e_agent_test import THINK_TEMPLATE  # noqa: E402  (a Qwen3-style template that opens <think>)
 
 ARGS = None
 PROMPT = "def fibonacci(n):"
@@ -342,6 +345,65 @@ class MessagesApi(unittest.TestCase):
         self.assertEqual(status, 401, reply)
         status, reply = self.srv.json("POST", "/v1/messages", body, headers={"Authorization": "Bearer sekrit"})
         self.assertEqual(status, 200, reply)
+
+
+class ThinkingModel(unittest.TestCase):
+    """The bundled weights with a <think> template beside them: the reasoning split comes out as a Responses
+    reasoning item and an Anthropic thinking block, the same text as chat's reasoning_content."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-think-api-")
+        for name in os.listdir(ARGS.model):
+            if name != "chat_template.jinja":
+                os.symlink(os.path.abspath(os.path.join(ARGS.model, name)), os.path.join(cls.dir, name))
+        with open(os.path.join(cls.dir, "chat_template.jinja"), "w") as f:
+            f.write(THINK_TEMPLATE)
+        cls.srv = Server(ARGS.sluice, cls.dir, "--thinking=off")  # the requests below turn it on
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.dir)
+
+    def chat_split(self):
+        status, body = self.srv.json("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": PROMPT}], "enable_thinking": True, "max_tokens": 24,
+            "temperature": 0, "ignore_eos": True})
+        self.assertEqual(status, 200, body)
+        message = body["choices"][0]["message"]
+        self.assertTrue(message["reasoning_content"])
+        return message["reasoning_content"], message["content"]
+
+    def test_responses_reasoning_items(self):
+        reasoning, content = self.chat_split()
+        body = {"input": PROMPT, "reasoning": {"effort": "high"}, "max_output_tokens": 24, "temperature": 0,
+                "ignore_eos": True}
+        status, r = self.srv.json("POST", "/v1/responses", body)
+        self.assertEqual(status, 200, r)
+        self.assertEqual(r["output"][0]["type"], "reasoning")
+        self.assertEqual(r["output"][0]["content"][0]["text"], reasoning)
+        self.assertEqual("".join(p["text"] for i in r["output"] if i["type"] == "message" for p in i["content"]), content)
+        events = sse_events(self.srv, "/v1/responses", dict(body, stream=True))
+        self.assertEqual("".join(e["delta"] for n, e in events if n == "response.reasoning_text.delta"), reasoning)
+        self.assertEqual("".join(e["delta"] for n, e in events if n == "response.output_text.delta"), content)
+        # effort "none" turns thinking off: no reasoning item.
+        status, r = self.srv.json("POST", "/v1/responses", dict(body, reasoning={"effort": "none"}))
+        self.assertEqual(status, 200, r)
+        self.assertNotIn("reasoning", [i["type"] for i in r["output"]])
+
+    def test_messages_thinking_blocks(self):
+        reasoning, content = self.chat_split()
+        body = {"max_tokens": 24, "temperature": 0, "ignore_eos": True, "thinking": {"type": "enabled", "budget_tokens": 1024},
+                "messages": [{"role": "user", "content": PROMPT}]}
+        status, m = self.srv.json("POST", "/v1/messages", body)
+        self.assertEqual(status, 200, m)
+        self.assertEqual(m["content"][0], {"type": "thinking", "thinking": reasoning, "signature": ""})
+        self.assertEqual("".join(b.get("text", "") for b in m["content"] if b["type"] == "text"), content)
+        events = sse_events(self.srv, "/v1/messages", dict(body, stream=True))
+        self.assertEqual(events[2][1]["content_block"]["type"], "thinking")  # after message_start and ping
+        self.assertEqual("".join(e["delta"]["thinking"] for n, e in events
+                                 if n == "content_block_delta" and e["delta"]["type"] == "thinking_delta"), reasoning)
 
 
 def main():
