@@ -47,10 +47,11 @@ const char* stop_reason(const std::string& finish, bool stopped_by_sequence) {
   return stopped_by_sequence ? "stop_sequence" : "end_turn";
 }
 
-// Anthropic's call ids read toolu_…; the chat side's call_… keeps its random part.
+// Anthropic's call ids read toolu_…; the chat side's call_… keeps its random part. Ids of another
+// form (Mistral's nine characters, the only ones its templates take back) stay as they are.
 std::string tool_use_id(std::string_view chat_id) {
-  if (chat_id.starts_with("call_")) chat_id.remove_prefix(5);
-  return "toolu_" + std::string(chat_id);
+  if (!chat_id.starts_with("call_")) return std::string(chat_id);
+  return "toolu_" + std::string(chat_id.substr(5));
 }
 
 // Input tokens read from cache are counted apart, as Anthropic does (input + cache reads = the prompt).

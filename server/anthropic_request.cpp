@@ -267,4 +267,23 @@ ApiResult<MessagesRequest> translate_messages_request(std::string_view body_text
   return out;
 }
 
+ApiError messages_error_from_chat(ApiError error) {
+  struct Rename {
+    std::string_view chat, messages;
+  };
+  static constexpr Rename kRenames[] = {{".function.parameters", ".input_schema"}, {".function.", "."}};
+  auto rename = [](std::string& text) {
+    for (const auto& r : kRenames)
+      for (std::size_t at = text.find(r.chat); at != std::string::npos; at = text.find(r.chat, at + r.messages.size()))
+        text.replace(at, r.chat.size(), r.messages);
+  };
+  rename(error.param);
+  rename(error.message);
+  if (error.param == "stop") {
+    error.param = "stop_sequences";
+    if (error.message.starts_with("stop ")) error.message.replace(0, 4, "stop_sequences");
+  }
+  return error;
+}
+
 }  // namespace sluice::server

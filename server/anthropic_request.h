@@ -27,4 +27,8 @@ struct MessagesRequest {
 // `counting`: for /v1/messages/count_tokens, where max_tokens is not asked for.
 ApiResult<MessagesRequest> translate_messages_request(std::string_view body, bool counting = false);
 
+// A chat request's error in the Messages API's words (stop → stop_sequences, tools[0].function.parameters
+// → tools[0].input_schema).
+ApiError messages_error_from_chat(ApiError error);
+
 }  // namespace sluice::server

@@ -57,7 +57,8 @@ std::optional<Reply> handle_messages(ServerContext& ctx, const HttpRequest& req,
   auto translated = std::make_shared<TranslatingChannel>(
       channel, std::make_unique<MessagesTranslator>(ctx.info.model));
   auto reply = start_chat_completion(ctx, request->chat_body, session_id_of(req), translated);
-  if (reply && reply->status >= 400) return anthropic_error_reply(read_api_error(reply->status, reply->body));
+  if (reply && reply->status >= 400)
+    return anthropic_error_reply(messages_error_from_chat(read_api_error(reply->status, reply->body)));
   return reply;
 }
 
@@ -65,7 +66,7 @@ Reply handle_count_tokens(ServerContext& ctx, const HttpRequest& req) {
   auto request = translate_messages_request(req.body(), /*counting=*/true);
   if (!request) return anthropic_error_reply(request.error());
   auto chat = parse_chat_request(request->chat_body, ctx.defaults);
-  if (!chat) return anthropic_error_reply(chat.error());
+  if (!chat) return anthropic_error_reply(messages_error_from_chat(chat.error()));
   auto prompt = ctx.chat.render(chat->messages, chat->tools.IsArray() ? &chat->tools : nullptr, true,
                                 &chat->template_controls);
   if (!prompt) return anthropic_error_reply(ApiError::bad_request("chat template: " + prompt.message(), "messages"));

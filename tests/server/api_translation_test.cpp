@@ -498,6 +498,23 @@ TEST(MessagesRequest, BadRequestsNameTheField) {
             "stop_sequences");
 }
 
+TEST(MessagesErrors, ChatErrorsAreRenamedToMessagesFields) {
+  auto stops = translate_messages_request(
+      R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"stop_sequences":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})");
+  ASSERT_TRUE(stops.ok());
+  auto chat = parse_chat_request(stops->chat_body, RequestDefaults{});
+  ASSERT_FALSE(chat.ok());
+  ApiError renamed = messages_error_from_chat(chat.error());
+  EXPECT_EQ(renamed.param, "stop_sequences");
+  EXPECT_TRUE(renamed.message.starts_with("stop_sequences ")) << renamed.message;
+  auto schema = translate_messages_request(
+      R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":[]}]})");
+  ASSERT_TRUE(schema.ok());
+  auto bad_schema = parse_chat_request(schema->chat_body, RequestDefaults{});
+  ASSERT_FALSE(bad_schema.ok());
+  EXPECT_EQ(messages_error_from_chat(bad_schema.error()).param, "tools[0].input_schema");
+}
+
 TEST(MessagesErrors, AnthropicShapeAndTypeByStatus) {
   auto e = parse(anthropic_error_json(ApiError::bad_request("max_tokens is required", "max_tokens")));
   EXPECT_EQ(str(e["type"]), "error");
