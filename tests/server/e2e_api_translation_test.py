@@ -285,6 +285,16 @@ class MessagesApi(unittest.TestCase):
         self.assertEqual(m["stop_reason"], "stop_sequence", m)
         self.assertEqual(m["stop_sequence"], word)
         self.assertEqual(m["content"][0]["text"], text[:text.index(word)])
+        # Underneath, the chat completion names the stop string (vLLM's stop_reason), whole and streamed.
+        chat = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24, "temperature": 0, "stop": [word]}
+        status, c = self.srv.json("POST", "/v1/chat/completions", chat, headers=self.KEY)
+        self.assertEqual(status, 200, c)
+        self.assertEqual((c["choices"][0]["finish_reason"], c["choices"][0]["stop_reason"]), ("stop", word))
+        last = [json.loads(d) for d in self.srv.stream("/v1/chat/completions", dict(chat, stream=True),
+                                                       headers={"Authorization": "Bearer sekrit"}) if d != "[DONE]"][-1]
+        self.assertEqual(last["choices"][0]["stop_reason"], word)
+        status, c = self.srv.json("POST", "/v1/chat/completions", dict(chat, stop=["\u2603never"]), headers=self.KEY)
+        self.assertNotIn("stop_reason", c["choices"][0])
 
     def test_tool_choice_any_gives_tool_use_blocks_whose_input_validates(self):
         body = dict(max_tokens=120, temperature=0, messages=[{"role": "user", "content": "Weather in Paris for 3 days?"}],
