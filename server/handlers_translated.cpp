@@ -1,6 +1,7 @@
 // POST /v1/responses and POST /v1/messages: each API's request is translated into a chat completion
 // request and served by the chat machinery; its answer comes back through a TranslatingChannel that
-// reshapes it into the API's own objects and events.
+// reshapes it into the API's own objects and events. Also the stored responses (GET / DELETE
+// /v1/responses/{id}) and /v1/messages/count_tokens.
 #include "server/anthropic_request.h"
 #include "server/anthropic_output.h"
 #include "server/handlers.h"
@@ -11,6 +12,19 @@
 #include "util/json.h"
 
 namespace sluice::server {
+namespace {
+
+// The {id} of /v1/responses/{id}.
+std::string response_id_of(const HttpRequest& req) {
+  const std::string_view path = target_path(std::string_view(req.target().data(), req.target().size()));
+  return percent_decoded(path.substr(std::string_view("/v1/responses/").size()));
+}
+
+ApiError response_not_found(const std::string& id) {
+  return ApiError{404, "no stored response " + id, "invalid_request_error", "response_id", "response_not_found"};
+}
+
+}  // namespace
 
 std::optional<Reply> handle_responses(ServerContext& ctx, const HttpRequest& req,
                                       const std::shared_ptr<ResponseChannel>& channel) {
@@ -25,17 +39,6 @@ std::optional<Reply> handle_responses(ServerContext& ctx, const HttpRequest& req
     return Reply::error(responses_error_from_chat(read_api_error(reply->status, reply->body)));
   return reply;
 }
-
-// GET /v1/responses/{id} and DELETE /v1/responses/{id}.
-namespace {
-std::string response_id_of(const HttpRequest& req) {
-  const std::string_view path = target_path(std::string_view(req.target().data(), req.target().size()));
-  return percent_decoded(path.substr(std::string_view("/v1/responses/").size()));
-}
-ApiError response_not_found(const std::string& id) {
-  return ApiError{404, "no stored response " + id, "invalid_request_error", "response_id", "response_not_found"};
-}
-}  // namespace
 
 Reply handle_get_response(ServerContext& ctx, const HttpRequest& req) {
   const std::string id = response_id_of(req);

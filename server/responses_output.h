@@ -51,7 +51,6 @@ class ResponsesTranslator final : public ApiTranslator {
   std::string open(ItemKind kind, std::string call_id = {}, std::string name = {}, int chat_index = -1);
   std::string append(std::string_view text);
   std::string close(const char* status);
-  std::string finish(const char* finish_reason);
   void remember(const rapidjson::Value& output, const std::string& response) const;
 
   std::string id_;
