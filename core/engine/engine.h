@@ -64,10 +64,10 @@ enum class FinishReason { kStop, kLength, kCancelled, kError };
 const char* to_string(FinishReason reason);
 
 struct TokenEvent {
-  int choice = 0;  // which of the request's n choices it belongs to
   int32_t id = 0;
   float logprob = 0.0f;
   std::vector<TokenChoice> top_logprobs;  // filled when the request asks for them
+  int choice = 0;  // which of the request's n choices it belongs to
 };
 
 struct GenerationStats {
@@ -90,11 +90,11 @@ struct GenerationStats {
 };
 
 struct GenerationResult {
-  int choice = 0;  // which of the request's n choices
   std::vector<int32_t> ids;
   FinishReason finish = FinishReason::kLength;
   std::string error;  // when finish == kError
   GenerationStats stats;
+  int choice = 0;  // which of the request's n choices
 };
 
 struct GenerationRequest {

@@ -135,9 +135,9 @@ class Choices(unittest.TestCase):
         without = self.complete(dict(body, logit_bias={str(banned): -100}))
         self.assertNotEqual(without["choices"][0]["logprobs"]["tokens"][0], first)
         self.assertNotIn(first, without["choices"][0]["logprobs"]["tokens"])
-        forced_id = self.token_id("banana")
+        forced_id = self.token_id("print")
         forced = self.complete(dict(body, logit_bias={str(forced_id): 100}))
-        self.assertEqual(forced["choices"][0]["text"], "banana" * 6)
+        self.assertEqual(forced["choices"][0]["text"], "print" * 6)
         # The same through chat, streamed.
         text = ""
         for data in self.srv.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
@@ -146,7 +146,7 @@ class Choices(unittest.TestCase):
             if data != "[DONE]":
                 for c in json.loads(data)["choices"]:
                     text += c["delta"].get("content") or ""
-        self.assertEqual(text, "banana" * 3)
+        self.assertEqual(text, "print" * 3)
 
     def test_bad_n_and_logit_bias_are_400_naming_the_field(self):
         status, resp = self.srv.json("GET", "/v1/models")
