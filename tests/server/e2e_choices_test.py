@@ -148,6 +148,20 @@ class Choices(unittest.TestCase):
                     text += c["delta"].get("content") or ""
         self.assertEqual(text, "print" * 3)
 
+    def test_logit_bias_never_overrides_the_response_format(self):
+        # +100 on a token the grammar forbids outside strings, -100 on the token that opens the object:
+        # the grammar still decides (the object opens, the answer parses — max_tokens never cuts a
+        # constrained value), and the forced token comes wherever the grammar allows it (in a key).
+        forced = self.token_id("print")
+        brace = self.token_id("{")
+        resp = self.complete({"messages": [{"role": "user", "content": "Give me a JSON object."}],
+                              "response_format": {"type": "json_object"}, "max_tokens": 30, "temperature": 0,
+                              "logit_bias": {str(forced): 100, str(brace): -100}, "n": 2}, "/v1/chat/completions")
+        for c in resp["choices"]:
+            content = c["message"]["content"]
+            self.assertIsInstance(json.loads(content), dict)
+            self.assertIn("print", content)
+
     def test_bad_n_and_logit_bias_are_400_naming_the_field(self):
         status, resp = self.srv.json("GET", "/v1/models")
         for body, param in [({"n": 17}, "n"), ({"n": 0}, "n"), ({"n": "2"}, "n"),
