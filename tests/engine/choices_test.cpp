@@ -7,13 +7,13 @@
 #include <cmath>
 #include <future>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "choice_results.h"
 #include "greedy_requests.h"
 #include "model/model_config.h"
 #include "reference.h"
@@ -21,7 +21,9 @@
 namespace sluice {
 namespace {
 
+using test::ChoiceResults;
 using test::greedy;
+using test::run_choices;
 using test::prompt_of;
 
 std::unique_ptr<Engine> make_engine(int parallel = 4, const std::string& decode_ahead = "off", const std::string& draft = "") {
@@ -38,37 +40,6 @@ std::unique_ptr<Engine> make_engine(int parallel = 4, const std::string& decode_
   auto e = Engine::create(o);
   EXPECT_TRUE(e.ok()) << e.message();
   return e.ok() ? std::move(*e) : nullptr;
-}
-
-// Every choice's result, by choice index, once all n have ended (and the tokens each streamed).
-struct ChoiceResults {
-  std::map<int, GenerationResult> results;
-  std::map<int, std::vector<int32_t>> streamed;
-};
-
-ChoiceResults run_choices(Engine& engine, GenerationRequest request) {
-  auto req = std::make_shared<GenerationRequest>(std::move(request));
-  auto out = std::make_shared<ChoiceResults>();
-  auto mu = std::make_shared<std::mutex>();
-  auto all_done = std::make_shared<std::promise<void>>();
-  const int n = req->n;
-  req->on_token = [out, mu](const TokenEvent& e) {
-    std::lock_guard lock(*mu);
-    out->streamed[e.choice].push_back(e.id);
-    return true;
-  };
-  req->on_done = [out, mu, all_done, n](const GenerationResult& r) {
-    std::lock_guard lock(*mu);
-    EXPECT_EQ(out->results.count(r.choice), 0u) << "choice " << r.choice << " ended twice";
-    out->results[r.choice] = r;
-    if (static_cast<int>(out->results.size()) == n) all_done->set_value();
-  };
-  auto submitted = engine.submit(req);
-  EXPECT_TRUE(submitted.ok()) << submitted.message();
-  if (!submitted) return {};
-  all_done->get_future().wait();
-  std::lock_guard lock(*mu);
-  return *out;
 }
 
 GenerationRequest with_n(GenerationRequest r, int n) {
