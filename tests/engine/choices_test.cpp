@@ -16,6 +16,7 @@
 #include "choice_results.h"
 #include "greedy_requests.h"
 #include "model/model_config.h"
+#include "plugin/plugin_registry.h"
 #include "reference.h"
 
 namespace sluice {
@@ -26,11 +27,12 @@ using test::greedy;
 using test::run_choices;
 using test::prompt_of;
 
-std::unique_ptr<Engine> make_engine(int parallel = 4, const std::string& decode_ahead = "off", const std::string& draft = "") {
+std::unique_ptr<Engine> make_engine(int parallel = 4, const std::string& decode_ahead = "off", const std::string& draft = "",
+                                    const std::string& backend = "cpu") {
   EngineOptions o;
   o.model_dir = test::source_path("models/tiny-code-qwen2").string();
   o.plugin_dir = test::binary_path("lib").string();
-  o.backend = "cpu";
+  o.backend = backend;
   o.threads = 2;
   o.ctx_size = 512;
   o.parallel = parallel;
@@ -74,6 +76,26 @@ TEST(Choices, GreedyChoicesAreIdenticalToOneChoiceAndThePromptIsPrefilledOnce) {
   EXPECT_EQ(got.results.at(1).stats.cached_tokens, 37);
   EXPECT_EQ(got.results.at(0).stats.cached_tokens, 0);
   EXPECT_EQ(m.kv_pages_in_use, 0u);
+}
+
+// The fork's page copy on a device backend (kv_copy_page queued with the passes), greedy a token
+// ahead (on: the n choices decode ahead together once forked).
+TEST(Choices, OpenClForkedChoicesEqualOneChoice) {
+  {
+    PluginRegistry probe;
+    probe.scan(test::binary_path("lib"));
+    if (!probe.find(SL_PLUGIN_BACKEND, "opencl")) GTEST_SKIP() << "no usable OpenCL backend here (see `sluice plugins`)";
+  }
+  auto engine = make_engine(4, "on", "", "opencl");
+  auto alone = make_engine(1, "off", "", "opencl");
+  ASSERT_TRUE(engine && alone);
+  const auto prompt = prompt_of(11, 45);
+  const auto want = alone->generate(greedy(prompt, 10)).ids;
+  const auto got = run_choices(*engine, with_n(greedy(prompt, 10), 3));
+  ASSERT_EQ(got.results.size(), 3u);
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(got.results.at(c).ids, want) << "choice " << c;
+  EXPECT_EQ(engine->metrics().forked_sequences_total, 2u);
+  EXPECT_GT(engine->metrics().ahead_rows_total, engine->metrics().ahead_steps_total) << "the choices decoded ahead together";
 }
 
 TEST(Choices, ChoicesBeyondTheFreeSlotsWaitAndReuseThePromptsBlocks) {
