@@ -106,9 +106,9 @@ void GenerationJob::emit_text(Choice& c, const SplitText& parts, const std::vect
   if (!c.role_sent) {
     c.role_sent = true;
     static const std::string kAssistant = "assistant";
-    if (id().chat) send(sse_event(chunk_json(id(), &kAssistant, "", nullptr, nullptr, spec_.include_usage, c.index)));
+    if (id().chat) send(sse_event(chunk_json(id(), &kAssistant, "", nullptr, nullptr, spec_.include_usage, nullptr, c.index)));
     if (!spec_.echo_text.empty()) {
-      send(sse_event(chunk_json(id(), nullptr, spec_.echo_text, nullptr, nullptr, spec_.include_usage, c.index)));
+      send(sse_event(chunk_json(id(), nullptr, spec_.echo_text, nullptr, nullptr, spec_.include_usage, nullptr, c.index)));
       c.emitted_bytes += spec_.echo_text.size();
     }
   }
@@ -122,7 +122,7 @@ void GenerationJob::emit_text(Choice& c, const SplitText& parts, const std::vect
   } else if (text.empty() && logprobs.empty()) {
     return;
   }
-  send(sse_event(chunk_json(id(), nullptr, text, nullptr, spec_.logprobs ? &part : nullptr, spec_.include_usage, c.index)));
+  send(sse_event(chunk_json(id(), nullptr, text, nullptr, spec_.logprobs ? &part : nullptr, spec_.include_usage, nullptr, c.index)));
   c.emitted_bytes += text.size();
 }
 
@@ -192,7 +192,7 @@ void GenerationJob::on_done(const GenerationResult& result) {
   c.stats = result.stats;
   if (spec_.stream) {
     emit(c, "", {});  // role (and echo) if no token came
-    send(sse_event(chunk_json(id(), nullptr, "", c.finish, nullptr, spec_.include_usage, c.index)));
+    send(sse_event(chunk_json(id(), nullptr, "", c.finish, nullptr, spec_.include_usage, c.stop.matched(), c.index)));
   }
   if (choices_done_ == static_cast<int>(choices_.size())) answer();
 }
@@ -213,7 +213,8 @@ void GenerationJob::answer() {
     for (Choice& c : choices_) {
       LogprobsPart part{c.all_logprobs, spec_.echo_text.size()};
       std::string body = completion_json(id(), spec_.echo_text + c.full_text, c.finish, c.index == 0 ? total : c.stats,
-                                         spec_.logprobs ? &part : nullptr, c.reasoning ? &c.full_reasoning : nullptr);
+                                         spec_.logprobs ? &part : nullptr, c.reasoning ? &c.full_reasoning : nullptr,
+                                         c.stop.matched());
       bodies.push_back(c.tools ? c.tools->completion_with_calls(body) : std::move(body));
     }
     channel_->respond(200, merge_choices_json(bodies));

@@ -87,7 +87,7 @@ std::string ToolCallOutput::chunk_json(const CompletionIdentity& identity,
                                        int choice) const {
   // The chunk's frame (id, created, model, …) is the one every chunk has; its delta becomes the calls.
   rapidjson::Document doc;
-  doc.Parse(server::chunk_json(identity, nullptr, "", nullptr, nullptr, with_null_usage, choice));
+  doc.Parse(server::chunk_json(identity, nullptr, "", nullptr, nullptr, with_null_usage, nullptr, choice));
   auto& a = doc.GetAllocator();
   rapidjson::Value list(rapidjson::kArrayType);
   for (const auto& c : calls) {
