@@ -26,9 +26,12 @@ struct RequestDefaults {
 
 // What chat and text completions share.
 struct CompletionParams {
+  static constexpr std::size_t kMaxLogitBias = 1024;  // logit_bias entries
+
   std::string model;
   int max_tokens = 0;
-  SamplingParams sampling;
+  int n = 1;                    // choices (1..GenerationRequest::kMaxChoices)
+  SamplingParams sampling;      // with logit_bias (ids checked against the vocabulary by the handler)
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
