@@ -195,6 +195,12 @@ const std::vector<ModelPreset>& model_presets() {
     p.hidden = 4096; p.layers = 32; p.heads = 32; p.kv_heads = 8; p.head_dim = 128; p.ffn = 14336; p.vocab = 128256;
     p.rope_theta = 500000.0; p.max_positions = 8192;
     v.push_back(p);
+    p = {};  // llama3-8b's vocabulary: a draft model for it (speculative decoding)
+    p.name = "llama3.2-1b"; p.model_type = "llama"; p.architecture = "LlamaForCausalLM";
+    p.description = "Llama-3.2-1B shape: hidden 2048, 16 layers, 32/8 heads, head_dim 64, FFN 8192, vocab 128256, tied";
+    p.hidden = 2048; p.layers = 16; p.heads = 32; p.kv_heads = 8; p.head_dim = 64; p.ffn = 8192; p.vocab = 128256; p.tied = true;
+    p.rope_theta = 500000.0; p.max_positions = 8192;
+    v.push_back(p);
     p = {};
     p.name = "qwen3-30b-a3b"; p.model_type = "qwen3_moe"; p.architecture = "Qwen3MoeForCausalLM";
     p.description = "Qwen3-30B-A3B shape: 48 layers, hidden 2048, 32/4 heads, head_dim 128, 128 experts top-8, expert FFN 768";

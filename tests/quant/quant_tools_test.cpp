@@ -347,6 +347,22 @@ TEST(MakeModel, GptOssPresetHasTransformersLayoutRunsAndCountsActiveExperts) {
   EXPECT_NE(quantized.message().find("bf16 only"), std::string::npos) << quantized.message();
 }
 
+TEST(MakeModel, TheDraftPresetHasLlama3sVocabularyAndLlama32_1BsParameters) {
+  // llama3.2-1b drafts for llama3-8b: the same vocabulary, and Meta's published 1,235,814,400
+  // parameters (tied embeddings).
+  const quant::ModelPreset* draft = quant::find_preset("llama3.2-1b");
+  const quant::ModelPreset* target = quant::find_preset("llama3-8b");
+  ASSERT_TRUE(draft && target);
+  EXPECT_EQ(draft->vocab, target->vocab);
+  uint64_t params = 0;
+  for (const auto& t : quant::preset_tensors(*draft)) {
+    uint64_t n = 1;
+    for (auto d : t.shape) n *= static_cast<uint64_t>(d);
+    params += n;
+  }
+  EXPECT_EQ(params, 1235814400u);
+}
+
 TEST(MakeModel, UnknownPresetNamesTheKnownOnes) {
   TempDir out;
   auto o = tiny_options(out.path(), 0, 0);

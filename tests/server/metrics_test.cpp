@@ -35,7 +35,7 @@ std::string sample_text() {
   c.count_request("/v1/chat/completions", 200);
   c.count_request("/v1/chat/completions", 200);
   c.count_request("other", 404);
-  ServerInfo info{"tiny \"model\"", "cpu (x)", "f16", "resident", "0.1.0"};
+  ServerInfo info{"tiny \"model\"", "cpu (x)", "f16", "resident", "0.1.0", "replica-a"};
   return render_metrics(e, c, info, 12.5);
 }
 
