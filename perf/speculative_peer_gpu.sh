@@ -4,7 +4,8 @@
 #   start    the peer's build (detached); one Llama-3-8B-shaped model with random bf16 weights made with
 #            transformers (kept, unlike llamacpp_gpu.sh's) and converted for both (Sluice 4-bit with
 #            `sluice quantize`, llama.cpp f16 GGUF then Q4_0); the bundled model (trained on code) for
-#            both (Sluice bf16 target and 4-bit draft; llama.cpp f16 target and Q4_0 draft)
+#            both (Sluice bf16 target and 4-bit draft; llama.cpp f16 target and Q4_0 draft); a
+#            Llama-3.2-1B-shaped draft for the 8B target (the llama3.2-1b preset's shape; 4-bit / Q4_0)
 #   measure  the OpenCL op and conformance tests while the peer builds; then, on a quiet machine, each
 #            configuration served alone and single-stream greedy decode of code prompts timed by one
 #            client for both servers (perf/decode_stream_client.py): plain, n-gram drafting, draft
@@ -70,12 +71,31 @@ for f in ("tokenizer.json", "tokenizer_config.json"):
 PY
   fi
   log hf_model
+  # The draft: a Llama-3.2-1B-shaped model (the llama3.2-1b preset's shape) of the same vocabulary.
+  if [ ! -f $S/hf1b/config.json ]; then
+    TOKDIR=models/tiny-code-qwen2 python3 - <<'PY' 2>&1 | tail -3 >> "$OUT/progress.txt"
+import os, shutil, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+torch.manual_seed(1)
+cfg = AutoConfig.for_model("llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+    num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rope_theta=500000.0,
+    rms_norm_eps=1e-5, tie_word_embeddings=True, eos_token_id=2, bos_token_id=None)
+with torch.device("cuda"):
+    m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+m.save_pretrained("/tmp/spec/hf1b", max_shard_size="4GB")
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(os.path.join(os.environ["TOKDIR"], f), "/tmp/spec/hf1b")
+PY
+  fi
+  [ -d $S/s1b4 ] || timeout 120 "$F/sluice" quantize --model $S/hf1b --out $S/s1b4 --bits 4 --quiet > "$OUT/quantize1b.txt" 2>&1
   [ -d $S/s4 ] || timeout 300 "$F/sluice" quantize --model $S/hf --out $S/s4 --bits 4 --quiet > "$OUT/quantize4.txt" 2>&1; log sluice_4bit
   [ -d $S/t4 ] || timeout 60 "$F/sluice" quantize --model models/tiny-code-qwen2 --out $S/t4 --bits 4 --quiet > "$OUT/quantize_tiny.txt" 2>&1
   if [ ! -f $S/p-f16.gguf ]; then
     sed -i 's/raise NotImplementedError("BPE pre-tokenizer was not recognized - update get_vocab_base_pre()")/res = "qwen2"/' $W/lcpp/convert_hf_to_gguf.py
     PYTHONPATH=$W/lcpp/gguf-py timeout 400 python3 $W/lcpp/convert_hf_to_gguf.py $S/hf --outtype f16 --outfile $S/p-f16.gguf > "$OUT/convert.txt" 2>&1
   fi
+  [ -f $S/p1b-f16.gguf ] || PYTHONPATH=$W/lcpp/gguf-py timeout 200 python3 $W/lcpp/convert_hf_to_gguf.py $S/hf1b --outtype f16 \
+    --outfile $S/p1b-f16.gguf > "$OUT/convert1b.txt" 2>&1
   [ -f $S/t-f16.gguf ] || PYTHONPATH=$W/lcpp/gguf-py timeout 100 python3 $W/lcpp/convert_hf_to_gguf.py models/tiny-code-qwen2 --outtype f16 \
     --outfile $S/t-f16.gguf > "$OUT/convert_tiny.txt" 2>&1
   log peer_f16; ls -la $S >> "$OUT/progress.txt"; tail -1 $W/build.log >> "$OUT/progress.txt" ;;
@@ -90,12 +110,15 @@ measure)
   for i in $(seq 1 100); do grep -q BUILD_RC $W/build.log 2>/dev/null && break; sleep 5; done
   tail -2 $W/build.log > "$OUT/peer_build.txt"; log peer_built
   [ -f $S/p-q4_0.gguf ] || $L/llama-quantize $S/p-f16.gguf $S/p-q4_0.gguf Q4_0 > "$OUT/peer_quant.txt" 2>&1
+  [ -f $S/p1b-q4_0.gguf ] || $L/llama-quantize $S/p1b-f16.gguf $S/p1b-q4_0.gguf Q4_0 >> "$OUT/peer_quant.txt" 2>&1
   [ -f $S/t-q4_0.gguf ] || $L/llama-quantize $S/t-f16.gguf $S/t-q4_0.gguf Q4_0 >> "$OUT/peer_quant.txt" 2>&1
   log peer_quantized
   ours ours_plain $S/s4
   peer peer_plain $S/p-q4_0.gguf
   ours ours_ngram $S/s4 --draft ngram --num-draft-tokens 8
   peer peer_ngram $S/p-q4_0.gguf --spec-type ngram-simple --draft-max 8
+  ours ours_draft1b $S/s4 --draft-model $S/s1b4 --num-draft-tokens 8
+  peer peer_draft1b $S/p-q4_0.gguf -md $S/p1b-q4_0.gguf -ngld 99 --draft-max 8 --draft-p-min 0
   ours ours_plain_again $S/s4
   # The bundled model (trained on code): guesses that are kept.
   ours tiny_ours_plain models/tiny-code-qwen2
