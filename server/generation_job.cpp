@@ -10,6 +10,10 @@
 namespace sluice::server {
 namespace {
 
+// A request refused for KV room is told to come back soon: running sequences finish and free their
+// claims within seconds, and a longer wait is already behind it (--mem-wait).
+constexpr int kRetryAfterSeconds = 2;
+
 class TokenizerText final : public TokenText {
  public:
   TokenizerText(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
@@ -151,6 +155,13 @@ void GenerationJob::on_done(const GenerationResult& result) {
     toolcall::StreamDelta last = tools_->finish();
     emit_text(SplitText{{}, last.content}, {});
     emit_calls(last.calls);
+  }
+  if (result.finish == FinishReason::kError && result.retry_later) {  // never started: no KV room in time
+    ApiError error = ApiError::overloaded("the server is at its memory limit: " + result.error);
+    error.code = "memory_limit";
+    channel_->set_header("Retry-After", std::to_string(kRetryAfterSeconds));
+    channel_->respond(error.status, error.to_json());
+    return;
   }
   if (result.finish == FinishReason::kError) {
     ApiError error = ApiError::server_error("generation failed: " + result.error);

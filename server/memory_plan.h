@@ -11,7 +11,8 @@
 
 namespace sluice::server {
 
-// "8G", "512MiB", "1.5g", "1048576" → bytes; nullopt when malformed.
+// "8G", "512MiB", "1.5g", "1048576" → bytes; nullopt when malformed. (--mem-limit reads a bare
+// number as MiB: parse_mem_limit in engine/memory_budget.h.)
 std::optional<uint64_t> parse_byte_size(const std::string& text);
 std::string format_bytes(double bytes);
 
@@ -40,6 +41,7 @@ struct MemoryPlan {
   std::optional<uint64_t> budget;   // --mem-limit, else the memory available
   std::string budget_name;          // "--mem-limit 8G" or "available memory"
   bool mem_limit_malformed = false;
+  MemoryBudget parts;               // what the engine planned at start (EngineMetrics::memory)
   bool fits() const { return budget && total_bytes <= static_cast<double>(*budget); }
 };
 

@@ -36,7 +36,9 @@ struct ServerOptions {
   int queue_size = 64;
   std::string api_key;
   std::string cors_origin;
-  std::string mem_limit;       // later issue
+  std::string mem_limit;       // --mem-limit SIZE (engine/memory_budget.h: parse_mem_limit); "" none
+  int mem_wait_s = 30;         // how long a request waits for KV pages under the limit before 503
+  int ssd_prefetch = 0;        // SwiftLM's --ssd-prefetch: expert reads the streaming store keeps in flight (0: its default)
   std::string gpu_layers;      // "" every layer on --backend, N, or auto (EngineOptions::gpu_layers)
   std::string devices;         // offload devices, e.g. opencl:0:0,opencl:0:1 (EngineOptions::devices)
   std::string backend_options; // the offload backend's options (EngineOptions::backend_options)

@@ -28,6 +28,7 @@ struct RequestDefaults {
 struct CompletionParams {
   std::string model;
   int max_tokens = 0;
+  bool max_tokens_given = false;  // the request set max_tokens or max_completion_tokens (else the default)
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool stream = false;

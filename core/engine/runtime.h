@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
+#include "engine/memory_budget.h"
 #include "engine/placement.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -49,8 +50,22 @@ class Runtime {
   ExpertStoreHandle* expert_store() const { return store_.get(); }
   int context_size() const { return ctx_size_; }
   std::string model_name() const;
+  // What the process holds, as planned at start (engine/memory_budget.h): under --mem-limit the KV
+  // pool was sized to what the rest leaves; without one it describes the same parts.
+  const MemoryBudget& memory_budget() const { return budget_; }
+  // A draft model opened after this runtime (engine.cpp) takes draft_bytes of the limit: the KV pool
+  // is made again, smaller. Only before any sequence holds pages; a no-op without --mem-limit.
+  Status make_room(uint64_t draft_bytes);
 
  private:
+  // The KV cache at the capacity the plan allows (the whole wanted capacity without --mem-limit).
+  Status create_kv();
+
+  MemoryBudget budget_;
+  std::vector<KvStage> kv_stages_;
+  KvCodecChoice codecs_;
+  KvPoolSpec pools_;
+  uint32_t wanted_capacity_ = 0;  // positions without a limit: ctx_size × parallel (or the caller's)
   EngineOptions options_;
   std::unique_ptr<PluginRegistry> registry_;
   ModelConfig config_;
