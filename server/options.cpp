@@ -81,6 +81,9 @@ po::options_description describe(ServerOptions& o) {
     ("thinking", po::value(&o.thinking)->default_value(o.thinking)->implicit_value("on"),
      "enable_thinking for chat templates when a request does not set it: auto (the template's default) | on | off")
     ("info", po::bool_switch(&o.info), "print the memory plan and exit")
+    ("calibrate", po::bool_switch(&o.calibrate),
+     "measure this machine with this model (memory and disk read rates, prefill and decode rates) and write a plan "
+     "that later starts use for --parallel, --prefill-size and the expert budget when not given; then exit")
     ("log-level", po::value(&o.log_level)->default_value(o.log_level), "trace | debug | info | warn | error | off")
     ("body-limit", po::value(&o.body_limit)->default_value(o.body_limit), "largest request body in bytes (413 above)")
     ("read-timeout", po::value(&o.read_timeout_s)->default_value(o.read_timeout_s), "seconds to read one request")
@@ -163,6 +166,8 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
       po::store(po::parse_config_file(file, desc, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
+    for (const auto& [name, value] : vm)
+      if (!value.defaulted()) parsed.given.insert(name);
     if (parsed.options.ssd_prefetch > 0 && !parsed.options.stream_experts && parsed.options.expert_store.rfind("uring", 0) != 0)
       parsed.warnings.push_back("--ssd-prefetch: only the streaming expert store reads ahead (--stream-experts); no effect here");
   } catch (const po::error& e) {

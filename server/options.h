@@ -2,6 +2,7 @@
 // `sluice serve` options: the same names on the command line and in a config file (`--config FILE`,
 // `name = value` lines); the command line wins. Parsed with Boost.Program_options.
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ struct ServerOptions {
   bool dflash = false, vision = false, audio = false;
   std::string thinking = "auto";  // enable_thinking default: auto (the template's own) | on | off
   bool info = false;
+  bool calibrate = false;      // measure this machine with this model, write the plan file, exit
   std::string log_level = "info";
   // HTTP limits.
   std::size_t body_limit = 16u << 20;
@@ -72,6 +74,7 @@ struct ParsedOptions {
   bool help = false;
   std::string help_text;
   std::vector<std::string> warnings;  // accepted options whose feature is not available yet
+  std::set<std::string> given;        // options set on the command line or in --config (not defaults)
 };
 
 // Parses arguments (after `serve`) and the config file they name. An error is a usage error (exit 2).
