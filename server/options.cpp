@@ -168,6 +168,8 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
     po::notify(vm);
     for (const auto& [name, value] : vm)
       if (!value.defaulted()) parsed.given.insert(name);
+    if (parsed.given.count("mem-limit") && parsed.options.mem_limit.empty())
+      return make_error("--mem-limit: empty (give a size, e.g. 8G, 512M, or a number of MiB)");
     if (parsed.options.ssd_prefetch > 0 && !parsed.options.stream_experts && parsed.options.expert_store.rfind("uring", 0) != 0)
       parsed.warnings.push_back("--ssd-prefetch: only the streaming expert store reads ahead (--stream-experts); no effect here");
   } catch (const po::error& e) {

@@ -607,6 +607,7 @@ class EngineImpl final : public Engine {
       {
         std::lock_guard lock(mu_);
         ++metrics_.requests_total;
+        metrics_.kv_pages_claimed = claimed_pages_;  // before on_done: a caller that sees the result sees the claim gone
         if (s.result.finish == FinishReason::kError) ++metrics_.requests_failed;
         metrics_.prompt_tokens_total += s.result.stats.prompt_tokens;
         metrics_.cached_tokens_total += s.result.stats.cached_tokens;

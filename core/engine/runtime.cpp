@@ -3,6 +3,8 @@
 #include "engine/layer_split.h"
 #include "plugin/resident_store.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <thread>
@@ -132,6 +134,7 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   // one pass's activations with the host's copy of its logits, and the headroom.
   MemoryBudget& budget = rt->budget_;
   budget.limit = options.mem_limit_bytes;
+  malloc_trim(0);  // what was freed before (an earlier engine's heap) is not the process's need
   budget.process = resident_bytes_now();
   auto model = Transformer::create(rt->config_, *rt->tensors_, stages);
   if (!model) return model.error();
