@@ -25,6 +25,11 @@ uint64_t status_kib(const char* key) {
 uint64_t resident_bytes_now() { return status_kib("VmRSS"); }
 uint64_t resident_bytes_peak() { return status_kib("VmHWM"); }
 
+void reset_resident_peak() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+}
+
 // Sockets' buffers, requests being prepared (JSON, templates), results on their way out and the
 // allocator's slack do not grow with the model: a fixed amount, and a little more on a large limit.
 uint64_t memory_headroom(uint64_t limit) { return (16ull << 20) + limit / 50; }

@@ -39,6 +39,8 @@ uint64_t memory_headroom(uint64_t limit);
 // This process's resident set now and at its peak (VmRSS, VmHWM of /proc/self/status); 0 where unreadable.
 uint64_t resident_bytes_now();
 uint64_t resident_bytes_peak();
+// Starts VmHWM again from the current resident set (/proc/self/clear_refs; best effort).
+void reset_resident_peak();
 
 // --mem-limit's value: a bare number is MiB (as SwiftLM reads `--mem-limit 8192`); with a unit,
 // B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB — every unit a power of 1024. Zero, negative, fractional

@@ -134,7 +134,10 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   // one pass's activations with the host's copy of its logits, and the headroom.
   MemoryBudget& budget = rt->budget_;
   budget.limit = options.mem_limit_bytes;
-  malloc_trim(0);  // what was freed before (an earlier engine's heap) is not the process's need
+  if (budget.limit) {
+    malloc_trim(0);  // what was freed before (an earlier engine's heap) is not the process's need
+    reset_resident_peak();  // the peak from here on is this plan's
+  }
   budget.process = resident_bytes_now();
   auto model = Transformer::create(rt->config_, *rt->tensors_, stages);
   if (!model) return model.error();
@@ -199,6 +202,24 @@ Status Runtime::create_kv() {
   if (!probe) return probe.error();
   const double bytes_per_token = (*probe)->bytes_per_token();
   budget.kv_fixed = (*probe)->per_sequence_pool_bytes();
+  if (budget.limit && !warmed_up_) {
+    // What a backend sets up on first use is the process's too: kernels compiled (PoCL compiles
+    // with LLVM), a pass's buffers, thread pools. One short prefill and one decode step on the
+    // probe, then the process is what the resident set rose to since open() (its peak), less the
+    // weights.
+    kv_ = std::move(*probe);
+    SequenceState seq;
+    std::vector<float> logits;
+    const std::vector<int32_t> tokens(KvCache::kPageTokens, 0);
+    Status warm = run(seq, std::span(tokens).first(tokens.size() - 1), false, logits);
+    if (warm) warm = run(seq, std::span(tokens).last(1), false, logits);
+    kv_->release(seq);
+    kv_.reset();
+    if (!warm) return make_error("--mem-limit: a first pass to measure the process failed: " + warm.message());
+    warmed_up_ = true;
+    const uint64_t risen = std::max(resident_bytes_now(), resident_bytes_peak());
+    budget.process = std::max(budget.process, risen - std::min(risen, budget.weights));
+  }
   probe->reset();
   if (budget.limit) {
     // A device that keeps its own memory (not the CPU backend's, which is the host's) holds the pages

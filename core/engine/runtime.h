@@ -65,7 +65,8 @@ class Runtime {
   std::vector<KvStage> kv_stages_;
   KvCodecChoice codecs_;
   KvPoolSpec pools_;
-  uint32_t wanted_capacity_ = 0;  // positions without a limit: ctx_size × parallel (or the caller's)
+  uint32_t wanted_capacity_ = 0;
+  bool warmed_up_ = false;        // create_kv measured the process after a first pass  // positions without a limit: ctx_size × parallel (or the caller's)
   EngineOptions options_;
   std::unique_ptr<PluginRegistry> registry_;
   ModelConfig config_;

@@ -70,19 +70,21 @@ class BadLimits(unittest.TestCase):
 
 
 class BurstUnderLimit(unittest.TestCase):
+    BACKEND = "cpu"
     PROMPT_TOKENS = 200
     MAX_TOKENS = 800
     BURST = 12
 
     @classmethod
     def setUpClass(cls):
-        parts, _ = plan_parts("--parallel", "4")
+        backend = ("--backend", cls.BACKEND)
+        parts, _ = plan_parts("--parallel", "4", *backend)
         fixed = parts["process (code, libraries)"] + parts["weights"] + parts["activations"]
         # A KV pool of about 6 MiB (some 3000 tokens of f16 KV): three of the burst's sequences at a time,
         # each running for a second or more, so the last ones wait longer than --mem-wait.
         # headroom = 16 MiB + limit / 50 (engine/memory_budget.cpp), solved for the limit.
         cls.limit_mib = int((fixed + 16 * MIB + 6 * MIB) / (1 - 1 / 50) / MIB) + 1
-        cls.srv = Server(ARGS.sluice, ARGS.model, "--parallel", "4", "--mem-limit", "%dM" % cls.limit_mib, "--mem-wait", "1",
+        cls.srv = Server(ARGS.sluice, ARGS.model, *backend, "--parallel", "4", "--mem-limit", "%dM" % cls.limit_mib, "--mem-wait", "1",
                          "--max-tokens", "8000")
 
     @classmethod
@@ -141,8 +143,8 @@ class BurstUnderLimit(unittest.TestCase):
                 self.assertIn("KV cache", doc["error"]["message"])
                 self.assertGreaterEqual(int(headers["retry-after"]), 1)
                 rejected += 1
-        print("\n  burst: %d full answers, %d answered 503; peak VmRSS %.1f MiB, VmHWM %.1f MiB, limit %d MiB"
-              % (full, rejected, peak_seen[0] / MIB, status_kib(pid, "VmHWM") / MIB, self.limit_mib), file=sys.stderr)
+        print("\n  burst on %s: %d full answers, %d answered 503; peak VmRSS %.1f MiB, VmHWM %.1f MiB, limit %d MiB"
+              % (self.BACKEND, full, rejected, peak_seen[0] / MIB, status_kib(pid, "VmHWM") / MIB, self.limit_mib), file=sys.stderr)
         self.assertGreater(full, 0)
         self.assertGreater(rejected, 0, "the burst should outlast --mem-wait for some requests")
 
@@ -175,6 +177,28 @@ class BurstUnderLimit(unittest.TestCase):
         prompt = list(range(100, 140))
         status, _, body = self.srv.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 8, "temperature": 0})
         self.assertEqual(status, 200, body)
+
+
+def has_opencl_device():
+    out = subprocess.run([ARGS.sluice, "devices"], capture_output=True, text=True, timeout=60)
+    return "--backend opencl:" in out.stdout
+
+
+class BurstUnderLimitOpenCL(BurstUnderLimit):
+    """The same on the OpenCL backend (PoCL on a machine without a GPU): the device's memory is the KV
+    pages' budget too (the plan takes the smaller), and PoCL's buffers and compiled kernels are host
+    memory, inside the process's resident set."""
+    BACKEND = "opencl"
+
+    @classmethod
+    def setUpClass(cls):
+        if not has_opencl_device():
+            raise unittest.SkipTest("no OpenCL device (install PoCL: tools/setup.sh)")
+        super().setUpClass()
+
+    def test_info_names_the_device_budget(self):
+        _, text = plan_parts("--backend", "opencl")
+        self.assertRegex(text, r"KV pages also within opencl: .*: [0-9.]+ [MG]iB for them")
 
 
 def main():
