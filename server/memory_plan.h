@@ -42,7 +42,12 @@ struct MemoryPlan {
   std::string budget_name;          // "--mem-limit 8G" or "available memory"
   bool mem_limit_malformed = false;
   MemoryBudget parts;               // what the engine planned at start (EngineMetrics::memory)
-  bool fits() const { return budget && total_bytes <= static_cast<double>(*budget); }
+  // Under --mem-limit the engine sized its KV pool to fit: what it planned is within the limit. Else
+  // the weights and the configured codec at the full context against the memory available.
+  bool fits() const {
+    if (parts.limit > 0) return parts.planned() <= parts.limit;
+    return budget && total_bytes <= static_cast<double>(*budget);
+  }
 };
 
 MemoryPlan plan_memory(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit);
