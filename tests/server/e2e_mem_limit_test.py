@@ -91,10 +91,11 @@ class BurstUnderLimit(unittest.TestCase):
     def tearDownClass(cls):
         cls.srv.stop()
 
-    def completion(self, max_tokens, prompt_tokens=None, timeout=300):
+    def completion(self, max_tokens, prompt_tokens=None, timeout=300, stream=False):
         prompt = [(7 * i + 11) % 8000 + 100 for i in range(prompt_tokens or self.PROMPT_TOKENS)]
         return self.srv.request("POST", "/v1/completions",
-                                {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+                                {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                                 "stream": stream, "stream_options": {"include_usage": True}},
                                 timeout=timeout)
 
     def test_burst_stays_under_the_limit_and_every_request_completes_or_gets_503(self):
@@ -119,8 +120,8 @@ class BurstUnderLimit(unittest.TestCase):
         watcher.start()
         results = [None] * self.BURST
 
-        def one(i):
-            results[i] = self.completion(self.MAX_TOKENS)
+        def one(i):  # every other one streamed: a refused stream is a plain 503 before any event
+            results[i] = self.completion(self.MAX_TOKENS, stream=i % 2 == 1)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(len(results))]
         for t in threads:
@@ -132,6 +133,14 @@ class BurstUnderLimit(unittest.TestCase):
 
         full = rejected = 0
         for status, headers, body in results:
+            if status == 200 and headers["content-type"].startswith("text/event-stream"):
+                events = [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
+                self.assertEqual(events[-1], "[DONE]")
+                chunks = [json.loads(e) for e in events[:-1]]
+                self.assertEqual(chunks[-1]["usage"]["completion_tokens"], self.MAX_TOKENS)
+                self.assertIn("length", [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")])
+                full += 1
+                continue
             doc = json.loads(body)
             if status == 200:
                 self.assertEqual(doc["usage"]["completion_tokens"], self.MAX_TOKENS, doc)
