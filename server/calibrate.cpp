@@ -198,6 +198,32 @@ Result<CalibratedPlan> calibrate(const ServerOptions& options, const std::functi
     progress(fmt::format("decode, {} sequence{}: {:.0f} tokens/s together", batch, batch > 1 ? "s" : "", tps));
   }
   (*engine)->shutdown();
+  engine->reset();
+  // --gpu-layers auto: what fits the device against no layer there, decoding one sequence.
+  if (options.gpu_layers == "auto") {
+    auto decode_rate = [&](const std::string& layers, int& offloaded) -> Result<double> {
+      EngineOptions g = to_engine_options(options);
+      g.gpu_layers = layers;
+      g.parallel = 1;
+      auto one = Engine::create(g);
+      if (!one) return one.error();
+      offloaded = static_cast<int>((*one)->metrics().offloaded_layers);
+      (*one)->generate(fixed_length(prompt_tokens(32, vocab, seed + 200), 8));  // warm-up
+      auto r = (*one)->generate(fixed_length(prompt_tokens(32, vocab, seed + 201), 48));
+      if (r.finish == FinishReason::kError) return make_error("decode with --gpu-layers " + layers + ": " + r.error);
+      return r.stats.decode_tps();
+    };
+    int fitted = 0, none = 0;
+    auto offloaded = decode_rate("auto", fitted);
+    if (!offloaded) return offloaded.error();
+    auto cpu_only = decode_rate("0", none);
+    if (!cpu_only) return cpu_only.error();
+    plan.gpu_layers_decode_tps = *offloaded;
+    plan.cpu_only_decode_tps = *cpu_only;
+    plan.gpu_layers = *offloaded >= *cpu_only ? fitted : 0;
+    progress(fmt::format("decode with {} layers offloaded (what fits): {:.0f} tokens/s; with none: {:.0f} tokens/s", fitted,
+                         *offloaded, *cpu_only));
+  }
   // A step at batch 1 reads every weight once: its rate is the backend's effective read bandwidth.
   if (!plan.decode.empty() && plan.decode.front().decode_tps > 0)
     plan.weight_read_gbps = static_cast<double>(weight_bytes) * plan.decode.front().decode_tps / 1e9;

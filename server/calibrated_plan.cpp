@@ -108,8 +108,10 @@ std::string plan_json(const CalibratedPlan& p) {
   for (std::size_t i = 0; i < p.decode.size(); ++i)
     out += fmt::format("{}{{\"batch\": {}, \"tokens_per_second\": {:.1f}}}", i ? ", " : "", p.decode[i].batch, p.decode[i].decode_tps);
   out += "]\n  },\n";
-  out += fmt::format("  \"choices\": {{\"parallel\": {}, \"prefill_size\": {}, \"expert_cache_mb\": {}}}\n}}\n", p.parallel,
-                     p.prefill_size, p.expert_cache_mb);
+  out += fmt::format("  \"gpu_layers_measured\": {{\"offloaded_tokens_per_second\": {:.1f}, \"cpu_tokens_per_second\": {:.1f}}},\n",
+                     p.gpu_layers_decode_tps, p.cpu_only_decode_tps);
+  out += fmt::format("  \"choices\": {{\"parallel\": {}, \"prefill_size\": {}, \"expert_cache_mb\": {}, \"gpu_layers\": {}}}\n}}\n",
+                     p.parallel, p.prefill_size, p.expert_cache_mb, p.gpu_layers);
   return out;
 }
 
@@ -173,6 +175,14 @@ Result<CalibratedPlan> parse_plan(const std::string& text) {
   if (auto st = choice("parallel", 1024, p.parallel); !st) return st.error();
   if (auto st = choice("prefill_size", 65536, p.prefill_size); !st) return st.error();
   if (auto st = choice("expert_cache_mb", 1 << 24, p.expert_cache_mb); !st) return st.error();
+  if (auto v = json::integer(*choices, "gpu_layers"); !v || *v < -1 || *v > 4096)
+    return make_error("plan file: choice \"gpu_layers\" missing or out of range");
+  else
+    p.gpu_layers = static_cast<int>(*v);
+  if (const auto* g = json::member(root, "gpu_layers_measured"); g && g->IsObject()) {
+    p.gpu_layers_decode_tps = std::clamp(json::number(*g, "offloaded_tokens_per_second").value_or(0), 0.0, 1e9);
+    p.cpu_only_decode_tps = std::clamp(json::number(*g, "cpu_tokens_per_second").value_or(0), 0.0, 1e9);
+  }
   return p;
 }
 
@@ -230,6 +240,10 @@ std::string apply_plan(const CalibratedPlan& plan, const std::set<std::string>& 
   if (plan.expert_cache_mb > 0 && !given.count("expert-cache-mb")) {
     o.expert_cache_mb = plan.expert_cache_mb;
     note("expert-cache-mb " + std::to_string(plan.expert_cache_mb));
+  }
+  if (plan.gpu_layers >= 0 && o.gpu_layers == "auto") {  // the user asked for auto: the measured choice
+    o.gpu_layers = std::to_string(plan.gpu_layers);
+    note("gpu-layers " + o.gpu_layers);
   }
   return applied.empty() ? "nothing (every choice was given)" : applied;
 }

@@ -46,6 +46,10 @@ struct CalibratedPlan {
   int parallel = 0;                // 0: no choice
   int prefill_size = 0;
   int expert_cache_mb = 0;
+  // --gpu-layers auto, calibrated: the offloaded layers that decoded fastest of those measured (what
+  // fits the device, and none); -1: not measured (calibrated without --gpu-layers auto).
+  int gpu_layers = -1;
+  double gpu_layers_decode_tps = 0, cpu_only_decode_tps = 0;
 };
 
 // The keys of a model folder and of this machine with these options (--backend, --devices).
@@ -67,8 +71,8 @@ Status write_plan(const CalibratedPlan& plan, const std::filesystem::path& path)
 std::optional<CalibratedPlan> find_plan(const std::filesystem::path& model_dir, const ServerOptions& options,
                                         std::vector<std::string>& warnings, std::filesystem::path* found_at = nullptr);
 
-// Takes the plan's choices for the options not in `given` (names as on the command line). Returns
-// what it set, e.g. "parallel 4, prefill-size 256".
+// Takes the plan's choices for the options not in `given` (names as on the command line), and its
+// layer count for a --gpu-layers auto. Returns what it set, e.g. "parallel 4, prefill-size 256".
 std::string apply_plan(const CalibratedPlan& plan, const std::set<std::string>& given, ServerOptions& options);
 
 }  // namespace sluice::server

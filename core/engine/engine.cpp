@@ -50,6 +50,7 @@ class EngineImpl final : public Engine {
         mem_wait_(std::chrono::milliseconds(std::max(0, options.mem_wait_ms))) {
     if (drafter_) metrics_.drafter = drafter_->describe(), metrics_.draft_bytes = drafter_->memory_bytes();
     metrics_.weight_bytes = rt_->model().weight_bytes();
+    metrics_.offloaded_layers = rt_->offloaded_layers();
     metrics_.kv_bytes_capacity = rt_->kv().capacity_bytes();
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();
     metrics_.kv_page_tokens = rt_->kv().page_tokens();

@@ -147,6 +147,7 @@ struct EngineMetrics {
   int queue_depth = 0;
   int active_sequences = 0;
   uint64_t weight_bytes = 0;
+  uint32_t offloaded_layers = 0;  // layers on a backend other than the CPU's
   uint64_t kv_bytes_capacity = 0;
   uint64_t kv_bytes_used = 0;
   // KV pages: held by live sequences (0 when idle, so anything else is a leak) and kept by the prefix

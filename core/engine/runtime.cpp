@@ -127,7 +127,10 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   rt->placement_ = placement->describe();
   rt->backends_ = std::move(placement->backends);
   std::vector<StageSpec> stages;
-  for (std::size_t i = 0; i < rt->backends_.size(); ++i) stages.push_back(StageSpec{rt->backends_[i].get(), placement->n_layers[i]});
+  for (std::size_t i = 0; i < rt->backends_.size(); ++i) {
+    stages.push_back(StageSpec{rt->backends_[i].get(), placement->n_layers[i]});
+    if (rt->backends_[i]->name() != "cpu") rt->offloaded_layers_ += placement->n_layers[i];
+  }
 
   // The plan's first parts: the process as it is before the weights (code, libraries, plugins,
   // tokenizer, opened backends), the weights as they turn out resident (a backend may widen them),

@@ -43,6 +43,8 @@ class Runtime {
   // Every backend the model runs on, and which layers each runs ("cpu: ..." when not split).
   const std::vector<std::unique_ptr<BackendHandle>>& backends() const { return backends_; }
   const std::string& placement() const { return placement_; }
+  // Layers on backends other than the CPU's (what --gpu-layers auto chose, or every layer on OpenCL).
+  uint32_t offloaded_layers() const { return offloaded_layers_; }
   Transformer& model() { return *model_; }
   const Transformer& model() const { return *model_; }
   KvCache& kv() { return *kv_; }
@@ -74,6 +76,7 @@ class Runtime {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::unique_ptr<BackendHandle>> backends_;  // one per stage, in layer order
   std::string placement_;
+  uint32_t offloaded_layers_ = 0;
   std::unique_ptr<ExpertStoreHandle> store_;  // MoE models only; outlives the model that uses it
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<KvCache> kv_;

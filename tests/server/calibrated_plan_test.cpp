@@ -73,6 +73,29 @@ TEST(CalibratedPlan, AppliesOnlyWhatTheUserDidNotGive) {
   EXPECT_EQ(fresh.parallel, 2);
 }
 
+TEST(CalibratedPlan, MeasuredLayerCountResolvesOnlyAGpuLayersAuto) {
+  CalibratedPlan plan = sample_plan();
+  plan.gpu_layers = 0;
+  auto back = parse_plan(plan_json(plan));
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->gpu_layers, 0);
+  ServerOptions with_auto;
+  with_auto.gpu_layers = "auto";
+  EXPECT_NE(apply_plan(*back, {"gpu-layers"}, with_auto).find("gpu-layers 0"), std::string::npos);
+  EXPECT_EQ(with_auto.gpu_layers, "0");
+  ServerOptions with_number;
+  with_number.gpu_layers = "3";
+  apply_plan(*back, {"gpu-layers"}, with_number);
+  EXPECT_EQ(with_number.gpu_layers, "3");
+  ServerOptions none;  // every layer on --backend: the plan does not split it
+  apply_plan(*back, {}, none);
+  EXPECT_EQ(none.gpu_layers, "");
+  ServerOptions unmeasured;
+  unmeasured.gpu_layers = "auto";
+  apply_plan(sample_plan(), {"gpu-layers"}, unmeasured);  // -1: calibrated without --gpu-layers auto
+  EXPECT_EQ(unmeasured.gpu_layers, "auto");
+}
+
 TEST(CalibratedPlan, KeysTellBackendsApart) {
   ServerOptions cpu, opencl;
   cpu.backend = "cpu";

@@ -70,6 +70,18 @@ class Calibrate(unittest.TestCase):
         self.assertIn("calibrated plan " + self.plan_file, out.stdout)
         self.assertNotIn("parallel %d" % plan["choices"]["parallel"], out.stdout)
 
+    def test_measured_layer_count_resolves_gpu_layers_auto(self):
+        # This machine has no GPU: --gpu-layers auto alone is refused; a plan that measured the
+        # offload (here written by hand: calibrating on PoCL takes minutes) resolves it.
+        plan = json.loads(self.plan_text)
+        self.assertEqual(plan["choices"]["gpu_layers"], -1)  # calibrated without --gpu-layers auto
+        plan["choices"]["gpu_layers"] = 0
+        with open(self.plan_file, "w") as f:
+            f.write(json.dumps(plan))
+        out = self.serve("--info", "--gpu-layers", "auto")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("gpu-layers 0", out.stdout)
+
     def test_another_backend_is_another_machine_key(self):
         out = self.serve("--info", "--backend", "cpu")
         self.assertEqual(out.returncode, 0, out.stderr)

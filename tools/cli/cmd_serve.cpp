@@ -96,8 +96,10 @@ int run_serve(const Args& args) {
       std::fprintf(stderr, "sluice serve --calibrate: %s\n", written.message().c_str());
       return 1;
     }
-    std::printf("chosen: --parallel %d --prefill-size %d%s\nplan written: %s\n", plan->parallel, plan->prefill_size,
-                plan->expert_cache_mb ? (" --expert-cache-mb " + std::to_string(plan->expert_cache_mb)).c_str() : "", path.c_str());
+    std::string chosen = "--parallel " + std::to_string(plan->parallel) + " --prefill-size " + std::to_string(plan->prefill_size);
+    if (plan->expert_cache_mb) chosen += " --expert-cache-mb " + std::to_string(plan->expert_cache_mb);
+    if (plan->gpu_layers >= 0) chosen += " --gpu-layers " + std::to_string(plan->gpu_layers) + " (for --gpu-layers auto)";
+    std::printf("chosen: %s\nplan written: %s\n", chosen.c_str(), path.c_str());
     return 0;
   }
   // A plan --calibrate wrote for this model and machine chooses what the user did not.
