@@ -12,6 +12,9 @@
 // (engine/greedy_ahead.h: each step's token is the step before's choice, left on the device, and the
 // host issues the next step before it reads that choice back); elsewhere, or with --decode-ahead off,
 // each step's logits come to the host before the next step (its token then random, as llama-bench's).
+// --ahead-steps N (1 or 2; default the engine's, GreedyAhead::kStepsAhead) keeps N steps queued behind
+// the one being read back: a measure of whether the host's pauses between tokens reach the device.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -125,7 +128,7 @@ int main(int argc, char** argv) {
   o.backend = "auto";
   o.kv_codec = "f16";
   std::vector<int> depths = {0};
-  int pp = 512, tg = 64, reps = 1;
+  int pp = 512, tg = 64, reps = 1, ahead_steps = GreedyAhead::kStepsAhead;
   bool json = false, fill_forward = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -135,13 +138,14 @@ int main(int argc, char** argv) {
     else if (a == "--tg") tg = std::stoi(next());
     else if (a == "--reps") reps = std::max(1, std::stoi(next()));
     else if (a == "--json") json = true;
+    else if (a == "--ahead-steps") ahead_steps = std::clamp(std::stoi(next()), 1, 2);
     else if (a == "--fill") fill_forward = next() == "forward";
     else if (a == "--depths") {
       depths = perf::int_list(next());
     } else {
       std::fprintf(stderr,
                    "usage: bench_depth --model DIR [--backend B] [--backend-options OPTS] [--kv-codec C] [--kv-recent N] [--depths 0,8192]\n"
-                   "                   [--pp N] [--tg N] [--reps N] [--fill random|forward] [--decode-ahead auto|on|off] [--json]\n");
+                   "                   [--pp N] [--tg N] [--reps N] [--fill random|forward] [--decode-ahead auto|on|off] [--ahead-steps 1|2] [--json]\n");
       return 2;
     }
   }
@@ -173,9 +177,12 @@ int main(int argc, char** argv) {
     }
     GreedyAhead greedy(**rt, seq, seq.n_past);
     if (auto s = greedy.issue(id(rng)); !s) return s;
+    int issued = 1;
     for (int i = 0; i < steps; ++i) {
-      if (i + 1 < steps)
+      while (issued < steps && greedy.in_flight() <= ahead_steps) {
         if (auto s = greedy.issue_next(); !s) return s;
+        ++issued;
+      }
       if (auto t = greedy.take(); !t) return t.error();
     }
     seq.n_past = greedy.next_position();

@@ -12,6 +12,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/request_parser.h"
+#include "server/response_store.h"
 
 namespace sluice::server {
 
@@ -40,6 +41,7 @@ struct ServerContext {
   ServerCounters counters;
   DownloadJobs downloads;         // hub downloads started through the web app
   GrammarCache grammars;  // structured outputs' compiled grammars
+  ResponseStore responses;  // finished Responses API answers, for previous_response_id
   WorkPool* work_pool = nullptr;  // where body-parsing routes run; null → inline (the server sets it)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   // Draining (SIGTERM, POST /admin/drain): /health answers 503 and new generations are refused while

@@ -179,12 +179,13 @@ void GenerationJob::on_done(const GenerationResult& result) {
   if (!spec_.stream) {
     LogprobsPart part{all_logprobs_, spec_.echo_text.size()};
     std::string body = completion_json(id(), spec_.echo_text + full_text_, finish, result.stats,
-                                       spec_.logprobs ? &part : nullptr, reasoning_ ? &full_reasoning_ : nullptr);
+                                       spec_.logprobs ? &part : nullptr, reasoning_ ? &full_reasoning_ : nullptr,
+                                       stop_.matched());
     channel_->respond(200, tools_ ? tools_->completion_with_calls(body) : body);
     return;
   }
   emit("", {});  // role (and echo) if no token came
-  send(sse_event(chunk_json(id(), nullptr, "", finish, nullptr, spec_.include_usage)));
+  send(sse_event(chunk_json(id(), nullptr, "", finish, nullptr, spec_.include_usage, stop_.matched())));
   if (spec_.include_usage) send(sse_event(usage_chunk_json(id(), result.stats)));
   send(sse_done());
   channel_->end_stream();

@@ -22,6 +22,23 @@ Reply handle_apply_template(ServerContext& ctx, const HttpRequest& req);
 // POST /v1/chat/completions, /v1/completions
 std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpRequest& req,
                                              const std::shared_ptr<ResponseChannel>& channel);
+// X-Session-Id as the client sent it, when it is short printable ASCII (echoed back); "" otherwise.
+std::string_view session_id_of(const HttpRequest& req);
+// The chat completion behind every chat-shaped API: /v1/chat/completions itself, and the Responses and
+// Messages APIs, which translate their requests into a chat body and read the answer back through a
+// translating channel (translating_channel.h).
+std::optional<Reply> start_chat_completion(ServerContext& ctx, std::string_view chat_body, std::string_view session_id,
+                                           const std::shared_ptr<ResponseChannel>& channel);
+// POST /v1/responses (OpenAI's Responses API) and POST /v1/messages (Anthropic's Messages API).
+std::optional<Reply> handle_responses(ServerContext& ctx, const HttpRequest& req,
+                                      const std::shared_ptr<ResponseChannel>& channel);
+std::optional<Reply> handle_messages(ServerContext& ctx, const HttpRequest& req,
+                                     const std::shared_ptr<ResponseChannel>& channel);
+// GET / DELETE /v1/responses/{id}: a stored response object, or forgetting it (404 when not stored).
+Reply handle_get_response(ServerContext& ctx, const HttpRequest& req);
+Reply handle_delete_response(ServerContext& ctx, const HttpRequest& req);
+// POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt a Messages request would render to.
+Reply handle_count_tokens(ServerContext& ctx, const HttpRequest& req);
 std::optional<Reply> handle_completions(ServerContext& ctx, const HttpRequest& req,
                                         const std::shared_ptr<ResponseChannel>& channel);
 

@@ -93,6 +93,7 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
   if (auto key = prefix_routing_key(prompt_ids)) channel->set_header("X-Sluice-Prefix-Key", routing_key_text(*key));
   if (!session_id.empty()) channel->set_header("X-Session-Id", std::string(session_id));
   if (!ctx.info.replica.empty()) channel->set_header("X-Sluice-Replica", ctx.info.replica);
+  channel->note_prompt_tokens(prompt_tokens);
   auto request = std::make_shared<GenerationRequest>();
   // Structured outputs and forced calls: compiled (or found compiled) off the engine thread.
   if (grammar) request->constraint = std::make_shared<constrain::GrammarConstraint>(std::move(grammar));
@@ -120,6 +121,8 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
   return std::nullopt;
 }
 
+}  // namespace
+
 // X-Session-Id as the client sent it, when it is short printable ASCII (it goes back in a header).
 std::string_view session_id_of(const HttpRequest& req) {
   const auto it = req.find("X-Session-Id");
@@ -131,11 +134,14 @@ std::string_view session_id_of(const HttpRequest& req) {
   return v;
 }
 
-}  // namespace
-
 std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpRequest& req,
                                              const std::shared_ptr<ResponseChannel>& channel) {
-  auto parsed = parse_chat_request(req.body(), ctx.defaults);
+  return start_chat_completion(ctx, req.body(), session_id_of(req), channel);
+}
+
+std::optional<Reply> start_chat_completion(ServerContext& ctx, std::string_view body, std::string_view session_id,
+                                           const std::shared_ptr<ResponseChannel>& channel) {
+  auto parsed = parse_chat_request(body, ctx.defaults);
   if (!parsed) return Reply::error(parsed.error());
   ChatRequest& chat = *parsed;
   auto prompt = ctx.chat.render(chat.messages, chat.tools.IsArray() ? &chat.tools : nullptr,
@@ -166,7 +172,7 @@ std::optional<Reply> handle_chat_completions(ServerContext& ctx, const HttpReque
     grammar = std::move(*format);
   }
   spec.parallel_tool_calls = chat.parallel_tool_calls;
-  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel, session_id_of(req),
+  return start_generation(ctx, chat.params, std::move(ids), std::move(spec), "messages", channel, session_id,
                           std::move(grammar));
 }
 
@@ -229,6 +235,11 @@ Router make_router(ServerContext& ctx) {
   r.add(V::post, "/chat/completions", generate(handle_chat_completions), Work::kPool);
   r.add(V::post, "/v1/completions", generate(handle_completions), Work::kPool);
   r.add(V::post, "/completions", generate(handle_completions), Work::kPool);
+  r.add(V::post, "/v1/responses", generate(handle_responses), Work::kPool);
+  r.add_prefix(V::get, "/v1/responses/", "/v1/responses/{id}", with_body(handle_get_response));
+  r.add_prefix(V::delete_, "/v1/responses/", "/v1/responses/{id}", with_body(handle_delete_response));
+  r.add(V::post, "/v1/messages", generate(handle_messages), Work::kPool);
+  r.add(V::post, "/v1/messages/count_tokens", with_body(handle_count_tokens), Work::kPool);
   // The web app's.
   r.add(V::get, "/v1/server", now(handle_server_info));
   r.add(V::get, "/v1/hub/models", now(handle_cached_models), Work::kPool);      // reads the disk

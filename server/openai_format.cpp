@@ -115,9 +115,10 @@ void logprobs_value(Writer& w, bool chat, const LogprobsPart* lp) {
   w.EndObject();
 }
 
-void finish(Writer& w, const char* reason) {
+void finish(Writer& w, const char* reason, const std::string* stop_string = nullptr) {
   key(w, "finish_reason");
   reason ? w.String(reason) : w.Null();
+  if (stop_string) key(w, "stop_reason"), str(w, *stop_string);
 }
 
 }  // namespace
@@ -146,7 +147,7 @@ const char* finish_reason_name(FinishReason reason) {
 
 std::string completion_json(const CompletionIdentity& id, const std::string& text, const char* finish_reason,
                             const GenerationStats& stats, const LogprobsPart* logprobs,
-                            const std::string* reasoning_content) {
+                            const std::string* reasoning_content, const std::string* stop_reason) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
@@ -170,7 +171,7 @@ std::string completion_json(const CompletionIdentity& id, const std::string& tex
     key(w, "text"), str(w, text);
   }
   logprobs_value(w, id.chat, logprobs);
-  finish(w, finish_reason);
+  finish(w, finish_reason, stop_reason);
   w.EndObject();
   w.EndArray();
   usage(w, stats);
@@ -179,7 +180,8 @@ std::string completion_json(const CompletionIdentity& id, const std::string& tex
 }
 
 std::string chunk_json(const CompletionIdentity& id, const std::string* role, const std::string& text,
-                       const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage) {
+                       const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage,
+                       const std::string* stop_reason) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
@@ -198,7 +200,7 @@ std::string chunk_json(const CompletionIdentity& id, const std::string* role, co
     key(w, "text"), str(w, text);
   }
   logprobs_value(w, id.chat, logprobs);
-  finish(w, finish_reason);
+  finish(w, finish_reason, stop_reason);
   w.EndObject();
   w.EndArray();
   if (with_null_usage) key(w, "usage"), w.Null();

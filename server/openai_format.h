@@ -34,11 +34,13 @@ struct LogprobsPart {
 // string, or null when the answer held none.
 std::string completion_json(const CompletionIdentity& id, const std::string& text, const char* finish_reason,
                             const GenerationStats& stats, const LogprobsPart* logprobs,
-                            const std::string* reasoning_content = nullptr);
+                            const std::string* reasoning_content = nullptr, const std::string* stop_reason = nullptr);
 // A streamed chunk. Chat: `role` first (delta {role, content:""}), then content deltas; the last
 // carries finish_reason and an empty delta.
+// `stop_reason` (vLLM's field, beside finish_reason "stop"): the stop string that ended the answer.
 std::string chunk_json(const CompletionIdentity& id, const std::string* role, const std::string& text,
-                       const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage);
+                       const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage,
+                       const std::string* stop_reason = nullptr);
 // A streamed chat chunk of reasoning: delta {reasoning_content} (vLLM's and DeepSeek's field).
 std::string reasoning_chunk_json(const CompletionIdentity& id, const std::string& reasoning, const LogprobsPart* logprobs,
                                  bool with_null_usage);

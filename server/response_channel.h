@@ -23,6 +23,9 @@ class ResponseChannel {
   // A response header for this exchange (the routing key), set before anything is sent — by the
   // handler, before the generation is submitted.
   virtual void set_header(std::string name, std::string value) = 0;
+  // The prompt's length in tokens, told before the generation is submitted: an API that reports it
+  // up front (Anthropic's message_start) reads it here; a connection has no use for it.
+  virtual void note_prompt_tokens(int /*tokens*/) {}
 };
 
 }  // namespace sluice::server

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "server/anthropic_output.h"  // error_reply_for
 #include "server/http_policy.h"
 #include "server/utf8_output.h"
 #include "server/work_pool.h"
@@ -185,9 +186,9 @@ void Session::handle() {
 
   Router::Match match = router_.find(request_->method(), path);
   if (!is_authorized(*request_, path, ctx_.options.api_key)) {
-    return write_reply(Reply::error(ApiError::unauthorized()), match.route);
+    return write_reply(error_reply_for(path, ApiError::unauthorized()), match.route);
   }
-  if (!match.handler) return write_reply(Reply::error(*match.error), match.route);
+  if (!match.handler) return write_reply(error_reply_for(path, *match.error), match.route);
 
   route_ = match.route;
   cancelled_ = std::make_shared<std::atomic<bool>>(false);
@@ -234,7 +235,8 @@ void Session::run_on_pool(const Handler& handler, const std::shared_ptr<Response
   if (!ctx_.work_pool->submit(std::move(job), std::move(dropped))) {
     --preparing;
     ++ctx_.counters.rejected_overloaded;
-    return write_reply(Reply::error(ApiError::overloaded("the server is busy: too many requests are being prepared")),
+    const std::string_view path = target_path(std::string_view(request_->target().data(), request_->target().size()));
+    return write_reply(error_reply_for(path, ApiError::overloaded("the server is busy: too many requests are being prepared")),
                        route_);
   }
   watch_disconnect();

@@ -34,7 +34,10 @@ std::string StopMatcher::push(std::string_view piece) {
       while (k > 0 && pending_[i] != stop.text[k]) k = stop.fallback[k - 1];
       if (pending_[i] == stop.text[k]) ++k;
       if (k == stop.text.size()) {
-        first = std::min(first, i + 1 - k);
+        if (i + 1 - k < first) {
+          first = i + 1 - k;
+          matched_ = &stop.text;
+        }
         break;
       }
     }

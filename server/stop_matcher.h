@@ -24,6 +24,8 @@ class StopMatcher {
   // The text held back at the end of generation (no stop string came).
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that stopped it (null before then).
+  const std::string* matched() const { return stopped_ ? matched_ : nullptr; }
 
  private:
   struct Stop {
@@ -35,6 +37,7 @@ class StopMatcher {
   std::vector<Stop> stops_;
   std::string pending_;  // held back: the longest `matched` of any stop
   bool stopped_ = false;
+  const std::string* matched_ = nullptr;
 };
 
 }  // namespace sluice::server

@@ -477,6 +477,16 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
   return guarded(err, "graph_compute", [&] { return run_graph(be, g, step, err); });
 }
 
+sl_status plan_create(sl_backend* be, const sl_graph* g, sl_plan** out, sl_error* err) {
+  return guarded(err, "plan_create", [&] { return create_plan(be, g, out, err); });
+}
+
+sl_status plan_compute(sl_backend* be, sl_plan* plan, const sl_step* step, sl_error* err) {
+  return guarded(err, "plan_compute", [&] { return compute_plan(be, plan, step, err); });
+}
+
+void plan_destroy(sl_backend*, sl_plan* plan) { delete plan; }
+
 const sl_backend_api kApi = {
     sizeof(sl_backend_api),
     SL_ABI_VERSION,
@@ -498,9 +508,9 @@ const sl_backend_api kApi = {
     SLUICE_SETUP(kv_copy_page),
     node_supported,
     SLUICE_ISSUES(graph_compute),
-    nullptr,  // plans: not yet (a recorded launch list, or cl_khr_command_buffer, is the next step)
-    nullptr,
-    nullptr,
+    SLUICE_SETUP(plan_create),
+    SLUICE_ISSUES(plan_compute),
+    plan_destroy,
     SLUICE_ISSUES(kv_copy_state),  // enqueued after the work before it
     SLUICE_ISSUES(kv_clear_state),
 };

@@ -17,6 +17,7 @@
 #include "cl_fusion.h"
 #include "cl_kv_geometry.h"
 #include "cl_tuning.h"
+#include "graph/graph_copy.h"
 #include "sluice/backend.h"
 #include "util/kv_shape.h"
 #include "util/plugin_error.h"  // set_error
@@ -438,6 +439,10 @@ bool codec_has_opencl(const sl_kvcodec_api* api, const sl_kvcodec* codec);
 sl_status begin_batch(sl_backend* be, const sl_batch* batch, sl_error* err);
 sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err);
 int node_supported(const sl_backend* be, const sl_node_query* q);
+// Plans (cl_graph.cpp): the graph copied and its launches planned once; each compute checks the
+// nodes again only for a new batch size or cache, then runs the launches as graph_compute would.
+sl_status create_plan(sl_backend* be, const sl_graph* g, sl_plan** out, sl_error* err);
+sl_status compute_plan(sl_backend* be, sl_plan* plan, const sl_step* step, sl_error* err);
 
 template <class Fn>
 sl_status guarded(sl_error* err, const char* what, Fn&& fn) {
@@ -453,3 +458,15 @@ sl_status guarded(sl_error* err, const char* what, Fn&& fn) {
 }
 
 }  // namespace sluice::ocl
+
+// A graph prepared for replay (sluice/backend.h plan_create): the graph's own copy and the fusion
+// pass's launches over it — what graph_compute works out every step, worked out once.
+struct sl_plan {
+  explicit sl_plan(const sl_graph& g) : graph(g) {}
+  sluice::graph::GraphCopy graph;
+  std::vector<sluice::ocl::Launch> launches;
+  bool checked = false;             // the nodes passed check_graph for:
+  uint32_t checked_tokens = 0;      //   this batch size
+  const sl_kv_cache* checked_cache = nullptr;  // and this cache
+};
+

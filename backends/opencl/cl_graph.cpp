@@ -3,11 +3,13 @@
 // kernel takes an offset), the step's batch to the device, then the fusion pass's launches
 // (cl_fusion.h), each joined where what the graph could not show allows it, else node by node.
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "cl_backend.h"
 #include "cl_fusion.h"
 #include "graph/graph_check.h"
+#include "graph/graph_copy.h"
 
 namespace sluice::ocl {
 namespace {
@@ -340,16 +342,18 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
   return 1;  // every KV codec: on the device with its OpenCL source, else through the host
 }
 
-sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err) {
-  if (!g || !step || !step->batch || (g->n_nodes && !g->nodes) || (g->n_tensors && !g->tensors))
-    return set_error(err, SL_ERR_INVALID_ARGUMENT, "graph_compute: no graph or step");
-  for (uint32_t i = 0; i < g->n_nodes; ++i) {
-    const sl_node& n = g->nodes[i];
-    if (std::string why = graph::check_node(*g, n, step->batch->n_tokens); !why.empty()) return set_error(err, SL_ERR_INVALID_ARGUMENT, why);
-    if (std::string why = addressable(*g, n); !why.empty())
+namespace {
+
+// Every node checked against its op's rules for this batch, against what the kernels address, and
+// its KV layer against the step's cache.
+sl_status check_graph(const sl_graph& g, const sl_step& step, sl_error* err) {
+  for (uint32_t i = 0; i < g.n_nodes; ++i) {
+    const sl_node& n = g.nodes[i];
+    if (std::string why = graph::check_node(g, n, step.batch->n_tokens); !why.empty()) return set_error(err, SL_ERR_INVALID_ARGUMENT, why);
+    if (std::string why = addressable(g, n); !why.empty())
       return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": " + why);
     if (n.op == SL_OP_KV_WRITE || n.op == SL_OP_ATTENTION) {  // the cache's layer runs it (cl_kv_cache.h)
-      const sl_kv_cache* cache = step->cache;
+      const sl_kv_cache* cache = step.cache;
       if (!cache) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(graph::node_name(n)) + ": the step has no KV cache");
       const uint32_t layer = n.op == SL_OP_KV_WRITE ? graph::params<sl_kv_params>(n)->layer : graph::params<sl_attention_params>(n)->layer;
       if (layer >= cache->layers.size())
@@ -358,11 +362,51 @@ sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, sl_e
         return set_error(err, SL_ERR_UNSUPPORTED, std::string(graph::node_name(n)) + ": " + why);
     }
   }
-  if (auto s = begin_batch(be, step->batch, err); s != SL_OK) return s;
-  GraphRun run{be, *g, step->cache, err, be->forms, {}, false};
-  for (const Launch& l : plan_launches(*g, be->fusion))
+  return SL_OK;
+}
+
+bool valid_step(const sl_step* step) { return step && step->batch; }
+
+// The step's batch to the device, then the launches in order.
+sl_status run_launches(sl_backend* be, const sl_graph& g, const std::vector<Launch>& launches, const sl_step& step, sl_error* err) {
+  if (auto s = begin_batch(be, step.batch, err); s != SL_OK) return s;
+  GraphRun run{be, g, step.cache, err, be->forms, {}, false};
+  for (const Launch& l : launches)
     if (auto s = run_launch(run, l); s != SL_OK) return s;
   return finish_norm(run);
+}
+
+}  // namespace
+
+sl_status run_graph(sl_backend* be, const sl_graph* g, const sl_step* step, sl_error* err) {
+  if (!g || !valid_step(step) || (g->n_nodes && !g->nodes) || (g->n_tensors && !g->tensors))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "graph_compute: no graph or step");
+  if (auto s = check_graph(*g, *step, err); s != SL_OK) return s;
+  return run_launches(be, *g, plan_launches(*g, be->fusion), *step, err);
+}
+
+sl_status create_plan(sl_backend* be, const sl_graph* g, sl_plan** out, sl_error* err) {
+  if (!out) return set_error(err, SL_ERR_INVALID_ARGUMENT, "plan_create: nowhere to put the plan");
+  *out = nullptr;
+  if (!g) return set_error(err, SL_ERR_INVALID_ARGUMENT, "plan_create: no graph");
+  auto plan = std::make_unique<sl_plan>(*g);
+  if (!plan->graph.error().empty()) return set_error(err, SL_ERR_INVALID_ARGUMENT, "plan_create: " + plan->graph.error());
+  plan->launches = plan_launches(plan->graph.view(), be->fusion);
+  *out = plan.release();
+  return SL_OK;
+}
+
+sl_status compute_plan(sl_backend* be, sl_plan* plan, const sl_step* step, sl_error* err) {
+  if (!plan || !valid_step(step)) return set_error(err, SL_ERR_INVALID_ARGUMENT, "plan_compute: no plan or step");
+  // The checks hold for as long as the batch's size and the cache are the ones they were made for.
+  if (!plan->checked || plan->checked_tokens != step->batch->n_tokens || plan->checked_cache != step->cache) {
+    plan->checked = false;
+    if (auto s = check_graph(plan->graph.view(), *step, err); s != SL_OK) return s;
+    plan->checked = true;
+    plan->checked_tokens = step->batch->n_tokens;
+    plan->checked_cache = step->cache;
+  }
+  return run_launches(be, plan->graph.view(), plan->launches, *step, err);
 }
 
 }  // namespace sluice::ocl

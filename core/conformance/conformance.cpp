@@ -461,6 +461,7 @@ std::vector<OpResult> run_all(const BackendHandle& backend, const Options& optio
   run_scale(r);
   run_attention(r);
   run_kv_layers(r);
+  run_plans(r);
   return std::move(r.results);
 }
 

@@ -353,5 +353,6 @@ void run_fused(Runner& r);  // the runs of nodes backends join: products of one 
 void run_row_moves(Runner& r);  // COPY_COLUMNS, GET_ROWS and SCATTER_ADD_ROWS (row_moves.cpp)
 void run_greedy_ops(Runner& r);  // ARGMAX, EMBED of device ids, download_begin/download_wait (greedy_ops.cpp)
 void run_kv_layers(Runner& r);   // per-layer caches: K/V widths, window pages, recurrent state (kv_layers.cpp)
+void run_plans(Runner& r);       // graph plans replay what graph_compute computes (plans.cpp)
 
 }  // namespace sluice::conformance

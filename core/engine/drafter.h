@@ -27,6 +27,12 @@ class SequenceDrafter {
   // Up to n guesses for the positions after `tokens` (the sequence's prompt then generated tokens,
   // generated from n_prompt on); fewer or none when the drafter has nothing to offer.
   virtual Result<DraftTokens> propose(std::span<const int32_t> tokens, std::size_t n_prompt, int n) = 0;
+  // False only when propose would surely offer nothing for `tokens` — asked before every decode step,
+  // so cheap or not overridden: while it is false the engine decodes ahead without verifying.
+  virtual bool may_guess(std::span<const int32_t> tokens) const {
+    (void)tokens;
+    return true;
+  }
 };
 
 class Drafter {

@@ -45,7 +45,10 @@ class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<Runtime> rt, std::unique_ptr<Drafter> drafter, const EngineOptions& options)
       : rt_(std::move(rt)), drafter_(std::move(drafter)), queue_limit_(options.queue_size), parallel_(std::max(1, options.parallel)),
-        prefill_size_(std::max(1, options.prefill_size)), decode_ahead_(GreedyAhead::available(*rt_)),
+        prefill_size_(std::max(1, options.prefill_size)),
+        snapshot_every_(std::max(0, options.state_snapshot_tokens) / static_cast<int>(rt_->kv().page_tokens()) *
+                        static_cast<int>(rt_->kv().page_tokens())),
+        decode_ahead_(GreedyAhead::available(*rt_)),
         num_draft_tokens_(std::max(1, options.num_draft_tokens)), spec_max_batch_(options.spec_max_batch),
         mem_wait_(std::chrono::milliseconds(std::max(0, options.mem_wait_ms))) {
     if (drafter_) metrics_.drafter = drafter_->describe(), metrics_.draft_bytes = drafter_->memory_bytes();
@@ -249,16 +252,18 @@ class EngineImpl final : public Engine {
   }
 
   // The sequences the engine serves, when every one decodes greedily with nothing else to do (no
-  // prompt to prefill, no request waiting): then they decode a token ahead together (decode_ahead).
+  // prompt to prefill, no request waiting): then they decode ahead together (decode_ahead).
   // Sampling that reads the logits on the host (temperature, penalties, logprobs) keeps to step(),
-  // and so does speculative decoding (verification reads every guess's logits).
+  // and so does speculative decoding while a sequence has guesses (verification reads every guess's
+  // logits): a drafter that can say cheaply that it has none (n-gram, when no suffix recurs) leaves
+  // the sequence to decode ahead until it has.
   std::vector<Sequence*> greedy_group() {
     std::vector<Sequence*> group;
-    if (!decode_ahead_ || drafter_ || others_waiting()) return group;
+    if (!decode_ahead_ || others_waiting()) return group;
     for (auto& sp : active_) {
       Sequence& s = *sp;
       if (s.finished) continue;
-      if (!s.decoding || s.tokens.size() != static_cast<std::size_t>(s.kv.n_past) + 1 || should_stop(s)) return {};
+      if (!s.decoding || s.tokens.size() != static_cast<std::size_t>(s.kv.n_past) + 1 || should_stop(s) || has_guess(s)) return {};
       const GenerationRequest& req = *s.request;
       const SamplingParams& p = req.sampling;
       const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
@@ -267,6 +272,13 @@ class EngineImpl final : public Engine {
       group.push_back(&s);
     }
     return group;
+  }
+
+  // Whether step() would verify guesses for s now: speculation on at this batch size, and its drafter
+  // has (or cannot cheaply rule out) a guess. A constrained request never guesses.
+  bool has_guess(const Sequence& s) const {
+    if (!drafter_ || !s.drafter || s.request->constraint || active_count() > spec_max_batch_) return false;
+    return s.drafter->may_guess(s.tokens);
   }
 
   bool others_waiting() {
@@ -299,12 +311,14 @@ class EngineImpl final : public Engine {
     if (auto st = ahead.issue(tokens); !st) return fail(st.message());
     issued();
     while (ahead.in_flight() > 0) {
-      // The next step while this one runs, where every sequence's token may still be wanted.
-      bool more = !others_waiting();
-      for (const Sequence* s : group)
-        more = more && !s->finished && !should_stop(*s) &&
-               s->result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s->limit);
-      if (more) {
+      // The next steps while this one runs (GreedyAhead::kStepsAhead queued behind it), where every
+      // sequence's token may still be wanted and none has a guess to verify instead.
+      while (ahead.in_flight() <= GreedyAhead::kStepsAhead) {
+        bool more = !others_waiting();
+        for (const Sequence* s : group)
+          more = more && !s->finished && !should_stop(*s) && !has_guess(*s) &&
+                 s->result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s->limit);
+        if (!more) break;
         if (auto st = ahead.issue_next(); !st) return fail(st.message());
         issued();
       }
@@ -349,6 +363,7 @@ class EngineImpl final : public Engine {
       }
       const std::size_t pending = s.tokens.size() - static_cast<std::size_t>(s.kv.n_past);
       std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
+      if (!s.decoding && rt_->kv().has_state()) chunk = to_snapshot(s, chunk);
       DraftTokens draft;
       if (speculate && s.decoding && pending == 1) {
         if (auto st = propose(s, batch.tokens.size(), budget - std::min(budget, batch.tokens.size() + 1), draft); !st) {
@@ -449,6 +464,18 @@ class EngineImpl final : public Engine {
         s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
       }
     }
+  }
+
+  // A prompt's pass over recurrent layers shortened to end at the first snapshot point inside it: a
+  // multiple of snapshot_every_, or the prompt's last whole block (the furthest a later request with
+  // this prompt can reuse: one prompt token is always computed). KvCache::passed snapshots there.
+  std::size_t to_snapshot(const Sequence& s, std::size_t chunk) const {
+    const int64_t from = s.kv.n_past, bt = rt_->kv().page_tokens();
+    int64_t end = from + static_cast<int64_t>(chunk);
+    if (snapshot_every_ > 0) end = std::min<int64_t>(end, (from / snapshot_every_ + 1) * snapshot_every_);
+    const int64_t last_block = (static_cast<int64_t>(s.n_prompt) - 1) / bt * bt;
+    if (last_block > from && last_block < end) end = last_block;
+    return static_cast<std::size_t>(end - from);
   }
 
   // A decoding sequence's guesses for this step: at most its adaptive draft length (given the
@@ -678,6 +705,7 @@ class EngineImpl final : public Engine {
   const int queue_limit_;
   const int parallel_;
   const int prefill_size_;
+  const int snapshot_every_;  // EngineOptions::state_snapshot_tokens in whole KV pages
   const bool decode_ahead_;  // the backend and model decode greedily a token ahead (GreedyAhead::available)
   const int num_draft_tokens_;
   const int spec_max_batch_;

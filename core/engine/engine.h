@@ -35,6 +35,12 @@ struct EngineOptions {
   int threads = 0;                      // 0 = all cores
   int ctx_size = 0;                     // 0 = the model's max_position_embeddings (capped)
   int prefill_size = 512;               // prompt tokens per forward pass
+  // Recurrent layers (Qwen3.5's linear attention) keep a state, not a history: a cached prefix is
+  // reusable only up to a block end where the state was snapshotted, and a pass snapshots where it
+  // ends. So a prompt's passes also end at every multiple of this many tokens (rounded down to whole
+  // KV pages; 0: only where prefill_size ends them) and at the prompt's last whole block. Smaller:
+  // longer reuse of a prefix shared partway (a system prompt), at shorter prefill passes.
+  int state_snapshot_tokens = 256;
   int parallel = 1;                     // sequences served at once
   int queue_size = 64;                  // waiting requests before submit() refuses
   // Layer partitioning (engine/layer_split.h): "" = every layer on the chosen backend, "N" = the

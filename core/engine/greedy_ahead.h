@@ -27,6 +27,14 @@ class Runtime;
 
 class GreedyAhead {
  public:
+  // Steps kept queued behind the one whose choices the host waits for. One hides the host's issue
+  // time. Two were measured to see whether they ride out the host's own pauses (a late wake-up, a
+  // busy core): on the H100, llama3-8b 4-bit, alternating in one sitting, 324.7 / 328.2 / 327.1 /
+  // 328.5 tokens/s one ahead against 324.5 / 327.9 / 328.9 / 327.3 two ahead, and on a machine whose
+  // runs stalled 311.2 ± 22.9 against 311.0 ± 21.4 (perf/NOTES.md, "Two steps ahead"): no
+  // difference, so one — a finished sequence wastes one dropped step, not two.
+  static constexpr int kStepsAhead = 1;
+
   // Steps of one or several sequences decoded together, one token each a step, whose KV cache
   // records are `seqs` (their pages, window pages, recent pages and state snapshots kept up to date
   // here as each step is issued; each n_past is the caller's to advance as it takes the steps'

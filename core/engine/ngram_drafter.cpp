@@ -31,6 +31,7 @@ class NgramSequence final : public SequenceDrafter {
     d.ids = NgramLookup::find(tokens, n);
     return d;
   }
+  bool may_guess(std::span<const int32_t> tokens) const override { return !NgramLookup::find(tokens, 1).empty(); }
 };
 
 class NgramDrafter final : public Drafter {

@@ -504,6 +504,41 @@ TEST(KvLayers, Qwen3_5ConversationReusesItsPrefixAndGivesWhatComputingItGives) {
   EXPECT_EQ(branch_reused.ids, (*cold_branch)->generate(greedy(branch, 20)).ids);
 }
 
+TEST(KvLayers, Qwen3_5PromptsAreSnapshottedInsideTheirPrefillPass) {
+  // A prompt's recurrent state is snapshotted where its passes end. With one 256-token pass for a
+  // 150-token prompt that was nowhere, so a later request sharing the prompt reused nothing; passes
+  // now also end at every state_snapshot_tokens (64 here) and at the prompt's last whole block (144).
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/qwen3_5_text/config.json");
+  const std::string dir = test::reference_path("models/zoo2/qwen3_5_text").string();
+  EngineOptions o = options(dir);
+  o.prefill_size = 256;
+  o.state_snapshot_tokens = 64;
+  auto warm = Engine::create(o);
+  ASSERT_TRUE(warm.ok()) << warm.message();
+  const auto prompt = prompt_of(7, 150);
+  const auto first = (*warm)->generate(greedy(prompt, 4));
+  ASSERT_EQ(first.finish, FinishReason::kLength) << first.error;
+  EXPECT_EQ(first.stats.cached_tokens, 0);
+  auto cold_result = [&](const std::vector<int32_t>& p) {
+    auto cold = Engine::create(o);
+    EXPECT_TRUE(cold.ok()) << cold.message();
+    return cold.ok() ? (*cold)->generate(greedy(p, 16)).ids : std::vector<int32_t>{};
+  };
+  // The whole prompt and a new tail: reused up to the prompt's last whole block.
+  auto longer = prompt;
+  for (int j = 0; j < 10; ++j) longer.push_back(900 + j);
+  const auto whole = (*warm)->generate(greedy(longer, 16));
+  EXPECT_EQ(whole.stats.cached_tokens, 144);
+  EXPECT_EQ(whole.ids, cold_result(longer));
+  // The first 100 tokens shared: reused up to the last multiple of 64 inside them.
+  auto branch = prompt;
+  branch.resize(100);
+  for (int j = 0; j < 10; ++j) branch.push_back(800 + j);
+  const auto partway = (*warm)->generate(greedy(branch, 16));
+  EXPECT_EQ(partway.stats.cached_tokens, 64);
+  EXPECT_EQ(partway.ids, cold_result(branch));
+}
+
 TEST(KvLayers, Qwen3_5RequestsSideBySideGiveWhatEachGivesAlone) {
   // Three sequences in one batch: the recurrent ops walk each sequence's tokens through its own state
   // slot (prefill chunks beside decode tokens of the others), and each answers as it does alone.

@@ -126,6 +126,28 @@ TEST(Speculative, NgramGreedyEqualsPlainGreedyWithACompressedCodec) {
   }
 }
 
+// While no suffix of a sequence recurs (n-gram has nothing to guess) it decodes ahead like a plain
+// greedy sequence, and verifies guesses once it has some: the output stays plain greedy's.
+TEST(Speculative, NgramDecodesAheadUntilItHasAGuess) {
+  auto o = options("cpu", "f16");
+  o.decode_ahead = "on";
+  std::vector<int32_t> distinct;
+  for (int32_t id = 1000; id < 1032; ++id) distinct.push_back(id);
+  const GenerationRequest request = test::greedy(distinct, 96);
+  const Generated want = run_all(o, {request});
+  o.draft = "ngram";
+  auto engine = Engine::create(o);
+  ASSERT_TRUE(engine.ok()) << engine.message();
+  const GenerationResult got = (*engine)->generate(request);
+  ASSERT_EQ(got.finish, FinishReason::kLength) << got.error;
+  ASSERT_EQ(want.ids.size(), 1u);
+  EXPECT_EQ(got.ids, want.ids[0]);
+  const EngineMetrics m = (*engine)->metrics();
+  EXPECT_GT(m.ahead_steps_total, 0u) << "never decoded ahead";
+  EXPECT_GT(got.stats.draft_tokens, 0) << "never verified a guess";
+  EXPECT_LT(static_cast<uint64_t>(m.ahead_steps_total), 96u);
+}
+
 TEST(Speculative, DraftModelGreedyEqualsPlainGreedy) {
   SLUICE_REQUIRE_REFERENCE("golden/eval_code_ids.json");
   SLUICE_REQUIRE_REFERENCE(std::string(kDraft4bit) + "/config.json");

@@ -1,5 +1,5 @@
 // The official OpenAI Node.js SDK against a running `sluice serve`: chat and completions, plain and
-// streamed. Usage: SLUICE_BASE_URL=http://127.0.0.1:PORT/v1 node sdk_test.mjs
+// streamed, and the Responses API. Usage: SLUICE_BASE_URL=http://127.0.0.1:PORT/v1 node sdk_test.mjs
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 
@@ -204,6 +204,100 @@ test("response_format via zodResponseFormat: chat.completions.parse returns the 
   const parsed = r.choices[0].message.parsed;
   assert.ok(parsed, JSON.stringify(r));
   assert.deepEqual(Event.parse(parsed), parsed);
+});
+
+// The Responses API (POST /v1/responses), served as a translation of chat completions.
+test("responses.create: output_text, usage, and the same text as chat.completions", async () => {
+  const r = await client.responses.create({
+    model: "tiny-code-qwen2", instructions: "You write Python.", input: "def fib(n):", max_output_tokens: 16, temperature: 0,
+  });
+  assert.equal(r.object, "response");
+  assert.ok(["completed", "incomplete"].includes(r.status));
+  assert.equal(typeof r.output_text, "string");  // the SDK's helper over the message items
+  assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
+  const chat = await client.chat.completions.create({
+    model: "tiny-code-qwen2", messages: [{ role: "system", content: "You write Python." }, { role: "user", content: "def fib(n):" }],
+    max_tokens: 16, temperature: 0,
+  });
+  assert.equal(r.output_text, chat.choices[0].message.content);
+});
+
+test("responses.create stream: raw events and the stream helper's final response agree", async () => {
+  const body = { model: "tiny-code-qwen2", input: "import os", max_output_tokens: 16, temperature: 0 };
+  const stream = await client.responses.create({ ...body, stream: true });
+  let text = "", last = null;
+  const types = [];
+  for await (const event of stream) {
+    types.push(event.type);
+    if (event.type === "response.output_text.delta") text += event.delta;
+    last = event;
+  }
+  assert.equal(types[0], "response.created");
+  assert.ok(["response.completed", "response.incomplete"].includes(last.type));
+  const helper = client.responses.stream(body);
+  const final = await helper.finalResponse();
+  assert.equal(final.output_text, text);
+  const plain = await client.responses.create(body);
+  assert.equal(plain.output_text, text);
+});
+
+const forecastTool = {
+  type: "function",
+  name: "get_weather",
+  description: "Current weather in a city",
+  parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+};
+
+test("responses.create with a function tool and tool_choice required: function_call items, streamed alike", async () => {
+  const body = { model: "tiny-code-qwen2", input: "def weather(city):", tools: [forecastTool], tool_choice: "required",
+    max_output_tokens: 120, temperature: 0 };
+  const r = await client.responses.create(body);
+  const calls = r.output.filter((item) => item.type === "function_call");
+  assert.ok(calls.length >= 1, JSON.stringify(r));
+  for (const call of calls) {
+    assert.equal(call.name, "get_weather");
+    assert.equal(typeof JSON.parse(call.arguments).city, "string");
+  }
+  const final = await client.responses.stream(body).finalResponse();
+  assert.deepEqual(
+    final.output.filter((item) => item.type === "function_call").map((c) => [c.name, c.arguments]),
+    calls.map((c) => [c.name, c.arguments]),
+  );
+  // The calls and their outputs go back as input items for the next turn.
+  const next = await client.responses.create({
+    model: "tiny-code-qwen2", tools: [forecastTool], max_output_tokens: 8, temperature: 0,
+    input: [{ role: "user", content: "def weather(city):" }, ...calls,
+      ...calls.map((c) => ({ type: "function_call_output", call_id: c.call_id, output: "sunny" }))],
+  });
+  assert.equal(typeof next.output_text, "string");
+});
+
+test("responses.parse with zodTextFormat returns output_parsed", async () => {
+  const { z } = await import("zod");
+  const { zodTextFormat } = await import("openai/helpers/zod");
+  const Task = z.object({ title: z.string().max(30), done: z.boolean(), tags: z.array(z.string().max(12)).max(3) });
+  const r = await client.responses.parse({
+    model: "tiny-code-qwen2", input: "Write the task list", text: { format: zodTextFormat(Task, "task") },
+    max_output_tokens: 120, temperature: 0,
+  });
+  assert.ok(r.output_parsed, JSON.stringify(r));
+  assert.deepEqual(Task.parse(r.output_parsed), r.output_parsed);
+});
+
+test("responses: previous_response_id continues, retrieve and delete a stored response", async () => {
+  const first = await client.responses.create({ model: "tiny-code-qwen2", input: "def fib(n):", max_output_tokens: 8, temperature: 0 });
+  const second = await client.responses.create({
+    model: "tiny-code-qwen2", previous_response_id: first.id, input: "Add a docstring.", max_output_tokens: 8, temperature: 0,
+  });
+  assert.ok(second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens);
+  const got = await client.responses.retrieve(first.id);
+  assert.equal(got.output_text, first.output_text);
+  await client.responses.delete(first.id);
+  await assert.rejects(client.responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(
+    client.responses.create({ model: "m", input: "x", previous_response_id: "resp_unknown" }),
+    (e) => e instanceof OpenAI.NotFoundError && e.param === "previous_response_id",
+  );
 });
 
 let failed = 0;
