@@ -14,14 +14,9 @@ namespace {
 using rapidjson::Value;
 using Allocator = rapidjson::Document::AllocatorType;
 
-Value text_value(std::string_view s, Allocator& a) { return Value(s.data(), static_cast<rapidjson::SizeType>(s.size()), a); }
+using json::text_value;
 
-std::string serialize(const Value& v) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  v.Accept(w);
-  return {buffer.GetString(), buffer.GetSize()};
-}
+using json::serialize;
 
 bool only_space(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });

@@ -1,7 +1,5 @@
 #include "server/anthropic_request.h"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include "server/request_parser.h"
 #include "util/json.h"
@@ -14,14 +12,9 @@ using Allocator = rapidjson::Document::AllocatorType;
 
 ApiError bad(const std::string& field, const std::string& what) { return ApiError::bad_request(field + " " + what, field); }
 
-Value text_value(std::string_view s, Allocator& a) { return Value(s.data(), static_cast<rapidjson::SizeType>(s.size()), a); }
+using json::text_value;
 
-std::string serialize(const Value& v) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  v.Accept(w);
-  return {buffer.GetString(), buffer.GetSize()};
-}
+using json::serialize;
 
 std::optional<std::string> block_type(const Value& block) {
   return block.IsObject() ? json::string(block, "type") : std::nullopt;

@@ -38,6 +38,7 @@ std::unique_ptr<TokenText> make_token_text(const Tokenizer& tokenizer, std::vect
 
 struct JobSpec {
   CompletionIdentity identity;
+  int n = 1;  // choices (the engine request's n): each streams with its index, the answer holds them all
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
@@ -56,7 +57,11 @@ struct JobSpec {
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
+  // One choice.
   GenerationJob(JobSpec spec, std::unique_ptr<TokenText> text, std::shared_ptr<ResponseChannel> channel,
+                ServerCounters* counters);
+  // spec.n choices, a text decoder each.
+  GenerationJob(JobSpec spec, std::vector<std::unique_ptr<TokenText>> texts, std::shared_ptr<ResponseChannel> channel,
                 ServerCounters* counters);
   ~GenerationJob();
 
@@ -68,27 +73,43 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void on_done(const GenerationResult& result);
 
  private:
-  void emit(const std::string& text, const std::vector<TokenLogprob>& logprobs);
-  void emit_parts(const SplitText& parts, const std::vector<TokenLogprob>& logprobs);
-  void emit_text(const SplitText& parts, const std::vector<TokenLogprob>& logprobs);
-  void emit_calls(const std::vector<toolcall::CallDelta>& calls);
+  // What each choice has of its own: its text decoder, stop strings, reasoning split and tool-call
+  // parser, and what it has emitted.
+  struct Choice {
+    explicit Choice(std::vector<std::string> stops) : stop(std::move(stops)) {}
+    int index = 0;
+    std::unique_ptr<TokenText> text;
+    StopMatcher stop;
+    std::optional<ReasoningSplitter> reasoning;  // set when spec_.split_reasoning
+    std::unique_ptr<ToolCallOutput> tools;        // null unless the answer is parsed for tool calls
+    bool role_sent = false;
+    bool done = false;
+    std::string full_text;                 // non-streamed: the whole completion (its content)
+    std::string full_reasoning;            // non-streamed: the reasoning split off it
+    std::size_t emitted_bytes = 0;         // streamed: text sent so far (for logprob text offsets)
+    std::vector<TokenLogprob> pending_logprobs;  // tokens whose text has not been emitted yet
+    std::vector<TokenLogprob> all_logprobs;      // non-streamed
+    const char* finish = "stop";
+    GenerationStats stats;
+  };
+
+  void emit(Choice& c, const std::string& text, const std::vector<TokenLogprob>& logprobs);
+  void emit_parts(Choice& c, const SplitText& parts, const std::vector<TokenLogprob>& logprobs);
+  void emit_text(Choice& c, const SplitText& parts, const std::vector<TokenLogprob>& logprobs);
+  void emit_calls(Choice& c, const std::vector<toolcall::CallDelta>& calls);
+  void fail(const std::string& error);
+  void answer();   // every choice is done: the whole answer, or the stream's end
+  GenerationStats usage() const;  // the prompt once, the completions of every choice
   bool send(std::string event);
   const CompletionIdentity& id() const { return spec_.identity; }
 
   JobSpec spec_;
-  std::unique_ptr<TokenText> text_;
   std::shared_ptr<ResponseChannel> channel_;
   ServerCounters* counters_;
-  StopMatcher stop_;
-  std::optional<ReasoningSplitter> reasoning_;  // set when spec_.split_reasoning
-  std::unique_ptr<ToolCallOutput> tools_;        // null unless the answer is parsed for tool calls
-  bool role_sent_ = false;
+  std::vector<Choice> choices_;
+  int choices_done_ = 0;
   bool client_gone_ = false;
-  std::string full_text_;                 // non-streamed: the whole completion (its content)
-  std::string full_reasoning_;            // non-streamed: the reasoning split off it
-  std::size_t emitted_bytes_ = 0;         // streamed: text sent so far (for logprob text offsets)
-  std::vector<TokenLogprob> pending_logprobs_;  // tokens whose text has not been emitted yet
-  std::vector<TokenLogprob> all_logprobs_;      // non-streamed
+  bool failed_ = false;  // an error was answered: the other choices' ends are dropped
 };
 
 }  // namespace sluice::server

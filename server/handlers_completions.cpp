@@ -79,15 +79,21 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
                                    "the prompt is " + std::to_string(prompt_tokens) + " tokens; under --mem-limit the KV cache holds " +
                                        std::to_string(pool_tokens) + " tokens",
                                    "invalid_request_error", prompt_param, "context_length_exceeded"});
-    if (params.max_tokens_given && prompt_tokens + params.max_tokens > pool_tokens)
+    if (params.max_tokens_given && params.n * (prompt_tokens + params.max_tokens) > pool_tokens)
       return Reply::error(ApiError{400,
                                    "the prompt (" + std::to_string(prompt_tokens) + " tokens) and max_tokens (" +
                                        std::to_string(params.max_tokens) + ") need " + std::to_string(prompt_tokens + params.max_tokens) +
-                                       " tokens of KV cache; under --mem-limit it holds " + std::to_string(pool_tokens) +
-                                       " (ask for at most " + std::to_string(pool_tokens - prompt_tokens) + ")",
+                                       " tokens of KV cache" + (params.n > 1 ? " for each of " + std::to_string(params.n) + " choices" : std::string()) + "; under --mem-limit it holds " + std::to_string(pool_tokens) +
+                                       " (ask for at most " + std::to_string(std::max(0, pool_tokens / params.n - prompt_tokens)) + ")",
                                    "invalid_request_error", "max_tokens", "context_length_exceeded"});
   }
   const int room = pool_tokens > 0 ? std::min(context, pool_tokens) : context;
+  const int vocab = ctx.engine.model_config().vocab_size;
+  for (const auto& [id, bias] : params.sampling.logit_bias)
+    if (vocab > 0 && id >= vocab)
+      return Reply::error(ApiError::bad_request("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                                    std::to_string(vocab - 1) + ")",
+                                                "logit_bias"));
   // The routing key of the prompt's beginning (engine/routing_key.h), and the client's own session id
   // echoed, for a load balancer that keeps a conversation on the replica holding its pages.
   if (auto key = prefix_routing_key(prompt_ids)) channel->set_header("X-Sluice-Prefix-Key", routing_key_text(*key));
@@ -106,13 +112,15 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(*params.timeout_s));
   }
+  spec.n = params.n;
   spec.stream = params.stream;
   spec.include_usage = params.include_usage;
   spec.logprobs = params.logprobs;
   spec.top_logprobs = params.top_logprobs;
   spec.stop = params.stop;
-  auto job = std::make_shared<GenerationJob>(std::move(spec), make_token_text(ctx.engine.tokenizer(), ctx.engine.eos_ids()),
-                                             channel, &ctx.counters);
+  std::vector<std::unique_ptr<TokenText>> texts;  // a decoder per choice
+  for (int c = 0; c < params.n; ++c) texts.push_back(make_token_text(ctx.engine.tokenizer(), ctx.engine.eos_ids()));
+  auto job = std::make_shared<GenerationJob>(std::move(spec), std::move(texts), channel, &ctx.counters);
   job->attach(*request);
   if (Status submitted = ctx.engine.submit(std::move(request)); !submitted) {
     ++ctx.counters.rejected_overloaded;

@@ -82,6 +82,10 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
          static_cast<double>(e.prompt_tokens_total));
   metric(out, "sluice_cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
          static_cast<double>(e.cached_tokens_total));
+  metric(out, "sluice_prefilled_tokens_total", "counter", "Prompt tokens the model ran (once per request, whatever its n).",
+         static_cast<double>(e.prefilled_tokens_total));
+  metric(out, "sluice_forked_sequences_total", "counter", "Choices (n > 1) that forked from their prompt's pages.",
+         static_cast<double>(e.forked_sequences_total));
   metric(out, "sluice_completion_tokens_total", "counter", "Tokens generated.",
          static_cast<double>(e.completion_tokens_total));
   metric(out, "sluice_decode_ahead_steps_total", "counter", "Decode steps issued a token ahead (greedy sequences decoded together).",

@@ -6,6 +6,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -181,7 +182,7 @@ std::string completion_json(const CompletionIdentity& id, const std::string& tex
 
 std::string chunk_json(const CompletionIdentity& id, const std::string* role, const std::string& text,
                        const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage,
-                       const std::string* stop_reason) {
+                       const std::string* stop_reason, int index) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
@@ -189,7 +190,7 @@ std::string chunk_json(const CompletionIdentity& id, const std::string* role, co
   key(w, "choices");
   w.StartArray();
   w.StartObject();
-  key(w, "index"), w.Int(0);
+  key(w, "index"), w.Int(index);
   if (id.chat) {
     key(w, "delta");
     w.StartObject();
@@ -209,7 +210,7 @@ std::string chunk_json(const CompletionIdentity& id, const std::string* role, co
 }
 
 std::string reasoning_chunk_json(const CompletionIdentity& id, const std::string& reasoning, const LogprobsPart* logprobs,
-                                 bool with_null_usage) {
+                                 bool with_null_usage, int index) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
@@ -217,7 +218,7 @@ std::string reasoning_chunk_json(const CompletionIdentity& id, const std::string
   key(w, "choices");
   w.StartArray();
   w.StartObject();
-  key(w, "index"), w.Int(0);
+  key(w, "index"), w.Int(index);
   key(w, "delta");
   w.StartObject();
   key(w, "reasoning_content"), str(w, reasoning);
@@ -228,6 +229,25 @@ std::string reasoning_chunk_json(const CompletionIdentity& id, const std::string
   w.EndArray();
   if (with_null_usage) key(w, "usage"), w.Null();
   w.EndObject();
+  return {buffer.GetString(), buffer.GetSize()};
+}
+
+std::string merge_choices_json(const std::vector<std::string>& completions) {
+  if (completions.size() == 1) return completions.front();
+  rapidjson::Document merged;
+  rapidjson::Value choices(rapidjson::kArrayType);
+  for (std::size_t i = 0; i < completions.size(); ++i) {
+    rapidjson::Document one;
+    one.Parse(completions[i].data(), completions[i].size());
+    if (i == 0) merged.CopyFrom(one, merged.GetAllocator());
+    rapidjson::Value choice(one["choices"][0], merged.GetAllocator());
+    choice["index"].SetInt(static_cast<int>(i));
+    choices.PushBack(choice, merged.GetAllocator());
+  }
+  merged["choices"] = choices;
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  merged.Accept(w);
   return {buffer.GetString(), buffer.GetSize()};
 }
 

@@ -35,15 +35,18 @@ struct LogprobsPart {
 std::string completion_json(const CompletionIdentity& id, const std::string& text, const char* finish_reason,
                             const GenerationStats& stats, const LogprobsPart* logprobs,
                             const std::string* reasoning_content = nullptr, const std::string* stop_reason = nullptr);
-// A streamed chunk. Chat: `role` first (delta {role, content:""}), then content deltas; the last
-// carries finish_reason and an empty delta.
+// A streamed chunk of choice `index`. Chat: `role` first (delta {role, content:""}), then content
+// deltas; the last carries finish_reason and an empty delta.
 // `stop_reason` (vLLM's field, beside finish_reason "stop"): the stop string that ended the answer.
 std::string chunk_json(const CompletionIdentity& id, const std::string* role, const std::string& text,
                        const char* finish_reason, const LogprobsPart* logprobs, bool with_null_usage,
-                       const std::string* stop_reason = nullptr);
+                       const std::string* stop_reason = nullptr, int index = 0);
 // A streamed chat chunk of reasoning: delta {reasoning_content} (vLLM's and DeepSeek's field).
 std::string reasoning_chunk_json(const CompletionIdentity& id, const std::string& reasoning, const LogprobsPart* logprobs,
-                                 bool with_null_usage);
+                                 bool with_null_usage, int index = 0);
+// Whole answers of n choices (completion_json's, each with its choice in choices[0]) as one: their
+// choices in order, indexed 0..n-1, and the usage of the first (the caller gives it the total).
+std::string merge_choices_json(const std::vector<std::string>& completions);
 // The final usage chunk (choices: []) for stream_options.include_usage.
 std::string usage_chunk_json(const CompletionIdentity& id, const GenerationStats& stats);
 

@@ -1,7 +1,11 @@
 #include "server/request_parser.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
+
+#include "engine/engine.h"
 
 #include "util/json.h"
 
@@ -60,6 +64,37 @@ struct Fields {
   }
 };
 
+// logit_bias: {"token id": bias} with ids as decimal strings (as OpenAI's clients send them) and
+// biases in [-100, 100]; at most kMaxLogitBias entries. Whether an id is in the vocabulary is the
+// handler's check (the parser does not know the model).
+void parse_logit_bias(const Value& bias, Fields& f, SamplingParams& sampling) {
+  if (!bias.IsObject()) {
+    f.fail("logit_bias", "logit_bias must be an object mapping token ids to biases");
+    return;
+  }
+  if (bias.MemberCount() > CompletionParams::kMaxLogitBias) {
+    f.fail("logit_bias", "logit_bias may hold at most " + std::to_string(CompletionParams::kMaxLogitBias) + " entries");
+    return;
+  }
+  for (const auto& m : bias.GetObject()) {
+    const std::string_view key(m.name.GetString(), m.name.GetStringLength());
+    long long id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(std::string(key));
+    if (!digits || id > INT32_MAX) {
+      f.fail("logit_bias", "logit_bias keys must be token ids (non-negative integers), not \"" + std::string(key.substr(0, 32)) + "\"");
+      return;
+    }
+    if (!m.value.IsNumber() || !std::isfinite(m.value.GetDouble()) || m.value.GetDouble() < -100 || m.value.GetDouble() > 100) {
+      f.fail("logit_bias", "logit_bias values must be numbers between -100 and 100 (token " + std::string(key) + ")");
+      return;
+    }
+    const auto token = static_cast<int32_t>(id);
+    std::erase_if(sampling.logit_bias, [&](const auto& b) { return b.first == token; });  // a repeated key: the last wins
+    sampling.logit_bias.emplace_back(token, static_cast<float>(m.value.GetDouble()));
+  }
+}
+
 // Fields both endpoints read. `chat` selects the chat form of logprobs (bool + top_logprobs).
 std::optional<ApiError> parse_common(const Value& body, const RequestDefaults& d, bool chat, CompletionParams& p) {
   Fields f{body, std::nullopt};
@@ -104,7 +139,8 @@ std::optional<ApiError> parse_common(const Value& body, const RequestDefaults& d
     }
   }
 
-  if (auto n = f.integer("n", -(1LL << 30), 1LL << 30); n && *n != 1) f.fail("n", "only n = 1 is supported");
+  if (auto n = f.integer("n", 1, GenerationRequest::kMaxChoices)) p.n = static_cast<int>(*n);
+  if (const Value* bias = f.get("logit_bias"); bias && !f.error) parse_logit_bias(*bias, f, p.sampling);
   if (auto best_of = f.integer("best_of", -(1LL << 30), 1LL << 30); best_of && *best_of != 1)
     f.fail("best_of", "only best_of = 1 is supported");
   p.stream = f.boolean("stream").value_or(false);

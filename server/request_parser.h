@@ -26,10 +26,13 @@ struct RequestDefaults {
 
 // What chat and text completions share.
 struct CompletionParams {
+  static constexpr std::size_t kMaxLogitBias = 1024;  // logit_bias entries
+
   std::string model;
   int max_tokens = 0;
   bool max_tokens_given = false;  // the request set max_tokens or max_completion_tokens (else the default)
-  SamplingParams sampling;
+  int n = 1;                    // choices (1..GenerationRequest::kMaxChoices)
+  SamplingParams sampling;      // with logit_bias (ids checked against the vocabulary by the handler)
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage

@@ -83,10 +83,11 @@ const char* ToolCallOutput::finish_reason(const char* engine_reason) const {
 }
 
 std::string ToolCallOutput::chunk_json(const CompletionIdentity& identity,
-                                       const std::vector<toolcall::CallDelta>& calls, bool with_null_usage) const {
+                                       const std::vector<toolcall::CallDelta>& calls, bool with_null_usage,
+                                       int choice) const {
   // The chunk's frame (id, created, model, …) is the one every chunk has; its delta becomes the calls.
   rapidjson::Document doc;
-  doc.Parse(server::chunk_json(identity, nullptr, "", nullptr, nullptr, with_null_usage));
+  doc.Parse(server::chunk_json(identity, nullptr, "", nullptr, nullptr, with_null_usage, nullptr, choice));
   auto& a = doc.GetAllocator();
   rapidjson::Value list(rapidjson::kArrayType);
   for (const auto& c : calls) {

@@ -35,7 +35,7 @@ class ToolCallOutput {
   // A streamed chunk carrying call pieces (delta.tool_calls: index, and on a call's first piece its
   // id, type and function.name; then function.arguments fragments).
   std::string chunk_json(const CompletionIdentity& identity, const std::vector<toolcall::CallDelta>& calls,
-                         bool with_null_usage) const;
+                         bool with_null_usage, int choice = 0) const;
   // The whole answer's JSON with message.tool_calls added (content null when only whitespace is left).
   std::string completion_with_calls(const std::string& completion_json) const;
 

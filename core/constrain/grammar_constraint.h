@@ -31,7 +31,8 @@ inline bool apply_mask(const TokenMask& mask, std::span<float> logits) {
 
 class GrammarConstraint final : public TokenConstraint {
  public:
-  explicit GrammarConstraint(std::shared_ptr<const CompiledGrammar> grammar) : matcher_(grammar), mask_(grammar->vocab().size()) {}
+  explicit GrammarConstraint(std::shared_ptr<const CompiledGrammar> grammar)
+      : grammar_(grammar), matcher_(grammar), mask_(grammar->vocab().size()) {}
 
   bool restrict(std::span<float> logits, int remaining) override {
     matcher_.fill_mask(mask_, remaining);
@@ -39,8 +40,10 @@ class GrammarConstraint final : public TokenConstraint {
   }
   Status accept(int32_t id) override { return matcher_.accept(id); }
   bool must_stop() const override { return matcher_.must_stop(); }
+  std::shared_ptr<TokenConstraint> restart() const override { return std::make_shared<GrammarConstraint>(grammar_); }
 
  private:
+  std::shared_ptr<const CompiledGrammar> grammar_;
   Matcher matcher_;
   TokenMask mask_;
 };

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -40,6 +41,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// Choice i's sampling: choice 0 keeps the request's seed (n = 1 samples as before), the others get
+// seeds mixed from it and i (splitmix64's finaliser), so a seeded request reproduces every choice.
+SamplingParams choice_sampling(const SamplingParams& params, int choice) {
+  SamplingParams p = params;
+  if (choice > 0 && p.seed) {
+    uint64_t z = *p.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(choice);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    p.seed = z ^ (z >> 31);
+  }
+  return p;
+}
 
 class EngineImpl final : public Engine {
  public:
@@ -80,11 +94,16 @@ class EngineImpl final : public Engine {
       return make_error("the prompt has " + std::to_string(req->prompt_ids.size()) + " tokens; the context holds " +
                         std::to_string(rt_->context_size()));
     if (req->max_tokens < 0) return make_error("max_tokens must not be negative");
-    if (const uint32_t need = claim_pages(*req); need > rt_->kv().n_pages()) {
+    if (req->n < 1 || req->n > GenerationRequest::kMaxChoices)
+      return make_error("n must be between 1 and " + std::to_string(GenerationRequest::kMaxChoices));
+    for (const auto& [id, bias] : req->sampling.logit_bias)
+      if (id < 0 || id >= vocab || !std::isfinite(bias))
+        return make_error("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary or its bias is not finite");
+    if (const uint32_t need = claim_pages(*req) * static_cast<uint32_t>(req->n); need > rt_->kv().n_pages()) {
       const uint32_t pool_tokens = rt_->kv().n_pages() * rt_->kv().page_tokens();
       return make_error("the request may need " + std::to_string(need * rt_->kv().page_tokens()) + " tokens of KV cache (prompt " +
                         std::to_string(req->prompt_ids.size()) + " + max_tokens " + std::to_string(req->max_tokens) +
-                        "); the KV pool holds " + std::to_string(pool_tokens) + " tokens");
+                        (req->n > 1 ? ", " + std::to_string(req->n) + " choices" : std::string()) + "); the KV pool holds " + std::to_string(pool_tokens) + " tokens");
     }
     std::lock_guard lock(mu_);
     if (stopping_) return make_error("the engine is shutting down");
@@ -96,6 +115,12 @@ class EngineImpl final : public Engine {
   }
 
   GenerationResult generate(GenerationRequest request) override {
+    if (request.n != 1) {  // one result to return: n choices come through submit()'s callbacks
+      GenerationResult r;
+      r.finish = FinishReason::kError;
+      r.error = "generate() runs one choice (n = 1)";
+      return r;
+    }
     auto req = std::make_shared<GenerationRequest>(std::move(request));
     auto done = std::make_shared<std::promise<GenerationResult>>();
     auto future = done->get_future();
@@ -144,7 +169,7 @@ class EngineImpl final : public Engine {
     for (;;) {
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty() || !waiting_choices_.empty(); });
         if (stopping_) {
           for (auto& p : queue_) waiting_cancel_.push_back(std::move(p));
           queue_.clear();
@@ -153,6 +178,11 @@ class EngineImpl final : public Engine {
       // Requests refused while shutting down end as cancelled, outside the lock.
       for (auto& p : waiting_cancel_) finish_unstarted(p, FinishReason::kCancelled);
       waiting_cancel_.clear();
+      if (stopping_) {  // choices waiting for a slot end too
+        for (auto& c : waiting_choices_) finish(*c, FinishReason::kCancelled);
+        for (auto& c : waiting_choices_) done(*c);
+        waiting_choices_.clear();
+      }
       if (stopping_ && active_.empty()) return;
       if (stopping_)
         for (auto& s : active_) s->request->cancelled->store(true);
@@ -178,15 +208,24 @@ class EngineImpl final : public Engine {
   // starts only when the pages it may need are not claimed by the sequences already running (the
   // prefix cache's pages are evicted on demand), so no sequence ever waits for pages mid-generation
   // and the KV pool — sized under --mem-limit — is never overdrawn. Requests wait in order; those
-  // that waited for pages longer than --mem-wait end with retry_later.
+  // that waited for pages longer than --mem-wait end with retry_later. A request claims for all its
+  // choices (n > 1) at once; the choices that wait for a slot then come first, their pages claimed.
   void admit() {
+    while (static_cast<int>(active_.size()) < parallel_ && !waiting_choices_.empty()) {
+      std::unique_ptr<Sequence> seq = std::move(waiting_choices_.front());
+      waiting_choices_.pop_front();
+      seq->started_at = Clock::now();
+      seq->result.stats.queue_ms = ms_between(seq->queued_at, seq->started_at);
+      reuse_prefix(*seq);
+      active_.push_back(std::move(seq));
+    }
     while (static_cast<int>(active_.size()) < parallel_) {
       Pending next;
       uint32_t need = 0;
       {
         std::lock_guard lock(mu_);
         if (queue_.empty() || stopping_) return;
-        need = claim_pages(*queue_.front().request);
+        need = claim_pages(*queue_.front().request) * static_cast<uint32_t>(std::max(1, queue_.front().request->n));
         if (claimed_pages_ + need > rt_->kv().n_pages()) {
           expire_waiting_for_pages();
           return;
@@ -202,6 +241,7 @@ class EngineImpl final : public Engine {
       seq->tokens = next.request->prompt_ids;
       seq->n_prompt = seq->tokens.size();
       seq->sampler = std::make_unique<Sampler>(next.request->sampling);
+      seq->constraint = next.request->constraint;
       if (drafter_) {
         seq->drafter = drafter_->start(next.request->sampling);
         seq->draft_length = DraftLength(num_draft_tokens_);
@@ -240,6 +280,63 @@ class EngineImpl final : public Engine {
     seq.result.stats.cached_tokens = seq.kv.n_past;
   }
 
+  // Choice `choice` of the request whose choice 0 is `first`, before anything is computed for it.
+  std::unique_ptr<Sequence> make_choice(const Sequence& first, int choice) {
+    auto seq = std::make_unique<Sequence>();
+    const GenerationRequest& req = *first.request;
+    seq->request = first.request;
+    seq->choice = choice;
+    seq->queued_at = first.queued_at;
+    seq->started_at = Clock::now();
+    seq->tokens.assign(first.tokens.begin(), first.tokens.begin() + static_cast<std::ptrdiff_t>(first.n_prompt));
+    seq->n_prompt = first.n_prompt;
+    const SamplingParams sampling = choice_sampling(req.sampling, choice);
+    seq->sampler = std::make_unique<Sampler>(sampling);
+    if (first.constraint) seq->constraint = first.constraint->restart();
+    if (drafter_) {
+      seq->drafter = drafter_->start(sampling);
+      seq->draft_length = DraftLength(num_draft_tokens_);
+    }
+    seq->limit = first.limit;
+    seq->result.stats.prompt_tokens = static_cast<int>(seq->n_prompt);
+    seq->result.stats.queue_ms = ms_between(seq->queued_at, seq->started_at);
+    return seq;
+  }
+
+  // Choice 0 of a request with n > 1 has computed its prompt and holds its logits: the other choices
+  // start from there. With a free slot and a cache that forks, a choice shares the prompt's pages
+  // (KvCache::fork: no position computed again) and samples its first token from a copy of the same
+  // logits (sampling changes them). Otherwise it waits for a slot, then takes the prompt's published
+  // blocks through reuse_prefix like any request and computes only the rest.
+  void spawn_choices(Sequence& first, std::span<const float> logits, Clock::time_point now) {
+    first.spawned = true;
+    for (int c = 1; c < first.request->n; ++c) {
+      auto seq = make_choice(first, c);
+      // Its share of the claim choice 0 made for all of them at admission.
+      seq->claimed_pages = std::min(first.claimed_pages, claim_pages(*first.request));
+      first.claimed_pages -= seq->claimed_pages;
+      if (static_cast<int>(active_.size()) >= parallel_ || !rt_->kv().can_fork() || should_stop(first)) {
+        waiting_choices_.push_back(std::move(seq));
+        continue;
+      }
+      if (auto st = rt_->kv().fork(first.kv, seq->kv); !st) {  // e.g. no page for the copy: wait
+        waiting_choices_.push_back(std::move(seq));
+        continue;
+      }
+      seq->result.stats.cached_tokens = seq->kv.n_past;  // computed once, by choice 0
+      seq->decoding = true;
+      seq->decode_started_at = now;
+      seq->result.stats.prefill_ms = first.result.stats.prefill_ms;
+      {
+        std::lock_guard lock(mu_);
+        ++metrics_.forked_sequences_total;
+      }
+      choice_row_.assign(logits.begin(), logits.end());
+      sample(*seq, choice_row_);
+      active_.push_back(std::move(seq));
+    }
+  }
+
   bool should_stop(const Sequence& s) const {
     return s.request->cancelled->load() || (s.request->deadline && Clock::now() > *s.request->deadline);
   }
@@ -259,7 +356,7 @@ class EngineImpl final : public Engine {
   // the sequence to decode ahead until it has.
   std::vector<Sequence*> greedy_group() {
     std::vector<Sequence*> group;
-    if (!decode_ahead_ || others_waiting()) return group;
+    if (!decode_ahead_ || !waiting_choices_.empty() || others_waiting()) return group;
     for (auto& sp : active_) {
       Sequence& s = *sp;
       if (s.finished) continue;
@@ -267,8 +364,8 @@ class EngineImpl final : public Engine {
       const GenerationRequest& req = *s.request;
       const SamplingParams& p = req.sampling;
       const bool greedy = p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
-      // A constrained request's mask applies on the host, to logits this path never reads.
-      if (!greedy || req.top_logprobs != 0 || req.constraint) return {};
+      // A constrained request's mask and a logit bias apply on the host, to logits this path never reads.
+      if (!greedy || req.top_logprobs != 0 || s.constraint || !p.logit_bias.empty()) return {};
       group.push_back(&s);
     }
     return group;
@@ -277,7 +374,7 @@ class EngineImpl final : public Engine {
   // Whether step() would verify guesses for s now: speculation on at this batch size, and its drafter
   // has (or cannot cheaply rule out) a guess. A constrained request never guesses.
   bool has_guess(const Sequence& s) const {
-    if (!drafter_ || !s.drafter || s.request->constraint || active_count() > spec_max_batch_) return false;
+    if (!drafter_ || !s.drafter || s.constraint || active_count() > spec_max_batch_) return false;
     return s.drafter->may_guess(s.tokens);
   }
 
@@ -314,7 +411,7 @@ class EngineImpl final : public Engine {
       // The next steps while this one runs (GreedyAhead::kStepsAhead queued behind it), where every
       // sequence's token may still be wanted and none has a guess to verify instead.
       while (ahead.in_flight() <= GreedyAhead::kStepsAhead) {
-        bool more = !others_waiting();
+        bool more = waiting_choices_.empty() && !others_waiting();
         for (const Sequence* s : group)
           more = more && !s->finished && !should_stop(*s) && !has_guess(*s) &&
                  s->result.ids.size() + static_cast<std::size_t>(ahead.in_flight()) + 1 <= static_cast<std::size_t>(s->limit);
@@ -437,6 +534,13 @@ class EngineImpl final : public Engine {
     if (drafter_ && std::all_of(in_batch.begin(), in_batch.end(), [](const Sequence* s) { return s->decoding; }))
       costs_.observe_pass(static_cast<int>(batch.tokens.size()), ms_between(issued, now));
     const std::size_t vocab = static_cast<std::size_t>(rt_->config().vocab_size);
+    uint64_t prefilled = 0;
+    for (std::size_t i = 0; i < in_batch.size(); ++i)
+      if (!in_batch[i]->decoding) prefilled += chunk_sizes[i];
+    if (prefilled) {
+      std::lock_guard lock(mu_);
+      metrics_.prefilled_tokens_total += prefilled;
+    }
     for (std::size_t i = 0; i < in_batch.size(); ++i) {
       Sequence& s = *in_batch[i];
       if (!drafts[i].ids.empty()) {
@@ -458,7 +562,9 @@ class EngineImpl final : public Engine {
         s.result.stats.prefill_ms = ms_between(s.started_at, now);
       }
       const std::size_t before = s.result.ids.size();
-      sample(s, std::span<float>(logits_.data() + static_cast<std::size_t>(logit_index[i]) * vocab, vocab));
+      std::span<float> row(logits_.data() + static_cast<std::size_t>(logit_index[i]) * vocab, vocab);
+      if (!was_decoding && s.choice == 0 && s.request->n > 1 && !s.spawned) spawn_choices(s, row, now);
+      sample(s, row);
       if (was_decoding) {
         s.result.stats.decode_passes += 1;
         s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
@@ -486,7 +592,7 @@ class EngineImpl final : public Engine {
     const int n = std::min({s.draft_length.next(costs_, static_cast<int>(other_tokens)), left,
                             static_cast<int>(std::min<std::size_t>(room, INT32_MAX))});
     // A constrained request does not guess: its mask would have to judge every guess's row.
-    if (n <= 0 || !s.drafter || s.request->constraint) return {};
+    if (n <= 0 || !s.drafter || s.constraint) return {};
     const auto t0 = Clock::now();
     auto d = s.drafter->propose(s.tokens, s.n_prompt, n);
     if (!d) return make_error("speculative decoding: " + d.message());
@@ -523,6 +629,7 @@ class EngineImpl final : public Engine {
         break;
       }
       GenerationRequest& req = *s.request;
+      apply_logit_bias(row, req.sampling.logit_bias);  // the target's distribution as sample() sees it
       TokenEvent event;
       if (req.top_logprobs > 0) event.top_logprobs = Sampler::top_logprobs(row, req.top_logprobs);
       const DraftVerdict v = verify_draft(*s.sampler, row, s.tokens, s.n_prompt, draft.ids[j], draft.q.empty() ? nullptr : &draft.q[j]);
@@ -578,9 +685,11 @@ class EngineImpl final : public Engine {
       finish(s, FinishReason::kLength);
       return;
     }
-    if (req.constraint) {
+    // The bias first: a mask's -infinity stays so whatever the bias.
+    apply_logit_bias(logits, req.sampling.logit_bias);
+    if (s.constraint) {
       const int remaining = s.limit - static_cast<int>(s.result.ids.size());
-      if (!req.constraint->restrict(logits, remaining)) {
+      if (!s.constraint->restrict(logits, remaining)) {
         finish(s, FinishReason::kError, "constrained decoding: no token can continue the output");
         return;
       }
@@ -594,17 +703,18 @@ class EngineImpl final : public Engine {
   }
 
   // A sequence's next token, chosen: the end of the sequence, or one more token for the request.
-  void accept(Sequence& s, const TokenEvent& event) {
+  void accept(Sequence& s, TokenEvent& event) {
     GenerationRequest& req = *s.request;
+    event.choice = s.choice;
     const auto& eos = rt_->config().eos_token_ids;
     // A constrained output ends at its end-of-sequence whatever ignore_eos says: its grammar allowed
     // the token only once the value was complete.
-    if ((!req.ignore_eos || req.constraint) && std::find(eos.begin(), eos.end(), event.id) != eos.end()) {
+    if ((!req.ignore_eos || s.constraint) && std::find(eos.begin(), eos.end(), event.id) != eos.end()) {
       finish(s, FinishReason::kStop);
       return;
     }
-    if (req.constraint)
-      if (auto st = req.constraint->accept(event.id); !st) {
+    if (s.constraint)
+      if (auto st = s.constraint->accept(event.id); !st) {
         finish(s, FinishReason::kError, "constrained decoding: " + st.message());
         return;
       }
@@ -615,56 +725,75 @@ class EngineImpl final : public Engine {
       finish(s, req.cancelled->load() ? FinishReason::kCancelled : FinishReason::kStop);
       return;
     }
-    if (req.constraint && req.constraint->must_stop()) finish(s, FinishReason::kStop);
+    if (s.constraint && s.constraint->must_stop()) finish(s, FinishReason::kStop);
     else if (s.result.ids.size() >= static_cast<std::size_t>(s.limit)) finish(s, FinishReason::kLength);
   }
 
   // Sequences that finished leave: pages back to the pool, on_done called, slot freed.
   void retire() {
     for (auto it = active_.begin(); it != active_.end();) {
-      Sequence& s = **it;
-      if (!s.finished) {
+      if (!(*it)->finished) {
         ++it;
         continue;
       }
-      const auto now = Clock::now();
-      if (s.decoding) s.result.stats.decode_ms = ms_between(s.decode_started_at, now);
-      else s.result.stats.prefill_ms = ms_between(s.started_at, now);
-      rt_->kv().release(s.kv);
-      claimed_pages_ -= s.claimed_pages;
-      {
-        std::lock_guard lock(mu_);
-        ++metrics_.requests_total;
-        metrics_.kv_pages_claimed = claimed_pages_;  // before on_done: a caller that sees the result sees the claim gone
-        if (s.result.finish == FinishReason::kError) ++metrics_.requests_failed;
-        metrics_.prompt_tokens_total += s.result.stats.prompt_tokens;
-        metrics_.cached_tokens_total += s.result.stats.cached_tokens;
-        metrics_.completion_tokens_total += s.result.stats.completion_tokens;
-        metrics_.prefill_seconds_total += s.result.stats.prefill_ms / 1000.0;
-        metrics_.decode_seconds_total += s.result.stats.decode_ms / 1000.0;
-        metrics_.decode_passes_total += s.result.stats.decode_passes;
-        metrics_.decode_pass_tokens_total += s.result.stats.decode_pass_tokens;
-        metrics_.draft_tokens_total += s.result.stats.draft_tokens;
-        metrics_.draft_accepted_total += s.result.stats.draft_accepted;
-      }
-      auto req = s.request;
-      GenerationResult result = std::move(s.result);
+      std::unique_ptr<Sequence> s = std::move(*it);
       it = active_.erase(it);
-      if (req->on_done) req->on_done(result);
+      done(*s);
     }
   }
 
-  void finish_unstarted(Pending& p, FinishReason reason, bool retry_later = false) {
-    GenerationResult r;
-    r.finish = reason;
-    if (retry_later) {
-      r.retry_later = true;
-      r.error = "no KV cache room within " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(mem_wait_).count()) +
-                " ms: the sequences running claim " + std::to_string(claimed_pages_) + " of " + std::to_string(rt_->kv().n_pages()) +
-                " pages; this request may need " + std::to_string(claim_pages(*p.request));
+  // A finished sequence's end: its pages back, the metrics counted, on_done called — and, for
+  // choice 0 of n that ended before the others started (cancelled, failed), on_done for each of them.
+  void done(Sequence& s) {
+    const auto now = Clock::now();
+    if (s.decoding) s.result.stats.decode_ms = ms_between(s.decode_started_at, now);
+    else s.result.stats.prefill_ms = ms_between(s.started_at, now);
+    rt_->kv().release(s.kv);
+    claimed_pages_ -= s.claimed_pages;
+    {
+      std::lock_guard lock(mu_);
+      ++metrics_.requests_total;
+      metrics_.kv_pages_claimed = claimed_pages_;  // before on_done: a caller that sees the result sees the claim gone
+      if (s.result.finish == FinishReason::kError) ++metrics_.requests_failed;
+      metrics_.prompt_tokens_total += s.result.stats.prompt_tokens;
+      metrics_.cached_tokens_total += s.result.stats.cached_tokens;
+      metrics_.completion_tokens_total += s.result.stats.completion_tokens;
+      metrics_.prefill_seconds_total += s.result.stats.prefill_ms / 1000.0;
+      metrics_.decode_seconds_total += s.result.stats.decode_ms / 1000.0;
+      metrics_.decode_passes_total += s.result.stats.decode_passes;
+      metrics_.decode_pass_tokens_total += s.result.stats.decode_pass_tokens;
+      metrics_.draft_tokens_total += s.result.stats.draft_tokens;
+      metrics_.draft_accepted_total += s.result.stats.draft_accepted;
     }
-    r.stats.prompt_tokens = static_cast<int>(p.request->prompt_ids.size());
-    if (p.request->on_done) p.request->on_done(r);
+    auto req = s.request;
+    GenerationResult result = std::move(s.result);
+    result.choice = s.choice;
+    if (req->on_done) req->on_done(result);
+    if (s.choice == 0 && !s.spawned)
+      for (int c = 1; c < req->n; ++c) {
+        GenerationResult other;
+        other.choice = c;
+        other.finish = result.finish;
+        other.error = result.error;
+        other.stats.prompt_tokens = result.stats.prompt_tokens;
+        if (req->on_done) req->on_done(other);
+      }
+  }
+
+  void finish_unstarted(Pending& p, FinishReason reason, bool retry_later = false) {
+    for (int c = 0; c < std::max(1, p.request->n); ++c) {
+      GenerationResult r;
+      r.choice = c;
+      r.finish = reason;
+      if (retry_later) {
+        r.retry_later = true;
+        r.error = "no KV cache room within " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(mem_wait_).count()) +
+                  " ms: the sequences running claim " + std::to_string(claimed_pages_) + " of " + std::to_string(rt_->kv().n_pages()) +
+                  " pages; this request may need " + std::to_string(claim_pages(*p.request) * static_cast<uint32_t>(std::max(1, p.request->n)));
+      }
+      r.stats.prompt_tokens = static_cast<int>(p.request->prompt_ids.size());
+      if (p.request->on_done) p.request->on_done(r);
+    }
   }
 
   int active_count() const {
@@ -718,6 +847,8 @@ class EngineImpl final : public Engine {
   std::vector<Pending> waiting_cancel_;
   std::vector<Pending> expired_;  // waited for pages past --mem-wait (engine thread only)
   std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only
+  std::deque<std::unique_ptr<Sequence>> waiting_choices_;  // choices of started requests waiting for a slot (engine thread)
+  std::vector<float> choice_row_;  // a forked choice's copy of the prompt's logits
   std::vector<float> logits_;
   bool stopping_ = false;
   EngineMetrics metrics_;

@@ -79,6 +79,7 @@ struct TokenEvent {
   int32_t id = 0;
   float logprob = 0.0f;
   std::vector<TokenChoice> top_logprobs;  // filled when the request asks for them
+  int choice = 0;  // which of the request's n choices it belongs to
 };
 
 struct GenerationStats {
@@ -108,11 +109,21 @@ struct GenerationResult {
   // (the edge answers 503 with Retry-After).
   bool retry_later = false;
   GenerationStats stats;
+  int choice = 0;  // which of the request's n choices
 };
 
 struct GenerationRequest {
+  static constexpr int kMaxChoices = 16;
+
   std::vector<int32_t> prompt_ids;
   int max_tokens = 256;
+  // Choices (OpenAI's n, 1..kMaxChoices): sequences sampled independently from one prompt. The
+  // prompt is prefilled once; then the n sequences fork from it (KvCache::fork shares its pages) and
+  // decode together, each as a slot of --parallel (choices without a free slot wait for one, ahead
+  // of other requests). Choice i > 0 samples with a seed derived from sampling.seed and i, and with
+  // its own constraint (TokenConstraint::restart). Every callback says its choice; on_done is
+  // called once per choice.
+  int n = 1;
   SamplingParams sampling;
   bool ignore_eos = false;
   int top_logprobs = 0;  // alternatives per token to report (0 = none)
@@ -137,6 +148,10 @@ struct EngineMetrics {
   uint64_t prompt_tokens_total = 0;
   uint64_t cached_tokens_total = 0;
   uint64_t completion_tokens_total = 0;
+  // Prompt tokens run through the model (a prompt less its cached prefix, once per request however
+  // many choices fork from it) and the sequences that forked from another's prompt (n > 1).
+  uint64_t prefilled_tokens_total = 0;
+  uint64_t forked_sequences_total = 0;
   // Decode steps issued a token ahead (engine/greedy_ahead.h) and the sequences' rows in them: rows
   // over steps is how many greedy sequences decoded together.
   uint64_t ahead_steps_total = 0;

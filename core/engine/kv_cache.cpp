@@ -514,6 +514,47 @@ Status KvCache::rollback(SequenceKv& seq, int32_t n_end) {
   return {};
 }
 
+Status KvCache::fork(const SequenceKv& from, SequenceKv& to) {
+  if (!can_fork()) return make_error("KV cache: a sequence with sliding-window pages or a recent window cannot be forked");
+  if (!to.pages.empty() || to.state_slot >= 0 || to.n_past != 0) return make_error("KV cache: fork into a sequence that holds pages");
+  const std::size_t full = static_cast<std::size_t>(from.n_past) / kPageTokens;
+  const bool partial = static_cast<std::size_t>(from.n_past) % kPageTokens != 0;
+  if (from.pages.size() < full + (partial ? 1 : 0)) return make_error("KV cache: fork of a sequence missing pages");
+  to.pages.assign(from.pages.begin(), from.pages.begin() + static_cast<std::ptrdiff_t>(full));
+  pool_->retain(to.pages);
+  if (partial) {
+    auto fresh = pool_->allocate(1);
+    if (!fresh) {
+      release(to);
+      return fresh.error();
+    }
+    to.pages.push_back(fresh->front());
+    for (std::size_t i = 0; i < caches_.size(); ++i)
+      if (auto st = backends_[i]->copy_page(caches_[i], static_cast<uint32_t>(from.pages[full]), static_cast<uint32_t>(fresh->front())); !st) {
+        release(to);
+        return st;
+      }
+  }
+  if (state_pool_ && from.state_slot >= 0) {
+    auto slot = state_pool_->allocate(1);
+    if (!slot) {
+      release(to);
+      return make_error("recurrent state: " + slot.message());
+    }
+    to.state_slot = slot->front();
+    if (auto st = copy_state(static_cast<uint32_t>(from.state_slot), static_cast<uint32_t>(to.state_slot)); !st) {
+      release(to);
+      return st;
+    }
+  }
+  to.n_past = from.n_past;
+  to.first_own = from.n_past;  // computed by another sequence (no recent window here to keep in step)
+  // The shared blocks were published by `from` (or found published): `to` publishes from there on.
+  to.n_published = from.n_published;  // never past `full`: only whole blocks are published
+  to.last_hash = from.last_hash;
+  return {};
+}
+
 Result<int32_t> KvCache::save_state(const SequenceKv& seq) {
   if (!state_pool_ || seq.state_slot < 0) return -1;
   auto slot = state_pool_->allocate(1);

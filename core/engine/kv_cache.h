@@ -166,6 +166,15 @@ class KvCache {
   // positions again.
   Status rollback(SequenceKv& seq, int32_t n_end);
   bool has_state() const { return state_pool_ != nullptr; }
+  // Forking (a request's n choices after its prompt): `to` (empty) gets what `from` holds of
+  // positions [0, from.n_past) without computing them again — its full blocks shared by reference,
+  // the partly filled last block copied into a page of its own (both sequences write their next
+  // positions there), the recurrent state copied into a slot of its own. Only where every layer
+  // keeps full pages and there is no recent window (can_fork): a sliding window's pages and the
+  // recent window's exact rows are not copied; elsewhere the engine takes the prompt's published
+  // blocks through reuse_prefix instead and computes the rest.
+  bool can_fork() const { return !window_pool_ && recent_window_ == 0; }
+  Status fork(const SequenceKv& from, SequenceKv& to);
   // A copy of the sequence's live state in a slot of its own (-1: the model has no recurrent layers,
   // or the sequence no state yet); restore_state copies it back and frees it, drop_state frees it.
   Result<int32_t> save_state(const SequenceKv& seq);

@@ -44,6 +44,17 @@ void PagePool::unreference(int32_t page) {
   }
 }
 
+void PagePool::retain(std::span<const int32_t> pages) {
+  for (int32_t p : pages) {
+    if (p < 0 || static_cast<std::size_t>(p) >= refs_.size()) continue;
+    if (auto pos = lru_pos_.find(p); pos != lru_pos_.end()) {  // held again: not evictable
+      lru_.erase(pos->second);
+      lru_pos_.erase(pos);
+    }
+    ++refs_[p];
+  }
+}
+
 void PagePool::release(std::span<const int32_t> pages) {
   for (int32_t p : pages)
     if (p >= 0 && static_cast<std::size_t>(p) < refs_.size()) unreference(p);

@@ -38,6 +38,8 @@ class PagePool {
 
   // n fresh pages, each with one reference (the caller's); evicts cached blocks if needed.
   Result<std::vector<int32_t>> allocate(uint32_t n);
+  // Adds a reference to each page (held already by someone: a sequence shares another's blocks).
+  void retain(std::span<const int32_t> pages);
   // Drops the caller's reference to each page.
   void release(std::span<const int32_t> pages);
 

@@ -19,6 +19,11 @@ float log_sum_exp(std::span<const float> logits) {
 
 }  // namespace
 
+void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias) {
+  for (const auto& [id, b] : bias)
+    if (id >= 0 && static_cast<std::size_t>(id) < logits.size()) logits[static_cast<std::size_t>(id)] += b;
+}
+
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
 

@@ -18,7 +18,14 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // OpenAI: subtract once per token seen in the completion
   float frequency_penalty = 0.0f;  // OpenAI: subtract per occurrence in the completion
   std::optional<uint64_t> seed;    // same seed and request → same output
+  // OpenAI's logit_bias: (token id, bias) added to the raw logits before anything else (penalties,
+  // a constraint's mask, temperature): -100 bans a token in practice, +100 forces it unless a mask
+  // forbids it. Reported logprobs are those of the biased distribution.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
+
+// Adds each bias to its token's logit (ids outside the row are skipped: the edge validates them).
+void apply_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias);
 
 struct TokenChoice {
   int32_t id = 0;

@@ -16,6 +16,9 @@ struct Sequence {
   using Clock = std::chrono::steady_clock;
 
   std::shared_ptr<GenerationRequest> request;
+  int choice = 0;                      // which of the request's n choices (GenerationRequest::n)
+  std::shared_ptr<TokenConstraint> constraint;  // this choice's (the request's own for choice 0)
+  bool spawned = false;                // choice 0 of n > 1: the other choices exist
   Clock::time_point queued_at;
   std::vector<int32_t> tokens;         // prompt + generated: every position's token
   std::size_t n_prompt = 0;

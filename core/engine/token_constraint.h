@@ -3,6 +3,7 @@
 // is sampled the engine asks which tokens may come next, and tells it the token chosen. One per
 // request, used on the engine thread only.
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "util/result.h"
@@ -20,6 +21,9 @@ class TokenConstraint {
   virtual Status accept(int32_t id) = 0;
   // Complete and nothing may follow: the request ends here without another step.
   virtual bool must_stop() const = 0;
+  // The same constraint from its start, for another choice of the same request (n > 1): each
+  // choice's output follows the grammar on its own.
+  virtual std::shared_ptr<TokenConstraint> restart() const = 0;
 };
 
 }  // namespace sluice

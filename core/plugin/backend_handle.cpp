@@ -105,6 +105,11 @@ Status BackendHandle::clear_state(sl_kv_cache* cache, uint32_t slot) const {
   return check(api_->kv_clear_state(be_, cache, slot, &err), err, "kv_clear_state");
 }
 
+Status BackendHandle::copy_page(sl_kv_cache* cache, uint32_t src_page, uint32_t dst_page) const {
+  sl_error err{};
+  return check(api_->kv_copy_page(be_, cache, src_page, dst_page, &err), err, "kv_copy_page");
+}
+
 bool BackendHandle::supports(const sl_node& node, std::span<const sl_tensor> tensors, const sl_kv_layout* kv) const {
   sl_node_query q{};
   q.struct_size = sizeof(q);

@@ -71,6 +71,8 @@ class BackendHandle {
   bool keeps_state() const;
   Status copy_state(sl_kv_cache* cache, uint32_t src_slot, uint32_t dst_slot) const;
   Status clear_state(sl_kv_cache* cache, uint32_t slot) const;
+  // One page of every FULL layer copied to another (kv_copy_page: a sequence forked mid-page).
+  Status copy_page(sl_kv_cache* cache, uint32_t src_page, uint32_t dst_page) const;
   // Runs a step graph (asynchronously where the device queues work).
   Status compute(const sl_graph& graph, const sl_step& step) const;
 

@@ -211,4 +211,15 @@ std::string quote(std::string_view text) {
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
+rapidjson::Value text_value(std::string_view text, rapidjson::Document::AllocatorType& allocator) {
+  return rapidjson::Value(text.data(), static_cast<rapidjson::SizeType>(text.size()), allocator);
+}
+
+std::string serialize(const rapidjson::Value& value) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  value.Accept(writer);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
 }  // namespace sluice::json

@@ -40,5 +40,9 @@ std::optional<std::string> string(const rapidjson::Value& object, const char* na
 
 // JSON text of a string value, quotes included (for writing JSON by hand).
 std::string quote(std::string_view text);
+// A string value copied into a document's allocator.
+rapidjson::Value text_value(std::string_view text, rapidjson::Document::AllocatorType& allocator);
+// A value's JSON text, compact.
+std::string serialize(const rapidjson::Value& value);
 
 }  // namespace sluice::json

@@ -3,13 +3,16 @@
 // constrained request does not take the decode-ahead path (whose choice is made on the device,
 // where no mask applies) nor make speculative guesses, and its output is a whole value of its
 // grammar, within max_tokens.
+#include <algorithm>
 #include <future>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "constrain/grammar_constraint.h"
 #include "constrain/json_schema.h"
 #include "engine/engine.h"
+#include "choice_results.h"
 #include "greedy_requests.h"
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
@@ -131,6 +134,42 @@ TEST(ConstrainedEngine, MasksArePerSequenceInOneBatch) {
   const GenerationResult c = constrained.get();
   EXPECT_EQ(beside.ids, alone.ids);
   EXPECT_TRUE(whole_value(g, c.ids)) << engine->tokenizer().decode(c.ids);
+}
+
+// n choices: each follows the grammar on its own (a constraint per choice, TokenConstraint::restart),
+// sampled apart; and a logit bias never overrides the mask — +100 on a token the grammar never allows
+// here, -100 on the one that must open the value.
+TEST(ConstrainedEngine, EveryChoiceFollowsItsOwnGrammarWhateverTheBias) {
+  auto engine = make_engine(4);
+  ASSERT_TRUE(engine);
+  auto g = grammar(*engine, kSchema);
+  const auto open = engine->tokenizer().encode("{");
+  const auto print = engine->tokenizer().encode("print");
+  ASSERT_EQ(open.size(), 1u);
+  ASSERT_EQ(print.size(), 1u);
+  GenerationRequest req = test::greedy(engine->tokenizer().encode("def main():\n    config = "), 60);
+  req.sampling.temperature = 1.0f;
+  req.sampling.seed = 21;
+  req.n = 3;
+  req.constraint = std::make_shared<GrammarConstraint>(g);
+  req.sampling.logit_bias = {{open[0], -100.0f}};
+  const auto got = test::run_choices(*engine, req);
+  ASSERT_EQ(got.results.size(), 3u);
+  std::set<std::vector<int32_t>> distinct;
+  for (const auto& [c, r] : got.results) {
+    EXPECT_EQ(r.finish, FinishReason::kStop) << r.error;
+    EXPECT_TRUE(whole_value(g, r.ids)) << "choice " << c << ": " << engine->tokenizer().decode(r.ids);
+    distinct.insert(r.ids);
+  }
+  EXPECT_GE(distinct.size(), 2u) << "the choices sampled alike";
+  // +100 on "print": taken wherever the grammar allows it (inside strings), never where it does not.
+  GenerationRequest forced = test::greedy(engine->tokenizer().encode("def main():\n    config = "), 60);
+  forced.constraint = std::make_shared<GrammarConstraint>(g);
+  forced.sampling.logit_bias = {{print[0], 100.0f}};
+  const auto r = engine->generate(std::move(forced));
+  EXPECT_EQ(r.finish, FinishReason::kStop) << r.error;
+  EXPECT_TRUE(whole_value(g, r.ids)) << engine->tokenizer().decode(r.ids);
+  EXPECT_NE(std::find(r.ids.begin(), r.ids.end(), print[0]), r.ids.end()) << engine->tokenizer().decode(r.ids);
 }
 
 }  // namespace

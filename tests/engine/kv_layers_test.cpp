@@ -26,6 +26,7 @@
 #include "model/transformer.h"
 #include "plugin/plugin_registry.h"
 #include "quant/model_info.h"
+#include "choice_results.h"
 #include "reference.h"
 
 namespace sluice {
@@ -558,6 +559,48 @@ TEST(KvLayers, Qwen3_5RequestsSideBySideGiveWhatEachGivesAlone) {
     EXPECT_EQ(got.finish, FinishReason::kLength) << got.error;
     EXPECT_EQ(got.ids, want[i]) << "request " << i;
   }
+}
+
+// n choices where the cache cannot fork (sliding-window pages): the other choices take the prompt's
+// published blocks from the prefix cache (window pages included) and compute the rest.
+TEST(KvLayers, ChoicesOverSlidingWindowPagesStartFromThePrefixCache) {
+  const ModelCopy model(tiny_config(kSlidingFull, "24"));
+  auto engine = Engine::create(options(model.dir(), 3, true));
+  auto alone = Engine::create(options(model.dir(), 1, true));
+  ASSERT_TRUE(engine.ok() && alone.ok());
+  const auto prompt = prompt_of(9, 70);  // four full blocks and 6 positions
+  const auto want = (*alone)->generate(greedy(prompt, 30)).ids;
+  GenerationRequest r = greedy(prompt, 30);
+  r.n = 3;
+  const auto got = test::run_choices(**engine, r);
+  ASSERT_EQ(got.results.size(), 3u);
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(got.results.at(c).ids, want) << "choice " << c;
+  for (int i = 0; i < 100 && (*engine)->metrics().active_sequences != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const EngineMetrics m = (*engine)->metrics();
+  EXPECT_EQ(m.forked_sequences_total, 0u);
+  EXPECT_EQ(m.prefilled_tokens_total, 70u + 2 * 6);
+  EXPECT_EQ(m.kv_window_pages_in_use, 0u);
+}
+
+// n choices of a hybrid model: the forked choices get a copy of the recurrent state at the prompt's end.
+TEST(KvLayers, Qwen3_5ChoicesForkTheRecurrentStateAndGiveWhatOneChoiceGives) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/qwen3_5_text/config.json");
+  const std::string dir = test::reference_path("models/zoo2/qwen3_5_text").string();
+  auto engine = Engine::create(options(dir, 3));
+  auto alone = Engine::create(options(dir));
+  ASSERT_TRUE(engine.ok() && alone.ok());
+  const auto prompt = prompt_of(12, 45);
+  const auto want = (*alone)->generate(greedy(prompt, 20)).ids;
+  GenerationRequest r = greedy(prompt, 20);
+  r.n = 3;
+  const auto got = test::run_choices(**engine, r);
+  ASSERT_EQ(got.results.size(), 3u);
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(got.results.at(c).ids, want) << "choice " << c;
+  for (int i = 0; i < 100 && (*engine)->metrics().active_sequences != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const EngineMetrics m = (*engine)->metrics();
+  EXPECT_EQ(m.forked_sequences_total, 2u);
+  EXPECT_EQ(m.prefilled_tokens_total, 45u);
+  EXPECT_EQ(m.kv_pages_in_use, 0u);
 }
 
 TEST(KvLayers, AModelWithLinearAttentionLayersIsRefusedByName) {

@@ -251,7 +251,7 @@ class Errors(unittest.TestCase):
         self.assertError(status, json.loads(data), 400)
 
     def test_bad_fields_are_400_with_param(self):
-        for body, param in [({"prompt": "x", "n": 2}, "n"),
+        for body, param in [({"prompt": "x", "n": 17}, "n"),
                             ({"prompt": "x", "temperature": "hot"}, "temperature"),
                             ({"prompt": "x", "response_format": {"type": "json_schema"}}, "response_format.json_schema"),
                             ({"prompt": "x", "response_format": {"type": "yaml"}}, "response_format"),

@@ -142,3 +142,132 @@ TEST(GenerationJob, EngineErrorBecomes500) {
   EXPECT_EQ(run.channel->status, 500);
   EXPECT_NE(run.channel->response.find("boom"), std::string::npos);
 }
+
+namespace {
+
+// A job of n choices, fed token by token in an interleaving the test chooses (as the engine's
+// batched steps would), each choice ending with its own result.
+struct ChoicesRun {
+  std::shared_ptr<RecordingChannel> channel = std::make_shared<RecordingChannel>();
+  std::shared_ptr<GenerationJob> job;
+  GenerationRequest request;
+
+  ChoicesRun(int n, bool chat, bool stream, std::vector<std::string> stop = {}) {
+    JobSpec spec;
+    spec.identity = make_identity(chat, "tiny");
+    spec.stream = stream;
+    spec.include_usage = true;
+    spec.stop = std::move(stop);
+    std::vector<std::unique_ptr<TokenText>> texts;
+    for (int i = 0; i < n; ++i) texts.push_back(std::make_unique<FakeText>());
+    job = std::make_shared<GenerationJob>(std::move(spec), std::move(texts), channel, nullptr);
+    job->attach(request);
+  }
+  bool token(int choice, int32_t id) {
+    TokenEvent e{id, -0.5f, {}};
+    e.choice = choice;
+    return request.on_token(e);
+  }
+  void done(int choice, FinishReason finish, int completion_tokens) {
+    GenerationResult r;
+    r.choice = choice;
+    r.finish = finish;
+    r.stats.prompt_tokens = 5;
+    r.stats.completion_tokens = completion_tokens;
+    request.on_done(r);
+  }
+};
+
+}  // namespace
+
+TEST(GenerationJobChoices, AttachAsksTheEngineForEveryChoice) {
+  ChoicesRun run(3, true, false);
+  EXPECT_EQ(run.request.n, 3);
+}
+
+TEST(GenerationJobChoices, NonStreamedAnswerHoldsEveryChoiceInOrderWithItsOwnFinishAndOneUsage) {
+  ChoicesRun run(2, true, false, {"wor"});
+  // Interleaved as a batch decodes them; choice 1 meets the stop string, choice 0 runs to its length.
+  EXPECT_TRUE(run.token(1, 0));
+  EXPECT_TRUE(run.token(0, 4));
+  EXPECT_TRUE(run.token(1, 1));
+  EXPECT_TRUE(run.token(0, 0));
+  EXPECT_FALSE(run.token(1, 2));  // " wor" completes the stop string: this choice stops
+  run.done(1, FinishReason::kStop, 3);
+  EXPECT_EQ(run.channel->status, 0) << "answered before every choice ended";
+  EXPECT_TRUE(run.token(0, 3));
+  run.done(0, FinishReason::kLength, 3);
+  ASSERT_EQ(run.channel->status, 200);
+  auto doc = json::parse(run.channel->response, "response");
+  ASSERT_TRUE(doc.ok());
+  const auto& choices = (*doc)["choices"];
+  ASSERT_EQ(choices.Size(), 2u);
+  EXPECT_EQ(choices[0]["index"].GetInt(), 0);
+  EXPECT_EQ(choices[1]["index"].GetInt(), 1);
+  EXPECT_STREQ(choices[0]["message"]["content"].GetString(), "!Helld");
+  EXPECT_STREQ(choices[0]["finish_reason"].GetString(), "length");
+  EXPECT_STREQ(choices[1]["message"]["content"].GetString(), "Hello ");
+  EXPECT_STREQ(choices[1]["finish_reason"].GetString(), "stop");
+  EXPECT_EQ((*doc)["usage"]["prompt_tokens"].GetInt(), 5);  // the prompt once
+  EXPECT_EQ((*doc)["usage"]["completion_tokens"].GetInt(), 6);
+  EXPECT_EQ((*doc)["usage"]["total_tokens"].GetInt(), 11);
+}
+
+TEST(GenerationJobChoices, StreamedChunksCarryTheirChoiceAndTheStreamEndsAfterTheLast) {
+  ChoicesRun run(2, true, true);
+  run.token(0, 0);
+  run.token(1, 2);
+  run.token(0, 1);
+  run.done(0, FinishReason::kStop, 2);
+  run.token(1, 3);
+  EXPECT_FALSE(run.channel->ended);
+  run.done(1, FinishReason::kLength, 2);
+  ASSERT_TRUE(run.channel->ended);
+  const auto& ev = run.channel->events;
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "data: [DONE]\n\n");
+  std::map<int, std::string> text, finish;
+  std::map<int, int> roles;
+  int usage_chunks = 0;
+  for (std::size_t i = 0; i + 1 < ev.size(); ++i) {
+    auto chunk = parse_event(ev[i]);
+    if (chunk["choices"].Empty()) {
+      ++usage_chunks;
+      EXPECT_EQ(i + 2, ev.size()) << "usage comes last, once";
+      EXPECT_EQ(chunk["usage"]["prompt_tokens"].GetInt(), 5);
+      EXPECT_EQ(chunk["usage"]["completion_tokens"].GetInt(), 4);
+      continue;
+    }
+    const auto& c = chunk["choices"][0];
+    const int index = c["index"].GetInt();
+    const auto& delta = c["delta"];
+    if (delta.HasMember("role")) ++roles[index];
+    if (delta.HasMember("content")) text[index] += delta["content"].GetString();
+    if (!c["finish_reason"].IsNull()) {
+      EXPECT_EQ(finish.count(index), 0u) << "choice " << index << " finished twice";
+      finish[index] = c["finish_reason"].GetString();
+    }
+  }
+  EXPECT_EQ(usage_chunks, 1);
+  EXPECT_EQ(roles, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(text[0], "Hello");
+  EXPECT_EQ(text[1], " world");
+  EXPECT_EQ(finish[0], "stop");
+  EXPECT_EQ(finish[1], "length");
+}
+
+TEST(GenerationJobChoices, OneChoiceFailingAnswers500OnceAndStopsTheOthers) {
+  ChoicesRun run(3, false, false);
+  run.token(0, 0);
+  GenerationResult failed;
+  failed.choice = 1;
+  failed.finish = FinishReason::kError;
+  failed.error = "boom";
+  run.request.on_done(failed);
+  EXPECT_EQ(run.channel->status, 500);
+  EXPECT_FALSE(run.token(0, 1)) << "the others stop at their next token";
+  run.channel->status = 0;
+  run.done(0, FinishReason::kStop, 2);
+  run.done(2, FinishReason::kStop, 0);
+  EXPECT_EQ(run.channel->status, 0) << "answered twice";
+}

@@ -133,3 +133,42 @@ TEST(ReasoningJob, AnAnswerWithoutThinkingHasNullReasoningAndOtherModelsNoField)
   EXPECT_FALSE(message(*plain_model).HasMember("reasoning_content"));
   EXPECT_STREQ(message(*plain_model)["content"].GetString(), "<think>\nTwo and</think>\n\nFour");
 }
+
+// n choices: each splits its own reasoning — one still thinking while the other answers.
+TEST(ReasoningJob, EachChoiceSplitsItsOwnReasoning) {
+  auto channel = std::make_shared<RecordingChannel>();
+  JobSpec spec;
+  spec.identity = make_identity(true, "tiny");
+  spec.split_reasoning = true;
+  std::vector<std::unique_ptr<TokenText>> texts;
+  texts.push_back(std::make_unique<FakeText>());
+  texts.push_back(std::make_unique<FakeText>());
+  auto job = std::make_shared<GenerationJob>(std::move(spec), std::move(texts), channel, nullptr);
+  GenerationRequest request;
+  job->attach(request);
+  auto token = [&](int choice, int32_t id) {
+    TokenEvent e{id, -0.5f, {}};
+    e.choice = choice;
+    request.on_token(e);
+  };
+  // Choice 0 reasons then answers; choice 1 answers at once (no tags), interleaved.
+  for (int32_t id : {10, 11, 12}) token(0, id);
+  token(1, 16);
+  for (int32_t id : {13, 14, 15}) token(0, id);
+  token(1, 17);
+  token(0, 16);
+  GenerationResult done;
+  done.finish = FinishReason::kStop;
+  for (int c : {1, 0}) {
+    done.choice = c;
+    request.on_done(done);
+  }
+  auto doc = json::parse(channel->response, "response");
+  ASSERT_TRUE(doc.ok()) << channel->response;
+  const auto& choices = (*doc)["choices"];
+  ASSERT_EQ(choices.Size(), 2u);
+  EXPECT_STREQ(choices[0]["message"]["reasoning_content"].GetString(), "Two and two.");
+  EXPECT_STREQ(choices[0]["message"]["content"].GetString(), "Four");
+  EXPECT_TRUE(choices[1]["message"]["reasoning_content"].IsNull());
+  EXPECT_STREQ(choices[1]["message"]["content"].GetString(), "Four.");
+}

@@ -1,5 +1,7 @@
 #include "server/request_parser.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 using namespace sluice::server;
@@ -98,8 +100,50 @@ TEST(ChatRequest, ContentAsTextPartsIsFlattened) {
   EXPECT_STREQ(r->messages[4]["tool_call_id"].GetString(), "1");
 }
 
+TEST(ChatRequest, NChoicesUpToTheLimit) {
+  auto r = parse_chat_request(chat(R"("n":3)"), defaults());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->params.n, 3);
+  EXPECT_EQ(parse_chat_request(chat(""), defaults())->params.n, 1);
+  EXPECT_TRUE(parse_chat_request(chat(R"("n":16)"), defaults()).ok());
+  for (const char* bad : {R"("n":17)", R"("n":0)", R"("n":-2)", R"("n":"2")", R"("n":1.5)"}) {
+    const ApiError e = chat_error(bad);
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "n") << bad;
+  }
+  auto text = parse_completion_request(R"({"prompt":"x","n":4})", defaults());
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_EQ(text->params.n, 4);
+}
+
+TEST(ChatRequest, LogitBiasMapsTokenIdStringsToBiases) {
+  auto r = parse_chat_request(chat(R"("logit_bias":{"15":-100,"2044":100,"7":0.5,"15":-50})"), defaults());
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  auto bias = r->params.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, 0.5f}, {15, -50.0f}, {2044, 100.0f}}));  // a repeated key: the last
+  EXPECT_TRUE(parse_chat_request(chat(R"("logit_bias":null)"), defaults())->params.sampling.logit_bias.empty());
+  auto text = parse_completion_request(R"({"prompt":"x","logit_bias":{"50256":-100}})", defaults());
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_EQ(text->params.sampling.logit_bias.size(), 1u);
+}
+
+TEST(ChatRequest, BadLogitBiasIs400NamingIt) {
+  std::string many = R"("logit_bias":{)";
+  for (int i = 0; i <= static_cast<int>(CompletionParams::kMaxLogitBias); ++i) many += (i ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  many += "}";
+  for (const std::string& bad : {std::string(R"("logit_bias":[1,2])"), std::string(R"("logit_bias":{"abc":1})"),
+                                 std::string(R"("logit_bias":{"-3":1})"), std::string(R"("logit_bias":{"":1})"),
+                                 std::string(R"("logit_bias":{"99999999999":1})"), std::string(R"("logit_bias":{"5":101})"),
+                                 std::string(R"("logit_bias":{"5":-100.5})"), std::string(R"("logit_bias":{"5":"high"})"), many}) {
+    const ApiError e = chat_error(bad);
+    EXPECT_EQ(e.status, 400) << bad.substr(0, 60);
+    EXPECT_EQ(e.param, "logit_bias") << bad.substr(0, 60);
+  }
+}
+
 TEST(ChatRequest, InvalidRequestsAre400WithTheParam) {
-  EXPECT_EQ(chat_error(R"("n":2)").param, "n");
+  EXPECT_EQ(chat_error(R"("n":0)").param, "n");
   EXPECT_EQ(chat_error(R"("temperature":"hot")").param, "temperature");
   EXPECT_EQ(chat_error(R"("temperature":3)").param, "temperature");
   EXPECT_EQ(chat_error(R"("max_tokens":0)").param, "max_tokens");

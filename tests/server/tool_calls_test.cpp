@@ -278,3 +278,70 @@ TEST(ToolCallIds, MistralCallsGetNineAlphanumericIdsOthersOpenAiShaped) {
 }
 
 }  // namespace
+
+// n choices: each answer goes through its own parser — one choice's calls never leak into another's.
+TEST(ToolCallResponse, EachChoiceParsesItsOwnCalls) {
+  const std::vector<std::string> plain = {"Sunny", " today", ".", "<|im_end|>"};
+  for (bool stream : {false, true}) {
+    JobSpec spec;
+    spec.identity = make_identity(true, "tiny");
+    spec.stream = stream;
+    spec.tool_format = toolcall::Format::kHermes;
+    std::vector<std::unique_ptr<TokenText>> texts;
+    texts.push_back(std::make_unique<scripted::ScriptedText>(kQwenTwoCalls, std::set<std::string>{"<|im_end|>"}));
+    texts.push_back(std::make_unique<scripted::ScriptedText>(plain, std::set<std::string>{"<|im_end|>"}));
+    auto channel = std::make_shared<scripted::CapturingChannel>();
+    auto job = std::make_shared<GenerationJob>(std::move(spec), std::move(texts), channel, nullptr);
+    GenerationRequest request;
+    job->attach(request);
+    // Interleaved, as a batch decodes them.
+    for (int32_t i = 0; i < static_cast<int32_t>(kQwenTwoCalls.size()); ++i) {
+      TokenEvent e{i, -0.1f, {}};
+      request.on_token(e);
+      if (i < static_cast<int32_t>(plain.size())) {
+        e.choice = 1;
+        request.on_token(e);
+      }
+    }
+    GenerationResult done;
+    done.finish = FinishReason::kStop;
+    done.choice = 1;
+    request.on_done(done);
+    done.choice = 0;
+    request.on_done(done);
+
+    std::map<int, std::string> content, finish;
+    std::map<int, int> calls;
+    if (!stream) {
+      auto doc = json::parse(channel->response, "response");
+      ASSERT_TRUE(doc.ok());
+      for (const auto& c : (*doc)["choices"].GetArray()) {
+        const int index = c["index"].GetInt();
+        const auto& message = c["message"];
+        if (message["content"].IsString()) content[index] = message["content"].GetString();
+        calls[index] = message.HasMember("tool_calls") ? static_cast<int>(message["tool_calls"].Size()) : 0;
+        finish[index] = c["finish_reason"].GetString();
+      }
+    } else {
+      for (std::size_t i = 0; i + 1 < channel->events.size(); ++i) {
+        auto doc = json::parse(channel->events[i].substr(6), "chunk");
+        ASSERT_TRUE(doc.ok());
+        if ((*doc)["choices"].Empty()) continue;
+        const auto& c = (*doc)["choices"][0];
+        const int index = c["index"].GetInt();
+        const auto& delta = c["delta"];
+        if (delta.HasMember("content")) content[index] += delta["content"].GetString();
+        if (delta.HasMember("tool_calls"))
+          for (const auto& call : delta["tool_calls"].GetArray())
+            if (call.HasMember("id")) ++calls[index];
+        if (!c["finish_reason"].IsNull()) finish[index] = c["finish_reason"].GetString();
+      }
+    }
+    EXPECT_EQ(calls[0], 2) << "stream " << stream;
+    EXPECT_EQ(calls[1], 0) << "stream " << stream;
+    EXPECT_EQ(content[0], "I'll check.\n") << "stream " << stream;
+    EXPECT_EQ(content[1], "Sunny today.") << "stream " << stream;
+    EXPECT_EQ(finish[0], "tool_calls") << "stream " << stream;
+    EXPECT_EQ(finish[1], "stop") << "stream " << stream;
+  }
+}

@@ -113,8 +113,37 @@ test("completions.create stream", async () => {
 
 test("errors surface as APIError with status", async () => {
   await assert.rejects(
-    client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], n: 2 }),
-    (e) => e instanceof OpenAI.APIError && e.status === 400,
+    client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], n: 17 }),
+    (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === "n",
+  );
+});
+
+test("chat.completions.create with n: 2, plain and through the stream helper", async () => {
+  const request = {
+    model: "tiny-code-qwen2", messages: [{ role: "user", content: "Name a fruit." }], max_tokens: 12, temperature: 1.2, seed: 11, n: 2,
+  };
+  const r = await client.chat.completions.create(request);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  for (const c of r.choices) assert.ok(["stop", "length"].includes(c.finish_reason));
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  // The SDK's helper reassembles the streamed choices by their index: the same two answers.
+  const final = await client.chat.completions.stream(request).finalChatCompletion();
+  assert.deepEqual(final.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content));
+});
+
+test("completions.create with logit_bias forcing a token", async () => {
+  const tokenize = await fetch(baseURL.replace(/\/v1\/?$/, "") + "/tokenize", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ content: "print" }),
+  });
+  const { tokens } = await tokenize.json();
+  assert.equal(tokens.length, 1);
+  const r = await client.completions.create({
+    model: "tiny-code-qwen2", prompt: "def add(a, b):", max_tokens: 4, temperature: 0, logit_bias: { [String(tokens[0])]: 100 },
+  });
+  assert.equal(r.choices[0].text, "print".repeat(4));
+  await assert.rejects(
+    client.completions.create({ model: "m", prompt: "x", logit_bias: { "5": 500 } }),
+    (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === "logit_bias",
   );
 });
 
