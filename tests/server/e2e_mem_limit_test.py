@@ -182,6 +182,12 @@ class BurstUnderLimit(unittest.TestCase):
         status, _, body = self.completion(5, prompt_tokens=pool_tokens, timeout=30)
         self.assertEqual(status, 400, body)
         self.assertEqual(json.loads(body)["error"]["code"], "context_length_exceeded")
+        # n choices claim n times: two of them may not ask for more than half the pool each.
+        prompt = list(range(100, 150))
+        status, _, body = self.srv.request("POST", "/v1/completions",
+                                           {"prompt": prompt, "n": 2, "max_tokens": pool_tokens // 2, "temperature": 0})
+        self.assertEqual(status, 400, body)
+        self.assertIn("2 choices", json.loads(body)["error"]["message"])
         # Without max_tokens the request gets what the pool leaves (the default would not fit).
         prompt = list(range(100, 140))
         status, _, body = self.srv.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 8, "temperature": 0})
