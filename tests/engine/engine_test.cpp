@@ -275,5 +275,28 @@ TEST(EngineMemLimit, WaitingRequestStartsWhenPagesFreeWithinTheWait) {
   EXPECT_GT(r.stats.queue_ms, 0.0);
 }
 
+TEST(EngineMemLimit, ChoicesClaimForEachAndGiveTheClaimsBack) {
+  auto engine = engine_under_limit(0);
+  ASSERT_TRUE(engine);
+  const EngineMetrics m = engine->metrics();
+  const int pool_tokens = static_cast<int>(m.kv_pages_total * m.kv_page_tokens);
+  // Two choices of 60% of the pool each cannot both be claimed: refused at once.
+  auto too_many = std::make_shared<GenerationRequest>(request(pool_tokens * 6 / 10, 0.0f, std::nullopt));
+  too_many->n = 2;
+  EXPECT_FALSE(engine->submit(too_many).ok());
+  // Two of 30% each run, and give their claims back.
+  auto req = std::make_shared<GenerationRequest>(request(pool_tokens * 3 / 10, 0.7f, 5));
+  req->n = 2;
+  std::atomic<int> done{0};
+  std::promise<void> all;
+  req->on_done = [&](const GenerationResult& r) {
+    EXPECT_EQ(r.finish, FinishReason::kLength) << r.error;
+    if (++done == 2) all.set_value();
+  };
+  ASSERT_TRUE(engine->submit(req).ok());
+  all.get_future().wait();
+  EXPECT_EQ(engine->metrics().kv_pages_claimed, 0u);
+}
+
 }  // namespace
 }  // namespace sluice
