@@ -10,6 +10,10 @@
 namespace sluice::server {
 namespace {
 
+// A request refused for KV room is told to come back soon: running sequences finish and free their
+// claims within seconds, and a longer wait is already behind it (--mem-wait).
+constexpr int kRetryAfterSeconds = 2;
+
 class TokenizerText final : public TokenText {
  public:
   TokenizerText(const Tokenizer& tokenizer, std::vector<int32_t> eos_ids)
@@ -165,6 +169,14 @@ void GenerationJob::fail(const std::string& error) {
 
 void GenerationJob::on_done(const GenerationResult& result) {
   if (failed_ || result.choice < 0 || result.choice >= static_cast<int>(choices_.size())) return;
+  if (result.finish == FinishReason::kError && result.retry_later) {  // never started: no KV room in time
+    failed_ = true;
+    ApiError error = ApiError::overloaded("the server is at its memory limit: " + result.error);
+    error.code = "memory_limit";
+    channel_->set_header("Retry-After", std::to_string(kRetryAfterSeconds));
+    channel_->respond(error.status, error.to_json());
+    return;
+  }
   Choice& c = choices_[static_cast<std::size_t>(result.choice)];
   if (c.done) return;
   c.done = true;

@@ -69,6 +69,25 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
                                      std::to_string(context),
                                  "invalid_request_error", prompt_param, "context_length_exceeded"});
   }
+  // The KV pool (under --mem-limit it may hold less than a context): a request that could never get
+  // its pages is refused now, naming the numbers; one without max_tokens gets what the pool leaves.
+  const EngineMetrics m = ctx.engine.metrics();
+  const int pool_tokens = static_cast<int>(std::min<uint64_t>(uint64_t(m.kv_pages_total) * m.kv_page_tokens, INT32_MAX));
+  if (pool_tokens > 0 && pool_tokens < context) {
+    if (prompt_tokens >= pool_tokens)
+      return Reply::error(ApiError{400,
+                                   "the prompt is " + std::to_string(prompt_tokens) + " tokens; under --mem-limit the KV cache holds " +
+                                       std::to_string(pool_tokens) + " tokens",
+                                   "invalid_request_error", prompt_param, "context_length_exceeded"});
+    if (params.max_tokens_given && params.n * (prompt_tokens + params.max_tokens) > pool_tokens)
+      return Reply::error(ApiError{400,
+                                   "the prompt (" + std::to_string(prompt_tokens) + " tokens) and max_tokens (" +
+                                       std::to_string(params.max_tokens) + ") need " + std::to_string(prompt_tokens + params.max_tokens) +
+                                       " tokens of KV cache" + (params.n > 1 ? " for each of " + std::to_string(params.n) + " choices" : std::string()) + "; under --mem-limit it holds " + std::to_string(pool_tokens) +
+                                       " (ask for at most " + std::to_string(std::max(0, pool_tokens / params.n - prompt_tokens)) + ")",
+                                   "invalid_request_error", "max_tokens", "context_length_exceeded"});
+  }
+  const int room = pool_tokens > 0 ? std::min(context, pool_tokens) : context;
   const int vocab = ctx.engine.model_config().vocab_size;
   for (const auto& [id, bias] : params.sampling.logit_bias)
     if (vocab > 0 && id >= vocab)
@@ -85,7 +104,7 @@ std::optional<Reply> start_generation(ServerContext& ctx, const CompletionParams
   // Structured outputs and forced calls: compiled (or found compiled) off the engine thread.
   if (grammar) request->constraint = std::make_shared<constrain::GrammarConstraint>(std::move(grammar));
   request->prompt_ids = std::move(prompt_ids);
-  request->max_tokens = std::max(1, std::min(params.max_tokens, context - prompt_tokens));
+  request->max_tokens = std::max(1, std::min(params.max_tokens, room - prompt_tokens));
   request->sampling = params.sampling;
   request->ignore_eos = params.ignore_eos;
   if (params.timeout_s) {

@@ -117,7 +117,8 @@ Reply handle_cached_models(ServerContext& ctx) {
   const auto root = hub::hub_cache_root();
   const auto models = list_cached_models(root);
   const auto available = available_memory_bytes();
-  std::optional<uint64_t> budget = ctx.options.mem_limit.empty() ? available : parse_byte_size(ctx.options.mem_limit);
+  std::optional<uint64_t> budget = available;
+  if (auto limit = parse_mem_limit(ctx.options.mem_limit); !ctx.options.mem_limit.empty() && limit) budget = *limit;
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();

@@ -63,6 +63,28 @@ Reply handle_health(ServerContext& ctx) {
   w.Key("kv_recent_window"), w.Uint(m.kv_recent_window);
   w.Key("kv_recent_bytes"), w.Uint64(m.kv_recent_bytes);
   w.Key("resident_bytes"), w.Uint64(process_resident_bytes());
+  // Use against --mem-limit: the process's resident memory now and at its peak, the plan's total
+  // and its parts (engine/memory_budget.h), and the KV pages the running sequences claim.
+  w.Key("peak_resident_bytes"), w.Uint64(resident_bytes_peak());
+  if (m.memory.limit > 0) w.Key("limit_bytes"), w.Uint64(m.memory.limit);
+  else w.Key("limit_bytes"), w.Null();
+  w.Key("planned_bytes"), w.Uint64(m.memory.planned());
+  w.Key("planned");
+  w.StartObject();
+  w.Key("process"), w.Uint64(m.memory.process);
+  w.Key("weights"), w.Uint64(m.memory.weights);
+  w.Key("expert_cache"), w.Uint64(m.memory.expert_cache);
+  w.Key("draft"), w.Uint64(m.memory.draft);
+  w.Key("activations"), w.Uint64(m.memory.activations);
+  w.Key("kv_per_sequence"), w.Uint64(m.memory.kv_fixed);
+  w.Key("headroom"), w.Uint64(m.memory.headroom);
+  w.Key("kv_pages"), w.Uint64(m.memory.kv_pages);
+  w.EndObject();
+  w.Key("expert_cache_bytes"), w.Uint64(m.expert_cache_bytes);
+  w.Key("kv_tokens"), w.Uint(m.kv_pages_total * m.kv_page_tokens);
+  w.Key("kv_pages_total"), w.Uint(m.kv_pages_total);
+  w.Key("kv_pages_in_use"), w.Uint(m.kv_pages_in_use);
+  w.Key("kv_pages_claimed"), w.Uint(m.kv_pages_claimed);
   w.EndObject();
   w.EndObject();
   Reply reply = Reply::json(to_text(buffer));

@@ -90,8 +90,9 @@ MemoryPlan plan_memory(const Engine& engine, const std::string& kv_codec, const 
   plan.drafter = m.drafter;
   plan.draft_bytes = static_cast<double>(m.draft_bytes);
   plan.total_bytes = plan.weights_bytes + m.kv_bytes_per_token * plan.context + plan.per_sequence_bytes + plan.draft_bytes;
+  plan.parts = m.memory;
   if (!mem_limit.empty()) {
-    plan.budget = parse_byte_size(mem_limit);
+    if (auto limit = parse_mem_limit(mem_limit)) plan.budget = *limit;
     plan.budget_name = "--mem-limit " + mem_limit;
     plan.mem_limit_malformed = !plan.budget;
   } else {
@@ -121,9 +122,29 @@ std::string memory_plan_text(const MemoryPlan& plan, const std::string& mem_limi
     out += fmt::format("  {} (weights, KV)   {:>12}\n", plan.drafter, format_bytes(plan.draft_bytes));
   out += fmt::format("  total ({}, full context)   {:>12}\n", configured, format_bytes(plan.total_bytes));
   if (plan.mem_limit_malformed) out += fmt::format("  --mem-limit {}: not a size (use e.g. 8G)\n", mem_limit);
-  if (plan.budget) {
+  if (plan.budget && plan.parts.limit == 0) {
     out += fmt::format("  {}: {} -> {}\n", plan.budget_name, format_bytes(static_cast<double>(*plan.budget)),
                        plan.fits() ? "fits" : "does NOT fit");
+  }
+  if (plan.parts.limit > 0) {  // --mem-limit: what the engine planned under it
+    const MemoryBudget& b = plan.parts;
+    auto line = [&](const char* name, uint64_t bytes) {
+      if (bytes > 0) out += fmt::format("    {:<26} {:>12}\n", name, format_bytes(static_cast<double>(bytes)));
+    };
+    out += fmt::format("  planned under {}:\n", plan.budget_name);
+    line("process (code, libraries)", b.process);
+    line("weights", b.weights);
+    line("expert cache", b.expert_cache);
+    line("draft model", b.draft);
+    line("activations", b.activations);
+    line("per-sequence KV pools", b.kv_fixed);
+    line("headroom", b.headroom);
+    out += fmt::format("    {:<26} {:>12}   ({} tokens across all sequences)\n", "KV pages", format_bytes(static_cast<double>(b.kv_pages)),
+                       b.kv_tokens);
+    if (!b.device.empty())
+      out += fmt::format("    (KV pages also within {}: {} for them)\n", b.device, format_bytes(static_cast<double>(b.device_kv_budget)));
+    out += fmt::format("    {:<26} {:>12} of {}\n", "total", format_bytes(static_cast<double>(b.planned())),
+                       format_bytes(static_cast<double>(b.limit)));
   }
   return out;
 }

@@ -11,7 +11,8 @@
 
 namespace sluice::server {
 
-// "8G", "512MiB", "1.5g", "1048576" → bytes; nullopt when malformed.
+// "8G", "512MiB", "1.5g", "1048576" → bytes; nullopt when malformed. (--mem-limit reads a bare
+// number as MiB: parse_mem_limit in engine/memory_budget.h.)
 std::optional<uint64_t> parse_byte_size(const std::string& text);
 std::string format_bytes(double bytes);
 
@@ -40,7 +41,13 @@ struct MemoryPlan {
   std::optional<uint64_t> budget;   // --mem-limit, else the memory available
   std::string budget_name;          // "--mem-limit 8G" or "available memory"
   bool mem_limit_malformed = false;
-  bool fits() const { return budget && total_bytes <= static_cast<double>(*budget); }
+  MemoryBudget parts;               // what the engine planned at start (EngineMetrics::memory)
+  // Under --mem-limit the engine sized its KV pool to fit: what it planned is within the limit. Else
+  // the weights and the configured codec at the full context against the memory available.
+  bool fits() const {
+    if (parts.limit > 0) return parts.planned() <= parts.limit;
+    return budget && total_bytes <= static_cast<double>(*budget);
+  }
 };
 
 MemoryPlan plan_memory(const Engine& engine, const std::string& kv_codec, const std::string& mem_limit);

@@ -147,6 +147,20 @@ std::string render_metrics(const EngineMetrics& e, const ServerCounters& c, cons
   }
   metric(out, "sluice_process_resident_memory_bytes", "gauge", "Resident memory of the server process.",
          static_cast<double>(process_resident_bytes()));
+  metric(out, "sluice_process_peak_resident_memory_bytes", "gauge", "The most resident memory the server process has had (VmHWM).",
+         static_cast<double>(resident_bytes_peak()));
+  metric(out, "sluice_memory_limit_bytes", "gauge", "--mem-limit (0: none given).", static_cast<double>(e.memory.limit));
+  out += "# HELP sluice_memory_planned_bytes What the plan at start gives each part (under --mem-limit when given).\n"
+         "# TYPE sluice_memory_planned_bytes gauge\n";
+  const std::pair<const char*, uint64_t> parts[] = {
+      {"process", e.memory.process},         {"weights", e.memory.weights},   {"expert_cache", e.memory.expert_cache},
+      {"draft", e.memory.draft},             {"activations", e.memory.activations}, {"kv_per_sequence", e.memory.kv_fixed},
+      {"headroom", e.memory.headroom},       {"kv_pages", e.memory.kv_pages}};
+  for (const auto& [part, bytes] : parts) out += fmt::format("sluice_memory_planned_bytes{{part=\"{}\"}} {}\n", part, bytes);
+  metric(out, "sluice_kv_pages_claimed", "gauge", "KV pages the running sequences may need (claimed when each started).",
+         static_cast<double>(e.kv_pages_claimed));
+  metric(out, "sluice_rejected_memory_total", "counter", "Requests answered 503 after waiting --mem-wait for KV pages.",
+         static_cast<double>(e.requests_memory_timeout));
   if (!e.expert_store.empty()) {  // the expert store plugin's counters (Mixture-of-Experts models)
     metric(out, "sluice_expert_bytes_read_total", "counter", "Expert bytes the store really read from the model files.",
            static_cast<double>(e.expert_bytes_read));

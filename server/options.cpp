@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/layer_split.h"
+#include "engine/memory_budget.h"
 #include "server/memory_plan.h"
 #include "turbo/recommended.h"
 
@@ -51,7 +52,13 @@ po::options_description describe(ServerOptions& o) {
     ("queue-size", po::value(&o.queue_size)->default_value(o.queue_size), "waiting requests before 503")
     ("api-key", po::value(&o.api_key), "require `Authorization: Bearer KEY` (not on /health, /metrics)")
     ("cors", po::value(&o.cors_origin), "allow cross-origin requests from ORIGIN (* for any)")
-    ("mem-limit", po::value(&o.mem_limit), "memory limit, e.g. 8G (not enforced yet: --info reports the fit)")
+    ("mem-limit", po::value(&o.mem_limit),
+     "plan everything under SIZE: 24G, 512M, 1000000B (units are powers of 1024; a bare number is MiB); "
+     "the KV pool gets what weights and the rest leave, requests wait for pages (then 503)")
+    ("mem-wait", po::value(&o.mem_wait_s)->default_value(o.mem_wait_s),
+     "seconds a request waits for KV pages under --mem-limit before it is answered 503")
+    ("ssd-prefetch", po::value(&o.ssd_prefetch)->default_value(o.ssd_prefetch),
+     "expert reads the streaming store (--stream-experts, --expert-store uring) keeps in flight: its queue depth (0 = 64)")
     ("gpu-layers", po::value(&o.gpu_layers),
      "the first N layers on the GPU/OpenCL backend (--backend or --devices), the rest on the CPU; auto: as many as fit")
     ("devices", po::value(&o.devices), "several offload devices, e.g. opencl:0:0,opencl:0:1: layers split evenly between them")
@@ -74,6 +81,9 @@ po::options_description describe(ServerOptions& o) {
     ("thinking", po::value(&o.thinking)->default_value(o.thinking)->implicit_value("on"),
      "enable_thinking for chat templates when a request does not set it: auto (the template's default) | on | off")
     ("info", po::bool_switch(&o.info), "print the memory plan and exit")
+    ("calibrate", po::bool_switch(&o.calibrate),
+     "measure this machine with this model (memory and disk read rates, prefill and decode rates) and write a plan "
+     "that later starts use for --parallel, --prefill-size and the expert budget when not given; then exit")
     ("log-level", po::value(&o.log_level)->default_value(o.log_level), "trace | debug | info | warn | error | off")
     ("body-limit", po::value(&o.body_limit)->default_value(o.body_limit), "largest request body in bytes (413 above)")
     ("read-timeout", po::value(&o.read_timeout_s)->default_value(o.read_timeout_s), "seconds to read one request")
@@ -101,6 +111,10 @@ Status validate(const ServerOptions& o) {
   if (o.decode_ahead != "auto" && o.decode_ahead != "on" && o.decode_ahead != "off")
     return make_error("--decode-ahead must be auto, on or off");
   if (o.parallel < 1) return make_error("--parallel must be at least 1");
+  if (!o.mem_limit.empty())
+    if (auto limit = parse_mem_limit(o.mem_limit); !limit) return limit.error();
+  if (o.mem_wait_s < 0) return make_error("--mem-wait must not be negative");
+  if (o.ssd_prefetch < 0 || o.ssd_prefetch > 4096) return make_error("--ssd-prefetch must be 0..4096 reads in flight");
   if (o.queue_size < 1) return make_error("--queue-size must be at least 1");
   if (o.threads < 0) return make_error("--threads must not be negative");
   if (o.temp < 0) return make_error("--temp must not be negative");
@@ -152,8 +166,12 @@ Result<ParsedOptions> parse_server_options(const std::vector<std::string>& args)
       po::store(po::parse_config_file(file, desc, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
-    if (!parsed.options.mem_limit.empty())
-      parsed.warnings.push_back("--mem-limit: not enforced yet (see `--info` for whether the plan fits)");
+    for (const auto& [name, value] : vm)
+      if (!value.defaulted()) parsed.given.insert(name);
+    if (parsed.given.count("mem-limit") && parsed.options.mem_limit.empty())
+      return make_error("--mem-limit: empty (give a size, e.g. 8G, 512M, or a number of MiB)");
+    if (parsed.options.ssd_prefetch > 0 && !parsed.options.stream_experts && parsed.options.expert_store.rfind("uring", 0) != 0)
+      parsed.warnings.push_back("--ssd-prefetch: only the streaming expert store reads ahead (--stream-experts); no effect here");
   } catch (const po::error& e) {
     return make_error(e.what());
   }
@@ -177,7 +195,7 @@ namespace {
 int derived_expert_budget_mb(const ServerOptions& o) {
   uint64_t available = 0;
   if (!o.mem_limit.empty()) {
-    if (auto limit = parse_byte_size(o.mem_limit)) available = *limit;
+    if (auto limit = parse_mem_limit(o.mem_limit)) available = *limit;
   } else {
     available = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   }
@@ -196,6 +214,11 @@ EngineOptions to_engine_options(const ServerOptions& o) {
     if (e.expert_store == "resident") e.expert_store = "uring";
     if (e.expert_cache_mb == 0) e.expert_cache_mb = derived_expert_budget_mb(o);
   }
+  if (o.ssd_prefetch > 0 && e.expert_store.rfind("uring", 0) == 0)
+    e.expert_store += (e.expert_store.find(':') == std::string::npos ? ":qd=" : ",qd=") + std::to_string(o.ssd_prefetch);
+  if (!o.mem_limit.empty())
+    if (auto limit = parse_mem_limit(o.mem_limit)) e.mem_limit_bytes = *limit;
+  e.mem_wait_ms = o.mem_wait_s * 1000;
   e.kv_recent = o.kv_recent;
   // The recommended pair depends on whether the newest tokens stay exact (auto: 16 of them).
   if (o.turbo_kv) e.kv_codec = turbo::recommended_turbo_kv(o.kv_recent < 0 ? turbo::kRecommendedRecentWindow : static_cast<uint32_t>(o.kv_recent));

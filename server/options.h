@@ -2,6 +2,7 @@
 // `sluice serve` options: the same names on the command line and in a config file (`--config FILE`,
 // `name = value` lines); the command line wins. Parsed with Boost.Program_options.
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,9 @@ struct ServerOptions {
   int queue_size = 64;
   std::string api_key;
   std::string cors_origin;
-  std::string mem_limit;       // later issue
+  std::string mem_limit;       // --mem-limit SIZE (engine/memory_budget.h: parse_mem_limit); "" none
+  int mem_wait_s = 30;         // how long a request waits for KV pages under the limit before 503
+  int ssd_prefetch = 0;        // SwiftLM's --ssd-prefetch: expert reads the streaming store keeps in flight (0: its default)
   std::string gpu_layers;      // "" every layer on --backend, N, or auto (EngineOptions::gpu_layers)
   std::string devices;         // offload devices, e.g. opencl:0:0,opencl:0:1 (EngineOptions::devices)
   std::string backend_options; // the offload backend's options (EngineOptions::backend_options)
@@ -53,6 +56,7 @@ struct ServerOptions {
   bool dflash = false, vision = false, audio = false;
   std::string thinking = "auto";  // enable_thinking default: auto (the template's own) | on | off
   bool info = false;
+  bool calibrate = false;      // measure this machine with this model, write the plan file, exit
   std::string log_level = "info";
   // HTTP limits.
   std::size_t body_limit = 16u << 20;
@@ -70,6 +74,7 @@ struct ParsedOptions {
   bool help = false;
   std::string help_text;
   std::vector<std::string> warnings;  // accepted options whose feature is not available yet
+  std::set<std::string> given;        // options set on the command line or in --config (not defaults)
 };
 
 // Parses arguments (after `serve`) and the config file they name. An error is a usage error (exit 2).

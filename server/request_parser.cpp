@@ -105,6 +105,7 @@ std::optional<ApiError> parse_common(const Value& body, const RequestDefaults& d
   auto max_tokens = f.integer("max_tokens", 1, 1LL << 30);
   if (max_completion) p.max_tokens = static_cast<int>(std::min<long long>(*max_completion, d.max_tokens));
   else if (max_tokens) p.max_tokens = static_cast<int>(std::min<long long>(*max_tokens, d.max_tokens));
+  p.max_tokens_given = max_completion || max_tokens;
 
   p.sampling = d.sampling;
   if (auto v = f.number("temperature", 0, 2)) p.sampling.temperature = static_cast<float>(*v);

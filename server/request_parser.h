@@ -30,6 +30,7 @@ struct CompletionParams {
 
   std::string model;
   int max_tokens = 0;
+  bool max_tokens_given = false;  // the request set max_tokens or max_completion_tokens (else the default)
   int n = 1;                    // choices (1..GenerationRequest::kMaxChoices)
   SamplingParams sampling;      // with logit_bias (ids checked against the vocabulary by the handler)
   std::vector<std::string> stop;

@@ -63,11 +63,15 @@ class EngineImpl final : public Engine {
         snapshot_every_(std::max(0, options.state_snapshot_tokens) / static_cast<int>(rt_->kv().page_tokens()) *
                         static_cast<int>(rt_->kv().page_tokens())),
         decode_ahead_(GreedyAhead::available(*rt_)),
-        num_draft_tokens_(std::max(1, options.num_draft_tokens)), spec_max_batch_(options.spec_max_batch) {
+        num_draft_tokens_(std::max(1, options.num_draft_tokens)), spec_max_batch_(options.spec_max_batch),
+        mem_wait_(std::chrono::milliseconds(std::max(0, options.mem_wait_ms))) {
     if (drafter_) metrics_.drafter = drafter_->describe(), metrics_.draft_bytes = drafter_->memory_bytes();
     metrics_.weight_bytes = rt_->model().weight_bytes();
+    metrics_.offloaded_layers = rt_->offloaded_layers();
     metrics_.kv_bytes_capacity = rt_->kv().capacity_bytes();
     metrics_.kv_bytes_per_token = rt_->kv().bytes_per_token();
+    metrics_.kv_page_tokens = rt_->kv().page_tokens();
+    metrics_.memory = rt_->memory_budget();
     metrics_.kv_recent_window = rt_->kv().recent_window();
     metrics_.kv_recent_bytes = rt_->kv().recent_bytes();
     metrics_.kv_pages_total = rt_->kv().n_pages();
@@ -95,6 +99,12 @@ class EngineImpl final : public Engine {
     for (const auto& [id, bias] : req->sampling.logit_bias)
       if (id < 0 || id >= vocab || !std::isfinite(bias))
         return make_error("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary or its bias is not finite");
+    if (const uint32_t need = claim_pages(*req) * static_cast<uint32_t>(req->n); need > rt_->kv().n_pages()) {
+      const uint32_t pool_tokens = rt_->kv().n_pages() * rt_->kv().page_tokens();
+      return make_error("the request may need " + std::to_string(need * rt_->kv().page_tokens()) + " tokens of KV cache (prompt " +
+                        std::to_string(req->prompt_ids.size()) + " + max_tokens " + std::to_string(req->max_tokens) +
+                        (req->n > 1 ? ", " + std::to_string(req->n) + " choices" : std::string()) + "); the KV pool holds " + std::to_string(pool_tokens) + " tokens");
+    }
     std::lock_guard lock(mu_);
     if (stopping_) return make_error("the engine is shutting down");
     if (static_cast<int>(queue_.size()) >= queue_limit_) return make_error("queue full");
@@ -177,6 +187,8 @@ class EngineImpl final : public Engine {
       if (stopping_)
         for (auto& s : active_) s->request->cancelled->store(true);
       admit();
+      for (auto& p : expired_) finish_unstarted(p, FinishReason::kError, /*retry_later=*/true);
+      expired_.clear();
       publish_metrics();
       step();
       retire();
@@ -184,8 +196,20 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // Moves queued requests into free slots, reusing cached prefixes of their prompts. Choices of a
-  // request already started (n > 1) that wait for a slot come first.
+  // The KV pages a request may hold at its longest: its prompt and every token it may generate,
+  // within the context.
+  uint32_t claim_pages(const GenerationRequest& req) const {
+    const int64_t tokens = std::min<int64_t>(static_cast<int64_t>(req.prompt_ids.size()) + std::max(0, req.max_tokens), rt_->context_size());
+    const uint32_t page = rt_->kv().page_tokens();
+    return static_cast<uint32_t>((tokens + page - 1) / page);
+  }
+
+  // Moves queued requests into free slots, reusing cached prefixes of their prompts. A request
+  // starts only when the pages it may need are not claimed by the sequences already running (the
+  // prefix cache's pages are evicted on demand), so no sequence ever waits for pages mid-generation
+  // and the KV pool — sized under --mem-limit — is never overdrawn. Requests wait in order; those
+  // that waited for pages longer than --mem-wait end with retry_later. A request claims for all its
+  // choices (n > 1) at once; the choices that wait for a slot then come first, their pages claimed.
   void admit() {
     while (static_cast<int>(active_.size()) < parallel_ && !waiting_choices_.empty()) {
       std::unique_ptr<Sequence> seq = std::move(waiting_choices_.front());
@@ -197,12 +221,19 @@ class EngineImpl final : public Engine {
     }
     while (static_cast<int>(active_.size()) < parallel_) {
       Pending next;
+      uint32_t need = 0;
       {
         std::lock_guard lock(mu_);
         if (queue_.empty() || stopping_) return;
+        need = claim_pages(*queue_.front().request) * static_cast<uint32_t>(std::max(1, queue_.front().request->n));
+        if (claimed_pages_ + need > rt_->kv().n_pages()) {
+          expire_waiting_for_pages();
+          return;
+        }
         next = std::move(queue_.front());
         queue_.pop_front();
       }
+      claimed_pages_ += need;
       auto seq = std::make_unique<Sequence>();
       seq->request = next.request;
       seq->queued_at = next.queued_at;
@@ -216,11 +247,28 @@ class EngineImpl final : public Engine {
         seq->draft_length = DraftLength(num_draft_tokens_);
       }
       seq->limit = std::min(next.request->max_tokens, rt_->context_size() - static_cast<int>(seq->n_prompt));
+      seq->claimed_pages = need;
       seq->result.stats.prompt_tokens = static_cast<int>(seq->n_prompt);
       seq->result.stats.queue_ms = ms_between(next.queued_at, seq->started_at);
       reuse_prefix(*seq);
       active_.push_back(std::move(seq));
     }
+  }
+
+  // Requests queued longer than --mem-wait while the head of the queue waits for pages: they end
+  // now (finish_unstarted, outside the lock, in loop()) and the edge answers 503 with Retry-After.
+  void expire_waiting_for_pages() {
+    const auto now = Clock::now();
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (now - it->queued_at < mem_wait_) {
+        ++it;
+        continue;
+      }
+      expired_.push_back(std::move(*it));
+      it = queue_.erase(it);
+      ++metrics_.requests_memory_timeout;
+    }
+    metrics_.queue_depth = static_cast<int>(queue_.size());
   }
 
   // Takes the longest run of the prompt's full blocks that the prefix cache holds (for every kind
@@ -264,6 +312,9 @@ class EngineImpl final : public Engine {
     first.spawned = true;
     for (int c = 1; c < first.request->n; ++c) {
       auto seq = make_choice(first, c);
+      // Its share of the claim choice 0 made for all of them at admission.
+      seq->claimed_pages = std::min(first.claimed_pages, claim_pages(*first.request));
+      first.claimed_pages -= seq->claimed_pages;
       if (static_cast<int>(active_.size()) >= parallel_ || !rt_->kv().can_fork() || should_stop(first)) {
         waiting_choices_.push_back(std::move(seq));
         continue;
@@ -698,9 +749,11 @@ class EngineImpl final : public Engine {
     if (s.decoding) s.result.stats.decode_ms = ms_between(s.decode_started_at, now);
     else s.result.stats.prefill_ms = ms_between(s.started_at, now);
     rt_->kv().release(s.kv);
+    claimed_pages_ -= s.claimed_pages;
     {
       std::lock_guard lock(mu_);
       ++metrics_.requests_total;
+      metrics_.kv_pages_claimed = claimed_pages_;  // before on_done: a caller that sees the result sees the claim gone
       if (s.result.finish == FinishReason::kError) ++metrics_.requests_failed;
       metrics_.prompt_tokens_total += s.result.stats.prompt_tokens;
       metrics_.cached_tokens_total += s.result.stats.cached_tokens;
@@ -727,11 +780,17 @@ class EngineImpl final : public Engine {
       }
   }
 
-  void finish_unstarted(Pending& p, FinishReason reason) {
+  void finish_unstarted(Pending& p, FinishReason reason, bool retry_later = false) {
     for (int c = 0; c < std::max(1, p.request->n); ++c) {
       GenerationResult r;
       r.choice = c;
       r.finish = reason;
+      if (retry_later) {
+        r.retry_later = true;
+        r.error = "no KV cache room within " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(mem_wait_).count()) +
+                  " ms: the sequences running claim " + std::to_string(claimed_pages_) + " of " + std::to_string(rt_->kv().n_pages()) +
+                  " pages; this request may need " + std::to_string(claim_pages(*p.request) * static_cast<uint32_t>(std::max(1, p.request->n)));
+      }
       r.stats.prompt_tokens = static_cast<int>(p.request->prompt_ids.size());
       if (p.request->on_done) p.request->on_done(r);
     }
@@ -751,6 +810,7 @@ class EngineImpl final : public Engine {
     metrics_.kv_pages_in_use = pool.pages_in_use();
     metrics_.kv_pages_cached = pool.cached_pages();
     metrics_.kv_recent_pages_in_use = rt_->kv().recent_pages_in_use();
+    metrics_.kv_pages_claimed = claimed_pages_;
     if (const PagePool* w = rt_->kv().window_pool()) metrics_.kv_window_pages_in_use = w->pages_in_use();
     if (const PagePool* st = rt_->kv().state_pool()) metrics_.kv_state_slots_in_use = st->pages_in_use();
     if (const auto* store = rt_->expert_store()) {  // read here: the store belongs to this thread
@@ -778,11 +838,14 @@ class EngineImpl final : public Engine {
   const bool decode_ahead_;  // the backend and model decode greedily a token ahead (GreedyAhead::available)
   const int num_draft_tokens_;
   const int spec_max_batch_;
+  const Clock::duration mem_wait_;  // --mem-wait: the longest a request waits for KV pages
+  uint32_t claimed_pages_ = 0;      // the active sequences' claims (engine thread only)
   PassCosts costs_;  // decode passes and guesses timed, for the draft length
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   std::vector<Pending> waiting_cancel_;
+  std::vector<Pending> expired_;  // waited for pages past --mem-wait (engine thread only)
   std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only
   std::deque<std::unique_ptr<Sequence>> waiting_choices_;  // choices of started requests waiting for a slot (engine thread)
   std::vector<float> choice_row_;  // a forked choice's copy of the prompt's logits
@@ -813,6 +876,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       drafter = std::move(*d);
     }
   }
+  // The draft model's weights and KV cache come out of --mem-limit too: the target's pool shrinks.
+  if (drafter && drafter->memory_bytes() > 0)
+    if (auto st = (*rt)->make_room(drafter->memory_bytes()); !st) return make_error("with --draft-model: " + st.message());
   return std::unique_ptr<Engine>(new EngineImpl(std::move(*rt), std::move(drafter), options));
 }
 

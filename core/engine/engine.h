@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_budget.h"
 #include "engine/sampling.h"
 #include "engine/token_constraint.h"
 #include "util/result.h"
@@ -64,6 +65,11 @@ struct EngineOptions {
   // Sequences speculate only while at most this many decode in one step: a batch that large already
   // reads the weights once for several tokens, and drafts would add rows without saving a pass.
   int spec_max_batch = 2;
+  // --mem-limit (engine/memory_budget.h): the bytes everything is planned under (0: none; the KV
+  // pool then holds ctx_size × parallel positions), and how long a request waits in the queue for
+  // the KV pages it may need before it ends with `retry_later`.
+  uint64_t mem_limit_bytes = 0;
+  int mem_wait_ms = 30000;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -99,6 +105,9 @@ struct GenerationResult {
   std::vector<int32_t> ids;
   FinishReason finish = FinishReason::kLength;
   std::string error;  // when finish == kError
+  // kError before the request started: the KV pages it may need were not free within --mem-wait
+  // (the edge answers 503 with Retry-After).
+  bool retry_later = false;
   GenerationStats stats;
   int choice = 0;  // which of the request's n choices
 };
@@ -159,6 +168,7 @@ struct EngineMetrics {
   int queue_depth = 0;
   int active_sequences = 0;
   uint64_t weight_bytes = 0;
+  uint32_t offloaded_layers = 0;  // layers on a backend other than the CPU's
   uint64_t kv_bytes_capacity = 0;
   uint64_t kv_bytes_used = 0;
   // KV pages: held by live sequences (0 when idle, so anything else is a leak) and kept by the prefix
@@ -175,6 +185,12 @@ struct EngineMetrics {
   uint64_t kv_window_bytes_per_sequence = 0;
   uint64_t kv_state_bytes_per_sequence = 0;
   double kv_bytes_per_token = 0;     // the layers that keep every position (full attention)
+  uint32_t kv_page_tokens = 0;       // positions a page holds
+  // Admission (engine.cpp): the pages the active sequences may still need, claimed when each started
+  // (its prompt and max_tokens), and the requests that waited for them past --mem-wait.
+  uint32_t kv_pages_claimed = 0;
+  uint64_t requests_memory_timeout = 0;
+  MemoryBudget memory;               // the plan under --mem-limit (limit 0: none given)
   uint32_t kv_recent_window = 0;      // newest keys attended exactly (0: none)
   uint64_t kv_recent_bytes = 0;       // the recent window's pool of exact rows
   // Mixture-of-Experts models: the expert store's counters (zero for dense models).

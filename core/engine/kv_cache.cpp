@@ -232,7 +232,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(std::span<const KvStage> stages
     // As the recent window's pool: every sequence's window (and the steps greedy decoding keeps in
     // flight), plus one batch; never more than the main pool.
     kv->window_pages_per_sequence_ = (kv->window_ + pt - 1) / pt + 2;
-    const uint32_t n = std::min(kv->n_pages_, pools.max_sequences * kv->window_pages_per_sequence_ + batch_pages);
+    kv->window_pool_pages_wanted_ = pools.max_sequences * kv->window_pages_per_sequence_ + batch_pages;
+    const uint32_t n = std::min(kv->n_pages_, kv->window_pool_pages_wanted_);
     kv->window_pool_ = std::make_unique<PagePool>(n, pt);
     layout.n_window_pages = n;
   }
@@ -275,6 +276,12 @@ KvCache::~KvCache() {
 uint64_t KvCache::capacity_bytes() const {
   uint64_t bytes = static_cast<uint64_t>(bytes_per_token_ * n_pages_ * kPageTokens);
   if (window_pool_) bytes += window_page_bytes_ * window_pool_->n_pages();
+  if (state_pool_) bytes += state_slot_bytes_ * state_pool_->n_pages();
+  return bytes;
+}
+
+uint64_t KvCache::per_sequence_pool_bytes() const {
+  uint64_t bytes = recent_bytes() + window_page_bytes_ * window_pool_pages_wanted_;
   if (state_pool_) bytes += state_slot_bytes_ * state_pool_->n_pages();
   return bytes;
 }

@@ -118,6 +118,9 @@ class KvCache {
   uint64_t capacity_bytes() const;
   // The bytes of pages and slots now held (by sequences or the prefix cache).
   uint64_t bytes_in_use() const;
+  // The pools sized per sequence and batch, not by capacity_tokens: sliding-window pages (as many as
+  // a cache of any capacity would take), recurrent states, the recent window (--mem-limit's plan).
+  uint64_t per_sequence_pool_bytes() const;
   std::string codec_description() const;
 
   // The recent window in tokens (0: every key is read from the codec's rows), and the bytes of its pool.
@@ -201,6 +204,7 @@ class KvCache {
   uint32_t window_ = 0;
   uint64_t window_page_bytes_ = 0;
   uint32_t window_pages_per_sequence_ = 0;
+  uint32_t window_pool_pages_wanted_ = 0;       // before the main pool's size caps it
   std::unique_ptr<PagePool> state_pool_;        // recurrent layers' slots: live states and snapshots (null: none)
   uint64_t state_slot_bytes_ = 0;
   uint32_t recent_window_ = 0;

@@ -87,6 +87,7 @@ class ModelDrafter final : public Drafter {
 Result<std::unique_ptr<Drafter>> open_draft_model(const EngineOptions& options, const Runtime& target) {
   EngineOptions o = options;
   o.model_dir = options.draft_model;
+  o.mem_limit_bytes = 0;  // a part of the target's plan (Runtime::make_room), not one of its own
   o.draft_model.clear();
   o.draft.clear();
   o.decode_ahead = "off";  // the draft's steps are read on the host, one by one

@@ -22,9 +22,8 @@ Result<std::unique_ptr<BackendHandle>> open_backend(PluginRegistry& registry, co
                              options);
 }
 
-// Activations of one forward pass on a device: the per-token buffers of Transformer at the largest
-// batch (a prefill chunk plus a decode token of every other sequence) and the logits of every row
-// (perplexity asks for all of them).
+}  // namespace
+
 uint64_t activation_bytes(const ModelConfig& c, const EngineOptions& o) {
   const uint64_t n = static_cast<uint64_t>(std::max(1, o.prefill_size) + std::max(1, o.parallel));
   const uint64_t H = c.hidden_size, QD = uint64_t(c.num_heads) * c.head_dim, KD = uint64_t(c.num_kv_heads) * c.head_dim;
@@ -36,6 +35,8 @@ uint64_t activation_bytes(const ModelConfig& c, const EngineOptions& o) {
   const uint64_t per_token = 6 * H + 2 * QD + 2 * KD + 3 * F + mla + static_cast<uint64_t>(std::max(1, c.moe.n_experts)) + c.vocab_size;
   return n * per_token * 4;
 }
+
+namespace {
 
 // --gpu-layers auto: the most layers whose even split over the devices fits their memory.
 Result<uint32_t> auto_layers(const std::vector<std::unique_ptr<BackendHandle>>& devices, const EngineOptions& options,

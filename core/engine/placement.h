@@ -30,6 +30,11 @@ struct KvSizing {
   uint32_t capacity_tokens = 0;            // positions reserved across all sequences
 };
 
+// Activations of one forward pass on a device: the per-token buffers of Transformer at the largest
+// batch (a prefill chunk plus a decode token of every other sequence) and the logits of every row
+// (perplexity asks for all of them).
+uint64_t activation_bytes(const ModelConfig& config, const EngineOptions& options);
+
 Result<Placement> place_layers(PluginRegistry& registry, const EngineOptions& options, const ModelConfig& config,
                                const SafetensorsSet& tensors, const KvSizing& kv);
 

@@ -1,8 +1,12 @@
 #include "engine/runtime.h"
 
+#include "engine/layer_split.h"
 #include "plugin/resident_store.h"
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 namespace sluice {
@@ -102,8 +106,11 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   rt->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(rt->config_.max_position_embeddings, 8192);
   auto codecs = KvCodecChoice::parse(options.kv_codec);
   if (!codecs) return codecs.error();
+  // Every sequence's whole context in whole pages: the engine's claims (a sequence's prompt and
+  // max_tokens, rounded up to pages) then always fit --parallel sequences.
+  const uint32_t ctx_pages = (static_cast<uint32_t>(rt->ctx_size_) + KvCache::kPageTokens - 1) / KvCache::kPageTokens;
   const uint32_t capacity = capacity_tokens ? capacity_tokens
-                                            : static_cast<uint32_t>(rt->ctx_size_) * static_cast<uint32_t>(std::max(1, options.parallel));
+                                            : ctx_pages * KvCache::kPageTokens * static_cast<uint32_t>(std::max(1, options.parallel));
 
   // The backends and the layers each runs (one backend unless --gpu-layers/--devices split them).
   KvSizing kv_sizing;
@@ -120,33 +127,129 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   rt->placement_ = placement->describe();
   rt->backends_ = std::move(placement->backends);
   std::vector<StageSpec> stages;
-  for (std::size_t i = 0; i < rt->backends_.size(); ++i) stages.push_back(StageSpec{rt->backends_[i].get(), placement->n_layers[i]});
+  for (std::size_t i = 0; i < rt->backends_.size(); ++i) {
+    stages.push_back(StageSpec{rt->backends_[i].get(), placement->n_layers[i]});
+    if (rt->backends_[i]->name() != "cpu") rt->offloaded_layers_ += placement->n_layers[i];
+  }
 
+  // The plan's first parts: the process as it is before the weights (code, libraries, plugins,
+  // tokenizer, opened backends), the weights as they turn out resident (a backend may widen them),
+  // one pass's activations with the host's copy of its logits, and the headroom.
+  MemoryBudget& budget = rt->budget_;
+  budget.limit = options.mem_limit_bytes;
+  if (budget.limit) {
+    malloc_trim(0);  // what was freed before (an earlier engine's heap) is not the process's need
+    reset_resident_peak();  // the peak from here on is this plan's
+  }
+  budget.process = resident_bytes_now();
   auto model = Transformer::create(rt->config_, *rt->tensors_, stages);
   if (!model) return model.error();
   rt->model_ = std::move(*model);
+  const bool streamed_experts = rt->model_->expert_layout() && options.expert_store != "resident";
+  const uint64_t weight_bytes = streamed_experts ? rt->model_->dense_weight_bytes() : rt->model_->weight_bytes();
+  budget.weights = std::max(weight_bytes, resident_bytes_now() - std::min(resident_bytes_now(), budget.process));
+  // activation_bytes counts logits for every row of the batch (perplexity's case); serving asks for
+  // a row per sequence and per speculative guess, on the device and again on the host.
+  const uint64_t batch_tokens = static_cast<uint64_t>(std::max(1, options.prefill_size) + std::max(1, options.parallel));
+  const bool drafting = !options.draft.empty() || !options.draft_model.empty();
+  const uint64_t logit_rows = std::min<uint64_t>(batch_tokens, static_cast<uint64_t>(std::max(1, options.parallel)) *
+                                                                   (1 + (drafting ? std::max(1, options.num_draft_tokens) : 0)));
+  const uint64_t row_bytes = uint64_t(rt->config_.vocab_size) * sizeof(float);
+  budget.activations = activation_bytes(rt->config_, options) - batch_tokens * row_bytes + 2 * logit_rows * row_bytes;
+  budget.headroom = memory_headroom(budget.limit);
+  if (budget.limit && budget.fixed() > budget.limit)
+    return make_error("--mem-limit " + format_mib(budget.limit) + " is too small for this model: the process " + format_mib(budget.process) +
+                      ", its weights " + format_mib(budget.weights) + ", one forward pass's activations " + format_mib(budget.activations) +
+                      " and headroom " + format_mib(budget.headroom) + " need " + format_mib(budget.fixed()) + " before any KV cache");
   if (const auto& layout = rt->model_->expert_layout()) {
-    auto store = open_expert_store(*rt->registry_, options.expert_store, static_cast<uint64_t>(options.expert_cache_mb) << 20, *layout,
-                                   rt->tensors_->files());
+    uint64_t expert_budget = static_cast<uint64_t>(options.expert_cache_mb) << 20;
+    if (budget.limit && streamed_experts) {
+      // Streamed experts share the limit with the KV cache: at most half of what is left.
+      const uint64_t most = (budget.limit - budget.fixed()) / 2;
+      if (expert_budget == 0 || expert_budget > most) {
+        if (expert_budget > most)
+          std::fprintf(stderr, "--mem-limit: the expert cache shrinks from %s to %s to leave room for the KV cache\n",
+                       format_mib(expert_budget).c_str(), format_mib(most).c_str());
+        expert_budget = most;
+      }
+    }
+    budget.expert_cache = streamed_experts ? expert_budget : 0;
+    auto store = open_expert_store(*rt->registry_, options.expert_store, expert_budget, *layout, rt->tensors_->files());
     if (!store) return store.error();
     rt->store_ = std::move(*store);
     rt->model_->attach_expert_store(rt->store_.get());
   }
 
-  KvPoolSpec pools;
+  KvPoolSpec& pools = rt->pools_;
   pools.recent_tokens = options.kv_recent;
   pools.max_sequences = static_cast<uint32_t>(std::max(1, options.parallel));
   pools.max_batch_tokens = static_cast<uint32_t>(std::max(1, options.prefill_size) + std::max(1, options.parallel));
   pools.window_pages = options.kv_window_pages;
-  std::vector<KvStage> kv_stages;
-  for (const auto& st : stages) kv_stages.push_back(KvStage{st.backend, st.n_layers});
-  auto kv = KvCache::create(kv_stages, *rt->registry_, rt->config_, *codecs, capacity, pools);
-  if (!kv) return kv.error();
-  rt->kv_ = std::move(*kv);
+  for (const auto& st : stages) rt->kv_stages_.push_back(KvStage{st.backend, st.n_layers});
+  rt->codecs_ = *codecs;
+  rt->wanted_capacity_ = capacity;
+  if (auto st = rt->create_kv(); !st) return st.error();
   if (options.decode_ahead == "on" && !rt->model_->greedy_on_device())
     return make_error("--decode-ahead on: greedy decoding a token ahead needs the whole model on one backend with ABI 1.4's argmax, "
                       "embed_device and download_begin/download_wait");
   return rt;
+}
+
+Status Runtime::create_kv() {
+  MemoryBudget& budget = budget_;
+  uint32_t capacity = wanted_capacity_;
+  kv_.reset();  // make_room: the old pool goes before the new one is allocated
+  // A one-page cache tells the bytes a position costs with these codecs and the pools that do not
+  // grow with the capacity; the real pool then gets what the limit leaves.
+  auto probe = KvCache::create(kv_stages_, *registry_, config_, codecs_, KvCache::kPageTokens, pools_);
+  if (!probe) return probe.error();
+  const double bytes_per_token = (*probe)->bytes_per_token();
+  budget.kv_fixed = (*probe)->per_sequence_pool_bytes();
+  if (budget.limit && !warmed_up_) {
+    // What a backend sets up on first use is the process's too: kernels compiled (PoCL compiles
+    // with LLVM), a pass's buffers, thread pools. One short prefill and one decode step on the
+    // probe, then the process is what the resident set rose to since open() (its peak), less the
+    // weights.
+    kv_ = std::move(*probe);
+    SequenceState seq;
+    std::vector<float> logits;
+    const std::vector<int32_t> tokens(KvCache::kPageTokens, 0);
+    Status warm = run(seq, std::span(tokens).first(tokens.size() - 1), false, logits);
+    if (warm) warm = run(seq, std::span(tokens).last(1), false, logits);
+    kv_->release(seq);
+    kv_.reset();
+    if (!warm) return make_error("--mem-limit: a first pass to measure the process failed: " + warm.message());
+    warmed_up_ = true;
+    const uint64_t risen = std::max(resident_bytes_now(), resident_bytes_peak());
+    budget.process = std::max(budget.process, risen - std::min(risen, budget.weights));
+  }
+  probe->reset();
+  if (budget.limit) {
+    // A device that keeps its own memory (not the CPU backend's, which is the host's) holds the pages
+    // too: they must also fit what it has beside its weights.
+    const BackendHandle& device = *kv_stages_.front().backend;
+    if (kv_stages_.size() == 1 && device.name() != "cpu" && device.device().total_memory > 0) {
+      const uint64_t usable = usable_device_bytes(device.device().total_memory, device.device().free_memory, budget.activations);
+      const uint64_t taken = budget.weights + budget.kv_fixed;
+      budget.device = device.description();
+      budget.device_kv_budget = usable > taken ? usable - taken : 1;
+    }
+    auto tokens = plan_kv_tokens(budget, bytes_per_token, KvCache::kPageTokens, capacity);
+    if (!tokens) return tokens.error();
+    capacity = *tokens;
+  }
+  auto kv = KvCache::create(kv_stages_, *registry_, config_, codecs_, capacity, pools_);
+  if (!kv) return kv.error();
+  kv_ = std::move(*kv);
+  budget.kv_tokens = kv_->n_pages() * kv_->page_tokens();
+  budget.kv_pages = static_cast<uint64_t>(bytes_per_token * budget.kv_tokens);
+  return {};
+}
+
+Status Runtime::make_room(uint64_t draft_bytes) {
+  budget_.draft = draft_bytes;
+  if (!budget_.limit) return {};
+  return create_kv();
 }
 
 std::string Runtime::model_name() const {

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
+#include "engine/memory_budget.h"
 #include "engine/placement.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -42,6 +43,8 @@ class Runtime {
   // Every backend the model runs on, and which layers each runs ("cpu: ..." when not split).
   const std::vector<std::unique_ptr<BackendHandle>>& backends() const { return backends_; }
   const std::string& placement() const { return placement_; }
+  // Layers on backends other than the CPU's (what --gpu-layers auto chose, or every layer on OpenCL).
+  uint32_t offloaded_layers() const { return offloaded_layers_; }
   Transformer& model() { return *model_; }
   const Transformer& model() const { return *model_; }
   KvCache& kv() { return *kv_; }
@@ -49,8 +52,23 @@ class Runtime {
   ExpertStoreHandle* expert_store() const { return store_.get(); }
   int context_size() const { return ctx_size_; }
   std::string model_name() const;
+  // What the process holds, as planned at start (engine/memory_budget.h): under --mem-limit the KV
+  // pool was sized to what the rest leaves; without one it describes the same parts.
+  const MemoryBudget& memory_budget() const { return budget_; }
+  // A draft model opened after this runtime (engine.cpp) takes draft_bytes of the limit: the KV pool
+  // is made again, smaller. Only before any sequence holds pages; a no-op without --mem-limit.
+  Status make_room(uint64_t draft_bytes);
 
  private:
+  // The KV cache at the capacity the plan allows (the whole wanted capacity without --mem-limit).
+  Status create_kv();
+
+  MemoryBudget budget_;
+  std::vector<KvStage> kv_stages_;
+  KvCodecChoice codecs_;
+  KvPoolSpec pools_;
+  uint32_t wanted_capacity_ = 0;
+  bool warmed_up_ = false;        // create_kv measured the process after a first pass  // positions without a limit: ctx_size × parallel (or the caller's)
   EngineOptions options_;
   std::unique_ptr<PluginRegistry> registry_;
   ModelConfig config_;
@@ -58,6 +76,7 @@ class Runtime {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::unique_ptr<BackendHandle>> backends_;  // one per stage, in layer order
   std::string placement_;
+  uint32_t offloaded_layers_ = 0;
   std::unique_ptr<ExpertStoreHandle> store_;  // MoE models only; outlives the model that uses it
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<KvCache> kv_;

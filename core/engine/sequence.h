@@ -24,6 +24,7 @@ struct Sequence {
   std::size_t n_prompt = 0;
   SequenceKv kv;                       // its pages, state and prefix-cache records; kv.n_past positions computed
   int limit = 0;                       // tokens it may still generate in total
+  uint32_t claimed_pages = 0;          // KV pages its prompt and limit may need, claimed at admission
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<SequenceDrafter> drafter;  // speculative decoding's guesses (null: off)
   DraftLength draft_length{1};

@@ -1,6 +1,7 @@
 // Engine behaviour on the bundled model: sampling reproducibility, stopping, cancellation, limits,
 // and bad input refused with a message.
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -186,6 +187,115 @@ TEST(Engine, UnknownCodecAndBackendAreClearErrors) {
   auto e2 = Engine::create(o);
   ASSERT_FALSE(e2.ok());
   EXPECT_NE(e2.message().find("unknown backend 'warp-drive'"), std::string::npos);
+}
+
+// --mem-limit: an engine whose KV pool holds less than its contexts. The limit is set from an
+// unlimited engine's own plan (the process, weights, activations) plus about 2 MiB for KV pages
+// (what the process measures at the second start varies by a little: the pool is what is left).
+std::unique_ptr<Engine> engine_under_limit(int mem_wait_ms) {
+  EngineOptions o;
+  o.model_dir = test::source_path("models/tiny-code-qwen2").string();
+  o.plugin_dir = test::binary_path("lib").string();
+  o.backend = "cpu";
+  o.threads = 2;
+  o.ctx_size = 2048;
+  o.parallel = 2;
+  o.kv_codec = "f32";  // 4 KiB a token: a small pool in tokens, short requests that fill it
+  uint64_t fixed = 0;
+  {
+    EngineOptions generous = o;
+    generous.mem_limit_bytes = 1ull << 40;  // planned (and the process measured) the same way, no pool cut
+    auto probe = Engine::create(generous);
+    if (!probe.ok()) return nullptr;
+    const MemoryBudget b = (*probe)->metrics().memory;
+    fixed = b.process + b.weights + b.activations + b.kv_fixed;
+  }
+  // headroom = 16 MiB + limit / 50 (memory_budget.cpp), solved for the limit.
+  o.mem_limit_bytes = static_cast<uint64_t>(static_cast<double>(fixed + (16u << 20) + (2u << 20)) / 0.98);
+  o.mem_wait_ms = mem_wait_ms;
+  auto e = Engine::create(o);
+  EXPECT_TRUE(e.ok()) << e.message();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+TEST(EngineMemLimit, PoolIsPlannedUnderTheLimit) {
+  auto engine = engine_under_limit(0);
+  ASSERT_TRUE(engine);
+  const EngineMetrics m = engine->metrics();
+  const uint32_t pool_tokens = m.kv_pages_total * m.kv_page_tokens;
+  EXPECT_GT(pool_tokens, 0u);
+  EXPECT_LT(pool_tokens, 2u * 2048u);  // less than --parallel contexts
+  EXPECT_LE(m.memory.planned(), m.memory.limit);
+  EXPECT_EQ(m.memory.kv_tokens, pool_tokens);
+}
+
+TEST(EngineMemLimit, RequestThatCouldNeverFitIsRefusedAtSubmit) {
+  auto engine = engine_under_limit(0);
+  ASSERT_TRUE(engine);
+  const EngineMetrics m = engine->metrics();
+  const int pool_tokens = static_cast<int>(m.kv_pages_total * m.kv_page_tokens);
+  auto r = engine->generate(request(pool_tokens, 0.0f, std::nullopt));
+  EXPECT_EQ(r.finish, FinishReason::kError);
+  EXPECT_FALSE(r.retry_later);
+  EXPECT_NE(r.error.find("the KV pool holds " + std::to_string(pool_tokens) + " tokens"), std::string::npos) << r.error;
+}
+
+TEST(EngineMemLimit, RequestWaitingForPagesPastTheWaitEndsRetryLaterAndTheFirstCompletes) {
+  auto engine = engine_under_limit(0);
+  ASSERT_TRUE(engine);
+  const EngineMetrics m = engine->metrics();
+  const int pool_tokens = static_cast<int>(m.kv_pages_total * m.kv_page_tokens);
+  // Each claims more than half of the pool: the second cannot start while the first runs.
+  const int max_tokens = pool_tokens * 6 / 10;
+  auto first = std::async(std::launch::async, [&] { return engine->generate(request(max_tokens, 0.0f, std::nullopt)); });
+  while (engine->metrics().active_sequences == 0) std::this_thread::yield();
+  auto second = engine->generate(request(max_tokens, 0.0f, std::nullopt));
+  EXPECT_EQ(second.finish, FinishReason::kError);
+  EXPECT_TRUE(second.retry_later);
+  EXPECT_NE(second.error.find("KV cache"), std::string::npos) << second.error;
+  auto done = first.get();
+  EXPECT_EQ(done.finish, FinishReason::kLength) << done.error;
+  EXPECT_EQ(static_cast<int>(done.ids.size()), max_tokens);
+  EXPECT_EQ(engine->metrics().requests_memory_timeout, 1u);
+  EXPECT_EQ(engine->metrics().kv_pages_claimed, 0u);
+  // The pages came back: the same request runs now.
+  EXPECT_EQ(engine->generate(request(max_tokens, 0.0f, std::nullopt)).finish, FinishReason::kLength);
+}
+
+TEST(EngineMemLimit, WaitingRequestStartsWhenPagesFreeWithinTheWait) {
+  auto engine = engine_under_limit(60000);
+  ASSERT_TRUE(engine);
+  const EngineMetrics m = engine->metrics();
+  const int max_tokens = static_cast<int>(m.kv_pages_total * m.kv_page_tokens) * 6 / 10;
+  auto first = std::async(std::launch::async, [&] { return engine->generate(request(max_tokens, 0.0f, std::nullopt)); });
+  auto second = std::async(std::launch::async, [&] { return engine->generate(request(max_tokens, 0.0f, std::nullopt)); });
+  EXPECT_EQ(first.get().finish, FinishReason::kLength);
+  auto r = second.get();
+  EXPECT_EQ(r.finish, FinishReason::kLength) << r.error;
+  EXPECT_GT(r.stats.queue_ms, 0.0);
+}
+
+TEST(EngineMemLimit, ChoicesClaimForEachAndGiveTheClaimsBack) {
+  auto engine = engine_under_limit(0);
+  ASSERT_TRUE(engine);
+  const EngineMetrics m = engine->metrics();
+  const int pool_tokens = static_cast<int>(m.kv_pages_total * m.kv_page_tokens);
+  // Two choices of 60% of the pool each cannot both be claimed: refused at once.
+  auto too_many = std::make_shared<GenerationRequest>(request(pool_tokens * 6 / 10, 0.0f, std::nullopt));
+  too_many->n = 2;
+  EXPECT_FALSE(engine->submit(too_many).ok());
+  // Two of 30% each run, and give their claims back.
+  auto req = std::make_shared<GenerationRequest>(request(pool_tokens * 3 / 10, 0.7f, 5));
+  req->n = 2;
+  std::atomic<int> done{0};
+  std::promise<void> all;
+  req->on_done = [&](const GenerationResult& r) {
+    EXPECT_EQ(r.finish, FinishReason::kLength) << r.error;
+    if (++done == 2) all.set_value();
+  };
+  ASSERT_TRUE(engine->submit(req).ok());
+  all.get_future().wait();
+  EXPECT_EQ(engine->metrics().kv_pages_claimed, 0u);
 }
 
 }  // namespace

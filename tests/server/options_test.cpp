@@ -65,11 +65,48 @@ TEST(ServerOptions, MissingConfigFileIsAnError) {
   EXPECT_FALSE(parse_server_options({"--config", "/nonexistent/sluice.conf"}).ok());
 }
 
-TEST(ServerOptions, LaterIssueOptionsAreAcceptedWithAPlainWarning) {
-  auto p = parse_server_options({"--model", "m", "--mem-limit", "8G"});
+TEST(ServerOptions, MemLimitReachesTheEngineAsBytesWithoutAWarning) {
+  auto p = parse_server_options({"--model", "m", "--mem-limit", "8G", "--mem-wait", "5"});
   ASSERT_TRUE(p.ok()) << p.message();
-  ASSERT_EQ(p->warnings.size(), 1u);
-  EXPECT_NE(p->warnings[0].find("not"), std::string::npos) << p->warnings[0];
+  EXPECT_TRUE(p->warnings.empty());
+  const auto e = to_engine_options(p->options);
+  EXPECT_EQ(e.mem_limit_bytes, 8ull << 30);
+  EXPECT_EQ(e.mem_wait_ms, 5000);
+  // SwiftLM's bare number is megabytes.
+  EXPECT_EQ(to_engine_options(parse_server_options({"--model", "m", "--mem-limit", "8192"})->options).mem_limit_bytes, 8ull << 30);
+  EXPECT_EQ(to_engine_options(parse_server_options({"--model", "m"})->options).mem_limit_bytes, 0u);
+}
+
+TEST(ServerOptions, InvalidOrZeroMemLimitIsAUsageError) {
+  for (const char* bad : {"0", "0G", "-1", "8X", "lots", "", "1e30T"}) {
+    auto p = parse_server_options({"--model", "m", "--mem-limit", bad});
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.message().find("--mem-limit"), std::string::npos) << p.message();
+  }
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--mem-wait", "-1"}).ok());
+}
+
+TEST(ServerOptions, SsdPrefetchSetsTheStreamingStoresQueueDepth) {
+  auto p = parse_server_options({"--model", "m", "--stream-experts", "--ssd-prefetch", "16"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_TRUE(p->warnings.empty());
+  EXPECT_EQ(to_engine_options(p->options).expert_store, "uring:qd=16");
+  auto with_options = parse_server_options({"--model", "m", "--expert-store", "uring:direct=0", "--ssd-prefetch", "8"});
+  ASSERT_TRUE(with_options.ok());
+  EXPECT_EQ(to_engine_options(with_options->options).expert_store, "uring:direct=0,qd=8");
+  auto resident = parse_server_options({"--model", "m", "--ssd-prefetch", "8"});
+  ASSERT_TRUE(resident.ok());
+  ASSERT_EQ(resident->warnings.size(), 1u);
+  EXPECT_EQ(to_engine_options(resident->options).expert_store, "resident");
+  EXPECT_FALSE(parse_server_options({"--model", "m", "--ssd-prefetch", "-2"}).ok());
+}
+
+TEST(ServerOptions, GivenOptionsAreTellableFromDefaults) {
+  auto p = parse_server_options({"--model", "m", "--parallel", "1"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->given.count("parallel"));
+  EXPECT_FALSE(p->given.count("prefill-size"));
+  EXPECT_FALSE(p->given.count("calibrate"));
 }
 
 TEST(ServerOptions, GpuLayersAndDevicesReachTheEngineWithoutAWarning) {

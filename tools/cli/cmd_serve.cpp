@@ -1,5 +1,6 @@
 // `sluice serve` (and plain `sluice --model ...`): the OpenAI-compatible HTTP server.
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -9,6 +10,8 @@
 #include "hub/hub_id.h"
 #include "model_source.h"
 #include "engine/engine.h"
+#include "server/calibrate.h"
+#include "server/calibrated_plan.h"
 #include "server/chat_prompt.h"
 #include "server/memory_plan.h"
 #include "server/options.h"
@@ -78,6 +81,39 @@ int run_serve(const Args& args) {
   }
   progress.set_phase("loading");
 
+  if (options.calibrate) {
+    std::printf("calibrating %s on %s\n", options.model.c_str(), server::machine_description().c_str());
+    auto plan = server::calibrate(options, [](const std::string& line) {
+      std::printf("  %s\n", line.c_str());
+      std::fflush(stdout);
+    });
+    if (!plan) {
+      std::fprintf(stderr, "sluice serve --calibrate: %s\n", plan.message().c_str());
+      return 1;
+    }
+    const auto path = server::plan_path(options.model, options);
+    if (auto written = server::write_plan(*plan, path); !written) {
+      std::fprintf(stderr, "sluice serve --calibrate: %s\n", written.message().c_str());
+      return 1;
+    }
+    std::string chosen = "--parallel " + std::to_string(plan->parallel) + " --prefill-size " + std::to_string(plan->prefill_size);
+    if (plan->expert_cache_mb) chosen += " --expert-cache-mb " + std::to_string(plan->expert_cache_mb);
+    if (plan->gpu_layers >= 0) chosen += " --gpu-layers " + std::to_string(plan->gpu_layers) + " (for --gpu-layers auto)";
+    std::printf("chosen: %s\nplan written: %s\n", chosen.c_str(), path.c_str());
+    return 0;
+  }
+  // A plan --calibrate wrote for this model and machine chooses what the user did not.
+  std::string calibrated;
+  {
+    std::vector<std::string> plan_warnings;
+    std::filesystem::path plan_file;
+    if (auto plan = server::find_plan(options.model, options, plan_warnings, &plan_file)) {
+      calibrated = "calibrated plan " + plan_file.string() + ": " + server::apply_plan(*plan, parsed->given, options);
+      spdlog::info("{}", calibrated);
+    }
+    for (const auto& warning : plan_warnings) spdlog::warn("{}", warning);
+  }
+
   auto engine = Engine::create(server::to_engine_options(options));
   if (!engine) {
     std::fprintf(stderr, "sluice serve: %s\n", engine.message().c_str());
@@ -87,6 +123,7 @@ int run_serve(const Args& args) {
     spdlog::info("speculative decoding: {} (up to {} guesses a pass, while at most {} sequences decode)", drafter,
                  options.num_draft_tokens, options.spec_max_batch);
   if (options.info) {
+    if (!calibrated.empty()) std::printf("%s\n", calibrated.c_str());
     std::fputs(server::memory_plan_text(**engine, server::to_engine_options(options).kv_codec, options.mem_limit).c_str(), stdout);
     (*engine)->shutdown();
     return 0;
