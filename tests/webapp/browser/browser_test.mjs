@@ -20,7 +20,7 @@ assert.ok(url && thinkingUrl && key && process.env.CHROMIUM && shots, "SLUICE_UR
 const DESKTOP = { width: 1280, height: 800 };
 // Only the size: changing isMobile would make puppeteer reload the page (and lose the conversation).
 const PHONE = { width: 390, height: 844 };
-const T = 20000;  // a step's wait (the machine may be a loaded 2-core CI runner)
+const T = 60000;  // a step's wait: an upper bound (a loaded 2-core CI runner once took over 20 s for one step)
 
 let step = "starting Chromium";
 const ok = (what) => {
