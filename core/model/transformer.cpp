@@ -526,7 +526,10 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
     const LinearAttentionConfig& l = c.linear;
     std::vector<std::pair<Buffer*, uint64_t>> extra;
     if (c.moe.shared_intermediate > 0 && c.moe.shared_gated) extra.push_back({&a.shared_gate_logits, 1});
-    if (c.attention_output_gate) extra.insert(extra.end(), {{&a.q_gate, 2 * QD}, {&a.attn_gate, OD}});
+    if (c.attention_output_gate) {  // two push_backs: GCC 12 misreads an initializer list's copy here (-Warray-bounds)
+      extra.emplace_back(&a.q_gate, 2 * QD);
+      extra.emplace_back(&a.attn_gate, OD);
+    }
     if (l.conv_kernel > 0)
       extra.insert(extra.end(), {{&a.lin_qkv, uint64_t(l.conv_dim())}, {&a.lin_conv, uint64_t(l.conv_dim())},
                                  {&a.lin_z, uint64_t(l.value_dim())}, {&a.lin_a, uint64_t(l.n_v_heads)},
