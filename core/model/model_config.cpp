@@ -872,6 +872,19 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   if (qwen3_5)
     if (auto s = parse_qwen3_5(doc, where, c); !s) return s.error();
 
+  // The rotation tables the forward pass builds from these numbers: a theta or factor so large that a
+  // frequency underflows float (rope_theta 1e126 passes "finite and > 1") would leave dimensions that
+  // never turn. Proportional rope keeps its trailing frequencies at 0 by design.
+  for (int l = 0; l < c.num_layers; ++l) {
+    const RopeConfig& r = c.rope_of(l);
+    const bool zeros_allowed = r.scaling == RopeScaling::kProportional;
+    for (float freq : r.inverse_frequencies(c.rotary_dim_of(l)))
+      if (!(std::isfinite(freq) && (std::isnormal(freq) || (zeros_allowed && freq == 0.0f))))
+        return make_error(where + ": layer " + std::to_string(l) + "'s rope parameters (rope_theta " + std::to_string(r.theta) +
+                          ") give a rotation frequency of " + std::to_string(freq) + ", outside float's range");
+    if (!std::isfinite(r.attention_scaling())) return make_error(where + ": layer " + std::to_string(l) + "'s rope attention scaling is not finite");
+  }
+
   if (const auto* q = json::member(doc, "quantization")) {
     if (auto s = parse_quantization(*q, where + ": quantization", c.quantization); !s) return s.error();
   }

@@ -499,6 +499,19 @@ TEST(ModelConfig, LayerTypesNameFullSlidingAndLinearAttentionAsTransformersDoes)
   EXPECT_NE(chunked.message().find("layer 1"), std::string::npos) << chunked.message();
 }
 
+TEST(ModelConfig, RefusesRopeNumbersWhoseFrequenciesUnderflowFloat) {
+  // The fresh-clone CI's model_config fuzzer: rope_theta 1.5e126 is finite and > 1, yet its slowest
+  // frequencies are 0 in float — dimensions that never turn. So is a factor of 1e300.
+  TempDir dir;
+  auto theta = load_config(dir, config_json("llama", R"(,"rope_theta":1.5e126)"));
+  ASSERT_FALSE(theta.ok());
+  EXPECT_NE(theta.message().find("rotation frequency"), std::string::npos) << theta.message();
+  auto factor = load_config(dir, config_json("llama", R"(,"rope_theta":10000.0,"rope_scaling":{"type":"linear","factor":1e300})"));
+  ASSERT_FALSE(factor.ok());
+  EXPECT_NE(factor.message().find("rotation frequency"), std::string::npos) << factor.message();
+  EXPECT_TRUE(load_config(dir, config_json("llama", R"(,"rope_theta":1e9)")).ok());  // large, still in range
+}
+
 TEST(ModelConfig, ParsesRopeScalingFromLegacyAndNewForms) {
   TempDir dir;
   auto legacy = load_config(dir, config_json("llama", R"(,"rope_theta":500000.0,"rope_scaling":{"type":"linear","factor":2.0})"));
