@@ -180,7 +180,7 @@ async def malformed_json(target, rng):
 WRONG_TYPES = [
     ("/v1/completions", "max_tokens", "ten", "max_tokens"), ("/v1/completions", "temperature", "hot", "temperature"),
     ("/v1/completions", "stream", "yes", "stream"), ("/v1/completions", "stop", 5, "stop"),
-    ("/v1/completions", "n", 2, "n"), ("/v1/completions", "seed", 1.5, "seed"),
+    ("/v1/completions", "n", 17, "n"), ("/v1/completions", "seed", 1.5, "seed"),
     ("/v1/completions", "prompt", [99999999], "prompt"), ("/v1/completions", "prompt", {"a": 1}, "prompt"),
     ("/v1/completions", "max_tokens", -5, "max_tokens"), ("/v1/completions", "top_p", 7, "top_p"),
     ("/v1/completions", "echo", "x", "echo"), ("/v1/completions", "logprobs", 99, "logprobs"),
