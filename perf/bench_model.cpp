@@ -9,15 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench_args.h"
 #include "engine/runtime.h"
-#include "model/safetensors.h"
-#include "util/vec.h"
+#include "util/memory_bandwidth.h"
 
 using namespace sluice;
 
@@ -30,51 +27,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// Bytes of weights one decode step reads: every tensor but the embedding table, of which a lookup reads
-// one row — unless the output projection is tied to it, when it is read whole.
-uint64_t weight_bytes_per_token(const std::string& dir, bool tied) {
-  auto set = SafetensorsSet::open_dir(dir);
-  if (!set) return 0;
-  uint64_t bytes = 0;
-  for (const auto& [name, t] : set->tensors())
-    if (tied || name.rfind("model.embed_tokens.", 0) != 0) bytes += t.bytes;
-  return bytes;
-}
-
-// Memory bandwidth on n threads (best of 5): streaming reads of a 512 MiB array (the decode access
-// pattern) and memcpy (bytes read + written).
-struct Bandwidth {
-  double read_gbs = 0, copy_gbs = 0;
-};
-Bandwidth measure_bandwidth(unsigned n_threads) {
-  const std::size_t n = (512u << 20) / 4;
-  std::vector<float> a(n, 1.0f), b(n, 0.0f);
-  std::vector<float> sums(n_threads);
-  Bandwidth bw;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t = std::chrono::steady_clock::now();
-    std::vector<std::thread> threads;
-    for (unsigned k = 0; k < n_threads; ++k)
-      threads.emplace_back([&, k] {
-        const std::size_t lo = n * k / n_threads, hi = n * (k + 1) / n_threads;
-        sums[k] = cpu::dot_f32(a.data() + lo, a.data() + lo, hi - lo);  // one vector stream
-      });
-    for (auto& th : threads) th.join();
-    bw.read_gbs = std::max(bw.read_gbs, n * 4 / seconds_since(t) / 1e9);
-    threads.clear();
-    t = std::chrono::steady_clock::now();
-    for (unsigned k = 0; k < n_threads; ++k)
-      threads.emplace_back([&, k] {
-        const std::size_t lo = n * k / n_threads, hi = n * (k + 1) / n_threads;
-        std::memcpy(b.data() + lo, a.data() + lo, (hi - lo) * 4);
-      });
-    for (auto& th : threads) th.join();
-    bw.copy_gbs = std::max(bw.copy_gbs, 2.0 * n * 4 / seconds_since(t) / 1e9);
-  }
-  if (sums[0] == 42.0f) std::printf(" ");  // keep the reads
-  return bw;
 }
 
 }  // namespace
@@ -142,9 +94,9 @@ int main(int argc, char** argv) {
     tg_tps.push_back(tg / tg_s);
   }
   const double weight_mb = static_cast<double>((*rt)->model().weight_bytes()) / 1e6;
-  const double token_mb = weight_bytes_per_token(o.model_dir, (*rt)->config().tie_word_embeddings) / 1e6;
+  const double token_mb = static_cast<double>((*rt)->model().decode_bytes_per_token()) / 1e6;
   const double decode_gbs = token_mb * median(tg_tps) / 1e3;
-  const Bandwidth bw = membw ? measure_bandwidth(o.threads > 0 ? o.threads : std::thread::hardware_concurrency()) : Bandwidth{};
+  const MemoryBandwidth bw = membw ? measure_memory_bandwidth(o.threads > 0 ? o.threads : 0) : MemoryBandwidth{};
   std::printf("| %s | %s | %s | pp%d | %.1f (%.1f–%.1f) | tg%d | %.1f (%.1f–%.1f) |\n", (*rt)->model_name().c_str(),
               (*rt)->backend().description().c_str(), (*rt)->kv().codec_description().c_str(), pp, median(pp_tps),
               *std::min_element(pp_tps.begin(), pp_tps.end()), *std::max_element(pp_tps.begin(), pp_tps.end()), tg,

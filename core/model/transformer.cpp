@@ -421,7 +421,18 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
         }
       }
   }
-  for (const auto& [name, t] : tensors.tensors()) m->weight_bytes_ += t.bytes;
+  uint64_t lookup_bytes = 0;
+  for (const auto& [name, t] : tensors.tensors()) {
+    m->weight_bytes_ += t.bytes;
+    const bool lookup = name.find("embed_tokens") != std::string::npos &&
+                        !(c.tie_word_embeddings && name.find("embed_tokens_per_layer") == std::string::npos);
+    if (lookup) lookup_bytes += t.bytes;
+  }
+  {
+    const uint64_t experts = m->experts_ ? m->experts_->total_bytes() : 0;
+    const uint64_t picked = c.moe.n_experts > 0 ? experts * static_cast<uint64_t>(c.moe.top_k) / c.moe.n_experts : 0;
+    m->decode_bytes_per_token_ = m->weight_bytes_ - std::min(m->weight_bytes_, lookup_bytes + experts) + picked;
+  }
   for (int i = 0; i < c.num_layers; ++i) {
     const RopeConfig& r = c.rope_of(i);
     m->layer_rope_.push_back({r.inverse_frequencies(c.rotary_dim_of(i)), r.attention_scaling()});

@@ -98,6 +98,10 @@ class Transformer {
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes that stay resident: every weight but the routed experts'.
   uint64_t dense_weight_bytes() const { return weight_bytes_ - (experts_ ? experts_->total_bytes() : 0); }
+  // The weight bytes one decode step of one sequence reads: every weight but the lookup tables
+  // (an untied embedding, Gemma's per-layer embeddings: a row each, counted as none), and of the routed
+  // experts the share a token picks (top-k of n). What a decode figure's bandwidth is reckoned from.
+  uint64_t decode_bytes_per_token() const { return decode_bytes_per_token_; }
   // Where the layers run: one StageSpec per backend, in layer order.
   std::vector<StageSpec> stages() const;
 
@@ -203,7 +207,7 @@ class Transformer {
   std::vector<RopeTable> layer_rope_, layer_long_rope_;
   ModelWeights model_weights_;       // the family's tensors around the layers (first stage)
   std::vector<Buffer> constants_;    // small weights the families made (WeightSource::constant)
-  uint64_t weight_bytes_ = 0;
+  uint64_t weight_bytes_ = 0, decode_bytes_per_token_ = 0;
   std::vector<float> hidden_;  // the hidden state on its way between stages
   std::vector<float> per_layer_host_;  // and Gemma 4's per-layer inputs
 

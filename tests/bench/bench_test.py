@@ -14,7 +14,7 @@ from sluice_server_harness import Server  # noqa: E402
 
 ROW_FIELDS = ["backend", "device", "backend_description", "gpu_layers", "threads", "kv_codec", "expert_store", "expert_budget_mb",
               "ctx", "gen", "reps", "placement", "kv_recent", "kv_recent_bytes", "ttft_ms", "ttft_ms_min", "ttft_ms_max", "prefill_tps", "prefill_tps_min", "prefill_tps_max",
-              "decode_tps", "decode_tps_min", "decode_tps_max", "peak_rss_mb", "device_mem_mb", "kv_bytes", "kv_bytes_per_token",
+              "decode_tps", "decode_tps_min", "decode_tps_max", "peak_rss_mb", "device_mem_mb", "kv_bytes", "kv_bytes_per_token", "decode_bytes_per_token", "decode_gbs",
               "expert_bytes_read_per_token", "hit_rate", "weight_mb"]
 MACHINE_FIELDS = ["cpu", "cores", "memory_mb", "devices", "commit", "date", "loadavg", "loadavg_end", "kernel", "hostname"]
 MODEL_FIELDS = ["name", "architecture", "layers", "kv_heads", "head_dim", "vocab_size", "experts", "weight_mb"]
@@ -45,6 +45,47 @@ class Bench:
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+def tensor_bytes(model_dir):
+    """Each tensor's bytes, from the safetensors headers."""
+    sizes = {}
+    for name in sorted(os.listdir(model_dir)):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(model_dir, name), "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                for k, v in json.loads(f.read(n)).items():
+                    if k != "__metadata__":
+                        sizes[k] = v["data_offsets"][1] - v["data_offsets"][0]
+    return sizes
+
+
+def decode_weight_bytes(model_dir):
+    """The weight bytes a decode step reads, worked out here from the files: all but an untied
+    embedding table (a row is looked up), routed experts at top-k of n."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    sizes = tensor_bytes(model_dir)
+    tied = cfg.get("tie_word_embeddings", False)
+    total = sum(sizes.values())
+    lookup = sum(v for k, v in sizes.items() if "embed_tokens" in k and not tied)
+    experts = sum(v for k, v in sizes.items() if ".experts." in k or ".switch_mlp." in k)  # HF or MLX layout
+    n, top_k = cfg.get("num_experts", 0), cfg.get("num_experts_per_tok", 0)
+    return total - lookup - experts + (experts * top_k // n if n else 0)
+
+
+def check_decode_bandwidth(doc, model_dir):
+    """Each row's decode bytes (weights + the cache up to the average decoded position) and their rate;
+    CPU rows against the read bandwidth measured for their thread count."""
+    weights = decode_weight_bytes(model_dir)
+    measured = {m["threads"]: m["read_gbs"] for m in doc["machine"].get("memory_bandwidth", [])}
+    for r in doc["rows"]:
+        want = weights + r["kv_bytes_per_token"] * (r["ctx"] + r["gen"] / 2)
+        check(abs(r["decode_bytes_per_token"] - want) <= 1, "decode bytes %r, worked out %r" % (r["decode_bytes_per_token"], want))
+        gbs = want * r["decode_tps"] / 1e9
+        check(abs(r["decode_gbs"] - gbs) <= 1e-6 * gbs, "decode GB/s %r, worked out %r" % (r["decode_gbs"], gbs))
+        check(r["threads"] in measured and measured[r["threads"]] > 0.1, "read bandwidth measured for %r threads: %r" % (r["threads"], measured))
+        check(abs(r["decode_read_fraction"] - gbs / measured[r["threads"]]) <= 1e-6, "fraction %r" % r["decode_read_fraction"])
 
 
 def case_matrix(b):
@@ -89,6 +130,9 @@ def case_matrix(b):
     # The table on stdout: a header and one line per row, and progress on stderr.
     lines = [l for l in p.stdout.splitlines() if l.startswith("| cpu |")]
     check(len(lines) == 4, "markdown rows:\n" + p.stdout)
+    check_decode_bandwidth(doc, b.args.model)
+    for line, r in zip(lines, rows):
+        check(" (%.0f%%) |" % (100 * r["decode_read_fraction"]) in line, "the share of the read bandwidth in %s" % line)
     check("[4/4]" in p.stderr and "decode" in p.stderr, "progress on stderr:\n" + p.stderr)
 
 
@@ -176,6 +220,7 @@ def case_moe(b):
         check(r["expert_bytes_read_per_token"] is not None and r["expert_bytes_read_per_token"] >= 0, "%s bytes %r" % (label, r))
         check(r["hit_rate"] is not None and 0 <= r["hit_rate"] <= 1, "%s hit rate %r" % (label, r))
         check(r["decode_tps"] > 0, label)
+    check_decode_bandwidth(doc, model)
 
 
 def case_plot(b):

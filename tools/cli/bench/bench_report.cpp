@@ -48,11 +48,11 @@ Result<rapidjson::Document> read_result_file(const std::string& path) {
   return std::move(*doc);
 }
 
-std::string cell(const rapidjson::Value& row, const char* field, int decimals) {
+std::string cell(const rapidjson::Value& row, const char* field, int decimals, double times) {
   const auto* v = json::member(row, field);
   if (!v || !v->IsNumber()) return "–";
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v->GetDouble());
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v->GetDouble() * times);
   return buf;
 }
 
@@ -63,9 +63,9 @@ std::string row_key(const rapidjson::Value& row) {
 
 std::string markdown_table(const rapidjson::Value& rows) {
   std::string t =
-      "| backend | device | gpu layers | threads | kv | experts | ctx | ttft ms | prefill tok/s | decode tok/s (min–max) | peak RSS MB | "
-      "device MB | KV MB | expert MB/token | hit rate |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+      "| backend | device | gpu layers | threads | kv | experts | ctx | ttft ms | prefill tok/s | decode tok/s (min–max) | "
+      "decode GB/s (% of read) | peak RSS MB | device MB | KV MB | expert MB/token | hit rate |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const auto& r : rows.GetArray()) {
     if (const auto* e = json::member(r, "error"); e && e->IsString()) {
       t += "| " + row_key(r) + " | failed: " + e->GetString() + " |\n";
@@ -77,9 +77,13 @@ std::string markdown_table(const rapidjson::Value& rows) {
     if (kv) std::snprintf(kv_mb, sizeof(kv_mb), "%.2f", *kv / (1 << 20));
     if (per_token) std::snprintf(expert_mb, sizeof(expert_mb), "%.2f", *per_token / (1 << 20));
     const std::string threads = text(r, "threads") == "0" ? "all" : text(r, "threads");
+    // The bytes a decode step reads per second, and on the CPU the share of the host's measured read
+    // bandwidth that is (a GPU's own bandwidth is not measured here).
+    std::string decode_gbs = cell(r, "decode_gbs", 1);
+    if (json::number(r, "decode_read_fraction")) decode_gbs += " (" + cell(r, "decode_read_fraction", 0, 100) + "%)";
     t += "| " + text(r, "backend") + " | " + text(r, "device") + " | " + text(r, "gpu_layers") + " | " + threads + " | " + text(r, "kv_codec") +
          " | " + text(r, "expert_store") + " | " + text(r, "ctx") + " | " + cell(r, "ttft_ms", 1) + " | " + cell(r, "prefill_tps", 1) + " | " +
-         cell(r, "decode_tps", 2) + " (" + cell(r, "decode_tps_min", 2) + "–" + cell(r, "decode_tps_max", 2) + ") | " + cell(r, "peak_rss_mb", 0) +
+         cell(r, "decode_tps", 2) + " (" + cell(r, "decode_tps_min", 2) + "–" + cell(r, "decode_tps_max", 2) + ") | " + decode_gbs + " | " + cell(r, "peak_rss_mb", 0) +
          " | " + cell(r, "device_mem_mb", 1) + " | " + kv_mb + " | " + expert_mb + " | " + cell(r, "hit_rate", 3) + " |\n";
   }
   return t;

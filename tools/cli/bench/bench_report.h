@@ -18,7 +18,7 @@ std::string markdown_table(const rapidjson::Value& rows);
 // What identifies a row across files: backend, gpu layers, threads, KV codec, expert store, ctx.
 std::string row_key(const rapidjson::Value& row);
 
-// Formatting shared by the tables: a number with `decimals`, or "–" for null/absent.
-std::string cell(const rapidjson::Value& row, const char* field, int decimals);
+// Formatting shared by the tables: a number (times `times`) with `decimals`, or "–" for null/absent.
+std::string cell(const rapidjson::Value& row, const char* field, int decimals, double times = 1.0);
 
 }  // namespace sluice::cli::bench

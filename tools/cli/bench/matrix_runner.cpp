@@ -1,7 +1,9 @@
 #include "matrix_runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -10,6 +12,7 @@
 #include "machine_info.h"
 #include "row_process.h"
 #include "util/json.h"
+#include "util/memory_bandwidth.h"
 
 namespace sluice::cli::bench {
 namespace {
@@ -84,6 +87,22 @@ int run_matrix(const BenchOptions& options) {
     }
     return true;
   };
+  // The host's read bandwidth for each thread count a CPU row runs with, measured once before the rows:
+  // each CPU row's decode is set against it (the share of what this memory can give).
+  std::map<int, double> read_gbs;
+  for (const RowSpec& spec : specs)
+    if (spec.engine.backend == "cpu" && spec.gen > 0 && !read_gbs.count(spec.engine.threads)) {
+      const MemoryBandwidth bw = measure_memory_bandwidth(static_cast<unsigned>(std::max(spec.engine.threads, 0)));
+      read_gbs[spec.engine.threads] = bw.read_gbs;
+      rapidjson::Value m(rapidjson::kObjectType);
+      m.AddMember("threads", spec.engine.threads, a);
+      m.AddMember("read_gbs", bw.read_gbs, a);
+      m.AddMember("copy_gbs", bw.copy_gbs, a);
+      if (!doc["machine"].HasMember("memory_bandwidth")) doc["machine"].AddMember("memory_bandwidth", rapidjson::Value(rapidjson::kArrayType), a);
+      doc["machine"]["memory_bandwidth"].PushBack(m, a);
+      std::fprintf(stderr, "memory read bandwidth on %s threads: %.2f GB/s\n",
+                   spec.engine.threads > 0 ? std::to_string(spec.engine.threads).c_str() : "all", bw.read_gbs);
+    }
   if (!save()) return 1;
   int failed = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -109,6 +128,9 @@ int run_matrix(const BenchOptions& options) {
       if (doc["model"].IsNull()) doc["model"].CopyFrom(child["model"], a);
       rapidjson::Value row;
       row.CopyFrom(child["row"], a);
+      const auto gbs = json::number(row, "decode_gbs");
+      if (const auto bw = read_gbs.find(spec.engine.threads); bw != read_gbs.end() && gbs && bw->second > 0)
+        row.AddMember("decode_read_fraction", *gbs / bw->second, a);
       std::fprintf(stderr, "      ttft %s ms, prefill %s tokens/s, decode %s tokens/s, peak RSS %s MB\n", cell(row, "ttft_ms", 1).c_str(),
                    cell(row, "prefill_tps", 1).c_str(), cell(row, "decode_tps", 2).c_str(), cell(row, "peak_rss_mb", 0).c_str());
       doc["rows"].PushBack(row, a);

@@ -205,6 +205,15 @@ Result<rapidjson::Value> measure_row(const RowSpec& spec, Alloc& a, const Progre
   row.AddMember("expert_bytes_read_per_token", number_or_null(per_token), a);
   row.AddMember("hit_rate", number_or_null(hit_rate), a);
   row.AddMember("weight_mb", static_cast<double>(rt.model().weight_bytes()) / (1 << 20), a);
+  // What a decode step reads from memory on average over the decoded positions: the weights (routed
+  // experts at the share a token picks) and the cache up to the position. Its rate at the measured
+  // decode speed is set beside the machine's measured bandwidth (matrix_runner).
+  const double kv_read = kv_per_token * (static_cast<double>(prompt_len) + spec.gen / 2.0);
+  const double decode_bytes = static_cast<double>(rt.model().decode_bytes_per_token()) + kv_read;
+  row.AddMember("decode_bytes_per_token", decode_bytes, a);
+  std::optional<double> decode_gbs;
+  if (!decode_tps.empty()) decode_gbs = decode_bytes * spread(decode_tps).median / 1e9;
+  row.AddMember("decode_gbs", number_or_null(decode_gbs), a);
   return row;
 }
 
