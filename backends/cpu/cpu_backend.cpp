@@ -1,6 +1,7 @@
 // The reference CPU backend: the plugin entry, device description and memory. Graphs run in
 // cpu_graph.cpp; the kernels live in cpu_ops.cpp, cpu_matmul.cpp and cpu_attention.cpp.
 #include "cpu_backend.h"
+#include "quant_kernels.h"
 
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -57,9 +59,42 @@ sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
   return SL_OK;
 }
 
+// The backend's options (sl_backend_config.options, `--backend-options`), space-separated:
+// activations=int16|int8, the decode products' activation form (quant_kernels.h, ActivationForm), and
+// prefetch=BYTES, how far ahead of their reads the decode products request the weights (default 2048,
+// from the sweep in perf/NOTES.md; 0 leaves it to the hardware).
+// Anything else is refused, naming it: a misspelt option silently ignored would measure the wrong thing.
+sl_status apply_options(sl_backend* be, const std::string& text, sl_error* err) {
+  if (text.size() > 4096) return set_error(err, SL_ERR_INVALID_ARGUMENT, "cpu backend: options longer than 4096 characters");
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    if (word == "activations=int16") {
+      be->int8_activations = false;
+    } else if (word == "activations=int8") {
+      if (!avx512_kernels())
+        return set_error(err, SL_ERR_UNSUPPORTED,
+                         "cpu backend: activations=int8 needs AVX-512 VNNI, which this CPU or this build of the plugin lacks");
+      be->int8_activations = true;
+    } else if (word.rfind("prefetch=", 0) == 0) {
+      const std::string value = word.substr(9);
+      if (value.empty() || value.size() > 6 || value.find_first_not_of("0123456789") != std::string::npos || std::stoul(value) > 65536)
+        return set_error(err, SL_ERR_INVALID_ARGUMENT, "cpu backend: prefetch= takes bytes from 0 (off) to 65536, not '" + value + "'");
+      be->prefetch_bytes = std::stoul(value);
+    } else {
+      return set_error(err, SL_ERR_INVALID_ARGUMENT,
+                       "cpu backend: unknown option '" + word + "' (known: activations=int16, activations=int8, prefetch=BYTES)");
+    }
+  }
+  return SL_OK;
+}
+
 sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* err) {
   try {
     auto be = std::make_unique<sl_backend>();
+    const bool has_options =
+        config && config->struct_size >= offsetof(sl_backend_config, options) + sizeof(char*) && config->options;
+    if (sl_status s = apply_options(be.get(), has_options ? config->options : "", err); s != SL_OK) return s;
     unsigned n = config && config->n_threads ? config->n_threads : std::thread::hardware_concurrency();
     be->n_threads = n ? n : 1;
     be->pool = std::make_unique<ThreadPool>(be->n_threads);

@@ -39,6 +39,10 @@ struct sl_kv_cache {
 struct sl_backend {
   std::unique_ptr<sluice::cpu::ThreadPool> pool;
   unsigned n_threads = 1;
+  // The option activations=int8: decode products take int8 activations (quant_int8.cpp).
+  bool int8_activations = false;
+  // The option prefetch=BYTES: how far ahead the decode products ask for their weights (QuantView).
+  std::size_t prefetch_bytes = 2048;
   // The current step's batch (copied at graph_compute).
   std::vector<int32_t> positions;
   std::vector<int32_t> seq_slots;

@@ -142,11 +142,12 @@ void matvec_multi(sl_backend* be, const float* x, uint32_t n_rows, uint32_t coun
     const sl_weight* w = ws[i];
     if (w->bits) {
       views[i] = quant_view(w);
+      views[i].prefetch = be->prefetch_bytes;
       // q/k/v and gate/up usually share a form: prepare the activation once for them.
       uint32_t same = i;
       for (uint32_t j = 0; j < i && same == i; ++j)
         if (ws[j]->bits && QuantMatvecInput::same_preparation(views[j], views[i])) same = j;
-      prepared[i] = same < i ? prepared[same] : inputs[i].prepare(x, n_rows, views[i]);
+      prepared[i] = same < i ? prepared[same] : inputs[i].prepare(x, n_rows, views[i], be->int8_activations ? ActivationForm::kInt8 : ActivationForm::kInt16);
     }
     const std::size_t n = w->rows, k = be->pool->chunk_count(n, kMatvecGrain);
     for (std::size_t c = 0; c < k; ++c) chunks.push_back({i, n * c / k, n * (c + 1) / k});

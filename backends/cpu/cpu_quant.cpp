@@ -85,6 +85,7 @@ void row_dot_i16(const QuantView& q, std::size_t r, const int16_t* xq, const flo
     __m256i acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
     const std::size_t c0 = g * G;
+    prefetch_ahead(reinterpret_cast<const unsigned char*>(w) + c0 * Bits / 8, q.prefetch);
     if constexpr (Bits == 4) {
       if (G % 64 == 0) {
         // 32 bytes = 64 codes; 16-bit lane k holds the codes of columns 4k..4k+3 in its four nibbles.
@@ -137,15 +138,7 @@ void row_dot_i16(const QuantView& q, std::size_t r, const int16_t* xq, const flo
 
 #ifdef SLUICE_CPU_AVX512
 // (The maskz_ forms with a full mask are the plain instructions: GCC 12's plain intrinsics pass an
-// "undefined" source that its own -Wuninitialized reports.)
-// Sixteen consecutive scales or biases as floats.
-inline __m512 load_params16(const std::byte* base, uint32_t dtype, std::size_t i) {
-  if (dtype == SL_DTYPE_F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(base) + i);
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i * 2));
-  if (dtype == SL_DTYPE_F16) return _mm512_maskz_cvtph_ps(0xffff, h);
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
-}
-
+// "undefined" source that its own -Wuninitialized reports.) load_params16 is in quant_kernels.h.
 // The same sums as row_dot_i16 with 512-bit loads and vpdpwssd (multiply int16 pairs and add into
 // int32 in one instruction): a 64-byte run of the row is 128 4-bit or 64 8-bit codes. A 4-bit run's
 // 16-bit lane k holds columns 4k..4k+3 (four masked shifts give four vectors of codes); an 8-bit run's
@@ -170,6 +163,7 @@ void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const
   const std::size_t pbase = r * groups, total_params = std::size_t(q.rows) * groups;
   // The int32 sums of the NT activation rows over one run starting at column c.
   auto run = [&](std::size_t c, __m512i* acc) {
+    prefetch_ahead(w + c * Bits / 8, q.prefetch);
     const __m512i v = _mm512_loadu_si512(w + c * Bits / 8);
     if constexpr (Bits == 4) {
       const __m512i nib = _mm512_set1_epi16(0x000f);
@@ -471,6 +465,7 @@ void quantize_activations_wide(const float* x, uint32_t n_act, const QuantView& 
 
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
                        float* out, std::size_t out_stride) {
+  if (a.xq8) return quant_matvec_rows_int8(q, a, n_act, r0, r1, out, out_stride);
   float res[4];
 #ifdef SLUICE_CPU_AVX512
   if (a.xq && wide_run(q)) {
@@ -518,10 +513,18 @@ void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t 
   }
 }
 
-MatvecActivations QuantMatvecInput::prepare(const float* x, uint32_t n_act, const QuantView& q) {
+MatvecActivations QuantMatvecInput::prepare(const float* x, uint32_t n_act, const QuantView& q, ActivationForm form) {
   const std::size_t stride = param_stride(q.groups_per_row);
   xsum_.assign(std::size_t(n_act) * stride, 0.0f);  // the padding stays zero
   MatvecActivations a{x, xsum_.data(), nullptr, nullptr};
+  if (form == ActivationForm::kInt8 && int8_run(q)) {
+    xq8_.resize(std::size_t(n_act) * q.cols);
+    step_.assign(std::size_t(n_act) * stride, 0.0f);
+    quantize_activations_int8(x, n_act, q, xq8_.data(), step_.data(), xsum_.data());
+    a.xq8 = xq8_.data();
+    a.step = step_.data();
+    return a;
+  }
 #ifdef SLUICE_CPU_AVX512
   if (wide_run(q)) {
     xq_.resize(std::size_t(n_act) * q.cols);
@@ -553,9 +556,10 @@ MatvecActivations QuantMatvecInput::prepare(const float* x, uint32_t n_act, cons
 
 // The decode path: few activation rows, every weight row streamed once.
 void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out) {
-  const QuantView q = quant_view(w);
+  QuantView q = quant_view(w);
+  q.prefetch = be->prefetch_bytes;
   thread_local QuantMatvecInput input;
-  const MatvecActivations a = input.prepare(x, n_act, q);
+  const MatvecActivations a = input.prepare(x, n_act, q, be->int8_activations ? ActivationForm::kInt8 : ActivationForm::kInt16);
   be->pool->parallel_for(q.rows, kMatvecGrain, [&](std::size_t b, std::size_t e, unsigned) {
     quant_matvec_rows(q, a, n_act, b, e, out, q.rows);
   });

@@ -30,6 +30,10 @@ struct QuantView {
   std::size_t words_per_row = 0;   // cols * bits / 32
   std::size_t groups_per_row = 0;  // cols / group
   std::size_t words_per_group = 0; // group * bits / 32
+  // How far ahead of the run being multiplied the decode kernels ask for the weights (bytes; 0 = not
+  // at all): the backend's option prefetch= (cpu_backend.cpp). Rows lie one after another, so the
+  // address ahead runs on into the next rows.
+  std::size_t prefetch = 0;
 
   const uint32_t* row(std::size_t r) const { return words + r * words_per_row; }
   // Scale or bias number i (row-major over [rows, groups_per_row]).
@@ -97,6 +101,26 @@ struct CodeUnpacker {
 };
 #endif
 
+#ifdef SLUICE_CPU_AVX2
+// A request for the cache line `distance` bytes past p (a hint: it never faults, even past a buffer).
+// The hardware's own prefetcher alone left decode at 50-60 % of the read bandwidth on the development
+// machine (perf/NOTES.md, "The CPU backend at memory speed").
+inline void prefetch_ahead(const void* p, std::size_t distance) {
+  if (distance) _mm_prefetch(static_cast<const char*>(p) + distance, _MM_HINT_T0);
+}
+#endif
+
+#ifdef SLUICE_CPU_AVX512
+// Sixteen consecutive scales or biases as floats. (The maskz_ forms with a full mask are the plain
+// instructions: GCC 12's plain intrinsics pass an "undefined" source its -Wuninitialized reports.)
+inline __m512 load_params16(const std::byte* base, uint32_t dtype, std::size_t i) {
+  if (dtype == SL_DTYPE_F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(base) + i);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i * 2));
+  if (dtype == SL_DTYPE_F16) return _mm512_maskz_cvtph_ps(0xffff, h);
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
+}
+#endif
+
 // The `count` codes of a bit stream starting at code 0, as floats (count a multiple of 8). `readable`:
 // bytes that may be read from `stream` (to the end of its row), which lets the vector path run to
 // within 16 bytes of it.
@@ -155,8 +179,27 @@ struct MatvecActivations {
   const float* x;
   const float* xsum;    // [n_act][param_stride(groups)]
   const int16_t* xq;    // [n_act][cols]: round(x / step), in the order the kernels read (quantize_activations)
-  const float* step;    // [n_act][param_stride(groups)]: max|x| / 32767 of the group
+  const float* step;    // [n_act][param_stride(groups)]: max|x| / 32767 of the group (max|x| / 127 for xq8)
+  const int8_t* xq8 = nullptr;  // the int8-activation mode's form instead of xq (quant_int8.cpp)
 };
+
+// How the decode products take their activations (the CPU backend's option `activations=`): int16
+// per group (the default: within 1.5e-5 of each group's largest value, the goldens' path), or int8
+// per group (opt-in: within 1/254 of each group's largest value, one vpdpbusd per 64 codes — for
+// where the integer units rather than memory are the limit). Prefill products are not affected.
+enum class ActivationForm { kInt16, kInt8 };
+
+// Codes covered by one 512-bit load in the int8-activation kernels (128 4-bit or 64 8-bit codes), or 0
+// where they do not apply (no AVX-512 VNNI, another width, rows not whole runs, a group that is not a
+// multiple of 32 dividing a run or a multiple of one); those products keep the int16 form.
+std::size_t int8_run(const QuantView& q);
+// The activation rows as int8 per group, in the order the int8 kernels read: 8-bit weights in column
+// order, 4-bit weights per run of 128 columns the 64 even columns then the 64 odd ones (a byte's low
+// and high code). step = max|x| / 127; xsum = Σ codes · step (float sum for a zero or non-finite group).
+void quantize_activations_int8(const float* x, uint32_t n_act, const QuantView& q, int8_t* xq, float* step, float* xsum);
+// quant_matvec_rows for a.xq8 (int8_run(q) != 0).
+void quant_matvec_rows_int8(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
+                            float* out, std::size_t out_stride);
 // For the AVX2 kernels' order. Also replaces each group's xsum by Σ xq · step, the sum of the values
 // the codes' term uses.
 void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, int16_t* xq, float* step, float* xsum);
@@ -166,7 +209,7 @@ void quantize_activations(const float* x, uint32_t n_act, const QuantView& q, in
 class QuantMatvecInput {
  public:
   // The view stays valid until the next prepare (and while x lives).
-  MatvecActivations prepare(const float* x, uint32_t n_act, const QuantView& q);
+  MatvecActivations prepare(const float* x, uint32_t n_act, const QuantView& q, ActivationForm form = ActivationForm::kInt16);
   // Whether activations prepared for `a` serve `b` as they are: the preparation reads only these.
   static bool same_preparation(const QuantView& a, const QuantView& b) {
     return a.bits == b.bits && a.group == b.group && a.cols == b.cols;
@@ -175,6 +218,7 @@ class QuantMatvecInput {
  private:
   std::vector<float> xsum_, step_;
   std::vector<int16_t> xq_;
+  std::vector<int8_t> xq8_;
 };
 
 // out[t, r] = sum_c x[t, c] * w[r, c] for n_act <= 4 activation rows, output rows [r0, r1).

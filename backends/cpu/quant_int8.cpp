@@ -1,0 +1,238 @@
+// The int8-activation decode products (the CPU backend's option `activations=int8`): each activation
+// group scaled to int8 (step = max|x| / 127) and the packed codes multiplied as unsigned bytes with
+// vpdpbusd, four products a 32-bit lane in one instruction. Against the int16 kernels (cpu_quant.cpp)
+// a 64-byte run of weights costs half the vector operations: 4-bit codes need two masks instead of
+// four shifted masks and two dot instructions instead of four, 8-bit codes none and one. Decode on a
+// machine whose memory outruns two cores' integer units is then bound by the memory again.
+//
+// What it costs in precision: each activation is off by at most step / 2 = max|x_g| / 254 of its group;
+// the result is exactly Σ w · x̂ over the dequantized weights w and the rounded activations x̂ (the bias
+// term uses Σ x̂, as the int16 kernels do), so |result − Σ w · x| ≤ Σ_c |w_c| · step_g(c) / 2 plus
+// float rounding. tests/backend/quant_int8_activations_test.cpp holds the kernels to that bound.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "quant_kernels.h"
+
+namespace sluice::cpu {
+
+std::size_t int8_run(const QuantView& q) {
+#ifdef SLUICE_CPU_AVX512
+  if (!avx512_kernels()) return 0;
+  const std::size_t run = q.bits == 4 ? 128 : q.bits == 8 ? 64 : 0;
+  if (!run || q.cols % run != 0 || q.group % 32 != 0) return 0;
+  if (q.group <= run ? run % q.group == 0 : q.group % run == 0) return run;
+#else
+  (void)q;
+#endif
+  return 0;
+}
+
+#ifdef SLUICE_CPU_AVX512
+namespace {
+
+// Horizontal sums and max through memory: GCC 12's _mm512_reduce_* pass an "undefined" source that its
+// own -Wuninitialized reports (as do the plain forms of some shifts; the maskz_ forms with a full mask
+// below are the same instructions).
+inline float lanes_sum(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  float s = 0.0f;
+  for (float x : l) s += x;
+  return s;
+}
+inline float lanes_max(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  float m = 0.0f;
+  for (float x : l) m = std::max(m, x);
+  return m;
+}
+inline int32_t lanes_sum(__m512i v) {
+  alignas(64) int32_t l[16];
+  _mm512_store_si512(l, v);
+  int32_t s = 0;
+  for (int32_t x : l) s += x;
+  return s;
+}
+
+// Per run of 128 int8 codes in column order (two 64-byte vectors), the even columns then the odd ones:
+// as 16-bit lanes the low byte is the even column and the high byte the odd one; each is sign-extended,
+// packed back to bytes (vpacksswb packs within 128-bit lanes, so the quadwords come out a0 b0 a1 b1 …)
+// and the quadwords put in order.
+inline void evens_then_odds(const int8_t* src, int8_t* dst) {
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 64);
+  const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+  const __m512i ea = _mm512_srai_epi16(_mm512_slli_epi16(a, 8), 8), eb = _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8);
+  const __m512i oa = _mm512_srai_epi16(a, 8), ob = _mm512_srai_epi16(b, 8);
+  _mm512_storeu_si512(dst, _mm512_maskz_permutexvar_epi64(0xff, order, _mm512_packs_epi16(ea, eb)));
+  _mm512_storeu_si512(dst + 64, _mm512_maskz_permutexvar_epi64(0xff, order, _mm512_packs_epi16(oa, ob)));
+}
+
+// The sums of NT activation rows against one row of codes, in the shape of row_dot_i16_zmm: for each
+// block of 16 groups the multipliers (scale × step) and the bias terms (bias × Σ x̂), then each run's
+// int32 lanes folded with the multiplier of the group each lane covers. A lane covers 8 (4-bit) or 4
+// (8-bit) consecutive codes of the run, so with groups up to a run long, lane k belongs to the run's
+// group k / (lanes a group); longer groups add their runs' lanes before one fold.
+template <int NT, uint32_t Bits>
+void row_dot_i8_zmm(const QuantView& q, std::size_t r, const int8_t* xq, const float* step, const float* xsum, float* result) {
+  constexpr std::size_t R = Bits == 4 ? 128 : 64;
+  constexpr std::size_t kCodesPerLane = R / 16;
+  const auto* w = reinterpret_cast<const uint8_t*>(q.row(r));
+  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row, stride = param_stride(groups);
+  const bool short_groups = G <= R;
+  const __m512i lane_group = _mm512_maskz_srli_epi32(0xffff, _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                     static_cast<unsigned>(std::countr_zero(short_groups ? G / kCodesPerLane : 16)));
+  __m512 total_a[NT], total_b[NT], bias_acc[NT], mult[NT];
+  float bias_part[NT];
+  for (int t = 0; t < NT; ++t) {
+    total_a[t] = total_b[t] = bias_acc[t] = _mm512_setzero_ps();
+    bias_part[t] = 0.0f;
+  }
+  const std::size_t pbase = r * groups, total_params = std::size_t(q.rows) * groups;
+  auto run = [&](std::size_t c, __m512i* acc) {
+    prefetch_ahead(w + c * Bits / 8, q.prefetch);
+    const __m512i v = _mm512_loadu_si512(w + c * Bits / 8);
+    if constexpr (Bits == 4) {
+      const __m512i nib = _mm512_set1_epi8(0x0f);
+      const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xt = xq + t * cols + c;
+        acc[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xt)), hi,
+                                     _mm512_loadu_si512(xt + 64));
+      }
+    } else {
+      for (int t = 0; t < NT; ++t)
+        acc[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(xq + t * cols + c));
+    }
+  };
+  auto fold = [&](const __m512i* acc, __m512i idx, __m512* tot) {
+    for (int t = 0; t < NT; ++t)
+      tot[t] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_maskz_permutexvar_ps(0xffff, idx, mult[t]), tot[t]);
+  };
+  for (std::size_t g0 = 0; g0 < groups; g0 += 16) {
+    // Past a row's last group this reads the next row's parameters against zero padding of the
+    // activation's steps and sums — except at the tensor's end, where the last groups go one by one.
+    alignas(64) float tail_mult[NT][16];
+    if (pbase + g0 + 16 <= total_params) {
+      const __m512 sv = load_params16(q.scales, q.scale_dtype, pbase + g0);
+      const __m512 bv = load_params16(q.biases, q.scale_dtype, pbase + g0);
+      for (int t = 0; t < NT; ++t) {
+        mult[t] = _mm512_mul_ps(sv, _mm512_loadu_ps(step + t * stride + g0));
+        bias_acc[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(xsum + t * stride + g0), bias_acc[t]);
+      }
+    } else {
+      for (int t = 0; t < NT; ++t)
+        for (std::size_t k = 0; k < 16; ++k) {
+          const std::size_t g = g0 + k;
+          tail_mult[t][k] = g < groups ? q.scale(r, g) * step[t * stride + g] : 0.0f;
+          if (g < groups) bias_part[t] += q.bias(r, g) * xsum[t * stride + g];
+        }
+      for (int t = 0; t < NT; ++t) mult[t] = _mm512_load_ps(tail_mult[t]);
+    }
+    const std::size_t g1 = std::min(groups, g0 + 16);
+    __m512i acc[NT];
+    if (short_groups) {
+      // 16 groups span whole runs (16 · 32 columns is a multiple of either run), and so do a row's groups.
+      const std::size_t c1 = g1 * G;
+      std::size_t c = g0 * G;
+      auto idx = [&](std::size_t col) { return _mm512_add_epi32(lane_group, _mm512_set1_epi32(static_cast<int>(col / G - g0))); };
+      for (; c + 2 * R <= c1; c += 2 * R) {  // two totals in turn: the loop is bound by issue, not latency
+        run(c, acc);
+        fold(acc, idx(c), total_a);
+        run(c + R, acc);
+        fold(acc, idx(c + R), total_b);
+      }
+      for (; c < c1; c += R) {
+        run(c, acc);
+        fold(acc, idx(c), total_a);
+      }
+    } else {
+      for (std::size_t g = g0; g < g1; ++g) {
+        run(g * G, acc);
+        for (std::size_t c = g * G + R; c < (g + 1) * G; c += R) {
+          __m512i more[NT];
+          run(c, more);
+          for (int t = 0; t < NT; ++t) acc[t] = _mm512_add_epi32(acc[t], more[t]);
+        }
+        fold(acc, _mm512_set1_epi32(static_cast<int>(g - g0)), (g - g0) % 2 ? total_b : total_a);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) result[t] = lanes_sum(_mm512_add_ps(_mm512_add_ps(total_a[t], total_b[t]), bias_acc[t])) + bias_part[t];
+}
+
+}  // namespace
+
+void quantize_activations_int8(const float* x, uint32_t n_act, const QuantView& q, int8_t* xq, float* step, float* xsum) {
+  const std::size_t G = q.group, cols = q.cols, groups = q.groups_per_row, stride = param_stride(groups);
+  thread_local std::vector<int8_t> codes;
+  codes.resize(cols);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (uint32_t t = 0; t < n_act; ++t) {
+    const float* xt = x + std::size_t(t) * cols;
+    for (std::size_t g = 0; g < groups; ++g) {
+      const float* xg = xt + g * G;
+      __m512 mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+      for (std::size_t i = 0; i < G; i += 16) {
+        const __m512 v = _mm512_loadu_ps(xg + i);
+        mx = _mm512_maskz_max_ps(0xffff, _mm512_and_ps(v, abs_mask), mx);  // a NaN lane leaves mx as it was
+        sum = _mm512_add_ps(sum, v);
+      }
+      const float m = lanes_max(mx);
+      const float inv = m > 0.0f && std::isfinite(m) ? 127.0f / m : 0.0f;
+      step[t * stride + g] = m / 127.0f;
+      const __m512 vi = _mm512_set1_ps(inv);
+      __m512i isum = _mm512_setzero_si512();
+      for (std::size_t i = 0; i < G; i += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xg + i), vi);
+        // Round to nearest even; NaN lanes to 0; |v| ≤ 127 (the group's largest maps to ±127).
+        const __m512i c = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+        isum = _mm512_add_epi32(isum, c);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes.data() + g * G + i), _mm512_maskz_cvtsepi32_epi8(0xffff, c));
+      }
+      xsum[t * stride + g] = inv > 0.0f ? float(lanes_sum(isum)) * (m / 127.0f) : lanes_sum(sum);
+    }
+    int8_t* row = xq + std::size_t(t) * cols;
+    if (q.bits == 8) {
+      std::memcpy(row, codes.data(), cols);
+    } else {
+      for (std::size_t c0 = 0; c0 < cols; c0 += 128) evens_then_odds(codes.data() + c0, row + c0);
+    }
+  }
+}
+
+void quant_matvec_rows_int8(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
+                            float* out, std::size_t out_stride) {
+  float res[4];
+  for (std::size_t r = r0; r < r1; ++r) {
+    if (q.bits == 4) {
+      switch (n_act) {
+        case 1: row_dot_i8_zmm<1, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
+        case 2: row_dot_i8_zmm<2, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
+        case 3: row_dot_i8_zmm<3, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
+        default: row_dot_i8_zmm<4, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
+      }
+    } else {
+      switch (n_act) {
+        case 1: row_dot_i8_zmm<1, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
+        case 2: row_dot_i8_zmm<2, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
+        case 3: row_dot_i8_zmm<3, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
+        default: row_dot_i8_zmm<4, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
+      }
+    }
+    for (uint32_t t = 0; t < n_act; ++t) out[t * out_stride + r] = res[t];
+  }
+}
+
+#else  // without AVX-512 VNNI int8_run is 0 and these are never called
+
+void quantize_activations_int8(const float*, uint32_t, const QuantView&, int8_t*, float*, float*) {}
+void quant_matvec_rows_int8(const QuantView&, const MatvecActivations&, uint32_t, std::size_t, std::size_t, float*, std::size_t) {}
+
+#endif
+
+}  // namespace sluice::cpu
