@@ -62,20 +62,26 @@ sl_status device_info(uint32_t index, sl_device_info* out, sl_error* err) {
 // The backend's options (sl_backend_config.options, `--backend-options`), space-separated:
 // activations=int16|int8, the decode products' activation form (quant_kernels.h, ActivationForm), and
 // prefetch=BYTES, how far ahead of their reads the decode products request the weights (default 2048,
-// from the sweep in perf/NOTES.md; 0 leaves it to the hardware).
+// from the sweep in perf/NOTES.md; 0 leaves it to the hardware), and kernels=avx2|avx512, whether the
+// AVX-512 VNNI kernels run where the build has them (avx2: for comparison, and to test both on one
+// machine).
 // Anything else is refused, naming it: a misspelt option silently ignored would measure the wrong thing.
 sl_status apply_options(sl_backend* be, const std::string& text, sl_error* err) {
   if (text.size() > 4096) return set_error(err, SL_ERR_INVALID_ARGUMENT, "cpu backend: options longer than 4096 characters");
   std::istringstream in(text);
   std::string word;
+  be->wide_kernels = kWideKernelsBuilt;
   while (in >> word) {
     if (word == "activations=int16") {
       be->int8_activations = false;
     } else if (word == "activations=int8") {
-      if (!avx512_kernels())
-        return set_error(err, SL_ERR_UNSUPPORTED,
-                         "cpu backend: activations=int8 needs AVX-512 VNNI, which this CPU or this build of the plugin lacks");
       be->int8_activations = true;
+    } else if (word == "kernels=avx2") {
+      be->wide_kernels = false;
+    } else if (word == "kernels=avx512") {
+      if (!kWideKernelsBuilt)
+        return set_error(err, SL_ERR_UNSUPPORTED, "cpu backend: kernels=avx512: this build of the plugin has no AVX-512 VNNI kernels");
+      be->wide_kernels = true;
     } else if (word.rfind("prefetch=", 0) == 0) {
       const std::string value = word.substr(9);
       if (value.empty() || value.size() > 6 || value.find_first_not_of("0123456789") != std::string::npos || std::stoul(value) > 65536)
@@ -83,9 +89,13 @@ sl_status apply_options(sl_backend* be, const std::string& text, sl_error* err) 
       be->prefetch_bytes = std::stoul(value);
     } else {
       return set_error(err, SL_ERR_INVALID_ARGUMENT,
-                       "cpu backend: unknown option '" + word + "' (known: activations=int16, activations=int8, prefetch=BYTES)");
+                       "cpu backend: unknown option '" + word + "' (known: activations=int16|int8, kernels=avx2|avx512, prefetch=BYTES)");
     }
   }
+  if (be->int8_activations && !be->wide_kernels)
+    return set_error(err, SL_ERR_UNSUPPORTED,
+                     "cpu backend: activations=int8 needs the AVX-512 VNNI kernels, which this CPU, this build of the plugin or "
+                     "kernels=avx2 leaves out");
   return SL_OK;
 }
 

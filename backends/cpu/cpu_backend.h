@@ -43,6 +43,8 @@ struct sl_backend {
   bool int8_activations = false;
   // The option prefetch=BYTES: how far ahead the decode products ask for their weights (QuantView).
   std::size_t prefetch_bytes = 2048;
+  // The option kernels=avx2|avx512: whether the AVX-512 VNNI kernels run (the default where built).
+  bool wide_kernels = false;
   // The current step's batch (copied at graph_compute).
   std::vector<int32_t> positions;
   std::vector<int32_t> seq_slots;

@@ -300,6 +300,13 @@ QuantView quant_view(const sl_weight* w) {
   return q;
 }
 
+QuantView quant_view(const sl_backend* be, const sl_weight* w) {
+  QuantView q = quant_view(w);
+  q.prefetch = be->prefetch_bytes;
+  q.wide_kernels = be->wide_kernels;
+  return q;
+}
+
 void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst) {
   const uint32_t* w = q.row(r);
   for (std::size_t g = 0; g < q.groups_per_row; ++g) {
@@ -321,21 +328,9 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst) {
   }
 }
 
-bool avx512_kernels() {
-#ifdef SLUICE_CPU_AVX512
-  static const bool on = [] {
-    const char* v = std::getenv("SLUICE_CPU_AVX512");
-    return !(v && *v == '0');
-  }();
-  return on;
-#else
-  return false;
-#endif
-}
-
 std::size_t wide_run(const QuantView& q) {
 #ifdef SLUICE_CPU_AVX512
-  if (!avx512_kernels()) return 0;
+  if (!q.wide_kernels) return 0;
   const std::size_t run = q.bits == 4 ? 128 : q.bits == 8 ? 64 : 0;
   if (run && q.cols % run == 0 && (q.group % run == 0 || 2 * q.group == run)) return run;
 #else
@@ -556,8 +551,7 @@ MatvecActivations QuantMatvecInput::prepare(const float* x, uint32_t n_act, cons
 
 // The decode path: few activation rows, every weight row streamed once.
 void quant_matvec(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out) {
-  QuantView q = quant_view(w);
-  q.prefetch = be->prefetch_bytes;
+  const QuantView q = quant_view(be, w);
   thread_local QuantMatvecInput input;
   const MatvecActivations a = input.prepare(x, n_act, q, be->int8_activations ? ActivationForm::kInt8 : ActivationForm::kInt16);
   be->pool->parallel_for(q.rows, kMatvecGrain, [&](std::size_t b, std::size_t e, unsigned) {

@@ -443,7 +443,7 @@ bool quant_gemm_supported(const sl_weight* w) {
 }
 
 void quant_gemm(sl_backend* be, const float* x, uint32_t n_act, const sl_weight* w, float* out) {
-  const QuantView q = quant_view(w);
+  const QuantView q = quant_view(be, w);
   const std::size_t n = n_act, cols = q.cols, G = q.group, groups = q.groups_per_row, n_out = q.rows;
   // The activation, quantized once for all output tiles (shared read-only by the pool's threads).
   static thread_local std::vector<int16_t> xq;
@@ -463,7 +463,7 @@ void quant_gemm(sl_backend* be, const float* x, uint32_t n_act, const sl_weight*
   // Columns per panel: a whole number of groups, about kTargetBlockCols.
   const std::size_t kc = G * std::max<std::size_t>(1, kTargetBlockCols / G);
   // A thread's unit of work: one tile of 16 rows, or two (the AVX-512 kernel's 32).
-  [[maybe_unused]] const bool wide = avx512_kernels();
+  [[maybe_unused]] const bool wide = q.wide_kernels;
   const std::size_t unit = wide ? 2 * kTileRows : kTileRows, units = (n_out + unit - 1) / unit;
   be->pool->parallel_for(units, 1, [&](std::size_t ub, std::size_t ue, unsigned) {
     struct Scratch {

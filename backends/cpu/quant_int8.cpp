@@ -21,7 +21,7 @@ namespace sluice::cpu {
 
 std::size_t int8_run(const QuantView& q) {
 #ifdef SLUICE_CPU_AVX512
-  if (!avx512_kernels()) return 0;
+  if (!q.wide_kernels) return 0;
   const std::size_t run = q.bits == 4 ? 128 : q.bits == 8 ? 64 : 0;
   if (!run || q.cols % run != 0 || q.group % 32 != 0) return 0;
   if (q.group <= run ? run % q.group == 0 : q.group % run == 0) return run;
@@ -34,16 +34,9 @@ std::size_t int8_run(const QuantView& q) {
 #ifdef SLUICE_CPU_AVX512
 namespace {
 
-// Horizontal sums and max through memory: GCC 12's _mm512_reduce_* pass an "undefined" source that its
-// own -Wuninitialized reports (as do the plain forms of some shifts; the maskz_ forms with a full mask
-// below are the same instructions).
-inline float lanes_sum(__m512 v) {
-  alignas(64) float l[16];
-  _mm512_store_ps(l, v);
-  float s = 0.0f;
-  for (float x : l) s += x;
-  return s;
-}
+// Horizontal max and integer sum through memory (hsum512 is quant_kernels.h's): GCC 12's _mm512_reduce_*
+// pass an "undefined" source that its own -Wuninitialized reports (as do the plain forms of some
+// shifts; the maskz_ forms with a full mask below are the same instructions).
 inline float lanes_max(__m512 v) {
   alignas(64) float l[16];
   _mm512_store_ps(l, v);
@@ -162,7 +155,7 @@ void row_dot_i8_zmm(const QuantView& q, std::size_t r, const int8_t* xq, const f
       }
     }
   }
-  for (int t = 0; t < NT; ++t) result[t] = lanes_sum(_mm512_add_ps(_mm512_add_ps(total_a[t], total_b[t]), bias_acc[t])) + bias_part[t];
+  for (int t = 0; t < NT; ++t) result[t] = hsum512(_mm512_add_ps(_mm512_add_ps(total_a[t], total_b[t]), bias_acc[t])) + bias_part[t];
 }
 
 }  // namespace
@@ -194,7 +187,7 @@ void quantize_activations_int8(const float* x, uint32_t n_act, const QuantView& 
         isum = _mm512_add_epi32(isum, c);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(codes.data() + g * G + i), _mm512_maskz_cvtsepi32_epi8(0xffff, c));
       }
-      xsum[t * stride + g] = inv > 0.0f ? float(lanes_sum(isum)) * (m / 127.0f) : lanes_sum(sum);
+      xsum[t * stride + g] = inv > 0.0f ? float(lanes_sum(isum)) * (m / 127.0f) : hsum512(sum);
     }
     int8_t* row = xq + std::size_t(t) * cols;
     if (q.bits == 8) {

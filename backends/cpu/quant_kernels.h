@@ -34,6 +34,9 @@ struct QuantView {
   // at all): the backend's option prefetch= (cpu_backend.cpp). Rows lie one after another, so the
   // address ahead runs on into the next rows.
   std::size_t prefetch = 0;
+  // Whether the AVX-512 VNNI kernels may run (the backend's option kernels=, cpu_backend.cpp); false
+  // where the build lacks them.
+  bool wide_kernels = false;
 
   const uint32_t* row(std::size_t r) const { return words + r * words_per_row; }
   // Scale or bias number i (row-major over [rows, groups_per_row]).
@@ -111,6 +114,14 @@ inline void prefetch_ahead(const void* p, std::size_t distance) {
 #endif
 
 #ifdef SLUICE_CPU_AVX512
+// The sum of a vector's 16 lanes (through memory: GCC 12's _mm512_reduce_add_ps and plain extracts pass
+// an "undefined" source that its own -Wuninitialized reports).
+inline float hsum512(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  return hsum(_mm256_add_ps(_mm256_load_ps(l), _mm256_load_ps(l + 8)));
+}
+
 // Sixteen consecutive scales or biases as floats. (The maskz_ forms with a full mask are the plain
 // instructions: GCC 12's plain intrinsics pass an "undefined" source its -Wuninitialized reports.)
 inline __m512 load_params16(const std::byte* base, uint32_t dtype, std::size_t i) {
@@ -154,7 +165,9 @@ inline void unpack_codes(const uint32_t* stream, std::size_t count, uint32_t bit
 // Checks a quantized weight's form and that its words, scales and biases lie inside their buffers.
 // Returns an empty string when usable, else why not.
 const char* quant_weight_problem(const sl_weight* w);
-QuantView quant_view(const sl_weight* w);
+QuantView quant_view(const sl_weight* w);  // for reading rows (no kernel settings)
+// For the products: with the backend's kernel settings (prefetch distance, AVX-512 or not).
+QuantView quant_view(const sl_backend* be, const sl_weight* w);
 
 // Row r dequantized to float32 (cols values).
 void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst);
@@ -165,9 +178,13 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst);
 // read them eight or sixteen at a time.
 inline std::size_t param_stride(std::size_t groups) { return (groups + 15) & ~std::size_t(15); }
 
-// Whether the AVX-512 VNNI kernels run: built for a CPU that has them, and not turned off with
-// SLUICE_CPU_AVX512=0 (which leaves the AVX2 kernels, for comparison and to test both on one machine).
-bool avx512_kernels();
+// Whether this build has the AVX-512 VNNI kernels (it was built for a CPU that has them: -march=native).
+constexpr bool kWideKernelsBuilt =
+#ifdef SLUICE_CPU_AVX512
+    true;
+#else
+    false;
+#endif
 
 // Codes covered by one 512-bit load of a row in the AVX-512 matvec (128 4-bit or 64 8-bit codes), or 0
 // where that kernel does not apply: it needs whole runs per row and a group that is either a whole

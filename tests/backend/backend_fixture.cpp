@@ -12,7 +12,7 @@ void PrintTo(const BackendUnderTest& b, std::ostream* os) {
 }
 
 std::string backend_test_name(const ::testing::TestParamInfo<BackendUnderTest>& info) {
-  std::string name = info.param.name + info.param.device;
+  std::string name = info.param.name + info.param.device + (info.param.options.empty() ? "" : "_" + info.param.options);
   for (auto& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return name;

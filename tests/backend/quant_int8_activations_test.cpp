@@ -154,13 +154,17 @@ INSTANTIATE_TEST_SUITE_P(Backend, Int8Activations, ::testing::ValuesIn(backends_
 TEST(CpuBackendOptions, UnknownOrMalformedOptionsAreRefusedByName) {
   PluginRegistry registry;
   registry.scan(binary_path("lib"));
-  for (const char* bad : {"activations=int4", "prefetch=", "prefetch=-1", "prefetch=99999999", "turbo=yes"}) {
+  for (const char* bad : {"activations=int4", "prefetch=", "prefetch=-1", "prefetch=99999999", "turbo=yes", "kernels=sse2"}) {
     auto be = open_cpu(registry, bad);
     ASSERT_FALSE(be.ok()) << bad;
     EXPECT_NE(be.message().find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos) << be.message();
   }
   auto fine = open_cpu(registry, "activations=int16 prefetch=0");
   EXPECT_TRUE(fine.ok()) << fine.message();
+  // int8 activations run only in the AVX-512 kernels: asked for with the AVX2 ones, refused.
+  auto both = open_cpu(registry, "kernels=avx2 activations=int8");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.message().find("kernels=avx2"), std::string::npos) << both.message();
   if (!int8_kernels_here()) {
     auto be = open_cpu(registry, "activations=int8");
     EXPECT_NE(be.message().find("AVX-512 VNNI"), std::string::npos) << be.message();

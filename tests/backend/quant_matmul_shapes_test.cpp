@@ -16,7 +16,10 @@
 
 namespace sluice::test {
 
-std::vector<BackendUnderTest> backends_under_test() { return {BackendUnderTest{"cpu", binary_path("lib"), ""}}; }
+// The default kernels (AVX-512 VNNI where the build has them) and the AVX2 ones on the same machine.
+std::vector<BackendUnderTest> backends_under_test() {
+  return {BackendUnderTest{"cpu", binary_path("lib"), ""}, BackendUnderTest{"cpu", binary_path("lib"), "", "kernels=avx2"}};
+}
 
 namespace {
 
