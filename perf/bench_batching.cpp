@@ -2,7 +2,8 @@
 //  1. Aggregate decode tokens/s with 1, 2, 4, 8 and 16 concurrent greedy streams (each its own prompt).
 //  2. Time to first token of a 2000-token prompt, cold and with its first 1900 tokens cached.
 //
-//   bench_batching --model DIR [--backend cpu] [--threads N] [--gen 64] [--streams 1,2,4,8,16] [--json]
+//   bench_batching --model DIR [--backend cpu] [--threads N] [--gen 64] [--streams 1,2,4,8,16] [--json] [--no-prefix]
+// (--no-prefix: only part 1)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,13 +43,14 @@ int main(int argc, char** argv) {
   o.backend = "cpu";
   int gen = 64;
   std::vector<int> streams = {1, 2, 4, 8, 16};
-  bool json = false;
+  bool json = false, prefix = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (perf::engine_option(a, next, o)) continue;
     if (a == "--gen") gen = std::stoi(next());
     else if (a == "--json") json = true;
+    else if (a == "--no-prefix") prefix = false;
     else if (a == "--streams") {
       streams = perf::int_list(next());
     } else {
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
     rows += (rows.empty() ? "" : ",") + std::string("{\"streams\":") + std::to_string(n) + ",\"aggregate_tps\":" + std::to_string(aggregate) + "}";
   }
 
+  if (!prefix) return 0;
   // Prefix reuse: 1900 shared tokens, then 100 of each request's own.
   EngineOptions eo = o;
   eo.ctx_size = 2048;

@@ -19,7 +19,11 @@
 namespace sluice::cpu {
 namespace {
 
-constexpr uint32_t kMatvecMaxRows = 4;          // up to this many activation rows: the streaming path
+// Up to this many activation rows (a decode step of up to 8 sequences): the streaming path, which reads
+// each weight row once; more (prefill): the GEMMs, whose packing pays off over many rows. Measured on
+// Qwen2-0.5B 4-bit, 2 threads: at 8 streams the streaming path won (97-143 against 78-106 tokens/s), at 16
+// the GEMM (107-150 against 84-118) — perf/NOTES.md, "Batched decode rows on the CPU".
+constexpr uint32_t kMatvecMaxRows = 8;
 constexpr std::size_t kBlockFloats = 1u << 20;  // float32 scratch per GEMM block (4 MiB)
 
 float dot_weight_row(const sl_weight* w, uint32_t r, const float* x) {

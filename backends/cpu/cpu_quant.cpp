@@ -460,6 +460,26 @@ void quantize_activations_wide(const float* x, uint32_t n_act, const QuantView& 
 
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
                        float* out, std::size_t out_stride) {
+  if (n_act > kMatvecRowsAtOnce) {
+    // A batch of decode rows (several sequences): the kernels take four activation rows at a time, so
+    // each block of weight rows is read from memory once and passed over by every group of four while
+    // it is in L1 (16 rows of 896 4-bit columns: 7 KB). The GEMM's packing cost more than its
+    // multiplying at these sizes (perf/NOTES.md, "Batched decode rows on the CPU").
+    constexpr std::size_t kBlockRows = 16;
+    const std::size_t stride = param_stride(q.groups_per_row);
+    for (std::size_t rb = r0; rb < r1; rb += kBlockRows)
+      for (uint32_t t0 = 0; t0 < n_act; t0 += kMatvecRowsAtOnce) {
+        MatvecActivations part = a;
+        part.x = a.x + std::size_t(t0) * q.cols;
+        part.xsum = a.xsum + t0 * stride;
+        if (a.xq) part.xq = a.xq + std::size_t(t0) * q.cols;
+        if (a.xq8) part.xq8 = a.xq8 + std::size_t(t0) * q.cols;
+        if (a.step) part.step = a.step + t0 * stride;
+        quant_matvec_rows(q, part, std::min<uint32_t>(kMatvecRowsAtOnce, n_act - t0), rb, std::min(r1, rb + kBlockRows),
+                          out + t0 * out_stride, out_stride);
+      }
+    return;
+  }
   if (a.xq8) return quant_matvec_rows_int8(q, a, n_act, r0, r1, out, out_stride);
   float res[4];
 #ifdef SLUICE_CPU_AVX512

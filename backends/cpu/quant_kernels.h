@@ -238,7 +238,10 @@ class QuantMatvecInput {
   std::vector<int8_t> xq8_;
 };
 
-// out[t, r] = sum_c x[t, c] * w[r, c] for n_act <= 4 activation rows, output rows [r0, r1).
+// Activation rows the matvec kernels take in one pass over a weight row.
+constexpr uint32_t kMatvecRowsAtOnce = 4;
+// out[t, r] = sum_c x[t, c] * w[r, c] for n_act activation rows (more than kMatvecRowsAtOnce: in groups
+// of that many over blocks of weight rows), output rows [r0, r1).
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
                        float* out, std::size_t out_stride);
 // The decode path of matmul for a quantized weight (checked with quant_weight_problem), on the pool.
