@@ -151,7 +151,7 @@ void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const
                      float* result) {
   constexpr std::size_t R = Bits == 4 ? 128 : 64;
   const auto* w = reinterpret_cast<const uint8_t*>(q.row(r));
-  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row, stride = param_stride(groups);
+  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row;
   const bool two = 2 * G == R;  // each run holds two groups
   __m512 total_a[NT], total_b[NT], bias_acc[NT], mult[NT];
   float bias_part[NT];
@@ -160,7 +160,6 @@ void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const
     bias_part[t] = 0.0f;
   }
   const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const std::size_t pbase = r * groups, total_params = std::size_t(q.rows) * groups;
   // The int32 sums of the NT activation rows over one run starting at column c.
   auto run = [&](std::size_t c, __m512i* acc) {
     prefetch_ahead(w + c * Bits / 8, q.prefetch);
@@ -184,26 +183,7 @@ void row_dot_i16_zmm(const QuantView& q, std::size_t r, const int16_t* xq, const
     }
   };
   for (std::size_t g0 = 0; g0 < groups; g0 += 16) {
-    // Multipliers (scale × activation step) of sixteen groups at once, and their bias terms; past a
-    // row's last group this reads the next row's parameters against zero activation padding — except
-    // at the tensor's end, where the few remaining groups go one by one.
-    alignas(64) float tail_mult[NT][16];
-    if (pbase + g0 + 16 <= total_params) {
-      const __m512 sv = load_params16(q.scales, q.scale_dtype, pbase + g0);
-      const __m512 bv = load_params16(q.biases, q.scale_dtype, pbase + g0);
-      for (int t = 0; t < NT; ++t) {
-        mult[t] = _mm512_mul_ps(sv, _mm512_loadu_ps(step + t * stride + g0));
-        bias_acc[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(xsum + t * stride + g0), bias_acc[t]);
-      }
-    } else {
-      for (int t = 0; t < NT; ++t)
-        for (std::size_t k = 0; k < 16; ++k) {
-          const std::size_t g = g0 + k;
-          tail_mult[t][k] = g < groups ? q.scale(r, g) * step[t * stride + g] : 0.0f;
-          if (g < groups) bias_part[t] += q.bias(r, g) * xsum[t * stride + g];
-        }
-      for (int t = 0; t < NT; ++t) mult[t] = _mm512_load_ps(tail_mult[t]);
-    }
+    group_multipliers16<NT>(q, r, g0, step, xsum, mult, bias_acc, bias_part);
     const std::size_t g1 = std::min(groups, g0 + 16);
     // One run's (or, for long groups, one group's) sums folded into tot with the multipliers idx picks.
     auto fold = [&](const __m512i* acc, __m512i idx, __m512* tot) {

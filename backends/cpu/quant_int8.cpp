@@ -75,7 +75,7 @@ void row_dot_i8_zmm(const QuantView& q, std::size_t r, const int8_t* xq, const f
   constexpr std::size_t R = Bits == 4 ? 128 : 64;
   constexpr std::size_t kCodesPerLane = R / 16;
   const auto* w = reinterpret_cast<const uint8_t*>(q.row(r));
-  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row, stride = param_stride(groups);
+  const std::size_t cols = q.cols, G = q.group, groups = q.groups_per_row;
   const bool short_groups = G <= R;
   const __m512i lane_group = _mm512_maskz_srli_epi32(0xffff, _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                      static_cast<unsigned>(std::countr_zero(short_groups ? G / kCodesPerLane : 16)));
@@ -85,7 +85,6 @@ void row_dot_i8_zmm(const QuantView& q, std::size_t r, const int8_t* xq, const f
     total_a[t] = total_b[t] = bias_acc[t] = _mm512_setzero_ps();
     bias_part[t] = 0.0f;
   }
-  const std::size_t pbase = r * groups, total_params = std::size_t(q.rows) * groups;
   auto run = [&](std::size_t c, __m512i* acc) {
     prefetch_ahead(w + c * Bits / 8, q.prefetch);
     const __m512i v = _mm512_loadu_si512(w + c * Bits / 8);
@@ -107,25 +106,7 @@ void row_dot_i8_zmm(const QuantView& q, std::size_t r, const int8_t* xq, const f
       tot[t] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[t]), _mm512_maskz_permutexvar_ps(0xffff, idx, mult[t]), tot[t]);
   };
   for (std::size_t g0 = 0; g0 < groups; g0 += 16) {
-    // Past a row's last group this reads the next row's parameters against zero padding of the
-    // activation's steps and sums — except at the tensor's end, where the last groups go one by one.
-    alignas(64) float tail_mult[NT][16];
-    if (pbase + g0 + 16 <= total_params) {
-      const __m512 sv = load_params16(q.scales, q.scale_dtype, pbase + g0);
-      const __m512 bv = load_params16(q.biases, q.scale_dtype, pbase + g0);
-      for (int t = 0; t < NT; ++t) {
-        mult[t] = _mm512_mul_ps(sv, _mm512_loadu_ps(step + t * stride + g0));
-        bias_acc[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(xsum + t * stride + g0), bias_acc[t]);
-      }
-    } else {
-      for (int t = 0; t < NT; ++t)
-        for (std::size_t k = 0; k < 16; ++k) {
-          const std::size_t g = g0 + k;
-          tail_mult[t][k] = g < groups ? q.scale(r, g) * step[t * stride + g] : 0.0f;
-          if (g < groups) bias_part[t] += q.bias(r, g) * xsum[t * stride + g];
-        }
-      for (int t = 0; t < NT; ++t) mult[t] = _mm512_load_ps(tail_mult[t]);
-    }
+    group_multipliers16<NT>(q, r, g0, step, xsum, mult, bias_acc, bias_part);
     const std::size_t g1 = std::min(groups, g0 + 16);
     __m512i acc[NT];
     if (short_groups) {

@@ -130,6 +130,7 @@ inline __m512 load_params16(const std::byte* base, uint32_t dtype, std::size_t i
   if (dtype == SL_DTYPE_F16) return _mm512_maskz_cvtph_ps(0xffff, h);
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
 }
+
 #endif
 
 // The `count` codes of a bit stream starting at code 0, as floats (count a multiple of 8). `readable`:
@@ -177,6 +178,35 @@ void quant_row_to_f32(const QuantView& q, std::size_t r, float* dst);
 // Rows of per-group values (sums, steps) are padded to a multiple of 16 groups with zeros, so the kernels
 // read them eight or sixteen at a time.
 inline std::size_t param_stride(std::size_t groups) { return (groups + 15) & ~std::size_t(15); }
+
+#ifdef SLUICE_CPU_AVX512
+// For the 512-bit decode kernels: the multipliers (scale × activation step) of row r's groups g0..g0+15
+// for NT activation rows, and their bias terms (bias × Σ x̂) added to bias_acc. Past a row's last group
+// this reads the next row's parameters against zero activation padding — except at the tensor's end,
+// where the remaining groups go one by one (into bias_part).
+template <int NT>
+inline void group_multipliers16(const QuantView& q, std::size_t r, std::size_t g0, const float* step, const float* xsum,
+                                __m512* mult, __m512* bias_acc, float* bias_part) {
+  const std::size_t groups = q.groups_per_row, stride = param_stride(groups), pbase = r * groups;
+  if (pbase + g0 + 16 <= std::size_t(q.rows) * groups) {
+    const __m512 sv = load_params16(q.scales, q.scale_dtype, pbase + g0);
+    const __m512 bv = load_params16(q.biases, q.scale_dtype, pbase + g0);
+    for (int t = 0; t < NT; ++t) {
+      mult[t] = _mm512_mul_ps(sv, _mm512_loadu_ps(step + t * stride + g0));
+      bias_acc[t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(xsum + t * stride + g0), bias_acc[t]);
+    }
+    return;
+  }
+  alignas(64) float tail_mult[NT][16];
+  for (int t = 0; t < NT; ++t)
+    for (std::size_t k = 0; k < 16; ++k) {
+      const std::size_t g = g0 + k;
+      tail_mult[t][k] = g < groups ? q.scale(r, g) * step[t * stride + g] : 0.0f;
+      if (g < groups) bias_part[t] += q.bias(r, g) * xsum[t * stride + g];
+    }
+  for (int t = 0; t < NT; ++t) mult[t] = _mm512_load_ps(tail_mult[t]);
+}
+#endif
 
 // Whether this build has the AVX-512 VNNI kernels (it was built for a CPU that has them: -march=native).
 constexpr bool kWideKernelsBuilt =

@@ -8,11 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "backend_fixture.h"
+#include "quant_weight_test.h"
 #include "reference.h"
 #include "plugin/backend_handle.h"
 #include "plugin/plugin_registry.h"
-#include "quant/affine.h"
 
 namespace sluice::test {
 
@@ -37,59 +36,10 @@ bool int8_kernels_here() {
   return open_cpu(registry, "activations=int8").ok();
 }
 
-class Int8Activations : public BackendOpsTest {
+class Int8Activations : public QuantWeightTest {
  protected:
-  struct Case {
-    std::vector<float> values;  // dequantized weights [rows * cols]
-    Buffer words, scales, biases;
-    sl_weight weight{};
-  };
-  Case make(int bits, int group, uint32_t rows, uint32_t cols) {
-    Case c;
-    const std::vector<float> w = random(std::size_t(rows) * cols, 0.5f, 0.1f);
-    const std::size_t wpr = std::size_t(cols) * bits / 32, groups = cols / group;
-    std::vector<uint32_t> words(rows * wpr);
-    std::vector<float> scales(rows * groups), biases(rows * groups);
-    for (uint32_t r = 0; r < rows; ++r)
-      quant::quantize_row(w.data() + std::size_t(r) * cols, cols, bits, group, DType::kBF16, words.data() + r * wpr,
-                          scales.data() + r * groups, biases.data() + r * groups);
-    std::vector<std::byte> sb(scales.size() * 2), bb(biases.size() * 2);
-    quant::store_as(DType::kBF16, scales.data(), scales.size(), sb.data());
-    quant::store_as(DType::kBF16, biases.data(), biases.size(), bb.data());
-    quant::load_as_f32(DType::kBF16, sb.data(), scales.size(), scales.data());
-    quant::load_as_f32(DType::kBF16, bb.data(), biases.size(), biases.data());
-    c.values.resize(std::size_t(rows) * cols);
-    for (uint32_t r = 0; r < rows; ++r)
-      quant::dequantize_row(words.data() + r * wpr, scales.data() + r * groups, biases.data() + r * groups, cols, bits, group,
-                            c.values.data() + std::size_t(r) * cols);
-    c.words = upload_bytes(words.data(), words.size() * 4);
-    c.scales = upload_bytes(sb.data(), sb.size());
-    c.biases = upload_bytes(bb.data(), bb.size());
-    sl_weight& s = c.weight;
-    s.struct_size = sizeof(s);
-    s.data = c.words.get();
-    s.dtype = SL_DTYPE_U32;
-    s.rows = rows;
-    s.cols = cols;
-    s.bits = static_cast<uint32_t>(bits);
-    s.group_size = static_cast<uint32_t>(group);
-    s.scale_dtype = SL_DTYPE_BF16;
-    s.scales = c.scales.get();
-    s.biases = c.biases.get();
-    return c;
-  }
-  // Activations whose runs of 128 columns differ in scale by 10^3 and whose first group is zeros.
-  std::vector<float> activations(uint32_t n, uint32_t cols) {
-    std::vector<float> x = random(std::size_t(n) * cols, 1.0f, 0.3f);
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const std::size_t column = i % cols;
-      x[i] *= std::pow(10.0f, float(int(column / 128 % 4) - 2));
-      if (column < 32) x[i] = 0.0f;
-    }
-    return x;
-  }
   // Checks every output against the bound; returns the largest error as a share of the bound.
-  double expect_within_bound(const Case& c, uint32_t n, int group) {
+  double expect_within_bound(const QWeight& c, uint32_t n, int group) {
     const uint32_t rows = c.weight.rows, cols = c.weight.cols;
     const auto x = activations(n, cols);
     auto xb = upload(x);
@@ -131,7 +81,7 @@ TEST_P(Int8Activations, ProductsStayWithinTheInt8Bound) {
     for (int group : {32, 64, 128})
       for (uint32_t rows : {1u, 17u, 67u})
         for (uint32_t n : {1u, 2u, 4u, 7u}) {  // 7: two passes of the four-row kernels
-          auto c = make(bits, group, rows, group == 128 && bits == 8 ? 1024 : 896);
+          auto c = make_quantized(bits, group, rows, group == 128 && bits == 8 ? 1024 : 896);
           worst = std::max(worst, expect_within_bound(c, n, group));
           if (HasFailure()) return;
         }
@@ -143,7 +93,7 @@ TEST_P(Int8Activations, ProductsStayWithinTheInt8Bound) {
 TEST_P(Int8Activations, LongGroupsAndRowsStayWithinTheBound) {
   if (!int8_kernels_here()) GTEST_SKIP() << "no AVX-512 VNNI here";
   for (int bits : {4, 8}) {
-    auto c = make(bits, 256, 35, 4864 / 256 * 256);  // groups of several runs, folded once per group
+    auto c = make_quantized(bits, 256, 35, 4864 / 256 * 256);  // groups of several runs, folded once per group
     expect_within_bound(c, 3, 256);
   }
 }
