@@ -461,49 +461,23 @@ void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t 
     return;
   }
   if (a.xq8) return quant_matvec_rows_int8(q, a, n_act, r0, r1, out, out_stride);
-  float res[4];
 #ifdef SLUICE_CPU_AVX512
   if (a.xq && wide_run(q)) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      if (q.bits == 4) {
-        switch (n_act) {
-          case 1: row_dot_i16_zmm<1, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-          case 2: row_dot_i16_zmm<2, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-          case 3: row_dot_i16_zmm<3, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-          default: row_dot_i16_zmm<4, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-        }
-      } else {
-        switch (n_act) {
-          case 1: row_dot_i16_zmm<1, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-          case 2: row_dot_i16_zmm<2, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-          case 3: row_dot_i16_zmm<3, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-          default: row_dot_i16_zmm<4, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-        }
-      }
-      for (uint32_t t = 0; t < n_act; ++t) out[t * out_stride + r] = res[t];
-    }
-    return;
+    return rows_by_kernel(q.bits, n_act, r0, r1, out, out_stride, [&]<int NT, uint32_t Bits>(std::size_t r, float* res) {
+      row_dot_i16_zmm<NT, Bits>(q, r, a.xq, a.step, a.xsum, res);
+    });
   }
 #endif
-  for (std::size_t r = r0; r < r1; ++r) {
 #ifdef SLUICE_CPU_AVX2
-    if (a.xq && q.bits == 4) {
-      switch (n_act) {
-        case 1: row_dot_i16<1, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-        case 2: row_dot_i16<2, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-        case 3: row_dot_i16<3, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-        default: row_dot_i16<4, 4>(q, r, a.xq, a.step, a.xsum, res); break;
-      }
-    } else if (a.xq && q.bits == 8) {
-      switch (n_act) {
-        case 1: row_dot_i16<1, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-        case 2: row_dot_i16<2, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-        case 3: row_dot_i16<3, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-        default: row_dot_i16<4, 8>(q, r, a.xq, a.step, a.xsum, res); break;
-      }
-    } else
+  if (a.xq && (q.bits == 4 || q.bits == 8)) {
+    return rows_by_kernel(q.bits, n_act, r0, r1, out, out_stride, [&]<int NT, uint32_t Bits>(std::size_t r, float* res) {
+      row_dot_i16<NT, Bits>(q, r, a.xq, a.step, a.xsum, res);
+    });
+  }
 #endif
-      row_dot_generic(q, r, a.x, a.xsum, n_act, res);
+  float res[4];
+  for (std::size_t r = r0; r < r1; ++r) {
+    row_dot_generic(q, r, a.x, a.xsum, n_act, res);
     for (uint32_t t = 0; t < n_act; ++t) out[t * out_stride + r] = res[t];
   }
 }

@@ -181,25 +181,9 @@ void quantize_activations_int8(const float* x, uint32_t n_act, const QuantView& 
 
 void quant_matvec_rows_int8(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
                             float* out, std::size_t out_stride) {
-  float res[4];
-  for (std::size_t r = r0; r < r1; ++r) {
-    if (q.bits == 4) {
-      switch (n_act) {
-        case 1: row_dot_i8_zmm<1, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
-        case 2: row_dot_i8_zmm<2, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
-        case 3: row_dot_i8_zmm<3, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
-        default: row_dot_i8_zmm<4, 4>(q, r, a.xq8, a.step, a.xsum, res); break;
-      }
-    } else {
-      switch (n_act) {
-        case 1: row_dot_i8_zmm<1, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
-        case 2: row_dot_i8_zmm<2, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
-        case 3: row_dot_i8_zmm<3, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
-        default: row_dot_i8_zmm<4, 8>(q, r, a.xq8, a.step, a.xsum, res); break;
-      }
-    }
-    for (uint32_t t = 0; t < n_act; ++t) out[t * out_stride + r] = res[t];
-  }
+  rows_by_kernel(q.bits, n_act, r0, r1, out, out_stride, [&]<int NT, uint32_t Bits>(std::size_t r, float* res) {
+    row_dot_i8_zmm<NT, Bits>(q, r, a.xq8, a.step, a.xsum, res);
+  });
 }
 
 #else  // without AVX-512 VNNI int8_run is 0 and these are never called

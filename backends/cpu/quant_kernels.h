@@ -270,6 +270,32 @@ class QuantMatvecInput {
 
 // Activation rows the matvec kernels take in one pass over a weight row.
 constexpr uint32_t kMatvecRowsAtOnce = 4;
+
+// Runs each output row r in [r0, r1) through the kernel instance for n_act (1..4) activation rows and
+// 4- or 8-bit codes: kernel.template operator()<NT, Bits>(r, results), then stores the results.
+template <typename Kernel>
+void rows_by_kernel(uint32_t bits, uint32_t n_act, std::size_t r0, std::size_t r1, float* out, std::size_t out_stride,
+                    Kernel&& kernel) {
+  auto rows = [&]<int NT, uint32_t Bits>() {
+    float res[NT];
+    for (std::size_t r = r0; r < r1; ++r) {
+      kernel.template operator()<NT, Bits>(r, res);
+      for (int t = 0; t < NT; ++t) out[t * out_stride + r] = res[t];
+    }
+  };
+  auto widths = [&]<uint32_t Bits>() {
+    switch (n_act) {
+      case 1: rows.template operator()<1, Bits>(); break;
+      case 2: rows.template operator()<2, Bits>(); break;
+      case 3: rows.template operator()<3, Bits>(); break;
+      default: rows.template operator()<4, Bits>(); break;
+    }
+  };
+  if (bits == 4)
+    widths.template operator()<4>();
+  else
+    widths.template operator()<8>();
+}
 // out[t, r] = sum_c x[t, c] * w[r, c] for n_act activation rows (more than kMatvecRowsAtOnce: in groups
 // of that many over blocks of weight rows), output rows [r0, r1).
 void quant_matvec_rows(const QuantView& q, const MatvecActivations& a, uint32_t n_act, std::size_t r0, std::size_t r1,
