@@ -209,7 +209,9 @@ class Fleet:
         lock = threading.Lock()
 
         def one(i):
-            r = chat(self.front, [{"role": "user", "content": "load %d: write a loop" % i}], max_tokens=48)
+            # Long enough that the kill lands mid-load however fast the replicas decode (48 tokens each
+            # once all finished inside the 0.3 s below).
+            r = chat(self.front, [{"role": "user", "content": "load %d: write a loop" % i}], max_tokens=400)
             with lock:
                 results.append(r)
 
