@@ -12,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 from sluice_server_harness import Server  # noqa: E402
 
-ROW_FIELDS = ["backend", "device", "backend_description", "gpu_layers", "threads", "kv_codec", "expert_store", "expert_budget_mb",
+ROW_FIELDS = ["backend", "backend_options", "device", "backend_description", "gpu_layers", "threads", "kv_codec", "expert_store", "expert_budget_mb",
               "ctx", "gen", "reps", "placement", "kv_recent", "kv_recent_bytes", "ttft_ms", "ttft_ms_min", "ttft_ms_max", "prefill_tps", "prefill_tps_min", "prefill_tps_max",
               "decode_tps", "decode_tps_min", "decode_tps_max", "peak_rss_mb", "device_mem_mb", "kv_bytes", "kv_bytes_per_token", "decode_bytes_per_token", "decode_gbs",
               "expert_bytes_read_per_token", "hit_rate", "weight_mb"]
@@ -197,6 +197,19 @@ def case_bad_options(b):
     check(len(rows) == 2 and "error" not in rows[0] and "no-such-backend" in rows[1].get("error", ""), "rows %r" % rows)
     check(rows[0]["decode_tps"] > 0, "the good row was measured")
     check("1 of 2 rows failed" in p.stderr, p.stderr)
+    # --backend-options reach every row's backend: a bad one fails the row with the backend's own
+    # message naming it; a good one is recorded in the row and shown beside the backend in the table.
+    out = os.path.join(b.work, "options.json")
+    p = b.run("--model", m, "--ctx", "8", "--gen", "2", "--backend-options", "no-such-option=1", "--json-out", out, expect=1)
+    with open(out) as f:
+        rows = json.load(f)["rows"]
+    check(len(rows) == 1 and "no-such-option" in rows[0].get("error", ""), "rows %r" % rows)
+    check(rows[0]["backend_options"] == "no-such-option=1", "the failed row names its options: %r" % rows)
+    p = b.run("--model", m, "--ctx", "8", "--gen", "2", "--backend-options", "prefetch=0", "--json-out", out)
+    with open(out) as f:
+        rows = json.load(f)["rows"]
+    check(rows[0]["backend_options"] == "prefetch=0" and rows[0]["decode_tps"] > 0, "rows %r" % rows)
+    check("| cpu (prefetch=0) |" in p.stdout, p.stdout)
 
 
 def case_moe(b):

@@ -54,6 +54,7 @@ std::vector<RowSpec> BenchOptions::rows() const {
               r.engine.model_dir = model_dir;
               r.engine.plugin_dir = plugin_dir;
               r.engine.backend = backend;
+              r.engine.backend_options = backend_options;
               r.engine.gpu_layers = *parse_gpu_layers(layers);
               r.gpu_layers_label = layers;
               r.engine.threads = t;
@@ -79,6 +80,7 @@ std::vector<std::string> BenchOptions::one_row_args(const RowSpec& r) const {
                                 "--ctx", std::to_string(r.ctx), "--gen", std::to_string(r.gen), "--reps", std::to_string(r.reps),
                                 "--prefill-size", std::to_string(r.engine.prefill_size)};
   if (!r.engine.plugin_dir.empty()) a.insert(a.end(), {"--plugin-dir", r.engine.plugin_dir});
+  if (!r.engine.backend_options.empty()) a.insert(a.end(), {"--backend-options", r.engine.backend_options});
   return a;
 }
 
@@ -100,6 +102,8 @@ int parse_bench_options(const std::vector<std::string>& args, BenchOptions& o) {
       ("reps", po::value(&o.reps), "repetitions per row: median with min-max (default 1)")
       ("prefill-size", po::value(&o.prefill_size), "prompt tokens per forward pass (default 512)")
       ("plugin-dir", po::value(&o.plugin_dir), "where the sluice-*.so plugins are (default: next to the program)")
+      ("backend-options", po::value(&o.backend_options),
+       "options for every row's backend, e.g. the CPU's \"activations=int8\" or OpenCL's \"tune.att_wg=128\"")
       ("row-timeout", po::value(&o.row_timeout_s), "seconds before a row is stopped and recorded as failed (default: none)")
       ("json-out", po::value(&o.json_out), "write {\"machine\",\"model\",\"rows\"} to FILE");
   po::options_description modes("Other modes");

@@ -30,6 +30,7 @@ struct BenchOptions {
   enum class Mode { kMatrix, kOneRow, kCompare, kServer } mode = Mode::kMatrix;
   // The matrix.
   std::string model_dir, plugin_dir;
+  std::string backend_options;  // every row's backend gets these (--backend-options)
   std::vector<std::string> backends = {"cpu"};
   std::vector<std::string> gpu_layers = {"all"};
   std::vector<int> threads = {0};

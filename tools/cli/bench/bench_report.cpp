@@ -81,7 +81,9 @@ std::string markdown_table(const rapidjson::Value& rows) {
     // bandwidth that is (a GPU's own bandwidth is not measured here).
     std::string decode_gbs = cell(r, "decode_gbs", 1);
     if (json::number(r, "decode_read_fraction")) decode_gbs += " (" + cell(r, "decode_read_fraction", 0, 100) + "%)";
-    t += "| " + text(r, "backend") + " | " + text(r, "device") + " | " + text(r, "gpu_layers") + " | " + threads + " | " + text(r, "kv_codec") +
+    // The backend with the options it was created with, where there were any.
+    const std::string options = json::string(r, "backend_options").value_or("");
+    t += "| " + text(r, "backend") + (options.empty() ? "" : " (" + options + ")") + " | " + text(r, "device") + " | " + text(r, "gpu_layers") + " | " + threads + " | " + text(r, "kv_codec") +
          " | " + text(r, "expert_store") + " | " + text(r, "ctx") + " | " + cell(r, "ttft_ms", 1) + " | " + cell(r, "prefill_tps", 1) + " | " +
          cell(r, "decode_tps", 2) + " (" + cell(r, "decode_tps_min", 2) + "–" + cell(r, "decode_tps_max", 2) + ") | " + decode_gbs + " | " + cell(r, "peak_rss_mb", 0) +
          " | " + cell(r, "device_mem_mb", 1) + " | " + kv_mb + " | " + expert_mb + " | " + cell(r, "hit_rate", 3) + " |\n";

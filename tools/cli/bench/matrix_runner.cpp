@@ -36,6 +36,7 @@ rapidjson::Value failed_row(const RowSpec& r, const std::string& error, rapidjso
   auto s = [&](const std::string& v) { return rapidjson::Value(v.c_str(), static_cast<rapidjson::SizeType>(v.size()), a); };
   rapidjson::Value row(rapidjson::kObjectType);
   row.AddMember("backend", s(r.engine.backend), a);
+  row.AddMember("backend_options", s(r.engine.backend_options), a);
   row.AddMember("gpu_layers", s(r.gpu_layers_label), a);
   row.AddMember("threads", r.engine.threads, a);
   row.AddMember("kv_codec", s(r.engine.kv_codec), a);

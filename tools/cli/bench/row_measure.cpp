@@ -154,6 +154,7 @@ Result<rapidjson::Value> measure_row(const RowSpec& spec, Alloc& a, const Progre
   rapidjson::Value row(rapidjson::kObjectType);
   const auto& dev = rt.backend().device();
   row.AddMember("backend", str(o.backend, a), a);
+  row.AddMember("backend_options", str(o.backend_options, a), a);
   row.AddMember("device", str(dev.name, a), a);
   row.AddMember("backend_description", str(rt.backend().description(), a), a);
   row.AddMember("gpu_layers", str(spec.gpu_layers_label, a), a);
