@@ -1,8 +1,5 @@
 #include "server/calibrate.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "model/model_config.h"
+#include "server/disk_read.h"
 #include "server/options.h"
 
 namespace sluice::server {
@@ -26,15 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-constexpr std::size_t kDirectAlign = 4096;
-constexpr std::size_t kDiskBlock = 4u << 20;  // one read: large enough to reach a drive's sequential rate
-
-struct AlignedBuffer {
-  explicit AlignedBuffer(std::size_t n) : data(static_cast<char*>(std::aligned_alloc(kDirectAlign, n))) {}
-  ~AlignedBuffer() { std::free(data); }
-  char* data;
-};
 
 // Random prompt tokens (ids 100.. below the vocabulary), different for every seed: no two measured
 // prompts share a cached prefix.
@@ -98,43 +87,6 @@ double measure_host_read_gbps(std::size_t buffer_bytes, int passes) {
   return sink.load() ? best : 0;
 }
 
-DiskRead measure_disk_read(const std::string& model_dir, uint64_t most_bytes) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(model_dir, ec))
-    if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  DiskRead result;
-  result.direct = true;
-  AlignedBuffer buffer(kDiskBlock);
-  uint64_t total = 0;
-  const auto t0 = Clock::now();
-  // As the expert store reads: O_DIRECT where the file system allows (the bytes come from the drive,
-  // not the page cache), whole aligned blocks. Passes over small files until enough was read.
-  for (int pass = 0; pass < 64 && total < most_bytes && !files.empty(); ++pass) {
-    for (const auto& f : files) {
-      int fd = open(f.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-      if (fd < 0) {
-        result.direct = false;
-        fd = open(f.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // best effort: drop what the page cache holds of it
-      }
-      for (off_t at = 0; total < most_bytes;) {
-        const ssize_t n = pread(fd, buffer.data, kDiskBlock, at);
-        if (n <= 0) break;
-        total += static_cast<uint64_t>(n);
-        at += n;
-      }
-      close(fd);
-    }
-    if (seconds_since(t0) > 2.0) break;
-  }
-  const double s = seconds_since(t0);
-  result.gbps = s > 0 ? static_cast<double>(total) / s / 1e9 : 0;
-  return result;
-}
-
 Result<CalibratedPlan> calibrate(const ServerOptions& options, const std::function<void(const std::string&)>& progress) {
   CalibratedPlan plan;
   plan.model_key = model_key(options.model);
@@ -144,10 +96,13 @@ Result<CalibratedPlan> calibrate(const ServerOptions& options, const std::functi
 
   plan.host_read_gbps = measure_host_read_gbps(256u << 20, 5);
   progress(fmt::format("host memory read: {:.1f} GB/s ({} threads)", plan.host_read_gbps, std::thread::hardware_concurrency()));
-  const DiskRead disk = measure_disk_read(options.model, 1ull << 30);
+  DiskReadOptions disk_options;
+  if (options.ssd_prefetch > 0) disk_options.queue_depth = static_cast<unsigned>(options.ssd_prefetch);
+  const DiskRead disk = measure_disk_read(options.model, disk_options);
   plan.disk_read_gbps = disk.gbps;
   plan.disk_direct = disk.direct;
-  progress(fmt::format("model files read: {:.2f} GB/s ({})", disk.gbps, disk.direct ? "O_DIRECT" : "buffered: the file system refuses O_DIRECT"));
+  progress(fmt::format("model files read: {:.2f} GB/s ({}, {})", disk.gbps, disk.direct ? "O_DIRECT" : "buffered: the file system refuses O_DIRECT",
+                       disk.uring ? fmt::format("io_uring, {} reads in flight", disk.queue_depth) : std::string("pread, one read at a time: no io_uring")));
 
   // Prefill in chunks of a few sizes; the smallest within 10% of the fastest is chosen: a smaller
   // chunk lets the other sequences' decode steps in sooner.

@@ -17,12 +17,7 @@ struct ServerOptions;
 // `options` otherwise as given. `progress` gets a line per measurement.
 Result<CalibratedPlan> calibrate(const ServerOptions& options, const std::function<void(const std::string&)>& progress);
 
-// The machine's parts, separately (bench and tests).
+// The machine's parts, separately (bench and tests); the disk's: server/disk_read.h.
 double measure_host_read_gbps(std::size_t buffer_bytes, int passes);
-struct DiskRead {
-  double gbps = 0;
-  bool direct = false;
-};
-DiskRead measure_disk_read(const std::string& model_dir, uint64_t most_bytes);
 
 }  // namespace sluice::server
