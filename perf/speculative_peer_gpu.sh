@@ -9,7 +9,8 @@
 #   measure  the OpenCL op tests while the peer builds; then, on a quiet machine, each
 #            configuration served alone and single-stream greedy decode of code prompts timed by one
 #            client for both servers (perf/decode_stream_client.py): plain, n-gram drafting, draft
-#            model; then bench_depth at depth 0, one and two steps ahead.
+#            model
+#   depth    bench_depth at depths 0 and 32768 (decode tg128, prefill pp512) beside llama-bench (issue 29)
 # With random weights no guess is ever kept (the 8B rows measure what drafting costs when it fails);
 # the bundled model's rows have guesses that are kept. The first sitting (2026-11-28 04:00) also ran
 # a 2-bit draft of the 8B model (its `measure` then had draft2 rows; perf/results/speculative.md).
@@ -19,8 +20,8 @@
 #     build/bin/opencl_backend_ops_test && strip .bundle_spec/bin/*
 #   (not the conformance test: it needs the CPU plugin, whose OpenBLAS alone would take the call's 64 MiB)
 #   cp ../shared/golden/eval_code_ids.json .bundle_spec/
-# Device calls (kind nvidia-h100-x1, carry [".bundle_spec", ".peer"]): bash perf/speculative_peer_gpu.sh start,
-# then at once bash perf/speculative_peer_gpu.sh measure (tar $OUT: more files than a call brings back).
+# Device calls (kind nvidia-h200 or nvidia-h100-x1, carry [".bundle_spec", ".peer"]): bash perf/speculative_peer_gpu.sh start,
+# then at once bash perf/speculative_peer_gpu.sh measure, then depth (tar $OUT: more files than a call brings back).
 set -u
 source .bundle_spec/activate.sh
 export SLUICE_CACHE_DIR=/tmp/sluice-cache
@@ -32,17 +33,19 @@ client() { timeout 240 python3 perf/decode_stream_client.py --url "http://127.0.
 wait_health() { for i in $(seq 1 150); do curl -sf "http://127.0.0.1:$1/health" > /dev/null && return 0; sleep 1; done; return 1; }
 ours() {  # label, model folder, extra serve flags
   local label=$1 model=$2; shift 2
+  grep -qx "$label" $S/done 2>/dev/null && return  # measured by an earlier call of this sitting
   setsid "$F/sluice" serve --model $model --backend opencl --plugin-dir "$F" --kv-codec f16 --port 8090 --ctx-size 4096 "$@" \
     > "$OUT/serve_$label.txt" 2>&1 < /dev/null &
   local pid=$!
-  wait_health 8090 && client 8090 "$label" || echo "$label: server not ready" >> "$OUT/progress.txt"
+  wait_health 8090 && client 8090 "$label" && echo "$label" >> $S/done || echo "$label: server not ready" >> "$OUT/progress.txt"
   kill $pid; wait $pid 2>/dev/null; log "$label"
 }
 peer() {  # label, GGUF, extra llama-server flags
   local label=$1 model=$2; shift 2
+  grep -qx "$label" $S/done 2>/dev/null && return
   setsid $L/llama-server -m $model -ngl 99 -fa on -c 4096 -np 1 --port 8091 "$@" > "$OUT/serve_$label.txt" 2>&1 < /dev/null &
   local pid=$!
-  wait_health 8091 && client 8091 "$label" || echo "$label: server not ready" >> "$OUT/progress.txt"
+  wait_health 8091 && client 8091 "$label" && echo "$label" >> $S/done || echo "$label: server not ready" >> "$OUT/progress.txt"
   kill $pid; wait $pid 2>/dev/null; log "$label"
 }
 case "${1:-}" in
@@ -53,7 +56,7 @@ start)
     tar xzf .peer/llama-cpp-turboquant.tar.gz -C $W
     setsid bash -c "cd $W/lcpp && cmake -S . -B $W/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_CURL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_WEBUI=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release > $W/build.log 2>&1 && \
-      cmake --build $W/build -j12 --target llama-quantize llama-server -- -k >> $W/build.log 2>&1; \
+      cmake --build $W/build -j12 --target llama-quantize llama-server llama-bench -- -k >> $W/build.log 2>&1; \
       echo BUILD_RC=\$? >> $W/build.log" > /dev/null 2>&1 < /dev/null &
   fi
   if [ ! -f $S/hf/config.json ]; then
@@ -104,10 +107,10 @@ measure)
   # While the peer builds (its compiler would slow the timed runs): the OpenCL op
   # tests on the NVIDIA driver, where the vendor paths run (not in CI).
   mkdir -p /work && ln -sfn $PWD /work/main; mkdir -p build && ln -sfn "$F" build/lib
-  for t in opencl_backend_ops_test; do
+  [ -f $S/tested ] || for t in opencl_backend_ops_test; do
     timeout 90 "$F/$t" > "$OUT/t_$t.txt" 2>&1; echo "$t rc=$?" >> "$OUT/progress.txt"
   done
-  grep -hE "^\[  (PASSED|FAILED|SKIPPED)|Failure|^\[  FAILED" "$OUT"/t_*.txt | head -30 >> "$OUT/progress.txt"; log tests
+  grep -hE "^\[  (PASSED|FAILED|SKIPPED)|Failure|^\[  FAILED" "$OUT"/t_*.txt 2>/dev/null | head -30 >> "$OUT/progress.txt"; touch $S/tested; log tests
   for i in $(seq 1 100); do grep -q BUILD_RC $W/build.log 2>/dev/null && break; sleep 5; done
   tail -2 $W/build.log > "$OUT/peer_build.txt"; log peer_built
   [ -f $S/p-q4_0.gguf ] || $L/llama-quantize $S/p-f16.gguf $S/p-q4_0.gguf Q4_0 > "$OUT/peer_quant.txt" 2>&1
@@ -128,11 +131,15 @@ measure)
   peer tiny_peer_ngram $S/t-f16.gguf --spec-type ngram-simple --draft-max 8
   ours tiny_ours_draft4 models/tiny-code-qwen2 --draft-model $S/t4 --num-draft-tokens 8
   peer tiny_peer_draft4 $S/t-f16.gguf -md $S/t-q4_0.gguf -ngld 99 --draft-max 8
-  ours tiny_ours_plain_again models/tiny-code-qwen2
-  for a in 1 2; do
-    timeout 120 "$F/bench_depth" --model $S/s4 --backend opencl --plugin-dir "$F" --depths 0 --pp 512 --tg 128 --reps 5 --ahead-steps $a \
-      >> "$OUT/depth0_ahead$a.txt" 2>&1
-    log "depth0 ahead $a"
+  ours tiny_ours_plain_again models/tiny-code-qwen2 ;;
+depth)
+  # Issue 29's single-stream figures (decode at depth 0 and 32768, prefill pp512) beside llama-bench on
+  # the same weights, alternating twice.
+  for r in 1 2; do
+    timeout 200 "$F/bench_depth" --model $S/s4 --backend opencl --plugin-dir "$F" --depths 0,32768 --pp 512 --tg 128 --reps 3 \
+      >> "$OUT/ours_depth.txt" 2>&1; log "ours depth $r"
+    timeout 200 $L/llama-bench -m $S/p-q4_0.gguf -ngl 99 -fa 1 -p 512 -n 128 -d 0,32768 -r 3 -o md >> "$OUT/peer_depth.txt" 2>&1
+    log "peer depth $r"
   done ;;
-*) echo "usage: $0 start|measure" >&2; exit 2 ;;
+*) echo "usage: $0 start|measure|depth" >&2; exit 2 ;;
 esac

@@ -18,6 +18,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "engine/drafter.h"
@@ -64,6 +65,7 @@ class EngineImpl final : public Engine {
                         static_cast<int>(rt_->kv().page_tokens())),
         decode_ahead_(GreedyAhead::available(*rt_)),
         num_draft_tokens_(std::max(1, options.num_draft_tokens)), spec_max_batch_(options.spec_max_batch),
+        draft_rests_(options.draft_rests),
         mem_wait_(std::chrono::milliseconds(std::max(0, options.mem_wait_ms))) {
     if (drafter_) metrics_.drafter = drafter_->describe(), metrics_.draft_bytes = drafter_->memory_bytes();
     metrics_.weight_bytes = rt_->model().weight_bytes();
@@ -244,7 +246,7 @@ class EngineImpl final : public Engine {
       seq->constraint = next.request->constraint;
       if (drafter_) {
         seq->drafter = drafter_->start(next.request->sampling);
-        seq->draft_length = DraftLength(num_draft_tokens_);
+        seq->draft_length = DraftLength(num_draft_tokens_, draft_rests_);
       }
       seq->limit = std::min(next.request->max_tokens, rt_->context_size() - static_cast<int>(seq->n_prompt));
       seq->claimed_pages = need;
@@ -295,7 +297,7 @@ class EngineImpl final : public Engine {
     if (first.constraint) seq->constraint = first.constraint->restart();
     if (drafter_) {
       seq->drafter = drafter_->start(sampling);
-      seq->draft_length = DraftLength(num_draft_tokens_);
+      seq->draft_length = DraftLength(num_draft_tokens_, draft_rests_);
     }
     seq->limit = first.limit;
     seq->result.stats.prompt_tokens = static_cast<int>(seq->n_prompt);
@@ -375,7 +377,7 @@ class EngineImpl final : public Engine {
   // has (or cannot cheaply rule out) a guess. A constrained request never guesses.
   bool has_guess(const Sequence& s) const {
     if (!drafter_ || !s.drafter || s.constraint || active_count() > spec_max_batch_) return false;
-    return s.drafter->may_guess(s.tokens);
+    return !s.draft_length.resting(s.tokens.size()) && s.drafter->may_guess(s.tokens);
   }
 
   bool others_waiting() {
@@ -407,6 +409,9 @@ class EngineImpl final : public Engine {
     };
     if (auto st = ahead.issue(tokens); !st) return fail(st.message());
     issued();
+    // With a drafter, what a plain step costs as it runs here (steps queued behind each other: the
+    // time between two steps' tokens) — the price speculation must beat (DraftLength's k = 0).
+    std::optional<Clock::time_point> last_taken;
     while (ahead.in_flight() > 0) {
       // The next steps while this one runs (GreedyAhead::kStepsAhead queued behind it), where every
       // sequence's token may still be wanted and none has a guess to verify instead.
@@ -421,6 +426,11 @@ class EngineImpl final : public Engine {
       }
       auto ids = ahead.take_all();
       if (!ids) return fail(ids.message());
+      if (drafter_) {  // timed only where the device had the next step queued when this one ended
+        const auto now = Clock::now();
+        if (last_taken) costs_.observe_pass(static_cast<int>(group.size()), ms_between(*last_taken, now));
+        last_taken = ahead.in_flight() > 0 ? std::optional<Clock::time_point>(now) : std::nullopt;
+      }
       for (std::size_t i = 0; i < group.size(); ++i) {
         Sequence& s = *group[i];
         if (s.finished) continue;  // its steps past the end are dropped
@@ -589,7 +599,7 @@ class EngineImpl final : public Engine {
   // `room` (the batch's tokens left).
   Status propose(Sequence& s, std::size_t other_tokens, std::size_t room, DraftTokens& draft) {
     const int left = s.limit - static_cast<int>(s.result.ids.size()) - 1;
-    const int n = std::min({s.draft_length.next(costs_, static_cast<int>(other_tokens)), left,
+    const int n = std::min({s.draft_length.next(costs_, static_cast<int>(other_tokens), s.tokens.size()), left,
                             static_cast<int>(std::min<std::size_t>(room, INT32_MAX))});
     // A constrained request does not guess: its mask would have to judge every guess's row.
     if (n <= 0 || !s.drafter || s.constraint) return {};
@@ -838,6 +848,7 @@ class EngineImpl final : public Engine {
   const bool decode_ahead_;  // the backend and model decode greedily a token ahead (GreedyAhead::available)
   const int num_draft_tokens_;
   const int spec_max_batch_;
+  const bool draft_rests_;
   const Clock::duration mem_wait_;  // --mem-wait: the longest a request waits for KV pages
   uint32_t claimed_pages_ = 0;      // the active sequences' claims (engine thread only)
   PassCosts costs_;  // decode passes and guesses timed, for the draft length

@@ -65,6 +65,9 @@ struct EngineOptions {
   // Sequences speculate only while at most this many decode in one step: a batch that large already
   // reads the weights once for several tokens, and drafts would add rows without saving a pass.
   int spec_max_batch = 2;
+  // Whether a sequence may stop guessing for a while where plain passes give more tokens a millisecond
+  // (DraftLength: a draft that is seldom right or dear); false: it guesses at every pass (tests).
+  bool draft_rests = true;
   // --mem-limit (engine/memory_budget.h): the bytes everything is planned under (0: none; the KV
   // pool then holds ctx_size × parallel positions), and how long a request waits in the queue for
   // the KV pages it may need before it ends with `retry_later`.

@@ -72,9 +72,17 @@ double PassCosts::pass_ms(int tokens) const {
   return best;
 }
 
-int DraftLength::next(const PassCosts& costs, int other_tokens) {
+int DraftLength::rest(std::size_t position) {
+  rest_until_ = position + static_cast<std::size_t>(rest_tokens_);
+  rest_tokens_ = std::min(2 * rest_tokens_, kLongestRest);
+  probe_ = true;
+  return 0;
+}
+
+int DraftLength::next(const PassCosts& costs, int other_tokens, std::size_t position) {
+  if (resting(position)) return 0;
   ++passes_;
-  if (costs.pass_ms(other_tokens + 1) <= 0) return next();
+  if (costs.pass_ms(other_tokens + 2) <= 0) return next();  // no pass with a guess timed yet
   const double a = std::clamp(rate_, 0.0, 0.999);
   int best_k = 1;
   double best = -1;
@@ -85,6 +93,15 @@ int DraftLength::next(const PassCosts& costs, int other_tokens) {
     if (tokens / ms > best * (1 + 1e-9)) best = tokens / ms, best_k = k;
   }
   if (passes_ % kExplore == 0 && best_k < max_) ++best_k;
+  if (!may_rest_) return best_k;
+  if (probe_) {  // the first pass after a rest: judge guesses again
+    probe_ = false;
+    return best_k;
+  }
+  // Plain decoding gives one token a pass; untimed, it is tried (a rest) and then known.
+  if (!costs.timed(other_tokens + 1)) return rest(position);
+  if (1.0 / costs.pass_ms(other_tokens + 1) >= best) return rest(position);
+  rest_tokens_ = kFirstRest;
   return best_k;
 }
 

@@ -51,6 +51,7 @@ class PassCosts {
   void observe_pass(int tokens, double ms);
   void observe_draft(int guesses, double ms);
   double pass_ms(int tokens) const;  // 0: nothing at or below `tokens` timed yet
+  bool timed(int tokens) const { return tokens >= 1 && tokens <= kMaxTokens && ms_[tokens] > 0; }
   double guess_ms() const { return guess_ms_; }
 
  private:
@@ -66,25 +67,43 @@ class PassCosts {
 // product leaves its streaming path there) stops below; every kExplore passes one more guess is tried,
 // so a timing spoilt by a busy machine is measured again. Before any timing, guesses are added while
 // a^k stays at least kMinChance.
+//
+// k = 0 is a choice too: where a plain one-token pass gives more tokens a millisecond than any k (a
+// draft that is seldom right, or dear), the sequence *rests* — decodes without guessing, and so may
+// decode ahead — for kFirstRest tokens, twice as long after each rest that ended the same way (at most
+// kLongestRest), and the first pass after a rest checks guesses again, since only judged guesses move
+// the rate. Where the plain pass was never timed (a draft model guesses at every pass) the sequence
+// rests once to time it. `may_rest` false: never k = 0 (tests that must verify guesses at every pass).
 class DraftLength {
  public:
   static constexpr double kMinChance = 0.2;
   static constexpr double kInitialRate = 0.6;  // before any guess was checked: 3 tokens
   static constexpr double kSmoothing = 0.1;    // weight of each checked guess in the running rate
   static constexpr int kExplore = 32;
+  static constexpr int kFirstRest = 16;
+  static constexpr int kLongestRest = 512;
 
-  explicit DraftLength(int max_tokens) : max_(max_tokens < 1 ? 1 : max_tokens) {}
+  explicit DraftLength(int max_tokens, bool may_rest = true) : max_(max_tokens < 1 ? 1 : max_tokens), may_rest_(may_rest) {}
   int next() const;  // from the acceptance rate alone
-  // other_tokens: the tokens already in this step's batch.
-  int next(const PassCosts& costs, int other_tokens);
+  // other_tokens: the tokens already in this step's batch; position: the sequence's length now.
+  // 0: no guesses this step (resting).
+  int next(const PassCosts& costs, int other_tokens, std::size_t position);
+  // Whether the sequence decodes without guesses at `position`.
+  bool resting(std::size_t position) const { return position < rest_until_; }
   // A pass checked `drafted` guesses and kept the first `accepted` of them.
   void observe(int drafted, int accepted);
   double rate() const { return rate_; }
 
  private:
+  int rest(std::size_t position);
+
   int max_;
+  bool may_rest_;
   double rate_ = kInitialRate;
   int passes_ = 0;
+  std::size_t rest_until_ = 0;
+  int rest_tokens_ = kFirstRest;  // the next rest's length
+  bool probe_ = false;            // a rest just ended: guess once before judging again
 };
 
 }  // namespace sluice

@@ -29,6 +29,7 @@ inline EngineOptions options(const std::string& backend = "cpu", const std::stri
   o.parallel = parallel;
   o.prefill_size = 64;
   o.decode_ahead = "off";
+  o.draft_rests = false;  // guesses verified at every pass, whatever they cost here
   return o;
 }
 

@@ -78,28 +78,85 @@ TEST(DraftLength, FollowsWhatPassesCost) {
   for (int n = 1; n <= 9; ++n) flat.observe_pass(n, 10.0);
   DraftLength on_flat(8);
   kept(on_flat, 20);
-  EXPECT_EQ(on_flat.next(flat, 0), 8);
+  EXPECT_EQ(on_flat.next(flat, 0, 100), 8);
 
   PassCosts jump;
   for (int n = 1; n <= 12; ++n) jump.observe_pass(n, n <= 4 ? 2.0 + 0.3 * n : 9.0 + 1.5 * (n - 4));
   DraftLength on_jump(8);
   kept(on_jump, 20);
-  EXPECT_EQ(on_jump.next(jump, 0), 3);
-  EXPECT_EQ(on_jump.next(jump, 2), 1);  // two tokens of other sequences already in the pass
+  EXPECT_EQ(on_jump.next(jump, 0, 100), 3);
+  EXPECT_EQ(on_jump.next(jump, 2, 101), 1);  // two tokens of other sequences already in the pass
 
   PassCosts dear = flat;
   dear.observe_draft(1, 10.0);  // a guess costs as much as a pass
-  DraftLength with_model(8);
+  DraftLength with_model(8, /*may_rest=*/false);
   for (int i = 0; i < 20; ++i) with_model.observe(3, 1);  // and half are kept
-  EXPECT_LT(with_model.next(dear, 0), 3);
+  const int dear_k = with_model.next(dear, 0, 100);
+  EXPECT_GE(dear_k, 1);
+  EXPECT_LT(dear_k, 3);
 
   PassCosts untimed_above;  // 5 tokens never timed: taken to cost what 4 did, so it gets tried
   for (int n = 1; n <= 4; ++n) untimed_above.observe_pass(n, 2.0);
   DraftLength explore(8);
   kept(explore, 20);
-  EXPECT_EQ(explore.next(untimed_above, 0), 8);
+  EXPECT_EQ(explore.next(untimed_above, 0, 100), 8);
   EXPECT_DOUBLE_EQ(untimed_above.pass_ms(9), 2.0);
   EXPECT_EQ(PassCosts().pass_ms(4), 0.0);
+}
+
+// Where a plain pass gives more tokens a millisecond than any number of guesses, the sequence rests:
+// no guesses for 16 tokens, then one pass with guesses (the rate moves only when guesses are judged),
+// and while they still do not pay, rests twice as long each time (at most 512 tokens).
+TEST(DraftLength, RestsWhereGuessesDoNotPayAndProbesAfterEachRest) {
+  PassCosts costs;
+  for (int n = 1; n <= 9; ++n) costs.observe_pass(n, n == 1 ? 2.0 : 2.5);  // verifying costs a quarter more
+  DraftLength never_kept(8);
+  for (int i = 0; i < 30; ++i) never_kept.observe(1, 0);
+  std::size_t position = 100;
+  EXPECT_EQ(never_kept.next(costs, 0, position), 0);
+  for (std::size_t p = position; p < position + DraftLength::kFirstRest; ++p) {
+    EXPECT_TRUE(never_kept.resting(p)) << p;
+    EXPECT_EQ(never_kept.next(costs, 0, p), 0);
+  }
+  position += DraftLength::kFirstRest;
+  EXPECT_FALSE(never_kept.resting(position));
+  EXPECT_GE(never_kept.next(costs, 0, position), 1) << "after a rest, guesses are checked again";
+  never_kept.observe(1, 0);
+  ++position;
+  EXPECT_EQ(never_kept.next(costs, 0, position), 0);  // still not paying: a rest twice as long
+  EXPECT_TRUE(never_kept.resting(position + 2 * DraftLength::kFirstRest - 1));
+  EXPECT_FALSE(never_kept.resting(position + 2 * DraftLength::kFirstRest));
+  int longest = 0;
+  for (int round = 0; round < 20; ++round) {  // rests double up to the longest
+    std::size_t p = position;
+    while (never_kept.resting(p)) ++p;
+    longest = static_cast<int>(p - position);
+    position = p;
+    never_kept.next(costs, 0, position);  // the probe
+    never_kept.observe(1, 0);
+    ++position;
+    ASSERT_EQ(never_kept.next(costs, 0, position), 0);
+  }
+  EXPECT_EQ(longest, DraftLength::kLongestRest);
+
+  // Guesses that are kept pay at the same costs: no rest.
+  DraftLength kept(8);
+  for (int i = 0; i < 30; ++i) kept.observe(3, 3);
+  for (std::size_t p = 100; p < 200; ++p) ASSERT_GE(kept.next(costs, 0, p), 1) << p;
+
+  // A plain pass never timed (a draft model guesses at every pass): rest once to time it.
+  PassCosts verifying_only;
+  for (int n = 2; n <= 9; ++n) verifying_only.observe_pass(n, 2.5);
+  DraftLength untimed(8);
+  for (int i = 0; i < 30; ++i) untimed.observe(3, 3);
+  EXPECT_EQ(untimed.next(verifying_only, 0, 100), 0);
+  EXPECT_TRUE(untimed.resting(100 + DraftLength::kFirstRest - 1));
+
+  // may_rest false: guesses at every pass, however little they pay.
+  DraftLength always(8, /*may_rest=*/false);
+  for (int i = 0; i < 30; ++i) always.observe(1, 0);
+  for (std::size_t p = 100; p < 200; ++p) ASSERT_GE(always.next(costs, 0, p), 1) << p;
+  EXPECT_FALSE(always.resting(150));
 }
 
 TEST(Speculative, NgramGreedyEqualsPlainGreedyF16) {
@@ -155,6 +212,23 @@ TEST(Speculative, DraftModelGreedyEqualsPlainGreedy) {
   o.draft_model = test::reference_path(kDraft4bit).string();
   o.num_draft_tokens = 6;
   expect_greedy_unchanged(o);
+}
+
+// With rests allowed and decoding ahead between them (what a server runs): whatever the timings
+// decide, the output is plain greedy's.
+TEST(Speculative, DraftModelThatRestsEqualsPlainGreedy) {
+  SLUICE_REQUIRE_REFERENCE(std::string(kDraft4bit) + "/config.json");
+  auto o = options("cpu", "f16");
+  o.decode_ahead = "on";
+  const GenerationRequest request = test::greedy(code_prompt(0, 64), 160);
+  const Generated want = run_all(o, {request});
+  o.draft_model = test::reference_path(kDraft4bit).string();
+  o.draft_rests = true;
+  const Generated got = run_all(o, {request});
+  ASSERT_EQ(want.ids.size(), 1u);
+  ASSERT_EQ(got.ids.size(), 1u);
+  EXPECT_EQ(got.ids[0], want.ids[0]);
+  EXPECT_GT(got.draft_tokens, 0) << "never verified a guess";
 }
 
 // A Mixture-of-Experts model with its experts streamed from the files (the uring store, a 1 MiB
