@@ -14,6 +14,7 @@ packages=(
   clang libclang-rt-dev llvm
   prometheus python3 python3-matplotlib python3-yaml python3-jsonschema fio curl
   haproxy nginx
+  podman runc mmdebstrap
   chromium
 )
 
