@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The container recipe (deploy/container/Containerfile) built with podman from this build's binary and
-plugins (`--build-arg SLUICE_FROM=prebuilt`) on base images made from Debian's archive
+plugins (`--target prebuilt`) on base images made from Debian's archive
 (deploy/container/make_debian_base.sh), then run: every plugin loads and every library the binary and
 plugins need is in the image, it runs as its own unprivileged user, its default command is a valid
 `sluice serve` of the bundled model, it serves a chat completion, and `podman stop` (SIGTERM) lets a
@@ -68,10 +68,10 @@ class Container(unittest.TestCase):
         cls.context = tempfile.mkdtemp(prefix="sluice-prebuilt-")
         os.makedirs(os.path.join(cls.context, "bin"))
         shutil.copy2(ARGS.sluice, os.path.join(cls.context, "bin", "sluice"))
-        shutil.copytree(ARGS.plugins, os.path.join(cls.context, "lib"), ignore=shutil.ignore_patterns("static", "*.a"))
+        shutil.copytree(ARGS.plugins, os.path.join(cls.context, "lib"), ignore=shutil.ignore_patterns("static", "examples"))
         # chroot isolation: the RUN steps need no OCI runtime (which a sandboxed host may refuse).
         p = subprocess.run(["podman", "build", "--isolation", "chroot", "-f", os.path.join(ROOT, "deploy", "container", "Containerfile"),
-                            "--build-arg", "SLUICE_FROM=prebuilt", "--build-context", "prebuilt=" + cls.context,
+                            "--target", "prebuilt", "--build-context", "sluice-build=" + cls.context,
                             "-t", IMAGE, ROOT], capture_output=True, text=True, timeout=900)
         if p.returncode != 0:
             raise AssertionError("podman build failed:\n" + p.stdout[-4000:] + p.stderr[-4000:])
