@@ -374,47 +374,12 @@ void quantize_activations_wide(const float* x, uint32_t n_act, const QuantView& 
   const std::size_t run = wide_run(q);
   thread_local std::vector<int16_t> codes;
   codes.resize(cols);
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (uint32_t t = 0; t < n_act; ++t) {
     const float* xt = x + std::size_t(t) * cols;
-    for (std::size_t g = 0; g < groups; ++g) {
-      const float* xg = xt + g * G;
-      __m512 mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
-      for (std::size_t i = 0; i < G; i += 16) {
-        const __m512 v = _mm512_loadu_ps(xg + i);
-        // max returns its second operand when either is NaN: a NaN value leaves mx as it was, as
-        // std::max(m, NaN) does in the scalar form.
-        mx = _mm512_maskz_max_ps(0xffff, _mm512_and_ps(v, abs_mask), mx);
-        sum = _mm512_add_ps(sum, v);
-      }
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, mx);
-      float m = 0.0f;
-      for (float l : lanes) m = std::max(m, l);
-      const float inv = m > 0.0f && std::isfinite(m) ? 32767.0f / m : 0.0f;
-      step[t * stride + g] = m / 32767.0f;
-      const __m512 vi = _mm512_set1_ps(inv);
-      __m512i isum = _mm512_setzero_si512();
-      for (std::size_t i = 0; i < G; i += 16) {
-        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xg + i), vi);
-        // Round to nearest even (the default mode, as std::nearbyint); NaN lanes to 0.
-        const __m512i c = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-        isum = _mm512_add_epi32(isum, c);
+    for (std::size_t g = 0; g < groups; ++g)
+      quantize_group_zmm(xt + g * G, G, 32767.0f, step[t * stride + g], xsum[t * stride + g], [&](std::size_t i, __m512i c) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes.data() + g * G + i), _mm512_maskz_cvtsepi32_epi16(0xffff, c));
-      }
-      alignas(64) int32_t ilanes[16];
-      _mm512_store_si512(ilanes, isum);
-      int32_t total = 0;
-      for (int32_t v : ilanes) total += v;
-      if (inv > 0.0f) {
-        xsum[t * stride + g] = float(total) * (m / 32767.0f);
-      } else {
-        _mm512_store_ps(lanes, sum);
-        float s = 0.0f;
-        for (float l : lanes) s += l;
-        xsum[t * stride + g] = s;
-      }
-    }
+      });
     int16_t* row = xq + std::size_t(t) * cols;
     for (std::size_t c0 = 0; c0 < cols; c0 += run) {
       const auto* src = reinterpret_cast<const __m512i*>(codes.data() + c0);

@@ -35,24 +35,6 @@ std::size_t int8_run(const QuantView& q) {
 #ifdef SLUICE_CPU_AVX512
 namespace {
 
-// Horizontal max and integer sum through memory (hsum512 is quant_kernels.h's): GCC 12's _mm512_reduce_*
-// pass an "undefined" source that its own -Wuninitialized reports (as do the plain forms of some
-// shifts; the maskz_ forms with a full mask below are the same instructions).
-inline float lanes_max(__m512 v) {
-  alignas(64) float l[16];
-  _mm512_store_ps(l, v);
-  float m = 0.0f;
-  for (float x : l) m = std::max(m, x);
-  return m;
-}
-inline int32_t lanes_sum(__m512i v) {
-  alignas(64) int32_t l[16];
-  _mm512_store_si512(l, v);
-  int32_t s = 0;
-  for (int32_t x : l) s += x;
-  return s;
-}
-
 // Per run of 128 int8 codes in column order (two 64-byte vectors), the even columns then the odd ones:
 // as 16-bit lanes the low byte is the even column and the high byte the odd one; each is sign-extended,
 // packed back to bytes (vpacksswb packs within 128-bit lanes, so the quadwords come out a0 b0 a1 b1 …)
@@ -146,31 +128,12 @@ void quantize_activations_int8(const float* x, uint32_t n_act, const QuantView& 
   const std::size_t G = q.group, cols = q.cols, groups = q.groups_per_row, stride = param_stride(groups);
   thread_local std::vector<int8_t> codes;
   codes.resize(cols);
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (uint32_t t = 0; t < n_act; ++t) {
     const float* xt = x + std::size_t(t) * cols;
-    for (std::size_t g = 0; g < groups; ++g) {
-      const float* xg = xt + g * G;
-      __m512 mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
-      for (std::size_t i = 0; i < G; i += 16) {
-        const __m512 v = _mm512_loadu_ps(xg + i);
-        mx = _mm512_maskz_max_ps(0xffff, _mm512_and_ps(v, abs_mask), mx);  // a NaN lane leaves mx as it was
-        sum = _mm512_add_ps(sum, v);
-      }
-      const float m = lanes_max(mx);
-      const float inv = m > 0.0f && std::isfinite(m) ? 127.0f / m : 0.0f;
-      step[t * stride + g] = m / 127.0f;
-      const __m512 vi = _mm512_set1_ps(inv);
-      __m512i isum = _mm512_setzero_si512();
-      for (std::size_t i = 0; i < G; i += 16) {
-        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xg + i), vi);
-        // Round to nearest even; NaN lanes to 0; |v| ≤ 127 (the group's largest maps to ±127).
-        const __m512i c = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-        isum = _mm512_add_epi32(isum, c);
+    for (std::size_t g = 0; g < groups; ++g)  // |codes| ≤ 127: the group's largest maps to ±127
+      quantize_group_zmm(xt + g * G, G, 127.0f, step[t * stride + g], xsum[t * stride + g], [&](std::size_t i, __m512i c) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(codes.data() + g * G + i), _mm512_maskz_cvtsepi32_epi8(0xffff, c));
-      }
-      xsum[t * stride + g] = inv > 0.0f ? float(lanes_sum(isum)) * (m / 127.0f) : hsum512(sum);
-    }
+      });
     int8_t* row = xq + std::size_t(t) * cols;
     if (q.bits == 8) {
       std::memcpy(row, codes.data(), cols);

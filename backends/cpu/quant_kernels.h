@@ -11,6 +11,8 @@
 // and folds it as scale * s_qx + bias * sum(x), with sum(x) per group computed once per activation row.
 // For 4 and 8 bits on AVX2, s_qx is an exact integer sum of codes times the activation scaled to int16
 // per group (see MatvecActivations); other widths unpack a group to floats.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -129,6 +131,50 @@ inline __m512 load_params16(const std::byte* base, uint32_t dtype, std::size_t i
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i * 2));
   if (dtype == SL_DTYPE_F16) return _mm512_maskz_cvtph_ps(0xffff, h);
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
+}
+
+// One activation group (G floats, a multiple of 16) as integer codes of at most `top` in magnitude
+// (127 for the int8 kernels, 32767 for the int16 ones): step = max|x| / top, each code x / step rounded
+// to nearest even (the default mode, as std::nearbyint), NaN lanes 0; store(i, codes) takes the 32-bit
+// codes of columns i..i+15. xsum = Σ codes · step, or the float sum of the group where it is all zero or
+// not finite (no step). Lane reductions through memory, in lane order (see hsum512).
+template <class Store>
+inline void quantize_group_zmm(const float* xg, std::size_t G, float top, float& step, float& xsum, Store&& store) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+  for (std::size_t i = 0; i < G; i += 16) {
+    const __m512 v = _mm512_loadu_ps(xg + i);
+    // max returns its second operand when either is NaN: a NaN value leaves mx as it was, as
+    // std::max(m, NaN) does in the scalar form.
+    mx = _mm512_maskz_max_ps(0xffff, _mm512_and_ps(v, abs_mask), mx);
+    sum = _mm512_add_ps(sum, v);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, mx);
+  float m = 0.0f;
+  for (float l : lanes) m = std::max(m, l);
+  const float inv = m > 0.0f && std::isfinite(m) ? top / m : 0.0f;
+  step = m / top;
+  const __m512 vi = _mm512_set1_ps(inv);
+  __m512i isum = _mm512_setzero_si512();
+  for (std::size_t i = 0; i < G; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xg + i), vi);
+    const __m512i c = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+    isum = _mm512_add_epi32(isum, c);
+    store(i, c);
+  }
+  if (inv > 0.0f) {
+    alignas(64) int32_t ilanes[16];
+    _mm512_store_si512(ilanes, isum);
+    int32_t total = 0;
+    for (int32_t v : ilanes) total += v;
+    xsum = float(total) * (m / top);
+  } else {
+    _mm512_store_ps(lanes, sum);
+    float s = 0.0f;
+    for (float l : lanes) s += l;
+    xsum = s;
+  }
 }
 
 #endif
