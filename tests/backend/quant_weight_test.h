@@ -18,17 +18,17 @@ class QuantWeightTest : public BackendOpsTest {
     Buffer words, scales, biases;
     sl_weight weight{};
   };
-  // From packed words and float parameters (stored as bf16, the MLX form).
+  // From packed words and float parameters, stored as `scale_dtype` (bf16: the MLX form).
   QWeight from_words(const std::vector<uint32_t>& words, std::vector<float> scales, std::vector<float> biases, int bits,
-                     int group, uint32_t rows, uint32_t cols) {
+                     int group, uint32_t rows, uint32_t cols, DType scale_dtype = DType::kBF16) {
     QWeight q;
-    const std::size_t wpr = std::size_t(cols) * bits / 32, groups = cols / group;
-    std::vector<std::byte> sb(scales.size() * 2), bb(biases.size() * 2);
-    quant::store_as(DType::kBF16, scales.data(), scales.size(), sb.data());
-    quant::store_as(DType::kBF16, biases.data(), biases.size(), bb.data());
-    // The reference uses the parameters as stored (rounded to bf16).
-    quant::load_as_f32(DType::kBF16, sb.data(), scales.size(), scales.data());
-    quant::load_as_f32(DType::kBF16, bb.data(), biases.size(), biases.data());
+    const std::size_t wpr = std::size_t(cols) * bits / 32, groups = cols / group, psize = dtype_size(scale_dtype);
+    std::vector<std::byte> sb(scales.size() * psize), bb(biases.size() * psize);
+    quant::store_as(scale_dtype, scales.data(), scales.size(), sb.data());
+    quant::store_as(scale_dtype, biases.data(), biases.size(), bb.data());
+    // The reference uses the parameters as stored (rounded to their dtype).
+    quant::load_as_f32(scale_dtype, sb.data(), scales.size(), scales.data());
+    quant::load_as_f32(scale_dtype, bb.data(), biases.size(), biases.data());
     q.values.resize(std::size_t(rows) * cols);
     for (uint32_t r = 0; r < rows; ++r)
       quant::dequantize_row(words.data() + r * wpr, scales.data() + r * groups, biases.data() + r * groups, cols, bits,
@@ -44,20 +44,20 @@ class QuantWeightTest : public BackendOpsTest {
     s.cols = cols;
     s.bits = static_cast<uint32_t>(bits);
     s.group_size = static_cast<uint32_t>(group);
-    s.scale_dtype = SL_DTYPE_BF16;
+    s.scale_dtype = scale_dtype == DType::kF32 ? SL_DTYPE_F32 : scale_dtype == DType::kF16 ? SL_DTYPE_F16 : SL_DTYPE_BF16;
     s.scales = q.scales.get();
     s.biases = q.biases.get();
     return q;
   }
-  QWeight make_quantized(int bits, int group, uint32_t rows, uint32_t cols) {
+  QWeight make_quantized(int bits, int group, uint32_t rows, uint32_t cols, DType scale_dtype = DType::kBF16) {
     const std::vector<float> w = random(std::size_t(rows) * cols, 0.5f, 0.1f);
     const std::size_t wpr = std::size_t(cols) * bits / 32, groups = cols / group;
     std::vector<uint32_t> words(rows * wpr);
     std::vector<float> scales(rows * groups), biases(rows * groups);
     for (uint32_t r = 0; r < rows; ++r)
-      quant::quantize_row(w.data() + std::size_t(r) * cols, cols, bits, group, DType::kBF16, words.data() + r * wpr,
+      quant::quantize_row(w.data() + std::size_t(r) * cols, cols, bits, group, scale_dtype, words.data() + r * wpr,
                           scales.data() + r * groups, biases.data() + r * groups);
-    return from_words(words, scales, biases, bits, group, rows, cols);
+    return from_words(words, scales, biases, bits, group, rows, cols, scale_dtype);
   }
   // Activations whose runs of 128 columns have scales from 1e-2 to 1e1 (so groups of 256 and 512 mix
   // scales), the first 32 columns all zero (a group of zeros), and a common offset.

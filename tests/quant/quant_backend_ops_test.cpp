@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "backend_fixture.h"
 #include "quant/affine.h"
+#include "quant_weight_test.h"
 #include "reference.h"
 
 namespace sluice::test {
@@ -20,45 +20,10 @@ struct QuantCase {
   DType scale_dtype;
 };
 
-class QuantOpsTest : public BackendOpsTest {
+class QuantOpsTest : public QuantWeightTest {
  protected:
-  struct QWeight {
-    std::vector<float> values;  // dequantized [rows * cols]
-    Buffer words, scales, biases;
-    sl_weight weight{};
-  };
   QWeight make_quantized(QuantCase c, uint32_t rows, uint32_t cols) {
-    QWeight q;
-    const std::vector<float> w = random(std::size_t(rows) * cols, 0.5f, 0.1f);
-    const std::size_t wpr = std::size_t(cols) * c.bits / 32, groups = cols / c.group;
-    std::vector<uint32_t> words(rows * wpr);
-    std::vector<float> scales(rows * groups), biases(rows * groups);
-    q.values.resize(w.size());
-    for (uint32_t r = 0; r < rows; ++r) {
-      quant::quantize_row(w.data() + std::size_t(r) * cols, cols, c.bits, c.group, c.scale_dtype, words.data() + r * wpr,
-                          scales.data() + r * groups, biases.data() + r * groups);
-      quant::dequantize_row(words.data() + r * wpr, scales.data() + r * groups, biases.data() + r * groups, cols, c.bits,
-                            c.group, q.values.data() + std::size_t(r) * cols);
-    }
-    const std::size_t psize = dtype_size(c.scale_dtype);
-    std::vector<std::byte> sb(scales.size() * psize), bb(biases.size() * psize);
-    quant::store_as(c.scale_dtype, scales.data(), scales.size(), sb.data());
-    quant::store_as(c.scale_dtype, biases.data(), biases.size(), bb.data());
-    q.words = upload_bytes(words.data(), words.size() * 4);
-    q.scales = upload_bytes(sb.data(), sb.size());
-    q.biases = upload_bytes(bb.data(), bb.size());
-    sl_weight& s = q.weight;
-    s.struct_size = sizeof(s);
-    s.data = q.words.get();
-    s.dtype = SL_DTYPE_U32;
-    s.rows = rows;
-    s.cols = cols;
-    s.bits = static_cast<uint32_t>(c.bits);
-    s.group_size = static_cast<uint32_t>(c.group);
-    s.scale_dtype = c.scale_dtype == DType::kF32 ? SL_DTYPE_F32 : c.scale_dtype == DType::kF16 ? SL_DTYPE_F16 : SL_DTYPE_BF16;
-    s.scales = q.scales.get();
-    s.biases = q.biases.get();
-    return q;
+    return QuantWeightTest::make_quantized(c.bits, c.group, rows, cols, c.scale_dtype);
   }
   bool supported(int bits, sl_op op = SL_OP_MATMUL) {
     sl_weight form{};
