@@ -16,16 +16,6 @@ import unittest
 
 READY = re.compile(r"sluice ready: http://([0-9.]+):(\d+) ")
 
-# A cache folder of the test process's own (calibration plans, hub downloads), unless the caller chose
-# one: a plan the developer's own `--calibrate` left in ~/.cache would otherwise change a served
-# replica's --parallel or prefill chunk under a test. Every server a test starts shares it.
-if "XDG_CACHE_HOME" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
-    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="sluice-e2e-cache-")
-    atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
-
 
 class Server:
     def __init__(self, sluice, model, *extra, ready_timeout=90, preexec_fn=None):
