@@ -468,6 +468,7 @@ class EngineImpl final : public Engine {
         finish(s, FinishReason::kCancelled);
         continue;
       }
+      if (waits_for_prefix(s)) continue;
       const std::size_t pending = s.tokens.size() - static_cast<std::size_t>(s.kv.n_past);
       std::size_t chunk = std::min<std::size_t>(pending, static_cast<std::size_t>(prefill_size_));
       if (!s.decoding && rt_->kv().has_state()) chunk = to_snapshot(s, chunk);
@@ -580,6 +581,42 @@ class EngineImpl final : public Engine {
         s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
       }
     }
+  }
+
+  // Prompts with a common prefix in the engine at once (a shared system prompt, documents asked
+  // about by several users): one computes the common blocks, the others wait for them and then take
+  // them from the prefix cache. Without the wait, requests that arrive together each compute the
+  // whole prefix: the cache serves only blocks already published. A sequence waits only while it has
+  // computed nothing of its own, and only for one before it in active_ that is prefilling those
+  // blocks (that one never waits for it), so every wait ends. If the blocks are gone from the cache
+  // by the time it looks (evicted under pressure), it computes its prompt itself.
+  bool waits_for_prefix(Sequence& s) {
+    if (s.decoding || s.own_prefix || s.kv.n_past != s.result.stats.cached_tokens) return false;
+    const std::size_t bt = rt_->kv().page_tokens();
+    const std::size_t reusable = (s.n_prompt - 1) / bt * bt;  // reuse_prefix leaves one prompt token to compute
+    const auto past = static_cast<std::size_t>(s.kv.n_past);
+    for (auto& tp : active_) {
+      const Sequence& t = *tp;
+      if (&t == &s) break;
+      if (t.finished) continue;
+      // Whole blocks of s's prompt that t's tokens start with, past what s holds already.
+      const std::size_t most = std::min(reusable, t.tokens.size() / bt * bt);
+      if (most <= past || !std::equal(s.tokens.begin(), s.tokens.begin() + static_cast<std::ptrdiff_t>(past + bt), t.tokens.begin()))
+        continue;
+      std::size_t common = past + bt;
+      while (common + bt <= most && std::equal(s.tokens.begin() + static_cast<std::ptrdiff_t>(common),
+                                               s.tokens.begin() + static_cast<std::ptrdiff_t>(common + bt),
+                                               t.tokens.begin() + static_cast<std::ptrdiff_t>(common)))
+        common += bt;
+      if (static_cast<std::size_t>(t.kv.n_past) >= common) {  // published since s looked: take them
+        rt_->kv().release(s.kv);
+        reuse_prefix(s);
+        if (static_cast<std::size_t>(s.kv.n_past) < common) s.own_prefix = true;
+        return s.finished;  // an error from the cache ends it (retired after this step)
+      }
+      if (!t.decoding) return true;  // t computes them in its prompt's next chunks
+    }
+    return false;
   }
 
   // A prompt's pass over recurrent layers shortened to end at the first snapshot point inside it: a

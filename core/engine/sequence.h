@@ -31,6 +31,7 @@ struct Sequence {
   GenerationResult result;
   Clock::time_point started_at, decode_started_at;
   bool decoding = false;               // the prompt is done; each step adds one token
+  bool own_prefix = false;             // computes the rest of its prompt itself: waits for no one's blocks
   bool finished = false;
 };
 

@@ -160,6 +160,36 @@ TEST(PrefixReuse, CachedPrefixCutsPrefillTime) {
   EXPECT_LT(warm.stats.prefill_ms, cold.stats.prefill_ms * 0.5);
 }
 
+TEST(PrefixReuse, RequestsArrivingTogetherComputeTheirCommonPrefixOnce) {
+  // Four prompts of one 300-token prefix (18 whole blocks of 16, then 12 tokens) and tails of their
+  // own, submitted at once. However they interleave, one computes the prefix's blocks and the other
+  // three take them from the cache — before, each computed all of them.
+  const auto shared = prompt_of(9, 300);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    auto ids = shared;
+    const auto tail = prompt_of(20 + i, 40);
+    ids.insert(ids.end(), tail.begin(), tail.end());
+    requests.push_back(greedy(ids, 12));
+  }
+  auto engine = make_engine(4);
+  ASSERT_TRUE(engine);
+  const auto results = run_together(*engine, requests);
+  int computed_the_prefix = 0;
+  for (const auto& r : results) {
+    if (r.stats.cached_tokens == 0) ++computed_the_prefix;
+    else EXPECT_EQ(r.stats.cached_tokens, 300 / 16 * 16);
+  }
+  EXPECT_EQ(computed_the_prefix, 1);
+  EXPECT_EQ(engine->metrics().prefilled_tokens_total, 4u * 340u - 3u * (300u / 16u * 16u));
+  // Each gives what it gives alone on a fresh engine (which computes everything).
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto alone = make_engine(1)->generate(requests[i]);
+    EXPECT_EQ(alone.stats.cached_tokens, 0);
+    EXPECT_EQ(results[i].ids, alone.ids) << "request " << i;
+  }
+}
+
 TEST(PagePoolAccounting, CancellingFreesPagesAtOnceAndBurstsReturnToBaseline) {
   auto engine = make_engine(8, 256);
   ASSERT_TRUE(engine);
