@@ -107,7 +107,8 @@ void GenerationJob::emit_text(Choice& c, const SplitText& parts, const std::vect
     c.all_logprobs.insert(c.all_logprobs.end(), logprobs.begin(), logprobs.end());
     return;
   }
-  if (!c.role_sent) {
+  const bool first = !c.role_sent;
+  if (first) {
     c.role_sent = true;
     static const std::string kAssistant = "assistant";
     if (id().chat) send(sse_event(chunk_json(id(), &kAssistant, "", nullptr, nullptr, spec_.include_usage, nullptr, c.index)));
@@ -124,7 +125,9 @@ void GenerationJob::emit_text(Choice& c, const SplitText& parts, const std::vect
     if (text.empty()) return;
     part.tokens.clear();
   } else if (text.empty() && logprobs.empty()) {
-    return;
+    // The first token's chunk goes out even without text (a chat stream's role chunk does the same),
+    // so a client sees when generation started: a token may be part of a character, or have no text.
+    if (!first || id().chat || !spec_.echo_text.empty()) return;
   }
   send(sse_event(chunk_json(id(), nullptr, text, nullptr, spec_.logprobs ? &part : nullptr, spec_.include_usage, nullptr, c.index)));
   c.emitted_bytes += text.size();

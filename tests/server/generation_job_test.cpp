@@ -13,8 +13,8 @@ using namespace sluice::server;
 
 namespace {
 
-// Token i's text is kPieces[i]; id 99 is a control token.
-const std::map<int32_t, std::string> kPieces = {{0, "Hel"}, {1, "lo"}, {2, " wor"}, {3, "ld"}, {4, "!"}, {99, "<eos>"}};
+// Token i's text is kPieces[i] (5: none, as a byte of a character not yet complete); id 99 is a control token.
+const std::map<int32_t, std::string> kPieces = {{0, "Hel"}, {1, "lo"}, {2, " wor"}, {3, "ld"}, {4, "!"}, {5, ""}, {99, "<eos>"}};
 
 // Tokens' texts from kPieces, id 99 the control token.
 class FakeText : public test_fakes::TableText {
@@ -125,6 +125,23 @@ TEST(GenerationJob, StreamedTextCompletionHasNoRoleChunk) {
   auto first = parse_event(run.channel->events[0]);
   EXPECT_STREQ(first["object"].GetString(), "text_completion");
   EXPECT_STREQ(first["choices"][0]["text"].GetString(), "Hel");
+}
+
+TEST(GenerationJob, StreamedTextCompletionSendsItsFirstTokenEvenWithoutText) {
+  // A client sees when generation started (as a chat stream's role chunk shows); later tokens without
+  // text send nothing.
+  JobRun run(false, true);
+  run.feed({5, 5, 0, 5, 1});
+  const auto& ev = run.channel->events;
+  ASSERT_GE(ev.size(), 4u);
+  std::vector<std::string> texts;
+  for (const auto& e : ev) {
+    if (e == "data: [DONE]\n\n") break;
+    auto chunk = parse_event(e);
+    if (!chunk["choices"][0]["finish_reason"].IsNull()) break;
+    texts.push_back(chunk["choices"][0]["text"].GetString());
+  }
+  EXPECT_EQ(texts, (std::vector<std::string>{"", "Hel", "lo"}));
 }
 
 TEST(GenerationJob, AClientThatCannotTakeMoreStopsGeneration) {

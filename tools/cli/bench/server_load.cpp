@@ -72,7 +72,10 @@ std::string request_body(const ServerLoadOptions& o, const History& history) {
   return buf.GetString();
 }
 
-// Reads one event: the first text marks the first token; the usage chunk carries the counts.
+// Reads one event: the first chunk of a choice marks the first token (a server sends it with the first
+// token even when that token has no text yet: a chat stream's role chunk, an empty text chunk; counting
+// only text would time a model whose first tokens are bytes of a character, or have no text, to its
+// first visible character); the usage chunk carries the counts.
 void on_event(const std::string& data, Clock::time_point t0, Outcome& out, bool& done) {
   if (data == "[DONE]") {
     done = true;
@@ -94,7 +97,7 @@ void on_event(const std::string& data, Clock::time_point t0, Outcome& out, bool&
       piece = json::string(*delta, "content").value_or("");
       out.answer += piece;
     }
-    if (!piece.empty() && out.ttft_ms == 0) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (out.ttft_ms == 0) out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
   if (const auto* u = json::member(*doc, "usage"); u && u->IsObject()) {
     out.prompt_tokens = static_cast<int>(json::integer(*u, "prompt_tokens").value_or(0));
@@ -230,7 +233,7 @@ int run_server_load(const BenchOptions& options) {
           if (!s) out.error = s.message();
           else if (out.error.empty() && !done) out.error = "the stream ended without data: [DONE]";
           else if (out.error.empty() && out.completion_tokens == 0) out.error = "no usage chunk (completion_tokens 0)";
-          if (out.error.empty() && out.ttft_ms == 0) out.ttft_ms = out.total_ms;  // every token decoded to no text
+          if (out.error.empty() && out.ttft_ms == 0) out.ttft_ms = out.total_ms;  // no chunk of a choice before the end
           {
             std::lock_guard lock(progress_mutex);
             const int k = ++finished;
