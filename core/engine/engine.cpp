@@ -461,7 +461,7 @@ class EngineImpl final : public Engine {
     std::vector<DraftTokens> drafts;     // per in_batch entry: the guesses after its last token
     const std::size_t budget = static_cast<std::size_t>(prefill_size_) + static_cast<std::size_t>(parallel_);
     const bool speculate = drafter_ && active_count() <= spec_max_batch_;
-    for (auto& sp : active_) {
+    for (Sequence* sp : step_order()) {
       Sequence& s = *sp;
       if (s.finished) continue;
       if (should_stop(s)) {
@@ -481,7 +481,10 @@ class EngineImpl final : public Engine {
         chunk += draft.ids.size();
       }
       // A whole chunk or nothing (the first sequence always gets in): chunking stays deterministic.
-      if (!batch.tokens.empty() && batch.tokens.size() + chunk > budget) continue;
+      if (!batch.tokens.empty() && batch.tokens.size() + chunk > budget) {
+        if (!s.decoding) ++s.prefill_skips;
+        continue;
+      }
       auto reserved = rt_->kv().reserve(s.kv, s.kv.n_past + static_cast<int32_t>(chunk));
       if (!reserved && !draft.ids.empty()) {  // no pages for the guesses: a plain step
         chunk -= draft.ids.size();
@@ -498,6 +501,7 @@ class EngineImpl final : public Engine {
         finish(s, FinishReason::kError, st.message());
         continue;
       }
+      s.prefill_skips = 0;
       const uint32_t slot = static_cast<uint32_t>(in_batch.size());
       const std::size_t first = batch.tokens.size();
       for (std::size_t i = 0; i < chunk; ++i) {
@@ -581,6 +585,26 @@ class EngineImpl final : public Engine {
         s.result.stats.decode_pass_tokens += static_cast<int>(s.result.ids.size() - before);
       }
     }
+  }
+
+  // The order a step takes sequences in: decoding ones first (a token each, and their guesses), then
+  // prompts by the size of their next chunk, smallest first, so a short request is not held behind a
+  // long prompt's chunks (time to first token) — except that a prompt passed over kMaxPrefillSkips
+  // steps in a row goes before them, so a long one is never starved by a stream of short ones. Ties
+  // keep the order of arrival. Chunk boundaries do not depend on it: each prompt is cut from its own
+  // start.
+  static constexpr int kMaxPrefillSkips = 4;
+  std::vector<Sequence*> step_order() const {
+    std::vector<Sequence*> order;
+    order.reserve(active_.size());
+    for (const auto& sp : active_) order.push_back(sp.get());
+    const auto rank = [this](const Sequence* s) -> std::pair<int, std::size_t> {
+      if (s->decoding) return {0, 0};
+      if (s->prefill_skips >= kMaxPrefillSkips) return {1, 0};
+      return {2, std::min(s->tokens.size() - static_cast<std::size_t>(s->kv.n_past), static_cast<std::size_t>(prefill_size_))};
+    };
+    std::stable_sort(order.begin(), order.end(), [&](const Sequence* a, const Sequence* b) { return rank(a) < rank(b); });
+    return order;
   }
 
   // Prompts with a common prefix in the engine at once (a shared system prompt, documents asked

@@ -32,6 +32,7 @@ struct Sequence {
   Clock::time_point started_at, decode_started_at;
   bool decoding = false;               // the prompt is done; each step adds one token
   bool own_prefix = false;             // computes the rest of its prompt itself: waits for no one's blocks
+  int prefill_skips = 0;               // steps in a row its prompt's next chunk did not fit
   bool finished = false;
 };
 

@@ -190,6 +190,37 @@ TEST(PrefixReuse, RequestsArrivingTogetherComputeTheirCommonPrefixOnce) {
   }
 }
 
+TEST(Scheduling, AShortPromptIsNotHeldBehindALongPromptsChunks) {
+  // Chunks of 64 and a step budget of 64 + 2: a 640-token prompt takes ten steps of prefill. A short
+  // prompt submitted after it gets its first token while the long one is still prefilling — before,
+  // steps took prompts in arrival order and the short one waited for all ten chunks.
+  auto engine = make_engine(2, 1024, 64);
+  ASSERT_TRUE(engine);
+  std::atomic<int> firsts{0};
+  std::atomic<int> long_first{0}, short_first{0};
+  auto start = [&](std::vector<int32_t> ids, std::atomic<int>& first, std::promise<GenerationResult>& done) {
+    auto req = std::make_shared<GenerationRequest>(greedy(std::move(ids), 4));
+    req->on_token = [&first, &firsts](const TokenEvent&) {
+      if (first.load() == 0) first = ++firsts;
+      return true;
+    };
+    req->on_done = [&done](const GenerationResult& r) { done.set_value(r); };
+    ASSERT_TRUE(engine->submit(req).ok());
+  };
+  std::promise<GenerationResult> long_done, short_done;
+  start(prompt_of(5, 640), long_first, long_done);
+  start(prompt_of(6, 20), short_first, short_done);
+  const auto long_result = long_done.get_future().get();
+  const auto short_result = short_done.get_future().get();
+  ASSERT_EQ(long_result.ids.size(), 4u);
+  ASSERT_EQ(short_result.ids.size(), 4u);
+  EXPECT_EQ(short_first.load(), 1);
+  EXPECT_EQ(long_first.load(), 2);
+  // And each gives what it gives alone.
+  EXPECT_EQ(short_result.ids, make_engine(1, 1024, 64)->generate(greedy(prompt_of(6, 20), 4)).ids);
+  EXPECT_EQ(long_result.ids, make_engine(1, 1024, 64)->generate(greedy(prompt_of(5, 640), 4)).ids);
+}
+
 TEST(PagePoolAccounting, CancellingFreesPagesAtOnceAndBurstsReturnToBaseline) {
   auto engine = make_engine(8, 256);
   ASSERT_TRUE(engine);
