@@ -4,7 +4,7 @@
 # device calls back to back (the machine keeps /tmp while calls follow each other):
 #   start    the peer's CPU-only build (detached); `sluice make-model --preset qwen3-30b-a3b --bits 4`;
 #            the peer's GGUF of the same shape, tokenizer and llama-quantize Q4_0 tensor types
-#            (perf/gguf_peer_moe.py: random weights; the bf16 folder and its conversion would not fit
+#            (perf/gguf_peer_model.py: random weights; the bf16 folder and its conversion would not fit
 #            the disk); waits for the build
 #   measure N  round N (a call each, alternating within it): ours with experts resident, ours with
 #            experts streamed through io_uring under a quarter of their bytes (`uring@25%`), then
@@ -55,7 +55,7 @@ start)
   log make-model
   [ -f $M/config.json ] || ( time timeout 300 sluice make-model --preset qwen3-30b-a3b --bits 4 --out $M --quiet ) > $R/make_model.txt 2>&1
   log gguf
-  [ -f $G ] || ( time PYTHONPATH=$W/lcpp/gguf-py timeout 300 python3 perf/gguf_peer_moe.py $M $G ) > $R/gguf.txt 2>&1
+  [ -f $G ] || ( time PYTHONPATH=$W/lcpp/gguf-py timeout 300 python3 perf/gguf_peer_model.py $M $G ) > $R/gguf.txt 2>&1
   tail -n 3 $R/make_model.txt $R/gguf.txt | tee -a "$OUT/progress.txt"
   for i in $(seq 1 100); do grep -q BUILD_RC $W/build.log 2>/dev/null && break; sleep 3; done
   tail -n 2 $W/build.log | tee -a "$OUT/progress.txt"

@@ -4,19 +4,20 @@
 # `sluice bench --server --clients 16 --requests 64 --gen 128` (greedy; prompts of 16 / 128 / 512
 # words, every other one after a shared 1024-word prefix), one server at a time on a quiet machine.
 # Two device calls back to back (the machine keeps /tmp while calls follow each other):
-#   start    the peer's build and model (.peer/llamacpp_gpu.sh prepare: CUDA build, transformers'
-#            random Llama-3-8B → f16 GGUF → Q4_0; about 8 minutes) while ours is made
-#            (`sluice make-model --preset llama3-8b --bits 4`)
-#   measure  ours, the peer, ours again; each server's own counters after its load (our /metrics)
+#   start    the peer's CUDA build of llama-server (detached; about 4 minutes), ours made
+#            (`sluice make-model --preset llama3-8b --bits 4`) and the peer's GGUF of the same shape,
+#            tokenizer and Q4_0 tensor types written from its config (perf/gguf_peer_model.py)
+#   measure  a short warm-up load of ours (its kernels' programs compile on a fresh machine), then
+#            ours, the peer, ours again; our counters after each load (/metrics)
 # Here first (the bundle is ignored by git):
 #   ../shared/device/bundle.sh .bundle_serve build/bin/sluice build/lib/sluice-backend-opencl.so && strip .bundle_serve/bin/*
-#   mkdir -p .peer && cp ../shared/peer/llama-cpp-turboquant.tar.gz ../shared/peer/llamacpp_gpu.sh .peer/
+#   mkdir -p .peer && cp ../shared/peer/llama-cpp-turboquant.tar.gz .peer/
 # Device calls (carry [".bundle_serve", ".peer"]): bash perf/served_peer_gpu.sh start, then measure.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source .bundle_serve/activate.sh
 export SLUICE_CACHE_DIR=/tmp/sluice-cache
-F=$PWD/.bundle_serve/bin; M=/tmp/llama3-8b-4bit; R=/tmp/served
+F=$PWD/.bundle_serve/bin; M=/tmp/llama3-8b-4bit; R=/tmp/served; W=/tmp/peer-serve; G=/tmp/peer-l8-q4_0.gguf
 mkdir -p $R
 log() { echo "[$(date +%T) +${SECONDS}s] $*" | tee -a "$OUT/progress.txt"; }
 trap 'tar -czf "$OUT/served.tar.gz" -C $R . 2>/dev/null' EXIT
@@ -29,24 +30,38 @@ load() {  # port, label
 case "${1:-}" in
 start)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
-  ( time timeout 240 "$F/sluice" make-model --preset llama3-8b --bits 4 --out $M --quiet ) > $R/make_model.txt 2>&1 &
-  TOKDIR=models/tiny-code-qwen2 timeout 560 bash .peer/llamacpp_gpu.sh prepare > $R/peer_prepare.txt 2>&1
-  wait
-  tail -n 4 $R/peer_prepare.txt $R/make_model.txt | tee -a "$OUT/progress.txt"
+  if [ ! -f $W/build.log ]; then
+    mkdir -p $W && tar xzf .peer/llama-cpp-turboquant.tar.gz -C $W
+    setsid bash -c "cmake -S $W/lcpp -B $W/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_CURL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_WEBUI=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release > $W/build.log 2>&1 && \
+      cmake --build $W/build -j16 --target llama-server >> $W/build.log 2>&1; echo BUILD_RC=\$? >> $W/build.log" \
+      > /dev/null 2>&1 < /dev/null &
+  fi
+  [ -f $M/config.json ] || ( time timeout 240 "$F/sluice" make-model --preset llama3-8b --bits 4 --out $M --quiet ) > $R/make_model.txt 2>&1
+  [ -f $G ] || ( time PYTHONPATH=$W/lcpp/gguf-py timeout 200 python3 perf/gguf_peer_model.py $M $G ) > $R/gguf.txt 2>&1
+  for i in $(seq 1 120); do grep -q BUILD_RC $W/build.log 2>/dev/null && break; sleep 3; done
+  tail -n 3 $W/build.log $R/make_model.txt $R/gguf.txt | tee -a "$OUT/progress.txt"
   log start done ;;
 measure)
-  ours() {  # label
+  ours() {  # label [warm-up]
     setsid "$F/sluice" serve --model $M --backend opencl --plugin-dir "$F" --port 8090 --parallel 16 --ctx-size 8192 \
       > $R/serve_$1.txt 2>&1 < /dev/null &
     local pid=$!
-    wait_health 8090 && load 8090 "$1" || log "$1: server not ready"
+    if wait_health 8090; then
+      [ -n "${2:-}" ] && timeout 120 "$F/sluice" bench --server http://127.0.0.1:8090 --clients 16 --requests 16 --gen 16 \
+        > $R/warmup.txt 2>&1
+      [ -z "${2:-}" ] && load 8090 "$1"
+    else
+      log "$1: server not ready"
+    fi
     curl -s http://127.0.0.1:8090/metrics > $R/metrics_$1.txt
     kill $pid; wait $pid 2>/dev/null; log "$1"
   }
+  ours warmup warmup
   ours ours_1
   # As llamacpp_gpu.sh serve, with 8192 positions a slot (-c is shared by the 16): the longest
   # request (a 2 608-token prefix, a 512-word part, 128 tokens) does not fit 4096.
-  setsid /tmp/peer/build/bin/llama-server -m /tmp/peer/l8-q4_0.gguf -ngl 99 -fa on -np 16 -c 131072 --port 8091 \
+  setsid $W/build/bin/llama-server -m $G -ngl 99 -fa on -np 16 -c 131072 --port 8091 \
     > $R/serve_peer.txt 2>&1 < /dev/null &
   wait_health 8091 && load 8091 peer || log "peer: server not ready"
   pkill -f llama-server; sleep 2; log peer
