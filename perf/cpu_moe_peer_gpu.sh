@@ -75,9 +75,8 @@ measure)
   }
   round=${2:-1}
   echo "## round $round (load $(cut -d' ' -f1 /proc/loadavg))" >> $R/rounds.md
-  # Resident experts are the mapped files: read them into the page cache first, as llama-bench's
-  # warm-up run does for its mapped file (a round after a streamed one starts cold otherwise).
-  cat $M/*.safetensors > /dev/null
+  # (Resident rows read the model's files through the page cache before timing: `sluice bench` since
+  # this sitting; the sitting itself did it here with cat, round 3.)
   ours resident_$round resident
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null  # the streamed row reads with O_DIRECT: a cold start either way
   ours uring25_$round "uring@25%"
