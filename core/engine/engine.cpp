@@ -501,7 +501,6 @@ class EngineImpl final : public Engine {
         finish(s, FinishReason::kError, st.message());
         continue;
       }
-      s.prefill_skips = 0;
       const uint32_t slot = static_cast<uint32_t>(in_batch.size());
       const std::size_t first = batch.tokens.size();
       for (std::size_t i = 0; i < chunk; ++i) {
@@ -590,17 +589,17 @@ class EngineImpl final : public Engine {
   // The order a step takes sequences in: decoding ones first (a token each, and their guesses), then
   // prompts by the size of their next chunk, smallest first, so a short request is not held behind a
   // long prompt's chunks (time to first token) — except that a prompt passed over kMaxPrefillSkips
-  // steps in a row goes before all of them, so neither a stream of short prompts nor the decoders'
-  // guesses (which take the budget's room) starve it. Ties keep the order of arrival. Chunk
-  // boundaries do not depend on it: each prompt is cut from its own start.
+  // steps goes before all of them until its prompt is done, so neither a stream of short prompts nor
+  // the decoders' guesses (which take the budget's room) starve it. Ties keep the order of arrival.
+  // Chunk boundaries do not depend on it: each prompt is cut from its own start.
   static constexpr int kMaxPrefillSkips = 4;
   std::vector<Sequence*> step_order() const {
     std::vector<Sequence*> order;
     order.reserve(active_.size());
     for (const auto& sp : active_) order.push_back(sp.get());
     const auto rank = [this](const Sequence* s) -> std::pair<int, std::size_t> {
-      if (s->prefill_skips >= kMaxPrefillSkips) return {0, 0};
       if (s->decoding) return {1, 0};
+      if (s->prefill_skips >= kMaxPrefillSkips) return {0, 0};
       return {2, std::min(s->tokens.size() - static_cast<std::size_t>(s->kv.n_past), static_cast<std::size_t>(prefill_size_))};
     };
     std::stable_sort(order.begin(), order.end(), [&](const Sequence* a, const Sequence* b) { return rank(a) < rank(b); });

@@ -32,7 +32,7 @@ struct Sequence {
   Clock::time_point started_at, decode_started_at;
   bool decoding = false;               // the prompt is done; each step adds one token
   bool own_prefix = false;             // computes the rest of its prompt itself: waits for no one's blocks
-  int prefill_skips = 0;               // steps in a row its prompt's next chunk did not fit
+  int prefill_skips = 0;               // steps its prompt's next chunk did not fit (Engine::step_order)
   bool finished = false;
 };
 

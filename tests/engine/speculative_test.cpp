@@ -8,6 +8,9 @@
 #include <fstream>
 #include <thread>
 
+#include <atomic>
+#include <chrono>
+#include <future>
 #include <gtest/gtest.h>
 
 #include "engine/drafter.h"
@@ -203,6 +206,39 @@ TEST(Speculative, NgramDecodesAheadUntilItHasAGuess) {
   EXPECT_GT(m.ahead_steps_total, 0u) << "never decoded ahead";
   EXPECT_GT(got.stats.draft_tokens, 0) << "never verified a guess";
   EXPECT_LT(static_cast<uint64_t>(m.ahead_steps_total), 96u);
+}
+
+// A step holds --prefill-size tokens and one a slot (16 + 2 here). A sequence that guesses well (the
+// model drafting for itself) fills that room with guesses; a prompt that arrives while it decodes still
+// gets its chunks in (once passed over four steps it goes first), so it is answered long before the other
+// generation ends — before, it waited for that generation's end.
+TEST(Speculative, AGuessingSequenceDoesNotStarveAPrompt) {
+  SLUICE_REQUIRE_REFERENCE("golden/eval_code_ids.json");
+  auto o = options("cpu", "f16", 2);
+  o.prefill_size = 16;
+  o.num_draft_tokens = 16;
+  o.draft_model = o.model_dir;
+  auto engine = Engine::create(o);
+  ASSERT_TRUE(engine.ok()) << engine.message();
+  constexpr int kLong = 450;  // with its 32-token prompt, inside the 512-token context
+  auto long_request = std::make_shared<GenerationRequest>(test::greedy(code_prompt(0, 32), kLong));
+  std::atomic<int> long_tokens{0};
+  std::promise<GenerationResult> long_done;
+  long_request->on_token = [&long_tokens](const TokenEvent&) {
+    ++long_tokens;
+    return true;
+  };
+  long_request->on_done = [&long_done](const GenerationResult& r) { long_done.set_value(r); };
+  ASSERT_TRUE((*engine)->submit(long_request).ok());
+  while (long_tokens.load() < 8) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const GenerationResult short_result = (*engine)->generate(test::greedy(code_prompt(500, 64), 4));
+  const int long_when_answered = long_tokens.load();
+  const GenerationResult long_result = long_done.get_future().get();
+  ASSERT_EQ(short_result.finish, FinishReason::kLength) << short_result.error;
+  EXPECT_EQ(short_result.ids.size(), 4u);
+  ASSERT_EQ(long_result.finish, FinishReason::kLength) << long_result.error;
+  EXPECT_GT(long_result.stats.draft_tokens, 0) << "no guesses: nothing filled the budget";
+  EXPECT_LT(long_when_answered, kLong - 100) << "the prompt waited for the guessing sequence";
 }
 
 TEST(Speculative, DraftModelGreedyEqualsPlainGreedy) {
