@@ -33,6 +33,17 @@ struct Mxfp4Weight {
 class Mxfp4Matmul : public BackendOpsTest {
  protected:
   bool supported() { return backend().runs_mxfp4(16, 64); }
+  static sl_weight mxfp4_form(uint32_t rows, uint32_t cols) {
+    sl_weight form{};
+    form.struct_size = sizeof(form);
+    form.dtype = SL_DTYPE_E2M1;
+    form.bits = 4;
+    form.group_size = 32;
+    form.scale_dtype = SL_DTYPE_E8M0;
+    form.rows = rows;
+    form.cols = cols;
+    return form;
+  }
 
   // code_of(r, c) and scale_of(r, block) give each value's code and its block's scale byte.
   template <class Code, class Scale>
@@ -160,15 +171,7 @@ TEST_P(Mxfp4Matmul, EveryCodeAndExtremeScales) {
 
 TEST_P(Mxfp4Matmul, OnlyProductsTakeTheFormAndMalformedWeightsAreRefused) {
   if (!supported()) GTEST_SKIP() << "this backend does not multiply MXFP4 weights";
-  sl_weight form{};
-  form.struct_size = sizeof(form);
-  form.dtype = SL_DTYPE_E2M1;
-  form.bits = 4;
-  form.group_size = 32;
-  form.scale_dtype = SL_DTYPE_E8M0;
-  form.rows = 16;
-  form.cols = 64;
-  EXPECT_FALSE(backend().runs_weight(SL_OP_EMBED, form));
+  EXPECT_FALSE(backend().runs_weight(SL_OP_EMBED, mxfp4_form(16, 64)));
   // Columns that are not whole blocks: a status, nothing computed.
   auto w = make(4, 64, [](uint32_t, uint32_t) { return uint8_t(3); }, [](uint32_t, uint32_t) { return uint8_t(127); });
   sl_weight bad = w.weight;
@@ -183,6 +186,18 @@ TEST_P(Mxfp4Matmul, OnlyProductsTakeTheFormAndMalformedWeightsAreRefused) {
   err = {};
   EXPECT_NE(ops().matmul(x.get(), 1, &bad, nullptr, out.get(), &err), SL_OK);
   EXPECT_STRNE(err.message, "");
+}
+
+// The host offers the form only to a table of ABI 2.3 or later: the same plugin's table declared 2.2
+// (what a plugin built before the form looks like to the host) is not asked, though it would answer yes.
+TEST_P(Mxfp4Matmul, TheHostOffersTheFormOnlyToTablesOfTwoPointThree) {
+  if (!supported()) GTEST_SKIP() << "this backend does not multiply MXFP4 weights";
+  sl_backend_api older = *api();
+  older.abi_version = SL_ABI_VERSION_OF(2, 2);
+  auto handle = BackendHandle::open(&older, GetParam().name, GetParam().device, 1, GetParam().options);
+  ASSERT_TRUE(handle.ok()) << handle.message();
+  EXPECT_TRUE((*handle)->runs_weight(SL_OP_MATMUL, mxfp4_form(16, 64)));  // its supports_node alone says yes
+  EXPECT_FALSE((*handle)->runs_mxfp4(16, 64));
 }
 
 }  // namespace
