@@ -9,6 +9,17 @@
 
 inline float bf16_to_float(ushort h) { return as_float(((uint)h) << 16); }
 
+// MXFP4 weights (ABI 2.3): the sixteen e2m1 values of a 4-bit code (bit 3 the sign), and a block's
+// scale byte s as 2^(s - 127) — the exponent field, or for s = 0 the subnormal 2^-127 (which a device
+// without single-precision denormals flushes to zero).
+__constant float MXFP4_E2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+inline float mxfp4_scale(uchar s) { return as_float(s ? ((uint)s) << 23 : 0x00400000u); }
+// The eight values of a word of codes (nibble k: column k, low nibble first), scaled.
+inline float8 mxfp4_eight(uint w, float s) {
+  return (float8)(MXFP4_E2M1[w & 15u], MXFP4_E2M1[(w >> 4) & 15u], MXFP4_E2M1[(w >> 8) & 15u], MXFP4_E2M1[(w >> 12) & 15u],
+                  MXFP4_E2M1[(w >> 16) & 15u], MXFP4_E2M1[(w >> 20) & 15u], MXFP4_E2M1[(w >> 24) & 15u], MXFP4_E2M1[w >> 28]) * s;
+}
+
 inline float load_value(__global const uchar* base, uint dtype, ulong i) {
   if (dtype == DT_F32) return ((__global const float*)base)[i];
   if (dtype == DT_F16) return vload_half(i, (__global const half*)base);

@@ -247,6 +247,16 @@ __kernel void dequant_rows_quant(__global const uchar* wbase, ulong w_off, ulong
       quant_value(words, words_per_row, bits, scales, biases, scale_dtype, cols / group_size, group_size, r, c);
 }
 
+// Rows of an MXFP4 weight (ABI 2.3) to float32: `codes` and `scales` point at the block's first row.
+__kernel void dequant_rows_mxfp4(__global const uchar* codes, ulong c_off, __global const uchar* scales, ulong s_off, uint cols,
+                                 __global float* dst) {
+  const uint c = get_global_id(0), r = get_global_id(1);
+  if (c >= cols) return;
+  const uchar byte = codes[c_off + ((ulong)r * cols + c) / 2];
+  const uchar s = scales[s_off + ((ulong)r * cols + c) / 32];
+  dst[(ulong)r * cols + c] = MXFP4_E2M1[c % 2u ? byte >> 4 : byte & 15u] * mxfp4_scale(s);
+}
+
 // out[t, r] += bias[r] (after a GEMM).
 __kernel void add_bias(__global float* out, __global const uchar* bias, ulong b_off, uint dtype, uint n_out) {
   const uint r = get_global_id(0), t = get_global_id(1);

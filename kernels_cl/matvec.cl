@@ -96,6 +96,37 @@ void matvec(__global const uchar* wbase, ulong w_off, uint dtype, uint rows, uin
   team_finish(acc, n_t, red, row, rows, out, out_stride, row0, bias + bias_off, bias_dtype, has_bias);
 }
 
+// MXFP4 weights (ABI 2.3): a row is cols / 32 blocks of 16 bytes of codes and one scale byte; each
+// work-item of the row's team takes whole blocks, makes the values (e2m1 by table, times the scale)
+// in registers and accumulates them with every activation row.
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void matvec_mxfp4(__global const uchar* cbase, ulong c_off, __global const uchar* sbase, ulong s_off, uint rows, uint cols,
+                  __global const float* x, uint n_t, __global float* out, uint out_stride, uint row0, __global const uchar* bias,
+                  ulong bias_off, uint bias_dtype, uint has_bias) {
+  __local float red[MAX_T * WG];
+  const uint lid = get_local_id(0), lane = lid % TEAM;
+  const uint row = get_group_id(0) * ROWS_PER_WG + lid / TEAM;
+  float acc[MAX_T];
+  for (uint t = 0; t < MAX_T; ++t) acc[t] = 0.0f;
+  if (row < rows) {
+    const uint blocks = cols / 32u;
+    __global const uint* cr = (__global const uint*)(cbase + c_off) + (ulong)row * blocks * 4u;
+    __global const uchar* sr = sbase + s_off + (ulong)row * blocks;
+    for (uint b = lane; b < blocks; b += TEAM) {
+      const uint4 w4 = vload4(b, cr);
+      const float s = mxfp4_scale(sr[b]);
+      const float8 v0 = mxfp4_eight(w4.s0, s), v1 = mxfp4_eight(w4.s1, s), v2 = mxfp4_eight(w4.s2, s), v3 = mxfp4_eight(w4.s3, s);
+      for (uint t = 0; t < MAX_T; ++t) {
+        if (t >= n_t) break;
+        __global const float* xt = x + (ulong)t * cols + (ulong)b * 32u;
+        const float8 p = fma(v3, vload8(3, xt), fma(v2, vload8(2, xt), fma(v1, vload8(1, xt), v0 * vload8(0, xt))));
+        acc[t] += ((p.s0 + p.s1) + (p.s2 + p.s3)) + ((p.s4 + p.s5) + (p.s6 + p.s7));
+      }
+    }
+  }
+  team_finish(acc, n_t, red, row, rows, out, out_stride, row0, bias + bias_off, bias_dtype, has_bias);
+}
+
 // One quantized row, a word at a time, for BITS dividing 32 and groups of whole words.
 inline void quant_row_words(__global const uint* wr, uint words, __global const uchar* sr, __global const uchar* br,
                             uint scale_dtype, uint group_size, __global const float* x, uint cols, uint n_t,

@@ -7,6 +7,7 @@
 
 #include "cpu_backend.h"
 #include "graph/graph_check.h"
+#include "util/mxfp4.h"
 
 namespace sluice::cpu {
 namespace {
@@ -231,6 +232,8 @@ sl_status run_launch(sl_backend* be, const sl_graph& g, const Launch& l, sl_kv_c
 }
 
 bool weight_form_runs(const sl_weight* w, uint32_t op) {
+  if (mxfp4::is_mxfp4(*w)) return op == SL_OP_MATMUL;  // 2.3: products only
+  if (w->dtype == SL_DTYPE_E2M1 || w->dtype == SL_DTYPE_E8M0) return false;  // another use of MXFP4's dtypes
   if (w->bits != 0)  // affine-quantized (MLX layout): products and embedding lookups
     return (op == SL_OP_MATMUL || op == SL_OP_EMBED) &&
            (w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8);

@@ -5,7 +5,8 @@
 // scratch, and OpenBLAS multiplies the block — prefill is bound by arithmetic, and the conversion
 // is paid once per block for all the batch's rows. No float32 copy of the model is ever kept.
 // matmul_multi (several products of one input: q/k/v, gate/up) runs the decode products in one
-// parallel region, each output as matmul computes it.
+// parallel region, each output as matmul computes it. MXFP4 weights (ABI 2.3) take the float paths,
+// their values made in registers (decode, mxfp4_kernels.h) or into the GEMM blocks (prefill).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -13,7 +14,9 @@
 #include <cblas.h>
 
 #include "cpu_backend.h"
+#include "mxfp4_kernels.h"
 #include "quant_kernels.h"
+#include "util/mxfp4.h"
 #include "util/vec.h"
 
 namespace sluice::cpu {
@@ -26,7 +29,12 @@ namespace {
 constexpr uint32_t kMatvecMaxRows = 8;
 constexpr std::size_t kBlockFloats = 1u << 20;  // float32 scratch per GEMM block (4 MiB)
 
+// Affine-quantized (MLX): the packed-code kernels of cpu_quant.cpp and quant_gemm.cpp. (MXFP4 has
+// bits too, but takes the float paths.)
+bool affine(const sl_weight* w) { return w->bits && !mxfp4::is_mxfp4(*w); }
+
 float dot_weight_row(const sl_weight* w, uint32_t r, const float* x) {
+  if (mxfp4::is_mxfp4(*w)) return mxfp4_dot(mxfp4_row(w, r), x, w->cols);
   const std::byte* base = weight_data(w);
   const std::size_t cols = w->cols, off = static_cast<std::size_t>(r) * cols;
   switch (w->dtype) {
@@ -64,7 +72,19 @@ void matvec_rows(const sl_backend* be, const float* x, uint32_t n_rows, const sl
                  std::size_t e) {
   const std::size_t n_out = w->rows, cols = w->cols;
   std::size_t r = b;
+  // MXFP4: the same four-row steps as bf16 below (so the same sums), values made from the codes.
+  const bool mx = mxfp4::is_mxfp4(*w);
 #ifdef SLUICE_CPU_AVX512
+  if (be->wide_kernels && mx) {
+    for (; r + 4 <= e; r += 4) {
+      const Mxfp4Row rows[4] = {mxfp4_row(w, r), mxfp4_row(w, r + 1), mxfp4_row(w, r + 2), mxfp4_row(w, r + 3)};
+      for (uint32_t t = 0; t < n_rows; ++t) {
+        float s[4];
+        mxfp4_dot4_zmm(rows, x + t * cols, cols, be->prefetch_bytes, s);
+        for (int k = 0; k < 4; ++k) out[t * n_out + r + k] = s[k];
+      }
+    }
+  }
   if (be->wide_kernels && cols % 16 == 0 && (w->dtype == SL_DTYPE_BF16 || w->dtype == SL_DTYPE_F16)) {
     const auto* base = reinterpret_cast<const uint16_t*>(weight_data(w));
     for (; r + 4 <= e; r += 4) {
@@ -81,6 +101,16 @@ void matvec_rows(const sl_backend* be, const float* x, uint32_t n_rows, const sl
   }
 #endif
 #ifdef SLUICE_CPU_AVX2
+  if (mx) {
+    for (; r + 4 <= e; r += 4) {
+      const Mxfp4Row rows[4] = {mxfp4_row(w, r), mxfp4_row(w, r + 1), mxfp4_row(w, r + 2), mxfp4_row(w, r + 3)};
+      for (uint32_t t = 0; t < n_rows; ++t) {
+        float s[4];
+        mxfp4_dot4(rows, x + t * cols, cols, s);
+        for (int k = 0; k < 4; ++k) out[t * n_out + r + k] = s[k];
+      }
+    }
+  }
   // Four rows at a time where the row length allows whole vectors.
   if (cols % 8 == 0 && (w->dtype == SL_DTYPE_BF16 || w->dtype == SL_DTYPE_F16)) {
     const auto* base = reinterpret_cast<const uint16_t*>(weight_data(w));
@@ -133,7 +163,9 @@ void gemm(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, f
 // Whether x · wᵀ (+ bias) into out can run: the weight's form, the buffers' sizes, the bias's length.
 sl_status check_product(const char* op, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
                         const sl_buffer* out, sl_error* err) {
-  if (w && w->bits) {
+  if (w && mxfp4::is_mxfp4(*w)) {
+    if (const char* why = mxfp4_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": " + why);
+  } else if (w && w->bits) {
     if (const char* why = quant_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": " + why);
   } else if (!weight_dtype_supported(w)) {
     return set_error(err, SL_ERR_UNSUPPORTED, std::string(op) + ": unknown weight dtype on the CPU backend");
@@ -147,11 +179,11 @@ sl_status check_product(const char* op, const sl_buffer* x, uint32_t n_rows, con
 
 // The product on the path its shape takes (may throw std::bad_alloc for scratch).
 void product(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
-  if (n_rows <= kMatvecMaxRows && w->bits)
+  if (n_rows <= kMatvecMaxRows && affine(w))
     quant_matvec(be, x, n_rows, w, out);
   else if (n_rows <= kMatvecMaxRows)
     matvec(be, x, n_rows, w, out);
-  else if (w->bits && quant_gemm_supported(w))
+  else if (affine(w) && quant_gemm_supported(w))
     quant_gemm(be, x, n_rows, w, out);
   else
     gemm(be, x, n_rows, w, out);
@@ -182,12 +214,12 @@ void matvec_multi(sl_backend* be, const float* x, uint32_t n_rows, uint32_t coun
   chunks.clear();
   for (uint32_t i = 0; i < count; ++i) {
     const sl_weight* w = ws[i];
-    if (w->bits) {
+    if (affine(w)) {
       views[i] = quant_view(be, w);
       // q/k/v and gate/up usually share a form: prepare the activation once for them.
       uint32_t same = i;
       for (uint32_t j = 0; j < i && same == i; ++j)
-        if (ws[j]->bits && QuantMatvecInput::same_preparation(views[j], views[i])) same = j;
+        if (affine(ws[j]) && QuantMatvecInput::same_preparation(views[j], views[i])) same = j;
       prepared[i] = same < i ? prepared[same] : inputs[i].prepare(x, n_rows, views[i], be->int8_activations ? ActivationForm::kInt8 : ActivationForm::kInt16);
     }
     const std::size_t n = w->rows, k = be->pool->chunk_count(n, kMatvecGrain);
@@ -197,7 +229,7 @@ void matvec_multi(sl_backend* be, const float* x, uint32_t n_rows, uint32_t coun
     for (std::size_t c = b; c < e; ++c) {
       const Chunk& ch = chunks[c];
       const sl_weight* w = ws[ch.product];
-      if (w->bits)
+      if (affine(w))
         quant_matvec_rows(views[ch.product], prepared[ch.product], n_rows, ch.begin, ch.end, outs[ch.product], w->rows);
       else
         matvec_rows(be, x, n_rows, w, outs[ch.product], ch.begin, ch.end);

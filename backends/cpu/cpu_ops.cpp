@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "mxfp4_kernels.h"
 #include "quant_kernels.h"
 #include "util/vec.h"
 
@@ -18,6 +19,10 @@ bool weight_dtype_supported(const sl_weight* w) {
 }
 
 void weight_row_to_f32(const sl_weight* w, uint32_t r, float* dst) {
+  if (mxfp4::is_mxfp4(*w)) {  // checked by the op that calls (MATMUL only)
+    const Mxfp4Row row = mxfp4_row(w, r);
+    return mxfp4::decode_row(row.codes, row.scales, w->cols, dst);
+  }
   if (w->bits) return quant_row_to_f32(quant_view(w), r, dst);  // checked by the op that calls
   const std::byte* base = weight_data(w);
   const std::size_t cols = w->cols;

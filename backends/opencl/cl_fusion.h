@@ -65,7 +65,7 @@ struct FusionOptions {
 // A weight the one-row 4-bit decode kernels take (kernels_cl/matvec.cl: whole 16-byte row chunks,
 // groups of whole 32-column blocks).
 inline bool q4_decode_weight(const sl_weight* w) {
-  return w && w->bits == 4 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size != 0 && w->group_size % 32 == 0;
+  return w && w->bits == 4 && w->dtype == SL_DTYPE_U32 && (uint64_t(w->cols) * 4 / 32) % 4 == 0 && w->group_size != 0 && w->group_size % 32 == 0;
 }
 
 namespace fusion_detail {

@@ -10,6 +10,7 @@
 #include "cl_fusion.h"
 #include "graph/graph_check.h"
 #include "graph/graph_copy.h"
+#include "util/mxfp4.h"
 
 namespace sluice::ocl {
 namespace {
@@ -317,6 +318,10 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
     if (index == SL_NO_TENSOR || !q->tensors || index >= q->n_tensors) continue;
     const sl_tensor& t = q->tensors[index];
     if (t.kind == SL_TENSOR_WEIGHT) {
+      if (t.weight && mxfp4::is_mxfp4(*t.weight)) {  // 2.3: products only
+        if (n.op != SL_OP_MATMUL || i != 1) return 0;
+        continue;
+      }
       if (!t.weight || !weight_form_supported(t.weight->dtype, t.weight->bits)) return 0;
       if (n.op != SL_OP_MATMUL && n.op != SL_OP_EMBED && t.weight->bits != 0) return 0;  // norms and biases: plain values
     } else if (t.kind == SL_TENSOR_BUFFER && t.offset != 0 && !takes_offset(n.op, is_output, is_output ? i - SL_NODE_MAX_INPUTS : i)) {

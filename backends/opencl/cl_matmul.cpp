@@ -16,6 +16,7 @@
 #include "cl_backend.h"
 #include "cl_fusion.h"
 #include "cl_matmul_path.h"
+#include "util/mxfp4.h"
 
 namespace sluice::ocl {
 namespace {
@@ -48,8 +49,10 @@ cl::Buffer& block_counts(sl_backend* be, uint64_t n) {
 
 struct Segment {
   uint32_t r0, rows;
-  DevPtr data, scales, biases;
+  DevPtr data, scales, biases;  // MXFP4: no biases (data's range stands in, unread)
 };
+
+bool is_mxfp4(const sl_weight* w) { return mxfp4::is_mxfp4(*w); }
 
 uint64_t row_bytes(const sl_weight* w) {
   if (w->bits) return uint64_t(w->cols) * w->bits / 8;
@@ -57,10 +60,12 @@ uint64_t row_bytes(const sl_weight* w) {
 }
 
 std::vector<Segment> segments(sl_backend* be, const sl_weight* w) {
+  const bool mx = is_mxfp4(w);
   const uint64_t rb = row_bytes(w);
   const uint64_t groups = w->bits ? w->cols / w->group_size : 0;
-  const uint64_t sb = w->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
-  const uint64_t limit = std::min(w->data->chunk_bytes, w->bits ? std::min(w->scales->chunk_bytes, w->biases->chunk_bytes) : w->data->chunk_bytes);
+  const uint64_t sb = mx ? 1 : w->scale_dtype == SL_DTYPE_F32 ? 4 : 2;
+  const uint64_t param_limit = !w->bits ? w->data->chunk_bytes : mx ? w->scales->chunk_bytes : std::min(w->scales->chunk_bytes, w->biases->chunk_bytes);
+  const uint64_t limit = std::min(w->data->chunk_bytes, param_limit);
   const uint64_t per = std::max<uint64_t>(1, std::min<uint64_t>(w->rows, limit / std::max<uint64_t>(rb, groups * sb)));
   std::vector<Segment> out;
   for (uint64_t r0 = 0; r0 < w->rows; r0 += per) {
@@ -70,7 +75,7 @@ std::vector<Segment> segments(sl_backend* be, const sl_weight* w) {
     s.data = read_range(be, w->data, w->offset + r0 * rb, s.rows * rb, 4);
     if (w->bits) {
       s.scales = read_range(be, w->scales, w->scales_offset + r0 * groups * sb, s.rows * groups * sb, sb);
-      s.biases = read_range(be, w->biases, w->biases_offset + r0 * groups * sb, s.rows * groups * sb, sb);
+      s.biases = mx ? s.data : read_range(be, w->biases, w->biases_offset + r0 * groups * sb, s.rows * groups * sb, sb);
     }
     out.push_back(s);
   }
@@ -96,7 +101,7 @@ struct Q4Part {
   bool has_bias = false;
 };
 
-MatmulShape shape_of(uint32_t n_rows, const sl_weight* w) { return {n_rows, w->cols, w->bits, w->group_size}; }
+MatmulShape shape_of(uint32_t n_rows, const sl_weight* w) { return {n_rows, w->cols, w->bits, w->group_size, is_mxfp4(w)}; }
 
 bool q4_decode_form(uint32_t n_rows, const sl_weight* w) {
   return n_rows == 1 && q4_steps_form(shape_of(n_rows, w));
@@ -224,6 +229,24 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
       k.setArg(11, static_cast<cl_ulong>(bias.offset));
       k.setArg(12, static_cast<cl_uint>(bias_dtype));
       k.setArg(13, static_cast<cl_uint>(has_bias));
+      launch(be, k, global, local);
+    } else if (is_mxfp4(w)) {
+      auto& k = kernel(be, "matvec", "matvec_mxfp4");
+      k.setArg(0, s.data.buffer);
+      k.setArg(1, static_cast<cl_ulong>(s.data.offset));
+      k.setArg(2, s.scales.buffer);
+      k.setArg(3, static_cast<cl_ulong>(s.scales.offset));
+      k.setArg(4, static_cast<cl_uint>(s.rows));
+      k.setArg(5, static_cast<cl_uint>(w->cols));
+      k.setArg(6, single(x));
+      k.setArg(7, static_cast<cl_uint>(n_rows));
+      k.setArg(8, single(out));
+      k.setArg(9, static_cast<cl_uint>(w->rows));
+      k.setArg(10, static_cast<cl_uint>(s.r0));
+      k.setArg(11, bias.buffer);
+      k.setArg(12, static_cast<cl_ulong>(bias.offset));
+      k.setArg(13, static_cast<cl_uint>(bias_dtype));
+      k.setArg(14, static_cast<cl_uint>(has_bias));
       launch(be, k, global, local);
     } else if (q4_decode) {
       // Decode's common case: the shape of q4_shape() (kernels_cl/matvec.cl), the float kernel
@@ -382,7 +405,7 @@ bool mma_applies(sl_backend* be, const sl_weight* w) {
     }
   }
   const uint32_t gs = w->group_size;
-  return be->mma_state == 1 && (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 && gs >= 16 && (gs & (gs - 1)) == 0;
+  return be->mma_state == 1 && !is_mxfp4(w) && (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 && gs >= 16 && (gs & (gs - 1)) == 0;
 }
 
 // out[:, r0 + n] = x · W[n]ᵀ per segment, MMA_BM × 128 blocks of out per work-group of 256.
@@ -433,7 +456,16 @@ void gemm(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* 
     for (uint32_t b0 = 0; b0 < s.rows; b0 += block_rows) {
       const uint32_t nb = std::min(block_rows, s.rows - b0);
       const cl::NDRange global(round_up(cols, 64), nb), local(64, 1);
-      if (w->bits == 0) {
+      if (is_mxfp4(w)) {
+        auto& k = kernel(be, "ops", "dequant_rows_mxfp4");
+        k.setArg(0, s.data.buffer);
+        k.setArg(1, static_cast<cl_ulong>(s.data.offset + uint64_t(b0) * row_bytes(w)));
+        k.setArg(2, s.scales.buffer);
+        k.setArg(3, static_cast<cl_ulong>(s.scales.offset + uint64_t(b0) * (cols / mxfp4::kBlock)));
+        k.setArg(4, static_cast<cl_uint>(cols));
+        k.setArg(5, scratch);
+        launch(be, k, global, local);
+      } else if (w->bits == 0) {
         auto& k = kernel(be, "ops", "dequant_rows");
         k.setArg(0, s.data.buffer);
         k.setArg(1, static_cast<cl_ulong>(s.data.offset + uint64_t(b0) * row_bytes(w)));
@@ -466,9 +498,17 @@ void gemm(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* 
 // What matmul accepts, or its error.
 sl_status check_matmul(const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, const sl_buffer* out,
                        sl_error* err) {
-  if (!w || !w->data || !weight_form_supported(w->dtype, w->bits))
+  if (w && is_mxfp4(w)) {
+    if (!w->data || !w->scales || w->biases || w->cols == 0 || w->cols % mxfp4::kBlock)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul: an MXFP4 weight needs codes, scales, no biases and cols in blocks of 32");
+    const uint64_t in_range = w->data->bytes >= w->offset ? w->data->bytes - w->offset : 0;
+    const uint64_t scales_in_range = w->scales->bytes >= w->scales_offset ? w->scales->bytes - w->scales_offset : 0;
+    if (uint64_t(w->rows) * mxfp4::row_bytes(w->cols) > in_range || uint64_t(w->rows) * mxfp4::scales_per_row(w->cols) > scales_in_range)
+      return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul: MXFP4 codes or scales run past their buffers");
+  } else if (!w || !w->data || !weight_form_supported(w->dtype, w->bits)) {
     return set_error(err, SL_ERR_UNSUPPORTED, "matmul: unsupported weight form on the OpenCL backend");
-  if (w->bits && (!w->scales || !w->biases || w->group_size == 0 || w->cols % w->group_size ||
+  }
+  if (w->bits && !is_mxfp4(w) && (!w->scales || !w->biases || w->group_size == 0 || w->cols % w->group_size ||
                   (uint64_t(w->cols) * w->bits) % 32 || !weight_form_supported(w->scale_dtype, 0)))
     return set_error(err, SL_ERR_INVALID_ARGUMENT,
                      "matmul: quantized weight needs scales, biases, and rows of whole groups and 32-bit words");

@@ -14,7 +14,7 @@ namespace sluice::ocl {
 enum class MatmulPath {
   kQ4Decode,  // one row, 4-bit: matvec_q4_rows / matvec_q4_dp4a (q4_shape picks the teams)
   kQ4Batch,   // 2..q4_batch_max_rows rows, 4-bit: matvec_q4_batch, the weights read once a chunk of rows
-  kMatvec,    // up to kMatvecMaxRows rows of any other form: matvec / matvec_quant
+  kMatvec,    // up to kMatvecMaxRows rows of any other form: matvec / matvec_quant / matvec_mxfp4
   kGemm,      // more rows: the tensor-core GEMM where it applies, else dequantize + CLBlast
 };
 
@@ -22,11 +22,12 @@ inline constexpr uint32_t kMatvecMaxRows = 8;  // MAX_T in kernels_cl/matvec.cl
 
 struct MatmulShape {
   uint32_t n_rows = 0, cols = 0, bits = 0, group_size = 0;
+  bool mxfp4 = false;  // ABI 2.3's MXFP4 (bits 4, blocks of 32), not affine codes
 };
 
-// The 4-bit decode kernels' form: 32-column steps of four words, a step inside one group.
+// The 4-bit affine decode kernels' form: 32-column steps of four words, a step inside one group.
 inline bool q4_steps_form(const MatmulShape& s) {
-  return s.bits == 4 && (uint64_t(s.cols) * 4 / 32) % 4 == 0 && s.group_size % 32 == 0;
+  return s.bits == 4 && !s.mxfp4 && (uint64_t(s.cols) * 4 / 32) % 4 == 0 && s.group_size % 32 == 0;
 }
 
 inline MatmulPath matmul_path(const MatmulShape& s, const Tuning& t) {

@@ -99,10 +99,49 @@ void arrange_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales
   fill_biases(gate_up_bias, down_bias, hidden, ffn, bias_dtype, out);
 }
 
-void arrange_expert(const ExpertLayout& layout, uint32_t moe_layer, const void* const* part, ArrangedExpert& out) {
+void keep_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales, const void* down_blocks, const void* down_scales,
+                       const void* gate_up_bias, const void* down_bias, uint32_t hidden, uint32_t ffn, uint32_t bias_dtype,
+                       ArrangedExpert& out) {
+  const std::size_t code_row = hidden / 2, scale_row = hidden / 32;
+  out.mxfp4 = true;
+  out.gate.resize(std::size_t(ffn) * code_row);
+  out.up.resize(std::size_t(ffn) * code_row);
+  out.gate_scales.resize(std::size_t(ffn) * scale_row);
+  out.up_scales.resize(std::size_t(ffn) * scale_row);
+  const auto* gub = static_cast<const std::byte*>(gate_up_blocks);
+  const auto* gus = static_cast<const std::byte*>(gate_up_scales);
+  for (uint32_t j = 0; j < ffn; ++j) {  // gate_up's row 2j is gate's row j, 2j + 1 up's
+    std::memcpy(out.gate.data() + j * code_row, gub + (2 * std::size_t(j)) * code_row, code_row);
+    std::memcpy(out.up.data() + j * code_row, gub + (2 * std::size_t(j) + 1) * code_row, code_row);
+    std::memcpy(out.gate_scales.data() + j * scale_row, gus + (2 * std::size_t(j)) * scale_row, scale_row);
+    std::memcpy(out.up_scales.data() + j * scale_row, gus + (2 * std::size_t(j) + 1) * scale_row, scale_row);
+  }
+  out.mx_down = {down_blocks, uint64_t(hidden) * ffn / 2};
+  out.mx_down_scales = {down_scales, uint64_t(hidden) * ffn / 32};
+  fill_biases(gate_up_bias, down_bias, hidden, ffn, bias_dtype, out);
+}
+
+ArrangedExpert::Span ArrangedExpert::weight(uint32_t p) const {
+  if (mxfp4 && p == ExpertLayout::kDown) return mx_down;
+  const std::vector<std::byte>& v = p == ExpertLayout::kGate ? gate : p == ExpertLayout::kUp ? up : down;
+  return {v.data(), v.size()};
+}
+
+ArrangedExpert::Span ArrangedExpert::scales(uint32_t p) const {
+  if (!mxfp4) return {};
+  if (p == ExpertLayout::kDown) return mx_down_scales;
+  const std::vector<std::byte>& v = p == ExpertLayout::kGate ? gate_scales : up_scales;
+  return {v.data(), v.size()};
+}
+
+void arrange_expert(const ExpertLayout& layout, uint32_t moe_layer, const void* const* part, bool keep_mxfp4, ArrangedExpert& out) {
   const auto& gate = layout.projection(moe_layer, ExpertLayout::kGate);
   const uint32_t hidden = gate.cols, ffn = gate.rows;
-  if (layout.form() == ExpertLayout::Form::kFusedMxfp4)
+  if (layout.form() == ExpertLayout::Form::kFusedMxfp4 && keep_mxfp4)
+    keep_mxfp4_expert(part[ExpertLayout::kGateUpBlocks], part[ExpertLayout::kGateUpScales], part[ExpertLayout::kDownBlocks],
+                      part[ExpertLayout::kDownScales], part[ExpertLayout::kMxGateUpBias], part[ExpertLayout::kMxDownBias], hidden, ffn,
+                      layout.bias_dtype(), out);
+  else if (layout.form() == ExpertLayout::Form::kFusedMxfp4)
     arrange_mxfp4_expert(part[ExpertLayout::kGateUpBlocks], part[ExpertLayout::kGateUpScales], part[ExpertLayout::kDownBlocks],
                          part[ExpertLayout::kDownScales], part[ExpertLayout::kMxGateUpBias], part[ExpertLayout::kMxDownBias], hidden, ffn,
                          layout.bias_dtype(), out);

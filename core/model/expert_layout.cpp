@@ -110,7 +110,8 @@ uint64_t ExpertLayout::expert_bytes(uint32_t moe_layer) const {
 }
 
 // gpt-oss in MXFP4: per layer, blocks and scales of gate_up and down, and the two biases, stacked.
-// The products reach the backend as bf16 (every MXFP4 value is exact in it).
+// The projections are described as bf16 (every MXFP4 value is exact in it): the form they reach a
+// backend without MXFP4 in; one with it takes them as MXFP4 (expert_arrange.h).
 Status ExpertLayout::add_mxfp4_layer(ExpertLayout& layout, const ModelConfig& config, const SafetensorsSet& tensors, int L, bool first) {
   const int64_t E = config.moe.n_experts, H = config.hidden_size, F = config.moe.expert_intermediate;
   if (H % 32 != 0 || F % 32 != 0)

@@ -40,7 +40,7 @@ class ExpertLayout {
   enum class Form {
     kSeparate,         // one [out, in] matrix per projection, as MATMUL takes it
     kFusedInputMajor,  // gpt-oss: gate_up [H, 2F] interleaved, down [F, H], biases; rearranged per use
-    kFusedMxfp4,       // gpt-oss in MXFP4: blocks and scales of gate_up and down, biases; decoded per use
+    kFusedMxfp4,       // gpt-oss in MXFP4: blocks and scales of gate_up and down, biases; kept MXFP4 or decoded per use
   };
   // The fused forms' parts.
   enum FusedPart { kGateUp = 0, kDownPart = 1, kGateUpBias = 2, kDownBias = 3 };

@@ -400,11 +400,24 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
     m->experts_ = std::move(*layout);
     for (int i = 0; i < c.num_layers; ++i) m->layers_[i].moe_index = m->experts_->moe_layer_of(i);
     // Expert weights reach the backend as host memory wrapped per use: say so now if a backend that
-    // runs MoE layers cannot run their form.
-    for (const auto& st : m->stages_)
+    // runs MoE layers cannot run their form. MXFP4 experts stay MXFP4 on a stage whose backend
+    // multiplies that form (2.3) for every layer's shapes; elsewhere they go as bf16.
+    const bool mxfp4 = m->experts_->form() == ExpertLayout::Form::kFusedMxfp4;
+    for (auto& st : m->stages_) {
+      st.mxfp4_experts = mxfp4;
       for (uint32_t i = st.first; i < st.end; ++i) {
         const int l = m->layers_[i].moe_index;
         if (l < 0) continue;
+        for (auto p : {ExpertLayout::kGate, ExpertLayout::kUp, ExpertLayout::kDown}) {
+          const auto& proj = m->experts_->projection(static_cast<uint32_t>(l), p);
+          if (mxfp4 && !st.backend->runs_mxfp4(proj.rows, proj.cols)) st.mxfp4_experts = false;
+        }
+      }
+    }
+    for (const auto& st : m->stages_)
+      for (uint32_t i = st.first; i < st.end; ++i) {
+        const int l = m->layers_[i].moe_index;
+        if (l < 0 || st.mxfp4_experts) continue;
         for (auto p : {ExpertLayout::kGate, ExpertLayout::kUp, ExpertLayout::kDown}) {
           const auto& proj = m->experts_->projection(static_cast<uint32_t>(l), p);
           sl_weight form{};
@@ -486,6 +499,11 @@ Result<WeightFootprint> Transformer::footprint(const ModelConfig& config, const 
     f.layer_bytes.push_back(*layer);
   }
   return f;
+}
+
+bool Transformer::experts_in_mxfp4() const {
+  return experts_ && experts_->form() == ExpertLayout::Form::kFusedMxfp4 &&
+         std::all_of(stages_.begin(), stages_.end(), [](const Stage& st) { return st.mxfp4_experts; });
 }
 
 std::vector<StageSpec> Transformer::stages() const {

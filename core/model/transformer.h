@@ -109,6 +109,9 @@ class Transformer {
   // before the first forward pass of such a model; the caller keeps it alive).
   const std::optional<ExpertLayout>& expert_layout() const { return experts_; }
   void attach_expert_store(ExpertStoreHandle* store) { store_ = store; }
+  // Whether MXFP4 experts reach the backend(s) in that form (every stage's backend multiplies it,
+  // ABI 2.3) rather than decoded to bf16 on the host (expert_arrange.h).
+  bool experts_in_mxfp4() const;
 
  private:
   using Layer = LayerWeights;
@@ -149,6 +152,9 @@ class Transformer {
     sl_weight next_router_bias{};  // where routers have biases (MoeConfig::router_bias)
     bool has_next_router = false;
     std::vector<Buffer> sinks;     // the layers' attention sinks as float32 (LayerWeights::sinks)
+    // The experts are MXFP4 and this stage's backend multiplies them so (ABI 2.3): they reach it as
+    // MXFP4 weights, not decoded to bf16 (expert_arrange.h).
+    bool mxfp4_experts = false;
     Activations act;
   };
 

@@ -9,6 +9,7 @@
 #include "model/families/llama.h"  // activation()
 #include "model/moe_routing.h"
 #include "model/transformer.h"
+#include "util/mxfp4.h"
 
 namespace sluice {
 
@@ -268,10 +269,12 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     const std::size_t first_buffer = pass.keep.size();
     if (fused) {
       ArrangedExpert& x = pass.arranged.emplace_back();
-      arrange_expert(*experts_, moe_layer, &parts[i * experts_->n_parts()], x);
-      const std::pair<const void*, uint64_t> pieces[6] = {{x.gate.data(), x.gate.size()},           {x.up.data(), x.up.size()},
-                                                          {x.down.data(), x.down.size()},           {x.gate_bias.data(), x.gate_bias.size() * 4},
-                                                          {x.up_bias.data(), x.up_bias.size() * 4}, {x.down_bias.data(), x.down_bias.size() * 4}};
+      arrange_expert(*experts_, moe_layer, &parts[i * experts_->n_parts()], st.mxfp4_experts, x);
+      // The three products' values (or MXFP4 codes), the biases, then the MXFP4 scales.
+      std::vector<ArrangedExpert::Span> pieces = {x.weight(0), x.weight(1), x.weight(2), {x.gate_bias.data(), x.gate_bias.size() * 4},
+                                                  {x.up_bias.data(), x.up_bias.size() * 4}, {x.down_bias.data(), x.down_bias.size() * 4}};
+      if (x.mxfp4)
+        for (uint32_t p = 0; p < 3; ++p) pieces.push_back(x.scales(p));
       for (const auto& [data, bytes] : pieces) {
         auto buf = backend.wrap_host(data, bytes);
         if (!buf) return buf.error();
@@ -299,7 +302,13 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
       wp.dtype = proj.dtype;
       wp.rows = proj.rows;
       wp.cols = proj.cols;
-      if (proj.quantized()) {
+      if (fused && st.mxfp4_experts) {  // ABI 2.3's form (sluice/graph.h), codes and scales wrapped above
+        wp.dtype = SL_DTYPE_E2M1;
+        wp.bits = 4;
+        wp.group_size = mxfp4::kBlock;
+        wp.scale_dtype = SL_DTYPE_E8M0;
+        wp.scales = pass.keep[first_buffer + 6 + p].get();
+      } else if (proj.quantized()) {
         wp.bits = proj.bits;
         wp.group_size = proj.group_size;
         wp.scale_dtype = proj.scale_dtype;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "plugin/plugin_registry.h"  // table_has
+#include "util/mxfp4.h"
 
 namespace sluice {
 
@@ -118,6 +119,11 @@ bool BackendHandle::supports(const sl_node& node, std::span<const sl_tensor> ten
   q.n_tensors = static_cast<uint32_t>(tensors.size());
   q.kv = kv;
   return api_->supports_node(be_, &q) == 1;
+}
+
+bool BackendHandle::runs_mxfp4(uint32_t rows, uint32_t cols) const {
+  if (SL_ABI_VERSION_MINOR(api_->abi_version) < 3) return false;
+  return runs_weight(SL_OP_MATMUL, mxfp4::weight_form(rows, cols));
 }
 
 bool BackendHandle::runs_weight(sl_op op, const sl_weight& w) const {

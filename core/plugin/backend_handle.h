@@ -65,6 +65,9 @@ class BackendHandle {
   bool supports(const sl_node& node, std::span<const sl_tensor> tensors, const sl_kv_layout* kv = nullptr) const;
   // Whether it runs op (EMBED or MATMUL) with weight w in its form (dtype, quantization).
   bool runs_weight(sl_op op, const sl_weight& w) const;
+  // Whether it multiplies [rows, cols] MXFP4 weights in place (sluice/graph.h): a backend of ABI 2.3
+  // or later whose supports_node takes the form (an earlier one cannot know it, whatever it answers).
+  bool runs_mxfp4(uint32_t rows, uint32_t cols) const;
   bool has_cap(uint32_t cap) const { return (device_.caps & cap) != 0; }
   // Recurrent layers' state (2.0): whether the backend keeps it (SL_CAP_KV_LAYERS and both entry
   // points), and its two entry points.

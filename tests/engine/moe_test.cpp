@@ -274,8 +274,12 @@ uint16_t exact_bf16(float v) {
 // zoo2/gpt_oss with its experts replaced by random MXFP4 codes (as OpenAI's checkpoints store them:
 // blocks [E, out, in / 32, 16], scales [E, out, in / 32]) in one folder, and by those values decoded
 // here — lut[code] · 2^(scale − 127), low nibble first — in transformers' bf16 layout ([E, in, out],
-// gate_up's outputs interleaved) in another. The MXFP4 path must give exactly the bf16 path's logits
-// (the bf16 path is the one held to transformers' golden), resident and streamed.
+// gate_up's outputs interleaved) in another. The CPU backend multiplies MXFP4 weights in place (ABI
+// 2.3), so the MXFP4 experts reach it as MXFP4 — gate and up parted row by row, down as the store holds
+// it — and its kernels make the same float32 values the bf16 decoding holds and sum them in the bf16
+// kernels' lanes and order (backends/cpu/mxfp4_kernels.h; prefill's GEMM blocks are the same floats):
+// the logits must equal the bf16 path's bit for bit (the bf16 path is the one held to transformers'
+// golden), resident and streamed.
 TEST(GptOssMxfp4, ExpertsGiveExactlyTheLogitsOfTheirBf16Decoding) {
   SLUICE_REQUIRE_REFERENCE("models/zoo2/gpt_oss/golden.json");
   const auto source = test::reference_path("models/zoo2/gpt_oss");
@@ -352,6 +356,7 @@ TEST(GptOssMxfp4, ExpertsGiveExactlyTheLogitsOfTheirBf16Decoding) {
     o.expert_cache_mb = std::string(store) == "uring" ? 1 : 0;
     auto rt = Runtime::open(o);
     ASSERT_TRUE(rt.ok()) << rt.message();
+    EXPECT_EQ((*rt)->model().experts_in_mxfp4(), mx) << store;  // not decoded to bf16 on the host
     std::size_t i = 0;
     const bool record = want.empty();
     for (const auto& prompt : (*golden)["prompts"].GetArray()) {

@@ -35,6 +35,13 @@ TEST(MatmulPath, FormsTheBatchKernelCannotReadKeepTheGeneralPaths) {
   EXPECT_EQ(matmul_path(q4(20, 96 * 16, 48), t), MatmulPath::kGemm);
 }
 
+TEST(MatmulPath, Mxfp4WeightsTakeTheirOwnMatvecThenTheGemm) {
+  // MXFP4 (ABI 2.3) has 4-bit codes in groups of 32, but no affine words: never the 4-bit kernels.
+  const Tuning t;
+  for (uint32_t n : {1u, 2u, 8u}) EXPECT_EQ(matmul_path({n, 2880, 4, 32, true}, t), MatmulPath::kMatvec) << n;
+  for (uint32_t n : {9u, 64u, 512u}) EXPECT_EQ(matmul_path({n, 2880, 4, 32, true}, t), MatmulPath::kGemm) << n;
+}
+
 TEST(MatmulPath, TuningTurnsTheBatchKernelOffOrMovesItsLimit) {
   Tuning off;
   off.q4_batch_max_rows = 0;

@@ -27,12 +27,25 @@ typedef enum sl_dtype {
   SL_DTYPE_F16 = 1,
   SL_DTYPE_BF16 = 2,
   SL_DTYPE_I32 = 3,
-  SL_DTYPE_U32 = 4 /* packed quantized words */
+  SL_DTYPE_U32 = 4, /* packed quantized words */
+  /* 2.3: MXFP4 codes (OCP Microscaling FP4): 4-bit e2m1 floats (sign, 2 exponent bits, 1 mantissa
+   * bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), two a byte, low nibble first */
+  SL_DTYPE_E2M1 = 5,
+  /* 2.3: MXFP4 scales: one byte s a power of two, 2^(s - 127) (s = 0 is 2^-127; 255, the format's NaN,
+   * has no defined product) */
+  SL_DTYPE_E8M0 = 6
 } sl_dtype;
 
 /* A weight matrix [rows, cols] row-major, stored in a buffer. A vector (norm weight, bias) has rows 1.
- * Affine quantization (bits > 0): `data` holds uint32 words, each packing 32/bits values along cols,
- * low bits first; value = scale * q + bias per group of group_size consecutive cols. */
+ * Affine quantization (bits > 0, dtype SL_DTYPE_U32): `data` holds uint32 words, each packing 32/bits
+ * values along cols, low bits first; value = scale * q + bias per group of group_size consecutive cols.
+ * MXFP4 (2.3; dtype SL_DTYPE_E2M1, bits 4, group_size 32, scale_dtype SL_DTYPE_E8M0, no biases):
+ * `data` holds each row's cols / 2 bytes of e2m1 codes (column c in byte c / 2, the low nibble for
+ * even c), `scales` each row's cols / 32 bytes; value = e2m1(code) * 2^(scale - 127) per block of 32
+ * consecutive cols, taken as float32 (so e.g. 6 * 2^127, past float32's range, is infinite). A backend
+ * built before 2.3 does not know these dtypes and refuses such a weight with a status (its
+ * supports_node and MATMUL); the host sends it only to backends of 2.3 or later whose supports_node
+ * accepts it, and decodes the values to bf16 for the others. Only MATMUL takes it. */
 typedef struct sl_weight {
   uint32_t struct_size;
   sl_buffer* data;
