@@ -1,10 +1,10 @@
 #include "model/expert_arrange.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "sluice/graph.h"
+#include "util/mxfp4.h"
 #include "util/vec.h"
 
 namespace sluice {
@@ -63,18 +63,6 @@ void fill_biases(const void* gate_up_bias, const void* down_bias, uint32_t hidde
 
 }  // namespace
 
-void decode_mxfp4_row(const uint8_t* blocks, const uint8_t* scales, uint32_t cols, float* out) {
-  static constexpr float kFp4[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-  for (uint32_t g = 0; g < cols / 32; ++g) {
-    const int exponent = int(scales[g]) - 127;
-    for (uint32_t b = 0; b < 16; ++b) {
-      const uint8_t byte = blocks[g * 16 + b];
-      out[g * 32 + 2 * b] = std::ldexp(kFp4[byte & 0x0F], exponent);
-      out[g * 32 + 2 * b + 1] = std::ldexp(kFp4[byte >> 4], exponent);
-    }
-  }
-}
-
 void arrange_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales, const void* down_blocks, const void* down_scales,
                           const void* gate_up_bias, const void* down_bias, uint32_t hidden, uint32_t ffn, uint32_t bias_dtype,
                           ArrangedExpert& out) {
@@ -86,14 +74,14 @@ void arrange_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales
   const auto* gub = static_cast<const uint8_t*>(gate_up_blocks);
   const auto* gus = static_cast<const uint8_t*>(gate_up_scales);
   for (uint32_t r = 0; r < 2 * ffn; ++r) {  // row r of gate_up: gate's r / 2 (even) or up's (odd)
-    decode_mxfp4_row(gub + std::size_t(r) * hidden / 2, gus + std::size_t(r) * hidden / 32, hidden, row.data());
+    mxfp4::decode_row(gub + std::size_t(r) * hidden / 2, gus + std::size_t(r) * hidden / 32, hidden, row.data());
     std::byte* dst = (r % 2 == 0 ? out.gate : out.up).data() + std::size_t(r / 2) * hidden * 2;
     store_bf16(row.data(), hidden, dst);
   }
   const auto* db = static_cast<const uint8_t*>(down_blocks);
   const auto* ds = static_cast<const uint8_t*>(down_scales);
   for (uint32_t r = 0; r < hidden; ++r) {
-    decode_mxfp4_row(db + std::size_t(r) * ffn / 2, ds + std::size_t(r) * ffn / 32, ffn, row.data());
+    mxfp4::decode_row(db + std::size_t(r) * ffn / 2, ds + std::size_t(r) * ffn / 32, ffn, row.data());
     store_bf16(row.data(), ffn, out.down.data() + std::size_t(r) * ffn * 2);
   }
   fill_biases(gate_up_bias, down_bias, hidden, ffn, bias_dtype, out);

@@ -56,7 +56,4 @@ void keep_mxfp4_expert(const void* gate_up_blocks, const void* gate_up_scales, c
                        const void* gate_up_bias, const void* down_bias, uint32_t hidden, uint32_t ffn, uint32_t bias_dtype,
                        ArrangedExpert& out);
 
-// One row of `cols` MXFP4 values (cols / 32 blocks of 16 bytes and cols / 32 scales) as float32.
-void decode_mxfp4_row(const uint8_t* blocks, const uint8_t* scales, uint32_t cols, float* out);
-
 }  // namespace sluice
