@@ -153,16 +153,19 @@ struct Forms {
     if (batch_of == b) batch_of = nullptr;
   }
   // The batch pair (sl_backend::batch_x8): the forms of a decode batch's n_rows rows of x, which the
-  // products after the first that read the same x (q, k, v; gate, up) reuse.
+  // products after the first that read the same x (q, k, v; gate, up) reuse — of one kind: the 15-bit
+  // forms (kBatchInt15) or the tensor-core kernel's f16 rows with their sums a step of `kind` columns.
+  static constexpr uint32_t kBatchInt15 = 1;
   const sl_buffer* batch_of = nullptr;
-  uint32_t batch_cols = 0, batch_rows = 0;
-  bool holds_batch(const sl_buffer* x, uint32_t n, uint32_t rows) const {
-    return x && batch_of == x && batch_cols == n && batch_rows == rows;
+  uint32_t batch_cols = 0, batch_rows = 0, batch_kind = 0;
+  bool holds_batch(const sl_buffer* x, uint32_t n, uint32_t rows, uint32_t kind) const {
+    return x && batch_of == x && batch_cols == n && batch_rows == rows && batch_kind == kind;
   }
-  void made_batch(const sl_buffer* x, uint32_t n, uint32_t rows) {
+  void made_batch(const sl_buffer* x, uint32_t n, uint32_t rows, uint32_t kind) {
     batch_of = x;
     batch_cols = n;
     batch_rows = rows;
+    batch_kind = kind;
   }
 };
 
@@ -268,6 +271,9 @@ struct sl_backend {
   // Quantized prefill GEMM on tensor cores (kernels_cl/gemm_mma.cl): 0 not tried yet, 1 built, -1 off
   // (not an sm_80+ NVIDIA device with PTX on, tuning mma = 0, or its program failed to build).
   int mma_state = 0;
+  // The batched decode products on tensor cores (kernels_cl/matvec_batch_mma.cl): 0 not tried yet, 1
+  // built, -1 off (not an sm_80+ NVIDIA device with PTX on, or a program failed to build).
+  int batch_mma_state = 0;
   // Prefill attention on tensor cores (kernels_cl/attention_mma.cl), per head_dim: 1 built, -1 its
   // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
   std::map<uint32_t, int> att_mma_state;

@@ -101,7 +101,7 @@ struct Q4Part {
   bool has_bias = false;
 };
 
-MatmulShape shape_of(uint32_t n_rows, const sl_weight* w) { return {n_rows, w->cols, w->bits, w->group_size, is_mxfp4(w)}; }
+MatmulShape shape_of(uint32_t n_rows, const sl_weight* w) { return {n_rows, w->cols, w->bits, w->group_size, is_mxfp4(w), w->rows}; }
 
 bool q4_decode_form(uint32_t n_rows, const sl_weight* w) {
   return n_rows == 1 && q4_steps_form(shape_of(n_rows, w));
@@ -281,11 +281,81 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
   }
 }
 
+// Whether the device runs the batched tensor-core products in this shape: an sm_80+ NVIDIA device with
+// PTX on and the shape's program built (on first use; if a build fails, the dp4a and float batch
+// kernels serve from then on).
+bool batch_mma_device(sl_backend* be, const Q4BatchMmaShape& shape) {
+  if (be->batch_mma_state == 0) be->batch_mma_state = be->use_ptx && be->caps.sm >= 80 ? 1 : -1;
+  if (be->batch_mma_state != 1) return false;
+  try {
+    kernel(be, q4_batch_mma_program(shape), "matvec_q4_batch_mma");
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opencl: tensor-core batch products unavailable, batches use the dp4a kernel: %s\n", e.what());
+    be->batch_mma_state = -1;
+    return false;
+  }
+}
+
+// A batch of decode rows on tensor cores: x's rows as f16 in the kernel's column order with their
+// step sums (matvec_batch_mma_pack_x; shared by the products that read the same x), then
+// matvec_q4_batch_mma per segment, 16·m_tiles weight rows a work-group, chunks of 8·n_tiles rows.
+void q4_batch_mma_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const Q4BatchMmaShape& shape,
+                         const DevPtr& bias, uint32_t bias_dtype, bool has_bias, sl_buffer* out, Forms& forms) {
+  const std::string program = q4_batch_mma_program(shape);
+  cl::Buffer& xh = be->batch_x8.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
+  cl::Buffer& sums = be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * (w->cols / shape.step) * 4);
+  if (!forms.holds_batch(x, w->cols, n_rows, shape.step)) {
+    auto& pack = kernel(be, program, "matvec_batch_mma_pack_x");
+    pack.setArg(0, single(x));
+    pack.setArg(1, static_cast<cl_uint>(w->cols));
+    pack.setArg(2, static_cast<cl_uint>(n_rows));
+    pack.setArg(3, xh);
+    pack.setArg(4, sums);
+    launch(be, pack, cl::NDRange(round_up(w->cols / 8, 64), n_rows), cl::NDRange(64, 1));  // a word of 8 columns a work-item
+    forms.made_batch(x, w->cols, n_rows, shape.step);
+  }
+  const uint32_t chunks = (n_rows + shape.chunk_rows() - 1) / shape.chunk_rows();
+  auto& k = kernel(be, program, "matvec_q4_batch_mma");
+  for (const auto& s : segments(be, w)) {
+    cl_uint a = 0;
+    k.setArg(a++, s.data.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(s.data.offset));
+    k.setArg(a++, static_cast<cl_uint>(s.data.offset % 8 == 0 ? 8 : 4));
+    k.setArg(a++, s.scales.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(s.scales.offset));
+    k.setArg(a++, s.biases.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(s.biases.offset));
+    k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
+    k.setArg(a++, static_cast<cl_uint>(w->group_size));
+    k.setArg(a++, static_cast<cl_uint>(s.rows));
+    k.setArg(a++, static_cast<cl_uint>(w->cols));
+    k.setArg(a++, xh);
+    k.setArg(a++, sums);
+    k.setArg(a++, static_cast<cl_uint>(n_rows));
+    k.setArg(a++, static_cast<cl_uint>(chunks));
+    k.setArg(a++, single(out));
+    k.setArg(a++, static_cast<cl_uint>(w->rows));
+    k.setArg(a++, static_cast<cl_uint>(s.r0));
+    k.setArg(a++, bias.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(bias.offset));
+    k.setArg(a++, static_cast<cl_uint>(bias_dtype));
+    k.setArg(a++, static_cast<cl_uint>(has_bias));
+    const uint64_t blocks = (s.rows + shape.rows_per_group() - 1) / shape.rows_per_group();
+    launch(be, k, cl::NDRange(size_t(blocks * chunks * shape.warps * 32)), cl::NDRange(shape.warps * 32));
+  }
+}
+
 // A batch of decode rows (one a sequence) by a 4-bit weight: matvec_q4_batch (kernels_cl/matvec_batch.cl)
 // reads each weight step once for a chunk of rows; the chunks of a block of weight rows are
-// consecutive work-groups.
+// consecutive work-groups. On tensor cores where the device and the tuning allow (above).
 void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
               bool has_bias, sl_buffer* out, Forms& forms) {
+  const MatmulShape mshape = shape_of(n_rows, w);
+  if (q4_batch_mma(mshape, be->batch_mma_state != -1, be->tuning)) {
+    const Q4BatchMmaShape shape = q4_batch_mma_shape(mshape, be->caps.compute_units, be->tuning);
+    if (batch_mma_device(be, shape)) return q4_batch_mma_launch(be, x, n_rows, w, shape, bias, bias_dtype, has_bias, out, forms);
+  }
   const uint32_t chunk = q4_batch_chunk(n_rows, be->tuning), team_rows = q4_batch_team_rows(n_rows, be->tuning);
   const uint32_t chunks = (n_rows + chunk - 1) / chunk, rows_per_group = 128 / 32 * team_rows;
   cl::Buffer *xq = nullptr, *blocks = nullptr;
@@ -295,14 +365,14 @@ void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weig
     xq = &be->batch_x8.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
     blocks = &be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * w->cols / 32 * 8);
   }
-  if (dp4a && !forms.holds_batch(x, w->cols, n_rows)) {
+  if (dp4a && !forms.holds_batch(x, w->cols, n_rows, Forms::kBatchInt15)) {
     auto& q = kernel(be, "matvec", "matvec_x_int15_rows");
     q.setArg(0, single(x));
     q.setArg(1, static_cast<cl_uint>(w->cols));
     q.setArg(2, *xq);
     q.setArg(3, *blocks);
     launch(be, q, cl::NDRange(round_up(w->cols, 256), n_rows), cl::NDRange(256, 1));
-    forms.made_batch(x, w->cols, n_rows);
+    forms.made_batch(x, w->cols, n_rows, Forms::kBatchInt15);
   }
   auto& k = kernel(be, q4_batch_program(chunk, team_rows), dp4a ? "matvec_q4_batch_dp4a" : "matvec_q4_batch");
   for (const auto& s : segments(be, w)) {

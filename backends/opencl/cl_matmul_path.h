@@ -13,7 +13,7 @@ namespace sluice::ocl {
 
 enum class MatmulPath {
   kQ4Decode,  // one row, 4-bit: matvec_q4_rows / matvec_q4_dp4a (q4_shape picks the teams)
-  kQ4Batch,   // 2..q4_batch_max_rows rows, 4-bit: matvec_q4_batch, the weights read once a chunk of rows
+  kQ4Batch,   // 2..q4_batch_max_rows rows, 4-bit: matvec_q4_batch(_dp4a/_mma), the weights read once a chunk of rows
   kMatvec,    // up to kMatvecMaxRows rows of any other form: matvec / matvec_quant / matvec_mxfp4
   kGemm,      // more rows: the tensor-core GEMM where it applies, else dequantize + CLBlast
 };
@@ -22,7 +22,8 @@ inline constexpr uint32_t kMatvecMaxRows = 8;  // MAX_T in kernels_cl/matvec.cl
 
 struct MatmulShape {
   uint32_t n_rows = 0, cols = 0, bits = 0, group_size = 0;
-  bool mxfp4 = false;  // ABI 2.3's MXFP4 (bits 4, blocks of 32), not affine codes
+  bool mxfp4 = false;      // ABI 2.3's MXFP4 (bits 4, blocks of 32), not affine codes
+  uint32_t out_rows = 0;   // the weight's rows (the product's outputs a row)
 };
 
 // The 4-bit affine decode kernels' form: 32-column steps of four words, a step inside one group.
@@ -57,6 +58,47 @@ inline uint32_t q4_batch_team_rows(uint32_t n_rows, const Tuning& t) {
 // codes multiplied with dp4a) rather than the float matvec_q4_batch: where the device runs dp4a (NVIDIA
 // with inline PTX, unless tune.dp4a=0 — use_dp4a) and the tuning allows it.
 inline bool q4_batch_dp4a(bool dp4a_device, const Tuning& t) { return dp4a_device && t.q4_batch_dp4a != 0; }
+
+// Whether a batch takes matvec_q4_batch_mma (kernels_cl/matvec_batch_mma.cl, tensor cores): where the
+// device runs mma.sync (sm_80+ NVIDIA with inline PTX, the program built — mma_device), the tuning
+// allows it and the batch has q4_batch_mma_min_rows rows or more; it reads whole 32-column steps.
+inline bool q4_batch_mma(const MatmulShape& s, bool mma_device, const Tuning& t) {
+  return mma_device && t.q4_batch_mma != 0 && s.n_rows >= t.q4_batch_mma_min_rows && s.cols % 32 == 0 && s.group_size % 32 == 0;
+}
+
+// Its compile-time shape for a batch (program "matvec_batch_mma_n4_m1_s4_w8_g64_u2"): n tiles of 8
+// activation rows a chunk (the fewest of 1, 2, 4 that hold the batch; wider batches in chunks of 32),
+// m tiles of 16 weight rows a warp, warps side by side in m (they share x through L1: more of them, fewer
+// bytes of x from L2 — but fewer work-groups, so they halve until the launch has
+// q4_batch_mma_groups_per_cu work-groups a compute unit or one warp is left), warps a work-group,
+// columns a step (64 where the groups and the row allow, else 32), steps in flight a warp. The warps'
+// sums meet in local memory, warps × m × n × 512 bytes: m falls to 1 where that would pass 32 KB.
+struct Q4BatchMmaShape {
+  uint32_t n_tiles = 1, m_tiles = 1, m_warps = 1, warps = 8, step = 64, unroll = 2;
+  uint32_t chunk_rows() const { return 8 * n_tiles; }
+  uint32_t rows_per_group() const { return 16 * m_tiles * m_warps; }
+  bool operator==(const Q4BatchMmaShape&) const = default;
+};
+
+inline Q4BatchMmaShape q4_batch_mma_shape(const MatmulShape& s, uint32_t compute_units, const Tuning& t) {
+  Q4BatchMmaShape m;
+  while (m.n_tiles < 4 && m.chunk_rows() < s.n_rows) m.n_tiles *= 2;
+  m.warps = t.q4_batch_mma_warps;
+  m.m_tiles = t.q4_batch_mma_m_tiles;
+  if (m.warps * m.m_tiles * m.n_tiles * 512 > (32u << 10)) m.m_tiles = 1;
+  const uint64_t chunks = (uint64_t(s.n_rows) + m.chunk_rows() - 1) / m.chunk_rows();
+  const uint64_t wanted = uint64_t(compute_units) * t.q4_batch_mma_groups_per_cu;
+  m.m_warps = std::min(t.q4_batch_mma_m_warps, m.warps);
+  while (m.m_warps > 1 && (uint64_t(s.out_rows) + m.rows_per_group() - 1) / m.rows_per_group() * chunks < wanted) m.m_warps /= 2;
+  m.step = s.group_size % 64 == 0 && s.cols % 64 == 0 ? 64 : 32;
+  m.unroll = t.q4_batch_mma_unroll;
+  return m;
+}
+
+inline std::string q4_batch_mma_program(const Q4BatchMmaShape& m) {
+  return "matvec_batch_mma_n" + std::to_string(m.n_tiles) + "_m" + std::to_string(m.m_tiles) + "_s" + std::to_string(m.m_warps) + "_w" +
+         std::to_string(m.warps) + "_g" + std::to_string(m.step) + "_u" + std::to_string(m.unroll);
+}
 
 // The program holding matvec_q4_batch for a chunk and a team's weight rows (cl_device.cpp builds it).
 inline std::string q4_batch_program(uint32_t chunk, uint32_t team_rows) {

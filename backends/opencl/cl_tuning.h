@@ -64,6 +64,17 @@ struct Tuning {
   uint32_t q4_batch_wide_rows = 0;        // batches of this many rows and more (0: none) take…
   uint32_t q4_batch_wide_team_rows = 2;   // …this many weight rows a team (1, 2 or 4)
   uint32_t q4_batch_dp4a = 1;             // 0: the float batch kernel where dp4a runs (see use_dp4a)
+  // …and on tensor cores (kernels_cl/matvec_batch_mma.cl; sm_80+ NVIDIA with PTX): batches of
+  // q4_batch_mma_min_rows rows and more, q4_batch_mma_m_tiles × 16 weight rows a warp,
+  // q4_batch_mma_warps warps a work-group (cl_matmul_path.h, q4_batch_mma_shape), q4_batch_mma_unroll
+  // steps' loads in flight a warp.
+  uint32_t q4_batch_mma = 1;              // 0: never (dp4a or float as above)
+  uint32_t q4_batch_mma_min_rows = 4;     // 2..4096
+  uint32_t q4_batch_mma_m_tiles = 1;      // 1 or 2
+  uint32_t q4_batch_mma_warps = 8;        // 2, 4, 8 or 16
+  uint32_t q4_batch_mma_m_warps = 2;      // of them side by side in m: 1, 2, 4 or 8, fewer below…
+  uint32_t q4_batch_mma_groups_per_cu = 1;  // …this many work-groups a compute unit (0: keep them)
+  uint32_t q4_batch_mma_unroll = 1;       // 1, 2 or 4
   // Prefill products.
   uint32_t clblast = 1;                   // 0: our GEMM kernel instead of CLBlast's
   uint32_t mma = 1;                       // 0: no tensor-core GEMM (sm_80+ NVIDIA), the CLBlast path

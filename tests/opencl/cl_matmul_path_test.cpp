@@ -1,5 +1,6 @@
 // The OpenCL backend's choice of matmul kernel (backends/opencl/cl_matmul_path.h), without a device:
-// the batched 4-bit decode kernel takes 2..q4_batch_max_rows rows of the forms it reads, and nothing else.
+// the batched 4-bit decode kernel takes 2..q4_batch_max_rows rows of the forms it reads, and nothing else;
+// its tensor-core form where the device runs it, in a shape fitted to the batch.
 #include <gtest/gtest.h>
 
 #include "cl_matmul_path.h"
@@ -86,6 +87,88 @@ TEST(MatmulPath, BatchesTakeTheDp4aKernelWhereTheDeviceRunsDp4aUnlessTunedOff) {
   EXPECT_FALSE(q4_batch_dp4a(false, t));  // PoCL, other vendors, tune.dp4a=0: the float kernel
   t.q4_batch_dp4a = 0;
   EXPECT_FALSE(q4_batch_dp4a(true, t));
+}
+
+// The tensor-core tests set the fields they are about: the defaults are the measured device's.
+Tuning mma_tuning(uint32_t min_rows, uint32_t m_warps, uint32_t unroll) {
+  Tuning t;
+  t.q4_batch_mma_min_rows = min_rows;
+  t.q4_batch_mma_m_warps = m_warps;
+  t.q4_batch_mma_unroll = unroll;
+  t.q4_batch_mma_warps = 8;
+  t.q4_batch_mma_m_tiles = 1;
+  t.q4_batch_mma_groups_per_cu = 1;
+  return t;
+}
+
+TEST(MatmulPath, BatchesTakeTensorCoresWhereTheDeviceRunsThemFromTheTunedRows) {
+  Tuning t = mma_tuning(2, 4, 2);
+  for (uint32_t n : {2u, 9u, 32u}) EXPECT_TRUE(q4_batch_mma(q4(n), true, t)) << n;
+  EXPECT_FALSE(q4_batch_mma(q4(8), false, t));  // PoCL, other vendors, pre-sm_80, a failed build
+  t.q4_batch_mma_min_rows = 4;
+  EXPECT_FALSE(q4_batch_mma(q4(3), true, t));
+  EXPECT_TRUE(q4_batch_mma(q4(4), true, t));
+  t.q4_batch_mma = 0;
+  EXPECT_FALSE(q4_batch_mma(q4(16), true, t));
+  // Whole 32-column steps inside one group only.
+  EXPECT_FALSE(q4_batch_mma(q4(8, 96 * 16, 48), true, mma_tuning(2, 4, 2)));
+  EXPECT_FALSE(q4_batch_mma(q4(8, 4096, 16), true, mma_tuning(2, 4, 2)));
+}
+
+MatmulShape q4w(uint32_t n_rows, uint32_t out_rows, uint32_t cols = 4096, uint32_t group = 64) {
+  return {n_rows, cols, 4, group, false, out_rows};
+}
+
+TEST(MatmulPath, TensorCoreBatchShapeFitsTheBatchTheGroupsAndLocalMemory) {
+  Tuning t = mma_tuning(2, 4, 2);  // 8 warps, one m tile, two steps in flight
+  const uint32_t cus = 132;
+  Q4BatchMmaShape s = q4_batch_mma_shape(q4w(2, 14336), cus, t);
+  EXPECT_EQ(s.n_tiles, 1u);
+  EXPECT_EQ(s.step, 64u);
+  EXPECT_EQ(q4_batch_mma_program(s), "matvec_batch_mma_n1_m1_s4_w8_g64_u2");
+  EXPECT_EQ(q4_batch_mma_shape(q4w(8, 14336), cus, t).n_tiles, 1u);
+  EXPECT_EQ(q4_batch_mma_shape(q4w(9, 14336), cus, t).n_tiles, 2u);
+  EXPECT_EQ(q4_batch_mma_shape(q4w(17, 14336), cus, t).n_tiles, 4u);
+  EXPECT_EQ(q4_batch_mma_shape(q4w(64, 14336), cus, t).n_tiles, 4u);  // chunks of 32 rows
+  EXPECT_EQ(q4_batch_mma_shape(q4w(64, 14336), cus, t).chunk_rows(), 32u);
+  // Steps of 32 columns where groups of 32 (or a row of an odd number of 32s) forbid 64.
+  EXPECT_EQ(q4_batch_mma_shape(q4w(4, 14336, 4096, 32), cus, t).step, 32u);
+  EXPECT_EQ(q4_batch_mma_shape(q4w(4, 14336, 4096 + 32, 32), cus, t).step, 32u);
+  EXPECT_EQ(q4_batch_mma_shape(q4w(4, 14336, 4096 + 32, 64), cus, t).step, 32u);
+  // Two m tiles a warp unless the warps' sums would pass 32 KB of local memory.
+  t.q4_batch_mma_m_tiles = 2;
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), cus, t).m_tiles, 2u);  // 8 × 2 × 4 × 512 = 32 KB
+  t.q4_batch_mma_warps = 16;
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), cus, t).m_tiles, 1u);
+  EXPECT_EQ(q4_batch_mma_shape(q4w(8, 14336), cus, t).m_tiles, 2u);
+  t.q4_batch_mma_unroll = 4;
+  // (Two m tiles: four m-warps would make 112 work-groups of 128 rows, fewer than 132 compute units.)
+  EXPECT_EQ(q4_batch_mma_program(q4_batch_mma_shape(q4w(8, 14336), cus, t)), "matvec_batch_mma_n1_m2_s2_w16_g64_u4");
+}
+
+TEST(MatmulPath, TensorCoreBatchWarpsSideBySideInMOnlyWhileTheLaunchFillsTheDevice) {
+  const Tuning t = mma_tuning(2, 4, 2);  // four m-warps wanted, one work-group a compute unit at least
+  const uint32_t cus = 132;
+  // 14336 rows: 224 work-groups of 64 rows.
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), cus, t).m_warps, 4u);
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), cus, t).rows_per_group(), 64u);
+  // 4096 rows: 64 or 128 work-groups would leave compute units idle — one warp a row tile, 256.
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 4096), cus, t).m_warps, 1u);
+  // …unless the batch spans chunks: 64 rows are two chunks, 128 work-groups of 32 rows each.
+  EXPECT_EQ(q4_batch_mma_shape(q4w(64, 4096), cus, t).m_warps, 2u);
+  // A smaller device fills with fewer work-groups.
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 4096), 16, t).m_warps, 4u);
+  Tuning more = t;
+  more.q4_batch_mma_groups_per_cu = 2;  // 14336 rows: 224 < 264, so two m-warps (448)
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), cus, more).m_warps, 2u);
+  more.q4_batch_mma_m_warps = 1;
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), 1, more).m_warps, 1u);
+  Tuning kept = t;
+  kept.q4_batch_mma_groups_per_cu = 0;  // the tuned m-warps whatever the launch
+  EXPECT_EQ(q4_batch_mma_shape(q4w(2, 37), cus, kept).m_warps, 4u);
+  Tuning two_warps = t;
+  two_warps.q4_batch_mma_warps = 2;  // never more m-warps than warps
+  EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), 1, two_warps).m_warps, 2u);
 }
 
 }  // namespace

@@ -307,10 +307,12 @@ TEST_F(OpenclVendorPaths, BatchedFourBitProductsMatchAFloat64ReferenceForEveryCh
   std::normal_distribution<float> d(0, 1);
   // Every batch size here takes the batch kernel, whatever the device's limit (8 rows on Hopper: past
   // it the tensor-core GEMM, whose f16 rounding is checked by its own test).
-  for (const char* tuning : {"tune.q4_batch_max_rows=64", "tune.q4_batch_max_rows=64 tune.q4_batch_chunk=2 tune.q4_batch_team_rows=1",
-                             "tune.q4_batch_max_rows=64 tune.q4_batch_chunk=4 tune.q4_batch_team_rows=4",
-                             "tune.q4_batch_max_rows=64 tune.q4_batch_chunk=16 tune.q4_batch_team_rows=2",
-                             "tune.q4_batch_max_rows=64 tune.q4_batch_dp4a=0"}) {
+  // (The tensor-core form, where it runs, has its own test below: tune.q4_batch_mma=0 here.)
+  for (const char* tuning : {"tune.q4_batch_mma=0 tune.q4_batch_max_rows=64",
+                             "tune.q4_batch_mma=0 tune.q4_batch_max_rows=64 tune.q4_batch_chunk=2 tune.q4_batch_team_rows=1",
+                             "tune.q4_batch_mma=0 tune.q4_batch_max_rows=64 tune.q4_batch_chunk=4 tune.q4_batch_team_rows=4",
+                             "tune.q4_batch_mma=0 tune.q4_batch_max_rows=64 tune.q4_batch_chunk=16 tune.q4_batch_team_rows=2",
+                             "tune.q4_batch_mma=0 tune.q4_batch_max_rows=64 tune.q4_batch_dp4a=0"}) {
     Opened o;
     ASSERT_TRUE(open(api, tuning, o, why)) << why;
     // On NVIDIA the batch kernel reads each activation row's 15-bit form (matvec_q4_batch_dp4a): each
@@ -344,7 +346,7 @@ TEST_F(OpenclVendorPaths, BatchedFourBitProductsMatchAFloat64ReferenceForEveryCh
   setenv("SLUICE_OPENCL_PROFILE", "1", 1);
   {
     Opened profiled;
-    ASSERT_TRUE(open(api, "", profiled, why)) << why;
+    ASSERT_TRUE(open(api, "tune.q4_batch_mma=0", profiled, why)) << why;
     quant_gemm(profiled, wide, std::vector<float>(std::size_t(4) * wide.cols, 0.25f), 4);
   }
   unsetenv("SLUICE_OPENCL_PROFILE");
@@ -354,6 +356,96 @@ TEST_F(OpenclVendorPaths, BatchedFourBitProductsMatchAFloat64ReferenceForEveryCh
     EXPECT_NE(profile.find("matvec_q4_batch_dp4a"), std::string::npos) << profile;
     EXPECT_NE(profile.find("matvec_x_int15_rows"), std::string::npos) << profile;
   }
+}
+
+// A scale or bias of w's (scale_dtype element i) as a float.
+double scale_at(const std::vector<uint8_t>& bytes, sl_dtype dtype, std::size_t i) {
+  if (dtype == SL_DTYPE_F32) {
+    float v;
+    std::memcpy(&v, bytes.data() + 4 * i, 4);
+    return v;
+  }
+  const uint32_t h = bytes[2 * i] | uint32_t(bytes[2 * i + 1]) << 8;
+  if (dtype == SL_DTYPE_BF16) {
+    const uint32_t u = h << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  }
+  const double m = std::ldexp(1.0 + (h & 0x3ff) / 1024.0, int((h >> 10) & 0x1f) - 15);  // normal f16
+  return h & 0x8000 ? -m : m;
+}
+
+// Batched decode products on tensor cores (matvec_q4_batch_mma, kernels_cl/matvec_batch_mma.cl): every
+// shape the tuning accepts (m tiles, warps, steps in flight), 32- and 64-column steps, batches that fill
+// n tiles, leave them partial or span several chunks, weight rows no multiple of a tile's, against
+// float64 sums within the kernel's own bound — x rounded to f16 (2⁻¹¹ relative) and the float32 sums of
+// each step's 1024-offset codes (kernels_cl/matvec_batch_mma.cl's header).
+TEST_F(OpenclVendorPaths, BatchedFourBitProductsOnTensorCoresMatchAFloat64ReferenceWithinTheirBound) {
+  sl_device_info info{};
+  ASSERT_EQ(device_info(probe, info), SL_OK);
+  if (!(info.caps & SL_CAP_MATRIX))
+    GTEST_SKIP() << "no tensor-core batch products on " << info.name << " (" << info.vendor
+                 << "): they need inline PTX mma.sync on an sm_80+ NVIDIA device";
+  if (test::test_tuning("q4_batch_mma") == "0") GTEST_SKIP() << "tune.q4_batch_mma=0: the tensor-core batch products are off";
+  std::mt19937 rng(12);
+  const QuantWeight wide = random_quant(301, 512, 4, 64, SL_DTYPE_BF16, rng), ragged = random_quant(37, 288, 4, 32, SL_DTYPE_F32, rng),
+                    odd = random_quant(130, 1088, 4, 64, SL_DTYPE_F16, rng), tall = random_quant(1000, 4096, 4, 128, SL_DTYPE_BF16, rng);
+  std::normal_distribution<float> d(0, 1);
+  for (const char* tuning : {"tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2", "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_m_tiles=2",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_warps=2 tune.q4_batch_mma_unroll=1",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_warps=16 tune.q4_batch_mma_unroll=4",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_warps=4 tune.q4_batch_mma_m_tiles=2 tune.q4_batch_mma_unroll=4",
+                             // m-warps as tuned even where the weight is too small to fill the device with them
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0 tune.q4_batch_mma_m_warps=8 tune.q4_batch_mma_m_tiles=2",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0 tune.q4_batch_mma_m_warps=2 tune.q4_batch_mma_warps=16"}) {
+    Opened o;
+    ASSERT_TRUE(open(api, tuning, o, why)) << why;
+    for (const QuantWeight* wp : {&wide, &ragged, &odd, &tall})
+      for (uint32_t m : {2u, 3u, 8u, 9u, 17u, 32u, 33u, 64u}) {
+        if (wp == &tall && m != 3 && m != 33) continue;  // a model-sized row (float64 sums are slow)
+        const QuantWeight& w = *wp;
+        SCOPED_TRACE(std::string("options '") + tuning + "', rows " + std::to_string(m) + ", weight " + std::to_string(w.rows) + " × " +
+                     std::to_string(w.cols));
+        std::vector<float> x(std::size_t(m) * w.cols);
+        for (auto& v : x) v = d(rng);
+        const auto got = quant_gemm(o, w, x, m);
+        const uint32_t step = w.group % 64 == 0 && w.cols % 64 == 0 ? 64 : 32, groups = w.cols / w.group;
+        const double x_rounding = std::ldexp(1.0, -11), step_sums = step * std::ldexp(1.0, -23);
+        std::size_t exact_bits = 0;
+        for (uint32_t t = 0; t < m; ++t)
+          for (uint32_t r = 0; r < w.rows; ++r) {
+            double ref = 0, mag = 0, bound = 0;
+            for (uint32_t c = 0; c < w.cols; ++c) {
+              const double v = w.values[std::size_t(r) * w.cols + c], xv = x[std::size_t(t) * w.cols + c];
+              const std::size_t g = std::size_t(r) * groups + c / w.group;
+              const double s = std::abs(scale_at(w.scales, w.scale_dtype, g)), b = std::abs(scale_at(w.biases, w.scale_dtype, g));
+              ref += xv * v;
+              mag += std::abs(xv * v);
+              bound += std::abs(xv) * (std::abs(v) * x_rounding + (2080 * s + b) * step_sums);
+            }
+            const float out = got[std::size_t(t) * w.rows + r];
+            ASSERT_NEAR(out, ref, bound + 1e-5 * mag + 1e-6) << "row " << t << " out " << r;
+            exact_bits += out == static_cast<float>(ref);
+          }
+        // f16 activations move almost every sum's last bits: all equal to the float sums would mean a
+        // kernel without the rounding ran, and this test checked nothing of the tensor-core one.
+        EXPECT_LT(exact_bits, std::size_t(m) * w.rows / 2);
+      }
+  }
+  // And the tensor-core kernel is what ran: a profiled backend names it.
+  ::testing::internal::CaptureStderr();
+  setenv("SLUICE_OPENCL_PROFILE", "1", 1);
+  {
+    Opened profiled;
+    ASSERT_TRUE(open(api, "tune.q4_batch_mma_min_rows=2", profiled, why)) << why;
+    quant_gemm(profiled, wide, std::vector<float>(std::size_t(4) * wide.cols, 0.25f), 4);
+  }
+  unsetenv("SLUICE_OPENCL_PROFILE");
+  const std::string profile = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(profile.find("matvec_q4_batch_mma"), std::string::npos) << profile;
+  EXPECT_NE(profile.find("matvec_batch_mma_pack_x"), std::string::npos) << profile;
 }
 
 TEST_F(OpenclVendorPaths, TensorCoreGemmMatchesAFloat64ReferenceWithinF16Rounding) {
