@@ -50,6 +50,9 @@
 #ifndef BM_UNROLL
 #define BM_UNROLL 2  // steps a pass of a warp (their loads in flight together)
 #endif
+#ifndef BM_ILV
+#define BM_ILV 0  // 1: a step's MMAs interleaved over the tiles (independent accumulators back to back)
+#endif
 #ifndef BM_MW
 #define BM_MW 1  // warps side by side in m (a divisor of BM_WARPS)
 #endif
@@ -185,6 +188,48 @@ void matvec_q4_batch_mma(__global const uchar* wbase, ulong w_off, uint w_align,
         off[m][0] = fma(-1024.0f, sc[u][m][0], bi[u][m][0]);
         off[m][1] = fma(-1024.0f, sc[u][m][1], bi[u][m][1]);
       }
+#if BM_ILV
+      // Every n tile's x first, then the MMAs with independent accumulators back to back — (m, n)
+      // tiles and the word's two halves each their own — so that no MMA waits on the one before it
+      // (`asm volatile` issues them in program order): the straight form below chains a tile's four.
+      uint4 xv[BM_NT][BM_WPL];
+      float xs[BM_NT][2];
+#pragma unroll
+      for (uint n = 0; n < BM_NT; ++n) {
+#pragma unroll
+        for (uint i = 0; i < BM_WPL; ++i) xv[n][i] = xh[((ulong)xrow[n] * cols) / 8u + word0 + i];
+        xs[n][0] = xsum[(ulong)srow[n][0] * steps + step];
+        xs[n][1] = xsum[(ulong)srow[n][1] * steps + step];
+      }
+      float d[BM_MT][BM_NT][2][4];
+#pragma unroll
+      for (uint m = 0; m < BM_MT; ++m)
+#pragma unroll
+        for (uint n = 0; n < BM_NT; ++n)
+#pragma unroll
+          for (uint h = 0; h < 2; ++h)
+#pragma unroll
+            for (uint c = 0; c < 4; ++c) d[m][n][h][c] = 0.0f;
+#pragma unroll
+      for (uint i = 0; i < BM_WPL; ++i)
+#pragma unroll
+        for (uint h = 0; h < 2; ++h)
+#pragma unroll
+          for (uint m = 0; m < BM_MT; ++m)
+#pragma unroll
+            for (uint n = 0; n < BM_NT; ++n)
+              mma_16816(d[m][n][h], a[m][i][4 * h], a[m][i][4 * h + 1], a[m][i][4 * h + 2], a[m][i][4 * h + 3],
+                        h ? xv[n][i].z : xv[n][i].x, h ? xv[n][i].w : xv[n][i].y);
+#pragma unroll
+      for (uint m = 0; m < BM_MT; ++m)
+#pragma unroll
+        for (uint n = 0; n < BM_NT; ++n) {
+          acc[m][n][0] += fma(sc[u][m][0], d[m][n][0][0] + d[m][n][1][0], off[m][0] * xs[n][0]);
+          acc[m][n][1] += fma(sc[u][m][0], d[m][n][0][1] + d[m][n][1][1], off[m][0] * xs[n][1]);
+          acc[m][n][2] += fma(sc[u][m][1], d[m][n][0][2] + d[m][n][1][2], off[m][1] * xs[n][0]);
+          acc[m][n][3] += fma(sc[u][m][1], d[m][n][0][3] + d[m][n][1][3], off[m][1] * xs[n][1]);
+        }
+#else
 #pragma unroll
       for (uint n = 0; n < BM_NT; ++n) {
         uint4 xv[BM_WPL];
@@ -207,6 +252,7 @@ void matvec_q4_batch_mma(__global const uchar* wbase, ulong w_off, uint w_align,
           acc[m][n][3] += fma(sc[u][m][1], d[3], off[m][1] * xs1);
         }
       }
+#endif
     }
   }
 

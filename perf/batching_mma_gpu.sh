@@ -16,7 +16,8 @@
 #   strip .bundle_mma/bin/*; mkdir -p .bundle_pack && tar -cJf .bundle_pack/bundle_mma.tar.xz .bundle_mma
 #   cp -r ../shared/models/tiny-code-qwen2-4bit .bundle_pack/
 #   mkdir -p .peer && cp ../shared/peer/llama-cpp-turboquant.tar.gz .peer/
-# Device calls (carry [".bundle_pack", ".peer"]): bash perf/batching_mma_gpu.sh start, then measure.
+# Device calls (carry [".bundle_pack", ".peer"]): bash perf/batching_mma_gpu.sh start, then measure at once
+# (a machine idle for ~30 s goes back, and with it the peer's build: measure then waits for nothing).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 [ -d .bundle_mma ] || tar -xJf .bundle_pack/bundle_mma.tar.xz
@@ -51,13 +52,14 @@ start)
   }
   B=tune.q4_batch_max_rows=64,tune.q4_batch_mma_min_rows=2; K=tune.q4_batch_mma_groups_per_cu=0
   for n in 2 4 8 16 32 64; do
-    for opts in "$B,tune.q4_batch_mma=0" "$B" "$B,tune.q4_batch_mma_unroll=2" "$B,tune.q4_batch_mma_unroll=1" \
+    for opts in "$B,tune.q4_batch_mma=0" "$B" "$B,tune.q4_batch_mma_interleave=1" "$B,tune.q4_batch_mma_interleave=1,tune.q4_batch_mma_unroll=2" \
+                "$B,tune.q4_batch_mma_unroll=2" \
                 "$B,$K,tune.q4_batch_mma_m_warps=1" "$B,$K,tune.q4_batch_mma_m_warps=4" "$B,tune.q4_batch_mma_warps=16" \
                 "$B,$K,tune.q4_batch_mma_warps=16,tune.q4_batch_mma_m_warps=8"; do
       mv_run 14336 4096 $n "$opts"
     done
     for shape in "4096 14336" "4096 4096" "1024 4096"; do
-      for opts in "$B,tune.q4_batch_mma=0" "$B" "$B,tune.q4_batch_mma_unroll=2" "$B,tune.q4_batch_mma_warps=16" "$B,tune.q4_batch_mma_warps=4"; do
+      for opts in "$B,tune.q4_batch_mma=0" "$B" "$B,tune.q4_batch_mma_interleave=1" "$B,tune.q4_batch_mma_unroll=2" "$B,tune.q4_batch_mma_warps=16"; do
         mv_run $shape $n "$opts"
       done
     done
@@ -79,7 +81,7 @@ measure)
   }
   ours mma_1 ""
   ours dp4a_1 "tune.q4_batch_mma=0"
-  ours mw1_1 "tune.q4_batch_mma_m_warps=1"
+  ours ilv_1 "tune.q4_batch_mma_interleave=1"
   timeout 200 $W/build/bin/llama-batched-bench -m $G -ngl 99 -fa on -c 16384 -b 2048 -ub 512 -npp 32 -ntg 64 \
     -npl 1,2,4,8,16,32 > $R/peer_batched.txt 2>&1
   log peer

@@ -311,10 +311,12 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       if (be->use_ptx) options += " -DSLUICE_PTX_SHFL";
       options += nv_register_cap(be, be->tuning.maxrreg);
     } else if (program.rfind("matvec_batch_mma_", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_matmul.cpp)
-      // "matvec_batch_mma_n4_m1_s4_w8_g64_u2": BM_NT, BM_MT, BM_MW, BM_WARPS, BM_GSTEP, BM_UNROLL (q4_batch_mma_program).
+      // "matvec_batch_mma_n4_m1_s4_w8_g64_u2_i0": BM_NT, BM_MT, BM_MW, BM_WARPS, BM_GSTEP, BM_UNROLL, BM_ILV
+      // (q4_batch_mma_program).
       source += kernel_source("gemm_mma") + kernel_source("matvec_batch_mma");
       static constexpr std::pair<char, const char*> kFields[] = {{'n', "BM_NT"},    {'m', "BM_MT"},    {'s', "BM_MW"},
-                                                                 {'w', "BM_WARPS"}, {'g', "BM_GSTEP"}, {'u', "BM_UNROLL"}};
+                                                                 {'w', "BM_WARPS"}, {'g', "BM_GSTEP"}, {'u', "BM_UNROLL"},
+                                                                 {'i', "BM_ILV"}};
       std::size_t at = std::strlen("matvec_batch_mma_");
       for (const auto& [letter, macro] : kFields) {
         const std::size_t end = std::min(program.find('_', at), program.size());

@@ -66,15 +66,16 @@ inline bool q4_batch_mma(const MatmulShape& s, bool mma_device, const Tuning& t)
   return mma_device && t.q4_batch_mma != 0 && s.n_rows >= t.q4_batch_mma_min_rows && s.cols % 32 == 0 && s.group_size % 32 == 0;
 }
 
-// Its compile-time shape for a batch (program "matvec_batch_mma_n4_m1_s4_w8_g64_u2"): n tiles of 8
+// Its compile-time shape for a batch (program "matvec_batch_mma_n4_m1_s4_w8_g64_u2_i0"): n tiles of 8
 // activation rows a chunk (the fewest of 1, 2, 4 that hold the batch; wider batches in chunks of 32),
 // m tiles of 16 weight rows a warp, warps side by side in m (they share x through L1: more of them, fewer
 // bytes of x from L2 — but fewer work-groups, so they halve until the launch has
 // q4_batch_mma_groups_per_cu work-groups a compute unit or one warp is left), warps a work-group,
-// columns a step (64 where the groups and the row allow, else 32), steps in flight a warp. The warps'
+// columns a step (64 where the groups and the row allow, else 32), steps in flight a warp, whether a
+// step's MMAs are interleaved over the tiles (kernels_cl/matvec_batch_mma.cl, BM_ILV). The warps'
 // sums meet in local memory, warps × m × n × 512 bytes: m falls to 1 where that would pass 32 KB.
 struct Q4BatchMmaShape {
-  uint32_t n_tiles = 1, m_tiles = 1, m_warps = 1, warps = 8, step = 64, unroll = 2;
+  uint32_t n_tiles = 1, m_tiles = 1, m_warps = 1, warps = 8, step = 64, unroll = 2, interleave = 0;
   uint32_t chunk_rows() const { return 8 * n_tiles; }
   uint32_t rows_per_group() const { return 16 * m_tiles * m_warps; }
   bool operator==(const Q4BatchMmaShape&) const = default;
@@ -92,12 +93,13 @@ inline Q4BatchMmaShape q4_batch_mma_shape(const MatmulShape& s, uint32_t compute
   while (m.m_warps > 1 && (uint64_t(s.out_rows) + m.rows_per_group() - 1) / m.rows_per_group() * chunks < wanted) m.m_warps /= 2;
   m.step = s.group_size % 64 == 0 && s.cols % 64 == 0 ? 64 : 32;
   m.unroll = t.q4_batch_mma_unroll;
+  m.interleave = t.q4_batch_mma_interleave;
   return m;
 }
 
 inline std::string q4_batch_mma_program(const Q4BatchMmaShape& m) {
   return "matvec_batch_mma_n" + std::to_string(m.n_tiles) + "_m" + std::to_string(m.m_tiles) + "_s" + std::to_string(m.m_warps) + "_w" +
-         std::to_string(m.warps) + "_g" + std::to_string(m.step) + "_u" + std::to_string(m.unroll);
+         std::to_string(m.warps) + "_g" + std::to_string(m.step) + "_u" + std::to_string(m.unroll) + "_i" + std::to_string(m.interleave);
 }
 
 // The program holding matvec_q4_batch for a chunk and a team's weight rows (cl_device.cpp builds it).

@@ -80,6 +80,7 @@ const Field kFields[] = {
     {"q4_batch_mma_m_warps", IntField{&Tuning::q4_batch_mma_m_warps, [](uint64_t v) { return one_of(v, {1, 2, 4, 8}); }}, "1, 2, 4 or 8"},
     {"q4_batch_mma_groups_per_cu", IntField{&Tuning::q4_batch_mma_groups_per_cu, [](uint64_t v) { return v <= 64; }},
      "0 (keep the m-warps) to 64"},
+    {"q4_batch_mma_interleave", IntField{&Tuning::q4_batch_mma_interleave, [](uint64_t v) { return v <= 1; }}, "0 or 1"},
     {"q4_batch_mma_unroll", IntField{&Tuning::q4_batch_mma_unroll, [](uint64_t v) { return one_of(v, {1, 2, 4}); }}, "1, 2 or 4"},
     {"clblast", IntField{&Tuning::clblast, [](uint64_t v) { return v <= 1; }}, "0 or 1"},
     {"mma", IntField{&Tuning::mma, [](uint64_t v) { return v <= 1; }}, "0 or 1"},

@@ -98,6 +98,7 @@ Tuning mma_tuning(uint32_t min_rows, uint32_t m_warps, uint32_t unroll) {
   t.q4_batch_mma_warps = 8;
   t.q4_batch_mma_m_tiles = 1;
   t.q4_batch_mma_groups_per_cu = 1;
+  t.q4_batch_mma_interleave = 0;
   return t;
 }
 
@@ -125,7 +126,7 @@ TEST(MatmulPath, TensorCoreBatchShapeFitsTheBatchTheGroupsAndLocalMemory) {
   Q4BatchMmaShape s = q4_batch_mma_shape(q4w(2, 14336), cus, t);
   EXPECT_EQ(s.n_tiles, 1u);
   EXPECT_EQ(s.step, 64u);
-  EXPECT_EQ(q4_batch_mma_program(s), "matvec_batch_mma_n1_m1_s4_w8_g64_u2");
+  EXPECT_EQ(q4_batch_mma_program(s), "matvec_batch_mma_n1_m1_s4_w8_g64_u2_i0");
   EXPECT_EQ(q4_batch_mma_shape(q4w(8, 14336), cus, t).n_tiles, 1u);
   EXPECT_EQ(q4_batch_mma_shape(q4w(9, 14336), cus, t).n_tiles, 2u);
   EXPECT_EQ(q4_batch_mma_shape(q4w(17, 14336), cus, t).n_tiles, 4u);
@@ -143,7 +144,9 @@ TEST(MatmulPath, TensorCoreBatchShapeFitsTheBatchTheGroupsAndLocalMemory) {
   EXPECT_EQ(q4_batch_mma_shape(q4w(8, 14336), cus, t).m_tiles, 2u);
   t.q4_batch_mma_unroll = 4;
   // (Two m tiles: four m-warps would make 112 work-groups of 128 rows, fewer than 132 compute units.)
-  EXPECT_EQ(q4_batch_mma_program(q4_batch_mma_shape(q4w(8, 14336), cus, t)), "matvec_batch_mma_n1_m2_s2_w16_g64_u4");
+  EXPECT_EQ(q4_batch_mma_program(q4_batch_mma_shape(q4w(8, 14336), cus, t)), "matvec_batch_mma_n1_m2_s2_w16_g64_u4_i0");
+  t.q4_batch_mma_interleave = 1;
+  EXPECT_EQ(q4_batch_mma_program(q4_batch_mma_shape(q4w(8, 14336), cus, t)), "matvec_batch_mma_n1_m2_s2_w16_g64_u4_i1");
 }
 
 TEST(MatmulPath, TensorCoreBatchWarpsSideBySideInMOnlyWhileTheLaunchFillsTheDevice) {

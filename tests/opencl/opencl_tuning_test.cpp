@@ -109,7 +109,7 @@ TEST(OpenclTuning, EveryFieldHasAName) {
       "q4_team", "q4_rows", "q4_shape_of", "maxrreg", "dp4a", "dp4a_min_log2", "glu_blocks", "res_shape",
       "q4_batch_max_rows", "q4_batch_chunk", "q4_batch_team_rows",
       "q4_batch_wide_rows", "q4_batch_wide_team_rows", "q4_batch_dp4a", "q4_batch_mma", "q4_batch_mma_min_rows",
-      "q4_batch_mma_m_tiles", "q4_batch_mma_warps", "q4_batch_mma_m_warps", "q4_batch_mma_groups_per_cu", "q4_batch_mma_unroll", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_team", "att_kpt", "att_vu", "att_shfl_local",
+      "q4_batch_mma_m_tiles", "q4_batch_mma_warps", "q4_batch_mma_m_warps", "q4_batch_mma_groups_per_cu", "q4_batch_mma_interleave", "q4_batch_mma_unroll", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_team", "att_kpt", "att_vu", "att_shfl_local",
       "att_short", "att_groups_per_cu", "att_groups_per_cu_fused", "fused_attention", "maxrreg_att", "mma_att",
       "mma_att_min_run", "mma_att_groups_per_cu", "mma_att_min_tiles", "mma_att_splits", "max_alloc"};
   EXPECT_EQ(tuning_field_names(), expected);

@@ -399,7 +399,10 @@ TEST_F(OpenclVendorPaths, BatchedFourBitProductsOnTensorCoresMatchAFloat64Refere
                              // m-warps as tuned even where the weight is too small to fill the device with them
                              "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0",
                              "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0 tune.q4_batch_mma_m_warps=8 tune.q4_batch_mma_m_tiles=2",
-                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0 tune.q4_batch_mma_m_warps=2 tune.q4_batch_mma_warps=16"}) {
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0 tune.q4_batch_mma_m_warps=2 tune.q4_batch_mma_warps=16",
+                             // a step's MMAs interleaved over the tiles
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_interleave=1",
+                             "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_interleave=1 tune.q4_batch_mma_m_tiles=2 tune.q4_batch_mma_unroll=2"}) {
     Opened o;
     ASSERT_TRUE(open(api, tuning, o, why)) << why;
     for (const QuantWeight* wp : {&wide, &ragged, &odd, &tall})
