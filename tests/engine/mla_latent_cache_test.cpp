@@ -6,9 +6,13 @@
 //   HF transformers goldens' greedy ids (zoo2/deepseek_v3: 4 heads, kv_lora_rank 16, rope 8, nope 16, v 16);
 // - every KV codec takes DeepSeek-V3's latent widths (K 512 + 64 = 576, V 512);
 // - a backend table of ABI 2.3 (a plugin built before HEAD_MATMUL) gets the expanded form: its cache
-//   holds every head's K and V, and its logits are the latent form's (to float32 rounding).
+//   holds every head's K and V, and its logits are the latent form's (to float32 rounding) — for the
+//   zoo model, and for a random DeepSeek-shaped model (`make-model tiny-deepseek-v3`) in bf16 and with
+//   kv_b and every other projection 4- and 8-bit affine, on the CPU and (where it loads) OpenCL backends.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,7 +28,10 @@
 #include "plugin/expert_store_handle.h"
 #include "plugin/plugin_registry.h"
 #include "plugin/resident_store.h"
+#include "quant/random_model.h"
 #include "golden_run.h"
+#include "model_test_files.h"
+#include "opencl_probe.h"
 #include "quant/model_info.h"
 #include "reference.h"
 #include "util/json.h"
@@ -121,22 +128,21 @@ TEST(MlaLatentCache, APromptReusingACachedPrefixGivesTheGoldensContinuation) {
   EXPECT_GE(cached, 16) << "the first page came from the prefix cache";
 }
 
-// The model on one CPU backend opened over `api`: whether it keeps the latent, the cache's bytes a
-// token, and the logits of a prefill of 21 positions and two decode steps.
+// The model in `dir` on one backend (`name`) opened over `api`: whether it keeps the latent, the
+// cache's bytes a token, and the logits of a prefill of 21 positions and two decode steps.
 struct FormRun {
   bool latent = false;
   double kv_bytes_per_token = 0;
   std::vector<float> logits;
 };
 
-FormRun run_form(const sl_backend_api* api, PluginRegistry& registry) {
+FormRun run_form(const sl_backend_api* api, const std::string& name, PluginRegistry& registry, const std::filesystem::path& dir) {
   FormRun out;
-  const auto dir = test::reference_path("models/" + kModel);
   auto config = ModelConfig::load(dir);
   auto tensors = SafetensorsSet::open_dir(dir);
   EXPECT_TRUE(config.ok() && tensors.ok());
   if (!config.ok() || !tensors.ok()) return out;
-  auto be = BackendHandle::open(api, "cpu", "", 2);
+  auto be = BackendHandle::open(api, name, "", 2);
   EXPECT_TRUE(be.ok()) << be.message();
   if (!be.ok()) return out;
   const StageSpec spec{be->get(), uint32_t(config->num_layers)};
@@ -145,22 +151,25 @@ FormRun run_form(const sl_backend_api* api, PluginRegistry& registry) {
   if (!m.ok()) return out;
   std::vector<std::string> paths;
   std::vector<const char*> c_paths;
-  for (const auto& f : tensors->files()) paths.push_back(f.string());
-  for (const auto& p : paths) c_paths.push_back(p.c_str());
-  const auto& layout = (*m)->expert_layout();
-  sl_expertstore_config cfg{};
-  cfg.struct_size = sizeof(cfg);
-  cfg.n_files = static_cast<uint32_t>(c_paths.size());
-  cfg.files = c_paths.data();
-  cfg.n_layers = layout->n_moe_layers();
-  cfg.n_experts = layout->n_experts();
-  cfg.n_parts = layout->n_parts();
-  cfg.parts = layout->parts().data();
-  cfg.options = "";
-  auto store = ExpertStoreHandle::open(builtin_resident_store(), "resident", cfg);
-  EXPECT_TRUE(store.ok()) << store.message();
-  if (!store.ok()) return out;
-  (*m)->attach_expert_store(store->get());
+  std::unique_ptr<ExpertStoreHandle> store;
+  if (const auto& layout = (*m)->expert_layout()) {  // the zoo model's routed experts
+    for (const auto& f : tensors->files()) paths.push_back(f.string());
+    for (const auto& p : paths) c_paths.push_back(p.c_str());
+    sl_expertstore_config cfg{};
+    cfg.struct_size = sizeof(cfg);
+    cfg.n_files = static_cast<uint32_t>(c_paths.size());
+    cfg.files = c_paths.data();
+    cfg.n_layers = layout->n_moe_layers();
+    cfg.n_experts = layout->n_experts();
+    cfg.n_parts = layout->n_parts();
+    cfg.parts = layout->parts().data();
+    cfg.options = "";
+    auto opened = ExpertStoreHandle::open(builtin_resident_store(), "resident", cfg);
+    EXPECT_TRUE(opened.ok()) << opened.message();
+    if (!opened.ok()) return out;
+    store = std::move(*opened);
+    (*m)->attach_expert_store(store.get());
+  }
   out.latent = (*m)->config().mla.latent_cache;
   const KvStage stage{be->get(), spec.n_layers};
   auto kv = KvCache::create(std::span(&stage, 1), registry, (*m)->config(), *KvCodecChoice::parse("f32"), 64);
@@ -192,30 +201,79 @@ FormRun run_form(const sl_backend_api* api, PluginRegistry& registry) {
   return out;
 }
 
-TEST(MlaLatentCache, ABackendWithoutHeadMatmulRunsTheExpandedFormToTheSameLogits) {
-  SLUICE_REQUIRE_REFERENCE("models/" + kModel + "/config.json");
+// The latent and the expanded form of the model in `dir` on backend `name`: the latent where the
+// table is the plugin's own (2.4), the expanded one for the same plugin declared 2.3.
+struct BothForms {
+  FormRun latent, expanded;
+};
+
+BothForms both_forms(const std::string& name, const std::filesystem::path& dir) {
   PluginRegistry registry;
   registry.scan(test::binary_path("lib"));
-  const auto* rec = registry.find(SL_PLUGIN_BACKEND, "cpu");
-  ASSERT_NE(rec, nullptr);
+  const auto* rec = registry.find(SL_PLUGIN_BACKEND, name);
+  EXPECT_NE(rec, nullptr) << name;
+  if (!rec) return {};
   const auto* api = static_cast<const sl_backend_api*>(rec->descriptor->api);
   sl_backend_api older = *api;
   older.abi_version = SL_ABI_VERSION_OF(2, 3);
-  const FormRun latent = run_form(api, registry), expanded = run_form(&older, registry);
-  EXPECT_TRUE(latent.latent);
-  EXPECT_FALSE(expanded.latent);
-  EXPECT_EQ(latent.kv_bytes_per_token, double(kLayers) * ((kLatent + kRope) + kLatent) * 4);
-  EXPECT_EQ(expanded.kv_bytes_per_token, double(kLayers) * kHeads * ((kNope + kRope) + kValue) * 4);
-  ASSERT_EQ(latent.logits.size(), expanded.logits.size());
-  ASSERT_FALSE(latent.logits.empty());
+  return {run_form(api, name, registry, dir), run_form(&older, name, registry, dir)};
+}
+
+// The goldens' bound (1e-3 × max|logit|) is for either form against transformers; the two forms
+// against each other differ in float32 summation order (1e-6 of the largest logit here), and where the
+// CPU backend multiplies quantized weights, in its products' int16 rounding of each activation group
+// (quant_kernels.h), which moves these logits by up to ~1.5e-4 of the largest in either form — the
+// OpenCL backend's float products put its two forms within 1e-6 of each other at 4 and 8 bits, and
+// the CPU's latent and expanded logits each 4-6e-4 from them.
+void expect_same_logits(const BothForms& f, float bound = 1e-4f) {
+  EXPECT_TRUE(f.latent.latent);
+  EXPECT_FALSE(f.expanded.latent);
+  ASSERT_EQ(f.latent.logits.size(), f.expanded.logits.size());
+  ASSERT_FALSE(f.latent.logits.empty());
   float max_abs = 0, max_err = 0;
-  for (std::size_t i = 0; i < latent.logits.size(); ++i) {
-    max_abs = std::max(max_abs, std::abs(expanded.logits[i]));
-    max_err = std::max(max_err, std::abs(latent.logits[i] - expanded.logits[i]));
+  for (std::size_t i = 0; i < f.latent.logits.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(f.expanded.logits[i]));
+    max_err = std::max(max_err, std::abs(f.latent.logits[i] - f.expanded.logits[i]));
   }
-  // The goldens' bound (1e-3 × max|logit|) is for either form against transformers; the two forms
-  // against each other differ only in float32 summation order.
-  EXPECT_LE(max_err, 1e-4f * max_abs);
+  EXPECT_LE(max_err, bound * max_abs);
+}
+
+TEST(MlaLatentCache, ABackendWithoutHeadMatmulRunsTheExpandedFormToTheSameLogits) {
+  SLUICE_REQUIRE_REFERENCE("models/" + kModel + "/config.json");
+  const BothForms f = both_forms("cpu", test::reference_path("models/" + kModel));
+  EXPECT_EQ(f.latent.kv_bytes_per_token, double(kLayers) * ((kLatent + kRope) + kLatent) * 4);
+  EXPECT_EQ(f.expanded.kv_bytes_per_token, double(kLayers) * kHeads * ((kNope + kRope) + kValue) * 4);
+  expect_same_logits(f);
+}
+
+// kv_b quantized as MLX stores it (and the zoo model's kv_b of 16 columns cannot be: groups are 32 or
+// more): a random model of DeepSeek-V3's attention whose widths are all multiples of 32.
+TEST(MlaLatentCache, QuantizedKvBGivesTheExpandedFormsLogitsOnEveryBackend) {
+  std::vector<std::string> backends = {"cpu"};
+  if (test::opencl_unavailable().empty()) backends.push_back("opencl");
+  for (int bits : {0, 4, 8}) {
+    TempDir dir;
+    quant::MakeModelOptions o;
+    o.preset = "tiny-deepseek-v3";
+    o.output = dir.path();
+    o.bits = bits;
+    o.group_size = 32;
+    o.tokenizer_from = test::reference_path("models/tiny-code-qwen2");
+    o.quiet = true;
+    auto made = quant::make_model(o);
+    ASSERT_TRUE(made.ok()) << made.message();
+    auto config = ModelConfig::load(dir.path());
+    ASSERT_TRUE(config.ok()) << config.message();
+    EXPECT_EQ(config->quantization.bits, bits);
+    for (const auto& backend : backends) {
+      SCOPED_TRACE(backend + (bits ? ", " + std::to_string(bits) + "-bit" : std::string(", bf16")));
+      const BothForms f = both_forms(backend, dir.path());
+      // 2 layers, one latent head of K 64 + 16 and V 64, f32; expanded: 4 heads of K 16 + 16 and V 32.
+      EXPECT_EQ(f.latent.kv_bytes_per_token, 2.0 * ((64 + 16) + 64) * 4);
+      EXPECT_EQ(f.expanded.kv_bytes_per_token, 2.0 * 4 * ((16 + 16) + 32) * 4);
+      expect_same_logits(f, bits && backend == "cpu" ? 1e-3f : 1e-4f);
+    }
+  }
 }
 
 }  // namespace
