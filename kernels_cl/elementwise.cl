@@ -257,6 +257,33 @@ __kernel void dequant_rows_mxfp4(__global const uchar* codes, ulong c_off, __glo
   dst[(ulong)r * cols + c] = MXFP4_E2M1[c % 2u ? byte >> 4 : byte & 15u] * mxfp4_scale(s);
 }
 
+// HEAD_MATMUL (ABI 2.4): per head h, x's head times rows h * head_rows + row_offset … + slice_rows of a
+// weight, plain (bits 0: dtype) or affine-quantized (bits > 0), transposed as in MATMUL or not
+// (sl_head_matmul_params). MLA's absorbed products: slices of a few hundred values, so one work-item
+// an output value is enough. Global (out width rounded up, n_heads, tokens).
+__kernel void head_matmul(__global const float* x, __global float* out, uint n_heads, uint cols, uint head_rows, uint row_offset,
+                          uint slice_rows, uint transpose, __global const uchar* w, ulong w_off, uint dtype, uint bits,
+                          ulong words_per_row, __global const uchar* scales, ulong s_off, __global const uchar* biases, ulong b_off,
+                          uint scale_dtype, uint group_size) {
+  const uint o = get_global_id(0), h = get_global_id(1);
+  const ulong t = get_global_id(2);
+  const uint in_w = transpose ? slice_rows : cols, out_w = transpose ? cols : slice_rows;
+  if (o >= out_w) return;
+  __global const float* xt = x + (t * n_heads + h) * in_w;
+  w += w_off;
+  scales += s_off;
+  biases += b_off;
+  const uint groups = bits ? cols / group_size : 0u;
+  float sum = 0.0f;
+  for (uint i = 0; i < in_w; ++i) {
+    const uint r = h * head_rows + row_offset + (transpose ? i : o), c = transpose ? o : i;
+    const float wv = bits ? quant_value((__global const uint*)w, words_per_row, bits, scales, biases, scale_dtype, groups, group_size, r, c)
+                          : load_value(w, dtype, (ulong)r * cols + c);
+    sum += xt[i] * wv;
+  }
+  out[(t * n_heads + h) * out_w + o] = sum;
+}
+
 // out[t, r] += bias[r] (after a GEMM).
 __kernel void add_bias(__global float* out, __global const uchar* bias, ulong b_off, uint dtype, uint n_out) {
   const uint r = get_global_id(0), t = get_global_id(1);

@@ -74,6 +74,10 @@ MemoryPlan plan_memory(const Engine& engine, const std::string& kv_codec, const 
   plan.layers = c.num_layers;
   plan.kv_heads = c.num_kv_heads;
   plan.head_dim = c.head_dim;
+  if (c.mla.enabled() && c.mla.latent_cache) {  // MLA's one latent K head (V, the latent, beside it)
+    plan.kv_heads = 1;
+    plan.head_dim = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;
+  }
   plan.context = engine.context_size();
   plan.weights_bytes = static_cast<double>(m.weight_bytes);
   plan.kv = {{"f32", kv_bytes_per_token(c, 4)}, {"f16", kv_bytes_per_token(c, 2)}};

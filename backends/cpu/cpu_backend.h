@@ -89,6 +89,9 @@ sl_status copy(sl_backend*, const sl_buffer*, uint64_t, sl_buffer*, uint64_t, ui
 // out of out_cols); out's other columns kept.
 sl_status copy_columns(sl_backend*, const sl_buffer* x, uint32_t x_cols, sl_buffer* out, uint32_t out_rows, uint32_t out_cols,
                        const sl_copy_columns_params& p, sl_error*);
+// HEAD_MATMUL (2.4, cpu_head_matmul.cpp): per head, x's head times its slice of w's rows.
+sl_status head_matmul(sl_backend*, const sl_buffer* x, uint32_t n_tokens, const sl_weight* w, const sl_head_matmul_params& p,
+                      sl_buffer* out, sl_error*);
 
 // Fused forms the fusion pass chooses (cpu_matmul.cpp, cpu_ops.cpp).
 sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,

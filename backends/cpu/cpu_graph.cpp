@@ -182,6 +182,10 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
       View x = view(*in0), o = view(*out);
       return copy_columns(be, x.get(), in0->cols, o.get(), out->rows, out->cols, *graph::params<sl_copy_columns_params>(n), err);
     }
+    case SL_OP_HEAD_MATMUL: {  // 2.4
+      View x = view(*in0), o = view(*out);
+      return head_matmul(be, x.get(), in0->rows, in1->weight, *graph::params<sl_head_matmul_params>(n), o.get(), err);
+    }
     case SL_OP_ARGMAX: {
       View x = view(*in0), o = view(*out);
       return argmax(be, x.get(), in0->rows, in0->cols, o.get(), 0, err);
@@ -234,8 +238,8 @@ sl_status run_launch(sl_backend* be, const sl_graph& g, const Launch& l, sl_kv_c
 bool weight_form_runs(const sl_weight* w, uint32_t op) {
   if (mxfp4::is_mxfp4(*w)) return op == SL_OP_MATMUL;  // 2.3: products only
   if (w->dtype == SL_DTYPE_E2M1 || w->dtype == SL_DTYPE_E8M0) return false;  // another use of MXFP4's dtypes
-  if (w->bits != 0)  // affine-quantized (MLX layout): products and embedding lookups
-    return (op == SL_OP_MATMUL || op == SL_OP_EMBED) &&
+  if (w->bits != 0)  // affine-quantized (MLX layout): products (2.4: per head too) and embedding lookups
+    return (op == SL_OP_MATMUL || op == SL_OP_HEAD_MATMUL || op == SL_OP_EMBED) &&
            (w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8);
   return w->dtype == SL_DTYPE_F32 || w->dtype == SL_DTYPE_F16 || w->dtype == SL_DTYPE_BF16;
 }

@@ -387,6 +387,9 @@ sl_status add_rms_norm(sl_backend*, sl_buffer*, const sl_buffer*, const sl_weigh
                        Forms&, sl_error*);
 sl_status matmul(sl_backend*, const sl_buffer*, uint32_t, const sl_weight*, const sl_weight*, sl_buffer*, Forms&, const NormStep*,
                  sl_error*);
+// HEAD_MATMUL (2.4): per head, x's head times its slice of w's rows (kernels_cl/elementwise.cl).
+sl_status head_matmul(sl_backend*, const sl_buffer* x, uint32_t n_tokens, const sl_weight* w, const sl_head_matmul_params& p,
+                      sl_buffer* out, sl_error*);
 sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
                        sl_buffer* const*, Forms&, const NormStep*, sl_error*);
 // Checks a rope's arguments and finds its table: a launch of x alone (x2 null) in `out`.

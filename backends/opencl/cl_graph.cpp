@@ -146,6 +146,8 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
     }
     case SL_OP_COPY_COLUMNS:  // 2.2
       return copy_columns(be, buf(in0), in0->cols, buf(out), out->rows, out->cols, *graph::params<sl_copy_columns_params>(n), err);
+    case SL_OP_HEAD_MATMUL:  // 2.4
+      return head_matmul(be, buf(in0), in0->rows, in1->weight, *graph::params<sl_head_matmul_params>(n), buf(out), err);
     case SL_OP_ARGMAX:
       return argmax(be, buf(in0), in0->rows, in0->cols, buf(out), out->offset / 4, err);
     case SL_OP_CAUSAL_CONV:  // 2.2
@@ -323,7 +325,8 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
         continue;
       }
       if (!t.weight || !weight_form_supported(t.weight->dtype, t.weight->bits)) return 0;
-      if (n.op != SL_OP_MATMUL && n.op != SL_OP_EMBED && t.weight->bits != 0) return 0;  // norms and biases: plain values
+      if (n.op != SL_OP_MATMUL && n.op != SL_OP_HEAD_MATMUL && n.op != SL_OP_EMBED && t.weight->bits != 0)
+        return 0;  // norms and biases: plain values
     } else if (t.kind == SL_TENSOR_BUFFER && t.offset != 0 && !takes_offset(n.op, is_output, is_output ? i - SL_NODE_MAX_INPUTS : i)) {
       return 0;
     } else if (t.kind == SL_TENSOR_STATE && n.op != SL_OP_COPY && n.op != SL_OP_CAUSAL_CONV && n.op != SL_OP_GATED_DELTA) {

@@ -820,6 +820,44 @@ sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_w
   });
 }
 
+sl_status head_matmul(sl_backend* be, const sl_buffer* x, uint32_t n_tokens, const sl_weight* w, const sl_head_matmul_params& p,
+                      sl_buffer* out, sl_error* err) {
+  // A weight MATMUL takes but MXFP4 (2.3's form is for products alone); the slice's shape is graph_check's.
+  if (w && is_mxfp4(w)) return set_error(err, SL_ERR_UNSUPPORTED, "head_matmul: an MXFP4 weight is not supported");
+  const uint64_t in_w = p.transpose ? p.slice_rows : w ? w->cols : 0, out_w = p.transpose ? (w ? w->cols : 0) : p.slice_rows;
+  if (auto s = check_matmul(x, 0, w, nullptr, out, err); s != SL_OK) return s;
+  if (!fits(x->bytes / 4, 0, uint64_t(n_tokens) * p.n_heads * in_w) || !fits(out->bytes / 4, 0, uint64_t(n_tokens) * p.n_heads * out_w))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "head_matmul: x or the output is smaller than the heads need");
+  if (n_tokens == 0) return SL_OK;
+  return guarded(err, "head_matmul", [&] {
+    const auto segs = segments(be, w);
+    if (segs.size() != 1) throw std::runtime_error("a weight larger than one device allocation");
+    const Segment& s = segs[0];
+    auto& k = kernel(be, "ops", "head_matmul");
+    k.setArg(0, single(x));
+    k.setArg(1, single(out));
+    k.setArg(2, static_cast<cl_uint>(p.n_heads));
+    k.setArg(3, static_cast<cl_uint>(w->cols));
+    k.setArg(4, static_cast<cl_uint>(p.head_rows));
+    k.setArg(5, static_cast<cl_uint>(p.row_offset));
+    k.setArg(6, static_cast<cl_uint>(p.slice_rows));
+    k.setArg(7, static_cast<cl_uint>(p.transpose));
+    k.setArg(8, s.data.buffer);
+    k.setArg(9, static_cast<cl_ulong>(s.data.offset));
+    k.setArg(10, static_cast<cl_uint>(w->dtype));
+    k.setArg(11, static_cast<cl_uint>(w->bits));
+    k.setArg(12, static_cast<cl_ulong>(w->bits ? uint64_t(w->cols) * w->bits / 32 : 0));
+    k.setArg(13, w->bits ? s.scales.buffer : s.data.buffer);  // unread without bits
+    k.setArg(14, static_cast<cl_ulong>(w->bits ? s.scales.offset : 0));
+    k.setArg(15, w->bits ? s.biases.buffer : s.data.buffer);
+    k.setArg(16, static_cast<cl_ulong>(w->bits ? s.biases.offset : 0));
+    k.setArg(17, static_cast<cl_uint>(w->scale_dtype));
+    k.setArg(18, static_cast<cl_uint>(std::max<uint32_t>(1, w->group_size)));
+    launch(be, k, cl::NDRange(round_up(out_w, 64), p.n_heads, n_tokens), cl::NDRange(64, 1, 1));
+    return SL_OK;
+  });
+}
+
 sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
                        const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms, const NormStep* step, sl_error* err) {
   if (count == 0 || count > kMatmulMultiMax || !ws || !outs)

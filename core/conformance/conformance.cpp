@@ -453,6 +453,7 @@ std::vector<OpResult> run_all(const BackendHandle& backend, const Options& optio
   run_embed(r);
   run_norms(r);
   run_matmul(r);
+  run_head_products(r);
   run_fused(r);
   run_row_moves(r);
   run_greedy_ops(r);

@@ -222,8 +222,8 @@ bool runs_state_copy(const BackendHandle& be) {
   return be.supports(view.nodes[0], tensors) && be.supports(view.nodes[1], tensors);
 }
 
-// Layers of other widths: MLA's K wider than V, V wider than K, and Gemma 4's kind of wider head
-// (one KV head of 64) — each written for three sequences on scattered pages, then attended by
+// Layers of other widths: MLA's K wider than V (also at DeepSeek-V3's latent widths), V wider than K,
+// and Gemma 4's kind of wider head (one KV head of 64) — each written for three sequences on scattered pages, then attended by
 // prefill runs, single tokens in a window, and single tokens over 600 keys (where a backend may
 // split the keys and merge the splits' partial sums, V wide).
 void run_layer_widths(Runner& r) {
@@ -231,7 +231,9 @@ void run_layer_widths(Runner& r) {
     const char* name;
     const sl_kvcodec_api* api;
   };
-  const LayerWidths widths[] = {{"K 24 / V 16 wide", 2, 24, 16}, {"V 32 / K 16 wide", 2, 16, 32}, {"head_dim 64 beside 16", 1, 64, 64}};
+  // DeepSeek-V3's latent cache: one KV head of K 512 + 64 and V 512 (blocks_mla.cpp).
+  const LayerWidths widths[] = {{"K 24 / V 16 wide", 2, 24, 16}, {"V 32 / K 16 wide", 2, 16, 32}, {"head_dim 64 beside 16", 1, 64, 64},
+                                {"MLA latent K 576 / V 512", 1, 576, 512}};
   for (const LayerWidths& w : widths)
     for (const CodecCase cc : {CodecCase{"f32", builtin_f32_codec()}, CodecCase{"f16", builtin_f16_codec()}}) {
       r.op(std::string("kv layers: ") + w.name + " " + cc.name, per_layer([w](const BackendHandle& be) { return runs_layer_of(be, w); }),

@@ -351,6 +351,7 @@ inline constexpr double kRel = 1e-5, kFloor = 1e-6;
 // The op groups in files of their own beside conformance.cpp.
 void run_fused(Runner& r);  // the runs of nodes backends join: products of one input, add then rms_norm (fused_ops.cpp)
 void run_row_moves(Runner& r);  // COPY_COLUMNS, GET_ROWS and SCATTER_ADD_ROWS (row_moves.cpp)
+void run_head_products(Runner& r);  // HEAD_MATMUL (head_products.cpp)
 void run_greedy_ops(Runner& r);  // ARGMAX, EMBED of device ids, download_begin/download_wait (greedy_ops.cpp)
 void run_kv_layers(Runner& r);   // per-layer caches: K/V widths, window pages, recurrent state (kv_layers.cpp)
 void run_plans(Runner& r);       // graph plans replay what graph_compute computes (plans.cpp)

@@ -32,7 +32,12 @@ uint64_t activation_bytes(const ModelConfig& c, const EngineOptions& o) {
   const uint64_t mla = c.mla.enabled() ? uint64_t(std::max(1, c.mla.q_lora_rank)) + QD + 2 * uint64_t(c.mla.kv_lora_rank) + c.mla.qk_rope_head_dim +
                                              uint64_t(c.num_heads) * (c.mla.qk_nope_head_dim + c.value_head_dim())
                                        : 0;
-  const uint64_t per_token = 6 * H + 2 * QD + 2 * KD + 3 * F + mla + static_cast<uint64_t>(std::max(1, c.moe.n_experts)) + c.vocab_size;
+  // The latent form's: per head q_nope, q_pe, q_lat, the query and the latent output; k_pe and K.
+  const uint64_t KL = uint64_t(c.mla.kv_lora_rank), R = uint64_t(c.mla.qk_rope_head_dim);
+  const uint64_t mla_latent = c.mla.enabled() && c.mla.latent_cache
+                                  ? uint64_t(c.num_heads) * (c.mla.qk_nope_head_dim + R + KL + (KL + R) + KL) + R + (KL + R)
+                                  : 0;
+  const uint64_t per_token = 6 * H + 2 * QD + 2 * KD + 3 * F + mla + mla_latent + static_cast<uint64_t>(std::max(1, c.moe.n_experts)) + c.vocab_size;
   return n * per_token * 4;
 }
 

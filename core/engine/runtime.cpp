@@ -116,11 +116,16 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   KvSizing kv_sizing;
   kv_sizing.capacity_tokens = capacity;
   if (options.gpu_layers == "auto") {  // sizing the split needs the codecs' row bytes
-    auto k = KvCodec::create(*rt->registry_, codecs->k_name, codecs->k_options, rt->config_.head_dim, SL_KV_KEYS);
+    // MLA's latent cache (as the backends are expected to run it): one head of its own widths.
+    const ModelConfig& c = rt->config_;
+    const bool latent = c.mla.enabled() && c.mla.latent_cache;
+    const int k_width = latent ? c.mla.kv_lora_rank + c.mla.qk_rope_head_dim : c.head_dim;
+    const int v_width = latent ? c.mla.kv_lora_rank : c.head_dim;
+    auto k = KvCodec::create(*rt->registry_, codecs->k_name, codecs->k_options, k_width, SL_KV_KEYS);
     if (!k) return k.error();
-    auto v = KvCodec::create(*rt->registry_, codecs->v_name, codecs->v_options, rt->config_.head_dim, SL_KV_VALUES);
+    auto v = KvCodec::create(*rt->registry_, codecs->v_name, codecs->v_options, v_width, SL_KV_VALUES);
     if (!v) return v.error();
-    kv_sizing.bytes_per_token_per_layer = uint64_t(rt->config_.num_kv_heads) * ((*k)->format().row_bytes + (*v)->format().row_bytes);
+    kv_sizing.bytes_per_token_per_layer = uint64_t(latent ? 1 : c.num_kv_heads) * ((*k)->format().row_bytes + (*v)->format().row_bytes);
   }
   auto placement = place_layers(*rt->registry_, options, rt->config_, *rt->tensors_, kv_sizing);
   if (!placement) return placement.error();
@@ -145,6 +150,7 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
   auto model = Transformer::create(rt->config_, *rt->tensors_, stages);
   if (!model) return model.error();
   rt->model_ = std::move(*model);
+  rt->config_.mla.latent_cache = rt->model_->config().mla.latent_cache;  // the model's backends chose MLA's cache form
   const bool streamed_experts = rt->model_->expert_layout() && options.expert_store != "resident";
   const uint64_t weight_bytes = streamed_experts ? rt->model_->dense_weight_bytes() : rt->model_->weight_bytes();
   budget.weights = std::max(weight_bytes, resident_bytes_now() - std::min(resident_bytes_now(), budget.process));

@@ -191,6 +191,20 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
       if (overlaps(*in0, *out)) return fail("output overlaps x");
       return {};
     }
+    case SL_OP_HEAD_MATMUL: {  // 2.4
+      const auto* p = params<sl_head_matmul_params>(n);
+      if (!p) return fail("missing sl_head_matmul_params");
+      if (!is_activation(in0) || !is_weight(in1) || !is_activation(out)) return fail("needs F32 x and output and a weight");
+      const sl_weight& w = *in1->weight;
+      if (p->n_heads == 0 || p->slice_rows == 0 || p->transpose > 1 || uint64_t(p->row_offset) + p->slice_rows > p->head_rows ||
+          uint64_t(p->n_heads) * p->head_rows != w.rows)
+        return fail("heads and slices do not fit the weight's " + std::to_string(w.rows) + " rows");
+      const uint64_t in_w = p->transpose ? p->slice_rows : w.cols, out_w = p->transpose ? w.cols : p->slice_rows;
+      if (in0->rows != out->rows || in0->cols != p->n_heads * in_w || out->cols != p->n_heads * out_w)
+        return fail("x " + shape(*in0) + " and output " + shape(*out) + " are not [tokens, n_heads × the slice's widths]");
+      if (overlaps(*in0, *out)) return fail("output overlaps x");
+      return {};
+    }
     default:
       return fail("op " + std::to_string(n.op) + " is not known to this backend");
   }

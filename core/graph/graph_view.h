@@ -77,6 +77,7 @@ inline const char* op_name(uint32_t op) {
     case SL_OP_CAUSAL_CONV: return "causal_conv";
     case SL_OP_GATED_DELTA: return "gated_delta";
     case SL_OP_COPY_COLUMNS: return "copy_columns";
+    case SL_OP_HEAD_MATMUL: return "head_matmul";
     default: return "unknown op";
   }
 }

@@ -167,6 +167,12 @@ void StepGraph::copy_columns(Id x, uint32_t src_col, uint32_t dst_col, uint32_t 
   node(SL_OP_COPY_COLUMNS, {x}, {out}, keep(p), std::move(name));
 }
 
+void StepGraph::head_matmul(Id x, Id w, const sl_head_matmul_params& p, Id out, std::string name) {
+  sl_head_matmul_params kept = p;
+  kept.struct_size = sizeof(kept);
+  node(SL_OP_HEAD_MATMUL, {x, w}, {out}, keep(kept), std::move(name));
+}
+
 const sl_graph& StepGraph::view() {
   graph_ = {};
   graph_.struct_size = sizeof(graph_);

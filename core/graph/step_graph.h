@@ -55,6 +55,9 @@ class StepGraph {
   void gated_delta(Id qkv, Id a, Id b, Id a_log, const sl_gated_delta_params& p, Id out, Id state, std::string name);
   // out[r, dst_col + c] = x[r / repeat, src_col + c] for c < width; out's other columns kept.
   void copy_columns(Id x, uint32_t src_col, uint32_t dst_col, uint32_t width, uint32_t repeat, Id out, std::string name);
+  // Per head h, x's head h times rows h·head_rows + row_offset … + slice_rows of w (transposed as in
+  // matmul, or not: sl_head_matmul_params).
+  void head_matmul(Id x, Id w, const sl_head_matmul_params& p, Id out, std::string name);
 
   const sl_tensor& tensor(Id id) const { return tensors_.at(id); }
   const std::vector<sl_node>& nodes() const { return nodes_; }
@@ -65,7 +68,7 @@ class StepGraph {
 
  private:
   using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params,
-                              sl_conv_params, sl_gated_delta_params, sl_copy_columns_params>;
+                              sl_conv_params, sl_gated_delta_params, sl_copy_columns_params, sl_head_matmul_params>;
   void node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name);
   template <class P>
   const P* keep(const P& p) {

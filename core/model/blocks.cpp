@@ -73,42 +73,6 @@ void gated_attention(StepGraph& g, const Activations& a, const AttentionWeights&
   g.matmul(a.attn_gate, w.o, w.o_bias, a.o, prefix + "o");
 }
 
-void mla_attention(StepGraph& g, const Activations& a, const MlaWeights& w, const MlaShape& s, uint32_t layer, const std::string& prefix) {
-  const uint32_t R = s.rope_dim, NOPE = s.nope_dim, V = s.v_head_dim, KL = s.kv_lora_rank, NH = s.n_heads;
-  // The two products of h first, side by side (a backend may join products of one input).
-  const bool q_latent = w.q_a != StepGraph::kNone;
-  g.matmul(a.h, q_latent ? w.q_a : w.q, StepGraph::kNone, q_latent ? a.mla_q_latent : a.mla_q, prefix + (q_latent ? "q_a" : "q"));
-  g.matmul(a.h, w.kv_a, StepGraph::kNone, a.mla_kv_latent, prefix + "kv_a");
-  if (q_latent) {
-    g.rms_norm(a.mla_q_latent, w.q_a_norm, s.norm_eps, 0.0f, a.mla_q_latent, prefix + "q_a_norm");
-    g.matmul(a.mla_q_latent, w.q, StepGraph::kNone, a.mla_q, prefix + "q_b");
-  }
-  g.copy_columns(a.mla_q_heads, NOPE, 0, R, 1, a.q_heads, prefix + "q rope part");
-  if (NOPE) g.copy_columns(a.mla_q_heads, 0, R, NOPE, 1, a.q_heads, prefix + "q nope part");
-  g.copy_columns(a.mla_kv_latent, KL, 0, R, NH, a.k_heads, prefix + "k rope part (every head)");
-  g.copy_columns(a.mla_kv_latent, 0, 0, KL, 1, a.mla_kv_normed, prefix + "kv latent");
-  g.rms_norm(a.mla_kv_normed, w.kv_a_norm, s.norm_eps, 0.0f, a.mla_kv_normed, prefix + "kv_a_norm");
-  g.matmul(a.mla_kv_normed, w.kv_b, StepGraph::kNone, a.mla_kv, prefix + "kv_b");
-  if (NOPE) g.copy_columns(a.mla_kv_heads, 0, R, NOPE, 1, a.k_heads, prefix + "k nope part");
-  g.copy_columns(a.mla_kv_heads, NOPE, 0, V, 1, a.v_heads, prefix + "v");
-  sl_rope_params rope = s.rope;
-  rope.head_dim = NOPE + R;
-  rope.rotary_dim = R;
-  rope.n_heads = NH;
-  g.rope(a.q, rope, prefix + "rope q");
-  g.rope(a.k, rope, prefix + "rope k");
-  g.kv_write(a.k, a.v, layer, prefix + "kv_write");
-  sl_attention_params p{};
-  p.layer = layer;
-  p.n_heads = NH;
-  p.n_kv_heads = NH;
-  p.head_dim = NOPE + R;
-  p.scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(NOPE + R));
-  p.v_head_dim = V;
-  g.attention(a.q, StepGraph::kNone, p, a.attn, prefix + "attention");
-  g.matmul(a.attn, w.o, StepGraph::kNone, a.o, prefix + "o");
-}
-
 void gated_mlp(StepGraph& g, const Activations& a, Id gate, Id up, Id down, uint32_t activation, const std::string& prefix) {
   g.matmul(a.h, gate, StepGraph::kNone, a.gate, prefix + "gate");
   g.matmul(a.h, up, StepGraph::kNone, a.up, prefix + "up");

@@ -41,6 +41,12 @@ struct Activations {
   // its expansion [n, heads·(nope + v)] (and [n·heads, nope + v]).
   Id mla_q_latent = StepGraph::kNone, mla_q = StepGraph::kNone, mla_q_heads = StepGraph::kNone;
   Id mla_kv_latent = StepGraph::kNone, mla_kv_normed = StepGraph::kNone, mla_kv = StepGraph::kNone, mla_kv_heads = StepGraph::kNone;
+  // MLA's latent form: q_nope [n, heads·nope], q_pe [n, heads·rope] and the absorbed q_lat [n, heads·kv_lora]
+  // (each also per head, [n·heads, width]); the query [n, heads·(kv_lora + rope)] (and per head); k_pe
+  // [n, rope]; the cached K [n, kv_lora + rope]; attention's output in the latent [n, heads·kv_lora].
+  Id mla_q_nope = StepGraph::kNone, mla_q_nope_heads = StepGraph::kNone, mla_q_pe = StepGraph::kNone, mla_q_pe_heads = StepGraph::kNone;
+  Id mla_q_lat = StepGraph::kNone, mla_q_lat_heads = StepGraph::kNone, mla_query = StepGraph::kNone, mla_query_heads = StepGraph::kNone;
+  Id mla_k_pe = StepGraph::kNone, mla_k = StepGraph::kNone, mla_o_lat = StepGraph::kNone;
 };
 
 struct AttentionWeights {
@@ -76,11 +82,17 @@ void attention(StepGraph& g, const Activations& a, const AttentionWeights& w, co
 // multiplied by sigmoid(gate) (a GLU node) before the output product.
 void gated_attention(StepGraph& g, const Activations& a, const AttentionWeights& w, const AttentionShape& s, uint32_t layer,
                      const std::string& prefix);
-// Multi-head latent attention (DeepSeek-V3), h → o. Q heads come as [nope | rope] from q (or q_b after
-// q_a and its norm); kv_a gives [latent | k_rope]; the normed latent through kv_b gives per head
-// [k_nope | v]. Q and K are laid out per head as [rope | nope] (a dot product does not see the same
-// permutation of both), so the ROPE op turns their first rope_dims values; every head's K shares the
-// token's k_rope. K (nope + rope wide) and V (v_head_dim wide) go to the cache as they are.
+// Multi-head latent attention (DeepSeek-V3), h → o (blocks_mla.cpp). Q heads come as [nope | rope]
+// from q (or q_b after q_a and its norm); kv_a gives [latent | k_pe]; kv_b holds per head the rows
+// that turn the normed latent into [k_nope | v] (W_UK: nope rows, W_UV: v rows, each [·, kv_lora_rank]).
+// Two forms, the same scores and outputs:
+// - latent (MlaShape::latent): the cache keeps one KV head, K = [latent | rotated k_pe] and V = the
+//   latent; each query is absorbed into it (q_lat = q_nope · W_UK, HEAD_MATMUL), attention runs with
+//   n_kv_heads 1 over kv_lora_rank + rope wide keys, and each head's output leaves the latent through
+//   W_UV (HEAD_MATMUL) before o_proj. q·k = q_lat·latent + q_pe·k_pe is q_nope·k_nope + q_pe·k_pe.
+// - expanded: kv_b gives every head's k_nope and v; K (nope + rope, laid out [rope | nope] so the ROPE
+//   op turns the first rope_dims values — a dot product does not see the same permutation of both)
+//   and V (v_head_dim) go to the cache per head. For a backend without HEAD_MATMUL.
 struct MlaWeights {
   Id q_a = StepGraph::kNone, q_a_norm = StepGraph::kNone;  // none: q is a plain projection of h
   Id q = StepGraph::kNone, kv_a = StepGraph::kNone, kv_a_norm = StepGraph::kNone, kv_b = StepGraph::kNone, o = StepGraph::kNone;
@@ -89,7 +101,8 @@ struct MlaShape {
   uint32_t n_heads = 0, nope_dim = 0, rope_dim = 0, v_head_dim = 0, kv_lora_rank = 0;
   float norm_eps = 1e-6f;
   sl_rope_params rope{};  // rotary_dim = rope_dim; n_heads and head_dim set per use
-  float scale = 0.0f;     // 0: 1/sqrt(nope_dim + rope_dim)
+  float scale = 0.0f;     // 0: 1/sqrt(nope_dim + rope_dim), in either form
+  bool latent = false;    // the latent cache (ModelConfig::Mla::latent_cache)
 };
 void mla_attention(StepGraph& g, const Activations& a, const MlaWeights& w, const MlaShape& s, uint32_t layer, const std::string& prefix);
 

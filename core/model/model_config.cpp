@@ -628,7 +628,8 @@ Status parse_mla(const rapidjson::Value& doc, const std::string& where, ModelCon
   // DeepSeek's released ones (128 + 64).
   if (m.qk_nope_head_dim % 2) return make_error(where + ": 'qk_nope_head_dim' must be even");
   c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
-  c.num_kv_heads = c.num_heads;  // K and V are expanded for every head
+  c.num_kv_heads = c.num_heads;  // the heads' K and V in the expanded form (layer_cache says what the cache keeps)
+  m.latent_cache = m.qk_nope_head_dim > 0;
   c.rope_dims = m.qk_rope_head_dim;
   c.rope_interleaved = interleave.value_or(true);
   double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -1032,6 +1033,12 @@ LayerCacheSpec ModelConfig::layer_cache(int layer) const {
   s.type = layer_type(layer);
   if (s.type == LayerType::kLinearAttention) {
     s.state_bytes = linear_state_bytes;
+    return s;
+  }
+  if (mla.enabled() && mla.latent_cache) {  // one latent "head" every query head attends
+    s.n_kv_heads = 1;
+    s.k_head_dim = static_cast<uint32_t>(mla.kv_lora_rank + mla.qk_rope_head_dim);
+    s.v_head_dim = static_cast<uint32_t>(mla.kv_lora_rank);
     return s;
   }
   s.n_kv_heads = static_cast<uint32_t>(kv_heads_of(layer));

@@ -180,6 +180,11 @@ struct ModelConfig {
   // head_dim is qk_nope_head_dim + qk_rope_head_dim, v_head_dim V's width.
   struct Mla {
     int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0;
+    // The cache keeps the latent (blocks::mla_attention): one KV head, K = [normed latent | rotated
+    // k_pe] (kv_lora_rank + qk_rope_head_dim values), V = the latent (kv_lora_rank). Set where the
+    // model has a nope part (absorbing kv_b needs one); the Transformer clears it where a stage's
+    // backend does not run HEAD_MATMUL (ABI 2.4), and K/V are then expanded per head as before.
+    bool latent_cache = false;
     bool enabled() const { return kv_lora_rank > 0; }
   } mla;
   // Rotated dimensions per head set outright (MLA's qk_rope_head_dim); 0: head_dim × partial_rotary_factor.

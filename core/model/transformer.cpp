@@ -394,6 +394,20 @@ Result<std::unique_ptr<Transformer>> Transformer::create(const ModelConfig& conf
     }
   }
 
+  // MLA keeps its latent in the cache only where every stage's backend runs the absorbed products
+  // (HEAD_MATMUL, ABI 2.4) with its kv_b weights; else every layer runs expanded per head. Decided
+  // before the activations and the cache are sized (both read config().mla.latent_cache).
+  if (c.mla.enabled() && c.mla.latent_cache) {
+    const uint32_t NOPE = uint32_t(c.mla.qk_nope_head_dim), V = uint32_t(c.value_head_dim());
+    sl_head_matmul_params uk{sizeof(sl_head_matmul_params), uint32_t(c.num_heads), NOPE + V, 0, NOPE, 1};
+    sl_head_matmul_params uv{sizeof(sl_head_matmul_params), uint32_t(c.num_heads), NOPE + V, NOPE, V, 0};
+    for (const auto& st : m->stages_)
+      for (uint32_t i = st.first; i < st.end; ++i) {
+        const sl_weight& kv_b = m->layers_[i].kv_b;
+        if (!st.backend->runs_head_matmul(kv_b, uk) || !st.backend->runs_head_matmul(kv_b, uv)) m->config_.mla.latent_cache = false;
+      }
+  }
+
   if (c.moe.enabled()) {
     auto layout = ExpertLayout::find(c, tensors);
     if (!layout) return layout.error();
@@ -544,6 +558,12 @@ Status Transformer::ensure_activations(Stage& st, uint32_t n, uint32_t n_logit_r
                                {&a.mla_kv_latent, KL + R}, {&a.mla_kv_normed, KL},
                                {&a.mla_kv, NH * uint64_t(c.mla.qk_nope_head_dim + c.value_head_dim())}})
         if (auto s = grow(*buf, size * n); !s) return s;
+      if (c.mla.latent_cache) {
+        const uint64_t NOPE = uint64_t(c.mla.qk_nope_head_dim);
+        for (auto [buf, size] : {std::pair{&a.mla_q_nope, NH * NOPE}, {&a.mla_q_pe, NH * R}, {&a.mla_q_lat, NH * KL},
+                                 {&a.mla_query, NH * (KL + R)}, {&a.mla_k_pe, R}, {&a.mla_k, KL + R}, {&a.mla_o_lat, NH * KL}})
+          if (auto s = grow(*buf, size * n); !s) return s;
+      }
     }
     if (c.per_layer_input_width > 0) {
       const uint64_t P = uint64_t(c.per_layer_input_width);

@@ -127,6 +127,7 @@ class Transformer {
     Buffer q_gate, attn_gate;                                                  // gated attention (Qwen3.5)
     Buffer lin_qkv, lin_conv, lin_z, lin_a, lin_b, lin_core;                   // Gated DeltaNet layers
     Buffer mla_q_latent, mla_q, mla_kv_latent, mla_kv_normed, mla_kv;          // MLA's latents and per-head products
+    Buffer mla_q_nope, mla_q_pe, mla_q_lat, mla_query, mla_k_pe, mla_k, mla_o_lat;  // MLA's latent form (blocks.h)
   };
 
   // A buffer over a page-aligned byte range of one model file, holding the tensors a stage binds.

@@ -42,6 +42,20 @@ void Transformer::declare_activations(Stage& st, PassGraph& pass, uint32_t n) co
     t.mla_kv_normed = g.buffer(a.mla_kv_normed.get(), n, KL);
     t.mla_kv = g.buffer(a.mla_kv.get(), n, NH * KV);
     t.mla_kv_heads = g.buffer(a.mla_kv.get(), n * NH, KV);
+    if (c.mla.latent_cache) {
+      const uint32_t NOPE = static_cast<uint32_t>(c.mla.qk_nope_head_dim);
+      t.mla_q_nope = g.buffer(a.mla_q_nope.get(), n, NH * NOPE);
+      t.mla_q_nope_heads = g.buffer(a.mla_q_nope.get(), n * NH, NOPE);
+      t.mla_q_pe = g.buffer(a.mla_q_pe.get(), n, NH * R);
+      t.mla_q_pe_heads = g.buffer(a.mla_q_pe.get(), n * NH, R);
+      t.mla_q_lat = g.buffer(a.mla_q_lat.get(), n, NH * KL);
+      t.mla_q_lat_heads = g.buffer(a.mla_q_lat.get(), n * NH, KL);
+      t.mla_query = g.buffer(a.mla_query.get(), n, NH * (KL + R));
+      t.mla_query_heads = g.buffer(a.mla_query.get(), n * NH, KL + R);
+      t.mla_k_pe = g.buffer(a.mla_k_pe.get(), n, R);
+      t.mla_k = g.buffer(a.mla_k.get(), n, KL + R);
+      t.mla_o_lat = g.buffer(a.mla_o_lat.get(), n, NH * KL);
+    }
   }
   if (const uint32_t P = static_cast<uint32_t>(c.per_layer_input_width); P > 0) {
     const uint32_t L = static_cast<uint32_t>(c.num_layers);

@@ -126,6 +126,36 @@ bool BackendHandle::runs_mxfp4(uint32_t rows, uint32_t cols) const {
   return runs_weight(SL_OP_MATMUL, mxfp4::weight_form(rows, cols));
 }
 
+bool BackendHandle::runs_head_matmul(const sl_weight& w, const sl_head_matmul_params& p) const {
+  if (SL_ABI_VERSION_MINOR(api_->abi_version) < 4) return false;
+  sl_tensor tensors[3]{};
+  for (auto& t : tensors) {
+    t.struct_size = sizeof(t);
+    t.kind = SL_TENSOR_BUFFER;
+    t.dtype = SL_DTYPE_F32;
+    t.rows = 1;
+  }
+  tensors[0].cols = p.n_heads * (p.transpose ? p.slice_rows : w.cols);
+  tensors[1].kind = SL_TENSOR_WEIGHT;
+  tensors[1].weight = &w;
+  tensors[1].dtype = w.dtype;
+  tensors[1].rows = w.rows;
+  tensors[1].cols = w.cols;
+  tensors[2].cols = p.n_heads * (p.transpose ? w.cols : p.slice_rows);
+  sl_head_matmul_params kept = p;
+  kept.struct_size = sizeof(kept);
+  sl_node n{};
+  n.struct_size = sizeof(n);
+  n.op = SL_OP_HEAD_MATMUL;
+  std::fill(std::begin(n.inputs), std::end(n.inputs), SL_NO_TENSOR);
+  std::fill(std::begin(n.outputs), std::end(n.outputs), SL_NO_TENSOR);
+  n.inputs[0] = 0;
+  n.inputs[1] = 1;
+  n.outputs[0] = 2;
+  n.params = &kept;
+  return supports(n, tensors, nullptr);
+}
+
 bool BackendHandle::runs_weight(sl_op op, const sl_weight& w) const {
   // A node of the op with the weight where that op takes it (EMBED: the table; MATMUL: the
   // weight), the other tensors plain activations.

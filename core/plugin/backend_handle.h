@@ -68,6 +68,9 @@ class BackendHandle {
   // Whether it multiplies [rows, cols] MXFP4 weights in place (sluice/graph.h): a backend of ABI 2.3
   // or later whose supports_node takes the form (an earlier one cannot know it, whatever it answers).
   bool runs_mxfp4(uint32_t rows, uint32_t cols) const;
+  // Whether it runs HEAD_MATMUL (ABI 2.4) with weight w and these slices: a backend of 2.4 or later
+  // whose supports_node takes the node (an earlier one cannot know the op).
+  bool runs_head_matmul(const sl_weight& w, const sl_head_matmul_params& p) const;
   bool has_cap(uint32_t cap) const { return (device_.caps & cap) != 0; }
   // Recurrent layers' state (2.0): whether the backend keeps it (SL_CAP_KV_LAYERS and both entry
   // points), and its two entry points.

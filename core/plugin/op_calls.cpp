@@ -282,6 +282,15 @@ sl_status OpCalls::copy_columns(const sl_buffer* x, uint32_t x_cols, sl_buffer* 
   return r.run(err);
 }
 
+sl_status OpCalls::head_matmul(const sl_buffer* x, uint32_t n_tokens, const sl_weight* w, const sl_head_matmul_params& p, sl_buffer* out,
+                               sl_error* err) {
+  GraphRun r(*this);
+  const uint32_t in_w = p.transpose ? p.slice_rows : w->cols, out_w = p.transpose ? w->cols : p.slice_rows;
+  r.g.head_matmul(values(r.g, x, n_tokens, p.n_heads * in_w), r.g.weight(*w), p, values(r.g, out, n_tokens, p.n_heads * out_w),
+                  "head_matmul");
+  return r.run(err);
+}
+
 sl_status OpCalls::gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err) {
   GraphRun r(*this);
   // The host does not know the source's rows: enough for the rows asked (the backend checks its buffer).

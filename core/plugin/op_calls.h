@@ -84,6 +84,9 @@ class OpCalls {
   // out[r, p.dst_col + c] = x[r / p.repeat, p.src_col + c] (a COPY_COLUMNS node, 2.2): x [out_rows / repeat, x_cols], out [out_rows, out_cols].
   sl_status copy_columns(const sl_buffer* x, uint32_t x_cols, sl_buffer* out, uint32_t out_rows, uint32_t out_cols,
                          const sl_copy_columns_params& p, sl_error* err);
+  // 2.4: per head, x's head times its slice of w's rows (n_tokens rows of x).
+  sl_status head_matmul(const sl_buffer* x, uint32_t n_tokens, const sl_weight* w, const sl_head_matmul_params& p, sl_buffer* out,
+                        sl_error* err);
   sl_status gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err);
   sl_status scatter_add_rows(const sl_buffer* src, const int32_t* rows, const float* weights, uint32_t n, uint32_t dim, sl_buffer* dst,
                              uint32_t dst_rows, sl_error* err);

@@ -157,6 +157,15 @@ rapidjson::Document preset_config(const ModelPreset& p) {
     d.AddMember("decoder_sparse_step", 1, a);
     d.AddMember("mlp_only_layers", rapidjson::Value(rapidjson::kArrayType), a);
   }
+  if (p.deepseek()) {  // DeepseekV3Config's attention fields; no routed experts, so every layer is dense
+    d.AddMember("q_lora_rank", p.q_lora_rank, a);
+    d.AddMember("kv_lora_rank", p.kv_lora_rank, a);
+    d.AddMember("qk_nope_head_dim", p.qk_nope_head_dim, a);
+    d.AddMember("qk_rope_head_dim", p.qk_rope_head_dim, a);
+    d.AddMember("v_head_dim", p.v_head_dim, a);
+    d.AddMember("rope_interleave", true, a);
+    d.AddMember("attention_bias", false, a);
+  }
   rapidjson::Value made(rapidjson::kObjectType);
   made.AddMember("preset", rapidjson::Value(p.name.c_str(), a), a);
   made.AddMember("note", "random weights; token ids past the bundled tokenizer's 8192 have no text", a);
@@ -231,6 +240,13 @@ const std::vector<ModelPreset>& model_presets() {
     p.hidden = 2816; p.layers = 30; p.heads = 16; p.kv_heads = 8; p.head_dim = 256; p.ffn = 2112; p.vocab = 262144; p.tied = true;
     p.global_head_dim = 512; p.global_kv_heads = 2; p.full_every = 6; p.sliding_window = 1024; p.k_eq_v = true;
     p.experts = 128; p.experts_per_token = 8; p.expert_ffn = 704; p.max_positions = 262144;
+    v.push_back(p);
+    p = {};
+    p.name = "tiny-deepseek-v3"; p.model_type = "deepseek_v3"; p.architecture = "DeepseekV3ForCausalLM";
+    p.description = "test size DeepSeek-V3 attention (MLA): hidden 64, 2 dense layers, 4 heads, q/kv latents 64, nope 16, rope 16, "
+                    "v 32, FFN 128 (every width a multiple of 32: quantizable)";
+    p.hidden = 64; p.layers = 2; p.heads = 4; p.kv_heads = 4; p.head_dim = 32; p.ffn = 128; p.vocab = 8192; p.max_positions = 2048;
+    p.q_lora_rank = 64; p.kv_lora_rank = 64; p.qk_nope_head_dim = 16; p.qk_rope_head_dim = 16; p.v_head_dim = 32;
     v.push_back(p);
     p = {};
     p.name = "tiny-gpt-oss"; p.model_type = "gpt_oss"; p.architecture = "GptOssForCausalLM";
@@ -315,10 +331,38 @@ std::vector<TensorPlan> gemma4_tensors(const ModelPreset& p) {
   return t;
 }
 
+// DeepSeek-V3's dense layers (transformers' names): attention through the q and kv latents.
+std::vector<TensorPlan> deepseek_tensors(const ModelPreset& p) {
+  const int64_t H = p.hidden, NH = p.heads, QL = p.q_lora_rank, KL = p.kv_lora_rank, R = p.qk_rope_head_dim;
+  const int64_t NOPE = p.qk_nope_head_dim, V = p.v_head_dim;
+  std::vector<TensorPlan> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape) { t.push_back({std::move(name), DType::kBF16, std::move(shape)}); };
+  add("model.embed_tokens.weight", {p.vocab, H});
+  for (int i = 0; i < p.layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    add(l + "input_layernorm.weight", {H});
+    add(l + "self_attn.q_a_proj.weight", {QL, H});
+    add(l + "self_attn.q_a_layernorm.weight", {QL});
+    add(l + "self_attn.q_b_proj.weight", {NH * (NOPE + R), QL});
+    add(l + "self_attn.kv_a_proj_with_mqa.weight", {KL + R, H});
+    add(l + "self_attn.kv_a_layernorm.weight", {KL});
+    add(l + "self_attn.kv_b_proj.weight", {NH * (NOPE + V), KL});
+    add(l + "self_attn.o_proj.weight", {H, NH * V});
+    add(l + "post_attention_layernorm.weight", {H});
+    add(l + "mlp.gate_proj.weight", {p.ffn, H});
+    add(l + "mlp.up_proj.weight", {p.ffn, H});
+    add(l + "mlp.down_proj.weight", {H, p.ffn});
+  }
+  add("model.norm.weight", {H});
+  if (!p.tied) add("lm_head.weight", {p.vocab, H});
+  return t;
+}
+
 }  // namespace
 
 std::vector<TensorPlan> preset_tensors(const ModelPreset& p) {
   if (p.gemma4()) return gemma4_tensors(p);
+  if (p.deepseek()) return deepseek_tensors(p);
   const int64_t H = p.hidden, D = p.head_dim, QD = int64_t(p.heads) * D, KD = int64_t(p.kv_heads) * D;
   std::vector<TensorPlan> t;
   auto add = [&](std::string name, std::vector<int64_t> shape) { t.push_back({std::move(name), DType::kBF16, std::move(shape)}); };

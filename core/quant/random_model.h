@@ -40,7 +40,11 @@ struct ModelPreset {
   int sliding_window = 0;  // Gemma 4's and gpt-oss's sliding layers' window
   int per_layer_input = 0, kv_shared = 0;
   bool k_eq_v = false, double_wide = false;
+  // DeepSeek-V3 (model_type deepseek_v3, every layer dense): multi-head latent attention's ranks and
+  // widths (head_dim unused).
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   bool gemma4() const { return model_type == "gemma4_text"; }
+  bool deepseek() const { return model_type == "deepseek_v3"; }
 };
 
 const std::vector<ModelPreset>& model_presets();

@@ -286,6 +286,31 @@ sl_status matmul(const Node& n, sl_error* err) {
     }
   return SL_OK;
 }
+// 2.4: per head h, x's head times rows h * head_rows + row_offset ... of w, transposed as matmul's or not.
+sl_status head_matmul(const Node& n, sl_error* err) {
+  const auto* p = static_cast<const sl_head_matmul_params*>(n.n->params);
+  const sl_weight* w = n.in[1]->weight;
+  if (!f32_weight(w)) return fail(err, SL_ERR_UNSUPPORTED, "head_matmul: float32 weights only");
+  const uint32_t in_w = p->transpose ? p->slice_rows : w->cols, out_w = p->transpose ? w->cols : p->slice_rows;
+  if (p->n_heads == 0 || p->slice_rows == 0 || uint64_t(p->row_offset) + p->slice_rows > p->head_rows ||
+      uint64_t(p->n_heads) * p->head_rows != w->rows || n.in[0]->cols != p->n_heads * in_w || n.out[0]->cols != p->n_heads * out_w ||
+      n.out[0]->rows != n.in[0]->rows)
+    return fail(err, SL_ERR_INVALID_ARGUMENT, "head_matmul: shapes do not fit");
+  for (uint32_t t = 0; t < n.in[0]->rows; ++t)
+    for (uint32_t h = 0; h < p->n_heads; ++h) {
+      const float* x = F(n.in[0]) + (std::size_t(t) * p->n_heads + h) * in_w;
+      float* out = F(n.out[0]) + (std::size_t(t) * p->n_heads + h) * out_w;
+      for (uint32_t o = 0; o < out_w; ++o) {
+        float s = 0.0f;
+        for (uint32_t i = 0; i < in_w; ++i) {
+          const uint32_t r = h * p->head_rows + p->row_offset + (p->transpose ? i : o), c = p->transpose ? o : i;
+          s += x[i] * W(w)[std::size_t(r) * w->cols + c];
+        }
+        out[o] = s;
+      }
+    }
+  return SL_OK;
+}
 sl_status rope(const sl_backend* be, const Node& n, sl_error*) {
   const auto* p = static_cast<const sl_rope_params*>(n.n->params);
   const uint32_t heads = p->n_heads, dim = p->head_dim, rot = p->rotary_dim;
@@ -543,6 +568,7 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
     case SL_OP_EMBED:
     case SL_OP_RMS_NORM:
     case SL_OP_MATMUL:
+    case SL_OP_HEAD_MATMUL:
     case SL_OP_KV_WRITE:
     case SL_OP_GLU:
     case SL_OP_ADD:
@@ -564,7 +590,8 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
   }
   const bool has_params = node->op == SL_OP_RMS_NORM || node->op == SL_OP_ROPE || node->op == SL_OP_KV_WRITE ||
                           node->op == SL_OP_ATTENTION || node->op == SL_OP_GLU || node->op == SL_OP_SCALE ||
-                          node->op == SL_OP_CAUSAL_CONV || node->op == SL_OP_GATED_DELTA || node->op == SL_OP_COPY_COLUMNS;
+                          node->op == SL_OP_CAUSAL_CONV || node->op == SL_OP_GATED_DELTA || node->op == SL_OP_COPY_COLUMNS ||
+                          node->op == SL_OP_HEAD_MATMUL;
   if (has_params && !node->params) return fail(err, SL_ERR_INVALID_ARGUMENT, "a node lacks its parameters");
   if (node->op == SL_OP_MATMUL &&
       (n.in[0]->cols != n.in[1]->weight->cols || n.out[0]->cols != n.in[1]->weight->rows || n.out[0]->rows != n.in[0]->rows))
@@ -583,7 +610,7 @@ sl_status look_up(const sl_graph* g, const sl_node* node, Node& n, sl_error* err
 }
 
 int supports_node(const sl_backend*, const sl_node_query* q) {
-  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_COPY_COLUMNS) return 0;
+  if (!q || !q->node || q->node->op == SL_OP_NONE || q->node->op > SL_OP_HEAD_MATMUL) return 0;
   for (uint32_t i = 0; i < SL_NODE_MAX_INPUTS; ++i) {
     const uint32_t index = q->node->inputs[i];
     if (index == SL_NO_TENSOR || !q->tensors || index >= q->n_tensors) continue;
@@ -616,6 +643,7 @@ sl_status graph_compute(sl_backend* be, const sl_graph* g, const sl_step* step, 
       case SL_OP_EMBED: s = embed(n, err); break;
       case SL_OP_RMS_NORM: s = rms_norm(n, err); break;
       case SL_OP_MATMUL: s = matmul(n, err); break;
+      case SL_OP_HEAD_MATMUL: s = head_matmul(n, err); break;  // 2.4
       case SL_OP_ROPE: s = rope(be, n, err); break;
       case SL_OP_KV_WRITE: s = kv_write(be, step->cache, n, err); break;
       case SL_OP_ATTENTION: s = attention(be, step->cache, n, err); break;

@@ -47,6 +47,10 @@ TEST_P(OpenclGoldenModel, GreedyIdsAndLastLogitsMatchTransformers) {
     const int last = (*rt)->config().num_layers - 1;  // Gemma's last layer is full (2 and 3 alternate; 4 ends on one)
     EXPECT_EQ((*rt)->kv().layer_kind(static_cast<uint32_t>(last)), uint32_t(SL_KV_FULL));
   }
+  // MLA (DeepSeek-V3) runs with the latent cache: the OpenCL backend takes HEAD_MATMUL.
+  if ((*rt)->config().mla.enabled()) {
+    EXPECT_TRUE((*rt)->config().mla.latent_cache);
+  }
   auto engine = Engine::create(opencl_options(model, codec));
   ASSERT_TRUE(engine.ok()) << engine.message();
   // The f16 cache rounds K and V: its logits are held to greedy ids only.

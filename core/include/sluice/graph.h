@@ -153,6 +153,17 @@ typedef enum sl_op {
    * from x. sl_copy_columns_params. Moves per-head column ranges between per-head row views
    * ([tokens * heads, head width]): MLA's split of K and V and its rotary part shared by all heads. */
   SL_OP_COPY_COLUMNS = 16,
+  /* 2.4: a product per head with that head's slice of one weight. w (WEIGHT [n_heads * head_rows, cols])
+   * holds n_heads groups of head_rows rows; head h's slice is rows s(h, r) = h * head_rows + row_offset + r,
+   * r < slice_rows. in: x, w; out distinct from x. sl_head_matmul_params.
+   *   transpose 0: x [tokens, n_heads * cols], out [tokens, n_heads * slice_rows],
+   *                out[t, h * slice_rows + r] = sum_c x[t, h * cols + c] * w[s(h, r), c]
+   *   transpose 1: x [tokens, n_heads * slice_rows], out [tokens, n_heads * cols],
+   *                out[t, h * cols + c] = sum_r x[t, h * slice_rows + r] * w[s(h, r), c]
+   * MLA's absorbed products with kv_b_proj: each head's query into the latent (transpose 1, the key
+   * rows) and its attention output out of it (transpose 0, the value rows). A backend of 2.3 or
+   * earlier does not know it (supports_node answers 0); the host then runs MLA expanded. */
+  SL_OP_HEAD_MATMUL = 17,
   SL_OP_COUNT /* grows with every minor; not part of the ABI */
 } sl_op;
 
@@ -243,6 +254,16 @@ typedef struct sl_copy_columns_params {
   uint32_t width;    /* columns moved, >= 1 */
   uint32_t repeat;   /* rows of out per row of x, >= 1 (a row of x copied to `repeat` consecutive rows) */
 } sl_copy_columns_params;
+
+/* 2.4 */
+typedef struct sl_head_matmul_params {
+  uint32_t struct_size;
+  uint32_t n_heads;
+  uint32_t head_rows;   /* rows of w per head: n_heads * head_rows = w.rows */
+  uint32_t row_offset;  /* first row of each head's slice within its group */
+  uint32_t slice_rows;  /* rows of each head's slice, >= 1; row_offset + slice_rows <= head_rows */
+  uint32_t transpose;   /* 0: x times the slice transposed (as MATMUL); 1: x times the slice */
+} sl_head_matmul_params;
 
 typedef struct sl_glu_params {
   uint32_t struct_size;

@@ -73,6 +73,7 @@ void DeepseekV3::before_ffn(StepGraph& g, const LayerContext& c, const LayerWeig
   // transformers' rope_interleave turns adjacent pairs (and leaves them de-interleaved, in Q and K alike).
   s.rope.style = cfg.rope_interleaved ? SL_ROPE_INTERLEAVED : SL_ROPE_NEOX;
   s.scale = cfg.attention_scale;
+  s.latent = cfg.mla.latent_cache;
   blocks::mla_attention(g, a, mw, s, c.cache_layer, c.prefix);
   g.add(a.x, a.o, a.x, c.prefix + "attention residual");
   g.rms_norm(a.x, g.weight(w.ffn_norm), cfg.norm_eps, 0.0f, a.h, c.prefix + "ffn_norm");
