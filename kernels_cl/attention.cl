@@ -612,3 +612,105 @@ __kernel void kv_gather_f16(__global const uchar* layer, ulong page_bytes, uint 
   vstore_half_rte(kv, at, out_k);
   vstore_half_rte(vv, at, out_v);
 }
+
+#if K_DECODE_GROUP || V_DECODE_GROUP
+// kv_gather_f16 for codecs that decode whole rows together (SL_KV_FN(decode_rows_group)): turbo's
+// element load is O(block) — each element a full row of its Walsh–Hadamard transform, 58 ms of a
+// pp512 at depth 8192 on the H100 — where its rows' transforms across a work-group are O(log n) an
+// element. One work-group per (`rows` positions aligned to `rows`, a divisor of page_tokens up to
+// 16: one page's rows of the head, contiguous; KV head). A role whose codec decodes element by
+// element takes its loads. Chunks past the last key (padding) decode the last key's page and store
+// zeros: the barriers of the decoder stay outside any branch (PoCL's work-group compiler).
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void kv_gather_f16_rows(__global const uchar* layer, ulong page_bytes, uint page_tokens, uint n_kv_heads,
+                        uint k_row_bytes, uint v_row_bytes, __global const int* page_table, uint table_offset,
+                        int k_lo, uint n_keys, uint n_pad, __global half* out_k, __global half* out_v, uint rows) {
+  __local float dec[16 * HEAD_DIM];
+  const uint lid = get_local_id(0), kvh = get_group_id(1);
+  const int j0 = k_lo / (int)rows * (int)rows + (int)(get_group_id(0) * rows);
+  const int j_page = min(j0, k_lo + (int)n_keys - 1);  // a position whose page exists
+  __global const uchar* page = layer + kv_page_of(page_table + table_offset, (uint)j_page, page_tokens) * page_bytes;
+  const uint slot0 = (uint)j0 % page_tokens;
+  __global const uchar* k_rows = page + ((ulong)kvh * page_tokens + slot0) * k_row_bytes;
+  __global const uchar* v_rows = page + (ulong)n_kv_heads * page_tokens * k_row_bytes + ((ulong)kvh * page_tokens + slot0) * v_row_bytes;
+#if K_DECODE_GROUP
+  sl_k_decode_rows_group(k_rows, k_row_bytes, rows, dec, lid, WG);
+#endif
+  for (uint e = lid; e < rows * HEAD_DIM; e += WG) {
+    const int i = j0 + (int)(e / HEAD_DIM) - k_lo;
+#if K_DECODE_GROUP
+    const float x = dec[e];
+#else
+    const float x = sl_k_load(k_rows + (ulong)(e / HEAD_DIM) * k_row_bytes, e % HEAD_DIM);
+#endif
+    if (i >= 0 && i < (int)n_pad) vstore_half_rte(i < (int)n_keys ? x : 0.0f, ((ulong)kvh * n_pad + i) * HEAD_DIM + e % HEAD_DIM, out_k);
+  }
+#if V_DECODE_GROUP
+  sl_v_decode_rows_group(v_rows, v_row_bytes, rows, dec, lid, WG);  // begins with a barrier: dec's K reads are done
+#endif
+  for (uint e = lid; e < rows * HEAD_DIM; e += WG) {
+    const int i = j0 + (int)(e / HEAD_DIM) - k_lo;
+#if V_DECODE_GROUP
+    const float x = dec[e];
+#else
+    const float x = sl_v_load(v_rows + (ulong)(e / HEAD_DIM) * v_row_bytes, e % HEAD_DIM);
+#endif
+    if (i >= 0 && i < (int)n_pad) vstore_half_rte(i < (int)n_keys ? x : 0.0f, ((ulong)kvh * n_pad + i) * HEAD_DIM + e % HEAD_DIM, out_v);
+  }
+}
+#endif
+
+// The exact keys of a prefill run's queries where the cache keeps a recent window, beside
+// attention_mma over the run's gathered codec rows (which leaves those keys out): keys
+// [att_exact_from, pos] of each (run row, query head) from the recent pages, in f32, as one more
+// partial — m and l in base 2 (scores times log2 e), then HEAD_DIM sums — at index `split` of
+// attention_mma's partial layout, for attention_mma_merge. One work-group of HEAD_DIM work-items per
+// (run row, head): a pass scores HEAD_DIM keys, one a work-item, then each work-item sums its dim.
+__kernel void attention_recent_partial(__global const float* q, __global const half* recent_layer,
+                                       __global const int* recent_table, uint max_pages, uint seq, uint recent_window,
+                                       uint page_tokens, uint n_kv_heads, uint first_token, int first_pos, uint n_heads,
+                                       uint group, float scale, uint window, float softcap, uint split,
+                                       uint partial_stride, __global float* partial) {
+  __local float qs[HEAD_DIM], w[HEAD_DIM];
+  const uint d = get_local_id(0), r = get_group_id(0), h = get_group_id(1), kvh = h / group;
+  const int pos = first_pos + (int)r;
+  const int lo = window ? max(0, pos - (int)window + 1) : 0;
+  __global const int* recent = recent_table + (ulong)seq * max_pages;
+  const int from = att_exact_from(recent, recent_window, page_tokens, pos, lo);
+  qs[d] = q[((ulong)(first_token + r) * n_heads + h) * HEAD_DIM + d];
+  float m = -INFINITY, l = 0.0f, acc = 0.0f;
+  for (int j0 = from; j0 <= pos; j0 += HEAD_DIM) {  // the same count on every work-item
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int j = j0 + (int)d;
+    float s = -INFINITY;
+    if (j <= pos) {
+      __global const half* k = att_recent_row(recent_layer, recent[j / (int)page_tokens], 0u, n_kv_heads, kvh, page_tokens, (uint)j);
+      float dot = 0.0f;
+      for (uint e = 0; e < HEAD_DIM; ++e) dot += qs[e] * vload_half(e, k);
+      s = dot * scale;
+      if (softcap > 0.0f) s = tanh(s / softcap) * softcap;
+      s *= 1.4426950408889634f;
+    }
+    w[d] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int n = min((int)HEAD_DIM, pos - j0 + 1);
+    float mx = m;
+    for (int i = 0; i < n; ++i) mx = fmax(mx, w[i]);
+    const float corr = m == -INFINITY ? 0.0f : exp2(m - mx);
+    l *= corr;
+    acc *= corr;
+    for (int i = 0; i < n; ++i) {
+      const float p = exp2(w[i] - mx);
+      const int key = j0 + i;
+      l += p;
+      acc += p * vload_half(d, att_recent_row(recent_layer, recent[key / (int)page_tokens], 1u, n_kv_heads, kvh, page_tokens, (uint)key));
+    }
+    m = mx;
+  }
+  __global float* part = partial + ((ulong)(r * n_heads + h) * partial_stride + split) * (HEAD_DIM + 2);
+  if (d == 0) {
+    part[0] = m;
+    part[1] = l;
+  }
+  part[2 + d] = acc;
+}

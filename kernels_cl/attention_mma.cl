@@ -62,18 +62,28 @@ inline float am_capped(float s, float scale, float softcap) {
   return softcap > 0.0f ? tanh(s * scale / softcap) * softcap * AM_LOG2E : s;
 }
 
+// The last key a query at pos reads from the gathered (codec) rows: pos itself, or with a recent
+// window (recent_window > 0) the key before its first exact one — max(pos − window + 1, floor), where
+// floor is the first position whose page keeps an exact copy (cl_attention_path.h; the exact keys go
+// to attention_recent_partial, attention.cl). A position below floor reads every key from the codec.
+inline int am_last_key(int pos, uint recent_window, int recent_floor) {
+  return recent_window == 0u ? pos : min(pos, max(pos - (int)recent_window, recent_floor - 1));
+}
+
 // Grid: (AM_WG × query blocks, query heads, key splits). q/out: [token][head][HEAD_DIM] floats, the
 // run's queries at tokens first_token.., positions first_pos..; kx/vx: the gathered rows (f16 bits),
 // key i at position k_lo + i. window: the sliding window (0: none); sinks: one logit per head, no
-// value. With n_splits > 1 each work-group takes its share of the block's key tiles and writes its
-// unnormalised partial (m, l in base 2, then HEAD_DIM sums) per (run row, head, split) to partial, for
-// attention_mma_merge: a long history over few (block, head) pairs would otherwise leave compute
-// units idle (256 work-groups for 132 on the H100 at pp512 with 32 heads).
+// value. With partial_stride > 1 each work-group takes its share (n_splits) of the block's key tiles
+// and writes its unnormalised partial (m, l in base 2, then HEAD_DIM sums) per (run row, head, split)
+// to partial, partial_stride partials a (row, head), for attention_mma_merge: a long history over few
+// (block, head) pairs would otherwise leave compute units idle (256 work-groups for 132 on the H100 at
+// pp512 with 32 heads). With a recent window the keys each query reads exactly are left out here
+// (am_last_key) and their partial is the last of the stride.
 __kernel __attribute__((reqd_work_group_size(AM_WG, 1, 1)))
 void attention_mma(__global const float* q, __global float* out, __global const uint* kx, __global const uint* vx,
                    uint n_pad, int k_lo, uint first_token, int first_pos, uint n_queries, uint n_heads, uint group,
                    float scale, uint window, float softcap, __global const float* sinks, uint has_sinks, uint n_splits,
-                   __global float* partial) {
+                   __global float* partial, uint partial_stride, uint recent_window, int recent_floor) {
   __local uint ks[AM_BK * AM_KS];
   __local uint vt[HEAD_DIM * AM_VS];
   const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane >> 2, tq = lane & 3;
@@ -82,6 +92,7 @@ void attention_mma(__global const float* q, __global float* out, __global const 
   const uint h = get_group_id(1), kvh = h / group;
   const uint r0 = qb * AM_BQ + warp * 16 + g, r1 = r0 + 8;  // this work-item's two rows of the run
   const int pos0 = first_pos + (int)r0, pos1 = first_pos + (int)r1;
+  const int hi0 = am_last_key(pos0, recent_window, recent_floor), hi1 = am_last_key(pos1, recent_window, recent_floor);
   const int lo0 = window ? max(0, pos0 - (int)window + 1) : 0, lo1 = window ? max(0, pos1 - (int)window + 1) : 0;
 
   // The query fragments, f16, for every 16-dim step: [0] row r0 dims 2tq.., [1] row r1, [2]/[3] dims + 8.
@@ -113,12 +124,13 @@ void attention_mma(__global const float* q, __global float* out, __global const 
   // The block's keys: from its first row's window start to its last row's position.
   const uint last_row = min(qb * AM_BQ + AM_BQ - 1, n_queries - 1);
   const int block_lo = window ? max(0, first_pos + (int)(qb * AM_BQ) - (int)window + 1) : 0;
-  const int i_first = (block_lo - k_lo) / AM_BK * AM_BK, i_last = first_pos + (int)last_row - k_lo;
+  const int i_first = (block_lo - k_lo) / AM_BK * AM_BK;
+  const int i_last = am_last_key(first_pos + (int)last_row, recent_window, recent_floor) - k_lo;
   const int n_tiles = (i_last - i_first) / AM_BK + 1, per_split = (n_tiles + (int)n_splits - 1) / (int)n_splits;
   const int kb_begin = i_first + (int)split * per_split * AM_BK;
   const int kb_end = min(i_last + 1, kb_begin + per_split * AM_BK);  // exclusive
   // Keys every row of this warp attends: tiles inside [warp_lo, warp_hi] need no mask.
-  const int warp_hi = first_pos + (int)(qb * AM_BQ + warp * 16) - k_lo;
+  const int warp_hi = am_last_key(first_pos + (int)(qb * AM_BQ + warp * 16), recent_window, recent_floor) - k_lo;
   const int warp_lo = (window ? max(0, first_pos + (int)(qb * AM_BQ + warp * 16 + 15) - (int)window + 1) : 0) - k_lo;
   __global const uint4* kg = (__global const uint4*)(kx + (ulong)kvh * n_pad * (HEAD_DIM / 2));
   __global const uint4* vg = (__global const uint4*)(vx + (ulong)kvh * n_pad * (HEAD_DIM / 2));
@@ -161,8 +173,8 @@ void attention_mma(__global const float* q, __global float* out, __global const 
         float a = am_capped(s[n][e], scale, softcap), b = am_capped(s[n][2 + e], scale, softcap);
         if (!inside) {
           const int key = key0 + (int)(n * 8 + e);
-          a = key < lo0 || key > pos0 ? -INFINITY : a;
-          b = key < lo1 || key > pos1 ? -INFINITY : b;
+          a = key < lo0 || key > hi0 ? -INFINITY : a;
+          b = key < lo1 || key > hi1 ? -INFINITY : b;
         }
         s[n][e] = a;
         s[n][2 + e] = b;
@@ -217,9 +229,9 @@ void attention_mma(__global const float* q, __global float* out, __global const 
     barrier(CLK_LOCAL_MEM_FENCE);  // the tiles are restaged next step
   }
 
-  if (n_splits > 1) {
-    __global float* p0 = partial + ((ulong)(r0 * n_heads + h) * n_splits + split) * (HEAD_DIM + 2);
-    __global float* p1 = partial + ((ulong)(r1 * n_heads + h) * n_splits + split) * (HEAD_DIM + 2);
+  if (partial_stride > 1) {
+    __global float* p0 = partial + ((ulong)(r0 * n_heads + h) * partial_stride + split) * (HEAD_DIM + 2);
+    __global float* p1 = partial + ((ulong)(r1 * n_heads + h) * partial_stride + split) * (HEAD_DIM + 2);
     if (tq == 0 && r0 < n_queries) vstore2((float2)(m0, l0), 0, p0);
     if (tq == 0 && r1 < n_queries) vstore2((float2)(m1, l1), 0, p1);
 #pragma unroll

@@ -411,6 +411,24 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) {
   return SL_TQ(signs)[SL_TQ(rotation_of)(row, b) * SL_TQ_HEAD_DIM + i] * SL_TQ(scale_of)(row, b) * sum;
 }
 
+/* n_rows stored rows (row k at first + k·stride bytes) in the original domain into
+ * out[k·head_dim + i], by a whole work-group (docs/PLUGINS.md, optional): every coordinate's
+ * reconstruction in its block's rotated domain, one Walsh–Hadamard transform of all the rows' blocks
+ * (one barrier a stage), then each block's signs — O(log n) an element where load is O(n).
+ * out: n_rows × head_dim floats of local memory. Begins and ends with a barrier. */
+void SL_KV_FN(decode_rows_group)(__global const uchar* first, uint stride, uint n_rows, __local float* out, uint lid,
+                                 uint lsize) {
+  barrier(CLK_LOCAL_MEM_FENCE); /* the caller's last reads of out are done */
+  for (uint e = lid; e < n_rows * SL_TQ_HEAD_DIM; e += lsize)
+    out[e] = SL_TQ(value)(first + (e / SL_TQ_HEAD_DIM) * stride, e % SL_TQ_HEAD_DIM);
+  SL_TQ(fwht_slots)(out, n_rows, SL_TQ_HEAD_DIM, n_rows, 0u, 1u, lid, lsize);
+  for (uint e = lid; e < n_rows * SL_TQ_HEAD_DIM; e += lsize) {
+    const uint i = e % SL_TQ_HEAD_DIM;
+    out[e] *= SL_TQ(sign)(SL_TQ(rotation_of)(first + (e / SL_TQ_HEAD_DIM) * stride, SL_TQ(block_of)(i)), i);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 /* ---- the fused device path (docs/PLUGINS.md): what the OpenCL backend's attention_fused calls -- */
 
 /* Local layout of the query area: slot r (the query under rotation r) at r·(head_dim + 1) — the

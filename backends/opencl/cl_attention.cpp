@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cl_attention_path.h"
 #include "cl_kv_cache.h"
 #include "util/recent_window.h"
 #include "util/vec.h"  // f16 conversions of the recent window on the host path
@@ -101,6 +102,7 @@ constexpr uint32_t kMmaGroup = 128; // AM_WG
 struct QueryRun {
   uint32_t first_token, n_tokens;
   int32_t first_pos, seq;
+  int32_t recent_floor = 0;  // with a recent window: attention_mma's floor (cl_attention_path.h)
 };
 
 // The batch as runs of consecutive positions of one sequence.
@@ -114,21 +116,24 @@ std::vector<QueryRun> query_runs(const sl_backend* be) {
         continue;
       }
     }
-    runs.push_back({t, 1, be->positions[t], be->seq_slots[t]});
+    runs.push_back({t, 1, be->positions[t], be->seq_slots[t], 0});
   }
   return runs;
 }
 
 // Whether prefill runs go through attention_mma: an sm_80+ NVIDIA device with PTX on, a layer of
 // the layout's widths (a geometry with the fast paths, cl_kv_geometry.h), a head_dim the kernel is
-// built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators), and no recent
-// window in this batch — with one, a key is read exactly by some queries of a run and
-// through the codec by others, which one gathered copy cannot give. Tuning mma_att = 0 keeps the
-// portable kernels; a program that fails to build is reported once and the portable kernels serve.
+// built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators). With a recent
+// window a key is read exactly by some queries of a run and through the codec by others: the mma
+// kernel takes each query's codec keys and attention_recent_partial its exact ones (a work-group of
+// head_dim), merged as key splits — where one floor describes the run (mma_recent_floor). Tuning
+// mma_att = 0 keeps the portable kernels; a program that fails to build is reported once and the
+// portable kernels serve.
 bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, uint32_t layer, const AttentionParams* p) {
   if (!c->geometry(layer).shape.fast_paths) return false;
-  if (!be->tuning.mma_att || !be->use_ptx || be->caps.sm < 80 || keeps_recent(be, c)) return false;
-  if (p->head_dim % 16 || p->head_dim > 128) return false;
+  if (!be->tuning.mma_att || !be->use_ptx || be->caps.sm < 80) return false;
+  if (p->head_dim % 16 || p->head_dim > 128 || c->layers[layer].v_dim != p->head_dim) return false;
+  if (keeps_recent(be, c) && p->head_dim > be->caps.max_wg) return false;
   int& state = be->att_mma_state[p->head_dim];
   if (state == 0) {
     try {
@@ -166,7 +171,11 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   const uint64_t bytes = uint64_t(Ly.n_kv_heads) * n_pad * D * 2;
   cl::Buffer& kx = be->att_k16.at_least(be->context, bytes);
   cl::Buffer& vx = be->att_v16.at_least(be->context, bytes);
-  auto& gk = ks.gather;
+  // Codecs that decode rows together (turbo: its inverse transform across a work-group) gather
+  // `rows` positions a work-group, a divisor of the page: one page's rows of a head are contiguous.
+  const uint32_t rows = gather_rows_per_group(c->layout.page_tokens);
+  const bool by_rows = ks.gather_rows() && rows > 0;
+  auto& gk = by_rows ? ks.gather_rows : ks.gather;
   set_layer_args(gk, 0, c, layer);
   gk.setArg(6, device_table_of(be, c, layer));
   gk.setArg(7, static_cast<cl_uint>(static_cast<uint32_t>(run.seq) * be->max_pages));
@@ -175,7 +184,14 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   gk.setArg(10, static_cast<cl_uint>(n_pad));
   gk.setArg(11, kx);
   gk.setArg(12, vx);
-  launch(be, gk, cl::NDRange(D, n_pad, Ly.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
+  if (by_rows) {
+    gk.setArg(13, static_cast<cl_uint>(rows));
+    const uint32_t chunks = (static_cast<uint32_t>(k_lo) % rows + n_pad + rows - 1) / rows;
+    const uint32_t wg = attention_wg(be);
+    launch(be, gk, cl::NDRange(size_t(wg) * chunks, Ly.n_kv_heads), cl::NDRange(wg, 1));
+  } else {
+    launch(be, gk, cl::NDRange(D, n_pad, Ly.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
+  }
   auto& mk = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma");
   mk.setArg(0, single(q));
   mk.setArg(1, single(out));
@@ -195,15 +211,42 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   mk.setArg(15, static_cast<cl_uint>(p->sinks ? 1 : 0));
   const uint32_t blocks = (run.n_tokens + kMmaBlock - 1) / kMmaBlock;
   const uint32_t splits = mma_splits(be, blocks * p->n_heads, n_pad / kMmaBlock);
+  const bool recent = keeps_recent(be, c);
+  const uint32_t stride = splits + (recent ? 1 : 0);  // partials a (row, head): the recent keys' is the last
   mk.setArg(16, static_cast<cl_uint>(splits));
-  const uint64_t partial_bytes = uint64_t(run.n_tokens) * p->n_heads * splits * (D + 2) * 4;
-  mk.setArg(17, splits > 1 ? be->att_mma_partial.at_least(be->context, partial_bytes) : single(out));  // unused with one split
+  const uint64_t partial_bytes = uint64_t(run.n_tokens) * p->n_heads * stride * (D + 2) * 4;
+  mk.setArg(17, stride > 1 ? be->att_mma_partial.at_least(be->context, partial_bytes) : single(out));  // unused with one split
+  mk.setArg(18, static_cast<cl_uint>(stride));
+  mk.setArg(19, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
+  mk.setArg(20, static_cast<cl_int>(run.recent_floor));
   launch(be, mk, cl::NDRange(size_t(kMmaGroup) * blocks, p->n_heads, splits), cl::NDRange(kMmaGroup, 1, 1));
-  if (splits > 1) {
+  if (recent) {
+    auto& rk = ks.recent_partial;
+    rk.setArg(0, single(q));
+    rk.setArg(1, c->recent_layers[layer]);
+    rk.setArg(2, be->d_recent_table);
+    rk.setArg(3, static_cast<cl_uint>(be->max_pages));
+    rk.setArg(4, static_cast<cl_uint>(run.seq));
+    rk.setArg(5, static_cast<cl_uint>(c->layout.recent_window));
+    rk.setArg(6, static_cast<cl_uint>(c->layout.page_tokens));
+    rk.setArg(7, static_cast<cl_uint>(Ly.n_kv_heads));
+    rk.setArg(8, static_cast<cl_uint>(run.first_token));
+    rk.setArg(9, static_cast<cl_int>(run.first_pos));
+    rk.setArg(10, static_cast<cl_uint>(p->n_heads));
+    rk.setArg(11, static_cast<cl_uint>(p->n_heads / p->n_kv_heads));
+    rk.setArg(12, p->scale);
+    rk.setArg(13, static_cast<cl_uint>(p->window));
+    rk.setArg(14, p->softcap);
+    rk.setArg(15, static_cast<cl_uint>(splits));
+    rk.setArg(16, static_cast<cl_uint>(stride));
+    rk.setArg(17, be->att_mma_partial.buffer);
+    launch(be, rk, cl::NDRange(size_t(D) * run.n_tokens, p->n_heads), cl::NDRange(D, 1));
+  }
+  if (stride > 1) {
     auto& merge = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma_merge");
     merge.setArg(0, be->att_mma_partial.buffer);
     merge.setArg(1, single(out));
-    merge.setArg(2, static_cast<cl_uint>(splits));
+    merge.setArg(2, static_cast<cl_uint>(stride));
     merge.setArg(3, static_cast<cl_uint>(run.first_token));
     merge.setArg(4, static_cast<cl_uint>(p->n_heads));
     launch(be, merge, cl::NDRange(D, size_t(run.n_tokens) * p->n_heads), cl::NDRange(D, 1));
@@ -368,11 +411,17 @@ sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, cons
     uint32_t in_runs = 0;
     const uint32_t min_run = be->tuning.mma_att_min_run;
     if (n_tokens >= min_run && mma_attention_applies(be, c, layer, p))
-      for (const auto& run : query_runs(be))
-        if (run.n_tokens >= min_run) {
-          mma_runs.push_back(run);
-          in_runs += run.n_tokens;
+      for (auto run : query_runs(be)) {
+        if (run.n_tokens < min_run) continue;
+        if (keeps_recent(be, c)) {
+          const auto floor = mma_recent_floor(be->recent_table.data() + static_cast<std::size_t>(run.seq) * be->max_pages,
+                                              c->layout.recent_window, c->layout.page_tokens, run.first_pos, run.n_tokens, p->window);
+          if (!floor) continue;
+          run.recent_floor = *floor;
         }
+        mma_runs.push_back(run);
+        in_runs += run.n_tokens;
+      }
     // The kv_write asked to join (kKvAttention, kRopeKvAttention: the plan saw the graph's data flow)
     // runs in this launch where the batch is decode and attention_short takes it, and the rope
     // pair's first tensor is q with this attention's heads; otherwise first, as kv_write runs it.

@@ -60,6 +60,8 @@ struct sl_kv_cache {
     bool ptx = false;       // built with SLUICE_PTX_SHFL: the outputs' 15-bit form can be written (att_write)
     cl::Kernel short_passes;  // attention_short, where the program has it (null otherwise)
     cl::Kernel short_join;    // attention_short_join: with the deferred kv_write (and rope) in its launch
+    cl::Kernel gather_rows;   // kv_gather_f16_rows, where a codec decodes rows together (null otherwise)
+    cl::Kernel recent_partial;  // attention_recent_partial: a prefill run's exact keys beside attention_mma
   };
   // The layers' geometries (cl_kv_geometry.h: [0] the layout's own), each with its programs.
   struct Geometry {

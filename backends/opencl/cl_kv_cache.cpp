@@ -77,6 +77,7 @@ bool has_fused_values(const char* source) {
   return source_has(source, {"SL_KV_FN(fused_prepare_values)", "SL_KV_FN(fused_value)", "SL_KV_FN(fused_finish)"});
 }
 bool has_group_encode(const char* source) { return source_has(source, {"SL_KV_FN(encode_row_group)"}); }
+bool has_group_decode(const char* source) { return source_has(source, {"SL_KV_FN(decode_rows_group)"}); }
 
 // The V codec's accumulator slots in the fused kernel (domain_dim / head_dim; 1 = one domain).
 uint32_t v_slots(const sl_kv_cache::Geometry& g) { return g.v_fused ? g.shape.v_format.domain_dim / g.shape.v_dim : 1; }
@@ -153,6 +154,8 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, 
                               " -DV_SLOTS=" + std::to_string(v_slots(geo)) +
                               " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(k_source)) +
                               " -DV_ENCODE_GROUP=" + std::to_string(has_group_encode(v_source)) +
+                              " -DK_DECODE_GROUP=" + std::to_string(has_group_decode(k_source)) +
+                              " -DV_DECODE_GROUP=" + std::to_string(has_group_decode(v_source)) +
                               " -DWIDE_WG=" + std::to_string(wide_wg) + value_unroll_option(be) +
                               " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
                               " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
@@ -190,7 +193,9 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, 
                          program_has_kernel(program, "attention_short_join") && !source_has(k_source, {"barrier("}) &&
                                  !source_has(v_source, {"barrier("})
                              ? cl::Kernel(program, "attention_short_join")
-                             : cl::Kernel()};
+                             : cl::Kernel(),
+                         program_has_kernel(program, "kv_gather_f16_rows") ? cl::Kernel(program, "kv_gather_f16_rows") : cl::Kernel(),
+                         cl::Kernel(program, "attention_recent_partial")};
   return geo.kernels.emplace(group, std::move(k)).first->second;
 }
 

@@ -1,0 +1,81 @@
+// The tensor-core prefill attention's split of keys under a recent window
+// (backends/opencl/cl_attention_path.h), without a device: attention_mma takes each query's codec keys
+// below one floor, attention_recent_partial the exact ones, exactly where that floor gives every query
+// of the run what recent_exact_from gives it; and the gather's positions a work-group.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "cl_attention_path.h"
+
+namespace sluice::ocl {
+namespace {
+
+constexpr uint32_t kPage = 16;
+
+// Every query of the run [first, first + n) splits its keys at the same place both ways.
+void expect_same_split(const std::vector<int32_t>& recent, uint32_t w, int32_t first, uint32_t n, uint32_t window, int32_t floor) {
+  for (int32_t pos = first; pos < first + static_cast<int32_t>(n); ++pos) {
+    const int32_t lo = window ? std::max<int32_t>(0, pos - static_cast<int32_t>(window) + 1) : 0;
+    EXPECT_EQ(mma_exact_from(pos, lo, w, floor), recent_exact_from(recent.data(), w, kPage, pos, lo)) << "position " << pos;
+  }
+}
+
+TEST(MmaRecentWindow, EveryPageWithExactCopiesGivesFloorZero) {
+  const std::vector<int32_t> recent = {3, 0, 1, 4, 2};
+  const auto floor = mma_recent_floor(recent.data(), 16, kPage, 40, 40, 0);
+  ASSERT_TRUE(floor);
+  EXPECT_EQ(*floor, 0);
+  expect_same_split(recent, 16, 40, 40, 0, *floor);
+  // The run's first queries read their 16 newest keys exactly, from position 25 on.
+  EXPECT_EQ(mma_exact_from(40, 0, 16, *floor), 25);
+}
+
+TEST(MmaRecentWindow, AReusedPrefixWithoutCopiesReadsItsKeysFromTheCodec) {
+  // Pages 0..2 came from a reused prefix: no exact rows; the run's queries at 40..47 have none either.
+  const std::vector<int32_t> recent = {-1, -1, -1, 0, 1};
+  const auto floor = mma_recent_floor(recent.data(), 16, kPage, 40, 40, 0);
+  ASSERT_TRUE(floor);
+  EXPECT_EQ(*floor, 48);
+  expect_same_split(recent, 16, 40, 40, 0, *floor);
+  EXPECT_EQ(mma_exact_from(47, 0, 16, *floor), 48);  // none exact
+  EXPECT_EQ(mma_exact_from(50, 0, 16, *floor), 48);  // the copies start at the page
+  EXPECT_EQ(mma_exact_from(70, 0, 16, *floor), 55);  // the window
+}
+
+TEST(MmaRecentWindow, CopiesThatStopBeforeTheRunsEndCannotBeOneFloor) {
+  const std::vector<int32_t> recent = {0, 1, 2, 3, -1};
+  EXPECT_FALSE(mma_recent_floor(recent.data(), 16, kPage, 40, 40, 0));
+  // The same table for a run that ends before the gap is one floor.
+  const auto floor = mma_recent_floor(recent.data(), 16, kPage, 20, 40, 0);
+  ASSERT_TRUE(floor);
+  expect_same_split(recent, 16, 20, 40, 0, *floor);
+}
+
+TEST(MmaRecentWindow, ASlidingWindowNarrowerThanTheRecentWindowReadsEveryKeyExactly) {
+  const std::vector<int32_t> recent = {0, 1, 2, 3, 4};
+  for (uint32_t window : {8u, 20u, 100u}) {
+    const auto floor = mma_recent_floor(recent.data(), 16, kPage, 33, 40, window);
+    ASSERT_TRUE(floor) << window;
+    expect_same_split(recent, 16, 33, 40, window, *floor);
+  }
+  EXPECT_EQ(mma_exact_from(60, 53, 16, 0), 53);  // window 8: lo = 53, all exact
+}
+
+TEST(MmaRecentWindow, NoRecentWindowReadsEveryKeyFromTheGatheredRows) {
+  EXPECT_EQ(mma_exact_from(100, 0, 0, 0), 101);
+  EXPECT_EQ(mma_exact_from(100, 90, 0, 0), 101);
+}
+
+TEST(GatherRows, APowerOfTwoDividingThePageUpToSixteen) {
+  EXPECT_EQ(gather_rows_per_group(16), 16u);
+  EXPECT_EQ(gather_rows_per_group(32), 16u);
+  EXPECT_EQ(gather_rows_per_group(256), 16u);
+  EXPECT_EQ(gather_rows_per_group(8), 8u);
+  EXPECT_EQ(gather_rows_per_group(12), 4u);
+  EXPECT_EQ(gather_rows_per_group(7), 1u);
+  EXPECT_EQ(gather_rows_per_group(0), 0u);
+}
+
+}  // namespace
+}  // namespace sluice::ocl
