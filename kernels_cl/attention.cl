@@ -665,35 +665,45 @@ void kv_gather_f16_rows(__global const uchar* layer, ulong page_bytes, uint page
 // [att_exact_from, pos] of each (run row, query head) from the recent pages, in f32, as one more
 // partial — m and l in base 2 (scores times log2 e), then HEAD_DIM sums — at index `split` of
 // attention_mma's partial layout, for attention_mma_merge. One work-group of HEAD_DIM work-items per
-// (run row, head): a pass scores HEAD_DIM keys, one a work-item, then each work-item sums its dim.
+// (run row, head): a pass scores HEAD_DIM / 8 keys, eight work-items a key (a contiguous eighth of
+// its row each), then each work-item sums its dim of the values.
 __kernel void attention_recent_partial(__global const float* q, __global const half* recent_layer,
                                        __global const int* recent_table, uint max_pages, uint seq, uint recent_window,
                                        uint page_tokens, uint n_kv_heads, uint first_token, int first_pos, uint n_heads,
                                        uint group, float scale, uint window, float softcap, uint split,
                                        uint partial_stride, __global float* partial) {
-  __local float qs[HEAD_DIM], w[HEAD_DIM];
+  __local float qs[HEAD_DIM], eighths[HEAD_DIM], w[HEAD_DIM / 8];
   const uint d = get_local_id(0), r = get_group_id(0), h = get_group_id(1), kvh = h / group;
+  const uint per_pass = HEAD_DIM / 8, key_of = d / 8, eighth = d % 8;
   const int pos = first_pos + (int)r;
   const int lo = window ? max(0, pos - (int)window + 1) : 0;
   __global const int* recent = recent_table + (ulong)seq * max_pages;
   const int from = att_exact_from(recent, recent_window, page_tokens, pos, lo);
   qs[d] = q[((ulong)(first_token + r) * n_heads + h) * HEAD_DIM + d];
   float m = -INFINITY, l = 0.0f, acc = 0.0f;
-  for (int j0 = from; j0 <= pos; j0 += HEAD_DIM) {  // the same count on every work-item
+  for (int j0 = from; j0 <= pos; j0 += (int)per_pass) {  // the same count on every work-item
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int j = j0 + (int)d;
-    float s = -INFINITY;
+    const int j = j0 + (int)key_of;
+    float dot = 0.0f;
     if (j <= pos) {
       __global const half* k = att_recent_row(recent_layer, recent[j / (int)page_tokens], 0u, n_kv_heads, kvh, page_tokens, (uint)j);
-      float dot = 0.0f;
-      for (uint e = 0; e < HEAD_DIM; ++e) dot += qs[e] * vload_half(e, k);
-      s = dot * scale;
-      if (softcap > 0.0f) s = tanh(s / softcap) * softcap;
-      s *= 1.4426950408889634f;
+      for (uint e = eighth * (HEAD_DIM / 8); e < (eighth + 1) * (HEAD_DIM / 8); ++e) dot += qs[e] * vload_half(e, k);
     }
-    w[d] = s;
+    eighths[d] = dot;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int n = min((int)HEAD_DIM, pos - j0 + 1);
+    if (eighth == 0) {
+      float s = -INFINITY;
+      if (j <= pos) {
+        s = 0.0f;
+        for (uint e = 0; e < 8; ++e) s += eighths[d + e];
+        s *= scale;
+        if (softcap > 0.0f) s = tanh(s / softcap) * softcap;
+        s *= 1.4426950408889634f;
+      }
+      w[key_of] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int n = min((int)per_pass, pos - j0 + 1);
     float mx = m;
     for (int i = 0; i < n; ++i) mx = fmax(mx, w[i]);
     const float corr = m == -INFINITY ? 0.0f : exp2(m - mx);

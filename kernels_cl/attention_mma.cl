@@ -6,7 +6,7 @@
 // so read the history once per query; here a work-group reads each 64-key tile once for 64 queries.
 // Built only when the device accepts PTX; the portable kernels are the reference and fallback.
 //
-// A work-group of 4 warps takes AM_BQ (64) queries of one query head (warp w: rows 16w..16w+15) and
+// A work-group of AM_BQ / 16 warps takes AM_BQ (64 or 128) queries of one query head (warp w: rows 16w..16w+15) and
 // walks the keys in AM_BK (64) tiles: S = Q·Kᵀ (mma), masked to each query's range [lo, pos], an
 // online softmax in f32 per row (in base 2: scores times log2 e, so exp2), P rounded to f16, O += P·V
 // (mma, P taken straight from S's accumulator fragments: a 16×8 f32 C fragment pair is a 16×16 A
@@ -23,9 +23,11 @@
 // Built with HEAD_DIM (a multiple of 16, at most 128: the O accumulators are HEAD_DIM / 2 floats a
 // work-item, beside the query fragments).
 
-#define AM_BQ 64
+#ifndef AM_BQ
+#define AM_BQ 64  // queries a work-group: 64 or 128 (tuning mma_att_queries), a warp per 16
+#endif
 #define AM_BK 64
-#define AM_WG 128
+#define AM_WG (2 * AM_BQ)
 #define AM_KS (HEAD_DIM / 2 + 4)  // 32-bit words a staged key row takes
 #define AM_VS (AM_BK / 2 + 4)     // 32-bit words a staged (transposed) value row takes
 #define AM_LOG2E 1.4426950408889634f

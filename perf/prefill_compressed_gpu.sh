@@ -11,6 +11,8 @@
 #          turbo3 (its default recent window of 16), turbo3 without the window, and the --turbo-kv pair,
 #          then llama-bench with its f16 and turbo3 caches at the same depths (-p 512 -n 32), then ours
 #   again  ours again (f16, turbo3) for the spread; a kernel profile of a turbo3 prefill at 32768
+#   sweep  (after start) attention_mma with 64 and 128 queries a work-group (tuning mma_att_queries), f16
+#          and turbo3 at the three depths, alternating, with llama-bench's f16 and turbo3 between
 # Here first (bundles are ignored by git):
 #   ../shared/device/bundle.sh .bundle_mma build/bin/sluice build/bin/bench_batching build/bin/bench_quant_matvec \
 #     build/bin/bench_depth build/lib/sluice-backend-opencl.so build/lib/sluice-kvcodec-turbo3.so \
@@ -44,7 +46,12 @@ start)
   mkdir -p /work && ln -sfn $PWD /work/main; mkdir -p build && ln -sfn "$F" build/lib
   timeout 200 "$F/opencl_mma_attention_compressed_test" > $R/t_compressed.txt 2>&1; log "compressed rc=$?"
   timeout 120 "$F/opencl_mma_attention_test" > $R/t_mma.txt 2>&1; log "mma rc=$?"
-  timeout 150 "$F/opencl_vendor_paths_test" --gtest_filter='*Batched*:*TensorCore*' > $R/t_vendor.txt 2>&1; log "vendor rc=$?"
+  # The same two with 128 queries a work-group (tuning mma_att_queries; the sweep phase times it).
+  SLUICE_TEST_BACKEND_OPTIONS=tune.mma_att_queries=128 timeout 200 "$F/opencl_mma_attention_compressed_test" \
+    > $R/t_compressed_q128.txt 2>&1; log "compressed q128 rc=$?"
+  SLUICE_TEST_BACKEND_OPTIONS=tune.mma_att_queries=128 timeout 120 "$F/opencl_mma_attention_test" > $R/t_mma_q128.txt 2>&1
+  log "mma q128 rc=$?"
+  [ "${SKIP_VENDOR:-0}" = 1 ] || timeout 150 "$F/opencl_vendor_paths_test" --gtest_filter='*Batched*:*TensorCore*' > $R/t_vendor.txt 2>&1; log "vendor rc=$?"
   wait; log "model and gguf"
   tail -n 2 $W/build.log $R/make_model.txt $R/gguf.txt | tee -a "$OUT/progress.txt"
   log start done ;;
@@ -69,5 +76,20 @@ depth|again)
     log "peer $ct rc=$?"
   done
   log "depth done" ;;
-*) echo "usage: $0 start|depth|again" >&2; exit 2 ;;
+sweep)  # attention_mma with 64 and 128 queries a work-group, alternating, and the peer between
+  q() {  # label codec queries
+    timeout 150 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec "$2" --depths 0,8192,32768 \
+      --pp 512 --tg 32 --json --backend-options tune.mma_att_queries=$3 > $R/sweep_$1_$2_q$3.txt 2>&1
+    log "sweep $1 $2 q$3 rc=$?"
+  }
+  for codec in f16 turbo3; do q 1 $codec 64; q 1 $codec 128; done
+  for i in $(seq 1 100); do grep -q BUILD_RC $W/build.log 2>/dev/null && break; sleep 3; done
+  for ct in f16 turbo3; do
+    timeout 240 $W/build/bin/llama-bench -m $G -ngl 99 -fa 1 -ctk $ct -ctv $ct -p 512 -n 32 -d 0,8192,32768 -r 2 -o md \
+      > $R/sweep_peer_$ct.txt 2>&1
+    log "peer $ct rc=$?"
+  done
+  for codec in f16 turbo3; do q 2 $codec 128; q 2 $codec 64; done
+  log "sweep done" ;;
+*) echo "usage: $0 start|depth|again|sweep" >&2; exit 2 ;;
 esac

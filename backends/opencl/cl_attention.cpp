@@ -96,8 +96,14 @@ sl_status host_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const s
 // Prefill runs on tensor cores (kernels_cl/attention_mma.cl): consecutive positions of one
 // sequence, at least tuning mma_att_min_run of them — shorter runs (decode tokens) read their keys
 // once anyway, and the portable kernels split long histories across the GPU where the mma kernel would not.
-constexpr uint32_t kMmaBlock = 64;  // AM_BQ and AM_BK in attention_mma.cl
-constexpr uint32_t kMmaGroup = 128; // AM_WG
+constexpr uint32_t kMmaBlock = 64;  // AM_BK in attention_mma.cl: the keys a tile
+
+// The program of attention_mma for a head size and the queries a work-group takes (AM_BQ, tuning
+// mma_att_queries: 64 or 128, a warp per 16; its work-group is 2·AM_BQ work-items).
+std::string mma_program(const sl_backend* be, uint32_t head_dim) {
+  const uint32_t bq = be->tuning.mma_att_queries;
+  return "attention_mma_d" + std::to_string(head_dim) + (bq == 64 ? "" : "_q" + std::to_string(bq));
+}
 
 struct QueryRun {
   uint32_t first_token, n_tokens;
@@ -134,10 +140,10 @@ bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, uint32_t layer,
   if (!be->tuning.mma_att || !be->use_ptx || be->caps.sm < 80) return false;
   if (p->head_dim % 16 || p->head_dim > 128 || c->layers[layer].v_dim != p->head_dim) return false;
   if (keeps_recent(be, c) && p->head_dim > be->caps.max_wg) return false;
-  int& state = be->att_mma_state[p->head_dim];
+  int& state = be->att_mma_state[mma_program(be, p->head_dim)];
   if (state == 0) {
     try {
-      kernel(be, "attention_mma_d" + std::to_string(p->head_dim), "attention_mma");
+      kernel(be, mma_program(be, p->head_dim), "attention_mma");
       state = 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "opencl: tensor-core prefill attention unavailable, the portable kernels serve: %s\n", e.what());
@@ -192,7 +198,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   } else {
     launch(be, gk, cl::NDRange(D, n_pad, Ly.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
   }
-  auto& mk = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma");
+  auto& mk = kernel(be, mma_program(be, D), "attention_mma");
   mk.setArg(0, single(q));
   mk.setArg(1, single(out));
   mk.setArg(2, kx);
@@ -209,7 +215,8 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   mk.setArg(13, p->softcap);
   mk.setArg(14, p->sinks ? single(p->sinks) : be->d_positions);
   mk.setArg(15, static_cast<cl_uint>(p->sinks ? 1 : 0));
-  const uint32_t blocks = (run.n_tokens + kMmaBlock - 1) / kMmaBlock;
+  const uint32_t bq = be->tuning.mma_att_queries, group_size = 2 * bq;
+  const uint32_t blocks = (run.n_tokens + bq - 1) / bq;
   const uint32_t splits = mma_splits(be, blocks * p->n_heads, n_pad / kMmaBlock);
   const bool recent = keeps_recent(be, c);
   const uint32_t stride = splits + (recent ? 1 : 0);  // partials a (row, head): the recent keys' is the last
@@ -219,7 +226,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   mk.setArg(18, static_cast<cl_uint>(stride));
   mk.setArg(19, static_cast<cl_uint>(recent ? c->layout.recent_window : 0));
   mk.setArg(20, static_cast<cl_int>(run.recent_floor));
-  launch(be, mk, cl::NDRange(size_t(kMmaGroup) * blocks, p->n_heads, splits), cl::NDRange(kMmaGroup, 1, 1));
+  launch(be, mk, cl::NDRange(size_t(group_size) * blocks, p->n_heads, splits), cl::NDRange(group_size, 1, 1));
   if (recent) {
     auto& rk = ks.recent_partial;
     rk.setArg(0, single(q));
@@ -243,7 +250,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
     launch(be, rk, cl::NDRange(size_t(D) * run.n_tokens, p->n_heads), cl::NDRange(D, 1));
   }
   if (stride > 1) {
-    auto& merge = kernel(be, "attention_mma_d" + std::to_string(D), "attention_mma_merge");
+    auto& merge = kernel(be, mma_program(be, D), "attention_mma_merge");
     merge.setArg(0, be->att_mma_partial.buffer);
     merge.setArg(1, single(out));
     merge.setArg(2, static_cast<cl_uint>(stride));

@@ -278,7 +278,7 @@ struct sl_backend {
   int batch_mma_state = 0;
   // Prefill attention on tensor cores (kernels_cl/attention_mma.cl), per head_dim: 1 built, -1 its
   // program failed to build (the portable kernels serve). The f16 keys and values it reads (kv_gather_f16).
-  std::map<uint32_t, int> att_mma_state;
+  std::map<std::string, int> att_mma_state;  // per attention_mma program: 0 untried, 1 built, -1 failed
   sluice::ocl::Scratch att_k16, att_v16, att_mma_partial;
   // The decode activation as 15-bit integers for the dp4a matvec (kernels_cl/warp.cl): its bytes and
   // a float2 per 32 columns, in two pairs —

@@ -341,7 +341,11 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       if (bm != std::string::npos) options += " -DMMA_BM=" + shape.substr(bm + 3);
     } else if (program.rfind("attention_mma_d", 0) == 0) {  // inline PTX: built only where be->use_ptx (cl_attention.cpp)
       source += kernel_source("attention_mma");
-      options += " -DHEAD_DIM=" + program.substr(std::strlen("attention_mma_d"));
+      // "attention_mma_d128" or "attention_mma_d128_q128": HEAD_DIM and AM_BQ (64 unless named).
+      const std::string shape = program.substr(std::strlen("attention_mma_d"));
+      const auto bq = shape.find("_q");
+      options += " -DHEAD_DIM=" + shape.substr(0, bq);
+      if (bq != std::string::npos) options += " -DAM_BQ=" + shape.substr(bq + 2);
     } else {
       throw std::runtime_error("unknown program " + program);
     }

@@ -105,6 +105,7 @@ const Field kFields[] = {
      "1 to 64"},
     {"mma_att_min_tiles", IntField{&Tuning::mma_att_min_tiles, [](uint64_t v) { return v >= 1 && v <= 64; }}, "1 to 64"},
     {"mma_att_splits", IntField{&Tuning::mma_att_splits, [](uint64_t v) { return v <= 64; }}, "0 (not forced) to 64"},
+    {"mma_att_queries", IntField{&Tuning::mma_att_queries, [](uint64_t v) { return v == 64 || v == 128; }}, "64 or 128"},
     {"max_alloc", IntField{&Tuning::max_alloc, [](uint64_t v) { return v <= (uint64_t(1) << 62); }},
      "0 (the device's limit) to 2^62 bytes"},
 };

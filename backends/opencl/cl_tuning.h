@@ -97,6 +97,7 @@ struct Tuning {
   uint32_t mma_att_groups_per_cu = 8;     // its key splits: work-groups a compute unit
   uint32_t mma_att_min_tiles = 4;         // 64-key tiles a split keeps at least
   uint32_t mma_att_splits = 0;            // forces its key splits (1..64)
+  uint32_t mma_att_queries = 64;          // queries a work-group of it (64 or 128: a warp per 16)
   // Memory.
   uint64_t max_alloc = 0;                 // largest buffer chunk in bytes (0: the device's own limit)
 

@@ -96,6 +96,7 @@ TEST(OpenclTuning, DefaultsAreTheValuesTheBackendUsedBefore) {
   EXPECT_EQ(t.mma_att, 1u);                          // on unless SLUICE_OPENCL_MMA_ATT=0
   EXPECT_EQ(t.mma_att_min_run, 16u);                 // kMmaMinRun
   EXPECT_EQ(t.mma_att_groups_per_cu, 8u);            // kMmaGroupsPerCu
+  EXPECT_EQ(t.mma_att_queries, 64u);                 // attention_mma's AM_BQ unless tuned
   EXPECT_EQ(t.mma_att_min_tiles, 4u);                // key_tiles / 4
   EXPECT_EQ(t.mma_att_splits, 0u);                   // SLUICE_OPENCL_MMA_ATT_SPLITS unset
   EXPECT_EQ(t.max_alloc, 0u);                        // SLUICE_OPENCL_MAX_ALLOC unset: the device's limit
@@ -111,7 +112,7 @@ TEST(OpenclTuning, EveryFieldHasAName) {
       "q4_batch_wide_rows", "q4_batch_wide_team_rows", "q4_batch_dp4a", "q4_batch_mma", "q4_batch_mma_min_rows",
       "q4_batch_mma_m_tiles", "q4_batch_mma_warps", "q4_batch_mma_m_warps", "q4_batch_mma_groups_per_cu", "q4_batch_mma_interleave", "q4_batch_mma_unroll", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_team", "att_kpt", "att_vu", "att_shfl_local",
       "att_short", "att_groups_per_cu", "att_groups_per_cu_fused", "fused_attention", "maxrreg_att", "mma_att",
-      "mma_att_min_run", "mma_att_groups_per_cu", "mma_att_min_tiles", "mma_att_splits", "max_alloc"};
+      "mma_att_min_run", "mma_att_groups_per_cu", "mma_att_min_tiles", "mma_att_splits", "mma_att_queries", "max_alloc"};
   EXPECT_EQ(tuning_field_names(), expected);
 }
 
@@ -319,6 +320,7 @@ TEST(OpenclTuning, EachKnobAcceptsWhatItsEnvironmentVariableAccepted) {
       {"att_groups_per_cu", {"1", "64"}, {"0", "65"}},
       {"att_groups_per_cu_fused", {"1", "64"}, {"0", "65"}},
       {"mma_att_splits", {"1", "64"}, {"65"}},
+      {"mma_att_queries", {"64", "128"}, {"32", "96", "256"}},
       {"mma_bk", {"32", "64"}, {"16", "128"}},
       {"mma_bm", {"64", "128"}, {"32", "256"}},
       {"dp4a_min_log2", {"10", "24", "40"}, {"9", "41"}},
