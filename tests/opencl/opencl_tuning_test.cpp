@@ -117,8 +117,9 @@ TEST(OpenclTuning, EveryFieldHasAName) {
 }
 
 // The built-in table's Hopper entry restates the H100's measurements — the defaults, but for the
-// batched decode kernel, which the H100 measured faster than the tensor-core GEMM only up to 32 rows —
-// and every other device falls back to the defaults.
+// batched decode kernel, which the H100 measured faster than the tensor-core GEMM only up to 32 rows,
+// and the prefill attention's 128 queries a work-group (measured on the H200) — and every other
+// device falls back to the defaults.
 TEST(OpenclTuning, BuiltinTableGivesEveryDeviceTheValuesItHadBefore) {
   const std::string hopper = "built-in [vendor \"NVIDIA*\" device \"*H100*\" \"*H200*\"]";
   struct Case {
@@ -131,6 +132,7 @@ TEST(OpenclTuning, BuiltinTableGivesEveryDeviceTheValuesItHadBefore) {
   hopper_tuning.q4_batch_max_rows = 32;
   hopper_tuning.q4_batch_wide_rows = 8;
   hopper_tuning.q4_batch_wide_team_rows = 4;
+  hopper_tuning.mma_att_queries = 128;
   const Case cases[] = {
       {"H100", kH100, {hopper}, hopper_tuning}, {"H200", kH200, {hopper}, hopper_tuning}, {"another NVIDIA", kRtx, {}, {}},
       {"AMD", kAmd, {}, {}},                    {"Intel", kIntel, {}, {}},                {"PoCL CPU", kPocl, {}, {}},
