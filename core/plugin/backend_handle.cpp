@@ -1,6 +1,7 @@
 #include "plugin/backend_handle.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "plugin/plugin_registry.h"  // table_has
@@ -126,67 +127,60 @@ bool BackendHandle::runs_mxfp4(uint32_t rows, uint32_t cols) const {
   return runs_weight(SL_OP_MATMUL, mxfp4::weight_form(rows, cols));
 }
 
-bool BackendHandle::runs_head_matmul(const sl_weight& w, const sl_head_matmul_params& p) const {
-  if (SL_ABI_VERSION_MINOR(api_->abi_version) < 4) return false;
-  sl_tensor tensors[3]{};
+namespace {
+
+// The tensors of a probe node (supports_node): one-row f32 activations, and w at `weight_at`.
+std::array<sl_tensor, 3> probe_tensors(const sl_weight& w, std::size_t weight_at) {
+  std::array<sl_tensor, 3> tensors{};
   for (auto& t : tensors) {
     t.struct_size = sizeof(t);
     t.kind = SL_TENSOR_BUFFER;
     t.dtype = SL_DTYPE_F32;
     t.rows = 1;
   }
-  tensors[0].cols = p.n_heads * (p.transpose ? p.slice_rows : w.cols);
-  tensors[1].kind = SL_TENSOR_WEIGHT;
-  tensors[1].weight = &w;
-  tensors[1].dtype = w.dtype;
-  tensors[1].rows = w.rows;
-  tensors[1].cols = w.cols;
-  tensors[2].cols = p.n_heads * (p.transpose ? w.cols : p.slice_rows);
-  sl_head_matmul_params kept = p;
-  kept.struct_size = sizeof(kept);
-  sl_node n{};
-  n.struct_size = sizeof(n);
-  n.op = SL_OP_HEAD_MATMUL;
-  std::fill(std::begin(n.inputs), std::end(n.inputs), SL_NO_TENSOR);
-  std::fill(std::begin(n.outputs), std::end(n.outputs), SL_NO_TENSOR);
-  n.inputs[0] = 0;
-  n.inputs[1] = 1;
-  n.outputs[0] = 2;
-  n.params = &kept;
-  return supports(n, tensors, nullptr);
+  sl_tensor& t = tensors[weight_at];
+  t.kind = SL_TENSOR_WEIGHT;
+  t.weight = &w;
+  t.dtype = w.dtype;
+  t.rows = w.rows;
+  t.cols = w.cols;
+  return tensors;
 }
 
-bool BackendHandle::runs_weight(sl_op op, const sl_weight& w) const {
-  // A node of the op with the weight where that op takes it (EMBED: the table; MATMUL: the
-  // weight), the other tensors plain activations.
-  sl_tensor tensors[3]{};
-  for (auto& t : tensors) {
-    t.struct_size = sizeof(t);
-    t.kind = SL_TENSOR_BUFFER;
-    t.dtype = SL_DTYPE_F32;
-    t.rows = 1;
-  }
-  tensors[0].kind = SL_TENSOR_WEIGHT;
-  tensors[0].weight = &w;
-  tensors[0].dtype = w.dtype;
-  tensors[0].rows = w.rows;
-  tensors[0].cols = w.cols;
-  tensors[1].dtype = op == SL_OP_EMBED ? SL_DTYPE_I32 : SL_DTYPE_F32;
-  tensors[1].cols = op == SL_OP_EMBED ? 1 : w.cols;
-  tensors[2].cols = op == SL_OP_EMBED ? w.cols : w.rows;
+// A node of `op` reading tensors a then b and writing tensor 2.
+sl_node probe_node(sl_op op, uint32_t a, uint32_t b, const void* params) {
   sl_node n{};
   n.struct_size = sizeof(n);
   n.op = op;
   std::fill(std::begin(n.inputs), std::end(n.inputs), SL_NO_TENSOR);
   std::fill(std::begin(n.outputs), std::end(n.outputs), SL_NO_TENSOR);
-  if (op == SL_OP_EMBED) {
-    n.inputs[0] = 0;
-    n.inputs[1] = 1;
-  } else {
-    n.inputs[0] = 1;
-    n.inputs[1] = 0;
-  }
+  n.inputs[0] = a;
+  n.inputs[1] = b;
   n.outputs[0] = 2;
+  n.params = params;
+  return n;
+}
+
+}  // namespace
+
+bool BackendHandle::runs_head_matmul(const sl_weight& w, const sl_head_matmul_params& p) const {
+  if (SL_ABI_VERSION_MINOR(api_->abi_version) < 4) return false;
+  auto tensors = probe_tensors(w, 1);
+  tensors[0].cols = p.n_heads * (p.transpose ? p.slice_rows : w.cols);
+  tensors[2].cols = p.n_heads * (p.transpose ? w.cols : p.slice_rows);
+  sl_head_matmul_params kept = p;
+  kept.struct_size = sizeof(kept);
+  return supports(probe_node(SL_OP_HEAD_MATMUL, 0, 1, &kept), tensors, nullptr);
+}
+
+bool BackendHandle::runs_weight(sl_op op, const sl_weight& w) const {
+  // A node of the op with the weight where that op takes it (EMBED: the table; MATMUL: the
+  // weight), the other tensors plain activations.
+  auto tensors = probe_tensors(w, 0);
+  tensors[1].dtype = op == SL_OP_EMBED ? SL_DTYPE_I32 : SL_DTYPE_F32;
+  tensors[1].cols = op == SL_OP_EMBED ? 1 : w.cols;
+  tensors[2].cols = op == SL_OP_EMBED ? w.cols : w.rows;
+  const sl_node n = op == SL_OP_EMBED ? probe_node(op, 0, 1, nullptr) : probe_node(op, 1, 0, nullptr);
   return supports(n, tensors, nullptr);
 }
 

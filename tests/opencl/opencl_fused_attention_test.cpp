@@ -15,7 +15,7 @@
 
 #include "plugin/backend_handle.h"
 #include "plugin/op_calls.h"
-#include "codec_spec.h"
+#include "codec_plugin.h"
 #include "plugin/plugin_registry.h"
 #include "reference.h"
 #include "test_backend_options.h"
@@ -38,29 +38,7 @@ struct Case {
   bool vs_cpu = true;
 };
 
-class Codec {
- public:
-  // spec: "name" or "name:options" (as --kv-codec).
-  Codec(const PluginRegistry& reg, const std::string& spec, uint32_t head_dim, sl_kv_role role) {
-    const auto [name, options] = test::split_codec_spec(spec);
-    const auto* rec = reg.find(SL_PLUGIN_KVCODEC, name);
-    if (!rec) return;
-    api_ = static_cast<const sl_kvcodec_api*>(rec->descriptor->api);
-    sl_error err{};
-    if (api_->create(head_dim, role, options.c_str(), &codec_, &err) != SL_OK) codec_ = nullptr;
-  }
-  ~Codec() {
-    if (codec_) api_->destroy(codec_);
-  }
-  Codec(const Codec&) = delete;
-  Codec& operator=(const Codec&) = delete;
-  const sl_kvcodec_api* api() const { return api_; }
-  sl_kvcodec* get() const { return codec_; }
-
- private:
-  const sl_kvcodec_api* api_ = nullptr;
-  sl_kvcodec* codec_ = nullptr;
-};
+using Codec = test::PluginCodec;
 
 // One backend with one KV cache: writes a sequence's K/V, then runs attention for given positions.
 class Runner {
