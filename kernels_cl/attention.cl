@@ -625,7 +625,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void kv_gather_f16_rows(__global const uchar* layer, ulong page_bytes, uint page_tokens, uint n_kv_heads,
                         uint k_row_bytes, uint v_row_bytes, __global const int* page_table, uint table_offset,
                         int k_lo, uint n_keys, uint n_pad, __global half* out_k, __global half* out_v, uint rows) {
-  __local float dec[16 * HEAD_DIM + 64];  // the rows, then the codec's 64 floats of tables
+  __local float dec[16 * HEAD_DIM];
   const uint lid = get_local_id(0), kvh = get_group_id(1);
   const int j0 = k_lo / (int)rows * (int)rows + (int)(get_group_id(0) * rows);
   const int j_page = min(j0, k_lo + (int)n_keys - 1);  // a position whose page exists

@@ -415,23 +415,15 @@ float SL_KV_FN(load)(__global const uchar* row, uint i) {
  * out[k·head_dim + i], by a whole work-group (docs/PLUGINS.md, optional): every coordinate's
  * reconstruction in its block's rotated domain, one Walsh–Hadamard transform of all the rows' blocks
  * (one barrier a stage), then each block's signs — O(log n) an element where load is O(n).
- * out: n_rows × head_dim floats of local memory, then 64 for the codebooks (read with divergent
- * indices, which the constant cache serialises). Begins and ends with a barrier. */
+ * out: n_rows × head_dim floats of local memory. Begins and ends with a barrier. */
 void SL_KV_FN(decode_rows_group)(__global const uchar* first, uint stride, uint n_rows, __local float* out, uint lid,
                                  uint lsize) {
   /* A coordinate a work-item: neighbouring work-items store neighbouring floats. (By octets — one
    * header and BITS bytes for eight coordinates — measured slower on the H200, 463 against 386 µs a
    * layer at depth 32768: probably the eight-way local-memory bank conflicts of its stores.) */
-  __local float* book = out + n_rows * SL_TQ_HEAD_DIM;
   barrier(CLK_LOCAL_MEM_FENCE); /* the caller's last reads of out are done */
-  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) book[i] = SL_TQ(codebook)[i];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint e = lid; e < n_rows * SL_TQ_HEAD_DIM; e += lsize) {
-    __global const uchar* row = first + (e / SL_TQ_HEAD_DIM) * stride;
-    const uint i = e % SL_TQ_HEAD_DIM, b = SL_TQ(block_of)(i);
-    __global const uchar* p = row + SL_TQ(block_byte)[b];
-    out[e] = SL_TQ(header_scale)(p, SL_TQ(header)(p)) * book[b * 16 + SL_TQ(code_at)(p + 2, i - SL_TQ(block_offset)[b])];
-  }
+  for (uint e = lid; e < n_rows * SL_TQ_HEAD_DIM; e += lsize)
+    out[e] = SL_TQ(value)(first + (e / SL_TQ_HEAD_DIM) * stride, e % SL_TQ_HEAD_DIM);
   SL_TQ(fwht_slots)(out, n_rows, SL_TQ_HEAD_DIM, n_rows, 0u, 1u, lid, lsize);
   for (uint e = lid; e < n_rows * SL_TQ_HEAD_DIM; e += lsize) {
     const uint i = e % SL_TQ_HEAD_DIM;
