@@ -35,7 +35,8 @@ struct Job {
 }  // namespace
 
 bool router_weight(const std::string& name) {
-  return name.ends_with(".mlp.gate.weight") || name.ends_with(".block_sparse_moe.gate.weight") || name.ends_with(".router.proj.weight");
+  return name.ends_with(".mlp.gate.weight") || name.ends_with(".block_sparse_moe.gate.weight") || name.ends_with(".router.proj.weight") ||
+         name.ends_with(".mlp.shared_expert_gate.weight");
 }
 
 Result<QuantizeSummary> quantize_model(const QuantizeOptions& o) {

@@ -149,6 +149,29 @@ rapidjson::Document preset_config(const ModelPreset& p) {
     rope.AddMember("original_max_position_embeddings", 4096, a);
     d.AddMember("rope_parameters", rope, a);
     d.AddMember("swiglu_limit", 7.0, a);
+  } else if (p.qwen35()) {  // Qwen3_5MoeTextConfig's fields as Qwen3.5-35B-A3B's text_config has them
+    rapidjson::Value types(rapidjson::kArrayType);
+    for (int i = 0; i < p.layers; ++i)
+      types.PushBack(rapidjson::StringRef((i + 1) % p.full_every == 0 ? "full_attention" : "linear_attention"), a);
+    d.AddMember("layer_types", types, a);
+    d.AddMember("full_attention_interval", p.full_every, a);
+    d.AddMember("linear_num_key_heads", p.linear_key_heads, a);
+    d.AddMember("linear_num_value_heads", p.linear_value_heads, a);
+    d.AddMember("linear_key_head_dim", p.linear_head_dim, a);
+    d.AddMember("linear_value_head_dim", p.linear_head_dim, a);
+    d.AddMember("linear_conv_kernel_dim", p.conv_kernel, a);
+    d.AddMember("attn_output_gate", true, a);
+    d.AddMember("partial_rotary_factor", p.partial_rotary, a);
+    rapidjson::Value rope(rapidjson::kObjectType);
+    rope.AddMember("rope_type", "default", a);
+    rope.AddMember("rope_theta", p.rope_theta, a);
+    rope.AddMember("partial_rotary_factor", p.partial_rotary, a);
+    d.AddMember("rope_parameters", rope, a);
+    d.AddMember("num_experts", p.experts, a);
+    d.AddMember("num_experts_per_tok", p.experts_per_token, a);
+    d.AddMember("moe_intermediate_size", p.expert_ffn, a);
+    d.AddMember("shared_expert_intermediate_size", p.shared_expert_ffn, a);
+    d.AddMember("norm_topk_prob", true, a);
   } else if (p.experts > 0 && !p.gemma4()) {
     d.AddMember("num_experts", p.experts, a);
     d.AddMember("num_experts_per_tok", p.experts_per_token, a);
@@ -240,6 +263,23 @@ const std::vector<ModelPreset>& model_presets() {
     p.hidden = 2816; p.layers = 30; p.heads = 16; p.kv_heads = 8; p.head_dim = 256; p.ffn = 2112; p.vocab = 262144; p.tied = true;
     p.global_head_dim = 512; p.global_kv_heads = 2; p.full_every = 6; p.sliding_window = 1024; p.k_eq_v = true;
     p.experts = 128; p.experts_per_token = 8; p.expert_ffn = 704; p.max_positions = 262144;
+    v.push_back(p);
+    p = {};
+    p.name = "tiny-qwen3.5-moe"; p.model_type = "qwen3_5_moe_text"; p.architecture = "Qwen3_5MoeForCausalLM";
+    p.description = "test size Qwen3.5 MoE: hidden 64, 4 layers (3 Gated DeltaNet, 1 gated full attention), 4/2 heads, "
+                    "16 experts top-4 of 64 and a shared expert of 64 (every width a multiple of 64: quantizable)";
+    p.hidden = 64; p.layers = 4; p.heads = 4; p.kv_heads = 2; p.head_dim = 16; p.ffn = 128; p.vocab = 8192; p.max_positions = 4096;
+    p.full_every = 4; p.linear_key_heads = 2; p.linear_value_heads = 4; p.linear_head_dim = 16; p.conv_kernel = 4;
+    p.experts = 16; p.experts_per_token = 4; p.expert_ffn = 64; p.shared_expert_ffn = 64; p.partial_rotary = 0.25;
+    v.push_back(p);
+    p = {};
+    p.name = "qwen3.5-35b-a3b"; p.model_type = "qwen3_5_moe_text"; p.architecture = "Qwen3_5MoeForCausalLM";
+    p.description = "Qwen3.5-35B-A3B shape (text): hidden 2048, 40 layers (every 4th gated full attention, 16/2 heads of 256; "
+                    "the rest Gated DeltaNet 16/32 heads of 128), 256 experts top-8 of 512 and a shared expert of 512, vocab 248320";
+    p.hidden = 2048; p.layers = 40; p.heads = 16; p.kv_heads = 2; p.head_dim = 256; p.ffn = 512; p.vocab = 248320;
+    p.max_positions = 262144; p.rope_theta = 10000000.0; p.partial_rotary = 0.25;
+    p.full_every = 4; p.linear_key_heads = 16; p.linear_value_heads = 32; p.linear_head_dim = 128; p.conv_kernel = 4;
+    p.experts = 256; p.experts_per_token = 8; p.expert_ffn = 512; p.shared_expert_ffn = 512;
     v.push_back(p);
     p = {};
     p.name = "tiny-deepseek-v3"; p.model_type = "deepseek_v3"; p.architecture = "DeepseekV3ForCausalLM";
@@ -358,10 +398,56 @@ std::vector<TensorPlan> deepseek_tensors(const ModelPreset& p) {
   return t;
 }
 
+// Qwen3.5 MoE's tensors (transformers' names for the text model; the routed experts stacked in MLX's
+// switch_mlp form, as the qwen3_moe presets write them).
+std::vector<TensorPlan> qwen35_tensors(const ModelPreset& p) {
+  const int64_t H = p.hidden, D = p.head_dim, E = p.experts, F = p.expert_ffn, SF = p.shared_expert_ffn;
+  const int64_t KEYS = int64_t(p.linear_key_heads) * p.linear_head_dim, VALUES = int64_t(p.linear_value_heads) * p.linear_head_dim;
+  const int64_t CONV = 2 * KEYS + VALUES;  // q, k and v through the causal conv
+  std::vector<TensorPlan> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape) { t.push_back({std::move(name), DType::kBF16, std::move(shape)}); };
+  add("model.embed_tokens.weight", {p.vocab, H});
+  for (int i = 0; i < p.layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    add(l + "input_layernorm.weight", {H});
+    if ((i + 1) % p.full_every == 0) {
+      add(l + "self_attn.q_proj.weight", {2 * p.heads * D, H});
+      add(l + "self_attn.k_proj.weight", {p.kv_heads * D, H});
+      add(l + "self_attn.v_proj.weight", {p.kv_heads * D, H});
+      add(l + "self_attn.o_proj.weight", {H, p.heads * D});
+      add(l + "self_attn.q_norm.weight", {D});
+      add(l + "self_attn.k_norm.weight", {D});
+    } else {
+      add(l + "linear_attn.in_proj_qkv.weight", {CONV, H});
+      add(l + "linear_attn.in_proj_z.weight", {VALUES, H});
+      add(l + "linear_attn.in_proj_a.weight", {p.linear_value_heads, H});
+      add(l + "linear_attn.in_proj_b.weight", {p.linear_value_heads, H});
+      add(l + "linear_attn.conv1d.weight", {CONV, 1, p.conv_kernel});
+      add(l + "linear_attn.A_log", {p.linear_value_heads});
+      add(l + "linear_attn.dt_bias", {p.linear_value_heads});
+      add(l + "linear_attn.norm.weight", {p.linear_head_dim});
+      add(l + "linear_attn.out_proj.weight", {H, VALUES});
+    }
+    add(l + "post_attention_layernorm.weight", {H});
+    add(l + "mlp.gate.weight", {E, H});
+    add(l + "mlp.switch_mlp.gate_proj.weight", {E, F, H});
+    add(l + "mlp.switch_mlp.up_proj.weight", {E, F, H});
+    add(l + "mlp.switch_mlp.down_proj.weight", {E, H, F});
+    add(l + "mlp.shared_expert.gate_proj.weight", {SF, H});
+    add(l + "mlp.shared_expert.up_proj.weight", {SF, H});
+    add(l + "mlp.shared_expert.down_proj.weight", {H, SF});
+    add(l + "mlp.shared_expert_gate.weight", {1, H});
+  }
+  add("model.norm.weight", {H});
+  if (!p.tied) add("lm_head.weight", {p.vocab, H});
+  return t;
+}
+
 }  // namespace
 
 std::vector<TensorPlan> preset_tensors(const ModelPreset& p) {
   if (p.gemma4()) return gemma4_tensors(p);
+  if (p.qwen35()) return qwen35_tensors(p);
   if (p.deepseek()) return deepseek_tensors(p);
   const int64_t H = p.hidden, D = p.head_dim, QD = int64_t(p.heads) * D, KD = int64_t(p.kv_heads) * D;
   std::vector<TensorPlan> t;

@@ -43,7 +43,14 @@ struct ModelPreset {
   // DeepSeek-V3 (model_type deepseek_v3, every layer dense): multi-head latent attention's ranks and
   // widths (head_dim unused).
   int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  // Qwen3.5 MoE (model_type qwen3_5_moe_text): every full_every-th layer gated full attention (q_proj
+  // twice as wide: queries and their gates; partial_rotary of each head turned), the others Gated
+  // DeltaNet with linear_key_heads / linear_value_heads heads of linear_head_dim and a causal conv of
+  // conv_kernel; a shared expert of shared_expert_ffn beside the routed ones.
+  int linear_key_heads = 0, linear_value_heads = 0, linear_head_dim = 0, conv_kernel = 0, shared_expert_ffn = 0;
+  double partial_rotary = 1.0;
   bool gemma4() const { return model_type == "gemma4_text"; }
+  bool qwen35() const { return model_type == "qwen3_5_moe_text"; }
   bool deepseek() const { return model_type == "deepseek_v3"; }
 };
 

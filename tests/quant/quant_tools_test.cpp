@@ -347,6 +347,97 @@ TEST(MakeModel, GptOssPresetHasTransformersLayoutRunsAndCountsActiveExperts) {
   EXPECT_NE(quantized.message().find("bf16 only"), std::string::npos) << quantized.message();
 }
 
+// Qwen3.5 MoE presets: the attention, Gated DeltaNet and norm tensors transformers' Qwen3_5MoeForCausalLM
+// stores (the zoo2 checkpoint's names and shapes at the same tiny widths), the experts stacked as MLX
+// stacks them; the model runs, its experts stream through the uring store to the same logits, 4 of 16
+// experts count as active, and the full shape is 35B with about 3B active, as its name says.
+TEST(MakeModel, Qwen35MoePresetHasTransformersLayoutRunsStreamsAndCountsActiveExperts) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo2/qwen3_5_moe_text/model.safetensors");
+  TempDir out;
+  auto o = tiny_options(out.path(), 0, 1);
+  o.preset = "tiny-qwen3.5-moe";
+  ASSERT_TRUE(quant::make_model(o).ok());
+  auto mine = SafetensorsSet::open_dir(out.path());
+  auto hf = SafetensorsSet::open_dir(test::reference_path("models/zoo2/qwen3_5_moe_text"));
+  ASSERT_TRUE(mine.ok() && hf.ok());
+  int compared = 0;
+  for (const auto& [name, t] : hf->tensors()) {
+    if (name.find(".mlp.") != std::string::npos) continue;  // the zoo model has 8 experts of 32, ours 16 of 64
+    const TensorInfo* u = mine->find(name);
+    ASSERT_NE(u, nullptr) << name;
+    EXPECT_EQ(u->shape, t.shape) << name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+  const TensorInfo* gate = mine->find("model.layers.0.mlp.switch_mlp.gate_proj.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->shape, (std::vector<int64_t>{16, 64, 64}));
+  ASSERT_NE(mine->find("model.layers.3.mlp.shared_expert_gate.weight"), nullptr);
+
+  auto config = ModelConfig::load(out.path());
+  ASSERT_TRUE(config.ok()) << config.message();
+  EXPECT_EQ(config->linear.conv_kernel, 4);
+  const std::vector<int32_t> tokens = {1, 500, 8000, 42, 7, 9, 11, 13, 15, 17};
+  std::vector<std::vector<float>> logits;
+  for (const char* store : {"resident", "uring"}) {
+    auto opts = options_for(out.path());
+    opts.expert_store = store;
+    opts.expert_cache_mb = 1;
+    auto rt = Runtime::open(opts);
+    ASSERT_TRUE(rt.ok()) << store << ": " << rt.message();
+    SequenceState seq;
+    std::vector<float> l;
+    ASSERT_TRUE((*rt)->run(seq, tokens, false, l).ok()) << store;
+    ASSERT_EQ(l.size(), 8192u);
+    for (float v : l) ASSERT_TRUE(std::isfinite(v));
+    if (std::string(store) == "uring") {
+      ASSERT_NE((*rt)->expert_store(), nullptr);
+      EXPECT_GT((*rt)->expert_store()->stats().bytes_read, 0u) << "the experts came from the file";
+    }
+    logits.push_back(std::move(l));
+  }
+  EXPECT_EQ(logits[0], logits[1]) << "experts read through the uring store compute the same logits";
+
+  auto info = quant::inspect_model(out.path(), nullptr);
+  ASSERT_TRUE(info.ok()) << info.message();
+  EXPECT_EQ(info->experts, 16);
+  EXPECT_EQ(info->experts_per_token, 4);
+  const uint64_t per_expert = 3 * 64 * 64;  // gate, up, down of 64 × 64
+  EXPECT_EQ(info->expert_params, 4 * 16 * per_expert);
+  EXPECT_EQ(info->active_params(), info->params - 4 * 12 * per_expert);
+
+  // The 4-bit form: the shared expert's gate is a router (8 bits), the model runs.
+  TempDir q4;
+  auto oq = o;
+  oq.output = q4.path();
+  oq.bits = 4;
+  ASSERT_TRUE(quant::make_model(oq).ok());
+  auto doc = json::parse_file(q4.path() / "config.json");
+  ASSERT_TRUE(doc.ok());
+  EXPECT_EQ((*doc)["quantization"]["model.layers.0.mlp.shared_expert_gate"]["bits"].GetInt(), 8);
+  auto rt = Runtime::open(options_for(q4.path()));
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  SequenceState seq;
+  std::vector<float> l;
+  ASSERT_TRUE((*rt)->run(seq, tokens, false, l).ok());
+  for (float v : l) ASSERT_TRUE(std::isfinite(v));
+
+  const quant::ModelPreset* full = quant::find_preset("qwen3.5-35b-a3b");
+  ASSERT_NE(full, nullptr);
+  uint64_t params = 0, experts = 0;
+  for (const auto& t : quant::preset_tensors(*full)) {
+    uint64_t n = 1;
+    for (auto d : t.shape) n *= static_cast<uint64_t>(d);
+    params += n;
+    if (t.name.find("switch_mlp") != std::string::npos) experts += n;
+  }
+  const uint64_t active = params - experts + experts / 256 * 8;
+  EXPECT_GT(params, 34'000'000'000u);
+  EXPECT_LT(params, 36'000'000'000u);
+  EXPECT_GT(active, 2'500'000'000u);
+  EXPECT_LT(active, 3'500'000'000u);
+}
+
 TEST(MakeModel, TheDraftPresetHasLlama3sVocabularyAndLlama32_1BsParameters) {
   // llama3.2-1b drafts for llama3-8b: the same vocabulary, and Meta's published 1,235,814,400
   // parameters (tied embeddings).
