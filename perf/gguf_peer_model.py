@@ -147,7 +147,8 @@ def common(rope_theta):
     w.add_context_length(cfg.get("max_position_embeddings", 40960))
     w.add_embedding_length(H)
     w.add_block_count(L)
-    w.add_feed_forward_length(cfg.get("intermediate_size", F_exp))
+    if not (family == "gemma4_text" and cfg.get("use_double_wide_mlp")):  # else per layer, below
+        w.add_feed_forward_length(cfg.get("intermediate_size", F_exp))
     w.add_head_count(nh)
     w.add_rope_freq_base(float(rope_theta))
     w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
@@ -365,8 +366,8 @@ def write_qwen3_5():
                    src=conv1d)
             vector(b + "ssm_dt.bias", nV, 0.0, src=lambda: tiled(st[a + "dt_bias"], 0, 1))
             vector(b + "ssm_a", nV, -1.0, src=lambda: -np.exp(tiled(st[a + "A_log"], 0, 1)))
-            matrix(b + "ssm_beta.weight", (nV, H), lambda: tiled(st[a + "in_proj_b.weight"], 0, 1), None)
-            matrix(b + "ssm_alpha.weight", (nV, H), lambda: tiled(st[a + "in_proj_a.weight"], 0, 1), None)
+            matrix(b + "ssm_beta.weight", (nV, H), lambda: tiled(st[a + "in_proj_b.weight"], 0, 1))
+            matrix(b + "ssm_alpha.weight", (nV, H), lambda: tiled(st[a + "in_proj_a.weight"], 0, 1))
             vector(b + "ssm_norm.weight", Vd, src=a + "norm.weight")
             matrix(b + "ssm_out.weight", (H, Vv), lambda: tiled(st[a + "out_proj.weight"], 1, Vd))
         if moe:
