@@ -67,7 +67,7 @@ def pool(qtype, nbytes):
     at = 0 if qtype == Q.Q4_0 else size - 2
     b[:, at:at + 2] = scale
     return b.reshape(-1)
-E = cfg.get("num_experts") or 1
+E = cfg.get("num_experts") or cfg.get("num_local_experts") or 1
 F_exp = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
 largest = max(V * H, E * 2 * F_exp * H, V * L * (cfg.get("hidden_size_per_layer_input") or 0),
               cfg.get("intermediate_size", 0) * H * 2)
@@ -168,7 +168,7 @@ def embeddings(tied):
 def write_llama_qwen3_moe():
     moe = family == "qwen3_moe"
     F = cfg["moe_intermediate_size"] if moe else cfg["intermediate_size"]
-    common(cfg.get("rope_theta", 1000000.0))
+    common(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 1000000.0))
     w.add_head_count_kv(nkv)
     w.add_key_length(hd)
     w.add_value_length(hd)
@@ -189,8 +189,11 @@ def write_llama_qwen3_moe():
         if moe:
             vector(b + "attn_q_norm.weight", hd, src=m + "self_attn.q_norm.weight")
             vector(b + "attn_k_norm.weight", hd, src=m + "self_attn.k_norm.weight")
-        matrix(b + "attn_q.weight", (nh * hd, H), m + "self_attn.q_proj.weight")
-        matrix(b + "attn_k.weight", (nkv * hd, H), m + "self_attn.k_proj.weight")
+        # The peer's llama ropes adjacent pairs, HF's the two halves of a head: its rows reordered to match.
+        pairs = lambda src, heads: (lambda: st[src] if moe else
+                                    st[src].reshape(heads, 2, hd // 2, H).swapaxes(1, 2).reshape(heads * hd, H))
+        matrix(b + "attn_q.weight", (nh * hd, H), pairs(m + "self_attn.q_proj.weight", nh))
+        matrix(b + "attn_k.weight", (nkv * hd, H), pairs(m + "self_attn.k_proj.weight", nkv))
         matrix(b + "attn_v.weight", (nkv * hd, H), m + "self_attn.v_proj.weight")
         matrix(b + "attn_output.weight", (H, nh * hd), m + "self_attn.o_proj.weight")
         if moe:
