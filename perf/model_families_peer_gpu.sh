@@ -74,10 +74,10 @@ json.dump({"architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_mo
           open(sys.argv[1] + "/config.json", "w"), indent=1)
 PY
   fi
-  [ -f $(gguf $f) ] || ( time PYTHONPATH=$W/lcpp/gguf-py timeout 400 python3 perf/gguf_peer_model.py $M $(gguf $f) ) \
+  [ -f "$(gguf $f)" ] || ( time PYTHONPATH=$W/lcpp/gguf-py timeout 400 python3 perf/gguf_peer_model.py $M "$(gguf $f)" ) \
     > $R/gguf_$f.txt 2>&1
   tail -n 3 $R/make_model_$f.txt $R/gguf_$f.txt | tee -a "$OUT/progress.txt"
-  du -sh $M $(gguf $f) | tee -a "$OUT/progress.txt"; df -h /tmp | tail -1 | tee -a "$OUT/progress.txt"
+  du -sh $M "$(gguf $f)" | tee -a "$OUT/progress.txt"; df -h /tmp | tail -1 | tee -a "$OUT/progress.txt"
 }
 
 case "${1:-}" in
@@ -89,12 +89,11 @@ start)
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_WEBUI=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release > $W/build.log 2>&1 && \
       cmake --build $W/build -j14 --target llama-bench >> $W/build.log 2>&1; echo BUILD_RC=\$? >> $W/build.log" \
       > /dev/null 2>&1 < /dev/null &
-    sleep 5  # the GGUF writer reads the peer's gguf-py from the unpacked source
   fi
   make_pair ${2:-gemma}
   log start done ;;
 swap)
-  rm -rf $(model_dir gemma) $(gguf gemma)
+  rm -rf "$(model_dir gemma)" "$(gguf gemma)"
   make_pair qwen
   log swap done ;;
 ours)
