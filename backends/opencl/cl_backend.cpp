@@ -259,8 +259,10 @@ sl_status wrap_host(sl_backend* be, const void* host, uint64_t bytes, sl_buffer*
         b->chunks.emplace_back(be->context, CL_MEM_READ_ONLY, 4);
         continue;
       }
-      if (be->caps.unified) {
-        // The device reads host memory: use it in place (weights are never written).
+      if (be->caps.unified && reinterpret_cast<uintptr_t>(base + at) % be->caps.base_align == 0) {
+        // The device reads host memory: use it in place (weights are never written). Not where the
+        // start is less aligned than a buffer's (a tensor at any offset of a file): the kernels load
+        // whole vectors from a buffer's start, which would fault there — that one gets a copy.
         b->chunks.emplace_back(be->context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, size,
                                const_cast<unsigned char*>(base + at));
       } else {

@@ -187,6 +187,7 @@ struct Capabilities {
   bool nvidia = false;       // inline PTX accepted (shfl.sync, dp4a, mma.sync)
   uint32_t sm = 0;           // NVIDIA compute capability ×10, 0 elsewhere
   bool unified = false;      // host memory is device memory (CPU devices)
+  uint64_t base_align = 128; // bytes every buffer's start is aligned to (kernels load whole vectors from it)
   uint64_t max_alloc = 0;
   uint64_t local_mem = 0;
   size_t max_wg = 0;

@@ -91,6 +91,7 @@ Capabilities device_capabilities(const cl::Device& d) {
     c.sm = major * 10 + minor;
   }
   c.unified = d.getInfo<CL_DEVICE_TYPE>() == CL_DEVICE_TYPE_CPU;
+  c.base_align = std::max<uint64_t>(16, d.getInfo<CL_DEVICE_MEM_BASE_ADDR_ALIGN>() / 8);
   c.max_alloc = d.getInfo<CL_DEVICE_MAX_MEM_ALLOC_SIZE>();
   c.local_mem = d.getInfo<CL_DEVICE_LOCAL_MEM_SIZE>();
   c.max_wg = d.getInfo<CL_DEVICE_MAX_WORK_GROUP_SIZE>();

@@ -183,7 +183,7 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const EngineOptions& options, uin
     auto store = open_expert_store(*rt->registry_, options.expert_store, expert_budget, *layout, rt->tensors_->files());
     if (!store) return store.error();
     rt->store_ = std::move(*store);
-    rt->model_->attach_expert_store(rt->store_.get());
+    if (auto s = rt->model_->attach_expert_store(rt->store_.get()); !s) return s.error();
   }
 
   KvPoolSpec& pools = rt->pools_;

@@ -520,6 +520,42 @@ bool Transformer::experts_in_mxfp4() const {
          std::all_of(stages_.begin(), stages_.end(), [](const Stage& st) { return st.mxfp4_experts; });
 }
 
+Status Transformer::attach_expert_store(ExpertStoreHandle* store) {
+  store_ = store;
+  for (Stage& st : stages_) st.bound_experts.clear();
+  if (!store || !experts_ || !store->lends_stable_memory() || experts_->form() != ExpertLayout::Form::kSeparate) return {};
+  const uint32_t E = experts_->n_experts(), P = experts_->n_parts();
+  std::vector<uint32_t> all(E);
+  std::iota(all.begin(), all.end(), 0u);
+  for (uint32_t m = 0; m < experts_->n_moe_layers(); ++m) {
+    const uint32_t layer = static_cast<uint32_t>(experts_->model_layer(m));
+    auto st = std::find_if(stages_.begin(), stages_.end(), [&](const Stage& s) { return layer >= s.first && layer < s.end; });
+    if (st == stages_.end()) continue;
+    std::vector<const void*> parts;
+    if (auto s = store->acquire(m, all, parts); !s) return s;
+    Status status;
+    for (uint32_t e = 0; e < E && status; ++e) {
+      std::vector<Buffer>& bound = st->bound_experts[m * E + e];
+      for (uint32_t p = 0; p < P; ++p) {
+        auto buf = st->backend->wrap_host(parts[std::size_t(e) * P + p], experts_->part(m, e, p).bytes);
+        if (!buf) {
+          status = make_error("binding the experts of layer " + std::to_string(layer) + " to the " + st->backend->name() +
+                              " backend (the resident store keeps every expert on the device; --expert-store uring streams "
+                              "them instead): " + buf.message());
+          break;
+        }
+        bound.push_back(std::move(*buf));
+      }
+    }
+    store->release(m, all);
+    if (!status) {
+      for (Stage& s : stages_) s.bound_experts.clear();
+      return status;
+    }
+  }
+  return {};
+}
+
 std::vector<StageSpec> Transformer::stages() const {
   std::vector<StageSpec> out;
   for (const auto& st : stages_) out.push_back(StageSpec{st.backend, st.end - st.first});

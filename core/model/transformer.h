@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <optional>
@@ -54,7 +55,8 @@ struct StageSpec {
 };
 
 // Device bytes of the weights each part of the model binds, for sizing --gpu-layers auto. Routed
-// experts are not counted: they come from the expert store, wrapped per use.
+// experts are not counted: they come from the expert store (bound at attach_expert_store when it is
+// the resident one, else wrapped per use).
 struct WeightFootprint {
   std::vector<uint64_t> layer_bytes;  // per layer
   uint64_t embed_bytes = 0;           // the embedding table
@@ -108,7 +110,10 @@ class Transformer {
   // Mixture-of-Experts models: where the experts lie, and the store that serves them (required
   // before the first forward pass of such a model; the caller keeps it alive).
   const std::optional<ExpertLayout>& expert_layout() const { return experts_; }
-  void attach_expert_store(ExpertStoreHandle* store) { store_ = store; }
+  // A store whose memory stays put (ExpertStoreHandle::lends_stable_memory) has every expert of the
+  // separate form bound to each stage's backend here, once: a device then holds its own copy of the
+  // experts (an error if they do not fit) instead of receiving the routed ones every pass.
+  Status attach_expert_store(ExpertStoreHandle* store);
   // Whether MXFP4 experts reach the backend(s) in that form (every stage's backend multiplies it,
   // ABI 2.3) rather than decoded to bf16 on the host (expert_arrange.h).
   bool experts_in_mxfp4() const;
@@ -156,6 +161,9 @@ class Transformer {
     // The experts are MXFP4 and this stage's backend multiplies them so (ABI 2.3): they reach it as
     // MXFP4 weights, not decoded to bf16 (expert_arrange.h).
     bool mxfp4_experts = false;
+    // The experts of this stage's MoE layers bound for good (attach_expert_store), by
+    // moe_layer · n_experts + expert: the parts' buffers in the store's order.
+    std::unordered_map<uint32_t, std::vector<Buffer>> bound_experts;
     Activations act;
   };
 

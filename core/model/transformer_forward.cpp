@@ -302,17 +302,26 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
         bias[p].cols = p == 2 ? H : F;
       }
     }
+    // The separate form's parts: bound once where the store's memory stays put (bind_experts), else
+    // wrapped for this pass.
+    std::vector<sl_buffer*> part_buffers;
+    if (!fused) {
+      if (auto it = st.bound_experts.find(moe_layer * E + e); it != st.bound_experts.end()) {
+        for (const Buffer& b : it->second) part_buffers.push_back(b.get());
+      } else {
+        for (uint32_t index = 0; index < experts_->n_parts(); ++index) {
+          auto buf = backend.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
+          if (!buf) return buf.error();
+          part_buffers.push_back(buf->get());
+          pass.keep.push_back(std::move(*buf));
+        }
+      }
+    }
     for (uint32_t p = 0; p < 3; ++p) {
       const auto& proj = experts_->projection(moe_layer, static_cast<ExpertLayout::Projection>(p));
-      for (uint32_t k = 0; !fused && k < per_part; ++k) {
-        const uint32_t index = p * per_part + k;
-        auto buf = backend.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
-        if (!buf) return buf.error();
-        pass.keep.push_back(std::move(*buf));
-      }
       sl_weight& wp = w[p];
       wp.struct_size = sizeof(sl_weight);
-      wp.data = pass.keep[first_buffer + p * per_part].get();
+      wp.data = fused ? pass.keep[first_buffer + p].get() : part_buffers[p * per_part];
       wp.dtype = proj.dtype;
       wp.rows = proj.rows;
       wp.cols = proj.cols;
@@ -322,12 +331,12 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
         wp.group_size = mxfp4::kBlock;
         wp.scale_dtype = SL_DTYPE_E8M0;
         wp.scales = pass.keep[first_buffer + 6 + p].get();
-      } else if (proj.quantized()) {
+      } else if (!fused && proj.quantized()) {
         wp.bits = proj.bits;
         wp.group_size = proj.group_size;
         wp.scale_dtype = proj.scale_dtype;
-        wp.scales = pass.keep[first_buffer + p * per_part + 1].get();
-        wp.biases = pass.keep[first_buffer + p * per_part + 2].get();
+        wp.scales = part_buffers[p * per_part + 1];
+        wp.biases = part_buffers[p * per_part + 2];
       }
     }
     const std::string prefix = "expert " + std::to_string(e) + " ";

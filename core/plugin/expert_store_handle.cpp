@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include "plugin/plugin_registry.h"
+#include "plugin/resident_store.h"
 
 namespace sluice {
 
@@ -12,7 +13,9 @@ Result<std::unique_ptr<ExpertStoreHandle>> ExpertStoreHandle::open(const sl_expe
   sl_error err{};
   if (api->create(&config, &store, &err) != SL_OK || !store)
     return make_error("expert store '" + name + "' could not start: " + err.message);
-  return std::unique_ptr<ExpertStoreHandle>(new ExpertStoreHandle(api, store, name, config.n_parts));
+  std::unique_ptr<ExpertStoreHandle> handle(new ExpertStoreHandle(api, store, name, config.n_parts));
+  handle->stable_ = api == builtin_resident_store();
+  return handle;
 }
 
 ExpertStoreHandle::~ExpertStoreHandle() { api_->destroy(store_); }

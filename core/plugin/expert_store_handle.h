@@ -18,6 +18,10 @@ class ExpertStoreHandle {
   ExpertStoreHandle& operator=(const ExpertStoreHandle&) = delete;
 
   const std::string& name() const { return name_; }
+  // Whether the parts' host pointers stay valid and unchanged for the store's lifetime (the built-in
+  // `resident` store lends the mapped files themselves): a device may then keep its own copy of an
+  // expert instead of receiving it every pass.
+  bool lends_stable_memory() const { return stable_; }
   // parts_out: n * n_parts host pointers, valid until release.
   Status acquire(uint32_t layer, const std::vector<uint32_t>& experts, std::vector<const void*>& parts_out);
   void release(uint32_t layer, const std::vector<uint32_t>& experts);
@@ -28,6 +32,7 @@ class ExpertStoreHandle {
  private:
   ExpertStoreHandle(const sl_expertstore_api* api, sl_expertstore* store, std::string name, uint32_t n_parts)
       : api_(api), store_(store), name_(std::move(name)), n_parts_(n_parts) {}
+  bool stable_ = false;
   const sl_expertstore_api* api_;
   sl_expertstore* store_;
   std::string name_;

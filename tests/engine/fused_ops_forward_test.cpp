@@ -103,7 +103,9 @@ class FusedOpsForward : public ::testing::Test {
       EXPECT_TRUE(s.ok()) << s.message();
       if (!s.ok()) return {};
       store = std::move(*s);
-      (*m)->attach_expert_store(store.get());
+      auto attached = (*m)->attach_expert_store(store.get());
+      EXPECT_TRUE(attached.ok()) << attached.message();
+      if (!attached.ok()) return {};
     }
     auto codecs = KvCodecChoice::parse("f32");
     auto kv = KvCache::create(kv_stages, registry_, *config, *codecs, 256);

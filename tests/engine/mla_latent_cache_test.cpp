@@ -168,7 +168,9 @@ FormRun run_form(const sl_backend_api* api, const std::string& name, PluginRegis
     EXPECT_TRUE(opened.ok()) << opened.message();
     if (!opened.ok()) return out;
     store = std::move(*opened);
-    (*m)->attach_expert_store(store.get());
+    auto attached = (*m)->attach_expert_store(store.get());
+    EXPECT_TRUE(attached.ok()) << attached.message();
+    if (!attached.ok()) return out;
   }
   out.latent = (*m)->config().mla.latent_cache;
   const KvStage stage{be->get(), spec.n_layers};

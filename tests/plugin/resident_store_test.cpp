@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "plugin/expert_store_handle.h"
 #include "plugin/resident_store.h"
 
 namespace sluice {
@@ -170,6 +171,25 @@ TEST_F(ResidentStore, PartOutsideItsFileIsRejected) {
   EXPECT_EQ(api_->create(&config_, &store_, &err), SL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("outside"), std::string::npos) << err.message;
   EXPECT_EQ(store_, nullptr);
+}
+
+// The transformer binds every expert to a device once when the store lends memory that stays put
+// (Transformer::attach_expert_store); only the built-in store promises that — the same functions
+// reached through any other table (a plugin's) are not taken at their word.
+TEST_F(ResidentStore, OnlyTheBuiltInStoreLendsStableMemory) {
+  auto resident = ExpertStoreHandle::open(api_, "resident", config_);
+  ASSERT_TRUE(resident.ok()) << resident.message();
+  EXPECT_TRUE((*resident)->lends_stable_memory());
+  std::vector<const void*> first, again;
+  ASSERT_TRUE((*resident)->acquire(1, {2, 0}, first).ok());
+  (*resident)->release(1, {2, 0});
+  ASSERT_TRUE((*resident)->acquire(1, {2, 0}, again).ok());
+  (*resident)->release(1, {2, 0});
+  EXPECT_EQ(first, again);
+  const sl_expertstore_api copy = *api_;
+  auto plugin = ExpertStoreHandle::open(&copy, "copy", config_);
+  ASSERT_TRUE(plugin.ok()) << plugin.message();
+  EXPECT_FALSE((*plugin)->lends_stable_memory());
 }
 
 }  // namespace
