@@ -7,6 +7,7 @@
 #include <CL/opencl.hpp>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -241,9 +242,15 @@ struct sl_backend {
   // Scratch: float32 weight blocks for prefill GEMMs (or the tensor-core GEMM's f16 activations),
   // attention split partials, and attention_fused_queries' query areas (read by every key split).
   sluice::ocl::Scratch gemm_scratch, att_partial, att_q_images;
-  sluice::ocl::Scratch moe_rows, moe_weights;
+  sluice::ocl::Scratch moe_rows, moe_weights;  // gather_rows/scatter_add_rows: the host's indices and weights
+  // Copies of those host arrays whose uploads (not blocking) may still be running, oldest first.
+  struct StagedHostArray {
+    std::vector<unsigned char> bytes;
+    cl::Event done;
+  };
+  std::deque<StagedHostArray> staged_host_arrays;
   sluice::ocl::Scratch argmax_values, argmax_indices;  // argmax's per-part maxima (cl_ops.cpp)
-  sluice::ocl::Scratch argmax_done;  // NVIDIA's one-launch argmax: parts finished per row, zero between launches  // gather_rows/scatter_add_rows: the host's indices and weights
+  sluice::ocl::Scratch argmax_done;  // NVIDIA's one-launch argmax: parts finished per row, zero between launches
   // SLUICE_OPENCL_PROFILE=1: every launch's event, summed per kernel and printed to stderr at destroy.
   bool profile = false;
   // SLUICE_OPENCL_HOST_TIMING=1: the host's time inside the table's entry points (without profiling

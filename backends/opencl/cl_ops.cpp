@@ -470,13 +470,25 @@ sl_status copy(sl_backend* be, const sl_buffer* src, uint64_t src_offset, sl_buf
 
 namespace {
 
-// The row indices of a row move, each checked against `limit` rows, on the device (a blocking copy:
-// the caller's array lives only for the call).
+// A host array (the caller's lives only for the call) to the device without waiting: copied into
+// memory the backend keeps until its upload has run. A blocking write waits for the queue to drain —
+// every routed expert's gather and scatter did, twice an expert a layer, and the device idled while
+// the host caught up (perf/results/model_families_gpu.md). The queue runs in order, so the next
+// write into dst lands after the kernels that read this one.
+void upload_host_array(sl_backend* be, cl::Buffer& dst, const void* src, uint64_t bytes) {
+  auto& staged = be->staged_host_arrays;
+  while (!staged.empty() && staged.front().done.getInfo<CL_EVENT_COMMAND_EXECUTION_STATUS>() == CL_COMPLETE) staged.pop_front();
+  auto& s = staged.emplace_back();
+  s.bytes.assign(static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+  be->queue.enqueueWriteBuffer(dst, CL_FALSE, 0, bytes, s.bytes.data(), nullptr, &s.done);
+}
+
+// The row indices of a row move, each checked against `limit` rows, on the device.
 sl_status row_indices(sl_backend* be, const char* op, const int32_t* rows, uint32_t n, uint64_t limit, sl_error* err) {
   for (uint32_t i = 0; i < n; ++i)
     if (rows[i] < 0 || static_cast<uint64_t>(rows[i]) >= limit)
       return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": row " + std::to_string(rows[i]) + " out of range");
-  be->queue.enqueueWriteBuffer(be->moe_rows.at_least(be->context, uint64_t(n) * 4), CL_TRUE, 0, uint64_t(n) * 4, rows);
+  upload_host_array(be, be->moe_rows.at_least(be->context, uint64_t(n) * 4), rows, uint64_t(n) * 4);
   return SL_OK;
 }
 
@@ -509,7 +521,7 @@ sl_status scatter_add_rows(sl_backend* be, const sl_buffer* src, const int32_t* 
   if (src == dst) return set_error(err, SL_ERR_INVALID_ARGUMENT, "scatter_add_rows: source and destination alias");
   return guarded(err, "scatter_add_rows", [&] {
     if (auto s = row_indices(be, "scatter_add_rows", rows, n, dst->bytes / 4 / dim, err); s != SL_OK) return s;
-    be->queue.enqueueWriteBuffer(be->moe_weights.at_least(be->context, uint64_t(n) * 4), CL_TRUE, 0, uint64_t(n) * 4, weights);
+    upload_host_array(be, be->moe_weights.at_least(be->context, uint64_t(n) * 4), weights, uint64_t(n) * 4);
     auto& k = kernel(be, "ops", "scatter_add_rows_f32");
     k.setArg(0, single(src));
     k.setArg(1, be->moe_rows.buffer);

@@ -342,9 +342,12 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     const std::string prefix = "expert " + std::to_string(e) + " ";
     const auto& r = pass.rows.emplace_back(std::move(rows[e]));
     const auto& wt = pass.weights.emplace_back(std::move(weights[e]));
-    const StepGraph::Id in = g.buffer(a.expert_in.get(), m, H), out = g.buffer(a.expert_out.get(), m, H);
+    // An expert every token of the pass was routed to (each decode step's, one token) reads the
+    // block's input as it is: its rows are 0..n-1 in order (pushed by token, an expert once a token).
+    const bool every_row = m == n;
+    const StepGraph::Id in = every_row ? pass.act.h : g.buffer(a.expert_in.get(), m, H), out = g.buffer(a.expert_out.get(), m, H);
     const StepGraph::Id gate = g.buffer(a.gate.get(), m, F), up = g.buffer(a.up.get(), m, F), act = g.buffer(a.act.get(), m, F);
-    g.get_rows(pass.act.h, g.host(r.data(), 1, m, SL_DTYPE_I32), in, prefix + "gather");
+    if (!every_row) g.get_rows(pass.act.h, g.host(r.data(), 1, m, SL_DTYPE_I32), in, prefix + "gather");
     auto bias_of = [&](uint32_t p) { return fused ? g.weight(bias[p]) : StepGraph::kNone; };
     g.matmul(in, g.weight(w[0]), bias_of(0), gate, prefix + "gate");
     g.matmul(in, g.weight(w[1]), bias_of(1), up, prefix + "up");
@@ -368,9 +371,13 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, out, "shared expert down_proj");
     g.scatter_add_rows(out, g.host(r.data(), 1, n, SL_DTYPE_I32), g.host(wt.data(), 1, n, SL_DTYPE_F32), pass.act.o, "shared expert add");
   }
-  // The experts' weights are host memory the store lends until release: run them now and wait.
+  // Experts wrapped for this pass are host memory the store lends until release: run them now and
+  // wait. Bound ones (attach_expert_store) are the mapped files themselves — nothing to wait for, so
+  // the host goes on issuing the next layer while these run (host arrays are read during the call).
+  const bool borrowed = !pass.keep.empty() || !pass.arranged.empty();
   if (auto s = flush(st, pass, n); !s) return s;
-  if (auto s = backend.synchronize(); !s) return s;
+  if (borrowed)
+    if (auto s = backend.synchronize(); !s) return s;
   pass.keep.clear();
   pass.rows.clear();
   pass.weights.clear();

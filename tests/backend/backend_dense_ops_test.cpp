@@ -69,6 +69,38 @@ TEST_P(BackendOpsTest, WrappedHostMemoryIsReadableByOps) {
   EXPECT_EQ(download(out, 37), host);
 }
 
+// A MoE layer's row moves: the host's index and weight arrays are read during the call only (the
+// OpenCL backend copies them and does not wait for the queue), so the caller may reuse them at once.
+TEST_P(BackendOpsTest, RowMovesReadTheirHostArraysDuringTheCallOnly) {
+  constexpr uint32_t dim = 40;
+  const std::vector<float> src = random(4 * dim);
+  auto s = upload(src);
+  auto gathered = zeros(3 * dim);
+  auto dst = zeros(4 * dim);
+  sl_error err{};
+  std::vector<int32_t> rows = {2, 0, 3};
+  std::vector<float> weights = {0.5f, 2.0f, -1.0f};
+  ASSERT_EQ(ops().gather_rows(s.get(), rows.data(), 3, dim, gathered.get(), &err), SL_OK) << err.message;
+  rows = {3, 1, 0};  // the gather's rows are gone: these are the scatter's
+  ASSERT_EQ(ops().scatter_add_rows(s.get(), rows.data(), weights.data(), 3, dim, dst.get(), 4, &err), SL_OK) << err.message;
+  rows = {0, 0, 0};
+  weights = {1.0f, 1.0f, 1.0f};
+  ASSERT_EQ(ops().scatter_add_rows(gathered.get(), rows.data(), weights.data(), 3, dim, dst.get(), 4, &err), SL_OK) << err.message;
+  rows = {7, 7, 7};  // out of range: nothing may read these any more
+  weights = {1e9f, 1e9f, 1e9f};
+  std::vector<float> want(4 * dim, 0.0f);
+  for (uint32_t c = 0; c < dim; ++c) {
+    want[3 * dim + c] += 0.5f * src[0 * dim + c];
+    want[1 * dim + c] += 2.0f * src[1 * dim + c];
+    want[0 * dim + c] += -1.0f * src[2 * dim + c];
+    want[0 * dim + c] += src[2 * dim + c];
+    want[0 * dim + c] += src[0 * dim + c];
+    want[0 * dim + c] += src[3 * dim + c];
+  }
+  const auto got = download(dst, 4 * dim);
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::abs(want[i]))) << i;
+}
+
 TEST_P(BackendOpsTest, SupportsNodeAnswersForEveryOpAndRefusesUnknownOnes) {
   auto w = make_weight(SL_DTYPE_F32, 8, 16);
   sl_tensor tensors[3]{};
