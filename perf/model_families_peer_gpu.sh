@@ -30,10 +30,12 @@
 #   strip .bundle_fam/bin/*; mkdir -p .bundle_pack && tar -cJf .bundle_pack/bundle_fam.tar.xz .bundle_fam
 #   mkdir -p .peer && cp ../shared/peer/llama-cpp-turboquant.tar.gz .peer/
 # Device calls (carry [".bundle_pack", ".peer"]): bash perf/model_families_peer_gpu.sh start, then at once
-# ours gemma, peer gemma, swap, ours qwen, peer qwen, table (peer waits for the peer's build): about 45
-# minutes of device time. Split over two sittings (a session's 30 minutes): start gemma, ours gemma, peer
-# gemma, table; then on a fresh machine start qwen, ours qwen, peer qwen, table. Results: $OUT
-# (progress.txt, model_families_peer.md, famr.tar.gz with every row's raw output).
+# ours gemma short, ours gemma long, ours gemma stream, peer gemma, swap, the same for qwen, table (peer
+# waits for the peer's build; `ours F` alone runs all three groups of rows, which may pass a call's 10
+# minutes). Leave $OUT as the machine sets it (what is written under it comes back). Split over two
+# sittings if a session has less than ~40 minutes: start gemma, …, table; then on a fresh machine start
+# qwen, …, table. Results: $OUT (progress.txt, model_families_peer.md, famr.tar.gz with every row's raw
+# output). First run: perf/results/model_families_gpu.md (2026-11-29).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 [ -d .bundle_fam ] || tar -xJf .bundle_pack/bundle_fam.tar.xz
@@ -99,16 +101,21 @@ swap)
 ours)
   f=${2:?gemma or qwen}; M=$(model_dir $f)
   if [ -f $M/model.safetensors.index.json ] || ls $M/*.safetensors > /dev/null 2>&1; then
-    ours() {  # label, then sluice bench options
-      local label=$1; shift
+    ours() {  # label, reps, tokens decoded, a row's time limit (s), then sluice bench options
+      local label=$1 reps=$2 gen=$3 row_limit=$4; shift 4
       log "ours $f $label"
-      timeout 280 "$F/sluice" bench --model $M --backends opencl --plugin-dir "$F" --gen 128 --reps 2 --row-timeout 130 \
+      timeout 540 "$F/sluice" bench --model $M --backends opencl --plugin-dir "$F" --gen $gen --reps $reps --row-timeout $row_limit \
         --json-out $R/ours_${f}_$label.json "$@" > $R/ours_${f}_$label.md 2> $R/ours_${f}_$label.log
       log "ours $f $label rc=$?"
     }
-    ours resident --kv-codecs f16,turbo3 --ctx 512,32768
+    # Row times measured 2026-11-29 (Gemma, H200): a 32768-token prompt ~45-80 s, decode 25-35 tokens/s
+    # resident, ~1.3 streamed — hence one rep and shorter generations where rows are long.
+    # Which rows (a call has 10 minutes): short, long, stream, or all (the default).
+    rows=${3:-all}; want() { [ "$rows" = all ] || [ "$rows" = "$1" ]; }
+    want short && ours resident 2 128 130 --kv-codecs f16,turbo3 --ctx 512
+    want long && ours resident32k 1 64 250 --kv-codecs f16,turbo3 --ctx 32768
     # Streamed prefill re-reads the non-resident experts for every 512-token pass (~1.5 GB/s disk): depth 0 only.
-    ours uring25 --kv-codecs f16 --ctx 512 --expert-stores "uring@25%"
+    want stream && ours uring25 1 32 250 --kv-codecs f16 --ctx 512 --expert-stores "uring@25%"
   else
     log "ours $f: no model folder (see make_model_$f.txt)"
   fi
@@ -117,7 +124,7 @@ peer)
   f=${2:?gemma or qwen}; M=$(model_dir $f); G=$(gguf $f)
   if [ -x "$F/bench_depth" ] && ls $M/*.safetensors > /dev/null 2>&1; then
     for codec in f16 turbo3; do
-      timeout 60 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec $codec --depths 0,32768 \
+      timeout 150 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec $codec --depths 0,32768 \
         --pp 512 --tg 32 --json > $R/depth_${f}_$codec.txt 2>&1
       log "bench_depth $f $codec rc=$?"
     done
@@ -149,6 +156,7 @@ for f, name in (("gemma", "gemma-4-26b-a4b"), ("qwen", "qwen3.5-35b-a3b")):
             peer[(ct, t.get("n_depth", 0), kind)] = t.get("avg_ts")
     for store in ("resident", "uring25"):
         rows = (load(f"ours_{f}_{store}.json") or {}).get("rows", [])
+        if store == "resident": rows += (load(f"ours_{f}_resident32k.json") or {}).get("rows", [])
         for ct in ("f16", "turbo3"):
             for ctx, depth in ((512, 0), (32768, 32768)):
                 r = next((r for r in rows if r.get("kv_codec") == ct and int(r.get("ctx", -1)) == ctx), None)
@@ -162,5 +170,5 @@ print("\nOurs at depth 0: `sluice bench --ctx 512` (prefill 512, decode at depth
       "bench_depth's pp512 at depth 32768 (like for like) is in depth_*.txt where it ran.")
 PY
   log table done ;;
-*) echo "usage: $0 start|ours gemma|peer gemma|swap|ours qwen|peer qwen|table" >&2; exit 2 ;;
+*) echo "usage: $0 start [gemma|qwen] | ours gemma|qwen [short|long|stream] | peer gemma|qwen | swap | table" >&2; exit 2 ;;
 esac
