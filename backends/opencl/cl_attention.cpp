@@ -128,7 +128,8 @@ std::vector<QueryRun> query_runs(const sl_backend* be) {
 }
 
 // Whether prefill runs go through attention_mma: an sm_80+ NVIDIA device with PTX on, a layer of
-// the layout's widths (a geometry with the fast paths, cl_kv_geometry.h), a head_dim the kernel is
+// the layout's widths (a geometry with the fast paths, cl_kv_geometry.h) whose cache holds no more than
+// f16 precision (mma_keeps_cache_precision), a head_dim the kernel is
 // built for (multiples of 16 up to 128: its registers hold head_dim / 2 accumulators). With a recent
 // window a key is read exactly by some queries of a run and through the codec by others: the mma
 // kernel takes each query's codec keys and attention_recent_partial its exact ones (a work-group of
@@ -136,7 +137,8 @@ std::vector<QueryRun> query_runs(const sl_backend* be) {
 // mma_att = 0 keeps the portable kernels; a program that fails to build is reported once and the
 // portable kernels serve.
 bool mma_attention_applies(sl_backend* be, const sl_kv_cache* c, uint32_t layer, const AttentionParams* p) {
-  if (!c->geometry(layer).shape.fast_paths) return false;
+  const auto& shape = c->geometry(layer).shape;
+  if (!shape.fast_paths || !mma_keeps_cache_precision(shape.k_format.bits_per_value, shape.v_format.bits_per_value)) return false;
   if (!be->tuning.mma_att || !be->use_ptx || be->caps.sm < 80) return false;
   if (p->head_dim % 16 || p->head_dim > 128 || c->layers[layer].v_dim != p->head_dim) return false;
   if (keeps_recent(be, c) && p->head_dim > be->caps.max_wg) return false;

@@ -11,6 +11,14 @@
 
 namespace sluice::ocl {
 
+// attention_mma multiplies f16 tiles: queries, keys and values rounded to f16. A cache that stores
+// more than f16 keeps — the f32 codec, the precision its user asked for and the one the goldens are
+// compared with — is read by the portable kernels, f32 throughout. Compressed codecs (≤ 16 bits a
+// value) lose far more in their own rounding than f16 tiles add.
+inline bool mma_keeps_cache_precision(float k_bits_per_value, float v_bits_per_value) {
+  return k_bits_per_value <= 16.0f && v_bits_per_value <= 16.0f;
+}
+
 // The first key a query at pos reads exactly as attention_mma assumes it (am_last_key + 1 in
 // kernels_cl/attention_mma.cl): max(lo, pos − window + 1, floor), or pos + 1 (none) below floor.
 inline int32_t mma_exact_from(int32_t pos, int32_t lo, uint32_t recent_window, int32_t floor) {

@@ -1,12 +1,14 @@
 // The tensor-core prefill attention's split of keys under a recent window
 // (backends/opencl/cl_attention_path.h), without a device: attention_mma takes each query's codec keys
 // below one floor, attention_recent_partial the exact ones, exactly where that floor gives every query
-// of the run what recent_exact_from gives it; and the gather's positions a work-group.
+// of the run what recent_exact_from gives it; the gather's positions a work-group; and which caches it
+// may read at all (f16 tiles: not the f32 cache).
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "cl_attention_path.h"
+#include "plugin/builtin_codecs.h"
 
 namespace sluice::ocl {
 namespace {
@@ -75,6 +77,29 @@ TEST(GatherRows, APowerOfTwoDividingThePageUpToSixteen) {
   EXPECT_EQ(gather_rows_per_group(12), 4u);
   EXPECT_EQ(gather_rows_per_group(7), 1u);
   EXPECT_EQ(gather_rows_per_group(0), 0u);
+}
+
+// The f32 cache keeps its precision: its layers prefill on the portable kernels (the NVIDIA goldens
+// with the f32 cache went through f16 tiles and gpt_oss left its bound there). f16 and narrower take
+// the tensor cores.
+TEST(MmaCachePrecision, TheF32CacheIsReadInF32AndTheF16OneOnTensorCores) {
+  auto bits_of = [](const sl_kvcodec_api* api, sl_kv_role role) {
+    sl_kvcodec* codec = nullptr;
+    sl_error err{};
+    EXPECT_EQ(api->create(128, role, "", &codec, &err), SL_OK) << err.message;
+    sl_kv_format f{};
+    f.struct_size = sizeof(f);
+    api->get_format(codec, &f);
+    api->destroy(codec);
+    return f.bits_per_value;
+  };
+  const float f32_k = bits_of(sluice::builtin_f32_codec(), SL_KV_KEYS), f32_v = bits_of(sluice::builtin_f32_codec(), SL_KV_VALUES);
+  const float f16_k = bits_of(sluice::builtin_f16_codec(), SL_KV_KEYS), f16_v = bits_of(sluice::builtin_f16_codec(), SL_KV_VALUES);
+  EXPECT_FALSE(mma_keeps_cache_precision(f32_k, f32_v));
+  EXPECT_TRUE(mma_keeps_cache_precision(f16_k, f16_v));
+  EXPECT_FALSE(mma_keeps_cache_precision(f16_k, f32_v));  // an f32 half of a mixed cache is enough
+  EXPECT_FALSE(mma_keeps_cache_precision(f32_k, f16_v));
+  EXPECT_TRUE(mma_keeps_cache_precision(3.25f, 4.25f));  // turbo3 keys, turbo4 values
 }
 
 }  // namespace
