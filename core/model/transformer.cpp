@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -527,31 +528,31 @@ Status Transformer::attach_expert_store(ExpertStoreHandle* store) {
   const uint32_t E = experts_->n_experts(), P = experts_->n_parts();
   std::vector<uint32_t> all(E);
   std::iota(all.begin(), all.end(), 0u);
+  std::vector<bool> unbound(stages_.size(), false);  // a stage whose device ran out: experts wrapped per pass there
   for (uint32_t m = 0; m < experts_->n_moe_layers(); ++m) {
     const uint32_t layer = static_cast<uint32_t>(experts_->model_layer(m));
     auto st = std::find_if(stages_.begin(), stages_.end(), [&](const Stage& s) { return layer >= s.first && layer < s.end; });
-    if (st == stages_.end()) continue;
+    if (st == stages_.end() || unbound[st - stages_.begin()]) continue;
     std::vector<const void*> parts;
     if (auto s = store->acquire(m, all, parts); !s) return s;
-    Status status;
-    for (uint32_t e = 0; e < E && status; ++e) {
+    for (uint32_t e = 0; e < E && !unbound[st - stages_.begin()]; ++e) {
       std::vector<Buffer>& bound = st->bound_experts[m * E + e];
       for (uint32_t p = 0; p < P; ++p) {
         auto buf = st->backend->wrap_host(parts[std::size_t(e) * P + p], experts_->part(m, e, p).bytes);
         if (!buf) {
-          status = make_error("binding the experts of layer " + std::to_string(layer) + " to the " + st->backend->name() +
-                              " backend (the resident store keeps every expert on the device; --expert-store uring streams "
-                              "them instead): " + buf.message());
+          // The device cannot hold every expert beside the rest: this stage's experts go back to being
+          // wrapped as each pass routes them (slow on a GPU: an upload a pass), not a failed load.
+          std::fprintf(stderr, "sluice: the experts do not all fit the %s backend (%s); they are sent each pass instead "
+                               "(slow: --gpu-layers with fewer layers keeps them in host memory)\n",
+                       st->backend->name().c_str(), buf.message().c_str());
+          unbound[st - stages_.begin()] = true;
+          st->bound_experts.clear();
           break;
         }
         bound.push_back(std::move(*buf));
       }
     }
     store->release(m, all);
-    if (!status) {
-      for (Stage& s : stages_) s.bound_experts.clear();
-      return status;
-    }
   }
   return {};
 }

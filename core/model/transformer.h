@@ -112,7 +112,8 @@ class Transformer {
   const std::optional<ExpertLayout>& expert_layout() const { return experts_; }
   // A store whose memory stays put (ExpertStoreHandle::lends_stable_memory) has every expert of the
   // separate form bound to each stage's backend here, once: a device then holds its own copy of the
-  // experts (an error if they do not fit) instead of receiving the routed ones every pass.
+  // experts instead of receiving the routed ones every pass (where they do not all fit, that stage
+  // keeps receiving them, with a warning).
   Status attach_expert_store(ExpertStoreHandle* store);
   // Whether MXFP4 experts reach the backend(s) in that form (every stage's backend multiplies it,
   // ABI 2.3) rather than decoded to bf16 on the host (expert_arrange.h).

@@ -4,7 +4,9 @@
 // logits must be the same bits. Dense, quantized, q/k-normed and MoE models; prefill and decode
 // batches of two sequences; a model split in stages, also with one stage run node by node.
 #include <cstddef>
+#include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,9 +38,30 @@ sl_status node_by_node(sl_backend* be, const sl_graph* g, const sl_step* step, s
   return SL_OK;
 }
 
+// A device that holds only so many wrapped buffers at once (a GPU without room for every expert):
+// once armed, wrap_host fails while `g_wrap_room` buffers wrapped since arming are alive.
+int g_wrap_room = -1;  // -1: not armed
+std::set<const sl_buffer*> g_wrapped_since_armed;
+
+sl_status wrap_with_room(sl_backend* be, const void* host, uint64_t bytes, sl_buffer** out, sl_error* err) {
+  if (g_wrap_room >= 0 && static_cast<int>(g_wrapped_since_armed.size()) >= g_wrap_room) {
+    std::snprintf(err->message, sizeof(err->message), "out of device memory (test)");
+    return SL_ERR_OUT_OF_MEMORY;
+  }
+  const sl_status s = g_real->wrap_host(be, host, bytes, out, err);
+  if (s == SL_OK && g_wrap_room >= 0) g_wrapped_since_armed.insert(*out);
+  return s;
+}
+
+void free_with_room(sl_backend* be, sl_buffer* b) {
+  g_wrapped_since_armed.erase(b);
+  g_real->free(be, b);
+}
+
 struct Tables {
   const sl_backend_api* fused = nullptr;
   sl_backend_api single{};
+  sl_backend_api small_device{};
 };
 
 class FusedOpsForward : public ::testing::Test {
@@ -51,6 +74,9 @@ class FusedOpsForward : public ::testing::Test {
     g_real = tables_.fused;
     tables_.single = *tables_.fused;
     tables_.single.graph_compute = node_by_node;
+    tables_.small_device = *tables_.fused;
+    tables_.small_device.wrap_host = wrap_with_room;
+    tables_.small_device.free = free_with_room;
   }
 
   struct Stage {
@@ -60,7 +86,7 @@ class FusedOpsForward : public ::testing::Test {
 
   // The logits of every row of a fixed series of passes, with the model's layers on CPU backend
   // instances opened over the given tables.
-  std::vector<float> logits_of(const std::string& model, std::vector<Stage> stages) {
+  std::vector<float> logits_of(const std::string& model, std::vector<Stage> stages, int wrap_room_at_attach = -1) {
     const auto dir = test::reference_path("models/" + model);
     auto config = ModelConfig::load(dir);
     EXPECT_TRUE(config.ok()) << config.message();
@@ -103,6 +129,8 @@ class FusedOpsForward : public ::testing::Test {
       EXPECT_TRUE(s.ok()) << s.message();
       if (!s.ok()) return {};
       store = std::move(*s);
+      g_wrap_room = wrap_room_at_attach;
+      g_wrapped_since_armed.clear();
       auto attached = (*m)->attach_expert_store(store.get());
       EXPECT_TRUE(attached.ok()) << attached.message();
       if (!attached.ok()) return {};
@@ -146,6 +174,7 @@ class FusedOpsForward : public ::testing::Test {
       all.insert(all.end(), logits.begin(), logits.end());
     }
     (*kv)->pages().release(*pages);
+    g_wrap_room = -1;
     return all;
   }
 
@@ -179,6 +208,18 @@ TEST_F(FusedOpsForward, EachStageAddsItsLastResidualBeforeTheHiddenStateMovesOn)
   expect_same_bits(logits_of("tiny-code-qwen2", {{tables_.fused, 2}, {tables_.fused, 0}}), single, "stages 2 + 2, both fused");
   expect_same_bits(logits_of("tiny-code-qwen2", {{tables_.fused, 3}, {&tables_.single, 0}}), single, "stages 3 + 1, the second without");
   expect_same_bits(logits_of("tiny-code-qwen2", {{&tables_.single, 2}, {tables_.fused, 0}}), single, "stages 2 + 2, the first without");
+}
+
+// With the resident store every expert is bound to the backend once (Transformer::attach_expert_store).
+// A device with room for one MoE layer's experts but not both: binding stops, that stage's experts are
+// wrapped as each pass routes them (the way before binding), the model loads and gives the same bits.
+TEST_F(FusedOpsForward, ExpertsThatDoNotAllFitTheDeviceAreSentEachPassInstead) {
+  SLUICE_REQUIRE_REFERENCE("models/zoo/qwen3_moe/config.json");
+  const auto bound = logits_of("zoo/qwen3_moe", {{tables_.fused, 0}});
+  const int one_layer = 16 * 3;  // 16 experts of 3 float parts: what one pass can route at most
+  const auto sent = logits_of("zoo/qwen3_moe", {{&tables_.small_device, 0}}, one_layer);
+  expect_same_bits(sent, bound, "experts sent each pass against bound once");
+  EXPECT_EQ(g_wrap_room, -1);
 }
 
 }  // namespace
