@@ -302,7 +302,7 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
         bias[p].cols = p == 2 ? H : F;
       }
     }
-    // The separate form's parts: bound once where the store's memory stays put (bind_experts), else
+    // The separate form's parts: bound once where the store's memory stays put (attach_expert_store), else
     // wrapped for this pass.
     std::vector<sl_buffer*> part_buffers;
     if (!fused) {
