@@ -11,7 +11,8 @@
 #   ours gemma     ours (`sluice bench`, OpenCL): f16 and turbo3 caches at --ctx 512 (≈ depth 0) and 32768,
 #                  then the experts streamed through io_uring under a quarter of their bytes (uring@25%, f16,
 #                  --ctx 512: a streamed prefill of 32768 tokens would re-read the experts 64 times)
-#   peer gemma     bench_depth's pp512/tg32 at depth 0 and 32768 (f16, turbo3) where the bundle has it; then
+#   tests          the GPU-only OpenCL tests in the background (test binaries in the bundle, zoo2 models carried)
+#   peer gemma     (with `depth`: bench_depth's pp512/tg32 at depth 0 and 32768, f16 and turbo3, ~5 minutes); then
 #                  (after the peer's build) llama-bench pp512/tg128 at -d 0,32768 with its f16 and turbo3
 #                  caches (-ctk/-ctv turbo3, as the fork names them)
 #   swap           Gemma's pair removed; `sluice make-model --preset qwen3.5-35b-a3b --bits 4` and its GGUF
@@ -122,7 +123,7 @@ ours)
   log "ours $f done" ;;
 peer)
   f=${2:?gemma or qwen}; M=$(model_dir $f); G=$(gguf $f)
-  if [ -x "$F/bench_depth" ] && ls $M/*.safetensors > /dev/null 2>&1; then
+  if [ "${3:-}" = depth ] && [ -x "$F/bench_depth" ] && ls $M/*.safetensors > /dev/null 2>&1; then  # ~5 minutes: asked for
     for codec in f16 turbo3; do
       timeout 150 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec $codec --depths 0,32768 \
         --pp 512 --tg 32 --json > $R/depth_${f}_$codec.txt 2>&1
@@ -137,6 +138,19 @@ peer)
     log "peer $f $ct rc=$?"
   done
   log "peer $f done" ;;
+tests)
+  # The OpenCL tests that only a GPU decides (the zoo2 goldens, the per-layer caches' sliding windows,
+  # the experts chosen on the device), from test binaries in the bundle and .bundle_pack/zoo2.tar.xz,
+  # run in the background while `start` makes the models: results in $OUT/tests_*.txt.
+  ln -sfn "$PWD" /work/main 2>/dev/null; mkdir -p build /work/shared/models
+  [ -e build/lib ] || ln -sfn "$F" build/lib
+  [ -d /work/shared/models/zoo2 ] || tar -xJf .bundle_pack/zoo2.tar.xz -C /work/shared/models
+  ( cd /work/main
+    "$F/opencl_golden_models_test" --gtest_filter='*zoo2*' > "$OUT/tests_golden_zoo2.txt" 2>&1
+    "$F/opencl_backend_ops_test" --gtest_filter='*KvLayers*:*MoeOps*' > "$OUT/tests_kv_layers_moe.txt" 2>&1
+    "$F/opencl_conformance_test" > "$OUT/tests_conformance.txt" 2>&1
+    echo TESTS_DONE >> "$OUT/tests_conformance.txt" ) > /dev/null 2>&1 < /dev/null &
+  log tests started ;;
 table)
   python3 - $R <<'PY' | tee $R/model_families_peer.md
 import json, os, sys
@@ -170,5 +184,5 @@ print("\nOurs at depth 0: `sluice bench --ctx 512` (prefill 512, decode at depth
       "bench_depth's pp512 at depth 32768 (like for like) is in depth_*.txt where it ran.")
 PY
   log table done ;;
-*) echo "usage: $0 start [gemma|qwen] | ours gemma|qwen [short|long|stream] | peer gemma|qwen | swap | table" >&2; exit 2 ;;
+*) echo "usage: $0 start [gemma|qwen] | tests | ours gemma|qwen [short|long|stream] | peer gemma|qwen [depth] | swap | table" >&2; exit 2 ;;
 esac

@@ -105,6 +105,13 @@ sl_status embed_device(sl_backend*, const sl_weight*, const sl_buffer*, uint64_t
 
 sl_status gather_rows(sl_backend*, const sl_buffer*, const int32_t*, uint32_t, uint32_t, sl_buffer*, sl_error*);
 sl_status scatter_add_rows(sl_backend*, const sl_buffer*, const int32_t*, const float*, uint32_t, uint32_t, sl_buffer*, sl_error*);
+// 2.5: MOE_ROUTE, MATMUL_ID (x of n or n * k rows) and MOE_COMBINE (cpu_moe_ops.cpp).
+sl_status moe_route(sl_backend*, const sl_buffer* logits, uint32_t n, uint32_t E, const sl_weight* factors, const sl_moe_route_params& p,
+                    sl_buffer* ids, sl_buffer* weights, sl_error*);
+sl_status matmul_id(sl_backend*, const sl_buffer* x, uint32_t x_rows, const sl_weight* w, const sl_buffer* ids, uint32_t n, uint32_t k,
+                    uint32_t n_experts, sl_buffer* out, sl_error*);
+sl_status moe_combine(sl_backend*, const sl_buffer* x, const sl_buffer* weights, uint32_t n, uint32_t k, uint32_t dim, sl_buffer* out,
+                      sl_error*);
 
 sl_status kv_create(sl_backend*, const sl_kv_layout*, sl_kv_cache**, sl_error*);
 void kv_destroy(sl_backend*, sl_kv_cache*);

@@ -199,6 +199,20 @@ sl_status run_node(sl_backend* be, const sl_graph& g, const sl_node& n, sl_kv_ca
       return gated_delta(be, cache, qkv.get(), a.get(), b.get(), input(g, n, 3)->weight, *graph::params<sl_gated_delta_params>(n), o.get(),
                          *output(g, n, 1), err);
     }
+    case SL_OP_MOE_ROUTE: {  // 2.5
+      const sl_tensor* weights = output(g, n, 1);
+      View l = view(*in0), ids = view(*out), w = view(*weights);
+      return moe_route(be, l.get(), in0->rows, in0->cols, weight_of(in1), *graph::params<sl_moe_route_params>(n), ids.get(), w.get(), err);
+    }
+    case SL_OP_MATMUL_ID: {  // 2.5
+      View x = view(*in0), ids = view(*in2), o = view(*out);
+      return matmul_id(be, x.get(), in0->rows, in1->weight, ids.get(), in2->rows, in2->cols, graph::params<sl_matmul_id_params>(n)->n_experts,
+                       o.get(), err);
+    }
+    case SL_OP_MOE_COMBINE: {  // 2.5
+      View x = view(*in0), w = view(*in1), o = view(*out);
+      return moe_combine(be, x.get(), w.get(), out->rows, in1->cols, out->cols, o.get(), err);
+    }
     default:
       return set_error(err, SL_ERR_UNSUPPORTED, std::string(graph::node_name(n)) + ": op not supported by the CPU backend");
   }
@@ -239,7 +253,7 @@ bool weight_form_runs(const sl_weight* w, uint32_t op) {
   if (mxfp4::is_mxfp4(*w)) return op == SL_OP_MATMUL;  // 2.3: products only
   if (w->dtype == SL_DTYPE_E2M1 || w->dtype == SL_DTYPE_E8M0) return false;  // another use of MXFP4's dtypes
   if (w->bits != 0)  // affine-quantized (MLX layout): products (2.4: per head too) and embedding lookups
-    return (op == SL_OP_MATMUL || op == SL_OP_HEAD_MATMUL || op == SL_OP_EMBED) &&
+    return (op == SL_OP_MATMUL || op == SL_OP_HEAD_MATMUL || op == SL_OP_EMBED || op == SL_OP_MATMUL_ID) &&
            (w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8);
   return w->dtype == SL_DTYPE_F32 || w->dtype == SL_DTYPE_F16 || w->dtype == SL_DTYPE_BF16;
 }

@@ -402,6 +402,14 @@ sl_status head_matmul(sl_backend*, const sl_buffer* x, uint32_t n_tokens, const 
                       sl_buffer* out, sl_error*);
 sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
                        sl_buffer* const*, Forms&, const NormStep*, sl_error*);
+// 2.5: MATMUL_ID (cl_matmul.cpp; x of n or n * k rows), MOE_ROUTE and MOE_COMBINE (cl_moe.cpp).
+sl_status matmul_id(sl_backend*, const sl_buffer* x, uint32_t x_rows, const sl_weight* w, const sl_buffer* ids, uint32_t n, uint32_t k,
+                    uint32_t n_experts, sl_buffer* out, sl_error*);
+bool routes_on_device(uint32_t n_experts, uint32_t k);  // within the routing kernel's limits
+sl_status moe_route(sl_backend*, const sl_buffer* logits, uint32_t n, uint32_t E, const sl_weight* factors, const sl_moe_route_params& p,
+                    sl_buffer* ids, sl_buffer* weights, sl_error*);
+sl_status moe_combine(sl_backend*, const sl_buffer* x, const sl_buffer* weights, uint32_t n, uint32_t k, uint32_t dim, sl_buffer* out,
+                      sl_error*);
 // Checks a rope's arguments and finds its table: a launch of x alone (x2 null) in `out`.
 sl_status rope_prepare(sl_backend*, sl_buffer*, uint32_t, uint32_t, uint32_t, const float*, float, uint32_t, RopeLaunch&, sl_error*);
 void launch_rope(sl_backend* be, const RopeLaunch& r);  // x and x2 (where set) in one launch

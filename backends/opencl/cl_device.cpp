@@ -327,6 +327,7 @@ cl::Kernel& kernel(sl_backend* be, const std::string& program, const char* name)
       }
     } else if (program.rfind("matvec", 0) == 0) {  // "matvec", or "matvec_t64_r2" and the like: Q4_TEAM, R4
       source += kernel_source("warp") + kernel_source("matvec");
+      if (program == "matvec") source += kernel_source("moe");  // its kernels use the team sums and row loops
       options += " -DWG=128 -DTEAM=32 -DMAX_T=8";
       const auto r = program.find("_r");
       if (program != "matvec")

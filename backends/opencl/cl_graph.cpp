@@ -155,6 +155,14 @@ sl_status run_node(GraphRun& r, uint32_t i, const NormStep* step) {
     case SL_OP_GATED_DELTA:  // 2.2
       return gated_delta(be, r.cache, buf(in0), buf(in1), buf(in2), r.in(i, 3)->weight, *graph::params<sl_gated_delta_params>(n), buf(out),
                          *r.out(i, 1), err);
+    case SL_OP_MOE_ROUTE:  // 2.5
+      return moe_route(be, buf(in0), in0->rows, in0->cols, weight_of(in1), *graph::params<sl_moe_route_params>(n), buf(out), buf(r.out(i, 1)),
+                       err);
+    case SL_OP_MATMUL_ID:  // 2.5
+      return matmul_id(be, buf(in0), in0->rows, in1->weight, buf(in2), in2->rows, in2->cols, graph::params<sl_matmul_id_params>(n)->n_experts,
+                       buf(out), err);
+    case SL_OP_MOE_COMBINE:  // 2.5
+      return moe_combine(be, buf(in0), buf(in1), out->rows, in1->cols, out->cols, buf(out), err);
     default:
       return set_error(err, SL_ERR_UNSUPPORTED, std::string(graph::node_name(n)) + ": op not supported by the OpenCL backend");
   }
@@ -325,7 +333,7 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
         continue;
       }
       if (!t.weight || !weight_form_supported(t.weight->dtype, t.weight->bits)) return 0;
-      if (n.op != SL_OP_MATMUL && n.op != SL_OP_HEAD_MATMUL && n.op != SL_OP_EMBED && t.weight->bits != 0)
+      if (n.op != SL_OP_MATMUL && n.op != SL_OP_HEAD_MATMUL && n.op != SL_OP_EMBED && n.op != SL_OP_MATMUL_ID && t.weight->bits != 0)
         return 0;  // norms and biases: plain values
     } else if (t.kind == SL_TENSOR_BUFFER && t.offset != 0 && !takes_offset(n.op, is_output, is_output ? i - SL_NODE_MAX_INPUTS : i)) {
       return 0;
@@ -336,6 +344,10 @@ int node_supported(const sl_backend*, const sl_node_query* q) {
   if (n.op == SL_OP_GLU) {
     const auto* p = graph::params<sl_glu_params>(n);
     if (!p || p->activation > SL_ACT_SIGMOID) return 0;
+  }
+  if (n.op == SL_OP_MOE_ROUTE) {  // 2.5: within the routing kernel's limits
+    const auto* p = graph::params<sl_moe_route_params>(n);
+    if (!p || !q->tensors || n.inputs[0] >= q->n_tensors || !routes_on_device(q->tensors[n.inputs[0]].cols, p->k)) return 0;
   }
   if (n.op == SL_OP_CAUSAL_CONV && n.inputs[1] < q->n_tensors && q->tensors) {
     const sl_tensor& w = q->tensors[n.inputs[1]];

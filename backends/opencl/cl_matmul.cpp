@@ -858,6 +858,46 @@ sl_status head_matmul(sl_backend* be, const sl_buffer* x, uint32_t n_tokens, con
   });
 }
 
+sl_status matmul_id(sl_backend* be, const sl_buffer* x, uint32_t x_rows, const sl_weight* w, const sl_buffer* ids, uint32_t n, uint32_t k,
+                    uint32_t n_experts, sl_buffer* out, sl_error* err) {
+  if (w && is_mxfp4(w)) return set_error(err, SL_ERR_UNSUPPORTED, "matmul_id: an MXFP4 weight is not supported");
+  if (!w || n_experts == 0 || w->rows % n_experts) return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_id: the weight is not n_experts stacked matrices");
+  if (auto s = check_matmul(x, 0, w, nullptr, out, err); s != SL_OK) return s;
+  const uint32_t R = w->rows / n_experts;
+  const uint64_t slots = uint64_t(n) * k;
+  if (!ids || slots * 4 > ids->bytes || uint64_t(x_rows) * w->cols * 4 > x->bytes || slots * R * 4 > out->bytes || (x_rows != n && x_rows != slots))
+    return set_error(err, SL_ERR_INVALID_ARGUMENT, "matmul_id: x, ids or the output do not fit");
+  if (slots == 0 || R == 0) return SL_OK;
+  return guarded(err, "matmul_id", [&] {
+    const auto segs = segments(be, w);
+    if (segs.size() != 1) throw std::runtime_error("a stacked weight larger than one device allocation");
+    const Segment& s = segs[0];
+    auto& kn = kernel(be, "matvec", "matvec_id");
+    kn.setArg(0, s.data.buffer);
+    kn.setArg(1, static_cast<cl_ulong>(s.data.offset));
+    kn.setArg(2, static_cast<cl_uint>(w->dtype));
+    kn.setArg(3, static_cast<cl_uint>(w->bits));
+    kn.setArg(4, static_cast<cl_ulong>(w->bits ? uint64_t(w->cols) * w->bits / 32 : 0));
+    kn.setArg(5, w->bits ? s.scales.buffer : s.data.buffer);  // unread without bits
+    kn.setArg(6, static_cast<cl_ulong>(w->bits ? s.scales.offset : 0));
+    kn.setArg(7, w->bits ? s.biases.buffer : s.data.buffer);
+    kn.setArg(8, static_cast<cl_ulong>(w->bits ? s.biases.offset : 0));
+    kn.setArg(9, static_cast<cl_uint>(w->scale_dtype));
+    kn.setArg(10, static_cast<cl_uint>(std::max<uint32_t>(1, w->group_size)));
+    kn.setArg(11, static_cast<cl_uint>(R));
+    kn.setArg(12, static_cast<cl_uint>(n_experts));
+    kn.setArg(13, static_cast<cl_uint>(w->cols));
+    kn.setArg(14, single(x));
+    kn.setArg(15, static_cast<cl_uint>(x_rows == slots ? 1 : 0));
+    kn.setArg(16, static_cast<cl_uint>(k));
+    kn.setArg(17, single(ids));
+    kn.setArg(18, single(out));
+    constexpr uint32_t kWg = 128, kTeam = 32;  // the "matvec" program's WG and TEAM
+    launch(be, kn, cl::NDRange(round_up(R, kWg / kTeam) / (kWg / kTeam) * kWg, slots), cl::NDRange(kWg, 1));
+    return SL_OK;
+  });
+}
+
 sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
                        const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms, const NormStep* step, sl_error* err) {
   if (count == 0 || count > kMatmulMultiMax || !ws || !outs)

@@ -205,6 +205,42 @@ inline std::string check_node(const sl_graph& g, const sl_node& n, uint32_t n_to
       if (overlaps(*in0, *out)) return fail("output overlaps x");
       return {};
     }
+    case SL_OP_MOE_ROUTE: {  // 2.5
+      const auto* p = params<sl_moe_route_params>(n);
+      const sl_tensor* weights = output(g, n, 1);
+      if (!p) return fail("missing sl_moe_route_params");
+      if (!is_activation(in0) || !out || out->kind != SL_TENSOR_BUFFER || !out->buffer || out->dtype != SL_DTYPE_I32 ||
+          !is_activation(weights))
+        return fail("needs F32 logits, an I32 ids output and an F32 weights output");
+      if (p->kind > SL_ROUTE_TOPK_SOFTMAX || p->k == 0 || p->k > in0->cols) return fail("k must be 1 … the experts, kind a sl_route_kind");
+      if (values(*out) != uint64_t(in0->rows) * p->k || values(*weights) != values(*out))
+        return fail("ids and weights must hold k values for each of the logits' " + std::to_string(in0->rows) + " rows");
+      if (in1 && (!is_weight(in1) || in1->weight->bits != 0 || in1->weight->dtype != SL_DTYPE_F32 || in1->weight->cols != in0->cols))
+        return fail("the experts' factors must be an F32 weight [1, E]");
+      if (overlaps(*out, *weights) || overlaps(*in0, *out) || overlaps(*in0, *weights)) return fail("outputs overlap each other or the logits");
+      return {};
+    }
+    case SL_OP_MATMUL_ID: {  // 2.5
+      const auto* p = params<sl_matmul_id_params>(n);
+      if (!p) return fail("missing sl_matmul_id_params");
+      if (!is_activation(in0) || !is_weight(in1) || !in2 || in2->kind != SL_TENSOR_BUFFER || !in2->buffer || in2->dtype != SL_DTYPE_I32 ||
+          !is_activation(out))
+        return fail("needs F32 x and output, a weight and device I32 ids");
+      const sl_weight& w = *in1->weight;
+      if (p->n_experts == 0 || w.rows % p->n_experts) return fail("the weight's " + std::to_string(w.rows) + " rows are not n_experts stacked matrices");
+      const uint64_t slots = values(*in2), per_row = in2->cols;
+      if (in2->rows == 0 || per_row == 0) return fail("no ids");
+      if (in0->cols != w.cols || (in0->rows != in2->rows && in0->rows != slots)) return fail("x " + shape(*in0) + " is not [n or n * k, cols]");
+      if (out->rows != slots || out->cols != w.rows / p->n_experts) return fail("output " + shape(*out) + " is not [n * k, rows an expert]");
+      if (overlaps(*in0, *out) || overlaps(*in2, *out)) return fail("output overlaps an input");
+      return {};
+    }
+    case SL_OP_MOE_COMBINE:  // 2.5
+      if (!is_activation(in0) || !is_activation(in1) || !is_activation(out)) return fail("needs F32 x, weights and output");
+      if (out->rows == 0 || in1->rows != out->rows || in0->rows != uint64_t(out->rows) * in1->cols || in0->cols != out->cols)
+        return fail("x " + shape(*in0) + " and weights " + shape(*in1) + " are not [n * k, c] and [n, k] for output " + shape(*out));
+      if (overlaps(*in0, *out) || overlaps(*in1, *out)) return fail("output overlaps an input");
+      return {};
     default:
       return fail("op " + std::to_string(n.op) + " is not known to this backend");
   }

@@ -78,6 +78,9 @@ inline const char* op_name(uint32_t op) {
     case SL_OP_GATED_DELTA: return "gated_delta";
     case SL_OP_COPY_COLUMNS: return "copy_columns";
     case SL_OP_HEAD_MATMUL: return "head_matmul";
+    case SL_OP_MOE_ROUTE: return "moe_route";
+    case SL_OP_MATMUL_ID: return "matmul_id";
+    case SL_OP_MOE_COMBINE: return "moe_combine";
     default: return "unknown op";
   }
 }

@@ -173,6 +173,23 @@ void StepGraph::head_matmul(Id x, Id w, const sl_head_matmul_params& p, Id out, 
   node(SL_OP_HEAD_MATMUL, {x, w}, {out}, keep(kept), std::move(name));
 }
 
+void StepGraph::moe_route(Id logits, Id factors, const sl_moe_route_params& p, Id ids, Id weights, std::string name) {
+  sl_moe_route_params kept = p;
+  kept.struct_size = sizeof(kept);
+  node(SL_OP_MOE_ROUTE, {logits, factors}, {ids, weights}, keep(kept), std::move(name));
+}
+
+void StepGraph::matmul_id(Id x, Id w, Id ids, uint32_t n_experts, Id out, std::string name) {
+  sl_matmul_id_params p{};
+  p.struct_size = sizeof(p);
+  p.n_experts = n_experts;
+  node(SL_OP_MATMUL_ID, {x, w, ids}, {out}, keep(p), std::move(name));
+}
+
+void StepGraph::moe_combine(Id x, Id weights, Id out, std::string name) {
+  node(SL_OP_MOE_COMBINE, {x, weights}, {out}, nullptr, std::move(name));
+}
+
 const sl_graph& StepGraph::view() {
   graph_ = {};
   graph_.struct_size = sizeof(graph_);

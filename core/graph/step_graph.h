@@ -58,6 +58,13 @@ class StepGraph {
   // Per head h, x's head h times rows h·head_rows + row_offset … + slice_rows of w (transposed as in
   // matmul, or not: sl_head_matmul_params).
   void head_matmul(Id x, Id w, const sl_head_matmul_params& p, Id out, std::string name);
+  // 2.5: each row's top k experts and their weights from the router's logits (factors: per-expert
+  // weights' multipliers, or kNone), written to ids and weights on the device.
+  void moe_route(Id logits, Id factors, const sl_moe_route_params& p, Id ids, Id weights, std::string name);
+  // 2.5: each row times its experts' matrices in the stacked weight w (n_experts of them), by ids.
+  void matmul_id(Id x, Id w, Id ids, uint32_t n_experts, Id out, std::string name);
+  // 2.5: out[i] += sum_j weights[i, j] * x[i * k + j].
+  void moe_combine(Id x, Id weights, Id out, std::string name);
 
   const sl_tensor& tensor(Id id) const { return tensors_.at(id); }
   const std::vector<sl_node>& nodes() const { return nodes_; }
@@ -68,7 +75,8 @@ class StepGraph {
 
  private:
   using Params = std::variant<sl_norm_params, sl_rope_params, sl_kv_params, sl_attention_params, sl_glu_params, sl_scale_params,
-                              sl_conv_params, sl_gated_delta_params, sl_copy_columns_params, sl_head_matmul_params>;
+                              sl_conv_params, sl_gated_delta_params, sl_copy_columns_params, sl_head_matmul_params, sl_moe_route_params,
+                              sl_matmul_id_params>;
   void node(sl_op op, std::initializer_list<Id> in, std::initializer_list<Id> out, const void* params, std::string name);
   template <class P>
   const P* keep(const P& p) {

@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include "graph/stacked_weight.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
@@ -525,7 +527,7 @@ Status Transformer::attach_expert_store(ExpertStoreHandle* store) {
   store_ = store;
   for (Stage& st : stages_) st.bound_experts.clear();
   if (!store || !experts_ || !store->lends_stable_memory() || experts_->form() != ExpertLayout::Form::kSeparate) return {};
-  const uint32_t E = experts_->n_experts(), P = experts_->n_parts();
+  const uint32_t E = experts_->n_experts();
   std::vector<uint32_t> all(E);
   std::iota(all.begin(), all.end(), 0u);
   std::vector<bool> unbound(stages_.size(), false);  // a stage whose device ran out: experts wrapped per pass there
@@ -535,26 +537,116 @@ Status Transformer::attach_expert_store(ExpertStoreHandle* store) {
     if (st == stages_.end() || unbound[st - stages_.begin()]) continue;
     std::vector<const void*> parts;
     if (auto s = store->acquire(m, all, parts); !s) return s;
-    for (uint32_t e = 0; e < E && !unbound[st - stages_.begin()]; ++e) {
-      std::vector<Buffer>& bound = st->bound_experts[m * E + e];
-      for (uint32_t p = 0; p < P; ++p) {
-        auto buf = st->backend->wrap_host(parts[std::size_t(e) * P + p], experts_->part(m, e, p).bytes);
-        if (!buf) {
-          // The device cannot hold every expert beside the rest: this stage's experts go back to being
-          // wrapped as each pass routes them (slow on a GPU: an upload a pass), not a failed load.
-          std::fprintf(stderr, "sluice: the experts do not all fit the %s backend (%s); they are sent each pass instead "
-                               "(slow: --gpu-layers with fewer layers keeps them in host memory)\n",
-                       st->backend->name().c_str(), buf.message().c_str());
-          unbound[st - stages_.begin()] = true;
-          st->bound_experts.clear();
-          break;
-        }
-        bound.push_back(std::move(*buf));
-      }
-    }
+    BoundExperts bound;
+    const Status bind = bind_experts(*st, m, parts, bound);
     store->release(m, all);
+    if (!bind) {
+      // The device cannot hold every expert beside the rest: this stage's experts go back to being
+      // wrapped as each pass routes them (slow on a GPU: an upload a pass), not a failed load.
+      std::fprintf(stderr, "sluice: the experts do not all fit the %s backend (%s); they are sent each pass instead "
+                           "(slow: --gpu-layers with fewer layers keeps them in host memory)\n",
+                   st->backend->name().c_str(), bind.message().c_str());
+      unbound[st - stages_.begin()] = true;
+      st->bound_experts.clear();
+      continue;
+    }
+    st->bound_experts.emplace(m, std::move(bound));
   }
   return {};
+}
+
+Status Transformer::bind_experts(Stage& st, uint32_t m, const std::vector<const void*>& parts, BoundExperts& out) const {
+  const BackendHandle& backend = *st.backend;
+  const uint32_t E = experts_->n_experts(), P = experts_->n_parts();
+  auto part_ptr = [&](uint32_t e, uint32_t p) { return static_cast<const std::byte*>(parts[std::size_t(e) * P + p]); };
+  // Each part of every expert one run of memory, expert e at e · stride (MLX's stacked tensors)?
+  bool runs = true;
+  for (uint32_t p = 0; p < P && runs; ++p) {
+    const uint64_t stride = experts_->part(m, 0, p).bytes;
+    for (uint32_t e = 1; e < E && runs; ++e)
+      runs = experts_->part(m, e, p).bytes == stride && part_ptr(e, p) == part_ptr(0, p) + uint64_t(e) * stride;
+  }
+  const bool copies = !backend.has_cap(SL_CAP_UNIFIED);  // a device that keeps its own copy either way
+  if (runs || copies) {
+    for (uint32_t p = 0; p < P; ++p) {
+      const uint64_t stride = experts_->part(m, 0, p).bytes;
+      Result<Buffer> buf = runs ? backend.wrap_host(part_ptr(0, p), stride * E) : backend.alloc(stride * E);
+      if (!buf) return buf.error();
+      if (!runs)
+        for (uint32_t e = 0; e < E; ++e) {
+          if (experts_->part(m, e, p).bytes != stride) return make_error("experts of one layer differ in size");
+          if (auto s = backend.upload(*buf, uint64_t(e) * stride, part_ptr(e, p), stride); !s) return s;
+        }
+      out.stacks.push_back(std::move(*buf));
+      out.strides.push_back(stride);
+    }
+  } else {
+    out.per_expert.resize(E);
+    for (uint32_t e = 0; e < E; ++e)
+      for (uint32_t p = 0; p < P; ++p) {
+        auto buf = backend.wrap_host(part_ptr(e, p), experts_->part(m, e, p).bytes);
+        if (!buf) return buf.error();
+        out.per_expert[e].push_back(std::move(*buf));
+      }
+    return {};
+  }
+  // Chosen on the device: softmax top-k routing, every stride exactly an expert's matrix (the stacks
+  // read as [E · rows, cols] weights), and a backend that runs the three ops.
+  const MoeConfig& moe = config_.moe;
+  if (moe.routing == MoeRouting::kSigmoidGroupLimited || !layers_[experts_->model_layer(m)].router_choice_bias.empty()) return {};
+  const uint32_t per_part = P / 3;
+  for (uint32_t p = 0; p < 3; ++p) {
+    const ExpertProjection& proj = experts_->projection(m, static_cast<ExpertLayout::Projection>(p));
+    sl_weight& w = out.stacked[p];
+    w.struct_size = sizeof(sl_weight);
+    w.data = out.stacks[p * per_part].get();
+    w.dtype = proj.dtype;
+    w.rows = proj.rows * E;
+    w.cols = proj.cols;
+    if (proj.quantized()) {
+      w.bits = proj.bits;
+      w.group_size = proj.group_size;
+      w.scale_dtype = proj.scale_dtype;
+      w.scales = out.stacks[p * per_part + 1].get();
+      w.biases = out.stacks[p * per_part + 2].get();
+    }
+    const uint64_t row = graph::weight_row_bytes(w), srow = graph::weight_row_scale_bytes(w);
+    if (row == 0 || out.strides[p * per_part] != row * proj.rows) return {};
+    if (proj.quantized() && (srow == 0 || out.strides[p * per_part + 1] != srow * proj.rows || out.strides[p * per_part + 2] != srow * proj.rows))
+      return {};
+  }
+  sl_moe_route_params route{};
+  route.struct_size = sizeof(route);
+  route.k = static_cast<uint32_t>(moe.top_k);
+  route.kind = moe.routing == MoeRouting::kTopKSoftmax ? SL_ROUTE_TOPK_SOFTMAX : SL_ROUTE_SOFTMAX_TOPK;
+  route.normalize = moe.normalize_top_k ? 1 : 0;
+  if (!backend.runs_device_routing(E, route, out.stacked)) return {};
+  const std::vector<float>& scale = layers_[experts_->model_layer(m)].expert_scale;
+  if (!scale.empty()) {
+    if (scale.size() != E) return {};
+    auto buf = backend.alloc(uint64_t(E) * 4);
+    if (!buf) return buf.error();
+    if (auto s = backend.upload(*buf, 0, scale.data(), uint64_t(E) * 4); !s) return s;
+    out.factors_buffer = std::move(*buf);
+    out.factors.struct_size = sizeof(sl_weight);
+    out.factors.data = out.factors_buffer.get();
+    out.factors.dtype = SL_DTYPE_F32;
+    out.factors.rows = 1;
+    out.factors.cols = E;
+  }
+  out.device_routing = true;
+  return {};
+}
+
+bool Transformer::routes_on_device(uint32_t moe_layer) const {
+  if (!experts_ || moe_layer >= experts_->n_moe_layers()) return false;
+  const uint32_t layer = static_cast<uint32_t>(experts_->model_layer(moe_layer));
+  for (const Stage& st : stages_)
+    if (layer >= st.first && layer < st.end) {
+      auto it = st.bound_experts.find(moe_layer);
+      return device_routing_allowed_ && it != st.bound_experts.end() && it->second.device_routing;
+    }
+  return false;
 }
 
 std::vector<StageSpec> Transformer::stages() const {

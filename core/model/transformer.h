@@ -114,7 +114,18 @@ class Transformer {
   // separate form bound to each stage's backend here, once: a device then holds its own copy of the
   // experts instead of receiving the routed ones every pass (where they do not all fit, that stage
   // keeps receiving them, with a warning).
+  // Bound experts are also chosen on the device where the backend runs ABI 2.5's MOE_ROUTE,
+  // MATMUL_ID and MOE_COMBINE and the routing is softmax top-k (either order): a step of at most
+  // kDeviceRoutedTokens tokens then runs its MoE layers without the host reading the router.
   Status attach_expert_store(ExpertStoreHandle* store);
+  // Up to this many tokens a pass, bound experts are chosen on the device: each token's k products
+  // read their experts' rows (decode, a few sequences' steps). A longer pass (prefill) routes on the
+  // host, where one product an expert reads its matrix once for all the tokens sent to it.
+  static constexpr uint32_t kDeviceRoutedTokens = 16;
+  // Whether MoE layer moe_layer's experts are chosen on the device (attach_expert_store decided).
+  bool routes_on_device(uint32_t moe_layer) const;
+  // Tests compare both routes: false sends every pass through the host's routing.
+  void set_device_routing(bool allowed) { device_routing_allowed_ = allowed; }
   // Whether MXFP4 experts reach the backend(s) in that form (every stage's backend multiplies it,
   // ABI 2.3) rather than decoded to bf16 on the host (expert_arrange.h).
   bool experts_in_mxfp4() const;
@@ -130,6 +141,10 @@ class Transformer {
     Buffer per_layer_all, per_layer_tokens, per_layer, per_layer_gate;       // Gemma 4's per-layer inputs
     Buffer dense_out, router_in;                                              // Gemma 4's MoE block beside the MLP
     Buffer shared_gate_logits;                                                 // a shared expert's gate, [n, 1]
+    // Experts chosen on the device (route_on_device): each token's k ids and weights, the k products'
+    // rows ([n · k, F] and [n · k, H]), and a shared expert's sigmoid gate made from its logit and ones.
+    Buffer route_ids, route_weights, slot_gate, slot_up, slot_out, ones, shared_gate_weights;
+    uint32_t capacity_routed = 0;  // tokens the routing buffers hold
     Buffer q_gate, attn_gate;                                                  // gated attention (Qwen3.5)
     Buffer lin_qkv, lin_conv, lin_z, lin_a, lin_b, lin_core;                   // Gated DeltaNet layers
     Buffer mla_q_latent, mla_q, mla_kv_latent, mla_kv_normed, mla_kv;          // MLA's latents and per-head products
@@ -142,6 +157,24 @@ class Transformer {
     uint64_t begin = 0, end = 0;
     Buffer buffer;
     bool copied = false;  // one tensor that lies off its values' alignment in the file, copied to aligned memory
+  };
+
+  // One MoE layer's experts bound to a stage's backend once (attach_expert_store). Where the store
+  // lends each part of every expert as one run of memory (MLX's stacked tensors), a buffer a part holds
+  // all E experts, expert e at e · stride; elsewhere, on a device that copies anyway, the same stacks
+  // are assembled by upload; on a backend that reads host memory in place, a buffer an expert a part.
+  struct BoundExperts {
+    std::vector<Buffer> stacks;                    // [n_parts], when stacked
+    std::vector<uint64_t> strides;                 // bytes an expert, per part
+    std::vector<std::vector<Buffer>> per_expert;   // [E][n_parts], when not
+    // The stacks as MATMUL_ID's weights (gate, up, down: [E · rows, cols]) where each part's stride is
+    // exactly its expert's matrix, and the experts' routing factors (Gemma 4's per_expert_scale) as an
+    // F32 [1, E] weight; set when the backend chooses experts on the device (route_on_device).
+    bool device_routing = false;
+    sl_weight stacked[3]{};
+    Buffer factors_buffer;
+    sl_weight factors{};
+    bool stacked_form() const { return !stacks.empty(); }
   };
 
   struct Stage {
@@ -162,9 +195,8 @@ class Transformer {
     // The experts are MXFP4 and this stage's backend multiplies them so (ABI 2.3): they reach it as
     // MXFP4 weights, not decoded to bf16 (expert_arrange.h).
     bool mxfp4_experts = false;
-    // The experts of this stage's MoE layers bound for good (attach_expert_store), by
-    // moe_layer · n_experts + expert: the parts' buffers in the store's order.
-    std::unordered_map<uint32_t, std::vector<Buffer>> bound_experts;
+    // The experts of this stage's MoE layers bound for good (attach_expert_store), by moe_layer.
+    std::unordered_map<uint32_t, BoundExperts> bound_experts;
     Activations act;
   };
 
@@ -198,6 +230,11 @@ class Transformer {
   Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t stage_layer, uint32_t n);
   // h → o: routed on the host from the router's logits, the experts' gated MLPs as nodes.
   Status build_moe(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, StepGraph::Id router_input);
+  // h → o with the experts chosen on the device (BoundExperts::device_routing): no host round trip.
+  Status build_moe_on_device(Stage& stage, PassGraph& pass, const Layer& layer, const BoundExperts& bound, uint32_t n,
+                             StepGraph::Id router_input);
+  // Binds MoE layer m's experts (parts: the store's pointers, expert-major) to the stage's backend.
+  Status bind_experts(Stage& stage, uint32_t m, const std::vector<const void*>& parts, BoundExperts& out) const;
   // Per token, its (expert, weight) pairs; expert_scale (Gemma 4) multiplies each chosen expert's weight;
   // choice_bias (DeepSeek-V3's e_score_correction_bias) shifts the scores the experts are chosen by.
   std::vector<std::vector<std::pair<uint32_t, float>>> route(const std::vector<float>& logits, uint32_t n,
@@ -209,6 +246,7 @@ class Transformer {
   void build_head(Stage& stage, PassGraph& pass, const ForwardBatch& batch, uint32_t n);
 
   ModelConfig config_;
+  bool device_routing_allowed_ = true;
   const families::Family* family_ = nullptr;  // writes each layer's nodes
   std::vector<Stage> stages_;
   sl_weight embed_{}, final_norm_{}, lm_head_{};

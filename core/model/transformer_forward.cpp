@@ -7,6 +7,8 @@
 
 #include "model/families/family.h"
 #include "model/families/llama.h"  // activation()
+#include "graph/moe_route.h"
+#include "graph/stacked_weight.h"
 #include "model/moe_routing.h"
 #include "model/transformer.h"
 #include "util/mxfp4.h"
@@ -146,35 +148,17 @@ std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const st
   const auto& moe = config_.moe;
   if (moe.routing == MoeRouting::kSigmoidGroupLimited) return routing::sigmoid_group_limited(moe, logits, n, choice_bias);
   const uint32_t E = static_cast<uint32_t>(moe.n_experts), K = static_cast<uint32_t>(moe.top_k);
+  const uint32_t kind = moe.routing == MoeRouting::kTopKSoftmax ? SL_ROUTE_TOPK_SOFTMAX : SL_ROUTE_SOFTMAX_TOPK;
+  // Factors for every expert, or none (a layer's expert_scale may be absent or short).
+  const float* factors = expert_scale.size() >= E ? expert_scale.data() : nullptr;
   std::vector<std::vector<std::pair<uint32_t, float>>> routes(n);
-  std::vector<uint32_t> order(E);
-  std::vector<float> p(E);
+  graph::RouteScratch scratch;
+  std::vector<uint32_t> ids(K);
+  std::vector<float> weights(K);
   for (uint32_t t = 0; t < n; ++t) {
-    const float* row = logits.data() + static_cast<std::size_t>(t) * E;
-    if (moe.routing == MoeRouting::kTopKSoftmax) {
-      std::iota(order.begin(), order.end(), 0u);
-      std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                        [&](uint32_t a, uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-      const float m = row[order[0]];
-      float sum = 0.0f;
-      for (uint32_t i = 0; i < K; ++i) sum += (p[i] = std::exp(row[order[i]] - m));
-      for (uint32_t i = 0; i < K; ++i)
-        routes[t].emplace_back(order[i], order[i] < expert_scale.size() ? p[i] / sum * expert_scale[order[i]] : p[i] / sum);
-      continue;
-    }
-    const float m = *std::max_element(row, row + E);
-    float sum = 0.0f;
-    for (uint32_t e = 0; e < E; ++e) sum += (p[e] = std::exp(row[e] - m));
-    for (uint32_t e = 0; e < E; ++e) p[e] /= sum;
-    std::iota(order.begin(), order.end(), 0u);
-    std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](uint32_t a, uint32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float top_sum = 0.0f;
-    for (uint32_t i = 0; i < K; ++i) top_sum += p[order[i]];
-    for (uint32_t i = 0; i < K; ++i) {
-      const float w = moe.normalize_top_k ? p[order[i]] / top_sum : p[order[i]];
-      routes[t].emplace_back(order[i], order[i] < expert_scale.size() ? w * expert_scale[order[i]] : w);
-    }
+    graph::route_row(logits.data() + static_cast<std::size_t>(t) * E, E, K, kind, moe.normalize_top_k, factors, scratch, ids.data(),
+                     weights.data());
+    for (uint32_t i = 0; i < K; ++i) routes[t].emplace_back(ids[i], weights[i]);
   }
   return routes;
 }
@@ -190,6 +174,10 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   Activations& a = st.act;
   const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate, E = static_cast<uint32_t>(c.moe.n_experts);
   const uint32_t moe_layer = static_cast<uint32_t>(L.moe_index);
+  const auto bound_it = st.bound_experts.find(moe_layer);
+  const BoundExperts* bound = bound_it != st.bound_experts.end() ? &bound_it->second : nullptr;
+  if (bound && bound->device_routing && device_routing_allowed_ && n <= kDeviceRoutedTokens)
+    return build_moe_on_device(st, pass, L, *bound, n, router_input);
   StepGraph& g = pass.graph;
   g.matmul(router_input, g.weight(L.router), L.has_router_bias ? g.weight(L.router_bias) : StepGraph::kNone,
            g.buffer(a.router_logits.get(), n, E), "router");
@@ -305,9 +293,15 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     // The separate form's parts: bound once where the store's memory stays put (attach_expert_store), else
     // wrapped for this pass.
     std::vector<sl_buffer*> part_buffers;
+    std::vector<uint64_t> part_offsets(experts_->n_parts(), 0);
     if (!fused) {
-      if (auto it = st.bound_experts.find(moe_layer * E + e); it != st.bound_experts.end()) {
-        for (const Buffer& b : it->second) part_buffers.push_back(b.get());
+      if (bound && bound->stacked_form()) {  // expert e of each stack
+        for (uint32_t index = 0; index < experts_->n_parts(); ++index) {
+          part_buffers.push_back(bound->stacks[index].get());
+          part_offsets[index] = uint64_t(e) * bound->strides[index];
+        }
+      } else if (bound) {
+        for (const Buffer& b : bound->per_expert[e]) part_buffers.push_back(b.get());
       } else {
         for (uint32_t index = 0; index < experts_->n_parts(); ++index) {
           auto buf = backend.wrap_host(parts[i * experts_->n_parts() + index], experts_->part(moe_layer, e, index).bytes);
@@ -322,6 +316,7 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
       sl_weight& wp = w[p];
       wp.struct_size = sizeof(sl_weight);
       wp.data = fused ? pass.keep[first_buffer + p].get() : part_buffers[p * per_part];
+      wp.offset = fused ? 0 : part_offsets[p * per_part];
       wp.dtype = proj.dtype;
       wp.rows = proj.rows;
       wp.cols = proj.cols;
@@ -336,7 +331,9 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
         wp.group_size = proj.group_size;
         wp.scale_dtype = proj.scale_dtype;
         wp.scales = part_buffers[p * per_part + 1];
+        wp.scales_offset = part_offsets[p * per_part + 1];
         wp.biases = part_buffers[p * per_part + 2];
+        wp.biases_offset = part_offsets[p * per_part + 2];
       }
     }
     const std::string prefix = "expert " + std::to_string(e) + " ";
@@ -382,6 +379,83 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   pass.rows.clear();
   pass.weights.clear();
   pass.arranged.clear();
+  return {};
+}
+
+// A MoE block whose experts are chosen on the device: the router's logits become each token's k
+// (expert, weight) pairs there (MOE_ROUTE, in increasing expert order, the order the host adds them
+// in), the k products of every projection are one launch each over the stacked experts (MATMUL_ID),
+// and their weighted sum lands in o (MOE_COMBINE). The host reads nothing, so it goes on building the
+// next layer while the device runs this one.
+Status Transformer::build_moe_on_device(Stage& st, PassGraph& pass, const Layer& L, const BoundExperts& bound, uint32_t n,
+                                        StepGraph::Id router_input) {
+  const ModelConfig& c = config_;
+  const BackendHandle& backend = *st.backend;
+  Activations& a = st.act;
+  const uint32_t H = c.hidden_size, F = c.moe.expert_intermediate, E = static_cast<uint32_t>(c.moe.n_experts);
+  const uint32_t K = static_cast<uint32_t>(c.moe.top_k);
+  if (n > a.capacity_routed) {
+    auto grow = [&](Buffer& b, uint64_t floats) -> Status {
+      auto nb = backend.alloc(std::max<uint64_t>(floats, 1) * 4);
+      if (!nb) return nb.error();
+      b = std::move(*nb);
+      return {};
+    };
+    const uint64_t slots = uint64_t(n) * K;
+    for (auto [buf, size] : {std::pair{&a.route_ids, slots}, {&a.route_weights, slots}, {&a.slot_gate, slots * F}, {&a.slot_up, slots * F},
+                             {&a.slot_out, slots * H}, {&a.ones, uint64_t(n)}, {&a.shared_gate_weights, uint64_t(n)}})
+      if (auto s = grow(*buf, size); !s) return s;
+    const std::vector<float> ones(n, 1.0f);
+    if (auto s = backend.upload(a.ones, 0, ones.data(), uint64_t(n) * 4); !s) return s;
+    a.capacity_routed = n;
+  }
+  StepGraph& g = pass.graph;
+  const StepGraph::Id logits = g.buffer(a.router_logits.get(), n, E);
+  g.matmul(router_input, g.weight(L.router), L.has_router_bias ? g.weight(L.router_bias) : StepGraph::kNone, logits, "router");
+  sl_moe_route_params route{};
+  route.k = K;
+  route.kind = c.moe.routing == MoeRouting::kTopKSoftmax ? SL_ROUTE_TOPK_SOFTMAX : SL_ROUTE_SOFTMAX_TOPK;
+  route.normalize = c.moe.normalize_top_k ? 1 : 0;
+  const StepGraph::Id ids = g.buffer(a.route_ids.get(), n, K, SL_DTYPE_I32), weights = g.buffer(a.route_weights.get(), n, K);
+  g.moe_route(logits, bound.factors.data ? g.weight(bound.factors) : StepGraph::kNone, route, ids, weights, "route");
+  const bool shared_gated = L.has_shared_experts && c.moe.shared_gated;
+  if (L.has_shared_experts && !shared_gated) {  // o starts as the shared experts' MLP of every token (DeepSeek), else as zeros
+    const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
+    const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
+    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
+    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
+    g.glu(gate, up, families::activation(c), act, "shared experts activation");
+    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, pass.act.o, "shared experts down");
+  } else {
+    g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
+  }
+  sl_glu_params activation{};
+  activation.activation = families::activation(c);
+  if (c.moe.clamped_swiglu()) {
+    activation.activation = SL_ACT_SWIGLU_CLAMPED;
+    activation.alpha = c.moe.swiglu_alpha;
+    activation.limit = c.moe.swiglu_limit;
+  }
+  const StepGraph::Id gate = g.buffer(a.slot_gate.get(), n * K, F), up = g.buffer(a.slot_up.get(), n * K, F);
+  const StepGraph::Id out = g.buffer(a.slot_out.get(), n * K, H);
+  g.matmul_id(pass.act.h, g.weight(bound.stacked[0]), ids, E, gate, "experts gate");
+  g.matmul_id(pass.act.h, g.weight(bound.stacked[1]), ids, E, up, "experts up");
+  g.glu(gate, up, activation, gate, "experts activation");
+  g.matmul_id(gate, g.weight(bound.stacked[2]), ids, E, out, "experts down");
+  g.moe_combine(out, weights, pass.act.o, "experts combine");
+  if (shared_gated) {  // the shared expert (Qwen3.5-MoE): every token's MLP added times the sigmoid of its gate
+    const uint32_t S = static_cast<uint32_t>(c.moe.shared_intermediate);
+    const StepGraph::Id logit = g.buffer(a.shared_gate_logits.get(), n, 1), w = g.buffer(a.shared_gate_weights.get(), n, 1);
+    g.matmul(pass.act.h, g.weight(L.shared_expert_gate), StepGraph::kNone, logit, "shared expert gate");
+    g.glu(logit, g.buffer(a.ones.get(), n, 1), SL_ACT_SIGMOID, w, "shared expert sigmoid");
+    const StepGraph::Id sg = g.buffer(a.gate.get(), n, S), su = g.buffer(a.up.get(), n, S), sa = g.buffer(a.act.get(), n, S);
+    const StepGraph::Id so = g.buffer(a.expert_out.get(), n, H);
+    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, sg, "shared expert gate_proj");
+    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, su, "shared expert up_proj");
+    g.glu(sg, su, SL_ACT_SILU, sa, "shared expert activation");
+    g.matmul(sa, g.weight(L.shared_down), StepGraph::kNone, so, "shared expert down_proj");
+    g.moe_combine(so, w, pass.act.o, "shared expert add");
+  }
   return {};
 }
 

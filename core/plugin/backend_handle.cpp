@@ -173,6 +173,49 @@ bool BackendHandle::runs_head_matmul(const sl_weight& w, const sl_head_matmul_pa
   return supports(probe_node(SL_OP_HEAD_MATMUL, 0, 1, &kept), tensors, nullptr);
 }
 
+bool BackendHandle::runs_device_routing(uint32_t n_experts, const sl_moe_route_params& route, std::span<const sl_weight> stacked) const {
+  if (SL_ABI_VERSION_MINOR(api_->abi_version) < 5 || n_experts == 0 || route.k == 0) return false;
+  auto activation = [](uint32_t rows, uint32_t cols, uint32_t dtype) {
+    sl_tensor t{};
+    t.struct_size = sizeof(t);
+    t.kind = SL_TENSOR_BUFFER;
+    t.dtype = dtype;
+    t.rows = rows;
+    t.cols = cols;
+    return t;
+  };
+  auto node = [](sl_op op, std::initializer_list<uint32_t> in, std::initializer_list<uint32_t> out, const void* params) {
+    sl_node n{};
+    n.struct_size = sizeof(n);
+    n.op = op;
+    std::fill(std::begin(n.inputs), std::end(n.inputs), SL_NO_TENSOR);
+    std::fill(std::begin(n.outputs), std::end(n.outputs), SL_NO_TENSOR);
+    std::copy(in.begin(), in.end(), n.inputs);
+    std::copy(out.begin(), out.end(), n.outputs);
+    n.params = params;
+    return n;
+  };
+  sl_moe_route_params rp = route;
+  rp.struct_size = sizeof(rp);
+  const std::array<sl_tensor, 3> route_tensors = {activation(1, n_experts, SL_DTYPE_F32), activation(1, route.k, SL_DTYPE_I32),
+                                                  activation(1, route.k, SL_DTYPE_F32)};
+  if (!supports(node(SL_OP_MOE_ROUTE, {0}, {1, 2}, &rp), route_tensors)) return false;
+  sl_matmul_id_params mp{sizeof(sl_matmul_id_params), n_experts};
+  for (const sl_weight& w : stacked) {
+    if (w.rows % n_experts) return false;
+    std::array<sl_tensor, 4> t = {activation(1, w.cols, SL_DTYPE_F32), {}, activation(1, route.k, SL_DTYPE_I32),
+                                  activation(route.k, w.rows / n_experts, SL_DTYPE_F32)};
+    t[1] = activation(w.rows, w.cols, w.dtype);
+    t[1].kind = SL_TENSOR_WEIGHT;
+    t[1].weight = &w;
+    if (!supports(node(SL_OP_MATMUL_ID, {0, 1, 2}, {3}, &mp), t)) return false;
+  }
+  const uint32_t H = stacked.empty() ? 1 : stacked.back().rows / n_experts;
+  const std::array<sl_tensor, 3> combine = {activation(route.k, H, SL_DTYPE_F32), activation(1, route.k, SL_DTYPE_F32),
+                                            activation(1, H, SL_DTYPE_F32)};
+  return supports(node(SL_OP_MOE_COMBINE, {0, 1}, {2}, nullptr), combine);
+}
+
 bool BackendHandle::runs_weight(sl_op op, const sl_weight& w) const {
   // A node of the op with the weight where that op takes it (EMBED: the table; MATMUL: the
   // weight), the other tensors plain activations.

@@ -71,6 +71,10 @@ class BackendHandle {
   // Whether it runs HEAD_MATMUL (ABI 2.4) with weight w and these slices: a backend of 2.4 or later
   // whose supports_node takes the node (an earlier one cannot know the op).
   bool runs_head_matmul(const sl_weight& w, const sl_head_matmul_params& p) const;
+  // Whether it chooses Mixture-of-Experts experts on the device (ABI 2.5, a backend of 2.5 or later
+  // whose supports_node takes them): MOE_ROUTE over n_experts logits by `route`, MATMUL_ID with each
+  // stacked weight ([n_experts · rows, cols]; the last one's rows are the block's width) and MOE_COMBINE.
+  bool runs_device_routing(uint32_t n_experts, const sl_moe_route_params& route, std::span<const sl_weight> stacked) const;
   bool has_cap(uint32_t cap) const { return (device_.caps & cap) != 0; }
   // Recurrent layers' state (2.0): whether the backend keeps it (SL_CAP_KV_LAYERS and both entry
   // points), and its two entry points.

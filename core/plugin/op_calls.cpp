@@ -291,6 +291,29 @@ sl_status OpCalls::head_matmul(const sl_buffer* x, uint32_t n_tokens, const sl_w
   return r.run(err);
 }
 
+sl_status OpCalls::moe_route(const sl_buffer* logits, uint32_t n, uint32_t E, const sl_weight* factors, const sl_moe_route_params& p,
+                             sl_buffer* ids, sl_buffer* weights, sl_error* err) {
+  GraphRun r(*this);
+  r.g.moe_route(values(r.g, logits, n, E), maybe_weight(r.g, factors), p, r.g.buffer(ids, n, p.k, SL_DTYPE_I32), values(r.g, weights, n, p.k),
+                "moe_route");
+  return r.run(err);
+}
+
+sl_status OpCalls::matmul_id(const sl_buffer* x, uint32_t x_rows, const sl_weight* w, uint32_t n_experts, const sl_buffer* ids, uint32_t n,
+                             uint32_t k, sl_buffer* out, sl_error* err) {
+  GraphRun r(*this);
+  r.g.matmul_id(values(r.g, x, x_rows, w->cols), r.g.weight(*w), r.g.buffer(const_cast<sl_buffer*>(ids), n, k, SL_DTYPE_I32), n_experts,
+                values(r.g, out, n * k, n_experts ? w->rows / n_experts : 0), "matmul_id");
+  return r.run(err);
+}
+
+sl_status OpCalls::moe_combine(const sl_buffer* x, const sl_buffer* weights, uint32_t n, uint32_t k, uint32_t dim, sl_buffer* out,
+                               sl_error* err) {
+  GraphRun r(*this);
+  r.g.moe_combine(values(r.g, x, n * k, dim), values(r.g, weights, n, k), values(r.g, out, n, dim), "moe_combine");
+  return r.run(err);
+}
+
 sl_status OpCalls::gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err) {
   GraphRun r(*this);
   // The host does not know the source's rows: enough for the rows asked (the backend checks its buffer).

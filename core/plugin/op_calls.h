@@ -87,6 +87,14 @@ class OpCalls {
   // 2.4: per head, x's head times its slice of w's rows (n_tokens rows of x).
   sl_status head_matmul(const sl_buffer* x, uint32_t n_tokens, const sl_weight* w, const sl_head_matmul_params& p, sl_buffer* out,
                         sl_error* err);
+  // 2.5: each of n rows of E logits to its top p.k (id, weight) pairs (factors: a [1, E] F32 weight or null).
+  sl_status moe_route(const sl_buffer* logits, uint32_t n, uint32_t E, const sl_weight* factors, const sl_moe_route_params& p, sl_buffer* ids,
+                      sl_buffer* weights, sl_error* err);
+  // 2.5: x (x_rows = n or n · k rows) times each slot's expert in the stacked w, by ids [n, k].
+  sl_status matmul_id(const sl_buffer* x, uint32_t x_rows, const sl_weight* w, uint32_t n_experts, const sl_buffer* ids, uint32_t n, uint32_t k,
+                      sl_buffer* out, sl_error* err);
+  // 2.5: out[i] += sum_j weights[i, j] · x[i · k + j] (out [n, dim]).
+  sl_status moe_combine(const sl_buffer* x, const sl_buffer* weights, uint32_t n, uint32_t k, uint32_t dim, sl_buffer* out, sl_error* err);
   sl_status gather_rows(const sl_buffer* src, const int32_t* rows, uint32_t n, uint32_t dim, sl_buffer* dst, sl_error* err);
   sl_status scatter_add_rows(const sl_buffer* src, const int32_t* rows, const float* weights, uint32_t n, uint32_t dim, sl_buffer* dst,
                              uint32_t dst_rows, sl_error* err);

@@ -225,8 +225,10 @@ def case_moe(b):
     rows = {r["expert_store"]: r for r in doc["rows"]}
     check(set(rows) == {"resident", "uring@50%", "uring:direct=0,qd=4@1"}, "rows %r" % list(rows))
     res = rows["resident"]
-    check(res["expert_bytes_read_per_token"] == 0 and res["hit_rate"] == 1.0 and res["expert_budget_mb"] is None,
-          "resident reads nothing and always hits: %r" % res)
+    # Every lookup of the resident store hits; with the experts chosen on the device (ABI 2.5, this
+    # model's stacked experts, passes of few tokens) the store is not asked at all: no hit rate.
+    check(res["expert_bytes_read_per_token"] == 0 and res["hit_rate"] in (1.0, None) and res["expert_budget_mb"] is None,
+          "resident reads nothing and never misses: %r" % res)
     for label in ("uring@50%", "uring:direct=0,qd=4@1"):
         r = rows[label]
         check(r["expert_budget_mb"] == 1, "budget of %s: %r" % (label, r["expert_budget_mb"]))

@@ -86,7 +86,9 @@ class FusedOpsForward : public ::testing::Test {
 
   // The logits of every row of a fixed series of passes, with the model's layers on CPU backend
   // instances opened over the given tables.
-  std::vector<float> logits_of(const std::string& model, std::vector<Stage> stages, int wrap_room_at_attach = -1) {
+  // device_routing false: every MoE pass routes on the host (Transformer::set_device_routing).
+  std::vector<float> logits_of(const std::string& model, std::vector<Stage> stages, int wrap_room_at_attach = -1, bool device_routing = true,
+                               bool* routed_on_device = nullptr) {
     const auto dir = test::reference_path("models/" + model);
     auto config = ModelConfig::load(dir);
     EXPECT_TRUE(config.ok()) << config.message();
@@ -134,6 +136,8 @@ class FusedOpsForward : public ::testing::Test {
       auto attached = (*m)->attach_expert_store(store.get());
       EXPECT_TRUE(attached.ok()) << attached.message();
       if (!attached.ok()) return {};
+      (*m)->set_device_routing(device_routing);
+      if (routed_on_device) *routed_on_device = (*m)->routes_on_device(0);
     }
     auto codecs = KvCodecChoice::parse("f32");
     auto kv = KvCache::create(kv_stages, registry_, *config, *codecs, 256);
@@ -220,6 +224,27 @@ TEST_F(FusedOpsForward, ExpertsThatDoNotAllFitTheDeviceAreSentEachPassInstead) {
   const auto sent = logits_of("zoo/qwen3_moe", {{&tables_.small_device, 0}}, one_layer);
   expect_same_bits(sent, bound, "experts sent each pass against bound once");
   EXPECT_EQ(g_wrap_room, -1);
+}
+
+// Stacked experts (MLX's switch_mlp) on a backend of ABI 2.5 are chosen on the device in the passes of
+// up to Transformer::kDeviceRoutedTokens tokens (every pass here but the 27-row prefill): the CPU's
+// MOE_ROUTE is the host's routing, its MATMUL_ID multiplies each expert's slots together as the host
+// path does its rows, and MOE_COMBINE adds the experts in the host's order — the same bits. Experts
+// in one tensor each (zoo/qwen3_moe, wrapped in place) stay routed on the host.
+TEST_F(FusedOpsForward, ExpertsChosenOnTheDeviceGiveTheHostRoutedLogits) {
+  SLUICE_REQUIRE_REFERENCE("models/qwen3_moe-4bit/config.json");
+  bool on_device = false;
+  const auto device = logits_of("qwen3_moe-4bit", {{tables_.fused, 0}}, -1, true, &on_device);
+  EXPECT_TRUE(on_device);
+  bool host_only = true;
+  const auto host = logits_of("qwen3_moe-4bit", {{tables_.fused, 0}}, -1, false, &host_only);
+  EXPECT_FALSE(host_only);
+  expect_same_bits(device, host, "experts chosen on the device against routed on the host");
+  expect_same_bits(logits_of("qwen3_moe-4bit", {{&tables_.single, 0}}), host, "node by node, chosen on the device");
+  SLUICE_REQUIRE_REFERENCE("models/zoo/qwen3_moe/config.json");
+  bool per_tensor = true;
+  logits_of("zoo/qwen3_moe", {{tables_.fused, 0}}, -1, true, &per_tensor);
+  EXPECT_FALSE(per_tensor);
 }
 
 }  // namespace

@@ -164,6 +164,27 @@ typedef enum sl_op {
    * rows) and its attention output out of it (transpose 0, the value rows). A backend of 2.3 or
    * earlier does not know it (supports_node answers 0); the host then runs MLA expanded. */
   SL_OP_HEAD_MATMUL = 17,
+  /* 2.5: Mixture-of-Experts routing on the device, so that a step's experts are chosen without the
+   * host reading the router's logits. in0 logits [n, E] (F32); in1 optional per-expert factors (WEIGHT
+   * F32 [1, E]); out0 ids (I32 [n, k]), out1 weights (F32 [n, k]), both BUFFER. Per row, by
+   * sl_moe_route_params.kind:
+   *   SL_ROUTE_SOFTMAX_TOPK: p = softmax(logits); the k largest p (ties to the lower index); weight p,
+   *     or p / (sum of the k's p) with normalize;
+   *   SL_ROUTE_TOPK_SOFTMAX: the k largest logits (ties to the lower index); weight = softmax over the k;
+   * then weight *= factor[e] where in1 is given. A row's k (id, weight) pairs are written in increasing
+   * id order (the order MOE_COMBINE adds them in). A row holding NaN routes to some k distinct ids. */
+  SL_OP_MOE_ROUTE = 18,
+  /* 2.5: products with each row's experts, chosen on the device. in0 x; in1 w (WEIGHT [E * R, cols]):
+   * E experts' [R, cols] matrices stacked, expert e's rows e * R … e * R + R - 1; in2 ids (I32 [n, k],
+   * BUFFER, as MOE_ROUTE writes them). out [n * k, R], distinct from x:
+   *   out[i * k + j, r] = sum_c x[xi, c] * w[ids[i, j] * R + r, c]
+   * with xi = i when x has n rows (each row's input shared by its k experts) or i * k + j when it has
+   * n * k. An id outside [0, E) gives a row of zeros. sl_matmul_id_params. */
+  SL_OP_MATMUL_ID = 19,
+  /* 2.5: out[i, :] += sum_j weights[i, j] * x[i * k + j, :], j = 0 … k - 1 in order; in: x [n * k, c],
+   * weights (F32 [n, k], BUFFER); out [n, c], read too, distinct from x. The weighted sum of each
+   * row's experts (MOE_ROUTE's weights) into the block's output. */
+  SL_OP_MOE_COMBINE = 20,
   SL_OP_COUNT /* grows with every minor; not part of the ABI */
 } sl_op;
 
@@ -264,6 +285,26 @@ typedef struct sl_head_matmul_params {
   uint32_t slice_rows;  /* rows of each head's slice, >= 1; row_offset + slice_rows <= head_rows */
   uint32_t transpose;   /* 0: x times the slice transposed (as MATMUL); 1: x times the slice */
 } sl_head_matmul_params;
+
+/* 2.5 */
+typedef enum sl_route_kind {
+  SL_ROUTE_SOFTMAX_TOPK = 0, /* softmax over the experts, then the top k (Mixtral, Qwen-MoE, OLMoE, Gemma 4) */
+  SL_ROUTE_TOPK_SOFTMAX = 1  /* the top k logits, then softmax over those k (gpt-oss) */
+} sl_route_kind;
+
+/* 2.5 */
+typedef struct sl_moe_route_params {
+  uint32_t struct_size;
+  uint32_t k;          /* experts a row, 1 <= k <= E */
+  uint32_t kind;       /* sl_route_kind */
+  uint32_t normalize;  /* SOFTMAX_TOPK: 1 = the k weights divided by their sum */
+} sl_moe_route_params;
+
+/* 2.5 */
+typedef struct sl_matmul_id_params {
+  uint32_t struct_size;
+  uint32_t n_experts;  /* E: w.rows = E * R */
+} sl_matmul_id_params;
 
 typedef struct sl_glu_params {
   uint32_t struct_size;

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 #define SL_ABI_MAJOR 2u
-#define SL_ABI_MINOR 4u
+#define SL_ABI_MINOR 5u
 /* A version in one word: major in the high 16 bits, minor in the low 16. */
 #define SL_ABI_VERSION_OF(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define SL_ABI_VERSION SL_ABI_VERSION_OF(SL_ABI_MAJOR, SL_ABI_MINOR)
