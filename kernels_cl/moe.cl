@@ -166,3 +166,61 @@ __kernel void moe_combine(__global const float* x, __global const float* weights
   for (uint j = 0; j < k; ++j) acc += weights[i * k + j] * x[(i * k + j) * dim + c];
   out[i * dim + c] = acc;
 }
+
+// MATMUL_ID's common case — 4-bit rows in groups of 32k columns — with each team computing ID_R rows
+// of its slot's expert: a work-item loads its 32 activations once a step and applies them to ID_R
+// weight rows (one row a team read the slot's input once a row: 8 bytes of activations for every
+// weight byte, which capped the first kernel at a fiftieth of the memory's speed), and the ID_R
+// independent weight loads keep more requests in flight. Global (teams · WG / TEAM… as matvec_id).
+#ifndef ID_R
+#define ID_R 4
+#endif
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void matvec_id_q4(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase, ulong s_off,
+                  __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint R, uint n_experts, uint cols,
+                  __global const float* x, uint x_per_slot, uint k, __global const int* ids, __global float* out) {
+  __local float red[MAX_T * WG];
+  const uint lid = get_local_id(0), lane = lid % TEAM;
+  const uint first = (get_group_id(0) * (WG / TEAM) + lid / TEAM) * ID_R;
+  const uint slot = get_group_id(1);
+  const int id = ids[slot];
+  const uint live = first < R ? min((uint)ID_R, R - first) : 0u;  // the team's rows (zeros for an id outside the experts)
+  float acc[MAX_T];
+  for (uint t = 0; t < MAX_T; ++t) acc[t] = 0.0f;
+  if (live && id >= 0 && (uint)id < n_experts) {
+    __global const float* xs = x + (ulong)(x_per_slot ? slot : slot / k) * cols;
+    const ulong row0 = (ulong)id * R + first;
+    const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
+    __global const uint* w = (__global const uint*)(wbase + w_off) + row0 * words_per_row;
+    __global const uchar* sr = sbase + s_off + row0 * groups * ssize;
+    __global const uchar* br = bbase + b_off + row0 * groups * ssize;
+    for (uint i = lane; i < words_per_row / 4u; i += TEAM) {
+      const uint c0 = i * 32u, g = c0 / group_size;
+      float8 xv[4];
+      float sx = 0.0f;
+      for (uint q = 0; q < 4; ++q) {
+        xv[q] = vload8(q, xs + c0);
+        sx += (xv[q].s0 + xv[q].s1) + (xv[q].s2 + xv[q].s3) + (xv[q].s4 + xv[q].s5) + (xv[q].s6 + xv[q].s7);
+      }
+      uint4 w4[ID_R];
+      float s[ID_R], b[ID_R];
+      for (uint r = 0; r < ID_R; ++r) {  // every row's loads before any is used
+        const bool on = r < live;
+        w4[r] = on ? vload4(i, w + (ulong)r * words_per_row) : (uint4)(0u);
+        s[r] = on ? load_value(sr, scale_dtype, (ulong)r * groups + g) : 0.0f;
+        b[r] = on ? load_value(br, scale_dtype, (ulong)r * groups + g) : 0.0f;
+      }
+      for (uint r = 0; r < ID_R; ++r) {
+        const uint wv[4] = {w4[r].s0, w4[r].s1, w4[r].s2, w4[r].s3};
+        float qx = 0.0f;
+        for (uint q = 0; q < 4; ++q) {
+          const float4 p = fma(q4_hi(wv[q]), xv[q].hi, q4_lo(wv[q]) * xv[q].lo);
+          qx += (p.s0 + p.s1) + (p.s2 + p.s3);
+        }
+        acc[r] += s[r] * qx + b[r] * sx;
+      }
+    }
+  }
+  // The team's ID_R sums meet; lane 0 writes the live ones (acc[r] as team_finish's "token" r, stride 1).
+  team_finish(acc, live, red, 0u, 1u, out + (ulong)slot * R + first, 1u, 0u, (__global const uchar*)ids, 0u, 0u);
+}

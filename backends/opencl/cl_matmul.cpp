@@ -872,6 +872,31 @@ sl_status matmul_id(sl_backend* be, const sl_buffer* x, uint32_t x_rows, const s
     const auto segs = segments(be, w);
     if (segs.size() != 1) throw std::runtime_error("a stacked weight larger than one device allocation");
     const Segment& s = segs[0];
+    constexpr uint32_t kWg = 128, kTeam = 32, kRowsPerTeam = 4;  // the "matvec" program's WG and TEAM; ID_R
+    const uint64_t words = w->bits ? uint64_t(w->cols) * w->bits / 32 : 0;
+    if (matmul_id_takes_q4_rows(w->bits, words, w->group_size)) {
+      auto& kn = kernel(be, "matvec", "matvec_id_q4");
+      kn.setArg(0, s.data.buffer);
+      kn.setArg(1, static_cast<cl_ulong>(s.data.offset));
+      kn.setArg(2, static_cast<cl_ulong>(words));
+      kn.setArg(3, s.scales.buffer);
+      kn.setArg(4, static_cast<cl_ulong>(s.scales.offset));
+      kn.setArg(5, s.biases.buffer);
+      kn.setArg(6, static_cast<cl_ulong>(s.biases.offset));
+      kn.setArg(7, static_cast<cl_uint>(w->scale_dtype));
+      kn.setArg(8, static_cast<cl_uint>(w->group_size));
+      kn.setArg(9, static_cast<cl_uint>(R));
+      kn.setArg(10, static_cast<cl_uint>(n_experts));
+      kn.setArg(11, static_cast<cl_uint>(w->cols));
+      kn.setArg(12, single(x));
+      kn.setArg(13, static_cast<cl_uint>(x_rows == slots ? 1 : 0));
+      kn.setArg(14, static_cast<cl_uint>(k));
+      kn.setArg(15, single(ids));
+      kn.setArg(16, single(out));
+      const uint64_t rows_per_wg = kWg / kTeam * kRowsPerTeam;
+      launch(be, kn, cl::NDRange(round_up(R, rows_per_wg) / rows_per_wg * kWg, slots), cl::NDRange(kWg, 1));
+      return SL_OK;
+    }
     auto& kn = kernel(be, "matvec", "matvec_id");
     kn.setArg(0, s.data.buffer);
     kn.setArg(1, static_cast<cl_ulong>(s.data.offset));
@@ -892,7 +917,6 @@ sl_status matmul_id(sl_backend* be, const sl_buffer* x, uint32_t x_rows, const s
     kn.setArg(16, static_cast<cl_uint>(k));
     kn.setArg(17, single(ids));
     kn.setArg(18, single(out));
-    constexpr uint32_t kWg = 128, kTeam = 32;  // the "matvec" program's WG and TEAM
     launch(be, kn, cl::NDRange(round_up(R, kWg / kTeam) / (kWg / kTeam) * kWg, slots), cl::NDRange(kWg, 1));
     return SL_OK;
   });

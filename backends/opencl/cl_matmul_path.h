@@ -31,6 +31,13 @@ inline bool q4_steps_form(const MatmulShape& s) {
   return s.bits == 4 && !s.mxfp4 && (uint64_t(s.cols) * 4 / 32) % 4 == 0 && s.group_size % 32 == 0;
 }
 
+// MATMUL_ID (ABI 2.5) takes matvec_id_q4 — several rows of an expert a team, the slot's activations
+// loaded once a step for all of them — where the rows are 4-bit in the decode kernels' steps
+// (whole uint4 steps of 32 columns inside one group); matvec_id otherwise (any form, a row a team).
+inline bool matmul_id_takes_q4_rows(uint32_t bits, uint64_t words_per_row, uint32_t group_size) {
+  return bits == 4 && words_per_row % 4 == 0 && group_size != 0 && group_size % 32 == 0;
+}
+
 inline MatmulPath matmul_path(const MatmulShape& s, const Tuning& t) {
   if (q4_steps_form(s) && s.n_rows == 1) return MatmulPath::kQ4Decode;
   if (q4_steps_form(s) && s.n_rows >= 2 && s.n_rows <= t.q4_batch_max_rows) return MatmulPath::kQ4Batch;

@@ -152,6 +152,9 @@ TEST_P(MoeOps, ProductsByExpertIdMatchTheReferenceForQuantizedWeights) {
       expect_products(q.weight, q.values, E, {11, 0, 3, 7, 5, 9, 2, 6}, 1, 8, false);
       expect_products(q.weight, q.values, E, {1, 2, 3, 3, 2, 11, 0, 0, 10}, 3, 3, true);
     }
+  // Rows an expert that are no multiple of a kernel's rows a team (13), an id outside the experts.
+  QWeight odd = make_quantized(4, 64, 3 * 13, 192);
+  expect_products(odd.weight, odd.values, 3, {2, 0, -4, 1}, 2, 2, false);
 }
 
 TEST_P(MoeOps, CombineAddsEachTokensWeightedExpertsInOrder) {

@@ -174,5 +174,17 @@ TEST(MatmulPath, TensorCoreBatchWarpsSideBySideInMOnlyWhileTheLaunchFillsTheDevi
   EXPECT_EQ(q4_batch_mma_shape(q4w(32, 14336), 1, two_warps).m_warps, 2u);
 }
 
+// MATMUL_ID: the rows-a-team kernel takes 4-bit experts in whole steps of 32 columns inside a group
+// (Gemma 4's and Qwen3.5's experts: 2816 / 2048 / 704 / 512 columns, groups of 64), nothing else.
+TEST(MatmulPath, ProductsByExpertIdTakeTheRowsATeamKernelOnlyForFourBitSteps) {
+  EXPECT_TRUE(matmul_id_takes_q4_rows(4, 2816 * 4 / 32, 64));
+  EXPECT_TRUE(matmul_id_takes_q4_rows(4, 512 * 4 / 32, 32));
+  EXPECT_FALSE(matmul_id_takes_q4_rows(4, 2816 * 4 / 32, 16));  // a group inside a step
+  EXPECT_FALSE(matmul_id_takes_q4_rows(4, 8, 0));
+  EXPECT_FALSE(matmul_id_takes_q4_rows(4, 88 * 4 / 32, 32));  // 11 words a row (cols 88): no whole steps
+  EXPECT_FALSE(matmul_id_takes_q4_rows(8, 2048 * 8 / 32, 64));
+  EXPECT_FALSE(matmul_id_takes_q4_rows(0, 0, 0));  // plain weights
+}
+
 }  // namespace
 }  // namespace sluice::ocl
