@@ -79,11 +79,13 @@ def balancer_view(balancer):
     return view
 
 
-def chat(front, messages, session=None, max_tokens=8):
+def chat(front, messages, session=None, max_tokens=8, ignore_eos=False):
     headers = dict(KEY)
     if session:
         headers["X-Session-Id"] = session
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    if ignore_eos:
+        body["ignore_eos"] = True
     status, hdrs, data = front.request("POST", "/v1/chat/completions", body, headers=headers, timeout=120)
     try:
         return status, hdrs, json.loads(data)
@@ -209,9 +211,10 @@ class Fleet:
         lock = threading.Lock()
 
         def one(i):
-            # Long enough that the kill lands mid-load however fast the replicas decode (48 tokens each
-            # once all finished inside the 0.3 s below).
-            r = chat(self.front, [{"role": "user", "content": "load %d: write a loop" % i}], max_tokens=400)
+            # Long enough that the kill lands mid-load however fast the replicas decode: 400 tokens each,
+            # past the end-of-sequence token (the model's own answers end after ~48, and on a quiet
+            # machine all ten then finished inside the 0.3 s below — a failure once in CI).
+            r = chat(self.front, [{"role": "user", "content": "load %d: write a loop" % i}], max_tokens=400, ignore_eos=True)
             with lock:
                 results.append(r)
 
