@@ -230,6 +230,8 @@ class Transformer {
   Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t stage_layer, uint32_t n);
   // h → o: routed on the host from the router's logits, the experts' gated MLPs as nodes.
   Status build_moe(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, StepGraph::Id router_input);
+  // o's starting value: the shared experts' MLP (DeepSeek) or zeros.
+  void start_moe_output(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, bool shared_gated) const;
   // h → o with the experts chosen on the device (BoundExperts::device_routing): no host round trip.
   Status build_moe_on_device(Stage& stage, PassGraph& pass, const Layer& layer, const BoundExperts& bound, uint32_t n,
                              StepGraph::Id router_input);

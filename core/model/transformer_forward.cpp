@@ -163,6 +163,36 @@ std::vector<std::vector<std::pair<uint32_t, float>>> Transformer::route(const st
   return routes;
 }
 
+// The experts' activation: the family's, or gpt-oss's clamped SwiGLU with its parameters.
+static sl_glu_params expert_activation(const ModelConfig& c) {
+  sl_glu_params activation{};
+  activation.activation = families::activation(c);
+  if (c.moe.clamped_swiglu()) {
+    activation.activation = SL_ACT_SWIGLU_CLAMPED;
+    activation.alpha = c.moe.swiglu_alpha;
+    activation.limit = c.moe.swiglu_limit;
+  }
+  return activation;
+}
+
+// o's starting value in a MoE block: the shared experts' MLP of every token (DeepSeek), else zeros (a
+// gated shared expert, Qwen3.5's, is added after the routed ones instead).
+void Transformer::start_moe_output(Stage& st, PassGraph& pass, const Layer& L, uint32_t n, bool shared_gated) const {
+  const ModelConfig& c = config_;
+  Activations& a = st.act;
+  StepGraph& g = pass.graph;
+  if (L.has_shared_experts && !shared_gated) {
+    const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
+    const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
+    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
+    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
+    g.glu(gate, up, families::activation(c), act, "shared experts activation");
+    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, pass.act.o, "shared experts down");
+  } else {
+    g.copy(g.buffer(a.zeros.get(), n, c.hidden_size), pass.act.o, "moe zero");
+  }
+}
+
 // A MoE block: the router (and the next MoE layer's, whose guess at its experts starts the store's
 // prefetch so its reads overlap this layer's compute) ends the graph; the host routes every token and
 // fetches the routed experts; a new graph zeroes o and, per expert, gathers its rows, runs its gated
@@ -243,25 +273,10 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
     ~Release() { store->release(layer, experts); }
   } release{store_, moe_layer, used};
 
-  if (L.has_shared_experts && !shared_gated) {  // o starts as the shared experts' MLP of every token (DeepSeek), else as zeros
-    const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
-    const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
-    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
-    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
-    g.glu(gate, up, families::activation(c), act, "shared experts activation");
-    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, pass.act.o, "shared experts down");
-  } else {
-    g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
-  }
+  start_moe_output(st, pass, L, n, shared_gated);
   const bool fused = experts_->form() != ExpertLayout::Form::kSeparate;
   const uint32_t per_part = fused ? 1 : experts_->n_parts() / 3;
-  sl_glu_params activation{};
-  activation.activation = families::activation(c);
-  if (c.moe.clamped_swiglu()) {
-    activation.activation = SL_ACT_SWIGLU_CLAMPED;
-    activation.alpha = c.moe.swiglu_alpha;
-    activation.limit = c.moe.swiglu_limit;
-  }
+  const sl_glu_params activation = expert_activation(c);
   for (std::size_t i = 0; i < used.size(); ++i) {
     const uint32_t e = used[i];
     const uint32_t m = static_cast<uint32_t>(rows[e].size());
@@ -419,23 +434,8 @@ Status Transformer::build_moe_on_device(Stage& st, PassGraph& pass, const Layer&
   const StepGraph::Id ids = g.buffer(a.route_ids.get(), n, K, SL_DTYPE_I32), weights = g.buffer(a.route_weights.get(), n, K);
   g.moe_route(logits, bound.factors.data ? g.weight(bound.factors) : StepGraph::kNone, route, ids, weights, "route");
   const bool shared_gated = L.has_shared_experts && c.moe.shared_gated;
-  if (L.has_shared_experts && !shared_gated) {  // o starts as the shared experts' MLP of every token (DeepSeek), else as zeros
-    const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
-    const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
-    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
-    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
-    g.glu(gate, up, families::activation(c), act, "shared experts activation");
-    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, pass.act.o, "shared experts down");
-  } else {
-    g.copy(g.buffer(a.zeros.get(), n, H), pass.act.o, "moe zero");
-  }
-  sl_glu_params activation{};
-  activation.activation = families::activation(c);
-  if (c.moe.clamped_swiglu()) {
-    activation.activation = SL_ACT_SWIGLU_CLAMPED;
-    activation.alpha = c.moe.swiglu_alpha;
-    activation.limit = c.moe.swiglu_limit;
-  }
+  start_moe_output(st, pass, L, n, shared_gated);
+  const sl_glu_params activation = expert_activation(c);
   const StepGraph::Id gate = g.buffer(a.slot_gate.get(), n * K, F), up = g.buffer(a.slot_up.get(), n * K, F);
   const StepGraph::Id out = g.buffer(a.slot_out.get(), n * K, H);
   g.matmul_id(pass.act.h, g.weight(bound.stacked[0]), ids, E, gate, "experts gate");
