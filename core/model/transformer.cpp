@@ -615,6 +615,11 @@ Status Transformer::bind_experts(Stage& st, uint32_t m, const std::vector<const 
     if (proj.quantized() && (srow == 0 || out.strides[p * per_part + 1] != srow * proj.rows || out.strides[p * per_part + 2] != srow * proj.rows))
       return {};
   }
+  // MATMUL_ID reads a stack as one weight: each must fit one device allocation (a larger buffer is
+  // chunks, which the host route still addresses expert by expert).
+  const uint64_t max_alloc = backend.device().max_alloc;
+  for (std::size_t p = 0; p < out.stacks.size(); ++p)
+    if (max_alloc && out.strides[p] * E > max_alloc) return {};
   sl_moe_route_params route{};
   route.struct_size = sizeof(route);
   route.k = static_cast<uint32_t>(moe.top_k);

@@ -58,10 +58,18 @@ void free_with_room(sl_backend* be, sl_buffer* b) {
   g_real->free(be, b);
 }
 
+// A device whose largest allocation is smaller than one stack of experts.
+sl_status small_allocations(const sl_backend* be, sl_device_info* out, sl_error* err) {
+  const sl_status s = g_real->get_device_info(be, out, err);
+  out->max_alloc = 4096;
+  return s;
+}
+
 struct Tables {
   const sl_backend_api* fused = nullptr;
   sl_backend_api single{};
   sl_backend_api small_device{};
+  sl_backend_api small_allocations{};
 };
 
 class FusedOpsForward : public ::testing::Test {
@@ -77,6 +85,8 @@ class FusedOpsForward : public ::testing::Test {
     tables_.small_device = *tables_.fused;
     tables_.small_device.wrap_host = wrap_with_room;
     tables_.small_device.free = free_with_room;
+    tables_.small_allocations = *tables_.fused;
+    tables_.small_allocations.get_device_info = small_allocations;
   }
 
   struct Stage {
@@ -230,7 +240,8 @@ TEST_F(FusedOpsForward, ExpertsThatDoNotAllFitTheDeviceAreSentEachPassInstead) {
 // up to Transformer::kDeviceRoutedTokens tokens (every pass here but the 27-row prefill): the CPU's
 // MOE_ROUTE is the host's routing, its MATMUL_ID multiplies each expert's slots together as the host
 // path does its rows, and MOE_COMBINE adds the experts in the host's order — the same bits. Experts
-// in one tensor each (zoo/qwen3_moe, wrapped in place) stay routed on the host.
+// in one tensor each (zoo/qwen3_moe, wrapped in place) stay routed on the host, and so do stacks
+// larger than the device's largest allocation.
 TEST_F(FusedOpsForward, ExpertsChosenOnTheDeviceGiveTheHostRoutedLogits) {
   SLUICE_REQUIRE_REFERENCE("models/qwen3_moe-4bit/config.json");
   bool on_device = false;
@@ -241,6 +252,11 @@ TEST_F(FusedOpsForward, ExpertsChosenOnTheDeviceGiveTheHostRoutedLogits) {
   EXPECT_FALSE(host_only);
   expect_same_bits(device, host, "experts chosen on the device against routed on the host");
   expect_same_bits(logits_of("qwen3_moe-4bit", {{&tables_.single, 0}}), host, "node by node, chosen on the device");
+  // A device whose allocations cannot hold a stack: routed on the host, expert by expert, same bits.
+  bool small = true;
+  const auto chunked = logits_of("qwen3_moe-4bit", {{&tables_.small_allocations, 0}}, -1, true, &small);
+  EXPECT_FALSE(small);
+  expect_same_bits(chunked, host, "stacks larger than an allocation, routed on the host");
   SLUICE_REQUIRE_REFERENCE("models/zoo/qwen3_moe/config.json");
   bool per_tensor = true;
   logits_of("zoo/qwen3_moe", {{tables_.fused, 0}}, -1, true, &per_tensor);
