@@ -140,7 +140,8 @@ peer)
   log "peer $f done" ;;
 tests)
   # The OpenCL tests that only a GPU decides (the zoo2 goldens, the per-layer caches' sliding windows,
-  # the experts chosen on the device), from test binaries in the bundle and .bundle_pack/zoo2.tar.xz,
+  # the experts chosen on the device, the fused attention on layers of their own widths), from test
+  # binaries in the bundle and .bundle_pack/zoo2.tar.xz,
   # run in the background while `start` makes the models: results in $OUT/tests_*.txt.
   ln -sfn "$PWD" /work/main 2>/dev/null; mkdir -p build /work/shared/models
   [ -e build/lib ] || ln -sfn "$F" build/lib
@@ -148,6 +149,7 @@ tests)
   ( cd /work/main
     "$F/opencl_golden_models_test" --gtest_filter='*zoo2*' > "$OUT/tests_golden_zoo2.txt" 2>&1
     "$F/opencl_backend_ops_test" --gtest_filter='*KvLayers*:*MoeOps*' > "$OUT/tests_kv_layers_moe.txt" 2>&1
+    "$F/opencl_fused_attention_test" > "$OUT/tests_fused_attention.txt" 2>&1
     "$F/opencl_conformance_test" > "$OUT/tests_conformance.txt" 2>&1
     echo TESTS_DONE >> "$OUT/tests_conformance.txt" ) > /dev/null 2>&1 < /dev/null &
   log tests started ;;

@@ -7,11 +7,15 @@
 // are grouped by (K width, V width, codecs) — a geometry — and each geometry has its own programs
 // (one per query heads per KV head). Geometry 0 is the layout's own: every layer of a uniform model,
 // built from exactly the source and options it was built from before per-layer caches, with the
-// fused, short and tensor-core paths where they apply. A layer of the layout's widths with other
-// codecs takes those paths too; a layer of other widths (Gemma 4's head_dim 512 beside 256, MLA's K
-// wider than V) runs the generic kernels (kv_write, kv_write_rope, attention, attention_merge),
-// which take any widths. Whether a layer is FULL or WINDOW changes only the page table its kernels
-// are given, not its program.
+// fused, short and tensor-core paths where they apply. A layer whose K and V are as wide as each
+// other takes those paths too, at its own width (Gemma 4's head_dim 512 beside 256: each kernel's
+// own limits still decide — local memory for the fused one, head_dim ≤ 128 for the short and the
+// tensor-core ones); a layer whose K is wider than its V (MLA) runs the generic kernels (kv_write,
+// kv_write_rope, attention, attention_merge), which take any widths. Those read a compressed row
+// element by element (SL_KV_FN(load)): for turbo, a sum over its rotation block per element —
+// Gemma 4's full layers over turbo3 on them decoded at 8 tokens/s against 94 on f16 (perf/NOTES.md
+// 2026-11-29). Whether a layer is FULL or WINDOW changes only the page table its kernels are given,
+// not its program.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,7 +31,7 @@ struct KvGeometry {
   const sl_kvcodec* v_codec = nullptr;
   sl_kv_format k_format{}, v_format{};
   uint32_t k_dim = 0, v_dim = 0;
-  bool fast_paths = false;  // the layout's widths: fused, short and tensor-core attention may serve
+  bool fast_paths = false;  // K as wide as V: fused, short and tensor-core attention may serve
 
   bool same_as(const KvLayerShape& l) const {
     return l.k_api == k_api && l.k_codec == k_codec && l.v_api == v_api && l.v_codec == v_codec && l.k_dim == k_dim && l.v_dim == v_dim;
@@ -67,7 +71,7 @@ inline KvGeometries kv_geometries(const KvShape& shape) {
         other.v_format = l.v_format;
         other.k_dim = l.k_dim;
         other.v_dim = l.v_dim;
-        other.fast_paths = l.k_dim == L.head_dim && l.v_dim == L.head_dim;
+        other.fast_paths = l.k_dim == l.v_dim;
         g.list.push_back(other);
       }
     }

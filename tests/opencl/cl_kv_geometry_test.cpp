@@ -1,8 +1,9 @@
 // Which program runs each layer of an OpenCL KV cache (backends/opencl/cl_kv_geometry.h), without a
 // device: a uniform model's every layer takes the layout's own geometry, built from the same kernel
 // files with no added option (the program, and so the kernels and launches, it always had); a
-// sliding-window layer of the layout's widths shares it; layers of other widths (a wider head_dim,
-// K wider than V) get programs of their own on the generic kernels, V_DIM set only where V and K differ.
+// sliding-window layer of the layout's widths shares it; layers of other widths get programs of their
+// own — with the fast paths where K and V are as wide (a wider head_dim), on the generic kernels where
+// K is wider than V (MLA), V_DIM set only there.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -111,7 +112,7 @@ TEST(ClKvGeometry, WindowLayersOfTheLayoutsWidthsShareItsProgram) {
   EXPECT_EQ(g.of_layer, (std::vector<uint32_t>{0, 0, 0}));
 }
 
-TEST(ClKvGeometry, LayersOfOtherWidthsGetGenericProgramsOfTheirOwn) {
+TEST(ClKvGeometry, LayersOfOtherWidthsGetProgramsOfTheirOwnGenericOnlyWhereKIsWiderThanV) {
   Layout l;
   l.attention(SL_KV_FULL, 2, 16, 16);
   l.attention(SL_KV_FULL, 1, 64, 64);   // Gemma 4's wider head beside the usual ones
@@ -121,10 +122,11 @@ TEST(ClKvGeometry, LayersOfOtherWidthsGetGenericProgramsOfTheirOwn) {
   ASSERT_EQ(g.list.size(), 3u);
   EXPECT_EQ(g.of_layer, (std::vector<uint32_t>{0, 1, 2, 0}));
   const KvGeometry& wide = g.list[1];
-  EXPECT_FALSE(wide.fast_paths);
+  // Its compressed rows read by the fused kernel, not element by element (cl_kv_geometry.h).
+  EXPECT_TRUE(wide.fast_paths);
   EXPECT_EQ(wide.k_dim, 64u);
   EXPECT_EQ(wide.k_format.head_dim, 64u);
-  EXPECT_EQ(geometry_kernel_files(wide), kGenericFiles);
+  EXPECT_EQ(geometry_kernel_files(wide), kAllFiles);
   EXPECT_EQ(geometry_options(wide), "");  // V as wide as K: HEAD_DIM alone
   const KvGeometry& mla = g.list[2];
   EXPECT_FALSE(mla.fast_paths);
@@ -150,8 +152,8 @@ TEST(ClKvGeometry, LayersOfOneShapeAndCodecsShareAGeometryOtherCodecsGetTheirOwn
   const KvGeometries g = l.read();
   ASSERT_EQ(g.list.size(), 4u);
   EXPECT_EQ(g.of_layer, (std::vector<uint32_t>{1, 1, 2, 3}));
-  EXPECT_FALSE(g.list[1].fast_paths);
-  EXPECT_FALSE(g.list[2].fast_paths);
+  EXPECT_TRUE(g.list[1].fast_paths);
+  EXPECT_TRUE(g.list[2].fast_paths);
   // Codecs of its own at the layout's widths: a program of its own, with the fast paths.
   EXPECT_TRUE(g.list[3].fast_paths);
   EXPECT_EQ(geometry_kernel_files(g.list[3]), kAllFiles);

@@ -244,8 +244,10 @@ TEST(OpenclFusedAttention, MatchesTheCpuFusedHooksAndTheGenericKernel) {
 }
 
 // The compressing codecs on a layer of their own widths beside the layout's (2 KV heads of 64, q8):
-// each layer's codecs made for its widths, its program built with them (cl_kv_geometry.h: the
-// generic kernels, the codec's loads), prefill and a decoded token against the CPU backend.
+// each layer's codecs made for its widths, its program built with them, prefill and a decoded token
+// against the CPU backend. A layer with K as wide as V and turbo codecs takes the fused kernel at its
+// own width (cl_kv_geometry.h; Gemma 4's 512-wide full layers), checked against the generic kernel
+// too; K wider than V takes the generic kernels and the codecs' loads.
 TEST(OpenclPerLayerCodecs, CompressingCodecsOnLayersOfTheirOwnWidthsMatchTheCpu) {
   PluginRegistry reg;
   reg.scan(test::binary_path("lib"));
@@ -257,6 +259,7 @@ TEST(OpenclPerLayerCodecs, CompressingCodecsOnLayersOfTheirOwnWidthsMatchTheCpu)
   const LayerCase cases[] = {
       {"q8", "q8", 128, 128, 1},          // a wider head
       {"turbo3", "turbo3", 128, 128, 1},  // a wider head, turbo's rotation blocks of its width
+      {"turbo3", "turbo3", 512, 512, 1},  // Gemma 4's full layers: 16 rotations of 512 in the query area
       {"q8", "q8", 96, 64, 2},            // K wider than V
       {"turbo4", "turbo3", 96, 64, 2},
   };
@@ -327,11 +330,16 @@ TEST(OpenclPerLayerCodecs, CompressingCodecsOnLayersOfTheirOwnWidthsMatchTheCpu)
     const auto cpu = run("cpu", "", &why);
     ASSERT_FALSE(cpu.empty()) << why;
     ::testing::internal::CaptureStderr();
+    setenv("SLUICE_OPENCL_PROFILE", "1", 1);
     const auto device = run("opencl", opencl, &why);
+    unsetenv("SLUICE_OPENCL_PROFILE");
     const std::string printed = ::testing::internal::GetCapturedStderr();
     if (device.empty()) GTEST_SKIP() << "OpenCL unavailable: " << why;
     EXPECT_EQ(printed.find("stays on the host"), std::string::npos) << "the layer's codecs should run on the device:\n" << printed;
     expect_close(device, cpu, "OpenCL vs CPU");
+    const bool fused = lc.k_dim == lc.v_dim && std::string(lc.k_codec).rfind("turbo", 0) == 0;
+    EXPECT_EQ(printed.find("attention_fused ") != std::string::npos, fused) << "the fused kernel where K is as wide as V:\n" << printed;
+    if (fused) expect_close(run("opencl", opencl + " tune.fused_attention=0", &why), device, "OpenCL generic vs fused");
   }
 }
 
