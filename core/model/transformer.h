@@ -230,6 +230,9 @@ class Transformer {
   Status build_layer(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t stage_layer, uint32_t n);
   // h → o: routed on the host from the router's logits, the experts' gated MLPs as nodes.
   Status build_moe(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, StepGraph::Id router_input);
+  // Every token of h through the layer's shared experts' gated MLP, into out.
+  void shared_experts_mlp(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, uint32_t activation,
+                          StepGraph::Id out) const;
   // o's starting value: the shared experts' MLP (DeepSeek) or zeros.
   void start_moe_output(Stage& stage, PassGraph& pass, const Layer& layer, uint32_t n, bool shared_gated) const;
   // h → o with the experts chosen on the device (BoundExperts::device_routing): no host round trip.

@@ -175,6 +175,19 @@ static sl_glu_params expert_activation(const ModelConfig& c) {
   return activation;
 }
 
+// Every token of h through the layer's shared experts' gated MLP (DeepSeek's, Qwen3.5's), into out.
+void Transformer::shared_experts_mlp(Stage& st, PassGraph& pass, const Layer& L, uint32_t n, uint32_t activation,
+                                     StepGraph::Id out) const {
+  Activations& a = st.act;
+  StepGraph& g = pass.graph;
+  const uint32_t S = static_cast<uint32_t>(config_.moe.shared_intermediate);
+  const StepGraph::Id gate = g.buffer(a.gate.get(), n, S), up = g.buffer(a.up.get(), n, S), act = g.buffer(a.act.get(), n, S);
+  g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
+  g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
+  g.glu(gate, up, activation, act, "shared experts activation");
+  g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, out, "shared experts down");
+}
+
 // o's starting value in a MoE block: the shared experts' MLP of every token (DeepSeek), else zeros (a
 // gated shared expert, Qwen3.5's, is added after the routed ones instead).
 void Transformer::start_moe_output(Stage& st, PassGraph& pass, const Layer& L, uint32_t n, bool shared_gated) const {
@@ -182,12 +195,7 @@ void Transformer::start_moe_output(Stage& st, PassGraph& pass, const Layer& L, u
   Activations& a = st.act;
   StepGraph& g = pass.graph;
   if (L.has_shared_experts && !shared_gated) {
-    const uint32_t FS = static_cast<uint32_t>(c.moe.shared_intermediate);
-    const StepGraph::Id gate = g.buffer(a.gate.get(), n, FS), up = g.buffer(a.up.get(), n, FS), act = g.buffer(a.act.get(), n, FS);
-    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared experts gate");
-    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared experts up");
-    g.glu(gate, up, families::activation(c), act, "shared experts activation");
-    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, pass.act.o, "shared experts down");
+    shared_experts_mlp(st, pass, L, n, families::activation(c), pass.act.o);
   } else {
     g.copy(g.buffer(a.zeros.get(), n, c.hidden_size), pass.act.o, "moe zero");
   }
@@ -370,17 +378,12 @@ Status Transformer::build_moe(Stage& st, PassGraph& pass, const Layer& L, uint32
   }
   // The shared expert (Qwen3.5-MoE): every token through its gated MLP, added times its sigmoid gate.
   if (shared_gated) {
-    const uint32_t S = static_cast<uint32_t>(c.moe.shared_intermediate);
     std::vector<int32_t> all(n);
     std::iota(all.begin(), all.end(), 0);
     const auto& r = pass.rows.emplace_back(std::move(all));
     const auto& wt = pass.weights.emplace_back(std::move(shared_weights));
-    const StepGraph::Id gate = g.buffer(a.gate.get(), n, S), up = g.buffer(a.up.get(), n, S), act = g.buffer(a.act.get(), n, S);
     const StepGraph::Id out = g.buffer(a.expert_out.get(), n, H);
-    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, gate, "shared expert gate_proj");
-    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, up, "shared expert up_proj");
-    g.glu(gate, up, SL_ACT_SILU, act, "shared expert activation");
-    g.matmul(act, g.weight(L.shared_down), StepGraph::kNone, out, "shared expert down_proj");
+    shared_experts_mlp(st, pass, L, n, SL_ACT_SILU, out);
     g.scatter_add_rows(out, g.host(r.data(), 1, n, SL_DTYPE_I32), g.host(wt.data(), 1, n, SL_DTYPE_F32), pass.act.o, "shared expert add");
   }
   // Experts wrapped for this pass are host memory the store lends until release: run them now and
@@ -444,16 +447,11 @@ Status Transformer::build_moe_on_device(Stage& st, PassGraph& pass, const Layer&
   g.matmul_id(gate, g.weight(bound.stacked[2]), ids, E, out, "experts down");
   g.moe_combine(out, weights, pass.act.o, "experts combine");
   if (shared_gated) {  // the shared expert (Qwen3.5-MoE): every token's MLP added times the sigmoid of its gate
-    const uint32_t S = static_cast<uint32_t>(c.moe.shared_intermediate);
     const StepGraph::Id logit = g.buffer(a.shared_gate_logits.get(), n, 1), w = g.buffer(a.shared_gate_weights.get(), n, 1);
     g.matmul(pass.act.h, g.weight(L.shared_expert_gate), StepGraph::kNone, logit, "shared expert gate");
     g.glu(logit, g.buffer(a.ones.get(), n, 1), SL_ACT_SIGMOID, w, "shared expert sigmoid");
-    const StepGraph::Id sg = g.buffer(a.gate.get(), n, S), su = g.buffer(a.up.get(), n, S), sa = g.buffer(a.act.get(), n, S);
     const StepGraph::Id so = g.buffer(a.expert_out.get(), n, H);
-    g.matmul(pass.act.h, g.weight(L.shared_gate), StepGraph::kNone, sg, "shared expert gate_proj");
-    g.matmul(pass.act.h, g.weight(L.shared_up), StepGraph::kNone, su, "shared expert up_proj");
-    g.glu(sg, su, SL_ACT_SILU, sa, "shared expert activation");
-    g.matmul(sa, g.weight(L.shared_down), StepGraph::kNone, so, "shared expert down_proj");
+    shared_experts_mlp(st, pass, L, n, SL_ACT_SILU, so);
     g.moe_combine(so, w, pass.act.o, "shared expert add");
   }
   return {};
