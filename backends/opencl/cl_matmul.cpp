@@ -874,6 +874,17 @@ sl_status matmul_id(sl_backend* be, const sl_buffer* x, uint32_t x_rows, const s
     const Segment& s = segs[0];
     constexpr uint32_t kWg = 128, kTeam = 32, kRowsPerTeam = 4;  // the "matvec" program's WG and TEAM; ID_R
     const uint64_t words = w->bits ? uint64_t(w->cols) * w->bits / 32 : 0;
+    // Both kernels end with the same arguments: the expert's shape, the slots' activations, ids and outputs.
+    auto set_slot_args = [&](cl::Kernel& kn, cl_uint first) {
+      kn.setArg(first, static_cast<cl_uint>(R));
+      kn.setArg(first + 1, static_cast<cl_uint>(n_experts));
+      kn.setArg(first + 2, static_cast<cl_uint>(w->cols));
+      kn.setArg(first + 3, single(x));
+      kn.setArg(first + 4, static_cast<cl_uint>(x_rows == slots ? 1 : 0));
+      kn.setArg(first + 5, static_cast<cl_uint>(k));
+      kn.setArg(first + 6, single(ids));
+      kn.setArg(first + 7, single(out));
+    };
     if (matmul_id_takes_q4_rows(w->bits, words, w->group_size)) {
       auto& kn = kernel(be, "matvec", "matvec_id_q4");
       kn.setArg(0, s.data.buffer);
@@ -885,14 +896,7 @@ sl_status matmul_id(sl_backend* be, const sl_buffer* x, uint32_t x_rows, const s
       kn.setArg(6, static_cast<cl_ulong>(s.biases.offset));
       kn.setArg(7, static_cast<cl_uint>(w->scale_dtype));
       kn.setArg(8, static_cast<cl_uint>(w->group_size));
-      kn.setArg(9, static_cast<cl_uint>(R));
-      kn.setArg(10, static_cast<cl_uint>(n_experts));
-      kn.setArg(11, static_cast<cl_uint>(w->cols));
-      kn.setArg(12, single(x));
-      kn.setArg(13, static_cast<cl_uint>(x_rows == slots ? 1 : 0));
-      kn.setArg(14, static_cast<cl_uint>(k));
-      kn.setArg(15, single(ids));
-      kn.setArg(16, single(out));
+      set_slot_args(kn, 9);
       const uint64_t rows_per_wg = kWg / kTeam * kRowsPerTeam;
       launch(be, kn, cl::NDRange(round_up(R, rows_per_wg) / rows_per_wg * kWg, slots), cl::NDRange(kWg, 1));
       return SL_OK;
@@ -902,21 +906,14 @@ sl_status matmul_id(sl_backend* be, const sl_buffer* x, uint32_t x_rows, const s
     kn.setArg(1, static_cast<cl_ulong>(s.data.offset));
     kn.setArg(2, static_cast<cl_uint>(w->dtype));
     kn.setArg(3, static_cast<cl_uint>(w->bits));
-    kn.setArg(4, static_cast<cl_ulong>(w->bits ? uint64_t(w->cols) * w->bits / 32 : 0));
+    kn.setArg(4, static_cast<cl_ulong>(words));
     kn.setArg(5, w->bits ? s.scales.buffer : s.data.buffer);  // unread without bits
     kn.setArg(6, static_cast<cl_ulong>(w->bits ? s.scales.offset : 0));
     kn.setArg(7, w->bits ? s.biases.buffer : s.data.buffer);
     kn.setArg(8, static_cast<cl_ulong>(w->bits ? s.biases.offset : 0));
     kn.setArg(9, static_cast<cl_uint>(w->scale_dtype));
     kn.setArg(10, static_cast<cl_uint>(std::max<uint32_t>(1, w->group_size)));
-    kn.setArg(11, static_cast<cl_uint>(R));
-    kn.setArg(12, static_cast<cl_uint>(n_experts));
-    kn.setArg(13, static_cast<cl_uint>(w->cols));
-    kn.setArg(14, single(x));
-    kn.setArg(15, static_cast<cl_uint>(x_rows == slots ? 1 : 0));
-    kn.setArg(16, static_cast<cl_uint>(k));
-    kn.setArg(17, single(ids));
-    kn.setArg(18, single(out));
+    set_slot_args(kn, 11);
     launch(be, kn, cl::NDRange(round_up(R, kWg / kTeam) / (kWg / kTeam) * kWg, slots), cl::NDRange(kWg, 1));
     return SL_OK;
   });
