@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <utility>
 
 #include "plugin/plugin_registry.h"  // table_has
@@ -129,37 +130,47 @@ bool BackendHandle::runs_mxfp4(uint32_t rows, uint32_t cols) const {
 
 namespace {
 
-// The tensors of a probe node (supports_node): one-row f32 activations, and w at `weight_at`.
-std::array<sl_tensor, 3> probe_tensors(const sl_weight& w, std::size_t weight_at) {
-  std::array<sl_tensor, 3> tensors{};
-  for (auto& t : tensors) {
-    t.struct_size = sizeof(t);
-    t.kind = SL_TENSOR_BUFFER;
-    t.dtype = SL_DTYPE_F32;
-    t.rows = 1;
-  }
-  sl_tensor& t = tensors[weight_at];
+// An activation tensor of a probe node (supports_node).
+sl_tensor probe_activation(uint32_t rows, uint32_t cols, uint32_t dtype = SL_DTYPE_F32) {
+  sl_tensor t{};
+  t.struct_size = sizeof(t);
+  t.kind = SL_TENSOR_BUFFER;
+  t.dtype = dtype;
+  t.rows = rows;
+  t.cols = cols;
+  return t;
+}
+
+// w as a probe node's weight tensor.
+sl_tensor probe_weight(const sl_weight& w) {
+  sl_tensor t = probe_activation(w.rows, w.cols, w.dtype);
   t.kind = SL_TENSOR_WEIGHT;
   t.weight = &w;
-  t.dtype = w.dtype;
-  t.rows = w.rows;
-  t.cols = w.cols;
+  return t;
+}
+
+// The tensors of a probe node: one-row f32 activations, and w at `weight_at`.
+std::array<sl_tensor, 3> probe_tensors(const sl_weight& w, std::size_t weight_at) {
+  std::array<sl_tensor, 3> tensors = {probe_activation(1, 0), probe_activation(1, 0), probe_activation(1, 0)};
+  tensors[weight_at] = probe_weight(w);
   return tensors;
 }
 
-// A node of `op` reading tensors a then b and writing tensor 2.
-sl_node probe_node(sl_op op, uint32_t a, uint32_t b, const void* params) {
+// A node of `op` reading tensors `in` and writing tensors `out`.
+sl_node probe_node(sl_op op, std::initializer_list<uint32_t> in, std::initializer_list<uint32_t> out, const void* params) {
   sl_node n{};
   n.struct_size = sizeof(n);
   n.op = op;
   std::fill(std::begin(n.inputs), std::end(n.inputs), SL_NO_TENSOR);
   std::fill(std::begin(n.outputs), std::end(n.outputs), SL_NO_TENSOR);
-  n.inputs[0] = a;
-  n.inputs[1] = b;
-  n.outputs[0] = 2;
+  std::copy(in.begin(), in.end(), n.inputs);
+  std::copy(out.begin(), out.end(), n.outputs);
   n.params = params;
   return n;
 }
+
+// A node of `op` reading tensors a then b and writing tensor 2.
+sl_node probe_node(sl_op op, uint32_t a, uint32_t b, const void* params) { return probe_node(op, {a, b}, {2}, params); }
 
 }  // namespace
 
@@ -175,45 +186,21 @@ bool BackendHandle::runs_head_matmul(const sl_weight& w, const sl_head_matmul_pa
 
 bool BackendHandle::runs_device_routing(uint32_t n_experts, const sl_moe_route_params& route, std::span<const sl_weight> stacked) const {
   if (SL_ABI_VERSION_MINOR(api_->abi_version) < 5 || n_experts == 0 || route.k == 0) return false;
-  auto activation = [](uint32_t rows, uint32_t cols, uint32_t dtype) {
-    sl_tensor t{};
-    t.struct_size = sizeof(t);
-    t.kind = SL_TENSOR_BUFFER;
-    t.dtype = dtype;
-    t.rows = rows;
-    t.cols = cols;
-    return t;
-  };
-  auto node = [](sl_op op, std::initializer_list<uint32_t> in, std::initializer_list<uint32_t> out, const void* params) {
-    sl_node n{};
-    n.struct_size = sizeof(n);
-    n.op = op;
-    std::fill(std::begin(n.inputs), std::end(n.inputs), SL_NO_TENSOR);
-    std::fill(std::begin(n.outputs), std::end(n.outputs), SL_NO_TENSOR);
-    std::copy(in.begin(), in.end(), n.inputs);
-    std::copy(out.begin(), out.end(), n.outputs);
-    n.params = params;
-    return n;
-  };
   sl_moe_route_params rp = route;
   rp.struct_size = sizeof(rp);
-  const std::array<sl_tensor, 3> route_tensors = {activation(1, n_experts, SL_DTYPE_F32), activation(1, route.k, SL_DTYPE_I32),
-                                                  activation(1, route.k, SL_DTYPE_F32)};
-  if (!supports(node(SL_OP_MOE_ROUTE, {0}, {1, 2}, &rp), route_tensors)) return false;
+  const std::array<sl_tensor, 3> route_tensors = {probe_activation(1, n_experts), probe_activation(1, route.k, SL_DTYPE_I32),
+                                                  probe_activation(1, route.k)};
+  if (!supports(probe_node(SL_OP_MOE_ROUTE, {0}, {1, 2}, &rp), route_tensors)) return false;
   sl_matmul_id_params mp{sizeof(sl_matmul_id_params), n_experts};
   for (const sl_weight& w : stacked) {
     if (w.rows % n_experts) return false;
-    std::array<sl_tensor, 4> t = {activation(1, w.cols, SL_DTYPE_F32), {}, activation(1, route.k, SL_DTYPE_I32),
-                                  activation(route.k, w.rows / n_experts, SL_DTYPE_F32)};
-    t[1] = activation(w.rows, w.cols, w.dtype);
-    t[1].kind = SL_TENSOR_WEIGHT;
-    t[1].weight = &w;
-    if (!supports(node(SL_OP_MATMUL_ID, {0, 1, 2}, {3}, &mp), t)) return false;
+    const std::array<sl_tensor, 4> t = {probe_activation(1, w.cols), probe_weight(w), probe_activation(1, route.k, SL_DTYPE_I32),
+                                        probe_activation(route.k, w.rows / n_experts)};
+    if (!supports(probe_node(SL_OP_MATMUL_ID, {0, 1, 2}, {3}, &mp), t)) return false;
   }
   const uint32_t H = stacked.empty() ? 1 : stacked.back().rows / n_experts;
-  const std::array<sl_tensor, 3> combine = {activation(route.k, H, SL_DTYPE_F32), activation(1, route.k, SL_DTYPE_F32),
-                                            activation(1, H, SL_DTYPE_F32)};
-  return supports(node(SL_OP_MOE_COMBINE, {0, 1}, {2}, nullptr), combine);
+  const std::array<sl_tensor, 3> combine = {probe_activation(route.k, H), probe_activation(1, route.k), probe_activation(1, H)};
+  return supports(probe_node(SL_OP_MOE_COMBINE, {0, 1}, {2}, nullptr), combine);
 }
 
 bool BackendHandle::runs_weight(sl_op op, const sl_weight& w) const {
