@@ -2,53 +2,31 @@
 
 #include <stdexcept>
 
+#include "graph/tensor_desc.h"
+
 namespace sluice {
 
 StepGraph::Id StepGraph::buffer(sl_buffer* b, uint32_t rows, uint32_t cols, sl_dtype dtype, uint64_t offset_bytes) {
-  sl_tensor t{};
-  t.struct_size = sizeof(t);
-  t.kind = SL_TENSOR_BUFFER;
-  t.dtype = dtype;
-  t.rows = rows;
-  t.cols = cols;
-  t.buffer = b;
-  t.offset = offset_bytes;
-  tensors_.push_back(t);
+  tensors_.push_back(buffer_tensor(rows, cols, dtype, b, offset_bytes));
   return static_cast<Id>(tensors_.size() - 1);
 }
 
 StepGraph::Id StepGraph::weight(const sl_weight& w) {
-  sl_tensor t{};
-  t.struct_size = sizeof(t);
-  t.kind = SL_TENSOR_WEIGHT;
-  t.dtype = w.dtype;
-  t.rows = w.rows;
-  t.cols = w.cols;
-  t.weight = &weights_.emplace_back(w);
-  tensors_.push_back(t);
+  tensors_.push_back(weight_tensor(weights_.emplace_back(w)));
   return static_cast<Id>(tensors_.size() - 1);
 }
 
 StepGraph::Id StepGraph::host(const void* data, uint32_t rows, uint32_t cols, sl_dtype dtype) {
-  sl_tensor t{};
-  t.struct_size = sizeof(t);
+  sl_tensor t = buffer_tensor(rows, cols, dtype);
   t.kind = SL_TENSOR_HOST;
-  t.dtype = dtype;
-  t.rows = rows;
-  t.cols = cols;
   t.host = data;
   tensors_.push_back(t);
   return static_cast<Id>(tensors_.size() - 1);
 }
 
 StepGraph::Id StepGraph::state(uint32_t layer, uint32_t n_seqs, uint32_t cols, uint64_t offset_bytes) {
-  sl_tensor t{};
-  t.struct_size = sizeof(t);
+  sl_tensor t = buffer_tensor(n_seqs, cols, SL_DTYPE_F32, nullptr, offset_bytes);
   t.kind = SL_TENSOR_STATE;
-  t.dtype = SL_DTYPE_F32;
-  t.rows = n_seqs;
-  t.cols = cols;
-  t.offset = offset_bytes;
   t.state_layer = layer;
   tensors_.push_back(t);
   return static_cast<Id>(tensors_.size() - 1);

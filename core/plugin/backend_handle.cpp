@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "graph/tensor_desc.h"
 #include "plugin/plugin_registry.h"  // table_has
 #include "util/mxfp4.h"
 
@@ -130,29 +131,10 @@ bool BackendHandle::runs_mxfp4(uint32_t rows, uint32_t cols) const {
 
 namespace {
 
-// An activation tensor of a probe node (supports_node).
-sl_tensor probe_activation(uint32_t rows, uint32_t cols, uint32_t dtype = SL_DTYPE_F32) {
-  sl_tensor t{};
-  t.struct_size = sizeof(t);
-  t.kind = SL_TENSOR_BUFFER;
-  t.dtype = dtype;
-  t.rows = rows;
-  t.cols = cols;
-  return t;
-}
-
-// w as a probe node's weight tensor.
-sl_tensor probe_weight(const sl_weight& w) {
-  sl_tensor t = probe_activation(w.rows, w.cols, w.dtype);
-  t.kind = SL_TENSOR_WEIGHT;
-  t.weight = &w;
-  return t;
-}
-
 // The tensors of a probe node: one-row f32 activations, and w at `weight_at`.
 std::array<sl_tensor, 3> probe_tensors(const sl_weight& w, std::size_t weight_at) {
-  std::array<sl_tensor, 3> tensors = {probe_activation(1, 0), probe_activation(1, 0), probe_activation(1, 0)};
-  tensors[weight_at] = probe_weight(w);
+  std::array<sl_tensor, 3> tensors = {buffer_tensor(1, 0), buffer_tensor(1, 0), buffer_tensor(1, 0)};
+  tensors[weight_at] = weight_tensor(w);
   return tensors;
 }
 
@@ -188,18 +170,18 @@ bool BackendHandle::runs_device_routing(uint32_t n_experts, const sl_moe_route_p
   if (SL_ABI_VERSION_MINOR(api_->abi_version) < 5 || n_experts == 0 || route.k == 0) return false;
   sl_moe_route_params rp = route;
   rp.struct_size = sizeof(rp);
-  const std::array<sl_tensor, 3> route_tensors = {probe_activation(1, n_experts), probe_activation(1, route.k, SL_DTYPE_I32),
-                                                  probe_activation(1, route.k)};
+  const std::array<sl_tensor, 3> route_tensors = {buffer_tensor(1, n_experts), buffer_tensor(1, route.k, SL_DTYPE_I32),
+                                                  buffer_tensor(1, route.k)};
   if (!supports(probe_node(SL_OP_MOE_ROUTE, {0}, {1, 2}, &rp), route_tensors)) return false;
   sl_matmul_id_params mp{sizeof(sl_matmul_id_params), n_experts};
   for (const sl_weight& w : stacked) {
     if (w.rows % n_experts) return false;
-    const std::array<sl_tensor, 4> t = {probe_activation(1, w.cols), probe_weight(w), probe_activation(1, route.k, SL_DTYPE_I32),
-                                        probe_activation(route.k, w.rows / n_experts)};
+    const std::array<sl_tensor, 4> t = {buffer_tensor(1, w.cols), weight_tensor(w), buffer_tensor(1, route.k, SL_DTYPE_I32),
+                                        buffer_tensor(route.k, w.rows / n_experts)};
     if (!supports(probe_node(SL_OP_MATMUL_ID, {0, 1, 2}, {3}, &mp), t)) return false;
   }
   const uint32_t H = stacked.empty() ? 1 : stacked.back().rows / n_experts;
-  const std::array<sl_tensor, 3> combine = {probe_activation(route.k, H), probe_activation(1, route.k), probe_activation(1, H)};
+  const std::array<sl_tensor, 3> combine = {buffer_tensor(route.k, H), buffer_tensor(1, route.k), buffer_tensor(1, H)};
   return supports(probe_node(SL_OP_MOE_COMBINE, {0, 1}, {2}, nullptr), combine);
 }
 
