@@ -96,10 +96,10 @@ class MoeOps : public QuantWeightTest {
 // Softmax then top k (renormalised or not, with Gemma 4's per-expert factors or without) and top k then
 // softmax, over expert counts around the kernels' work-group sizes, k from 1 to 8.
 TEST_P(MoeOps, RoutingEqualsTheHostsForEveryKind) {
-  for (uint32_t E : {4u, 60u, 64u, 128u, 257u}) {
+  for (uint32_t E : {4u, 60u, 64u, 128u, 257u, 1024u}) {  // up to the kernel's largest row and k
     const std::vector<float> logits = random(std::size_t(5) * E, 2.0f);
     DeviceWeight factors = make_weight(SL_DTYPE_F32, 1, E, 0.5f, 1.0f);
-    for (uint32_t k : {1u, 2u, std::min(E, 8u)}) {
+    for (uint32_t k : {1u, 2u, std::min(E, 8u), std::min(E, 64u)}) {
       SCOPED_TRACE("experts " + std::to_string(E) + " k " + std::to_string(k));
       expect_host_routing(logits, 5, E, route_params(k, SL_ROUTE_SOFTMAX_TOPK, true), nullptr);
       expect_host_routing(logits, 5, E, route_params(k, SL_ROUTE_SOFTMAX_TOPK, false), nullptr);
