@@ -3,8 +3,8 @@
 # tokens/s against 94 on f16, 2026-11-29). One device call: the 4-bit preset made, then 24 decoded
 # tokens profiled (SLUICE_OPENCL_PROFILE=1: per-kernel time and the gaps between launches) with f16,
 # turbo3, turbo3 without the recent window (--kv-recent 0) and turbo3 on the generic attention kernel
-# (backend option generic-attention). Carry [".bundle_pack"] with bundle_fam.tar.xz (sluice,
-# the OpenCL backend, the turbo3 codec). Results: $OUT/probe_*.txt.
+# (backend option generic-attention); arguments pick some of them. Carry [".bundle_pack"] with
+# bundle_fam.tar.xz (sluice, the OpenCL backend, the turbo3 codec). Results: $OUT/probe_*.txt.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 [ -d .bundle_fam ] || tar -xJf .bundle_pack/bundle_fam.tar.xz
@@ -20,7 +20,9 @@ probe() {  # label, then generate options
     --prompt "Write a long story about a dragon" --max-tokens 24 "$@" > "$OUT/probe_$label.txt" 2>&1
   log "$label rc=$?"; grep -E "tok/s|launches|gaps" "$OUT/probe_$label.txt" | head -12
 }
-probe f16 --kv-codec f16
-probe turbo3 --kv-codec turbo3
-probe turbo3_norecent --kv-codec turbo3 --kv-recent 0
-probe turbo3_generic --kv-codec turbo3 --backend-options generic-attention
+# Which probes (arguments; all four without any): f16 turbo3 turbo3_norecent turbo3_generic.
+want() { [ $# -eq 0 ] && return 0; for a in "$@"; do [ "$a" = "$WANT" ] && return 0; done; return 1; }
+WANT=f16; want "$@" && probe f16 --kv-codec f16
+WANT=turbo3; want "$@" && probe turbo3 --kv-codec turbo3
+WANT=turbo3_norecent; want "$@" && probe turbo3_norecent --kv-codec turbo3 --kv-recent 0
+WANT=turbo3_generic; want "$@" && probe turbo3_generic --kv-codec turbo3 --backend-options generic-attention
