@@ -13,22 +13,24 @@
 inline float route_rank(float v) { return isnan(v) ? -INFINITY : v; }
 
 // MOE_ROUTE: a work-group a token. The values ranked are the softmax's probabilities (SOFTMAX_TOPK)
-// or the logits (TOPK_SOFTMAX), in one total order: higher first, ties to the lower index (a NaN
-// ranks as −∞). Each value's place in that order is the count of values before it, so the k best
-// find their places in one pass and one barrier (k rounds of a work-group argmax took ~70 barriers,
-// 17 µs a launch on the H200 for Gemma 4's 128 experts); a count stops once it reaches k, so only the
-// k best walk the whole row. One work-item then forms the weights in the host's order (best first)
-// and writes the k pairs by increasing id.
+// or the logits (TOPK_SOFTMAX); k rounds of a work-group argmax pick the best, ties to the lower
+// index; one work-item forms the weights in the host's order and writes the k pairs by increasing id.
 __kernel __attribute__((reqd_work_group_size(ROUTE_WG, 1, 1)))
 void moe_route(__global const float* logits, uint E, uint k, uint kind, uint normalize, __global const float* factors, uint has_factors,
                __global int* ids, __global float* weights) {
   __local float val[ROUTE_MAX_E];
+  __local uchar taken[ROUTE_MAX_E];
+  __local float best_v[ROUTE_WG];
+  __local uint best_i[ROUTE_WG];
   __local uint chosen[ROUTE_MAX_K];
   __local float shared_max, shared_sum;
   const uint lid = get_local_id(0);
   const ulong t = get_group_id(0);
   __global const float* row = logits + t * E;
-  for (uint e = lid; e < E; e += ROUTE_WG) val[e] = row[e];
+  for (uint e = lid; e < E; e += ROUTE_WG) {
+    val[e] = row[e];
+    taken[e] = 0;
+  }
   barrier(CLK_LOCAL_MEM_FENCE);
   if (kind == 0u) {  // SOFTMAX_TOPK: probabilities, summed in index order as the host does
     if (lid == 0) {
@@ -48,16 +50,36 @@ void moe_route(__global const float* logits, uint E, uint k, uint kind, uint nor
     for (uint e = lid; e < E; e += ROUTE_WG) val[e] /= shared_sum;
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  for (uint e = lid; e < E; e += ROUTE_WG) {
-    const float v = route_rank(val[e]);
-    uint before = 0;
-    for (uint j = 0; j < E && before < k; ++j) {
-      const float o = route_rank(val[j]);
-      before += (o > v || (o == v && j < e)) ? 1u : 0u;
+  for (uint j = 0; j < k; ++j) {
+    float bv = -INFINITY;
+    uint bi = 0xFFFFFFFFu;
+    for (uint e = lid; e < E; e += ROUTE_WG) {
+      const float v = route_rank(val[e]);
+      if (!taken[e] && (bi == 0xFFFFFFFFu || v > bv)) {  // strided in increasing e: the first of equals stays
+        bv = v;
+        bi = e;
+      }
     }
-    if (before < k) chosen[before] = e;
+    best_v[lid] = bv;
+    best_i[lid] = bi;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = ROUTE_WG / 2; s > 0; s >>= 1) {
+      if (lid < s) {
+        const float ov = best_v[lid + s];
+        const uint oi = best_i[lid + s];
+        if (oi != 0xFFFFFFFFu && (best_i[lid] == 0xFFFFFFFFu || ov > best_v[lid] || (ov == best_v[lid] && oi < best_i[lid]))) {
+          best_v[lid] = ov;
+          best_i[lid] = oi;
+        }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+      chosen[j] = best_i[0];
+      taken[best_i[0]] = 1;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
   }
-  barrier(CLK_LOCAL_MEM_FENCE);
   if (lid != 0) return;
   float w[ROUTE_MAX_K];
   if (kind == 1u) {  // TOPK_SOFTMAX: softmax over the k logits, best first
