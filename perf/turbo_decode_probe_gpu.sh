@@ -1,0 +1,43 @@
+#!/bin/bash
+# Decode over the turbo3 cache at depth on NVIDIA, ours only (issue 30 asks turbo3 ≥ 1.3× our own f16
+# cache at 32768 on llama3-8b 4-bit; the peer is not needed for that ratio). One device call: the
+# preset made (~15 s), then, alternating f16 and turbo3, bench_depth's tg64 at depth 0 and 32768, a
+# kernel profile of 32 decoded tokens at 32768 (SLUICE_OPENCL_PROFILE=1), and the arguments' backend
+# options as extra rows (each "label=opts", e.g. wg128=tune.att_wg=128).
+# Carry [".bundle_pack"] with bundle_td.tar.xz:
+#   ../shared/device/bundle.sh .bundle_td build/bin/sluice build/bin/bench_depth \
+#     build/lib/sluice-backend-opencl.so build/lib/sluice-kvcodec-*.so [test binaries]
+#   strip .bundle_td/bin/*; tar -cJf .bundle_pack/bundle_td.tar.xz .bundle_td
+# Results: $OUT/*.txt; a summary line each in $OUT/progress.txt.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+[ -d .bundle_td ] || tar -xJf .bundle_pack/bundle_td.tar.xz
+source .bundle_td/activate.sh
+export SLUICE_CACHE_DIR=/tmp/sluice-cache
+F=$PWD/.bundle_td/bin; M=/tmp/llama3-8b-4bit
+log() { echo "[$(date +%T) +${SECONDS}s] $*" | tee -a "$OUT/progress.txt"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
+[ -f $M/config.json ] || timeout 200 "$F/sluice" make-model --preset llama3-8b --bits 4 --out $M --quiet
+log made
+row() {  # label codec depths [backend options]
+  timeout 150 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec "$2" --depths "$3" \
+    --pp 512 --tg 64 ${4:+--backend-options "$4"} > "$OUT/row_$1.txt" 2>&1
+  log "$1 rc=$? $(grep -E '^\| llama' "$OUT/row_$1.txt" | awk -F'|' '{printf "[d%s pp%s tg%s]", $5, $6, $7}')"
+}
+prof() {  # label codec [backend options]
+  SLUICE_OPENCL_PROFILE=1 timeout 150 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec "$2" \
+    --depths 32768 --pp 512 --tg 32 ${3:+--backend-options "$3"} > "$OUT/prof_$1.txt" 2>&1
+  log "prof $1 rc=$?"; grep -E "attention|merge|launches," "$OUT/prof_$1.txt" | head -8
+}
+if [ "${PROFILE:-1}" = 1 ]; then
+  row f16_a f16 0,32768
+  row turbo3_a turbo3 0,32768
+  prof f16 f16
+  prof turbo3 turbo3
+fi
+for spec in "$@"; do
+  label=${spec%%=*}; opts=${spec#*=}
+  row "turbo3_$label" turbo3 32768 "$opts"
+done
+[ "${PROFILE:-1}" = 1 ] && { row f16_b f16 0,32768; row turbo3_b turbo3 0,32768; }
+log done
