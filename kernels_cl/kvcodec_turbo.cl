@@ -198,6 +198,13 @@ inline void SL_TQ(fwht_private)(float* v, uint n) {
       }
 }
 
+/* The encoders' sums (‖y‖², ⟨c,c⟩, ⟨c,y⟩) in one fixed order whoever takes them: SL_TQ_PARTS partial
+ * sums (coordinate j into partial j % SL_TQ_PARTS, in increasing j, by fma), then a fixed tree. The
+ * group encoder's work-items then each take one partial — where one work-item summing 128 coordinates
+ * in order was the longest chain of a kv_write — and its bytes stay encode_row's. */
+#define SL_TQ_PARTS 4u
+inline float SL_TQ(parts_total)(float p0, float p1, float p2, float p3) { return (p0 + p1) + (p2 + p3); }
+
 /* Block b of src under rotation r: the indices, the scale and the squared error (as the host encoder). */
 inline void SL_TQ(try_rotation)(__global const float* src, uint b, uint r, uchar* idx, float* s_out, float* err_out) {
   float y[SL_TQ_MAX_BLOCK];
@@ -206,20 +213,33 @@ inline void SL_TQ(try_rotation)(__global const float* src, uint b, uint r, uchar
   __constant const float* cb = SL_TQ(codebook) + b * 16;
   for (uint j = 0; j < n; ++j) y[j] = src[off + j] * SL_TQ(signs)[r * SL_TQ_HEAD_DIM + off + j];
   SL_TQ(fwht_private)(y, n);
-  float norm2 = 0.0f;
-  for (uint j = 0; j < n; ++j) norm2 += y[j] * y[j];
+  float np[SL_TQ_PARTS];
+  for (uint k = 0; k < SL_TQ_PARTS; ++k) {
+    np[k] = 0.0f;
+    for (uint j = k; j < n; j += SL_TQ_PARTS) np[k] = fma(y[j], y[j], np[k]);
+  }
+  const float norm2 = SL_TQ(parts_total)(np[0], np[1], np[2], np[3]);
   float s = 0.0f, err = isfinite(norm2) ? norm2 : 0.0f;
   if (norm2 > 0.0f && isfinite(norm2)) {
     const float to_z = sqrt((float)n / norm2);
-    float cc = 0.0f, yc = 0.0f;
     for (uint j = 0; j < n; ++j) {
       const float z = y[j] * to_z;
       uint k = 0;
       while (k + 1 < levels && z > 0.5f * (cb[k] + cb[k + 1])) ++k;
       idx[j] = (uchar)k;
-      cc += cb[k] * cb[k];
-      yc += cb[k] * y[j];
     }
+    float ccp[SL_TQ_PARTS], ycp[SL_TQ_PARTS];
+    for (uint k = 0; k < SL_TQ_PARTS; ++k) {
+      ccp[k] = 0.0f;
+      ycp[k] = 0.0f;
+      for (uint j = k; j < n; j += SL_TQ_PARTS) {
+        const float c = cb[idx[j]];
+        ccp[k] = fma(c, c, ccp[k]);
+        ycp[k] = fma(c, y[j], ycp[k]);
+      }
+    }
+    const float cc = SL_TQ(parts_total)(ccp[0], ccp[1], ccp[2], ccp[3]);
+    const float yc = SL_TQ(parts_total)(ycp[0], ycp[1], ycp[2], ycp[3]);
     if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
     else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
     else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
@@ -282,12 +302,12 @@ void SL_KV_FN(encode_row)(__global const float* src, __global uchar* row, uint n
   }
 }
 
-/* The same by a whole work-group (docs/PLUGINS.md, optional; lsize a power of two >= 16). Every
- * rotation of a block gets lsize / N_ROT work-items: they apply the signs, run the Walsh–Hadamard
- * stages and quantise the coordinates in parallel; the sums (norm, ⟨y,c⟩, ‖c‖²) are taken by the
- * rotation's first work-item in coordinate order, as encode_row does, so the bytes are the same.
- * The smallest error wins (the lowest rotation on ties) and its first work-item packs the block.
- * scratch: 32 × head_dim + 2 × lsize floats of local memory. */
+/* The same by a whole work-group (docs/PLUGINS.md, optional; lsize a power of two >= 16 and >=
+ * 4 × N_ROT: 64 for 16 rotations). Every rotation of a block gets lsize / N_ROT work-items: they apply
+ * the signs, run the Walsh–Hadamard stages and quantise the coordinates in parallel; the sums (norm,
+ * ⟨y,c⟩, ‖c‖²) are taken by its first SL_TQ_PARTS work-items, a partial each, in the order encode_row
+ * takes them, so the bytes are the same. The smallest error wins (the lowest rotation on ties) and its
+ * first work-item packs the block. scratch: 32 × head_dim + 2 × lsize floats of local memory. */
 void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, uint n_values, uint lid, uint lsize,
                                 __local float* scratch) {
   const uint levels = 1u << SL_TQ_BITS;
@@ -324,20 +344,25 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* The norm, in order, by the rotation's first work-item; shared through best[]. The decision
-     * thresholds between neighbouring centroids go to best[lsize...] (free until the argmin): the
-     * search reads them from local memory, where divergent indices cost nothing extra, and halves
-     * the interval instead of walking it — the same index, since the thresholds increase. */
-    if (mine && part == 0) {
-      float norm2 = 0.0f;
-      for (uint j = 0; j < n; ++j) norm2 += y[j] * y[j];
-      best[lid] = norm2;
+    /* The norm: SL_TQ_PARTS partial sums by the rotation's first work-items (the order encode_row
+     * takes), into best[r·PARTS + k]; the decision thresholds between neighbouring centroids and the
+     * codebook into best[lsize...] (free until the argmin): the search and the lookups below read them
+     * from local memory, where divergent indices cost nothing extra (the constant cache serialises
+     * them), and the search halves the interval instead of walking it — the same index, since the
+     * thresholds increase. */
+    if (mine && part < SL_TQ_PARTS) {
+      float acc = 0.0f;
+      for (uint j = part; j < n; j += SL_TQ_PARTS) acc = fma(y[j], y[j], acc);
+      best[r * SL_TQ_PARTS + part] = acc;
     }
     if (lid + 1 < levels) best[lsize + lid] = 0.5f * (cb[lid] + cb[lid + 1]);
+    if (lid < levels) best[lsize + 16u + lid] = cb[lid];
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float norm2 = mine ? best[r * per_rot] : 0.0f;
+    __local const float* np = best + r * SL_TQ_PARTS;
+    const float norm2 = mine ? SL_TQ(parts_total)(np[0], np[1], np[2], np[3]) : 0.0f;
     const bool live = norm2 > 0.0f && isfinite(norm2);
     __local const float* thresholds = best + lsize;
+    __local const float* book = best + lsize + 16u;
     /* Each coordinate's index, kept beside the value (as a float) in the block's second half. */
     __local float* idx = ys + SL_TQ_N_ROT * n + r * n;
     if (mine && live) {
@@ -353,16 +378,28 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
       for (uint j = part; j < n; j += per_rot) idx[j] = 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    /* ⟨c,c⟩ and ⟨c,y⟩ by partial sums as the norm; through best[r·2·PARTS ...] once every lookup of
+     * the codebook in best[lsize...] is done (with lsize = 4·N_ROT the two areas meet). */
+    float ccp = 0.0f, ycp = 0.0f;
+    if (mine && live && part < SL_TQ_PARTS)
+      for (uint j = part; j < n; j += SL_TQ_PARTS) {
+        const float c = book[(uint)idx[j]];
+        ccp = fma(c, c, ccp);
+        ycp = fma(c, y[j], ycp);
+      }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (mine && part < SL_TQ_PARTS) {
+      best[r * 2u * SL_TQ_PARTS + part] = ccp;
+      best[r * 2u * SL_TQ_PARTS + SL_TQ_PARTS + part] = ycp;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
     float err = INFINITY, s = 0.0f;
     if (mine && part == 0) {
       err = isfinite(norm2) ? norm2 : 0.0f;
       if (live) {
-        float cc = 0.0f, yc = 0.0f;
-        for (uint j = 0; j < n; ++j) {
-          const float c = cb[(uint)idx[j]];
-          cc += c * c;
-          yc += c * y[j];
-        }
+        __local const float* cp = best + r * 2u * SL_TQ_PARTS;
+        const float cc = SL_TQ(parts_total)(cp[0], cp[1], cp[2], cp[3]);
+        const float yc = SL_TQ(parts_total)(cp[4], cp[5], cp[6], cp[7]);
         if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
         else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
         else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
@@ -371,10 +408,14 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    best[lid] = err;  /* argmin over the rotations' first work-items, lowest rotation on ties */
-    best[lsize + lid] = (float)lid;
+    /* argmin over the rotations (their first work-items hold err), lowest rotation on ties: log2(N_ROT)
+     * stages, a fixed count. */
+    if (mine && part == 0) {
+      best[r] = err;
+      best[lsize + r] = (float)r;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint h = lsize / 2; h > 0; h >>= 1) {
+    for (uint h = SL_TQ_N_ROT / 2u; h > 0; h >>= 1) {
       if (lid < h) {
         const float e2 = best[lid + h], i2 = best[lsize + lid + h];
         if (e2 < best[lid] || (e2 == best[lid] && i2 < best[lsize + lid])) {
@@ -385,10 +426,10 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
       barrier(CLK_LOCAL_MEM_FENCE);
     }
     /* The winner writes the header; every work-item packs groups of 8 of the winner's indices. */
-    const uint winner = (uint)best[lsize];
+    const uint winner = (uint)best[lsize];  /* a rotation */
     __global uchar* p = row + SL_TQ(block_byte)[b];
-    if (lid == winner) SL_TQ(store_header)(p, s, r);
-    __local const float* win_idx = ys + SL_TQ_N_ROT * n + (winner / per_rot) * n;
+    if (lid == winner * per_rot) SL_TQ(store_header)(p, s, r);
+    __local const float* win_idx = ys + SL_TQ_N_ROT * n + winner * n;
     for (uint g = lid; g < n / 8; g += lsize) {
       uint codes = 0;
       for (uint l = 0; l < 8; ++l) codes |= (uint)win_idx[8 * g + l] << (l * SL_TQ_BITS);
@@ -496,11 +537,17 @@ float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_sl
 
 /* ⟨q_g, x̂⟩ of one stored key for the n_heads queries fused_prepare_queries laid out, by one
  * work-item: each index is unpacked and looked up once for every head, and the heads' query values
- * of a coordinate come in one vector load (4 heads: float4). */
+ * of a coordinate come in one vector load (4 heads: float4).
+ * Work-item i takes an octet's coordinates from (i − r) mod 8 on, not in order. Slot r's coordinate
+ * d sits at 16-byte word r·QS + d, i.e. in bank quad (r + d) mod 8, and a warp's 16-byte loads are
+ * served 8 work-items at a time: in coordinate order, neighbouring keys of different rotations
+ * collided in a quad (2–3-way conflicts on the kernel's most frequent load); staggered, the 8 of a
+ * phase read quads (i + l) mod 8, all different. */
 void SL_KV_FN(fused_score_heads)(__global const uchar* row, __local const float* q_slots, uint k_area, uint n_heads,
                                  float* scores) {
   __local const float* book = q_slots + SL_TQ_N_ROT * SL_TQ_QS * n_heads;
   for (uint g = 0; g < n_heads; ++g) scores[g] = 0.0f;
+  const uint lane8 = (uint)get_local_id(0) & 7u;
   for (uint b = 0; b < SL_TQ_N_BLOCKS; ++b) {
     __global const uchar* p = row + SL_TQ(block_byte)[b];
     const uint header = SL_TQ(header)(p);
@@ -508,12 +555,14 @@ void SL_KV_FN(fused_score_heads)(__global const uchar* row, __local const float*
     const uint r = SL_TQ(header_rotation)(header);
     __local const float* cb = book + b * 16;
     const float s = SL_TQ(header_scale)(p, header);
+    const uint first = (lane8 - r) & 7u;
     for (uint g8 = 0; g8 < n; g8 += 8) {  /* 8 coordinates = SL_TQ_BITS bytes */
       __global const uchar* q8 = p + 2 + (g8 / 8) * SL_TQ_BITS;
       const uint word = SL_TQ(codes8)(q8);
       for (uint l = 0; l < 8; ++l) {
-        const float c = s * cb[(word >> (l * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
-        __local const float* q = q_slots + SL_TQ_QH(r, off + g8 + l, 0u, n_heads);
+        const uint k = (first + l) & 7u;
+        const float c = s * cb[(word >> (k * SL_TQ_BITS)) & ((1u << SL_TQ_BITS) - 1u)];
+        __local const float* q = q_slots + SL_TQ_QH(r, off + g8 + k, 0u, n_heads);
         if (n_heads == 4u) {  /* q_slots is 16-byte aligned (docs/PLUGINS.md): one 16-byte load */
           const float4 q4 = *(__local const float4*)q;
           scores[0] += q4.s0 * c;
@@ -576,3 +625,4 @@ void SL_KV_FN(fused_finish)(__local float* acc, uint lid, uint lsize) { SL_KV_FN
 #undef SL_TQ_QS
 #undef SL_TQ_QH
 #undef SL_TQ_BATCH
+#undef SL_TQ_PARTS

@@ -3,31 +3,34 @@
 # cache at 32768 on llama3-8b 4-bit; the peer is not needed for that ratio). One device call: the
 # preset made (~15 s), then, alternating f16 and turbo3, bench_depth's tg64 at depth 0 and 32768, a
 # kernel profile of 32 decoded tokens at 32768 (SLUICE_OPENCL_PROFILE=1), and the arguments' backend
-# options as extra rows (each "label=opts", e.g. wg128=tune.att_wg=128).
+# options as extra rows (each "label=opts", e.g. wg128=tune.att_wg=128; at ROW_DEPTHS, default 32768).
 # Carry [".bundle_pack"] with bundle_td.tar.xz:
 #   ../shared/device/bundle.sh .bundle_td build/bin/sluice build/bin/bench_depth \
 #     build/lib/sluice-backend-opencl.so build/lib/sluice-kvcodec-*.so [test binaries]
 #   strip .bundle_td/bin/*; tar -cJf .bundle_pack/bundle_td.tar.xz .bundle_td
-# Results: $OUT/*.txt; a summary line each in $OUT/progress.txt.
+# Results: $OUT/td.tar.gz (the rows, profiles and test outputs; a call brings back few files), a
+# summary line each in $OUT/progress.txt.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 [ -d .bundle_td ] || tar -xJf .bundle_pack/bundle_td.tar.xz
 source .bundle_td/activate.sh
 export SLUICE_CACHE_DIR=/tmp/sluice-cache
-F=$PWD/.bundle_td/bin; M=/tmp/llama3-8b-4bit
+F=$PWD/.bundle_td/bin; M=/tmp/llama3-8b-4bit; R=/tmp/td
+rm -rf $R; mkdir -p $R
+trap 'tar -czf "$OUT/td.tar.gz" -C $R .' EXIT
 log() { echo "[$(date +%T) +${SECONDS}s] $*" | tee -a "$OUT/progress.txt"; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/machine.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $R/machine.txt 2>&1
 [ -f $M/config.json ] || timeout 200 "$F/sluice" make-model --preset llama3-8b --bits 4 --out $M --quiet
 log made
 row() {  # label codec depths [backend options]
   timeout 150 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec "$2" --depths "$3" \
-    --pp 512 --tg 64 ${4:+--backend-options "$4"} > "$OUT/row_$1.txt" 2>&1
-  log "$1 rc=$? $(grep -E '^\| llama' "$OUT/row_$1.txt" | awk -F'|' '{printf "[d%s pp%s tg%s]", $5, $6, $7}')"
+    --pp 512 --tg 64 ${4:+--backend-options "$4"} > $R/row_$1.txt 2>&1
+  log "$1 rc=$? $(grep -E '^\| llama' $R/row_$1.txt | awk -F'|' '{printf "[d%s pp%s tg%s]", $5, $6, $7}')"
 }
 prof() {  # label codec [backend options]
   SLUICE_OPENCL_PROFILE=1 timeout 150 "$F/bench_depth" --model $M --backend opencl --plugin-dir "$F" --kv-codec "$2" \
-    --depths 32768 --pp 512 --tg 32 ${3:+--backend-options "$3"} > "$OUT/prof_$1.txt" 2>&1
-  log "prof $1 rc=$?"; grep -E "attention|merge|launches," "$OUT/prof_$1.txt" | head -8
+    --depths 32768 --pp 512 --tg 32 ${3:+--backend-options "$3"} > $R/prof_$1.txt 2>&1
+  log "prof $1 rc=$?"; grep -E "attention|merge|launches," $R/prof_$1.txt | head -8
 }
 if [ "${PROFILE:-1}" = 1 ]; then
   row f16_a f16 0,32768
@@ -37,7 +40,16 @@ if [ "${PROFILE:-1}" = 1 ]; then
 fi
 for spec in "$@"; do
   label=${spec%%=*}; opts=${spec#*=}
-  row "turbo3_$label" turbo3 32768 "$opts"
+  row "turbo3_$label" turbo3 "${ROW_DEPTHS:-32768}" "$opts"
 done
 [ "${PROFILE:-1}" = 1 ] && { row f16_b f16 0,32768; row turbo3_b turbo3 0,32768; }
+# TESTS=1: then the GPU tests of the paths measured (they look for the paths they were built with).
+if [ "${TESTS:-0}" = 1 ]; then
+  mkdir -p /work && ln -sfn $PWD /work/main; mkdir -p build && ln -sfn "$F" build/lib
+  timeout 120 "$F/kvcodec_opencl_source_test" > $R/t_kvcodec_source.txt 2>&1; log "kvcodec_opencl_source_test rc=$?"
+  timeout 360 "$F/opencl_fused_attention_test" > $R/t_fused.txt 2>&1; log "opencl_fused_attention_test rc=$?"
+  grep -E "Failure|FAILED|Expected|Which is|worst|error" $R/t_fused.txt | head -20 | tee -a "$OUT/progress.txt"
+  [ -n "${TEST_OPTIONS:-}" ] && { SLUICE_TEST_BACKEND_OPTIONS="$TEST_OPTIONS" timeout 360 "$F/opencl_fused_attention_test" \
+    > $R/t_fused_opts.txt 2>&1; log "opencl_fused_attention_test ($TEST_OPTIONS) rc=$?"; }
+fi
 log done

@@ -195,8 +195,7 @@ void mma_attention_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_
   if (by_rows) {
     gk.setArg(13, static_cast<cl_uint>(rows));
     const uint32_t chunks = (static_cast<uint32_t>(k_lo) % rows + n_pad + rows - 1) / rows;
-    const uint32_t wg = attention_wg(be);
-    launch(be, gk, cl::NDRange(size_t(wg) * chunks, Ly.n_kv_heads), cl::NDRange(wg, 1));
+    launch(be, gk, cl::NDRange(size_t(ks.wg) * chunks, Ly.n_kv_heads), cl::NDRange(ks.wg, 1));
   } else {
     launch(be, gk, cl::NDRange(D, n_pad, Ly.n_kv_heads), D <= be->caps.max_wg ? cl::NDRange(D, 1, 1) : cl::NullRange);
   }
@@ -293,7 +292,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   const uint32_t heads_per_group = fused ? ks.hpw : group;  // query heads one work-group serves
   const uint64_t groups = uint64_t(n_tokens) * p->n_heads / heads_per_group;
   const uint32_t cu = std::max<uint32_t>(be->caps.compute_units, 1);
-  const uint32_t wg = short_passes ? ks.wide_wg : attention_wg(be);
+  const uint32_t wg = short_passes ? ks.wide_wg : ks.wg;
   uint32_t splits = 1;
   // Several work-groups per compute unit: these kernels wait on memory between short bursts of
   // work, and more groups in flight hide that (one split per 2 tiles of keys at least; one pass of
@@ -305,7 +304,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   const uint64_t per_cu = fused || short_passes ? be->tuning.att_groups_per_cu_fused : be->tuning.att_groups_per_cu;
   if (groups < per_cu * cu) {
     const uint64_t want = (per_cu * cu + groups - 1) / groups;
-    const uint64_t most = std::max<int64_t>(1, short_passes ? longest / 64 : longest / (2 * int64_t(attention_wg(be))));
+    const uint64_t most = std::max<int64_t>(1, short_passes ? longest / 64 : longest / (2 * int64_t(ks.wg)));
     splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
   }
   if (splits > 1) be->att_partial.at_least(be->context, uint64_t(n_tokens) * p->n_heads * splits * (v_dim + 2) * 4);
@@ -313,7 +312,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   // projection's dp4a product needs no rounding launch — where every warp holds whole 32-column blocks.
   const uint64_t cols = uint64_t(p->n_heads) * v_dim;
   cl::Buffer *oq = nullptr, *oblocks = nullptr;
-  const bool q15 = ks.ptx && n_tokens == 1 && v_dim % 32 == 0 && attention_wg(be) % 32 == 0 && ks.wide_wg % 32 == 0 &&
+  const bool q15 = ks.ptx && n_tokens == 1 && v_dim % 32 == 0 && ks.wg % 32 == 0 && ks.wide_wg % 32 == 0 &&
                    int15_scratch(be, 1, cols, oq, oblocks);
   auto& kn = fused ? ks.fused : join ? ks.short_join : short_passes ? ks.short_passes : ks.attention;
   const bool recent = keeps_recent(be, c);

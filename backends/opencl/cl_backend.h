@@ -63,6 +63,7 @@ struct sl_kv_cache {
     cl::Kernel short_join;    // attention_short_join: with the deferred kv_write (and rope) in its launch
     cl::Kernel gather_rows;   // kv_gather_f16_rows, where a codec decodes rows together (null otherwise)
     cl::Kernel recent_partial;  // attention_recent_partial: a prefill run's exact keys beside attention_mma
+    uint32_t wg = 0;  // the program's attention work-group (WG): tuning att_wg, or att_wg_fused with a fused kernel
   };
   // The layers' geometries (cl_kv_geometry.h: [0] the layout's own), each with its programs.
   struct Geometry {

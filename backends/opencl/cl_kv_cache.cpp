@@ -85,12 +85,12 @@ uint32_t v_slots(const sl_kv_cache::Geometry& g) { return g.v_fused ? g.shape.v_
 // Query heads per fused work-group: the largest divisor of the group whose local memory fits
 // (per head: the query area, the value accumulators, the original query, p and red; per group: the
 // value rows' offsets and the V codec's tables).
-uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache::Geometry& g, uint32_t group) {
+// wg: the fused kernel's work-group.
+uint32_t fused_heads_per_group(const sl_backend* be, const sl_kv_cache::Geometry& g, uint32_t group, uint64_t wg) {
   const uint64_t k_area = k_query_area(g), v_area = v_acc_area(g);
   const uint64_t budget = be->caps.local_mem ? be->caps.local_mem * 7 / 8 : 32768;
   for (uint32_t hpw = group; hpw >= 1; --hpw) {
     if (group % hpw) continue;
-    const uint64_t wg = attention_wg(be);
     const uint64_t bytes = 4 * (hpw * (k_area + v_area + g.shape.k_dim + 2 * wg) + 2 * wg + 64);
     if (bytes <= budget) return hpw;
   }
@@ -146,10 +146,16 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, 
   // rope: kv_write_rope's rotation, the rope kernel's own; then attention and, for the layout's
   // widths, the fused and short kernels (geometry_kernel_files).
   for (const std::string& file : geometry_kernel_files(G)) source += kernel_source(file.c_str());
-  const uint32_t hpw = (geo.k_fused || geo.v_fused) ? fused_heads_per_group(be, geo, group) : 0;
+  // A program with the fused kernel may take a work-group of its own (tuning att_wg_fused).
+  uint32_t hpw = 0, wg = attention_wg(be);
+  if (geo.k_fused || geo.v_fused) {
+    wg = fused_program_wg(wg, be->tuning.att_wg_fused, static_cast<uint32_t>(be->caps.max_wg),
+                          [&](uint32_t w) { return fused_heads_per_group(be, geo, group, w); });
+    hpw = fused_heads_per_group(be, geo, group, wg);
+  }
   const uint32_t wide_wg = wide_group_size(be);
   const std::string options = "-cl-std=CL1.2 -DHEAD_DIM=" + std::to_string(G.k_dim) + geometry_options(G) + " -DGROUP=" + std::to_string(group) +
-                              " -DWG=" + std::to_string(attention_wg(be)) + " -DK_FUSED=" + std::to_string(hpw && geo.k_fused) +
+                              " -DWG=" + std::to_string(wg) + " -DK_FUSED=" + std::to_string(hpw && geo.k_fused) +
                               " -DV_FUSED=" + std::to_string(hpw && geo.v_fused) + " -DHPW=" + std::to_string(std::max(hpw, 1u)) +
                               " -DV_SLOTS=" + std::to_string(v_slots(geo)) +
                               " -DK_ENCODE_GROUP=" + std::to_string(has_group_encode(k_source)) +
@@ -195,7 +201,8 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, 
                              ? cl::Kernel(program, "attention_short_join")
                              : cl::Kernel(),
                          program_has_kernel(program, "kv_gather_f16_rows") ? cl::Kernel(program, "kv_gather_f16_rows") : cl::Kernel(),
-                         cl::Kernel(program, "attention_recent_partial")};
+                         cl::Kernel(program, "attention_recent_partial"),
+                         wg};
   return geo.kernels.emplace(group, std::move(k)).first->second;
 }
 

@@ -93,4 +93,16 @@ inline std::string geometry_options(const KvGeometry& g) {
   return g.v_dim != g.k_dim ? " -DV_DIM=" + std::to_string(g.v_dim) : std::string();
 }
 
+// The attention work-group of a geometry's program with the fused kernel: the fused one (tuning
+// att_wg_fused; 0 none) where the device allows it and the fused kernel keeps as many query heads a
+// work-group at it as at the common one (heads_at(wg): the fused kernel's heads a work-group fitting
+// local memory at wg, 0 none) — a wider group with fewer heads reads every key row more often — else
+// the common one (att_wg).
+template <class HeadsAt>
+uint32_t fused_program_wg(uint32_t att_wg, uint32_t att_wg_fused, uint32_t max_wg, HeadsAt heads_at) {
+  if (att_wg_fused == 0 || att_wg_fused == att_wg || att_wg_fused > max_wg) return att_wg;
+  const uint32_t heads = heads_at(att_wg);
+  return heads && heads_at(att_wg_fused) == heads ? att_wg_fused : att_wg;
+}
+
 }  // namespace sluice::ocl

@@ -87,6 +87,8 @@ const Field kFields[] = {
     {"mma_bk", IntField{&Tuning::mma_bk, [](uint64_t v) { return one_of(v, {32, 64}); }}, "32 or 64"},
     {"mma_bm", IntField{&Tuning::mma_bm, [](uint64_t v) { return one_of(v, {64, 128}); }}, "64 or 128"},
     {"att_wg", IntField{&Tuning::att_wg, [](uint64_t v) { return one_of(v, {64, 128, 256}); }}, "64, 128 or 256"},
+    {"att_wg_fused", IntField{&Tuning::att_wg_fused, [](uint64_t v) { return one_of(v, {0, 64, 128, 256}); }},
+     "0, 64, 128 or 256"},
     {"att_team", IntField{&Tuning::att_team, [](uint64_t v) { return one_of(v, {0, 8, 16, 32}); }}, "0 (the kernel's), 8, 16 or 32"},
     {"att_kpt", IntField{&Tuning::att_kpt, [](uint64_t v) { return one_of(v, {0, 1, 2, 4, 8}); }},
      "0 (the kernel's), 1, 2, 4 or 8"},

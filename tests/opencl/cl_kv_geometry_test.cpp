@@ -162,3 +162,15 @@ TEST(ClKvGeometry, LayersOfOneShapeAndCodecsShareAGeometryOtherCodecsGetTheirOwn
 
 }  // namespace
 }  // namespace sluice::ocl
+
+TEST(ClKvGeometry, TheFusedProgramTakesItsOwnWorkGroupOnlyWhereItKeepsItsHeads) {
+  using sluice::ocl::fused_program_wg;
+  // A 16-rotation turbo3 query area of 4 heads fits 48 KB at 64 and 128 work-items, not at 256.
+  auto heads_at = [](uint32_t wg) { return wg <= 128 ? 4u : 2u; };
+  EXPECT_EQ(fused_program_wg(64, 128, 1024, heads_at), 128u);
+  EXPECT_EQ(fused_program_wg(64, 256, 1024, heads_at), 64u) << "fewer heads a work-group at 256";
+  EXPECT_EQ(fused_program_wg(64, 0, 1024, heads_at), 64u) << "0: the common work-group";
+  EXPECT_EQ(fused_program_wg(64, 128, 64, heads_at), 64u) << "beyond the device's largest work-group";
+  EXPECT_EQ(fused_program_wg(128, 64, 1024, heads_at), 64u);
+  EXPECT_EQ(fused_program_wg(64, 128, 1024, [](uint32_t) { return 0u; }), 64u) << "no fused kernel fits";
+}
