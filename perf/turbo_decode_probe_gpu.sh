@@ -33,8 +33,8 @@ prof() {  # label codec [backend options]
   log "prof $1 rc=$?"; grep -E "attention|merge|launches," $R/prof_$1.txt | head -8
 }
 if [ "${PROFILE:-1}" = 1 ]; then
-  row f16_a f16 0,32768
-  row turbo3_a turbo3 0,32768
+  row f16_a f16 ${ROW_DEPTHS:-0,32768}
+  row turbo3_a turbo3 ${ROW_DEPTHS:-0,32768}
   prof f16 f16
   prof turbo3 turbo3
 fi
@@ -42,7 +42,18 @@ for spec in "$@"; do
   label=${spec%%=*}; opts=${spec#*=}
   row "turbo3_$label" turbo3 "${ROW_DEPTHS:-32768}" "$opts"
 done
-[ "${PROFILE:-1}" = 1 ] && { row f16_b f16 0,32768; row turbo3_b turbo3 0,32768; }
+[ "${PROFILE:-1}" = 1 ] && { row f16_b f16 ${ROW_DEPTHS:-0,32768}; row turbo3_b turbo3 ${ROW_DEPTHS:-0,32768}; }
+# SAME_IDS=1: 32 greedy tokens over turbo3 through the fused kernel and through the generic one
+# (backend option tune.fused_attention=0): the same ids expected.
+if [ "${SAME_IDS:-0}" = 1 ]; then
+  for a in fused generic; do
+    o=; [ $a = generic ] && o="--backend-options tune.fused_attention=0"
+    timeout 120 "$F/sluice" generate --model $M --backend opencl --plugin-dir "$F" --kv-codec turbo3 --max-tokens 32 --json \
+      --prompt "The history of the river begins" $o > $R/ids_$a.txt 2>&1
+  done
+  ids() { grep -o '"ids":\[[0-9,]*\]' "$1"; }
+  [ -n "$(ids $R/ids_fused.txt)" ] && [ "$(ids $R/ids_fused.txt)" = "$(ids $R/ids_generic.txt)" ] && log "same ids: yes" || log "same ids: NO"
+fi
 # TESTS=1: then the GPU tests of the paths measured (they look for the paths they were built with).
 if [ "${TESTS:-0}" = 1 ]; then
   mkdir -p /work && ln -sfn $PWD /work/main; mkdir -p build && ln -sfn "$F" build/lib
