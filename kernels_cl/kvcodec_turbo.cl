@@ -513,6 +513,26 @@ void SL_KV_FN(fused_prepare_queries)(__local float* q_slots, uint k_area, __loca
   SL_TQ(fwht_slots)(q_slots, SL_TQ_N_ROT * n_heads, 1u, n_heads, SL_TQ_QS * n_heads, n_heads, lid, lsize);
 }
 
+/* Part `part` of n_parts of fused_prepare_queries (docs/PLUGINS.md, optional): the rotations
+ * [part·R/n_parts, (part+1)·R/n_parts) of its layout, the codebooks with the last part — so that a
+ * decode step's few query areas (one a group of heads: 8 on Llama-3-8B) are transformed by several
+ * work-groups each. *first, *count: the floats of q_slots written (contiguous). Whole work-group. */
+void SL_KV_FN(fused_prepare_queries_part)(__local float* q_slots, uint k_area, __local const float* queries, uint n_heads,
+                                          uint part, uint n_parts, uint lid, uint lsize, uint* first, uint* count) {
+  const uint r0 = part * SL_TQ_N_ROT / n_parts, r1 = (part + 1u) * SL_TQ_N_ROT / n_parts;
+  const bool last = part + 1u == n_parts;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint i = lid; i < (r1 - r0) * SL_TQ_HEAD_DIM * n_heads; i += lsize) {
+    const uint g = i % n_heads, rd = i / n_heads, r = r0 + rd / SL_TQ_HEAD_DIM, d = rd % SL_TQ_HEAD_DIM;
+    q_slots[SL_TQ_QH(r, d, g, n_heads)] = queries[g * SL_TQ_HEAD_DIM + d] * SL_TQ(sign)(r, d);
+  }
+  if (last)
+    for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) q_slots[SL_TQ_N_ROT * SL_TQ_QS * n_heads + i] = SL_TQ(codebook)[i];
+  SL_TQ(fwht_slots)(q_slots + r0 * SL_TQ_QS * n_heads, (r1 - r0) * n_heads, 1u, n_heads, SL_TQ_QS * n_heads, n_heads, lid, lsize);
+  *first = r0 * SL_TQ_QS * n_heads;
+  *count = (r1 - r0) * SL_TQ_QS * n_heads + (last ? SL_TQ_N_BLOCKS * 16u : 0u);
+}
+
 /* ⟨q, x̂⟩ of one stored key, by one work-item. */
 float SL_KV_FN(fused_score)(__global const uchar* row, __local const float* q_slots) {
   __local const float* book = q_slots + SL_TQ_N_ROT * SL_TQ_QS;

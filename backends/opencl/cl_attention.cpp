@@ -340,7 +340,9 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
       qk.setArg(2, static_cast<cl_uint>(Ly.n_kv_heads));
       qk.setArg(3, cl::Local(image_bytes));
       qk.setArg(4, static_cast<cl_uint>(k_area));
-      launch(be, qk, cl::NDRange(size_t(ks.wide_wg) * p->n_heads / heads_per_group, n_tokens), cl::NDRange(ks.wide_wg, 1));
+      const uint32_t parts = ks.query_parts ? fused_query_parts(cu, groups, be->tuning.att_query_parts) : 1;
+      launch(be, qk, cl::NDRange(size_t(ks.wide_wg) * p->n_heads / heads_per_group, n_tokens, parts),
+             cl::NDRange(ks.wide_wg, 1, 1));
     }
     kn.setArg(22, cl::Local(image_bytes));
     kn.setArg(23, static_cast<cl_uint>(k_area));

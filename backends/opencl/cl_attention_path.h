@@ -55,4 +55,14 @@ inline uint32_t gather_rows_per_group(uint32_t page_tokens) {
   return page_tokens ? rows : 0;
 }
 
+// Work-groups each fused query area is prepared by (attention_fused_queries' third dimension, a share
+// of the K codec's rotations each): `areas` query areas (tokens × head groups) fill the compute units
+// when there are few — a decode step has one a KV head — up to 8 parts; `forced` (tuning
+// att_query_parts, 1–16) decides instead.
+inline uint32_t fused_query_parts(uint32_t compute_units, uint64_t areas, uint32_t forced) {
+  if (forced) return forced;
+  if (areas == 0) return 1;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(compute_units / areas, 1, 8));
+}
+
 }  // namespace sluice::ocl

@@ -64,6 +64,7 @@ struct sl_kv_cache {
     cl::Kernel gather_rows;   // kv_gather_f16_rows, where a codec decodes rows together (null otherwise)
     cl::Kernel recent_partial;  // attention_recent_partial: a prefill run's exact keys beside attention_mma
     uint32_t wg = 0;  // the program's attention work-group (WG): tuning att_wg, or att_wg_fused with a fused kernel
+    bool query_parts = false;  // attention_fused_queries splits an area's rotations (the codec's fused_prepare_queries_part)
   };
   // The layers' geometries (cl_kv_geometry.h: [0] the layout's own), each with its programs.
   struct Geometry {

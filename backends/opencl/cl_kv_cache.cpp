@@ -146,6 +146,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, 
   // rope: kv_write_rope's rotation, the rope kernel's own; then attention and, for the layout's
   // widths, the fused and short kernels (geometry_kernel_files).
   for (const std::string& file : geometry_kernel_files(G)) source += kernel_source(file.c_str());
+  const bool query_parts = source_has(k_source, {"SL_KV_FN(fused_prepare_queries_part)"});
   // A program with the fused kernel may take a work-group of its own (tuning att_wg_fused).
   uint32_t hpw = 0, wg = attention_wg(be);
   if (geo.k_fused || geo.v_fused) {
@@ -166,6 +167,7 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, 
                               " -DK_HEADS=" + std::to_string(source_has(k_source, {"SL_KV_FN(fused_prepare_queries)", "SL_KV_FN(fused_score_heads)"})) +
                               " -DV_FINISH_HEADS=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_finish_heads)"})) +
                               " -DV_VALUES8=" + std::to_string(source_has(v_source, {"SL_KV_FN(fused_values8)"})) +
+                              " -DK_QUERY_PARTS=" + std::to_string(query_parts) +
                               key_scoring_options(be) + nv_register_cap(be, be->tuning.maxrreg_att);
   // On NVIDIA the key scoring's teams sum with warp shuffles (inline PTX); a program that fails to
   // build with them is reported once and built with the local-memory sums instead.
@@ -202,7 +204,8 @@ sl_kv_cache::Kernels& cache_kernels(sl_backend* be, sl_kv_cache::Geometry& geo, 
                              : cl::Kernel(),
                          program_has_kernel(program, "kv_gather_f16_rows") ? cl::Kernel(program, "kv_gather_f16_rows") : cl::Kernel(),
                          cl::Kernel(program, "attention_recent_partial"),
-                         wg};
+                         wg,
+                         query_parts};
   return geo.kernels.emplace(group, std::move(k)).first->second;
 }
 

@@ -89,6 +89,7 @@ const Field kFields[] = {
     {"att_wg", IntField{&Tuning::att_wg, [](uint64_t v) { return one_of(v, {64, 128, 256}); }}, "64, 128 or 256"},
     {"att_wg_fused", IntField{&Tuning::att_wg_fused, [](uint64_t v) { return one_of(v, {0, 64, 128, 256}); }},
      "0, 64, 128 or 256"},
+    {"att_query_parts", IntField{&Tuning::att_query_parts, [](uint64_t v) { return v <= 16; }}, "0 to 16"},
     {"att_team", IntField{&Tuning::att_team, [](uint64_t v) { return one_of(v, {0, 8, 16, 32}); }}, "0 (the kernel's), 8, 16 or 32"},
     {"att_kpt", IntField{&Tuning::att_kpt, [](uint64_t v) { return one_of(v, {0, 1, 2, 4, 8}); }},
      "0 (the kernel's), 1, 2, 4 or 8"},

@@ -84,6 +84,7 @@ struct Tuning {
   // Attention (cl_kv_cache.cpp, cl_attention.cpp).
   uint32_t att_wg = 64;                   // the attention kernels' work-group (64, 128, 256)
   uint32_t att_wg_fused = 0;              // the same where a program has the fused kernel (0: att_wg)
+  uint32_t att_query_parts = 0;           // work-groups a fused query area's rotations split over (0: by the device)
   uint32_t att_team = 0;                  // generic kernel: work-items reading a key row (8, 16, 32)
   uint32_t att_kpt = 0;                   // generic kernel: keys a team loads before summing (1, 2, 4, 8)
   uint32_t att_vu = 0;                    // keys' values a work-item loads before using them (1..64)

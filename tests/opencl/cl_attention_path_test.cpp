@@ -104,3 +104,13 @@ TEST(MmaCachePrecision, TheF32CacheIsReadInF32AndTheF16OneOnTensorCores) {
 
 }  // namespace
 }  // namespace sluice::ocl
+
+TEST(ClAttentionPath, FusedQueryAreasSplitToFillTheComputeUnitsUpToEightParts) {
+  using sluice::ocl::fused_query_parts;
+  EXPECT_EQ(fused_query_parts(132, 8, 0), 8u) << "a decode step of Llama-3-8B: 8 areas";
+  EXPECT_EQ(fused_query_parts(132, 32, 0), 4u);
+  EXPECT_EQ(fused_query_parts(132, 4096, 0), 1u) << "a prefill fills the device by itself";
+  EXPECT_EQ(fused_query_parts(4, 8, 0), 1u);
+  EXPECT_EQ(fused_query_parts(132, 0, 0), 1u);
+  EXPECT_EQ(fused_query_parts(132, 8, 3), 3u) << "the tuning's count decides";
+}

@@ -85,6 +85,7 @@ TEST(OpenclTuning, DefaultsAreTheValuesTheBackendUsedBefore) {
   EXPECT_EQ(t.mma_bm, 128u);                         // kMmaDefaultRows
   EXPECT_EQ(t.att_wg, 64u);                          // knob ? knob : 64
   EXPECT_EQ(t.att_wg_fused, 0u);                     // the fused kernel's programs at att_wg
+  EXPECT_EQ(t.att_query_parts, 0u);                  // query areas split by the device's compute units
   EXPECT_EQ(t.att_team, 0u);                         // no -DATT_TEAM: the kernel's 8
   EXPECT_EQ(t.att_kpt, 0u);                          // no -DATT_KPT: the kernel's choice
   EXPECT_EQ(t.att_vu, 0u);                           // no -DATT_VU: the kernels' 16 and 4
@@ -111,7 +112,7 @@ TEST(OpenclTuning, EveryFieldHasAName) {
       "q4_team", "q4_rows", "q4_shape_of", "maxrreg", "dp4a", "dp4a_min_log2", "glu_blocks", "res_shape",
       "q4_batch_max_rows", "q4_batch_chunk", "q4_batch_team_rows",
       "q4_batch_wide_rows", "q4_batch_wide_team_rows", "q4_batch_dp4a", "q4_batch_mma", "q4_batch_mma_min_rows",
-      "q4_batch_mma_m_tiles", "q4_batch_mma_warps", "q4_batch_mma_m_warps", "q4_batch_mma_groups_per_cu", "q4_batch_mma_interleave", "q4_batch_mma_unroll", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_wg_fused", "att_team", "att_kpt", "att_vu", "att_shfl_local",
+      "q4_batch_mma_m_tiles", "q4_batch_mma_warps", "q4_batch_mma_m_warps", "q4_batch_mma_groups_per_cu", "q4_batch_mma_interleave", "q4_batch_mma_unroll", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_wg_fused", "att_query_parts", "att_team", "att_kpt", "att_vu", "att_shfl_local",
       "att_short", "att_groups_per_cu", "att_groups_per_cu_fused", "fused_attention", "maxrreg_att", "mma_att",
       "mma_att_min_run", "mma_att_groups_per_cu", "mma_att_min_tiles", "mma_att_splits", "mma_att_queries", "max_alloc"};
   EXPECT_EQ(tuning_field_names(), expected);
