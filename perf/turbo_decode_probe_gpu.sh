@@ -6,8 +6,12 @@
 # options as extra rows (each "label=opts", e.g. wg128=tune.att_wg=128; at ROW_DEPTHS, default 32768).
 # Carry [".bundle_pack"] with bundle_td.tar.xz:
 #   ../shared/device/bundle.sh .bundle_td build/bin/sluice build/bin/bench_depth \
-#     build/lib/sluice-backend-opencl.so build/lib/sluice-kvcodec-*.so [test binaries]
+#     build/lib/sluice-backend-opencl.so build/lib/sluice-kvcodec-*.so \
+#     [build/lib/sluice-backend-cpu.so build/bin/opencl_fused_attention_test build/bin/kvcodec_opencl_source_test]
 #   strip .bundle_td/bin/*; tar -cJf .bundle_pack/bundle_td.tar.xz .bundle_td
+# (the bracketed files for TESTS=1: the fused test compares with the CPU backend). Environment:
+# ROW_DEPTHS (e.g. 0,8192,32768), PROFILE=0 (option rows only), SAME_IDS=1, TESTS=1 with TEST_OPTIONS.
+# The GPU tests compile ~40 programs cold: ~5 minutes of device time a run on the H200.
 # Results: $OUT/td.tar.gz (the rows, profiles and test outputs; a call brings back few files), a
 # summary line each in $OUT/progress.txt.
 set -u
