@@ -205,6 +205,17 @@ inline void SL_TQ(fwht_private)(float* v, uint n) {
 #define SL_TQ_PARTS 4u
 inline float SL_TQ(parts_total)(float p0, float p1, float p2, float p3) { return (p0 + p1) + (p2 + p3); }
 
+/* A block's scale by the scale mode (mse_stage.h) from its sums, and its squared error (*err). */
+inline float SL_TQ(scale_of_sums)(float norm2, float cc, float yc, uint n, float* err) {
+  float s;
+  if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
+  else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
+  else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
+  else s = sqrt(norm2 / cc);
+  *err = fmax(0.0f, norm2 - 2.0f * s * yc + s * s * cc);
+  return s;
+}
+
 /* Block b of src under rotation r: the indices, the scale and the squared error (as the host encoder). */
 inline void SL_TQ(try_rotation)(__global const float* src, uint b, uint r, uchar* idx, float* s_out, float* err_out) {
   float y[SL_TQ_MAX_BLOCK];
@@ -240,11 +251,7 @@ inline void SL_TQ(try_rotation)(__global const float* src, uint b, uint r, uchar
     }
     const float cc = SL_TQ(parts_total)(ccp[0], ccp[1], ccp[2], ccp[3]);
     const float yc = SL_TQ(parts_total)(ycp[0], ycp[1], ycp[2], ycp[3]);
-    if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
-    else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
-    else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
-    else s = sqrt(norm2 / cc);
-    err = fmax(0.0f, norm2 - 2.0f * s * yc + s * s * cc);
+    s = SL_TQ(scale_of_sums)(norm2, cc, yc, n, &err);
   } else {
     for (uint j = 0; j < n; ++j) idx[j] = 0;
   }
@@ -400,11 +407,7 @@ void SL_KV_FN(encode_row_group)(__global const float* src, __global uchar* row, 
         __local const float* cp = best + r * 2u * SL_TQ_PARTS;
         const float cc = SL_TQ(parts_total)(cp[0], cp[1], cp[2], cp[3]);
         const float yc = SL_TQ(parts_total)(cp[4], cp[5], cp[6], cp[7]);
-        if (SL_TQ_SCALE_MODE == 1) s = sqrt(norm2 / (float)n);
-        else if (SL_TQ_SCALE_MODE == 2) s = yc / cc;
-        else if (SL_TQ_SCALE_MODE == 3) s = yc > 0.0f ? norm2 / yc : sqrt(norm2 / cc);
-        else s = sqrt(norm2 / cc);
-        err = fmax(0.0f, norm2 - 2.0f * s * yc + s * s * cc);
+        s = SL_TQ(scale_of_sums)(norm2, cc, yc, n, &err);
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -500,19 +503,6 @@ void SL_KV_FN(fused_prepare_query)(__local float* q_slots, uint lid, uint lsize)
  * one vector load per coordinate; the codebooks after the last rotation. */
 #define SL_TQ_QH(r, d, g, nh) ((((r) * SL_TQ_QS + (d)) * (nh)) + (g))
 
-/* n_heads queries (queries[g·head_dim + d]) under every rotation into q_slots (n_heads·k_area floats,
- * laid out as SL_TQ_QH): every head's and rotation's transform at once, one barrier per stage. */
-void SL_KV_FN(fused_prepare_queries)(__local float* q_slots, uint k_area, __local const float* queries, uint n_heads,
-                                     uint lid, uint lsize) {
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint i = lid; i < SL_TQ_N_ROT * SL_TQ_HEAD_DIM * n_heads; i += lsize) {
-    const uint g = i % n_heads, rd = i / n_heads, r = rd / SL_TQ_HEAD_DIM, d = rd % SL_TQ_HEAD_DIM;
-    q_slots[SL_TQ_QH(r, d, g, n_heads)] = queries[g * SL_TQ_HEAD_DIM + d] * SL_TQ(sign)(r, d);
-  }
-  for (uint i = lid; i < SL_TQ_N_BLOCKS * 16u; i += lsize) q_slots[SL_TQ_N_ROT * SL_TQ_QS * n_heads + i] = SL_TQ(codebook)[i];
-  SL_TQ(fwht_slots)(q_slots, SL_TQ_N_ROT * n_heads, 1u, n_heads, SL_TQ_QS * n_heads, n_heads, lid, lsize);
-}
-
 /* Part `part` of n_parts of fused_prepare_queries (docs/PLUGINS.md, optional): the rotations
  * [part·R/n_parts, (part+1)·R/n_parts) of its layout, the codebooks with the last part — so that a
  * decode step's few query areas (one a group of heads: 8 on Llama-3-8B) are transformed by several
@@ -531,6 +521,14 @@ void SL_KV_FN(fused_prepare_queries_part)(__local float* q_slots, uint k_area, _
   SL_TQ(fwht_slots)(q_slots + r0 * SL_TQ_QS * n_heads, (r1 - r0) * n_heads, 1u, n_heads, SL_TQ_QS * n_heads, n_heads, lid, lsize);
   *first = r0 * SL_TQ_QS * n_heads;
   *count = (r1 - r0) * SL_TQ_QS * n_heads + (last ? SL_TQ_N_BLOCKS * 16u : 0u);
+}
+
+/* n_heads queries (queries[g·head_dim + d]) under every rotation into q_slots (n_heads·k_area floats,
+ * laid out as SL_TQ_QH): every head's and rotation's transform at once, one barrier per stage. */
+void SL_KV_FN(fused_prepare_queries)(__local float* q_slots, uint k_area, __local const float* queries, uint n_heads,
+                                     uint lid, uint lsize) {
+  uint first, count;
+  SL_KV_FN(fused_prepare_queries_part)(q_slots, k_area, queries, n_heads, 0u, 1u, lid, lsize, &first, &count);
 }
 
 /* ⟨q, x̂⟩ of one stored key, by one work-item. */
