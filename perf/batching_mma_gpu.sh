@@ -9,6 +9,9 @@
 #            matrix shape and kernel shape, against the dp4a batch kernel (tune.q4_batch_mma=0)
 #   measure  bench_batching (1..32 streams) with the tensor-core kernel and without, the peer's
 #            llama-batched-bench (-npp 32 -ntg 64, its S_TG), ours again; a profiled 8- and 32-stream run
+# Environment: SWEEP_OPTS (option sets for start's product timings, one a line; $B is the batch limits,
+# $K keeps the tuned m-warps), SWEEP_ROWS, SWEEP_SHAPES ("14336x4096 …"); RUNS ("label=options …",
+# measure's whole-model runs), PROFILE_STREAMS; VENDOR_FILTER (the GPU tests start runs).
 #   served   (a third call, optional) the served load of perf/served_peer_gpu.sh, ours and llama-server
 # Here first (bundles are ignored by git; the tracked tree leaves ~26 MB of the 64 MiB a call carries):
 #   ../shared/device/bundle.sh .bundle_mma build/bin/sluice build/bin/bench_batching build/bin/bench_quant_matvec \
@@ -43,7 +46,7 @@ start)
   mkdir -p /work && ln -sfn $PWD /work/main; mkdir -p build && ln -sfn "$F" build/lib
   # …and the 4-bit reference model the concurrent-requests test reads (/work/main/../shared/models/).
   mkdir -p "$(dirname "$PWD")/shared/models" && ln -sfn "$PWD/.bundle_pack/tiny-code-qwen2-4bit" "$(dirname "$PWD")/shared/models/"
-  timeout 200 "$F/opencl_vendor_paths_test" --gtest_filter='*Batched*:*TensorCore*' > $R/t_vendor.txt 2>&1; log "vendor rc=$?"
+  timeout 300 "$F/opencl_vendor_paths_test" --gtest_filter="${VENDOR_FILTER:-*Batched*:*TensorCore*}" > $R/t_vendor.txt 2>&1; log "vendor rc=$?"
   mv_run() {  # rows cols batch options
     printf "rows %s cols %s batch %s opts '%s': " "$1" "$2" "$3" "$4" >> $R/matvec.txt
     timeout 60 "$F/bench_quant_matvec" --backend opencl --plugin-dir "$F" --backend-options "$4" --bits 4 \
@@ -51,6 +54,15 @@ start)
     echo >> $R/matvec.txt
   }
   B=tune.q4_batch_max_rows=64,tune.q4_batch_mma_min_rows=2; K=tune.q4_batch_mma_groups_per_cu=0
+  if [ -n "${SWEEP_OPTS:-}" ]; then  # a sweep of one's own: option sets (one a line, $B and $K expanded), rows, shapes
+    for n in ${SWEEP_ROWS:-2 4 8 16 32}; do
+      for shape in ${SWEEP_SHAPES:-14336x4096 4096x14336 4096x4096 1024x4096}; do
+        while IFS= read -r opts; do
+          [ -n "$opts" ] && mv_run ${shape%x*} ${shape#*x} $n "$(eval echo "$opts")"
+        done <<< "$SWEEP_OPTS"
+      done
+    done
+  else
   for n in 2 4 8 16 32 64; do
     for opts in "$B,tune.q4_batch_mma=0" "$B" "$B,tune.q4_batch_mma_interleave=1" "$B,tune.q4_batch_mma_interleave=1,tune.q4_batch_mma_unroll=2" \
                 "$B,tune.q4_batch_mma_unroll=2" \
@@ -64,6 +76,7 @@ start)
       done
     done
   done
+  fi
   mv_run 14336 4096 1 ""
   mv_run 4096 14336 1 ""
   log matvec
@@ -79,17 +92,17 @@ measure)
       --streams 1,2,4,8,16,32 > $R/ours_$1.txt 2>&1
     log "ours $1"
   }
-  ours mma_1 ""
-  ours dp4a_1 "tune.q4_batch_mma=0"
-  ours ilv_1 "tune.q4_batch_mma_interleave=1"
+  # RUNS: "label=options …" run before the peer and again after it (the default: three forms of the products)
+  RUNS=${RUNS:-"mma= dp4a=tune.q4_batch_mma=0 ilv=tune.q4_batch_mma_interleave=1"}
+  for run in $RUNS; do ours "${run%%=*}_1" "${run#*=}"; done
   timeout 200 $W/build/bin/llama-batched-bench -m $G -ngl 99 -fa on -c 16384 -b 2048 -ub 512 -npp 32 -ntg 64 \
     -npl 1,2,4,8,16,32 > $R/peer_batched.txt 2>&1
   log peer
-  ours mma_2 ""
-  ours w16_2 "tune.q4_batch_mma_warps=16"
-  for n in 8 32; do
+  for run in $RUNS; do ours "${run%%=*}_2" "${run#*=}"; done
+  for n in ${PROFILE_STREAMS:-8 32}; do  # profiled with the options of RUNS' first entry
+    first=${RUNS%% *}
     SLUICE_OPENCL_PROFILE=1 SLUICE_OPENCL_HOST_TIMING=1 timeout 90 "$F/bench_batching" --model $M --backend opencl \
-      --plugin-dir "$F" --gen 32 --streams $n > $R/prof_$n.txt 2>&1
+      --plugin-dir "$F" --backend-options "${first#*=}" --gen 32 --streams $n > $R/prof_$n.txt 2>&1
   done
   log "measure done" ;;
 served)  # issue 30's served load, ours and llama-server, through perf/served_peer_gpu.sh's measure phase
