@@ -297,11 +297,23 @@ bool batch_mma_device(sl_backend* be, const Q4BatchMmaShape& shape) {
   }
 }
 
+// One weight's share of a batched tensor-core launch (matvec_q4_batch_mma's parts): its segment, its
+// output and that output's row length, its bias.
+struct BatchPart {
+  Segment seg;
+  cl::Buffer out;
+  uint32_t out_stride = 0;
+  DevPtr bias;
+  bool has_bias = false;
+};
+
 // A batch of decode rows on tensor cores: x's rows as f16 in the kernel's column order with their
 // step sums (matvec_batch_mma_pack_x; shared by the products that read the same x), then
-// matvec_q4_batch_mma per segment, 16·m_tiles weight rows a work-group, chunks of 8·n_tiles rows.
+// matvec_q4_batch_mma over up to three parts (weights of w's cols, group size and scale form in one
+// set of buffers; parts[0].seg.r0 is where part 0's rows start in its output), 16·m_tiles·m_warps
+// weight rows a work-group, chunks of 8·n_tiles rows.
 void q4_batch_mma_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const Q4BatchMmaShape& shape,
-                         const DevPtr& bias, uint32_t bias_dtype, bool has_bias, sl_buffer* out, Forms& forms) {
+                         const BatchPart* parts, uint32_t n_parts, uint32_t bias_dtype, Forms& forms) {
   const std::string program = q4_batch_mma_program(shape);
   cl::Buffer& xh = be->batch_x8.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
   cl::Buffer& sums = be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * (w->cols / shape.step) * 4);
@@ -317,33 +329,42 @@ void q4_batch_mma_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, co
   }
   const uint32_t chunks = (n_rows + shape.chunk_rows() - 1) / shape.chunk_rows();
   auto& k = kernel(be, program, "matvec_q4_batch_mma");
-  for (const auto& s : segments(be, w)) {
-    cl_uint a = 0;
-    k.setArg(a++, s.data.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(s.data.offset));
-    k.setArg(a++, static_cast<cl_uint>(s.data.offset % 8 == 0 ? 8 : 4));
-    k.setArg(a++, s.scales.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(s.scales.offset));
-    k.setArg(a++, s.biases.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(s.biases.offset));
-    k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
-    k.setArg(a++, static_cast<cl_uint>(w->group_size));
-    k.setArg(a++, static_cast<cl_uint>(s.rows));
-    k.setArg(a++, static_cast<cl_uint>(w->cols));
-    k.setArg(a++, xh);
-    k.setArg(a++, sums);
-    k.setArg(a++, static_cast<cl_uint>(n_rows));
-    k.setArg(a++, static_cast<cl_uint>(chunks));
-    k.setArg(a++, single(out));
-    k.setArg(a++, static_cast<cl_uint>(w->rows));
-    k.setArg(a++, static_cast<cl_uint>(s.r0));
-    k.setArg(a++, bias.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(bias.offset));
-    k.setArg(a++, static_cast<cl_uint>(bias_dtype));
-    k.setArg(a++, static_cast<cl_uint>(has_bias));
-    const uint64_t blocks = (s.rows + shape.rows_per_group() - 1) / shape.rows_per_group();
-    launch(be, k, cl::NDRange(size_t(blocks * chunks * shape.warps * 32)), cl::NDRange(shape.warps * 32));
+  uint64_t at = 0;  // the parts' alignment (row starts share it: a row is a multiple of 16 bytes here)
+  for (uint32_t p = 0; p < n_parts; ++p) at |= parts[p].seg.data.offset;
+  cl_uint a = 0;
+  k.setArg(a++, parts[0].seg.data.buffer);
+  k.setArg(a++, static_cast<cl_uint>(at % 8 == 0 ? 8 : 4));
+  k.setArg(a++, parts[0].seg.scales.buffer);
+  k.setArg(a++, parts[0].seg.biases.buffer);
+  k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(w->group_size));
+  k.setArg(a++, static_cast<cl_uint>(w->cols));
+  k.setArg(a++, xh);
+  k.setArg(a++, sums);
+  k.setArg(a++, static_cast<cl_uint>(n_rows));
+  k.setArg(a++, static_cast<cl_uint>(chunks));
+  uint64_t blocks = 0;
+  cl_uint has_bias = 0;
+  for (uint32_t p = 0; p < 3; ++p) {
+    const BatchPart& q = parts[std::min(p, n_parts - 1)];  // absent parts: block_end[p] == block_end[p-1], never read
+    if (p < n_parts) {
+      blocks += (q.seg.rows + shape.rows_per_group() - 1) / shape.rows_per_group();
+      has_bias |= q.has_bias ? 1u << p : 0u;
+    }
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.data.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.scales.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.biases.offset));
+    k.setArg(a++, static_cast<cl_uint>(q.seg.rows));
+    k.setArg(a++, static_cast<cl_uint>(blocks));
+    k.setArg(a++, q.out);
+    k.setArg(a++, static_cast<cl_uint>(q.out_stride));
+    k.setArg(a++, q.bias.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(q.bias.offset));
   }
+  k.setArg(a++, has_bias);
+  k.setArg(a++, static_cast<cl_uint>(bias_dtype));
+  k.setArg(a++, static_cast<cl_uint>(parts[0].seg.r0));
+  launch(be, k, cl::NDRange(size_t(blocks * chunks * shape.warps * 32)), cl::NDRange(shape.warps * 32));
 }
 
 // A batch of decode rows (one a sequence) by a 4-bit weight: matvec_q4_batch (kernels_cl/matvec_batch.cl)
@@ -354,7 +375,13 @@ void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weig
   const MatmulShape mshape = shape_of(n_rows, w);
   if (q4_batch_mma(mshape, be->batch_mma_state != -1, be->tuning)) {
     const Q4BatchMmaShape shape = q4_batch_mma_shape(mshape, be->caps.compute_units, be->tuning);
-    if (batch_mma_device(be, shape)) return q4_batch_mma_launch(be, x, n_rows, w, shape, bias, bias_dtype, has_bias, out, forms);
+    if (batch_mma_device(be, shape)) {
+      for (const auto& seg : segments(be, w)) {  // a part a launch: each segment's rows at seg.r0 of out's rows
+        const BatchPart part{seg, single(out), w->rows, bias, has_bias};
+        q4_batch_mma_launch(be, x, n_rows, w, shape, &part, 1, bias_dtype, forms);
+      }
+      return;
+    }
   }
   const uint32_t chunk = q4_batch_chunk(n_rows, be->tuning), team_rows = q4_batch_team_rows(n_rows, be->tuning);
   const uint32_t chunks = (n_rows + chunk - 1) / chunk, rows_per_group = 128 / 32 * team_rows;
@@ -653,6 +680,49 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
   return true;
 }
 
+// Batched decode products of one x in one tensor-core launch (q/k/v; gate/up where the GLU join does
+// not apply): 2..3 weights the batch takes to matvec_q4_batch_mma, of one cols, group size and scale
+// form, one segment each, their words, scales and biases each in one device buffer, biases (if any)
+// of one form. Two launches fewer a decode layer than one a product (perf/NOTES.md). Returns false to
+// leave them to single products.
+bool q4_batch_mma_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+                        const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms) {
+  if (count < 2 || count > 3) return false;
+  const sl_weight* w0 = ws[0];
+  MatmulShape shapes[3];
+  uint32_t scale_dtypes_differ = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    shapes[i] = shape_of(n_rows, ws[i]);
+    scale_dtypes_differ |= ws[i]->scale_dtype != w0->scale_dtype;
+  }
+  if (!q4_batch_mma_parts(shapes, count, scale_dtypes_differ, be->batch_mma_state != -1, be->tuning)) return false;
+  uint32_t total_rows = 0, bias_dtype = 0;
+  bool any_bias = false;
+  std::vector<BatchPart> parts;
+  for (uint32_t i = 0; i < count; ++i) {
+    const sl_weight* w = ws[i];
+    auto segs = segments(be, w);
+    if (segs.size() != 1) return false;
+    const sl_weight* bias = biases ? biases[i] : nullptr;
+    if (bias) {
+      if (any_bias && bias->dtype != bias_dtype) return false;
+      any_bias = true;
+      bias_dtype = bias->dtype;
+    }
+    parts.push_back(BatchPart{segs[0], single(outs[i]), w->rows, bias_range(be, bias, outs[i]), bias != nullptr});
+    const Segment &s = parts.back().seg, &f = parts.front().seg;
+    if (s.data.buffer() != f.data.buffer() || s.scales.buffer() != f.scales.buffer() || s.biases.buffer() != f.biases.buffer())
+      return false;
+    total_rows += w->rows;
+  }
+  MatmulShape all = shape_of(n_rows, w0);
+  all.out_rows = total_rows;  // the launch's rows decide its m-warps
+  const Q4BatchMmaShape shape = q4_batch_mma_shape(all, be->caps.compute_units, be->tuning);
+  if (!batch_mma_device(be, shape)) return false;
+  q4_batch_mma_launch(be, x, n_rows, w0, shape, parts.data(), count, bias_dtype, forms);
+  return true;
+}
+
 // The gate/up pair's device ranges for the joined launch: one segment each, words, scales and
 // biases each in one buffer, or false.
 bool glu_ranges(sl_backend* be, const sl_weight (&ws)[2], DevPtr (&data)[2], DevPtr (&scales)[2], DevPtr (&biases)[2]) {
@@ -933,6 +1003,7 @@ sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint
   if (n_rows == 0) return SL_OK;
   return guarded(err, "matmul_multi", [&] {
     if (n_rows == 1 && q4_decode_multi(be, x, count, ws, biases, outs, forms, step)) return SL_OK;
+    if (!step && q4_batch_mma_multi(be, x, n_rows, count, ws, biases, outs, forms)) return SL_OK;
     // One by one, each taking the norm step where all can (they read its form, each writes the same
     // output); else the norm first, as a launch of its own.
     const bool all_dp4a = use_dp4a(be) && std::all_of(ws, ws + count, [&](const sl_weight* w) { return q4_decode_form(n_rows, w); });

@@ -73,6 +73,19 @@ inline bool q4_batch_mma(const MatmulShape& s, bool mma_device, const Tuning& t)
   return mma_device && t.q4_batch_mma != 0 && s.n_rows >= t.q4_batch_mma_min_rows && s.cols % 32 == 0 && s.group_size % 32 == 0;
 }
 
+// Whether products of one x (q/k/v, gate/up: 2..3 weights) take one tensor-core launch, as parts
+// (kernels_cl/matvec_batch_mma.cl): the tuning allows it (q4_batch_mma_multi), every product takes the
+// batch path on tensor cores, and the weights share cols, group size and the scales' form (one
+// program, one step). Where their buffers and biases allow is the backend's to see (cl_matmul.cpp).
+inline bool q4_batch_mma_parts(const MatmulShape* s, uint32_t count, uint32_t scale_dtypes_differ, bool mma_device, const Tuning& t) {
+  if (count < 2 || count > 3 || !t.q4_batch_mma_multi || scale_dtypes_differ) return false;
+  for (uint32_t i = 0; i < count; ++i)
+    if (matmul_path(s[i], t) != MatmulPath::kQ4Batch || !q4_batch_mma(s[i], mma_device, t) || s[i].n_rows != s[0].n_rows ||
+        s[i].cols != s[0].cols || s[i].group_size != s[0].group_size)
+      return false;
+  return true;
+}
+
 // Its compile-time shape for a batch (program "matvec_batch_mma_n4_m1_s4_w8_g64_u2_i0"): n tiles of 8
 // activation rows a chunk (the fewest of 1, 2, 4 that hold the batch; wider batches in chunks of 32),
 // m tiles of 16 weight rows a warp, warps side by side in m (they share x through L1: more of them, fewer

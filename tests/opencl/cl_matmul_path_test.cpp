@@ -149,6 +149,29 @@ TEST(MatmulPath, TensorCoreBatchShapeFitsTheBatchTheGroupsAndLocalMemory) {
   EXPECT_EQ(q4_batch_mma_program(q4_batch_mma_shape(q4w(8, 14336), cus, t)), "matvec_batch_mma_n1_m2_s2_w16_g64_u4_i1");
 }
 
+// Products of one x (q/k/v, gate/up) in one tensor-core launch: 2 or 3 of them, each on the batch's
+// tensor-core path, one cols, group size and scale form; q4_batch_mma_multi=0 turns it off.
+TEST(MatmulPath, BatchProductsOfOneInputShareATensorCoreLaunchWhereTheirShapesAgree) {
+  Tuning t = mma_tuning(4, 2, 1);
+  t.q4_batch_max_rows = 32;
+  const MatmulShape qkv[3] = {q4w(8, 4096), q4w(8, 1024), q4w(8, 1024)};
+  EXPECT_TRUE(q4_batch_mma_parts(qkv, 3, 0, true, t));
+  EXPECT_TRUE(q4_batch_mma_parts(qkv, 2, 0, true, t));
+  EXPECT_FALSE(q4_batch_mma_parts(qkv, 1, 0, true, t));   // one product: the launch of its own
+  EXPECT_FALSE(q4_batch_mma_parts(qkv, 3, 1, true, t));   // scales of two forms
+  EXPECT_FALSE(q4_batch_mma_parts(qkv, 3, 0, false, t));  // no tensor cores (PoCL, other vendors, a failed build)
+  const MatmulShape two[3] = {q4w(2, 4096), q4w(2, 1024), q4w(2, 1024)};
+  EXPECT_FALSE(q4_batch_mma_parts(two, 3, 0, true, t));   // under q4_batch_mma_min_rows: the dp4a batch kernel
+  const MatmulShape wide[3] = {q4w(33, 4096), q4w(33, 1024), q4w(33, 1024)};
+  EXPECT_FALSE(q4_batch_mma_parts(wide, 3, 0, true, t));  // past q4_batch_max_rows: the GEMM
+  const MatmulShape mixed[2] = {q4w(8, 4096), q4w(8, 4096, 4096, 128)};
+  EXPECT_FALSE(q4_batch_mma_parts(mixed, 2, 0, true, t)); // groups differ
+  const MatmulShape cols[2] = {q4w(8, 4096), q4w(8, 4096, 2048)};
+  EXPECT_FALSE(q4_batch_mma_parts(cols, 2, 0, true, t));
+  t.q4_batch_mma_multi = 0;
+  EXPECT_FALSE(q4_batch_mma_parts(qkv, 3, 0, true, t));
+}
+
 TEST(MatmulPath, TensorCoreBatchWarpsSideBySideInMOnlyWhileTheLaunchFillsTheDevice) {
   const Tuning t = mma_tuning(2, 4, 2);  // four m-warps wanted, one work-group a compute unit at least
   const uint32_t cus = 132;

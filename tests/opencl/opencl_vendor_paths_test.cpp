@@ -376,18 +376,24 @@ double scale_at(const std::vector<uint8_t>& bytes, sl_dtype dtype, std::size_t i
   return h & 0x8000 ? -m : m;
 }
 
+// Why the tensor-core batch products do not run on this device or tuning ("" where they do).
+std::string batch_mma_unavailable(const Opened& probe) {
+  sl_device_info info{};
+  if (device_info(probe, info) != SL_OK) return "the device's info could not be read";
+  if (!(info.caps & SL_CAP_MATRIX))
+    return std::string("no tensor-core batch products on ") + info.name + " (" + info.vendor +
+           "): they need inline PTX mma.sync on an sm_80+ NVIDIA device";
+  if (test::test_tuning("q4_batch_mma") == "0") return "tune.q4_batch_mma=0: the tensor-core batch products are off";
+  return {};
+}
+
 // Batched decode products on tensor cores (matvec_q4_batch_mma, kernels_cl/matvec_batch_mma.cl): every
 // shape the tuning accepts (m tiles, warps, steps in flight), 32- and 64-column steps, batches that fill
 // n tiles, leave them partial or span several chunks, weight rows no multiple of a tile's, against
 // float64 sums within the kernel's own bound — x rounded to f16 (2⁻¹¹ relative) and the float32 sums of
 // each step's 1024-offset codes (kernels_cl/matvec_batch_mma.cl's header).
 TEST_F(OpenclVendorPaths, BatchedFourBitProductsOnTensorCoresMatchAFloat64ReferenceWithinTheirBound) {
-  sl_device_info info{};
-  ASSERT_EQ(device_info(probe, info), SL_OK);
-  if (!(info.caps & SL_CAP_MATRIX))
-    GTEST_SKIP() << "no tensor-core batch products on " << info.name << " (" << info.vendor
-                 << "): they need inline PTX mma.sync on an sm_80+ NVIDIA device";
-  if (test::test_tuning("q4_batch_mma") == "0") GTEST_SKIP() << "tune.q4_batch_mma=0: the tensor-core batch products are off";
+  if (const std::string why = batch_mma_unavailable(probe); !why.empty()) GTEST_SKIP() << why;
   std::mt19937 rng(12);
   const QuantWeight wide = random_quant(301, 512, 4, 64, SL_DTYPE_BF16, rng), ragged = random_quant(37, 288, 4, 32, SL_DTYPE_F32, rng),
                     odd = random_quant(130, 1088, 4, 64, SL_DTYPE_F16, rng), tall = random_quant(1000, 4096, 4, 128, SL_DTYPE_BF16, rng);
@@ -606,6 +612,108 @@ void begin_one_token(const Opened& o) {
   EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
   EXPECT_EQ(o.ops->begin_batch(&batch, &err), SL_OK) << err.message;
   o.ops->record();
+}
+
+// Batched products of one input on tensor cores as one launch (q/k/v, gate/up: matvec_q4_batch_mma's
+// parts): each part's outputs bit for bit those of its weight alone where the launch and the single
+// products have one shape — m-warps as tuned, or a model's q/k/v (384/128/128 rows: one m-warp either
+// way) with a bf16 bias on every part; a bias on one part only, a part whose rows end inside a
+// work-group's block, batches of one chunk and of several; one product launch in all.
+TEST_F(OpenclVendorPaths, BatchedProductsOfOneInputOnTensorCoresRunAsOneLaunchEqualToEachAlone) {
+  if (const std::string why = batch_mma_unavailable(probe); !why.empty()) GTEST_SKIP() << why;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> d(0, 1);
+  struct Case {
+    Packed packed;
+    std::vector<bool> biased;
+    sl_dtype bias_dtype;
+    std::vector<const char*> tunings;
+    std::vector<uint32_t> batches;
+  };
+  std::vector<Case> cases(2);
+  cases[0].packed.add(random_quant(150, 512, 4, 64, SL_DTYPE_BF16, rng));  // rows ending inside a 32-row block
+  cases[0].packed.add(random_quant(64, 512, 4, 64, SL_DTYPE_BF16, rng));
+  cases[0].packed.add(random_quant(96, 512, 4, 64, SL_DTYPE_BF16, rng));
+  cases[0].biased = {false, true, false};
+  cases[0].bias_dtype = SL_DTYPE_F32;
+  cases[0].tunings = {"tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0",
+                      "tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2 tune.q4_batch_mma_groups_per_cu=0 tune.q4_batch_mma_m_warps=1"};
+  cases[0].batches = {3, 33};
+  for (uint32_t rows : {384u, 128u, 128u}) cases[1].packed.add(random_quant(rows, 384, 4, 64, SL_DTYPE_BF16, rng));
+  cases[1].biased = {true, true, true};
+  cases[1].bias_dtype = SL_DTYPE_BF16;
+  cases[1].tunings = {"tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2"};
+  cases[1].batches = {4, 10, 31};
+  for (Case& c : cases)
+    for (const char* tuning : c.tunings)
+      for (uint32_t m : c.batches) {
+        SCOPED_TRACE(std::string("options '") + tuning + "', rows " + std::to_string(m) + ", first weight " +
+                     std::to_string(c.packed.weights[0].rows) + " × " + std::to_string(c.packed.weights[0].cols));
+        const uint32_t cols = c.packed.weights[0].cols;
+        std::vector<float> x(std::size_t(m) * cols);
+        for (auto& v : x) v = d(rng);
+        std::vector<std::vector<uint8_t>> bias_bytes(3);
+        for (uint32_t i = 0; i < 3; ++i)
+          for (uint32_t r = 0; r < c.packed.weights[i].rows; ++r) {
+            const float v = d(rng);
+            uint32_t bits;
+            std::memcpy(&bits, &v, 4);
+            const auto* b = reinterpret_cast<const uint8_t*>(&v);
+            if (c.bias_dtype == SL_DTYPE_BF16) {
+              bias_bytes[i].push_back(static_cast<uint8_t>(bits >> 16));
+              bias_bytes[i].push_back(static_cast<uint8_t>(bits >> 24));
+            } else {
+              bias_bytes[i].insert(bias_bytes[i].end(), b, b + 4);
+            }
+          }
+        std::vector<std::vector<float>> together(3), alone(3);
+        const std::string profile = profile_of(api, tuning, [&](const Opened& o) {
+          std::vector<sl_buffer*> held = c.packed.upload(o);
+          sl_buffer* dx = device_copy(o, x.data(), x.size() * 4);
+          const sl_weight* ws[3];
+          const sl_weight* biases[3];
+          sl_weight bias_w[3];
+          sl_buffer *outs[3], *singles[3];
+          for (uint32_t i = 0; i < 3; ++i) {
+            ws[i] = &c.packed.weights[i];
+            sl_buffer* db = device_copy(o, bias_bytes[i].data(), bias_bytes[i].size());
+            held.push_back(db);
+            bias_w[i] = f32_vector(db, ws[i]->rows);
+            bias_w[i].dtype = c.bias_dtype;
+            biases[i] = c.biased[i] ? &bias_w[i] : nullptr;
+            std::vector<float> zero(std::size_t(m) * ws[i]->rows, 0.0f);
+            outs[i] = device_copy(o, zero.data(), zero.size() * 4);
+            singles[i] = device_copy(o, zero.data(), zero.size() * 4);
+          }
+          sl_error err{};
+          EXPECT_EQ(o.ops->matmul_multi(dx, m, 3, ws, biases, outs, &err), SL_OK) << err.message;
+          for (uint32_t i = 0; i < 3; ++i) {
+            EXPECT_EQ(o.ops->matmul(dx, m, ws[i], biases[i], singles[i], &err), SL_OK) << err.message;
+            together[i].resize(std::size_t(m) * ws[i]->rows);
+            alone[i].resize(together[i].size());
+            EXPECT_EQ(o.api->download(o.be, outs[i], 0, together[i].data(), together[i].size() * 4, &err), SL_OK);
+            EXPECT_EQ(o.api->download(o.be, singles[i], 0, alone[i].data(), alone[i].size() * 4, &err), SL_OK);
+            o.api->free(o.be, outs[i]);
+            o.api->free(o.be, singles[i]);
+          }
+          for (sl_buffer* b : held) o.api->free(o.be, b);
+          o.api->free(o.be, dx);
+        });
+        for (uint32_t i = 0; i < 3; ++i) {
+          std::size_t differ = 0, first = together[i].size();
+          for (std::size_t j = 0; j < together[i].size(); ++j)
+            if (together[i][j] != alone[i][j]) {
+              ++differ;
+              first = std::min(first, j);
+            }
+          EXPECT_EQ(differ, 0u) << "part " << i << ": first at batch row " << first / c.packed.weights[i].rows << ", weight row "
+                                << first % c.packed.weights[i].rows << " (" << (first < together[i].size() ? together[i][first] : 0.0f)
+                                << " against " << (first < together[i].size() ? alone[i][first] : 0.0f) << ")";
+          EXPECT_NE(std::count(alone[i].begin(), alone[i].end(), 0.0f), static_cast<std::ptrdiff_t>(alone[i].size())) << "part " << i;
+        }
+        // One launch for the three, then one each.
+        EXPECT_EQ(profile_launches(profile, "matvec_q4_batch_mma"), 4L) << profile;
+      }
 }
 
 // Decode's fused path (two hidden sizes, one for each way a norm rounds): rms_norm, add_rms_norm and
