@@ -52,3 +52,42 @@ inline float activation_of(float g, uint activation) {
   if (activation == 4u) return 1.0f / (1.0f + exp(-g));  // SL_ACT_SIGMOID
   return 0.5f * g * (1.0f + erf(g * 0.7071067811865476f));
 }
+
+// The batch products' parts (matvec_q4_batch, matvec_q4_batch_dp4a, matvec_q4_batch_mma): up to three
+// products of the same x in one launch (q/k/v, gate/up). Part p's weight lies in the launch's shared
+// buffers at its own offsets; it has its rows, its own output (rows of out_stride values) and bias
+// (bit p of has_bias). The launch's blocks of weight rows are the parts' blocks one after another:
+// part p's end at block_end (each block's chunks of activation rows are consecutive work-groups). One
+// product is one part; row0: where part 0's rows start in its output (a segment of a weight larger
+// than one device allocation).
+#define BATCH_PART_ARGS(p)                                                                                     \
+  ulong w_off##p, ulong s_off##p, ulong b_off##p, uint rows##p, uint block_end##p, __global float *out##p,    \
+      uint out_stride##p, __global const uchar *bias##p, ulong bias_off##p
+#define BATCH_PARTS_ARGS BATCH_PART_ARGS(0), BATCH_PART_ARGS(1), BATCH_PART_ARGS(2), uint has_bias, uint bias_dtype, uint row0_of_part0
+#define BATCH_PART_PASS(p) w_off##p, s_off##p, b_off##p, rows##p, block_end##p, out##p, out_stride##p, bias##p, bias_off##p
+#define BATCH_PARTS_PASS BATCH_PART_PASS(0), BATCH_PART_PASS(1), BATCH_PART_PASS(2), has_bias, bias_dtype, row0_of_part0
+#define BATCH_PICK(p, name) ((p) == 0u ? name##0 : (p) == 1u ? name##1 : name##2)
+
+// Block `block` of the launch as its part's: the block's index in the part and the part's fields.
+typedef struct {
+  uint block, rows, out_stride, row0, biased;
+  ulong w_off, s_off, b_off;
+  __global float* out;
+  __global const uchar* bias;  // at the part's bias (read only where biased)
+} BatchBlock;
+
+inline BatchBlock batch_block(uint block, BATCH_PARTS_ARGS) {
+  BatchBlock b;
+  const uint part = block < block_end0 ? 0u : block < block_end1 ? 1u : 2u;
+  b.block = block - (part == 0u ? 0u : part == 1u ? block_end0 : block_end1);
+  b.rows = BATCH_PICK(part, rows);
+  b.out_stride = BATCH_PICK(part, out_stride);
+  b.row0 = part == 0u ? row0_of_part0 : 0u;
+  b.biased = (has_bias >> part) & 1u;
+  b.w_off = BATCH_PICK(part, w_off);
+  b.s_off = BATCH_PICK(part, s_off);
+  b.b_off = BATCH_PICK(part, b_off);
+  b.out = BATCH_PICK(part, out);
+  b.bias = BATCH_PICK(part, bias) + BATCH_PICK(part, bias_off);
+  return b;
+}

@@ -38,15 +38,18 @@ __kernel void swiglu_clamped(__global const float* gate, __global const float* u
 }
 
 #ifdef SLUICE_PTX_SHFL
-// Decode on NVIDIA (n % 32 == 0, work-groups of whole warps): the same, plus the output's 15-bit form
-// for the dp4a matvec that reads it next (kernels_cl/warp.cl) — a warp holds one block of 32 values.
+// Decode on NVIDIA (rows of row_len values, row_len % 32 == 0, work-groups of whole warps): the same,
+// plus the output's 15-bit form for the dp4a product that reads it next (kernels_cl/warp.cl) — a warp
+// holds one block of 32 values of one row; the rows' forms one after another (one row, or a decode
+// batch's rows for the dp4a batch kernel).
 __kernel void gated_activation_int15(__global const float* gate, __global const float* up, __global float* out, ulong n,
-                                     uint activation, __global uchar* xq, __global float2* blocks) {
+                                     uint activation, __global uchar* xq, __global float2* blocks, uint row_len) {
   const ulong i = get_global_id(0);
   const bool live = i < n;
   const float v = live ? activation_of(gate[i], activation) * up[i] : 0.0f;
   if (live) out[i] = v;
-  int15_store(v, (uint)i, live, (uint)n, xq, blocks);
+  const ulong row = i / row_len;
+  int15_store(v, (uint)(i % row_len), live, row_len, xq + row * 2u * row_len, blocks + row * (row_len / 32u));
 }
 #endif
 

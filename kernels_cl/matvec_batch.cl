@@ -4,7 +4,9 @@
 // to BATCH_T activation rows, so a weight byte is read once per BATCH_T rows, not once per row as the
 // general kernel (matvec_quant) does. Batches larger than BATCH_T are split into chunks along the
 // launch's first dimension, the chunks of one block of weight rows in consecutive work-groups: they run
-// together, and the later ones find the weights in L2.
+// together, and the later ones find the weights in L2. A launch serves up to three products of the same
+// x (q/k/v, gate/up) as parts (BATCH_PARTS_ARGS, kernels_cl/common.cl), a block BATCH_TEAMS · BATCH_R
+// weight rows of its part: one launch where three cost a launch's ramp and tail each.
 //
 // Built with kernels_cl/matvec.cl (q4_lo, q4_hi, load_words4). A team of 32 work-items (a warp on
 // NVIDIA) computes BATCH_R weight rows; WG / 32 teams a work-group.
@@ -18,19 +20,19 @@
 #define BATCH_TEAMS (WG / 32)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void matvec_q4_batch(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
-                     ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
-                     uint cols, __global const float* x, uint n_t, uint chunks, __global float* out,
-                     uint out_stride, uint row0, __global const uchar* bias, ulong bias_off, uint bias_dtype,
-                     uint has_bias) {
+void matvec_q4_batch(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase, __global const uchar* bbase,
+                     uint scale_dtype, uint group_size, uint cols, __global const float* x, uint n_t, uint chunks,
+                     BATCH_PARTS_ARGS) {
   const uint lid = get_local_id(0), lane = lid % 32u;
   const uint chunk = get_group_id(0) % chunks;
-  const uint first = (get_group_id(0) / chunks * BATCH_TEAMS + lid / 32u) * BATCH_R;
+  const BatchBlock part = batch_block(get_group_id(0) / chunks, BATCH_PARTS_PASS);
+  const uint rows = part.rows;
+  const uint first = (part.block * BATCH_TEAMS + lid / 32u) * BATCH_R;
   const uint t0 = chunk * BATCH_T, nt = min((uint)BATCH_T, n_t - t0);
   const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u;
-  __global const uint* w = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
-  __global const uchar* s = sbase + s_off + (ulong)first * groups * ssize;
-  __global const uchar* b = bbase + b_off + (ulong)first * groups * ssize;
+  __global const uint* w = (__global const uint*)(wbase + part.w_off) + (ulong)first * words_per_row;
+  __global const uchar* s = sbase + part.s_off + (ulong)first * groups * ssize;
+  __global const uchar* b = bbase + part.b_off + (ulong)first * groups * ssize;
   __global const float* xc = x + (ulong)t0 * cols;
 
   // Every loop below has compile-time bounds and is unrolled, so that acc, the words and the
@@ -104,10 +106,10 @@ void matvec_q4_batch(__global const uchar* wbase, ulong w_off, ulong words_per_r
     for (uint k = 0; k < BATCH_R; ++k) {
       const uint r = first + k;
       if (r >= rows) break;
-      const float add = has_bias ? load_value(bias + bias_off, bias_dtype, row0 + r) : 0.0f;
+      const float add = part.biased ? load_value(part.bias, bias_dtype, part.row0 + r) : 0.0f;
 #pragma unroll
       for (uint t = 0; t < BATCH_T; ++t)
-        if (t < nt) out[(ulong)(t0 + t) * out_stride + row0 + r] = acc[k][t] + add;
+        if (t < nt) part.out[(ulong)(t0 + t) * part.out_stride + part.row0 + r] = acc[k][t] + add;
     }
   }
 }
@@ -120,19 +122,19 @@ void matvec_q4_batch(__global const uchar* wbase, ulong w_off, ulong words_per_r
 // step is 72 bytes read lane-contiguously (the form's four byte planes) against 128. Lane l takes
 // steps l, l + 32, … of 32 columns (one uint4 of each weight row), as matvec_q4_dp4a does.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void matvec_q4_batch_dp4a(__global const uchar* wbase, ulong w_off, ulong words_per_row, __global const uchar* sbase,
-                          ulong s_off, __global const uchar* bbase, ulong b_off, uint scale_dtype, uint group_size, uint rows,
-                          uint cols, uint w_align, __global const uint4* xq, __global const float2* xblocks, uint n_t,
-                          uint chunks, __global float* out, uint out_stride, uint row0, __global const uchar* bias,
-                          ulong bias_off, uint bias_dtype, uint has_bias) {
+void matvec_q4_batch_dp4a(__global const uchar* wbase, ulong words_per_row, __global const uchar* sbase, __global const uchar* bbase,
+                          uint scale_dtype, uint group_size, uint cols, uint w_align, __global const uint4* xq,
+                          __global const float2* xblocks, uint n_t, uint chunks, BATCH_PARTS_ARGS) {
   const uint lid = get_local_id(0), lane = lid % 32u;
   const uint chunk = get_group_id(0) % chunks;
-  const uint first = (get_group_id(0) / chunks * BATCH_TEAMS + lid / 32u) * BATCH_R;
+  const BatchBlock part = batch_block(get_group_id(0) / chunks, BATCH_PARTS_PASS);
+  const uint rows = part.rows;
+  const uint first = (part.block * BATCH_TEAMS + lid / 32u) * BATCH_R;
   const uint t0 = chunk * BATCH_T, nt = min((uint)BATCH_T, n_t - t0);
   const uint groups = cols / group_size, ssize = scale_dtype == DT_F32 ? 4u : 2u, n_blocks = cols / 32u;
-  __global const uint* w = (__global const uint*)(wbase + w_off) + (ulong)first * words_per_row;
-  __global const uchar* s = sbase + s_off + (ulong)first * groups * ssize;
-  __global const uchar* b = bbase + b_off + (ulong)first * groups * ssize;
+  __global const uint* w = (__global const uint*)(wbase + part.w_off) + (ulong)first * words_per_row;
+  __global const uchar* s = sbase + part.s_off + (ulong)first * groups * ssize;
+  __global const uchar* b = bbase + part.b_off + (ulong)first * groups * ssize;
   // Row t's form (four planes of n_blocks uint4) and block scales; rows of the chunk past the batch
   // read its last row, as in the float kernel.
   uint xo[BATCH_T];
@@ -174,10 +176,10 @@ void matvec_q4_batch_dp4a(__global const uchar* wbase, ulong w_off, ulong words_
     for (uint k = 0; k < BATCH_R; ++k) {
       const uint r = first + k;
       if (r >= rows) break;
-      const float add = has_bias ? load_value(bias + bias_off, bias_dtype, row0 + r) : 0.0f;
+      const float add = part.biased ? load_value(part.bias, bias_dtype, part.row0 + r) : 0.0f;
 #pragma unroll
       for (uint t = 0; t < BATCH_T; ++t)
-        if (t < nt) out[(ulong)(t0 + t) * out_stride + row0 + r] = acc[k][t] + add;
+        if (t < nt) part.out[(ulong)(t0 + t) * part.out_stride + part.row0 + r] = acc[k][t] + add;
     }
   }
 }

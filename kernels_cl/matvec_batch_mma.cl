@@ -89,41 +89,26 @@ void matvec_batch_mma_pack_x(__global const float* x, uint cols, uint n_rows, __
   }
 }
 
-// Up to three products of the same x in one launch (q/k/v, gate/up), as parts: part p's weight in the
-// shared buffers at its own offsets, its rows, its own output (a row of out_stride values) and bias
-// (bit p of has_bias); its work-groups' row blocks end at block_end (consecutive parts' blocks follow
-// each other along the launch, each block's chunks consecutive). One product is one part; row0: where
-// part 0's rows start in its output (a segment of a weight larger than one device allocation).
-#define BM_PART_ARGS(p)                                                                                        \
-  ulong w_off##p, ulong s_off##p, ulong b_off##p, uint rows##p, uint block_end##p, __global float *out##p,    \
-      uint out_stride##p, __global const uchar *bias##p, ulong bias_off##p
-#define BM_PICK(p, name) ((p) == 0u ? name##0 : (p) == 1u ? name##1 : name##2)
-
+// Up to three products of the same x in one launch (q/k/v, gate/up), as parts (BATCH_PARTS_ARGS,
+// kernels_cl/common.cl): a block is 16·BM_MT·BM_MW weight rows of its part.
 __kernel __attribute__((reqd_work_group_size(BM_WG, 1, 1)))
 void matvec_q4_batch_mma(__global const uchar* wbase, uint w_align, __global const uchar* sbase, __global const uchar* bbase,
                          uint scale_dtype, uint group_size, uint cols, __global const uint4* xh, __global const float* xsum,
-                         uint n_t, uint chunks, BM_PART_ARGS(0), BM_PART_ARGS(1), BM_PART_ARGS(2), uint has_bias,
-                         uint bias_dtype, uint row0_of_part0) {
+                         uint n_t, uint chunks, BATCH_PARTS_ARGS) {
   __local float red[BM_WARPS][BM_TILE_VALUES][32];
   const uint lid = get_local_id(0), lane = lid & 31u, warp = lid >> 5, mw = warp % BM_MW, kw = warp / BM_MW;
   const uint g = lane >> 2, t = lane & 3u;
-  const uint chunk = get_group_id(0) % chunks, block = get_group_id(0) / chunks;
-  const uint part = block < block_end0 ? 0u : block < block_end1 ? 1u : 2u;
-  const uint part_block = block - (part == 0u ? 0u : part == 1u ? block_end0 : block_end1);
-  const ulong w_off = BM_PICK(part, w_off), s_off = BM_PICK(part, s_off), b_off = BM_PICK(part, b_off);
-  const uint rows = BM_PICK(part, rows), out_stride = BM_PICK(part, out_stride), row0 = part == 0u ? row0_of_part0 : 0u;
-  __global float* out = BM_PICK(part, out);
-  __global const uchar* bias = BM_PICK(part, bias);
-  const ulong bias_off = BM_PICK(part, bias_off);
-  const bool biased = (has_bias >> part) & 1u;
-  const uint group_first = part_block * (16u * BM_MT * BM_MW);  // the work-group's first weight row of its part
+  const uint chunk = get_group_id(0) % chunks;
+  const BatchBlock part = batch_block(get_group_id(0) / chunks, BATCH_PARTS_PASS);
+  const uint rows = part.rows;
+  const uint group_first = part.block * (16u * BM_MT * BM_MW);  // the work-group's first weight row of its part
   const uint first = group_first + mw * (16u * BM_MT);                       // this warp's
   const uint t0 = chunk * (8u * BM_NT), nt_rows = min(8u * BM_NT, n_t - t0);
   const uint words_per_row = cols / 8u, groups = cols / group_size, steps = cols / BM_GSTEP;
   const uint ssize = scale_dtype == DT_F32 ? 4u : 2u;
-  __global const uint* w = (__global const uint*)(wbase + w_off);
-  __global const uchar* s = sbase + s_off;
-  __global const uchar* b = bbase + b_off;
+  __global const uint* w = (__global const uint*)(wbase + part.w_off);
+  __global const uchar* s = sbase + part.s_off;
+  __global const uchar* b = bbase + part.b_off;
 
   // This lane's weight rows (g and g + 8 of each m tile; rows past the segment read row 0 with scale
   // and bias 0, which multiply as zeros) and activation rows (past the batch: its last row, unwritten).
@@ -290,8 +275,8 @@ void matvec_q4_batch_mma(__global const uchar* wbase, uint w_align, __global con
     const uint r = group_first + (owner * BM_MT + m) * 16u + (l >> 2) + 8u * (c >> 1);  // the lane's weight row…
     const uint tt = 8u * n + 2u * (l & 3u) + (c & 1u);                                   // …and activation row in the chunk
     if (r < rows && tt < nt_rows) {
-      const float add = biased ? load_value(bias + bias_off, bias_dtype, row0 + r) : 0.0f;
-      out[(ulong)(t0 + tt) * out_stride + row0 + r] = sum + add;
+      const float add = part.biased ? load_value(part.bias, bias_dtype, part.row0 + r) : 0.0f;
+      part.out[(ulong)(t0 + tt) * part.out_stride + part.row0 + r] = sum + add;
     }
   }
 }

@@ -127,8 +127,9 @@ inline void rms_norm_row(__global float* xr, __global const float* dr, uint add,
   }
 }
 
-// Decode (one row, q15 set by the host on NVIDIA): the output's 15-bit form for the dp4a matvec that
-// reads it next (kernels_cl/warp.cl), from the values this work-group just wrote.
+// Decode (q15 set by the host on NVIDIA: one row, or a batch the dp4a batch kernel takes): the
+// output's 15-bit form for the dp4a product that reads it next (kernels_cl/warp.cl), from the values
+// this work-group just wrote.
 inline void rms_norm_int15(__global const float* orow, uint dim, uint q15, __global uchar* xq, __global float2* blocks) {
 #ifdef SLUICE_PTX_SHFL
   if (q15 && !(dim % 1024u == 0u && dim <= 1024u * NORM_REG)) {  // otherwise rms_norm_row made it
@@ -143,9 +144,10 @@ void rms_norm(__global const float* x, __global const uchar* w, ulong w_off, uin
               uint dim, float eps, __global uchar* xq, __global float2* blocks, uint q15) {
   __local float scratch[NORM_WG];
   const ulong row = get_group_id(0);
-  rms_norm_row((__global float*)x + row * dim, 0, 0u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, xq,
-               blocks);
-  rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
+  __global uchar* rq = xq + row * 2u * dim;  // the row's form (one row, or a decode batch's rows one after another)
+  __global float2* rb = blocks + row * (dim / 32u);
+  rms_norm_row((__global float*)x + row * dim, 0, 0u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, rq, rb);
+  rms_norm_int15(out + row * dim, dim, q15, rq, rb);
 }
 
 // The pre-norm residual step: x += delta, out = rms_norm(x).
@@ -155,7 +157,8 @@ void add_rms_norm(__global float* x, __global const float* delta, __global const
                   uint q15) {
   __local float scratch[NORM_WG];
   const ulong row = get_group_id(0);
-  rms_norm_row(x + row * dim, delta + row * dim, 1u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, xq,
-               blocks);
-  rms_norm_int15(out + row * dim, dim, q15, xq, blocks);
+  __global uchar* rq = xq + row * 2u * dim;
+  __global float2* rb = blocks + row * (dim / 32u);
+  rms_norm_row(x + row * dim, delta + row * dim, 1u, w + w_off, w_dtype, w_offset, out + row * dim, dim, eps, scratch, q15, rq, rb);
+  rms_norm_int15(out + row * dim, dim, q15, rq, rb);
 }

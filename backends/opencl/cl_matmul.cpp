@@ -93,13 +93,78 @@ std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uin
 
 namespace {
 
-// One weight's share of a 4-bit decode launch (kernels_cl/matvec.cl, Q4_PARTS_ARGS).
-struct Q4Part {
+// One weight's share of a launch of products of one x (q/k/v, gate/up; one product is one part): its
+// segment, its output and that output's row length (the batch kernels'), its bias — the one-row
+// kernels' Q4_PARTS_ARGS (kernels_cl/matvec.cl), the batch kernels' BATCH_PARTS_ARGS (common.cl).
+struct LaunchPart {
   Segment seg;
   cl::Buffer out;
+  uint32_t out_stride = 0;
   DevPtr bias;
   bool has_bias = false;
 };
+
+DevPtr bias_range(sl_backend* be, const sl_weight* bias, const sl_buffer* out);
+
+// The parts of one launch for products of one x, or false where the weights do not allow one: each in
+// one segment, their words, scales and biases each in one device buffer, the biases (if any) of one
+// form (bias_dtype). Shapes are the caller's to check.
+bool launch_parts(sl_backend* be, uint32_t count, const sl_weight* const* ws, const sl_weight* const* biases,
+                  sl_buffer* const* outs, std::vector<LaunchPart>& parts, uint32_t& bias_dtype) {
+  bias_dtype = 0;
+  bool any_bias = false;
+  for (uint32_t i = 0; i < count; ++i) {
+    const sl_weight* w = ws[i];
+    auto segs = segments(be, w);
+    if (segs.size() != 1) return false;
+    const sl_weight* bias = biases ? biases[i] : nullptr;
+    if (bias) {
+      if (any_bias && bias->dtype != bias_dtype) return false;
+      any_bias = true;
+      bias_dtype = bias->dtype;
+    }
+    parts.push_back(LaunchPart{segs[0], single(outs[i]), w->rows, bias_range(be, bias, outs[i]), bias != nullptr});
+    const Segment &s = parts.back().seg, &f = parts.front().seg;
+    if (s.data.buffer() != f.data.buffer() || s.scales.buffer() != f.scales.buffer() || s.biases.buffer() != f.biases.buffer())
+      return false;
+  }
+  return true;
+}
+
+// The alignment in bytes (16, 8 or 4) every part's weight rows share: row starts are multiples of 16 bytes here.
+cl_uint parts_alignment(const LaunchPart* parts, uint32_t n_parts) {
+  uint64_t at = 0;
+  for (uint32_t p = 0; p < n_parts; ++p) at |= parts[p].seg.data.offset;
+  return at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4;
+}
+
+// BATCH_PARTS_ARGS (kernels_cl/common.cl) from argument `a` on, blocks of rows_per_block weight rows;
+// returns the launch's blocks.
+uint64_t set_batch_parts_args(cl::Kernel& k, cl_uint a, const LaunchPart* parts, uint32_t n_parts, uint32_t rows_per_block,
+                              uint32_t bias_dtype) {
+  uint64_t blocks = 0;
+  cl_uint has_bias = 0;
+  for (uint32_t p = 0; p < 3; ++p) {
+    const LaunchPart& q = parts[std::min(p, n_parts - 1)];  // absent parts: block_end[p] == block_end[p-1], never read
+    if (p < n_parts) {
+      blocks += (q.seg.rows + rows_per_block - 1) / rows_per_block;
+      has_bias |= q.has_bias ? 1u << p : 0u;
+    }
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.data.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.scales.offset));
+    k.setArg(a++, static_cast<cl_ulong>(q.seg.biases.offset));
+    k.setArg(a++, static_cast<cl_uint>(q.seg.rows));
+    k.setArg(a++, static_cast<cl_uint>(blocks));
+    k.setArg(a++, q.out);
+    k.setArg(a++, static_cast<cl_uint>(q.out_stride));
+    k.setArg(a++, q.bias.buffer);
+    k.setArg(a++, static_cast<cl_ulong>(q.bias.offset));
+  }
+  k.setArg(a++, has_bias);
+  k.setArg(a++, static_cast<cl_uint>(bias_dtype));
+  k.setArg(a++, static_cast<cl_uint>(parts[0].seg.r0));
+  return blocks;
+}
 
 MatmulShape shape_of(uint32_t n_rows, const sl_weight* w) { return {n_rows, w->cols, w->bits, w->group_size, is_mxfp4(w), w->rows}; }
 
@@ -154,7 +219,7 @@ void set_norm_args(sl_backend* be, cl::Kernel& k, cl_uint& a, const sl_buffer* x
 
 // Up to three parts of one-row 4-bit products sharing x, in one launch; parts[0].seg.r0 is where
 // part 0's rows start in its output. Every part's rows but the last are a multiple of the shape's rows a team.
-void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, const Q4Part* parts, uint32_t n_parts,
+void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, const LaunchPart* parts, uint32_t n_parts,
                       bool dp4a, cl::Buffer* xq, cl::Buffer* blocks, uint32_t bias_dtype, const NormStep* step) {
   uint32_t total = 0;
   cl_uint end[3], has_bias = 0;
@@ -177,10 +242,7 @@ void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, co
   k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
   k.setArg(a++, static_cast<cl_uint>(w->group_size));
   k.setArg(a++, static_cast<cl_uint>(w->cols));
-  // The weight rows' alignment (row starts share it: a row is a multiple of 16 bytes here).
-  uint64_t at = 0;
-  for (uint32_t p = 0; p < n_parts; ++p) at |= parts[p].seg.data.offset;
-  k.setArg(a++, static_cast<cl_uint>(at % 16 == 0 ? 16 : at % 8 == 0 ? 8 : 4));
+  k.setArg(a++, parts_alignment(parts, n_parts));
   if (dp4a) {
     k.setArg(a++, *xq);
     k.setArg(a++, *blocks);
@@ -188,7 +250,7 @@ void q4_decode_launch(sl_backend* be, const sl_buffer* x, const sl_weight* w, co
     k.setArg(a++, single(x));
   }
   for (uint32_t p = 0; p < 3; ++p) {
-    const Q4Part& q = parts[std::min(p, n_parts - 1)];  // absent parts: end[p] == end[p-1], never read
+    const LaunchPart& q = parts[std::min(p, n_parts - 1)];  // absent parts: end[p] == end[p-1], never read
     k.setArg(a++, static_cast<cl_ulong>(q.seg.data.offset));
     k.setArg(a++, static_cast<cl_ulong>(q.seg.scales.offset));
     k.setArg(a++, static_cast<cl_ulong>(q.seg.biases.offset));
@@ -251,7 +313,7 @@ void matvec(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight
     } else if (q4_decode) {
       // Decode's common case: the shape of q4_shape() (kernels_cl/matvec.cl), the float kernel
       // or, on NVIDIA, the dp4a one.
-      Q4Part part{s, single(out), bias, has_bias};
+      const LaunchPart part{s, single(out), w->rows, bias, has_bias};
       q4_decode_launch(be, x, w, &part, 1, dp4a, xq, blocks, bias_dtype, step);
     } else {
       auto& k = kernel(be, "matvec", "matvec_quant");
@@ -297,23 +359,13 @@ bool batch_mma_device(sl_backend* be, const Q4BatchMmaShape& shape) {
   }
 }
 
-// One weight's share of a batched tensor-core launch (matvec_q4_batch_mma's parts): its segment, its
-// output and that output's row length, its bias.
-struct BatchPart {
-  Segment seg;
-  cl::Buffer out;
-  uint32_t out_stride = 0;
-  DevPtr bias;
-  bool has_bias = false;
-};
-
 // A batch of decode rows on tensor cores: x's rows as f16 in the kernel's column order with their
 // step sums (matvec_batch_mma_pack_x; shared by the products that read the same x), then
 // matvec_q4_batch_mma over up to three parts (weights of w's cols, group size and scale form in one
 // set of buffers; parts[0].seg.r0 is where part 0's rows start in its output), 16·m_tiles·m_warps
 // weight rows a work-group, chunks of 8·n_tiles rows.
 void q4_batch_mma_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const Q4BatchMmaShape& shape,
-                         const BatchPart* parts, uint32_t n_parts, uint32_t bias_dtype, Forms& forms) {
+                         const LaunchPart* parts, uint32_t n_parts, uint32_t bias_dtype, Forms& forms) {
   const std::string program = q4_batch_mma_program(shape);
   cl::Buffer& xh = be->batch_x8.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
   cl::Buffer& sums = be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * (w->cols / shape.step) * 4);
@@ -329,11 +381,10 @@ void q4_batch_mma_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, co
   }
   const uint32_t chunks = (n_rows + shape.chunk_rows() - 1) / shape.chunk_rows();
   auto& k = kernel(be, program, "matvec_q4_batch_mma");
-  uint64_t at = 0;  // the parts' alignment (row starts share it: a row is a multiple of 16 bytes here)
-  for (uint32_t p = 0; p < n_parts; ++p) at |= parts[p].seg.data.offset;
+  const cl_uint align = parts_alignment(parts, n_parts);
   cl_uint a = 0;
   k.setArg(a++, parts[0].seg.data.buffer);
-  k.setArg(a++, static_cast<cl_uint>(at % 8 == 0 ? 8 : 4));
+  k.setArg(a++, static_cast<cl_uint>(align >= 8 ? 8 : 4));
   k.setArg(a++, parts[0].seg.scales.buffer);
   k.setArg(a++, parts[0].seg.biases.buffer);
   k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
@@ -343,52 +394,22 @@ void q4_batch_mma_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, co
   k.setArg(a++, sums);
   k.setArg(a++, static_cast<cl_uint>(n_rows));
   k.setArg(a++, static_cast<cl_uint>(chunks));
-  uint64_t blocks = 0;
-  cl_uint has_bias = 0;
-  for (uint32_t p = 0; p < 3; ++p) {
-    const BatchPart& q = parts[std::min(p, n_parts - 1)];  // absent parts: block_end[p] == block_end[p-1], never read
-    if (p < n_parts) {
-      blocks += (q.seg.rows + shape.rows_per_group() - 1) / shape.rows_per_group();
-      has_bias |= q.has_bias ? 1u << p : 0u;
-    }
-    k.setArg(a++, static_cast<cl_ulong>(q.seg.data.offset));
-    k.setArg(a++, static_cast<cl_ulong>(q.seg.scales.offset));
-    k.setArg(a++, static_cast<cl_ulong>(q.seg.biases.offset));
-    k.setArg(a++, static_cast<cl_uint>(q.seg.rows));
-    k.setArg(a++, static_cast<cl_uint>(blocks));
-    k.setArg(a++, q.out);
-    k.setArg(a++, static_cast<cl_uint>(q.out_stride));
-    k.setArg(a++, q.bias.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(q.bias.offset));
-  }
-  k.setArg(a++, has_bias);
-  k.setArg(a++, static_cast<cl_uint>(bias_dtype));
-  k.setArg(a++, static_cast<cl_uint>(parts[0].seg.r0));
+  const uint64_t blocks = set_batch_parts_args(k, a, parts, n_parts, shape.rows_per_group(), bias_dtype);
   launch(be, k, cl::NDRange(size_t(blocks * chunks * shape.warps * 32)), cl::NDRange(shape.warps * 32));
 }
 
-// A batch of decode rows (one a sequence) by a 4-bit weight: matvec_q4_batch (kernels_cl/matvec_batch.cl)
-// reads each weight step once for a chunk of rows; the chunks of a block of weight rows are
-// consecutive work-groups. On tensor cores where the device and the tuning allow (above).
-void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
-              bool has_bias, sl_buffer* out, Forms& forms) {
-  const MatmulShape mshape = shape_of(n_rows, w);
-  if (q4_batch_mma(mshape, be->batch_mma_state != -1, be->tuning)) {
-    const Q4BatchMmaShape shape = q4_batch_mma_shape(mshape, be->caps.compute_units, be->tuning);
-    if (batch_mma_device(be, shape)) {
-      for (const auto& seg : segments(be, w)) {  // a part a launch: each segment's rows at seg.r0 of out's rows
-        const BatchPart part{seg, single(out), w->rows, bias, has_bias};
-        q4_batch_mma_launch(be, x, n_rows, w, shape, &part, 1, bias_dtype, forms);
-      }
-      return;
-    }
-  }
+// A batch of decode rows (one a sequence) by up to three 4-bit weights as parts (as above), without
+// tensor cores: matvec_q4_batch (kernels_cl/matvec_batch.cl) reads each weight step once for a chunk
+// of rows, the chunks of a block of weight rows consecutive work-groups; on NVIDIA matvec_q4_batch_dp4a
+// (the rows' 15-bit forms, shared by the products that read the same x).
+void q4_batch_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const LaunchPart* parts,
+                     uint32_t n_parts, uint32_t bias_dtype, Forms& forms) {
   const uint32_t chunk = q4_batch_chunk(n_rows, be->tuning), team_rows = q4_batch_team_rows(n_rows, be->tuning);
   const uint32_t chunks = (n_rows + chunk - 1) / chunk, rows_per_group = 128 / 32 * team_rows;
   cl::Buffer *xq = nullptr, *blocks = nullptr;
   const bool dp4a = q4_batch_dp4a(use_dp4a(be), be->tuning) && w->cols % 32 == 0;
-  if (dp4a) {  // every row's 15-bit form, read by each segment's launch; buffers of their own, as the
-               // one-row pair may hold a form a later product reuses (Forms, slot 0)
+  if (dp4a) {  // every row's 15-bit form; buffers of their own, as the one-row pair may hold a form a
+               // later product reuses (Forms, slot 0)
     xq = &be->batch_x8.at_least(be->context, uint64_t(n_rows) * w->cols * 2);
     blocks = &be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * w->cols / 32 * 8);
   }
@@ -402,37 +423,47 @@ void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weig
     forms.made_batch(x, w->cols, n_rows, Forms::kBatchInt15);
   }
   auto& k = kernel(be, q4_batch_program(chunk, team_rows), dp4a ? "matvec_q4_batch_dp4a" : "matvec_q4_batch");
-  for (const auto& s : segments(be, w)) {
-    cl_uint a = 0;
-    k.setArg(a++, s.data.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(s.data.offset));
-    k.setArg(a++, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
-    k.setArg(a++, s.scales.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(s.scales.offset));
-    k.setArg(a++, s.biases.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(s.biases.offset));
-    k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
-    k.setArg(a++, static_cast<cl_uint>(w->group_size));
-    k.setArg(a++, static_cast<cl_uint>(s.rows));
-    k.setArg(a++, static_cast<cl_uint>(w->cols));
-    if (dp4a) {
-      k.setArg(a++, static_cast<cl_uint>(s.data.offset % 16 == 0 ? 16 : s.data.offset % 8 == 0 ? 8 : 4));
-      k.setArg(a++, *xq);
-      k.setArg(a++, *blocks);
-    } else {
-      k.setArg(a++, single(x));
-    }
-    k.setArg(a++, static_cast<cl_uint>(n_rows));
-    k.setArg(a++, static_cast<cl_uint>(chunks));
-    k.setArg(a++, single(out));
-    k.setArg(a++, static_cast<cl_uint>(w->rows));
-    k.setArg(a++, static_cast<cl_uint>(s.r0));
-    k.setArg(a++, bias.buffer);
-    k.setArg(a++, static_cast<cl_ulong>(bias.offset));
-    k.setArg(a++, static_cast<cl_uint>(bias_dtype));
-    k.setArg(a++, static_cast<cl_uint>(has_bias));
-    const uint64_t blocks = (s.rows + rows_per_group - 1) / rows_per_group;
-    launch(be, k, cl::NDRange(size_t(blocks * chunks * 128)), cl::NDRange(128));
+  cl_uint a = 0;
+  k.setArg(a++, parts[0].seg.data.buffer);
+  k.setArg(a++, static_cast<cl_ulong>(uint64_t(w->cols) * 4 / 32));
+  k.setArg(a++, parts[0].seg.scales.buffer);
+  k.setArg(a++, parts[0].seg.biases.buffer);
+  k.setArg(a++, static_cast<cl_uint>(w->scale_dtype));
+  k.setArg(a++, static_cast<cl_uint>(w->group_size));
+  k.setArg(a++, static_cast<cl_uint>(w->cols));
+  if (dp4a) {
+    k.setArg(a++, parts_alignment(parts, n_parts));
+    k.setArg(a++, *xq);
+    k.setArg(a++, *blocks);
+  } else {
+    k.setArg(a++, single(x));
+  }
+  k.setArg(a++, static_cast<cl_uint>(n_rows));
+  k.setArg(a++, static_cast<cl_uint>(chunks));
+  const uint64_t n_blocks = set_batch_parts_args(k, a, parts, n_parts, rows_per_group, bias_dtype);
+  launch(be, k, cl::NDRange(size_t(n_blocks * chunks * 128)), cl::NDRange(128));
+}
+
+// The batch products' launch for parts of weights of w's shape and form: on tensor cores where the
+// device and the tuning allow (q4_batch_mma, the program built), else the dp4a or float batch kernel.
+void q4_batch_parts_launch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, uint32_t total_rows,
+                           const LaunchPart* parts, uint32_t n_parts, uint32_t bias_dtype, Forms& forms) {
+  MatmulShape mshape = shape_of(n_rows, w);
+  mshape.out_rows = total_rows;  // the launch's rows decide the tensor-core kernel's m-warps
+  if (q4_batch_mma(mshape, be->batch_mma_state != -1, be->tuning)) {
+    const Q4BatchMmaShape shape = q4_batch_mma_shape(mshape, be->caps.compute_units, be->tuning);
+    if (batch_mma_device(be, shape)) return q4_batch_mma_launch(be, x, n_rows, w, shape, parts, n_parts, bias_dtype, forms);
+  }
+  q4_batch_launch(be, x, n_rows, w, parts, n_parts, bias_dtype, forms);
+}
+
+// A batch of decode rows by one 4-bit weight: a launch a segment, each segment's rows at seg.r0 of
+// out's rows.
+void q4_batch(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const DevPtr& bias, uint32_t bias_dtype,
+              bool has_bias, sl_buffer* out, Forms& forms) {
+  for (const auto& seg : segments(be, w)) {
+    const LaunchPart part{seg, single(out), w->rows, bias, has_bias};
+    q4_batch_parts_launch(be, x, n_rows, w, seg.rows, &part, 1, bias_dtype, forms);
   }
 }
 
@@ -650,29 +681,21 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
                      const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms, const NormStep* step) {
   if (count < 2 || count > 3) return false;
   const sl_weight* w0 = ws[0];
-  uint32_t bias_dtype = 0, total_rows = 0;
-  for (uint32_t i = 0; i < count; ++i) total_rows += ws[i]->rows;
-  std::vector<Q4Part> parts;
+  uint32_t total_rows = 0;
+  uint64_t weights = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    total_rows += ws[i]->rows;
+    weights += uint64_t(ws[i]->rows) * ws[i]->cols;
+  }
   for (uint32_t i = 0; i < count; ++i) {
     const sl_weight* w = ws[i];
     if (!q4_decode_form(1, w) || w->cols != w0->cols || w->group_size != w0->group_size || w->scale_dtype != w0->scale_dtype)
       return false;
     if (i + 1 < count && w->rows % q4_shape(be, total_rows, w0->cols).rows) return false;
-    auto segs = segments(be, w);
-    if (segs.size() != 1) return false;
-    const sl_weight* bias = biases ? biases[i] : nullptr;
-    if (bias) {
-      if (std::any_of(parts.begin(), parts.end(), [](const Q4Part& p) { return p.has_bias; }) && bias->dtype != bias_dtype)
-        return false;
-      bias_dtype = bias->dtype;
-    }
-    parts.push_back(Q4Part{segs[0], single(outs[i]), bias_range(be, bias, outs[i]), bias != nullptr});
-    const Segment &s = parts.back().seg, &f = parts.front().seg;
-    if (s.data.buffer() != f.data.buffer() || s.scales.buffer() != f.scales.buffer() || s.biases.buffer() != f.biases.buffer())
-      return false;
   }
-  uint64_t weights = 0;
-  for (uint32_t i = 0; i < count; ++i) weights += uint64_t(ws[i]->rows) * ws[i]->cols;
+  std::vector<LaunchPart> parts;
+  uint32_t bias_dtype = 0;
+  if (!launch_parts(be, count, ws, biases, outs, parts, bias_dtype)) return false;
   cl::Buffer *xq = nullptr, *blocks = nullptr;
   const bool dp4a = dp4a_input(be, x, w0->cols, weights, forms, step, xq, blocks);
   if (!dp4a && step) norm_step_finish(be, *step, forms);  // the float kernel reads x itself
@@ -680,46 +703,25 @@ bool q4_decode_multi(sl_backend* be, const sl_buffer* x, uint32_t count, const s
   return true;
 }
 
-// Batched decode products of one x in one tensor-core launch (q/k/v; gate/up where the GLU join does
-// not apply): 2..3 weights the batch takes to matvec_q4_batch_mma, of one cols, group size and scale
-// form, one segment each, their words, scales and biases each in one device buffer, biases (if any)
-// of one form. Two launches fewer a decode layer than one a product (perf/NOTES.md). Returns false to
-// leave them to single products.
-bool q4_batch_mma_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
-                        const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms) {
+// Batched decode products of one x in one launch (q/k/v; gate/up where the GLU join does not apply):
+// 2..3 weights the batch kernels take as parts (q4_batch_parts: one cols, group size and scale form),
+// one segment each in one set of buffers, biases (if any) of one form. Two launches fewer a decode
+// layer than one a product (perf/NOTES.md). Returns false to leave them to single products.
+bool q4_batch_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws,
+                    const sl_weight* const* biases, sl_buffer* const* outs, Forms& forms) {
   if (count < 2 || count > 3) return false;
-  const sl_weight* w0 = ws[0];
   MatmulShape shapes[3];
-  uint32_t scale_dtypes_differ = 0;
+  uint32_t scale_dtypes_differ = 0, total_rows = 0;
   for (uint32_t i = 0; i < count; ++i) {
     shapes[i] = shape_of(n_rows, ws[i]);
-    scale_dtypes_differ |= ws[i]->scale_dtype != w0->scale_dtype;
+    scale_dtypes_differ |= ws[i]->scale_dtype != ws[0]->scale_dtype;
+    total_rows += ws[i]->rows;
   }
-  if (!q4_batch_mma_parts(shapes, count, scale_dtypes_differ, be->batch_mma_state != -1, be->tuning)) return false;
-  uint32_t total_rows = 0, bias_dtype = 0;
-  bool any_bias = false;
-  std::vector<BatchPart> parts;
-  for (uint32_t i = 0; i < count; ++i) {
-    const sl_weight* w = ws[i];
-    auto segs = segments(be, w);
-    if (segs.size() != 1) return false;
-    const sl_weight* bias = biases ? biases[i] : nullptr;
-    if (bias) {
-      if (any_bias && bias->dtype != bias_dtype) return false;
-      any_bias = true;
-      bias_dtype = bias->dtype;
-    }
-    parts.push_back(BatchPart{segs[0], single(outs[i]), w->rows, bias_range(be, bias, outs[i]), bias != nullptr});
-    const Segment &s = parts.back().seg, &f = parts.front().seg;
-    if (s.data.buffer() != f.data.buffer() || s.scales.buffer() != f.scales.buffer() || s.biases.buffer() != f.biases.buffer())
-      return false;
-    total_rows += w->rows;
-  }
-  MatmulShape all = shape_of(n_rows, w0);
-  all.out_rows = total_rows;  // the launch's rows decide its m-warps
-  const Q4BatchMmaShape shape = q4_batch_mma_shape(all, be->caps.compute_units, be->tuning);
-  if (!batch_mma_device(be, shape)) return false;
-  q4_batch_mma_launch(be, x, n_rows, w0, shape, parts.data(), count, bias_dtype, forms);
+  if (!q4_batch_parts(shapes, count, scale_dtypes_differ, be->tuning)) return false;
+  std::vector<LaunchPart> parts;
+  uint32_t bias_dtype = 0;
+  if (!launch_parts(be, count, ws, biases, outs, parts, bias_dtype)) return false;
+  q4_batch_parts_launch(be, x, n_rows, ws[0], total_rows, parts.data(), count, bias_dtype, forms);
   return true;
 }
 
@@ -880,6 +882,13 @@ bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& 
   return true;
 }
 
+bool batch_int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks) {
+  if (!batch_int15_by_producer(n_rows, cols, use_dp4a(be), be->batch_mma_state != -1, be->tuning)) return false;
+  xq = &be->batch_x8.at_least(be->context, uint64_t(n_rows) * cols * 2);  // as q4_batch_launch reads them
+  blocks = &be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * cols / 32 * 8);
+  return true;
+}
+
 sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
                  sl_buffer* out, Forms& forms, const NormStep* step, sl_error* err) {
   if (auto s = check_matmul(x, n_rows, w, bias, out, err); s != SL_OK) return s;
@@ -1003,7 +1012,7 @@ sl_status matmul_multi(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint
   if (n_rows == 0) return SL_OK;
   return guarded(err, "matmul_multi", [&] {
     if (n_rows == 1 && q4_decode_multi(be, x, count, ws, biases, outs, forms, step)) return SL_OK;
-    if (!step && q4_batch_mma_multi(be, x, n_rows, count, ws, biases, outs, forms)) return SL_OK;
+    if (!step && q4_batch_multi(be, x, n_rows, count, ws, biases, outs, forms)) return SL_OK;
     // One by one, each taking the norm step where all can (they read its form, each writes the same
     // output); else the norm first, as a launch of its own.
     const bool all_dp4a = use_dp4a(be) && std::all_of(ws, ws + count, [&](const sl_weight* w) { return q4_decode_form(n_rows, w); });

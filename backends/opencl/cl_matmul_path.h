@@ -66,6 +66,16 @@ inline uint32_t q4_batch_team_rows(uint32_t n_rows, const Tuning& t) {
 // with inline PTX, unless tune.dp4a=0 — use_dp4a) and the tuning allows it.
 inline bool q4_batch_dp4a(bool dp4a_device, const Tuning& t) { return dp4a_device && t.q4_batch_dp4a != 0; }
 
+// Whether the producer of a decode batch's activation rows (rms_norm, add_rms_norm, gated_activation)
+// writes their 15-bit forms for the product after it, as it does for one row: where that product
+// takes matvec_q4_batch_dp4a — 2..q4_batch_max_rows rows on a dp4a device with the tuning's dp4a batch
+// kernel, fewer rows than the tensor-core kernel takes or no tensor cores (mma_device as q4_batch_mma
+// sees it). The product then needs no launch of its own to round x (matvec_x_int15_rows).
+inline bool batch_int15_by_producer(uint32_t n_rows, uint64_t cols, bool dp4a_device, bool mma_device, const Tuning& t) {
+  if (!q4_batch_dp4a(dp4a_device, t) || n_rows < 2 || n_rows > t.q4_batch_max_rows || cols % 32 || cols > UINT32_MAX) return false;
+  return !(mma_device && t.q4_batch_mma != 0 && n_rows >= t.q4_batch_mma_min_rows);
+}
+
 // Whether a batch takes matvec_q4_batch_mma (kernels_cl/matvec_batch_mma.cl, tensor cores): where the
 // device runs mma.sync (sm_80+ NVIDIA with inline PTX, the program built — mma_device), the tuning
 // allows it and the batch has q4_batch_mma_min_rows rows or more; it reads whole 32-column steps.
@@ -73,15 +83,16 @@ inline bool q4_batch_mma(const MatmulShape& s, bool mma_device, const Tuning& t)
   return mma_device && t.q4_batch_mma != 0 && s.n_rows >= t.q4_batch_mma_min_rows && s.cols % 32 == 0 && s.group_size % 32 == 0;
 }
 
-// Whether products of one x (q/k/v, gate/up: 2..3 weights) take one tensor-core launch, as parts
-// (kernels_cl/matvec_batch_mma.cl): the tuning allows it (q4_batch_mma_multi), every product takes the
-// batch path on tensor cores, and the weights share cols, group size and the scales' form (one
-// program, one step). Where their buffers and biases allow is the backend's to see (cl_matmul.cpp).
-inline bool q4_batch_mma_parts(const MatmulShape* s, uint32_t count, uint32_t scale_dtypes_differ, bool mma_device, const Tuning& t) {
-  if (count < 2 || count > 3 || !t.q4_batch_mma_multi || scale_dtypes_differ) return false;
+// Whether products of one x (q/k/v, gate/up: 2..3 weights) of a batch take one launch, as parts
+// (BATCH_PARTS_ARGS in kernels_cl/common.cl — the tensor-core, dp4a and float batch kernels alike):
+// the tuning allows it (q4_batch_multi), every product takes the batch path, and the weights share
+// cols, group size and the scales' form (one program, one step). Which kernel is q4_batch_mma's to
+// say, for all of them at once; where their buffers and biases allow is the backend's (cl_matmul.cpp).
+inline bool q4_batch_parts(const MatmulShape* s, uint32_t count, uint32_t scale_dtypes_differ, const Tuning& t) {
+  if (count < 2 || count > 3 || !t.q4_batch_multi || scale_dtypes_differ) return false;
   for (uint32_t i = 0; i < count; ++i)
-    if (matmul_path(s[i], t) != MatmulPath::kQ4Batch || !q4_batch_mma(s[i], mma_device, t) || s[i].n_rows != s[0].n_rows ||
-        s[i].cols != s[0].cols || s[i].group_size != s[0].group_size)
+    if (matmul_path(s[i], t) != MatmulPath::kQ4Batch || s[i].n_rows != s[0].n_rows || s[i].cols != s[0].cols ||
+        s[i].group_size != s[0].group_size)
       return false;
   return true;
 }

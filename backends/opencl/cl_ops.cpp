@@ -214,7 +214,9 @@ void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl
                   sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, Forms& forms) {
   const DevPtr w = vector_weight(be, weight, dim);
   cl::Buffer *xq = nullptr, *blocks = nullptr;
-  const bool q15 = int15_scratch(be, n_rows, dim, xq, blocks);
+  const bool one = int15_scratch(be, n_rows, dim, xq, blocks);
+  const bool batch = !one && batch_int15_scratch(be, n_rows, dim, xq, blocks);
+  const bool q15 = one || batch;
   auto& k = kernel(be, "ops", delta ? "add_rms_norm" : "rms_norm");
   cl_uint a = 0;
   k.setArg(a++, single(x));
@@ -231,7 +233,8 @@ void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl
   k.setArg(a++, static_cast<cl_uint>(q15));
   constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
   launch(be, k, cl::NDRange(size_t(n_rows) * kNormWg), cl::NDRange(kNormWg));
-  if (q15) forms.made(0, out, dim);
+  if (one) forms.made(0, out, dim);
+  if (batch) forms.made_batch(out, dim, n_rows, Forms::kBatchInt15);
 }
 
 namespace {
@@ -370,8 +373,13 @@ sl_status gated_activation(sl_backend* be, const sl_glu_params* params, const sl
     });
   }
   return guarded(err, "gated_activation", [&] {
+    // The activation's rows: the batch's tokens (MoE's slots of a token make one longer row).
+    const uint64_t n_rows = std::max<std::size_t>(1, be->positions.size());
+    const uint64_t row_len = n % n_rows == 0 ? n / n_rows : 0;
     cl::Buffer *xq = nullptr, *blocks = nullptr;
-    const bool q15 = n <= UINT32_MAX && int15_scratch(be, static_cast<uint32_t>(be->positions.size()), n, xq, blocks);
+    const bool one = n <= UINT32_MAX && n_rows == 1 && int15_scratch(be, 1, n, xq, blocks);
+    const bool batch = !one && row_len && n_rows <= UINT32_MAX && batch_int15_scratch(be, static_cast<uint32_t>(n_rows), row_len, xq, blocks);
+    const bool q15 = one || batch;
     auto& k = kernel(be, "ops", q15 ? "gated_activation_int15" : "gated_activation");
     k.setArg(0, single(gate));
     k.setArg(1, single(up));
@@ -381,9 +389,11 @@ sl_status gated_activation(sl_backend* be, const sl_glu_params* params, const sl
     if (q15) {
       k.setArg(5, *xq);
       k.setArg(6, *blocks);
+      k.setArg(7, static_cast<cl_uint>(one ? n : row_len));
     }
     launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
-    if (q15) forms.made(0, out, static_cast<uint32_t>(n));
+    if (one) forms.made(0, out, static_cast<uint32_t>(n));
+    if (batch) forms.made_batch(out, static_cast<uint32_t>(row_len), static_cast<uint32_t>(n_rows), Forms::kBatchInt15);
     return SL_OK;
   });
 }

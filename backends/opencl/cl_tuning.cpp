@@ -82,7 +82,7 @@ const Field kFields[] = {
      "0 (keep the m-warps) to 64"},
     {"q4_batch_mma_interleave", IntField{&Tuning::q4_batch_mma_interleave, [](uint64_t v) { return v <= 1; }}, "0 or 1"},
     {"q4_batch_mma_unroll", IntField{&Tuning::q4_batch_mma_unroll, [](uint64_t v) { return one_of(v, {1, 2, 4}); }}, "1, 2 or 4"},
-    {"q4_batch_mma_multi", IntField{&Tuning::q4_batch_mma_multi, [](uint64_t v) { return v <= 1; }}, "0 or 1"},
+    {"q4_batch_multi", IntField{&Tuning::q4_batch_multi, [](uint64_t v) { return v <= 1; }}, "0 or 1"},
     {"clblast", IntField{&Tuning::clblast, [](uint64_t v) { return v <= 1; }}, "0 or 1"},
     {"mma", IntField{&Tuning::mma, [](uint64_t v) { return v <= 1; }}, "0 or 1"},
     {"mma_bk", IntField{&Tuning::mma_bk, [](uint64_t v) { return one_of(v, {32, 64}); }}, "32 or 64"},

@@ -76,7 +76,7 @@ struct Tuning {
   uint32_t q4_batch_mma_groups_per_cu = 1;  // …this many work-groups a compute unit (0: keep them)
   uint32_t q4_batch_mma_unroll = 1;       // 1, 2 or 4
   uint32_t q4_batch_mma_interleave = 0;   // 1: a step's MMAs over the tiles back to back (not yet timed)
-  uint32_t q4_batch_mma_multi = 1;        // 0: products of one input (q/k/v, gate/up) a launch each
+  uint32_t q4_batch_multi = 1;        // 0: products of one input (q/k/v, gate/up) a launch each
   // Prefill products.
   uint32_t clblast = 1;                   // 0: our GEMM kernel instead of CLBlast's
   uint32_t mma = 1;                       // 0: no tensor-core GEMM (sm_80+ NVIDIA), the CLBlast path

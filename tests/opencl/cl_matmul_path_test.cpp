@@ -149,27 +149,56 @@ TEST(MatmulPath, TensorCoreBatchShapeFitsTheBatchTheGroupsAndLocalMemory) {
   EXPECT_EQ(q4_batch_mma_program(q4_batch_mma_shape(q4w(8, 14336), cus, t)), "matvec_batch_mma_n1_m2_s2_w16_g64_u4_i1");
 }
 
-// Products of one x (q/k/v, gate/up) in one tensor-core launch: 2 or 3 of them, each on the batch's
-// tensor-core path, one cols, group size and scale form; q4_batch_mma_multi=0 turns it off.
-TEST(MatmulPath, BatchProductsOfOneInputShareATensorCoreLaunchWhereTheirShapesAgree) {
+// Products of one x (q/k/v, gate/up) of a batch in one launch: 2 or 3 of them, each on the batch
+// path, one cols, group size and scale form — whichever batch kernel then runs them (tensor cores from
+// q4_batch_mma_min_rows rows, the dp4a or float kernel under it); q4_batch_multi=0 turns it off.
+TEST(MatmulPath, BatchProductsOfOneInputShareALaunchWhereTheirShapesAgree) {
   Tuning t = mma_tuning(4, 2, 1);
   t.q4_batch_max_rows = 32;
   const MatmulShape qkv[3] = {q4w(8, 4096), q4w(8, 1024), q4w(8, 1024)};
-  EXPECT_TRUE(q4_batch_mma_parts(qkv, 3, 0, true, t));
-  EXPECT_TRUE(q4_batch_mma_parts(qkv, 2, 0, true, t));
-  EXPECT_FALSE(q4_batch_mma_parts(qkv, 1, 0, true, t));   // one product: the launch of its own
-  EXPECT_FALSE(q4_batch_mma_parts(qkv, 3, 1, true, t));   // scales of two forms
-  EXPECT_FALSE(q4_batch_mma_parts(qkv, 3, 0, false, t));  // no tensor cores (PoCL, other vendors, a failed build)
+  EXPECT_TRUE(q4_batch_parts(qkv, 3, 0, t));
+  EXPECT_TRUE(q4_batch_parts(qkv, 2, 0, t));
+  EXPECT_TRUE(q4_batch_mma(qkv[0], true, t));             // …on tensor cores
+  EXPECT_FALSE(q4_batch_parts(qkv, 1, 0, t));   // one product: the launch of its own
+  EXPECT_FALSE(q4_batch_parts(qkv, 3, 1, t));   // scales of two forms
   const MatmulShape two[3] = {q4w(2, 4096), q4w(2, 1024), q4w(2, 1024)};
-  EXPECT_FALSE(q4_batch_mma_parts(two, 3, 0, true, t));   // under q4_batch_mma_min_rows: the dp4a batch kernel
+  EXPECT_TRUE(q4_batch_parts(two, 3, 0, t));    // under q4_batch_mma_min_rows: parts of the dp4a or float kernel
+  EXPECT_FALSE(q4_batch_mma(two[0], true, t));
+  const MatmulShape one[3] = {q4w(1, 4096), q4w(1, 1024), q4w(1, 1024)};
+  EXPECT_FALSE(q4_batch_parts(one, 3, 0, t));   // one row: the one-row kernels' own parts
   const MatmulShape wide[3] = {q4w(33, 4096), q4w(33, 1024), q4w(33, 1024)};
-  EXPECT_FALSE(q4_batch_mma_parts(wide, 3, 0, true, t));  // past q4_batch_max_rows: the GEMM
+  EXPECT_FALSE(q4_batch_parts(wide, 3, 0, t));  // past q4_batch_max_rows: the GEMM
+  const MatmulShape rows_differ[2] = {q4w(8, 4096), q4w(4, 1024)};
+  EXPECT_FALSE(q4_batch_parts(rows_differ, 2, 0, t));
   const MatmulShape mixed[2] = {q4w(8, 4096), q4w(8, 4096, 4096, 128)};
-  EXPECT_FALSE(q4_batch_mma_parts(mixed, 2, 0, true, t)); // groups differ
+  EXPECT_FALSE(q4_batch_parts(mixed, 2, 0, t)); // groups differ
   const MatmulShape cols[2] = {q4w(8, 4096), q4w(8, 4096, 2048)};
-  EXPECT_FALSE(q4_batch_mma_parts(cols, 2, 0, true, t));
-  t.q4_batch_mma_multi = 0;
-  EXPECT_FALSE(q4_batch_mma_parts(qkv, 3, 0, true, t));
+  EXPECT_FALSE(q4_batch_parts(cols, 2, 0, t));
+  t.q4_batch_multi = 0;
+  EXPECT_FALSE(q4_batch_parts(qkv, 3, 0, t));
+  EXPECT_FALSE(q4_batch_parts(two, 3, 0, t));
+}
+
+// A decode batch's producers (norms, the activation) write the rows' 15-bit forms only where the
+// product after them takes the dp4a batch kernel: a dp4a device with the kernel tuned on, 2 rows up
+// to q4_batch_max_rows, under the tensor-core kernel's rows (or no tensor cores), whole 32-column blocks.
+TEST(MatmulPath, ABatchsProducersRoundItsRowsOnlyForTheDp4aBatchKernel) {
+  Tuning t = mma_tuning(4, 2, 1);
+  t.q4_batch_max_rows = 32;
+  t.q4_batch_dp4a = 1;
+  EXPECT_TRUE(batch_int15_by_producer(2, 4096, true, true, t));
+  EXPECT_TRUE(batch_int15_by_producer(3, 4096, true, true, t));
+  EXPECT_FALSE(batch_int15_by_producer(4, 4096, true, true, t));   // tensor cores take 4 rows and more
+  EXPECT_TRUE(batch_int15_by_producer(4, 4096, true, false, t));   // …where the device has them
+  EXPECT_TRUE(batch_int15_by_producer(32, 4096, true, false, t));
+  EXPECT_FALSE(batch_int15_by_producer(33, 4096, true, false, t)); // past the batch kernels: the GEMM
+  EXPECT_FALSE(batch_int15_by_producer(1, 4096, true, false, t));  // one row: the one-row pair (int15_scratch)
+  EXPECT_FALSE(batch_int15_by_producer(2, 4100, true, false, t));  // not whole blocks
+  EXPECT_FALSE(batch_int15_by_producer(2, 4096, false, false, t)); // no dp4a (PoCL, other vendors)
+  t.q4_batch_mma = 0;
+  EXPECT_TRUE(batch_int15_by_producer(8, 4096, true, true, t));    // tensor cores tuned off
+  t.q4_batch_dp4a = 0;
+  EXPECT_FALSE(batch_int15_by_producer(2, 4096, true, true, t));   // the float batch kernel reads x itself
 }
 
 TEST(MatmulPath, TensorCoreBatchWarpsSideBySideInMOnlyWhileTheLaunchFillsTheDevice) {

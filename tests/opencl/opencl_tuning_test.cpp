@@ -79,7 +79,7 @@ TEST(OpenclTuning, DefaultsAreTheValuesTheBackendUsedBefore) {
   EXPECT_EQ(t.q4_batch_wide_rows, 0u);               // no wide shape
   EXPECT_EQ(t.q4_batch_wide_team_rows, 2u);
   EXPECT_EQ(t.q4_batch_dp4a, 1u);                    // dp4a where the device runs it
-  EXPECT_EQ(t.q4_batch_mma_multi, 1u);               // products of one input in one launch
+  EXPECT_EQ(t.q4_batch_multi, 1u);               // products of one input in one launch
   EXPECT_EQ(t.clblast, 1u);                          // on unless SLUICE_OPENCL_NO_CLBLAST
   EXPECT_EQ(t.mma, 1u);                              // on unless SLUICE_OPENCL_MMA=0
   EXPECT_EQ(t.mma_bk, 64u);                          // 64 where K allows unless SLUICE_OPENCL_MMA_BK=32
@@ -113,7 +113,7 @@ TEST(OpenclTuning, EveryFieldHasAName) {
       "q4_team", "q4_rows", "q4_shape_of", "maxrreg", "dp4a", "dp4a_min_log2", "glu_blocks", "res_shape",
       "q4_batch_max_rows", "q4_batch_chunk", "q4_batch_team_rows",
       "q4_batch_wide_rows", "q4_batch_wide_team_rows", "q4_batch_dp4a", "q4_batch_mma", "q4_batch_mma_min_rows",
-      "q4_batch_mma_m_tiles", "q4_batch_mma_warps", "q4_batch_mma_m_warps", "q4_batch_mma_groups_per_cu", "q4_batch_mma_interleave", "q4_batch_mma_unroll", "q4_batch_mma_multi", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_wg_fused", "att_query_parts", "att_team", "att_kpt", "att_vu", "att_shfl_local",
+      "q4_batch_mma_m_tiles", "q4_batch_mma_warps", "q4_batch_mma_m_warps", "q4_batch_mma_groups_per_cu", "q4_batch_mma_interleave", "q4_batch_mma_unroll", "q4_batch_multi", "clblast", "mma", "mma_bk", "mma_bm", "att_wg", "att_wg_fused", "att_query_parts", "att_team", "att_kpt", "att_vu", "att_shfl_local",
       "att_short", "att_groups_per_cu", "att_groups_per_cu_fused", "fused_attention", "maxrreg_att", "mma_att",
       "mma_att_min_run", "mma_att_groups_per_cu", "mma_att_min_tiles", "mma_att_splits", "mma_att_queries", "max_alloc"};
   EXPECT_EQ(tuning_field_names(), expected);

@@ -614,13 +614,45 @@ void begin_one_token(const Opened& o) {
   o.ops->record();
 }
 
-// Batched products of one input on tensor cores as one launch (q/k/v, gate/up: matvec_q4_batch_mma's
-// parts): each part's outputs bit for bit those of its weight alone where the launch and the single
-// products have one shape — m-warps as tuned, or a model's q/k/v (384/128/128 rows: one m-warp either
+// A decode batch of n sequences' tokens, each at position 0 of its own sequence.
+void begin_tokens(const Opened& o, uint32_t n) {
+  static const std::vector<int32_t> zeros(64, 0), slots = [] {
+    std::vector<int32_t> v(64);
+    for (int32_t i = 0; i < 64; ++i) v[i] = i;
+    return v;
+  }();
+  sl_batch batch{};
+  batch.struct_size = sizeof(batch);
+  batch.n_tokens = n;
+  batch.positions = zeros.data();
+  batch.seq_slots = slots.data();
+  batch.n_seqs = n;
+  batch.max_pages = 1;
+  batch.page_table = slots.data();
+  sl_error err{};
+  EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
+  EXPECT_EQ(o.ops->begin_batch(&batch, &err), SL_OK) << err.message;
+  o.ops->record();
+}
+
+// Batched products of one input as one launch (q/k/v, gate/up: the batch kernels' parts,
+// BATCH_PARTS_ARGS) on each batch kernel the device runs — tensor cores (matvec_q4_batch_mma), dp4a
+// (matvec_q4_batch_dp4a, NVIDIA) and the portable float kernel (matvec_q4_batch, every device): each
+// part's outputs bit for bit those of its weight alone where the launch and the single products have
+// one shape — on tensor cores m-warps as tuned, or a model's q/k/v (384/128/128 rows: one m-warp either
 // way) with a bf16 bias on every part; a bias on one part only, a part whose rows end inside a
 // work-group's block, batches of one chunk and of several; one product launch in all.
-TEST_F(OpenclVendorPaths, BatchedProductsOfOneInputOnTensorCoresRunAsOneLaunchEqualToEachAlone) {
-  if (const std::string why = batch_mma_unavailable(probe); !why.empty()) GTEST_SKIP() << why;
+TEST_F(OpenclVendorPaths, BatchedProductsOfOneInputRunAsOneLaunchEqualToEachAlone) {
+  struct Kernel {
+    const char* name;
+    std::string unavailable;
+    const char* options;  // in place of a case's tensor-core tunings
+  };
+  const Kernel kernels[] = {
+      {"matvec_q4_batch_mma", batch_mma_unavailable(probe), nullptr},
+      {"matvec_q4_batch_dp4a", dp4a ? "" : "no dp4a on this device", "tune.q4_batch_max_rows=64 tune.q4_batch_mma=0"},
+      {"matvec_q4_batch", "", "tune.q4_batch_max_rows=64 tune.q4_batch_mma=0 tune.q4_batch_dp4a=0"},
+  };
   std::mt19937 rng(31);
   std::normal_distribution<float> d(0, 1);
   struct Case {
@@ -644,76 +676,82 @@ TEST_F(OpenclVendorPaths, BatchedProductsOfOneInputOnTensorCoresRunAsOneLaunchEq
   cases[1].bias_dtype = SL_DTYPE_BF16;
   cases[1].tunings = {"tune.q4_batch_max_rows=64 tune.q4_batch_mma_min_rows=2"};
   cases[1].batches = {4, 10, 31};
-  for (Case& c : cases)
-    for (const char* tuning : c.tunings)
-      for (uint32_t m : c.batches) {
-        SCOPED_TRACE(std::string("options '") + tuning + "', rows " + std::to_string(m) + ", first weight " +
-                     std::to_string(c.packed.weights[0].rows) + " × " + std::to_string(c.packed.weights[0].cols));
-        const uint32_t cols = c.packed.weights[0].cols;
-        std::vector<float> x(std::size_t(m) * cols);
-        for (auto& v : x) v = d(rng);
-        std::vector<std::vector<uint8_t>> bias_bytes(3);
-        for (uint32_t i = 0; i < 3; ++i)
-          for (uint32_t r = 0; r < c.packed.weights[i].rows; ++r) {
-            const float v = d(rng);
-            uint32_t bits;
-            std::memcpy(&bits, &v, 4);
-            const auto* b = reinterpret_cast<const uint8_t*>(&v);
-            if (c.bias_dtype == SL_DTYPE_BF16) {
-              bias_bytes[i].push_back(static_cast<uint8_t>(bits >> 16));
-              bias_bytes[i].push_back(static_cast<uint8_t>(bits >> 24));
-            } else {
-              bias_bytes[i].insert(bias_bytes[i].end(), b, b + 4);
+  for (const Kernel& kernel : kernels) {
+    if (!kernel.unavailable.empty()) {
+      std::printf("  %s: not run (%s)\n", kernel.name, kernel.unavailable.c_str());
+      continue;
+    }
+    for (Case& c : cases)
+      for (const char* tuning : kernel.options ? std::vector<const char*>{kernel.options} : c.tunings)
+        for (uint32_t m : c.batches) {
+          SCOPED_TRACE(std::string("options '") + tuning + "', rows " + std::to_string(m) + ", first weight " +
+                       std::to_string(c.packed.weights[0].rows) + " × " + std::to_string(c.packed.weights[0].cols));
+          const uint32_t cols = c.packed.weights[0].cols;
+          std::vector<float> x(std::size_t(m) * cols);
+          for (auto& v : x) v = d(rng);
+          std::vector<std::vector<uint8_t>> bias_bytes(3);
+          for (uint32_t i = 0; i < 3; ++i)
+            for (uint32_t r = 0; r < c.packed.weights[i].rows; ++r) {
+              const float v = d(rng);
+              uint32_t bits;
+              std::memcpy(&bits, &v, 4);
+              const auto* b = reinterpret_cast<const uint8_t*>(&v);
+              if (c.bias_dtype == SL_DTYPE_BF16) {
+                bias_bytes[i].push_back(static_cast<uint8_t>(bits >> 16));
+                bias_bytes[i].push_back(static_cast<uint8_t>(bits >> 24));
+              } else {
+                bias_bytes[i].insert(bias_bytes[i].end(), b, b + 4);
+              }
             }
-          }
-        std::vector<std::vector<float>> together(3), alone(3);
-        const std::string profile = profile_of(api, tuning, [&](const Opened& o) {
-          std::vector<sl_buffer*> held = c.packed.upload(o);
-          sl_buffer* dx = device_copy(o, x.data(), x.size() * 4);
-          const sl_weight* ws[3];
-          const sl_weight* biases[3];
-          sl_weight bias_w[3];
-          sl_buffer *outs[3], *singles[3];
-          for (uint32_t i = 0; i < 3; ++i) {
-            ws[i] = &c.packed.weights[i];
-            sl_buffer* db = device_copy(o, bias_bytes[i].data(), bias_bytes[i].size());
-            held.push_back(db);
-            bias_w[i] = f32_vector(db, ws[i]->rows);
-            bias_w[i].dtype = c.bias_dtype;
-            biases[i] = c.biased[i] ? &bias_w[i] : nullptr;
-            std::vector<float> zero(std::size_t(m) * ws[i]->rows, 0.0f);
-            outs[i] = device_copy(o, zero.data(), zero.size() * 4);
-            singles[i] = device_copy(o, zero.data(), zero.size() * 4);
-          }
-          sl_error err{};
-          EXPECT_EQ(o.ops->matmul_multi(dx, m, 3, ws, biases, outs, &err), SL_OK) << err.message;
-          for (uint32_t i = 0; i < 3; ++i) {
-            EXPECT_EQ(o.ops->matmul(dx, m, ws[i], biases[i], singles[i], &err), SL_OK) << err.message;
-            together[i].resize(std::size_t(m) * ws[i]->rows);
-            alone[i].resize(together[i].size());
-            EXPECT_EQ(o.api->download(o.be, outs[i], 0, together[i].data(), together[i].size() * 4, &err), SL_OK);
-            EXPECT_EQ(o.api->download(o.be, singles[i], 0, alone[i].data(), alone[i].size() * 4, &err), SL_OK);
-            o.api->free(o.be, outs[i]);
-            o.api->free(o.be, singles[i]);
-          }
-          for (sl_buffer* b : held) o.api->free(o.be, b);
-          o.api->free(o.be, dx);
-        });
-        for (uint32_t i = 0; i < 3; ++i) {
-          std::size_t differ = 0, first = together[i].size();
-          for (std::size_t j = 0; j < together[i].size(); ++j)
-            if (together[i][j] != alone[i][j]) {
-              ++differ;
-              first = std::min(first, j);
+          std::vector<std::vector<float>> together(3), alone(3);
+          const std::string profile = profile_of(api, tuning, [&](const Opened& o) {
+            std::vector<sl_buffer*> held = c.packed.upload(o);
+            sl_buffer* dx = device_copy(o, x.data(), x.size() * 4);
+            const sl_weight* ws[3];
+            const sl_weight* biases[3];
+            sl_weight bias_w[3];
+            sl_buffer *outs[3], *singles[3];
+            for (uint32_t i = 0; i < 3; ++i) {
+              ws[i] = &c.packed.weights[i];
+              sl_buffer* db = device_copy(o, bias_bytes[i].data(), bias_bytes[i].size());
+              held.push_back(db);
+              bias_w[i] = f32_vector(db, ws[i]->rows);
+              bias_w[i].dtype = c.bias_dtype;
+              biases[i] = c.biased[i] ? &bias_w[i] : nullptr;
+              std::vector<float> zero(std::size_t(m) * ws[i]->rows, 0.0f);
+              outs[i] = device_copy(o, zero.data(), zero.size() * 4);
+              singles[i] = device_copy(o, zero.data(), zero.size() * 4);
             }
-          EXPECT_EQ(differ, 0u) << "part " << i << ": first at batch row " << first / c.packed.weights[i].rows << ", weight row "
-                                << first % c.packed.weights[i].rows << " (" << (first < together[i].size() ? together[i][first] : 0.0f)
-                                << " against " << (first < together[i].size() ? alone[i][first] : 0.0f) << ")";
-          EXPECT_NE(std::count(alone[i].begin(), alone[i].end(), 0.0f), static_cast<std::ptrdiff_t>(alone[i].size())) << "part " << i;
+            sl_error err{};
+            EXPECT_EQ(o.ops->matmul_multi(dx, m, 3, ws, biases, outs, &err), SL_OK) << err.message;
+            for (uint32_t i = 0; i < 3; ++i) {
+              EXPECT_EQ(o.ops->matmul(dx, m, ws[i], biases[i], singles[i], &err), SL_OK) << err.message;
+              together[i].resize(std::size_t(m) * ws[i]->rows);
+              alone[i].resize(together[i].size());
+              EXPECT_EQ(o.api->download(o.be, outs[i], 0, together[i].data(), together[i].size() * 4, &err), SL_OK);
+              EXPECT_EQ(o.api->download(o.be, singles[i], 0, alone[i].data(), alone[i].size() * 4, &err), SL_OK);
+              o.api->free(o.be, outs[i]);
+              o.api->free(o.be, singles[i]);
+            }
+            for (sl_buffer* b : held) o.api->free(o.be, b);
+            o.api->free(o.be, dx);
+          });
+          for (uint32_t i = 0; i < 3; ++i) {
+            std::size_t differ = 0, first = together[i].size();
+            for (std::size_t j = 0; j < together[i].size(); ++j)
+              if (together[i][j] != alone[i][j]) {
+                ++differ;
+                first = std::min(first, j);
+              }
+            EXPECT_EQ(differ, 0u) << "part " << i << ": first at batch row " << first / c.packed.weights[i].rows << ", weight row "
+                                  << first % c.packed.weights[i].rows << " (" << (first < together[i].size() ? together[i][first] : 0.0f)
+                                  << " against " << (first < together[i].size() ? alone[i][first] : 0.0f) << ")";
+            EXPECT_NE(std::count(alone[i].begin(), alone[i].end(), 0.0f), static_cast<std::ptrdiff_t>(alone[i].size())) << "part " << i;
+          }
+          // One launch for the three, then one each.
+          EXPECT_EQ(profile_launches(profile, kernel.name), 4L) << profile;
         }
-        // One launch for the three, then one each.
-        EXPECT_EQ(profile_launches(profile, "matvec_q4_batch_mma"), 4L) << profile;
-      }
+  }
 }
 
 // Decode's fused path (two hidden sizes, one for each way a norm rounds): rms_norm, add_rms_norm and
@@ -841,6 +879,84 @@ TEST_F(OpenclVendorPaths, ProducersRoundTheActivationForTheDp4aProducts) {
     EXPECT_EQ(launches("matvec_x_int15"), 0) << profile;
     EXPECT_EQ(launches("matvec_q4_rows"), 1) << profile;  // the product after the upload
   }
+}
+
+// The same for a decode batch the dp4a batch kernel takes (2 and 3 rows, under the tensor-core
+// kernel's): rms_norm, add_rms_norm and gated_activation write every row's 15-bit form, and the
+// 4-bit batch product after each reads it instead of rounding x in a launch of its own — its outputs
+// bit for bit those of the same product of a copy of the activation (which the product rounds itself:
+// the form is one function of the values, whichever kernel writes it); the profile shows the three
+// joined products ran with no rounding launch, the three on copies with one each.
+TEST_F(OpenclVendorPaths, ProducersRoundABatchsRowsForTheDp4aBatchProducts) {
+  if (!dp4a) GTEST_SKIP() << "no dp4a on this device";
+  for (uint32_t H : {1024u, 1088u})
+    for (uint32_t n : {2u, 3u}) {
+      const uint32_t F = 2048;
+      SCOPED_TRACE("hidden size " + std::to_string(H) + ", rows " + std::to_string(n));
+      std::mt19937 rng(41);
+      const QuantWeight wq = random_quant(512, H, 4, 64, SL_DTYPE_F16, rng), wd = random_quant(H, F, 4, 64, SL_DTYPE_BF16, rng);
+      std::normal_distribution<float> d(0, 1);
+      auto normal = [&](std::size_t count, float scale) {
+        std::vector<float> v(count);
+        for (auto& e : v) e = scale * d(rng);
+        return v;
+      };
+      const std::vector<float> x = normal(std::size_t(n) * H, 1.0f), delta = normal(std::size_t(n) * H, 0.5f), norm_w = normal(H, 0.3f),
+                               gate = normal(std::size_t(n) * F, 1.0f), up = normal(std::size_t(n) * F, 1.0f);
+      // Joined and on copies: q of the norm, q of the add-norm, down of the activation.
+      std::vector<std::vector<float>> joined(3), copied(3);
+      const std::string profile = profile_of(api, "tune.q4_batch_mma_min_rows=4", [&](const Opened& o) {
+        Packed pq, pd;
+        pq.add(wq), pd.add(wd);
+        std::vector<sl_buffer*> owned;
+        for (Packed* p : {&pq, &pd})
+          for (sl_buffer* b : p->upload(o)) owned.push_back(b);
+        auto buf = [&](const std::vector<float>& v) {
+          owned.push_back(device_copy(o, v.data(), v.size() * 4));
+          return owned.back();
+        };
+        auto zeros = [&](std::size_t count) { return buf(std::vector<float>(count)); };
+        sl_buffer *dx = buf(x), *dd = buf(delta), *dnw = buf(norm_w), *dg = buf(gate), *du = buf(up);
+        const sl_weight nw = f32_vector(dnw, H);
+        sl_buffer* acts[3] = {zeros(std::size_t(n) * H), zeros(std::size_t(n) * H), zeros(std::size_t(n) * F)};
+        sl_buffer* copies[3] = {zeros(std::size_t(n) * H), zeros(std::size_t(n) * H), zeros(std::size_t(n) * F)};
+        const sl_weight* ws[3] = {&pq.weights[0], &pq.weights[0], &pd.weights[0]};
+        sl_buffer *outs[3], *outs_copied[3];
+        for (uint32_t i = 0; i < 3; ++i) {
+          outs[i] = zeros(std::size_t(n) * ws[i]->rows);
+          outs_copied[i] = zeros(std::size_t(n) * ws[i]->rows);
+        }
+        begin_tokens(o, n);
+        sl_error err{};
+        EXPECT_EQ(o.ops->rms_norm(dx, &nw, 0.0f, acts[0], n, H, 1e-5f, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->matmul(acts[0], n, ws[0], nullptr, outs[0], &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->add_rms_norm(dx, dd, &nw, 1.0f, acts[1], n, H, 1e-5f, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->matmul(acts[1], n, ws[1], nullptr, outs[1], &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->gated_activation(SL_ACT_SILU, dg, du, acts[2], std::size_t(n) * F, &err), SL_OK) << err.message;
+        EXPECT_EQ(o.ops->matmul(acts[2], n, ws[2], nullptr, outs[2], &err), SL_OK) << err.message;
+        for (uint32_t i = 0; i < 3; ++i) {
+          const uint64_t values = uint64_t(n) * ws[i]->cols;
+          EXPECT_EQ(o.ops->copy(acts[i], 0, copies[i], 0, values, &err), SL_OK) << err.message;
+          EXPECT_EQ(o.ops->matmul(copies[i], n, ws[i], nullptr, outs_copied[i], &err), SL_OK) << err.message;
+        }
+        EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
+        for (uint32_t i = 0; i < 3; ++i) {
+          joined[i].resize(std::size_t(n) * ws[i]->rows);
+          copied[i].resize(joined[i].size());
+          EXPECT_EQ(o.api->download(o.be, outs[i], 0, joined[i].data(), joined[i].size() * 4, &err), SL_OK) << err.message;
+          EXPECT_EQ(o.api->download(o.be, outs_copied[i], 0, copied[i].data(), copied[i].size() * 4, &err), SL_OK) << err.message;
+        }
+        o.ops->record();
+        for (sl_buffer* b : owned) o.api->free(o.be, b);
+      });
+      const char* what[3] = {"q of rms_norm", "q of add_rms_norm", "down of gated_activation"};
+      for (uint32_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(joined[i], copied[i]) << what[i];
+        EXPECT_NE(std::count(joined[i].begin(), joined[i].end(), 0.0f), static_cast<std::ptrdiff_t>(joined[i].size())) << what[i];
+      }
+      EXPECT_EQ(profile_launches(profile, "matvec_q4_batch_dp4a"), 6L) << profile;
+      EXPECT_EQ(profile_launches(profile, "matvec_x_int15_rows"), 3L) << profile;  // the copies' products only
+    }
 }
 // The residual step in the products' launches (NVIDIA; the fusion pass's kResidual, cl_matmul.cpp residual_join): a product (o, down),
 // the add_rms_norm of its output and the products that read the norm (gate/up with the activation,
