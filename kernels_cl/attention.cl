@@ -232,7 +232,7 @@ inline void att_write(__global float* out, __global float* partial, ulong head, 
       if (dim < V_DIM) out[head * V_DIM + dim] = v;
 #ifdef SLUICE_PTX_SHFL
       // Whole warps call it: the host sets q15 only where WG and V_DIM are multiples of 32.
-      if (q15) int15_store(v, (uint)head * V_DIM + dim, dim < V_DIM, cols, oq, oblocks);
+      if (q15) int15_store_rows(v, head * V_DIM + dim, dim < V_DIM, cols, oq, oblocks);
 #endif
     }
     return;
@@ -585,7 +585,7 @@ void attention_merge(__global const float* partial, __global float* out, uint n_
         out[(ulong)head * V_DIM + dim] = sum * inv;
       }
 #ifdef SLUICE_PTX_SHFL
-      if (q15) int15_store(sum * inv, head * V_DIM + dim, dim < V_DIM, cols, oq, oblocks);  // as att_write's
+      if (q15) int15_store_rows(sum * inv, (ulong)head * V_DIM + dim, dim < V_DIM, cols, oq, oblocks);  // as att_write's
 #endif
     }
   }

@@ -246,7 +246,7 @@ inline void short_passes(SHORT_ARGS, __local float* scratch,
       const float v = live ? a / l : 0.0f;
       if (live) out[head * HEAD_DIM + dim] = v;
 #ifdef SLUICE_PTX_SHFL
-      if (q15) int15_store(v, (uint)head * HEAD_DIM + dim, live, n_heads * HEAD_DIM, oq, oblocks);  // as att_write's
+      if (q15) int15_store_rows(v, head * HEAD_DIM + dim, live, n_heads * HEAD_DIM, oq, oblocks);  // as att_write's
 #endif
     } else if (live) {
       __global float* part = partial + (head * n_splits + split) * (HEAD_DIM + 2);

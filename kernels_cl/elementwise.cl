@@ -48,8 +48,7 @@ __kernel void gated_activation_int15(__global const float* gate, __global const 
   const bool live = i < n;
   const float v = live ? activation_of(gate[i], activation) * up[i] : 0.0f;
   if (live) out[i] = v;
-  const ulong row = i / row_len;
-  int15_store(v, (uint)(i % row_len), live, row_len, xq + row * 2u * row_len, blocks + row * (row_len / 32u));
+  int15_store_rows(v, i, live, row_len, xq, blocks);
 }
 #endif
 

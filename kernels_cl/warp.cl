@@ -50,6 +50,14 @@ inline void int15_store(float v, uint c, bool live, uint cols, __global uchar* x
   if (lane == 0) blocks[b] = (float2)(step, step * (float)total);
 }
 
+// int15_store for value i of rows of row_len values (row_len % 32 == 0), row t's form at xq + t·2·row_len
+// bytes and blocks + t·row_len/32 (matvec_x_int15_rows' layout): one row, or a decode batch's rows for
+// the dp4a batch kernel, written by the producer of the activation (attention, gated_activation).
+inline void int15_store_rows(float v, ulong i, bool live, uint row_len, __global uchar* xq, __global float2* blocks) {
+  const ulong row = i / row_len;
+  int15_store(v, (uint)(i % row_len), live, row_len, xq + row * 2u * row_len, blocks + row * (row_len / 32u));
+}
+
 // Max and sum over each aligned group of 8 lanes.
 inline float lanes8_max(float v) {
   for (int m = 1; m < 8; m <<= 1) v = fmax(v, shfl_xor(v, m));

@@ -116,6 +116,7 @@ Status validate(const ServerOptions& o) {
   if (o.mem_wait_s < 0) return make_error("--mem-wait must not be negative");
   if (o.ssd_prefetch < 0 || o.ssd_prefetch > 4096) return make_error("--ssd-prefetch must be 0..4096 reads in flight");
   if (o.queue_size < 1) return make_error("--queue-size must be at least 1");
+  if (o.shutdown_grace_s < 0) return make_error("--shutdown-grace must not be negative");
   if (o.threads < 0) return make_error("--threads must not be negative");
   if (o.temp < 0) return make_error("--temp must not be negative");
   if (o.top_p <= 0 || o.top_p > 1) return make_error("--top-p must be in (0, 1]");

@@ -308,12 +308,15 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     splits = static_cast<uint32_t>(std::min<uint64_t>({want, most, 256}));
   }
   if (splits > 1) be->att_partial.at_least(be->context, uint64_t(n_tokens) * p->n_heads * splits * (v_dim + 2) * 4);
-  // Decode of one token on NVIDIA: the output's 15-bit form too (att_write), so that the output
-  // projection's dp4a product needs no rounding launch — where every warp holds whole 32-column blocks.
+  // Decode on NVIDIA: the output's 15-bit form too (att_write), so that the output projection's dp4a
+  // product needs no rounding launch — where every warp holds whole 32-column blocks; for one token,
+  // or a batch's rows where the dp4a batch kernel reads them (batch_int15_by_producer).
   const uint64_t cols = uint64_t(p->n_heads) * v_dim;
   cl::Buffer *oq = nullptr, *oblocks = nullptr;
-  const bool q15 = ks.ptx && n_tokens == 1 && v_dim % 32 == 0 && ks.wg % 32 == 0 && ks.wide_wg % 32 == 0 &&
-                   int15_scratch(be, 1, cols, oq, oblocks);
+  const bool warps_whole = ks.ptx && v_dim % 32 == 0 && ks.wg % 32 == 0 && ks.wide_wg % 32 == 0;
+  const bool one = warps_whole && n_tokens == 1 && int15_scratch(be, 1, cols, oq, oblocks);
+  const bool batch = warps_whole && !one && batch_int15_scratch(be, n_tokens, cols, oq, oblocks);
+  const bool q15 = one || batch;
   auto& kn = fused ? ks.fused : join ? ks.short_join : short_passes ? ks.short_passes : ks.attention;
   const bool recent = keeps_recent(be, c);
   kn.setArg(0, single(q));
@@ -381,7 +384,8 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     mk.setArg(11, static_cast<cl_uint>(rope ? rope->style : 0));
     launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
   }
-  if (q15) forms.made(0, out, static_cast<uint32_t>(cols));
+  if (one) forms.made(0, out, static_cast<uint32_t>(cols));
+  if (batch) forms.made_batch(out, static_cast<uint32_t>(cols), n_tokens, Forms::kBatchInt15);
 }
 
 sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,

@@ -1334,7 +1334,9 @@ TEST_F(OpenclVendorPaths, TheArgmaxInOneLaunchAgreesWithThePortableTwo) {
 // and a longer one (several splits: the merge writes it), after a prefill, the product is held to
 // the float64 product of the attention output the backend returned, within the 15-bit rounding's
 // bound; on NVIDIA the profile shows dp4a products and no rounding launch. Elsewhere the float
-// kernel runs and is held to the float32 bound.
+// kernel runs and is held to the float32 bound. Then two more tokens as one batch: attention writes
+// both rows' forms for the dp4a batch product, whose outputs are bit for bit those of the product of a
+// copy of the attention output (which rounds x itself: matvec_x_int15_rows only for the copies).
 TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
 
   constexpr uint32_t kHeads = 8, kKvHeads = 2, kDim = 128, kCols = kHeads * kDim, kPageTokens = 16, kPages = 32;
@@ -1357,7 +1359,7 @@ TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
     depths.push_back(std::move(dd));
   }
   struct Result {
-    std::vector<float> att, o;
+    std::vector<float> att, o, o2, o2_copied;  // o2: the two-token batch's projection
   };
   auto run = [&](const Opened& o) {
     std::vector<Result> results;
@@ -1377,11 +1379,12 @@ TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
       params.n_kv_heads = kKvHeads;
       params.head_dim = kDim;
       params.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
-      // The history as one prefill, then one decode token.
-      for (int pass = 0; pass < 2; ++pass) {
-        const uint32_t n = pass == 0 ? static_cast<uint32_t>(dd.history) : 1;
+      // The history as one prefill, then one decode token, then two tokens as one batch.
+      Result r;
+      for (int pass = 0; pass < 3; ++pass) {
+        const uint32_t n = pass == 0 ? static_cast<uint32_t>(dd.history) : pass == 1 ? 1 : 2;
         std::vector<int32_t> positions(n), slots(n, 0);
-        for (uint32_t i = 0; i < n; ++i) positions[i] = pass == 0 ? static_cast<int32_t>(i) : dd.history;
+        for (uint32_t i = 0; i < n; ++i) positions[i] = pass == 0 ? static_cast<int32_t>(i) : dd.history + (pass == 1 ? 0 : 1 + int32_t(i));
         sl_batch batch{};
         batch.struct_size = sizeof(batch);
         batch.n_tokens = n;
@@ -1392,28 +1395,50 @@ TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
         batch.page_table = table.data();
         EXPECT_EQ(o.ops->begin_batch(&batch, &err), SL_OK) << err.message;
         o.ops->set_kv_layout(kv.layout);
-        const auto& qh = pass == 0 ? dd.q : dd.q1;
+        // Pass 2's q, k and v: pass 1's and more of the same distribution.
+        std::vector<float> q2 = dd.q1, k2 = dd.k1, v2 = dd.v1;
+        if (pass == 2) {
+          for (float e : normal(kCols)) q2.push_back(e);
+          for (float e : normal(kKvHeads * kDim)) k2.push_back(e);
+          for (float e : normal(kKvHeads * kDim)) v2.push_back(e);
+        }
+        const auto& qh = pass == 0 ? dd.q : q2;
+        const auto& kh = pass == 0 ? dd.k : k2;
+        const auto& vh = pass == 0 ? dd.v : v2;
         sl_buffer* q = device_copy(o, qh.data(), qh.size() * 4);
-        sl_buffer* k = device_copy(o, (pass == 0 ? dd.k : dd.k1).data(), (pass == 0 ? dd.k : dd.k1).size() * 4);
-        sl_buffer* v = device_copy(o, (pass == 0 ? dd.v : dd.v1).data(), (pass == 0 ? dd.v : dd.v1).size() * 4);
+        sl_buffer* k = device_copy(o, kh.data(), kh.size() * 4);
+        sl_buffer* v = device_copy(o, vh.data(), vh.size() * 4);
         const std::vector<float> zeros(qh.size());
         sl_buffer* att = device_copy(o, zeros.data(), zeros.size() * 4);
-        sl_buffer* out = device_copy(o, zeros.data(), 512 * 4);
+        sl_buffer* att_copy = device_copy(o, zeros.data(), zeros.size() * 4);
+        sl_buffer* out = device_copy(o, zeros.data(), 2 * 512 * 4);
+        sl_buffer* out_copied = device_copy(o, zeros.data(), 2 * 512 * 4);
         o.ops->record();  // kv_write, attention and the product as one graph, as in a decode step
         EXPECT_EQ(o.ops->kv_write(cache, 0, k, v, &err), SL_OK) << err.message;
         EXPECT_EQ(o.ops->attention(cache, 0, q, &params, nullptr, att, &err), SL_OK) << err.message;
-        if (pass == 1) {
-          EXPECT_EQ(o.ops->matmul(att, 1, &pack.weights[0], nullptr, out, &err), SL_OK) << err.message;
+        if (pass >= 1) {
+          EXPECT_EQ(o.ops->matmul(att, n, &pack.weights[0], nullptr, out, &err), SL_OK) << err.message;
+        }
+        if (pass == 2) {
+          EXPECT_EQ(o.ops->copy(att, 0, att_copy, 0, uint64_t(n) * kCols, &err), SL_OK) << err.message;
+          EXPECT_EQ(o.ops->matmul(att_copy, n, &pack.weights[0], nullptr, out_copied, &err), SL_OK) << err.message;
         }
         EXPECT_EQ(o.ops->run_recorded(&err), SL_OK) << err.message;
         if (pass == 1) {
-          Result r{std::vector<float>(kCols), std::vector<float>(512)};
+          r.att.resize(kCols);
+          r.o.resize(512);
           EXPECT_EQ(o.api->download(o.be, att, 0, r.att.data(), kCols * 4, &err), SL_OK) << err.message;
           EXPECT_EQ(o.api->download(o.be, out, 0, r.o.data(), 512 * 4, &err), SL_OK) << err.message;
-          results.push_back(std::move(r));
         }
-        for (sl_buffer* b : {q, k, v, att, out}) o.api->free(o.be, b);
+        if (pass == 2) {
+          r.o2.resize(2 * 512);
+          r.o2_copied.resize(2 * 512);
+          EXPECT_EQ(o.api->download(o.be, out, 0, r.o2.data(), 2 * 512 * 4, &err), SL_OK) << err.message;
+          EXPECT_EQ(o.api->download(o.be, out_copied, 0, r.o2_copied.data(), 2 * 512 * 4, &err), SL_OK) << err.message;
+        }
+        for (sl_buffer* b : {q, k, v, att, att_copy, out, out_copied}) o.api->free(o.be, b);
       }
+      results.push_back(std::move(r));
       o.api->kv_destroy(o.be, cache);
     }
     for (sl_buffer* b : owned) o.api->free(o.be, b);
@@ -1425,11 +1450,15 @@ TEST_F(OpenclVendorPaths, TheOutputProjectionReadsTheFormAttentionWrote) {
   for (std::size_t i = 0; i < results.size(); ++i) {
     SCOPED_TRACE("history " + std::to_string(depths[i].history));
     expect_product(wo, results[i].att, {}, results[i].o, dp4a, "the output projection");
+    EXPECT_EQ(results[i].o2, results[i].o2_copied) << "the two-token batch's projection";
+    EXPECT_NE(std::count(results[i].o2.begin(), results[i].o2.end(), 0.0f), 2 * 512);
   }
   if (!dp4a) return;
   const std::string profile = profile_of(api, "", run);
   EXPECT_EQ(profile_launches(profile, "matvec_q4_dp4a"), 2) << profile;
   EXPECT_EQ(profile_launches(profile, "matvec_x_int15"), 0) << profile;
+  EXPECT_EQ(profile_launches(profile, "matvec_q4_batch_dp4a"), 4) << profile;
+  EXPECT_EQ(profile_launches(profile, "matvec_x_int15_rows"), 2) << profile;  // the copies' products only
   EXPECT_EQ(profile_launches(profile, "matvec_q4_rows"), 0) << profile;
   EXPECT_EQ(profile_launches(profile, "attention_merge"), 1) << profile;  // the longer history's splits met
 }

@@ -183,6 +183,10 @@ TEST(ServerOptions, OutOfRangeValuesAreRejected) {
   EXPECT_FALSE(parse_server_options({"--model", "m", "--log-level", "loud"}).ok());
   EXPECT_FALSE(parse_server_options({"--model", "m", "--port", "abc"}).ok());
   EXPECT_FALSE(parse_server_options({"--model", "m", "--decode-ahead", "sometimes"}).ok());
+  const auto negative_grace = parse_server_options({"--model", "m", "--shutdown-grace", "-1"});
+  ASSERT_FALSE(negative_grace.ok());
+  EXPECT_NE(negative_grace.message().find("--shutdown-grace"), std::string::npos) << negative_grace.message();
+  EXPECT_TRUE(parse_server_options({"--model", "m", "--shutdown-grace", "0"}).ok());
 }
 
 TEST(ServerOptions, MapToEngineOptions) {
