@@ -121,8 +121,8 @@ TEST(OpenclTuning, EveryFieldHasAName) {
 
 // The built-in table's Hopper entry restates the H100's measurements — the defaults, but for the
 // batched decode kernel, which the H100 measured faster than the tensor-core GEMM only up to 32 rows,
-// the prefill attention's 128 queries a work-group and the fused decode attention's work-group of 128
-// (both measured on the H200) — and every other
+// its one weight row a team under 4 rows, the prefill attention's 128 queries a work-group and the
+// fused decode attention's work-group of 128 (these three measured on the H200) — and every other
 // device falls back to the defaults.
 TEST(OpenclTuning, BuiltinTableGivesEveryDeviceTheValuesItHadBefore) {
   const std::string hopper = "built-in [vendor \"NVIDIA*\" device \"*H100*\" \"*H200*\"]";
@@ -136,6 +136,7 @@ TEST(OpenclTuning, BuiltinTableGivesEveryDeviceTheValuesItHadBefore) {
   hopper_tuning.q4_batch_max_rows = 32;
   hopper_tuning.q4_batch_wide_rows = 8;
   hopper_tuning.q4_batch_wide_team_rows = 4;
+  hopper_tuning.q4_batch_team_rows = 1;
   hopper_tuning.mma_att_queries = 128;
   hopper_tuning.att_wg_fused = 128;
   const Case cases[] = {
