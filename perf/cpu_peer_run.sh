@@ -11,6 +11,10 @@
 #   tar xzf ../shared/peer/llama-cpp-turboquant.tar.gz -C $PEER
 #   cmake -S $PEER/lcpp -B $PEER/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
 #     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_WEBUI=OFF && cmake --build $PEER/build -j2 --target llama-bench llama-quantize
+# On a host that advertises AMX where its tile instructions fault (a VM without the tile state: llama-bench
+# dies with SIGILL in ggml_backend_amx_mul_mat), build with -DGGML_NATIVE=OFF and the ISA spelled out:
+#   -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON
+#   -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 set -eu
 BUILD=${BUILD:-build}
 ROUNDS=${ROUNDS:-3}
