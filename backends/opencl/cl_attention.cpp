@@ -312,11 +312,8 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
   // product needs no rounding launch — where every warp holds whole 32-column blocks; for one token,
   // or a batch's rows where the dp4a batch kernel reads them (batch_int15_by_producer).
   const uint64_t cols = uint64_t(p->n_heads) * v_dim;
-  cl::Buffer *oq = nullptr, *oblocks = nullptr;
   const bool warps_whole = ks.ptx && v_dim % 32 == 0 && ks.wg % 32 == 0 && ks.wide_wg % 32 == 0;
-  const bool one = warps_whole && n_tokens == 1 && int15_scratch(be, 1, cols, oq, oblocks);
-  const bool batch = warps_whole && !one && batch_int15_scratch(be, n_tokens, cols, oq, oblocks);
-  const bool q15 = one || batch;
+  const ProducedForms form = warps_whole ? produced_forms(be, n_tokens, cols) : ProducedForms{};
   auto& kn = fused ? ks.fused : join ? ks.short_join : short_passes ? ks.short_passes : ks.attention;
   const bool recent = keeps_recent(be, c);
   kn.setArg(0, single(q));
@@ -354,9 +351,9 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     kn.setArg(26, geo.k_fused ? be->att_q_images.buffer : single(q));  // unused without fused keys
   }
   const cl_uint form_arg = fused ? 27 : 22;
-  kn.setArg(form_arg, q15 ? *oq : single(out));  // unread without q15
-  kn.setArg(form_arg + 1, q15 ? *oblocks : single(out));
-  kn.setArg(form_arg + 2, static_cast<cl_uint>(q15));
+  kn.setArg(form_arg, form ? *form.xq : single(out));  // unread without a form
+  kn.setArg(form_arg + 1, form ? *form.blocks : single(out));
+  kn.setArg(form_arg + 2, static_cast<cl_uint>(bool(form)));
   // The joined kv_write's rows and rope (attention_short_join's last arguments; half 0: no rope).
   const RopeLaunch* rope = join && join->rope.x ? &join->rope : nullptr;
   if (join) {
@@ -372,9 +369,9 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     mk.setArg(0, be->att_partial.buffer);
     mk.setArg(1, single(out));
     mk.setArg(2, static_cast<cl_uint>(splits));
-    mk.setArg(3, q15 ? *oq : single(out));
-    mk.setArg(4, q15 ? *oblocks : single(out));
-    mk.setArg(5, static_cast<cl_uint>(q15));
+    mk.setArg(3, form ? *form.xq : single(out));
+    mk.setArg(4, form ? *form.blocks : single(out));
+    mk.setArg(5, static_cast<cl_uint>(bool(form)));
     mk.setArg(6, static_cast<cl_uint>(cols));
     // The splits rotated the joined query in registers only: the merge writes it back (attention.cl).
     mk.setArg(7, single(q));
@@ -384,8 +381,7 @@ void portable_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl
     mk.setArg(11, static_cast<cl_uint>(rope ? rope->style : 0));
     launch(be, mk, cl::NDRange(size_t(ks.wide_wg) * n_tokens * p->n_heads), cl::NDRange(ks.wide_wg));  // MERGE_WG
   }
-  if (one) forms.made(0, out, static_cast<uint32_t>(cols));
-  if (batch) forms.made_batch(out, static_cast<uint32_t>(cols), n_tokens, Forms::kBatchInt15);
+  form.made(forms, out);
 }
 
 sl_status checked_attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buffer* q, const AttentionParams* p,

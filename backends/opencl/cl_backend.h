@@ -374,10 +374,23 @@ bool use_dp4a(const sl_backend* be);
 // For an op producing n_rows × cols values that a product may read next: whether to write their 15-bit
 // form too (decode, one row of whole 32-column blocks, dp4a on), and where (pair 0, grown to fit).
 bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks);
-// The same for a decode batch's rows (batch_int15_by_producer, cl_matmul_path.h): the rows' forms one
-// after another in the batch pair (sl_backend::batch_x8), where the dp4a batch kernel reads them;
-// the producer records them (Forms::made_batch, kBatchInt15).
-bool batch_int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks);
+// Where the producer of n_rows × cols activation values (a norm, the activation, attention) writes their
+// 15-bit forms for the dp4a product after it: one row's in pair 0 (int15_scratch), a decode batch's
+// rows one after another in the batch pair (sl_backend::batch_x8) where the dp4a batch kernel reads
+// them (batch_int15_by_producer, cl_matmul_path.h), or nowhere (false). made() records them in Forms
+// once the launch that writes them is enqueued.
+struct ProducedForms {
+  cl::Buffer* xq = nullptr;
+  cl::Buffer* blocks = nullptr;
+  uint32_t rows = 0, cols = 0;
+  explicit operator bool() const { return xq != nullptr; }
+  void made(Forms& forms, const sl_buffer* out) const {
+    if (!xq) return;
+    if (rows == 1) forms.made(0, out, cols);
+    else forms.made_batch(out, cols, rows, Forms::kBatchInt15);
+  }
+};
+ProducedForms produced_forms(sl_backend* be, uint64_t n_rows, uint64_t cols);
 std::pair<cl::Buffer&, cl::Buffer&> form_pair(sl_backend* be, uint32_t slot, uint64_t cols);  // a pair's buffers (cl_matmul.cpp)
 // The norm step's last arguments, shared by the kernels that leave one (matvec_q4_dp4a_res,
 // embed_norm_blocks): the norm weight, its dtype and offset, pair `slot`'s form and the blocks' Σ x²

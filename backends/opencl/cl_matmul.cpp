@@ -104,7 +104,12 @@ struct LaunchPart {
   bool has_bias = false;
 };
 
-DevPtr bias_range(sl_backend* be, const sl_weight* bias, const sl_buffer* out);
+// A product's bias as the kernels read it (none: out's buffer, unread).
+DevPtr bias_range(sl_backend* be, const sl_weight* bias, const sl_buffer* out) {
+  if (!bias) return DevPtr{single(out), 0};  // unread
+  const uint64_t sb = bias->dtype == SL_DTYPE_F32 ? 4 : 2;
+  return read_range(be, bias->data, bias->offset, uint64_t(bias->cols) * sb, sb);
+}
 
 // The parts of one launch for products of one x, or false where the weights do not allow one: each in
 // one segment, their words, scales and biases each in one device buffer, the biases (if any) of one
@@ -647,12 +652,6 @@ sl_status check_matmul(const sl_buffer* x, uint32_t n_rows, const sl_weight* w, 
   return SL_OK;
 }
 
-DevPtr bias_range(sl_backend* be, const sl_weight* bias, const sl_buffer* out) {
-  if (!bias) return DevPtr{single(out), 0};  // unread
-  const uint64_t sb = bias->dtype == SL_DTYPE_F32 ? 4 : 2;
-  return read_range(be, bias->data, bias->offset, uint64_t(bias->cols) * sb, sb);
-}
-
 void matmul_one(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias, sl_buffer* out,
                 Forms& forms, const NormStep* step) {
   const DevPtr b = bias_range(be, bias, out);
@@ -882,11 +881,19 @@ bool int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& 
   return true;
 }
 
-bool batch_int15_scratch(sl_backend* be, uint32_t n_rows, uint64_t cols, cl::Buffer*& xq, cl::Buffer*& blocks) {
-  if (!batch_int15_by_producer(n_rows, cols, use_dp4a(be), be->batch_mma_state != -1, be->tuning)) return false;
-  xq = &be->batch_x8.at_least(be->context, uint64_t(n_rows) * cols * 2);  // as q4_batch_launch reads them
-  blocks = &be->batch_x8_blocks.at_least(be->context, uint64_t(n_rows) * cols / 32 * 8);
-  return true;
+ProducedForms produced_forms(sl_backend* be, uint64_t n_rows, uint64_t cols) {
+  ProducedForms f;
+  if (n_rows == 1 && int15_scratch(be, 1, cols, f.xq, f.blocks)) {
+    f.rows = 1;
+    f.cols = static_cast<uint32_t>(cols);
+  } else if (n_rows <= UINT32_MAX &&
+             batch_int15_by_producer(static_cast<uint32_t>(n_rows), cols, use_dp4a(be), be->batch_mma_state != -1, be->tuning)) {
+    f.xq = &be->batch_x8.at_least(be->context, n_rows * cols * 2);  // as q4_batch_launch reads them
+    f.blocks = &be->batch_x8_blocks.at_least(be->context, n_rows * cols / 32 * 8);
+    f.rows = static_cast<uint32_t>(n_rows);
+    f.cols = static_cast<uint32_t>(cols);
+  }
+  return f;
 }
 
 sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,

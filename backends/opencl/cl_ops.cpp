@@ -213,10 +213,7 @@ sl_status argmax(sl_backend* be, const sl_buffer* x, uint32_t n_rows, uint32_t d
 void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl_weight* weight, float weight_offset,
                   sl_buffer* out, uint32_t n_rows, uint32_t dim, float eps, Forms& forms) {
   const DevPtr w = vector_weight(be, weight, dim);
-  cl::Buffer *xq = nullptr, *blocks = nullptr;
-  const bool one = int15_scratch(be, n_rows, dim, xq, blocks);
-  const bool batch = !one && batch_int15_scratch(be, n_rows, dim, xq, blocks);
-  const bool q15 = one || batch;
+  const ProducedForms form = produced_forms(be, n_rows, dim);
   auto& k = kernel(be, "ops", delta ? "add_rms_norm" : "rms_norm");
   cl_uint a = 0;
   k.setArg(a++, single(x));
@@ -228,13 +225,12 @@ void rms_norm_run(sl_backend* be, sl_buffer* x, const sl_buffer* delta, const sl
   k.setArg(a++, single(out));
   k.setArg(a++, static_cast<cl_uint>(dim));
   k.setArg(a++, eps);
-  k.setArg(a++, q15 ? *xq : single(out));  // unread without q15
-  k.setArg(a++, q15 ? *blocks : single(out));
-  k.setArg(a++, static_cast<cl_uint>(q15));
+  k.setArg(a++, form ? *form.xq : single(out));  // unread without a form
+  k.setArg(a++, form ? *form.blocks : single(out));
+  k.setArg(a++, static_cast<cl_uint>(bool(form)));
   constexpr size_t kNormWg = 256;  // NORM_WG in kernels_cl/norms.cl
   launch(be, k, cl::NDRange(size_t(n_rows) * kNormWg), cl::NDRange(kNormWg));
-  if (one) forms.made(0, out, dim);
-  if (batch) forms.made_batch(out, dim, n_rows, Forms::kBatchInt15);
+  form.made(forms, out);
 }
 
 namespace {
@@ -376,24 +372,20 @@ sl_status gated_activation(sl_backend* be, const sl_glu_params* params, const sl
     // The activation's rows: the batch's tokens (MoE's slots of a token make one longer row).
     const uint64_t n_rows = std::max<std::size_t>(1, be->positions.size());
     const uint64_t row_len = n % n_rows == 0 ? n / n_rows : 0;
-    cl::Buffer *xq = nullptr, *blocks = nullptr;
-    const bool one = n <= UINT32_MAX && n_rows == 1 && int15_scratch(be, 1, n, xq, blocks);
-    const bool batch = !one && row_len && n_rows <= UINT32_MAX && batch_int15_scratch(be, static_cast<uint32_t>(n_rows), row_len, xq, blocks);
-    const bool q15 = one || batch;
-    auto& k = kernel(be, "ops", q15 ? "gated_activation_int15" : "gated_activation");
+    const ProducedForms form = row_len ? produced_forms(be, n_rows, row_len) : ProducedForms{};
+    auto& k = kernel(be, "ops", form ? "gated_activation_int15" : "gated_activation");
     k.setArg(0, single(gate));
     k.setArg(1, single(up));
     k.setArg(2, single(out));
     k.setArg(3, static_cast<cl_ulong>(n));
     k.setArg(4, static_cast<cl_uint>(activation));
-    if (q15) {
-      k.setArg(5, *xq);
-      k.setArg(6, *blocks);
-      k.setArg(7, static_cast<cl_uint>(one ? n : row_len));
+    if (form) {
+      k.setArg(5, *form.xq);
+      k.setArg(6, *form.blocks);
+      k.setArg(7, static_cast<cl_uint>(row_len));
     }
     launch(be, k, cl::NDRange(round_up(n, kLocal)), cl::NDRange(kLocal));
-    if (one) forms.made(0, out, static_cast<uint32_t>(n));
-    if (batch) forms.made_batch(out, static_cast<uint32_t>(row_len), static_cast<uint32_t>(n_rows), Forms::kBatchInt15);
+    form.made(forms, out);
     return SL_OK;
   });
 }
