@@ -14,9 +14,8 @@
 #include <cstring>
 #include <vector>
 
-#include <cblas.h>
-
 #include "cpu_backend.h"
+#include "prefill_attention_kernels.h"
 #include "util/batch_pages.h"
 #include "util/kv_shape.h"
 #include "util/recent_window.h"
@@ -79,7 +78,8 @@ sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, uint32_t layer
 
 // Prefill: many queries of one sequence at consecutive positions. Decoding each key once per query
 // would dominate, so K and V of the range are decoded once per KV head and attention runs as two
-// GEMMs per query head and block of queries: S = Q Kᵀ, then O = softmax(S) V, with OpenBLAS.
+// products per query head and block of queries: S = Q Kᵀ, then O = softmax(S) V
+// (prefill_attention_kernels.h).
 struct QueryRun {
   uint32_t first_token, n_tokens;  // batch rows [first, first + n)
   int32_t first_pos;               // their positions are first_pos, first_pos + 1, ...
@@ -87,7 +87,7 @@ struct QueryRun {
 };
 
 constexpr uint32_t kMinBlockedRun = 8;      // shorter runs take the per-query path
-constexpr uint32_t kQueryBlock = 128;       // query rows per GEMM (bounds the score matrix)
+constexpr uint32_t kQueryBlock = 128;       // query rows per product (bounds the score matrix)
 
 // Splits the batch into runs of consecutive positions of one sequence.
 std::vector<QueryRun> query_runs(const sl_backend* be) {
@@ -146,16 +146,18 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
   const bool recent = exact_min <= last_pos;
   const int32_t* recent_table = recent ? be->recent_table.data() + static_cast<std::size_t>(run.seq) * be->max_pages : nullptr;
 
-  // One work item per query head; each decodes its KV head's rows (cheap next to the GEMMs).
+  // One work item per query head; each decodes its KV head's rows (cheap next to the products).
   be->pool->parallel_for(p->n_heads, 1, [&](std::size_t hb, std::size_t he, unsigned) {
     std::vector<float> kf(nk * D), vf(nk * DV), scores(static_cast<std::size_t>(std::min(run.n_tokens, kQueryBlock)) * nk);
     std::vector<float> exact_k, exact_v;
+    PackedKeys packed_keys;
     uint32_t decoded_kvh = UINT32_MAX;
     for (uint32_t h = static_cast<uint32_t>(hb); h < he; ++h) {
       const uint32_t kvh = h / group;
       if (kvh != decoded_kvh) {
         decode_range(c, layer, table, kvh, k_lo, last_pos, false, kf.data());
         decode_range(c, layer, table, kvh, k_lo, last_pos, true, vf.data());
+        pack_keys(kf.data(), nk, D, packed_keys);
         if (recent) {
           const std::size_t n_exact = static_cast<std::size_t>(last_pos - exact_min + 1);
           exact_k.resize(n_exact * D);
@@ -175,9 +177,9 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
         // Keys past the block's last query are masked for every row of it: leave them out.
         const std::size_t nk_used = static_cast<std::size_t>(run.first_pos + static_cast<int32_t>(q0 + nq) - 1 - k_lo) + 1;
         const float* qb = q + (static_cast<std::size_t>(run.first_token + q0)) * q_stride + h * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nk_used), static_cast<int>(D),
-                    p->scale, qb, static_cast<int>(q_stride), kf.data(), static_cast<int>(D), 0.0f, scores.data(),
-                    static_cast<int>(nk));
+        // Row i of the block sees key_count + i keys (its own position's included).
+        const std::size_t key_count = nk_used - nq + 1;
+        score_keys(qb, q_stride, nq, packed_keys, key_count, p->scale, scores.data(), nk);
         // The recent window: each query's newest keys scored from their exact rows instead.
         for (std::size_t i = 0; recent && i < nq; ++i) {
           const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);
@@ -203,10 +205,8 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
           std::fill(s + to, s + nk_used, 0.0f);
         }
         float* ob = out + (static_cast<std::size_t>(run.first_token + q0)) * o_stride + h * DV;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), static_cast<int>(DV), static_cast<int>(nk_used),
-                    1.0f, scores.data(), static_cast<int>(nk), vf.data(), static_cast<int>(DV), 0.0f, ob,
-                    static_cast<int>(o_stride));
-        // ... and their values: the GEMM took the decoded rows; add weight × (exact − decoded).
+        weigh_values(scores.data(), nk, nq, vf.data(), nk_used, DV, key_count, ob, o_stride);
+        // ... and their values: the product took the decoded rows; add weight × (exact − decoded).
         for (std::size_t i = 0; recent && i < nq; ++i) {
           const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);
           for (int32_t j = exact_lo[q0 + i]; j <= pos; ++j) {
@@ -365,7 +365,7 @@ sl_status attention(sl_backend* be, sl_kv_cache* c, uint32_t layer, const sl_buf
   const uint32_t v_domain = fused_v ? std::max(Ly.v_format.domain_dim, v_dim) : v_dim;
   const std::vector<int32_t>& pages = table_of(be, c, layer);
 
-  // Long runs of one sequence (prefill chunks) go through the blocked GEMM path; the rest (decode
+  // Long runs of one sequence (prefill chunks) go through the blocked path; the rest (decode
   // tokens, short runs) through the per-query path below, which uses the codec's fused hooks.
   std::vector<uint32_t> single;  // batch rows for the per-query path
   try {

@@ -283,6 +283,31 @@ TEST_P(AttentionTest, PrefillAndDecodeOfSeveralSequencesMatchNaiveAttention) {
   }
 }
 
+// One sequence's long runs, as a prefill sends them: the first 150 positions in one batch (past one block
+// of 128 queries on the CPU), then the next 49 after them (queries whose keys start before their run).
+TEST_P(AttentionTest, LongRunsOfOneSequenceMatchNaiveAttention) {
+  for (const auto& codec : kCodecs) {
+    for (const auto& shape : kShapes) {
+      SCOPED_TRACE(std::string(codec.name) + " " + describe(shape));
+      CodecPair codecs(codec.api(), shape.head_dim);
+      ASSERT_TRUE(codecs.ok());
+      KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim), ops());
+      ASSERT_EQ(cache.status(), SL_OK) << cache.message();
+      const auto seqs = make_sequences(shape, codecs, {200});
+      const uint32_t max_pages = 13;
+      Tokens first, second;
+      for (int32_t pos = 0; pos < 150; ++pos) first.push_back({0, pos});
+      for (int32_t pos = 150; pos < 199; ++pos) second.push_back({0, pos});
+      for (const Tokens* run : {&first, &second}) {
+        begin(seqs, *run, max_pages);
+        write(shape, cache, 1, seqs, *run);
+        check_attention(shape, cache, 1, seqs, *run);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 TEST_P(AttentionTest, CopiedPagesServeAttentionLikeTheOriginals) {
   const AttentionShape shape{4, 2, 16, 0, 0.0f, false};
   CodecPair codecs(builtin_f16_codec(), shape.head_dim);
