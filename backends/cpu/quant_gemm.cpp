@@ -396,8 +396,8 @@ void run_tokens(std::size_t nt, const int16_t* panel, const float* ps, const flo
 // Why: each token's piece is one or two whole cache lines at a stride of n_out, and an ordinary store
 // first reads the line it writes (read-for-ownership) — for a prefill's outputs, larger than the caches,
 // that read cost as much as the writes; measured, memcpy here was 8 % of a 512-token prefill, and
-// streaming took the prefill from 290–325 to 388–394 tokens/s (perf/NOTES.md). Consumers then read the
-// output from memory, which for outputs this large they would anyway.
+// streaming took the prefill up by 4–16 % in six alternating pairs (perf/NOTES.md). Consumers then read
+// the output from memory, which for outputs this large they would anyway.
 void stream_unit(const float* c, std::size_t n, std::size_t unit, float* out, std::size_t n_out) {
   for (std::size_t t = 0; t < n; ++t)
     for (std::size_t i = 0; i < unit; i += 8) _mm256_stream_ps(out + t * n_out + i, _mm256_load_ps(c + t * unit + i));
