@@ -9,7 +9,7 @@ packages=(
   rapidjson-dev
   libssl-dev ca-certificates
   ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers libclblast-dev pocl-opencl-icd clinfo
-  liburing-dev libpcre2-dev libutf8proc-dev libspdlog-dev libfmt-dev libxxhash-dev libopenblas-dev
+  liburing-dev libpcre2-dev libutf8proc-dev libspdlog-dev libfmt-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-dev llvm
   prometheus python3 python3-matplotlib python3-yaml python3-jsonschema fio curl

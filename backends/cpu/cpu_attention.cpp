@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
-#include "prefill_attention_kernels.h"
+#include "float_products.h"
 #include "util/batch_pages.h"
 #include "util/kv_shape.h"
 #include "util/recent_window.h"
@@ -79,7 +79,7 @@ sl_status check_pages(const sl_backend* be, const sl_kv_cache* c, uint32_t layer
 // Prefill: many queries of one sequence at consecutive positions. Decoding each key once per query
 // would dominate, so K and V of the range are decoded once per KV head and attention runs as two
 // products per query head and block of queries: S = Q Kᵀ, then O = softmax(S) V
-// (prefill_attention_kernels.h).
+// (float_products.h).
 struct QueryRun {
   uint32_t first_token, n_tokens;  // batch rows [first, first + n)
   int32_t first_pos;               // their positions are first_pos, first_pos + 1, ...
@@ -150,14 +150,14 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
   be->pool->parallel_for(p->n_heads, 1, [&](std::size_t hb, std::size_t he, unsigned) {
     std::vector<float> kf(nk * D), vf(nk * DV), scores(static_cast<std::size_t>(std::min(run.n_tokens, kQueryBlock)) * nk);
     std::vector<float> exact_k, exact_v;
-    PackedKeys packed_keys;
+    PackedRows packed_keys;
     uint32_t decoded_kvh = UINT32_MAX;
     for (uint32_t h = static_cast<uint32_t>(hb); h < he; ++h) {
       const uint32_t kvh = h / group;
       if (kvh != decoded_kvh) {
         decode_range(c, layer, table, kvh, k_lo, last_pos, false, kf.data());
         decode_range(c, layer, table, kvh, k_lo, last_pos, true, vf.data());
-        pack_keys(kf.data(), nk, D, packed_keys);
+        pack_rows(kf.data(), nk, D, packed_keys);
         if (recent) {
           const std::size_t n_exact = static_cast<std::size_t>(last_pos - exact_min + 1);
           exact_k.resize(n_exact * D);
@@ -179,7 +179,7 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
         const float* qb = q + (static_cast<std::size_t>(run.first_token + q0)) * q_stride + h * D;
         // Row i of the block sees key_count + i keys (its own position's included).
         const std::size_t key_count = nk_used - nq + 1;
-        score_keys(qb, q_stride, nq, packed_keys, key_count, p->scale, scores.data(), nk);
+        times_packed_rows(qb, q_stride, nq, packed_keys, key_count, p->scale, scores.data(), nk);
         // The recent window: each query's newest keys scored from their exact rows instead.
         for (std::size_t i = 0; recent && i < nq; ++i) {
           const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);
@@ -205,7 +205,7 @@ void attend_run(sl_backend* be, sl_kv_cache* c, uint32_t layer, const float* q, 
           std::fill(s + to, s + nk_used, 0.0f);
         }
         float* ob = out + (static_cast<std::size_t>(run.first_token + q0)) * o_stride + h * DV;
-        weigh_values(scores.data(), nk, nq, vf.data(), nk_used, DV, key_count, ob, o_stride);
+        times_rows(scores.data(), nk, nq, vf.data(), nk_used, DV, key_count, ob, o_stride);
         // ... and their values: the product took the decoded rows; add weight × (exact − decoded).
         for (std::size_t i = 0; recent && i < nq; ++i) {
           const int32_t pos = run.first_pos + static_cast<int32_t>(q0 + i);

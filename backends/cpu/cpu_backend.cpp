@@ -14,7 +14,6 @@
 #include <string>
 #include <thread>
 
-#include <cblas.h>
 
 namespace sluice::cpu {
 
@@ -109,8 +108,6 @@ sl_status create(const sl_backend_config* config, sl_backend** out, sl_error* er
     be->n_threads = n ? n : 1;
     be->pool = std::make_unique<ThreadPool>(be->n_threads);
     be->scratch.resize(be->n_threads);
-    // Parallelism comes from our pool; each BLAS call runs on the thread that makes it.
-    openblas_set_num_threads(1);
     *out = be.release();
     return SL_OK;
   } catch (const std::exception& e) {
@@ -223,7 +220,7 @@ const sl_plugin_descriptor kDescriptor = {
     SL_PLUGIN_BACKEND,
     "cpu",
     "0.1.0",
-    "Reference CPU backend: AVX2 inner loops, OpenBLAS for prefill GEMMs, threads",
+    "Reference CPU backend: AVX2/AVX-512 inner loops, register-tiled prefill GEMMs, threads",
     nullptr,
     &kApi,
 };

@@ -2,8 +2,8 @@
 // Few rows (decode): each thread takes a range of output features and streams their weight rows once,
 // reusing each row for every activation row — decode is bound by reading the weights.
 // Many rows (prefill): weights are converted to float32 a block of rows at a time into per-call
-// scratch, and OpenBLAS multiplies the block — prefill is bound by arithmetic, and the conversion
-// is paid once per block for all the batch's rows. No float32 copy of the model is ever kept.
+// scratch and packed, and our register tiles (float_products.h) multiply the block — prefill is bound
+// by arithmetic, and the conversion is paid once per block for all the batch's rows. No float32 copy of the model is ever kept.
 // matmul_multi (several products of one input: q/k/v, gate/up) runs the decode products in one
 // parallel region, each output as matmul computes it. MXFP4 weights (ABI 2.3) take the float paths,
 // their values made in registers (decode, mxfp4_kernels.h) or into the GEMM blocks (prefill).
@@ -11,9 +11,8 @@
 #include <string>
 #include <vector>
 
-#include <cblas.h>
-
 #include "cpu_backend.h"
+#include "float_products.h"
 #include "mxfp4_kernels.h"
 #include "quant_kernels.h"
 #include "util/mxfp4.h"
@@ -27,7 +26,9 @@ namespace {
 // Qwen2-0.5B 4-bit, 2 threads: at 8 streams the streaming path won (97-143 against 78-106 tokens/s), at 16
 // the GEMM (107-150 against 84-118) — perf/NOTES.md, "Batched decode rows on the CPU".
 constexpr uint32_t kMatvecMaxRows = 8;
-constexpr std::size_t kBlockFloats = 1u << 20;  // float32 scratch per GEMM block (4 MiB)
+// Weight rows a GEMM block converts and packs at a time: 64 × 4864 floats (1.2 MiB) stay in L2 while
+// every tile of activation rows passes over them.
+constexpr std::size_t kGemmRows = 64;
 
 // Affine-quantized (MLX): the packed-code kernels of cpu_quant.cpp and quant_gemm.cpp. (MXFP4 has
 // bits too, but takes the float paths.)
@@ -137,25 +138,17 @@ void matvec(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w,
 
 void gemm(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, float* out) {
   const std::size_t n_out = w->rows, cols = w->cols;
-  // Each thread takes a range of output features; OpenBLAS runs single-threaded inside it (the
-  // backend sets it so), which keeps one set of threads busy instead of two competing pools.
-  const std::size_t block_rows = std::max<std::size_t>(16, kBlockFloats / cols / be->n_threads);
+  // Each thread takes ranges of output features, converts kGemmRows weight rows at a time to float32 and
+  // packs them for the register tiles (float_products.h), which then run every activation row over them.
   be->pool->parallel_for(n_out, 16, [&](std::size_t b, std::size_t e, unsigned tid) {
-    if (w->dtype == SL_DTYPE_F32) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_rows), static_cast<int>(e - b),
-                  static_cast<int>(cols), 1.0f, x, static_cast<int>(cols),
-                  reinterpret_cast<const float*>(weight_data(w)) + b * cols, static_cast<int>(cols), 0.0f, out + b,
-                  static_cast<int>(n_out));
-      return;
-    }
     std::vector<float>& block = be->scratch[tid];
-    block.resize(std::min(block_rows, e - b) * cols);
-    for (std::size_t r0 = b; r0 < e; r0 += block_rows) {
-      const std::size_t rows = std::min(block_rows, e - r0);
+    static thread_local PackedRows packed;
+    block.resize(std::min(kGemmRows, e - b) * cols);
+    for (std::size_t r0 = b; r0 < e; r0 += kGemmRows) {
+      const std::size_t rows = std::min(kGemmRows, e - r0);
       for (std::size_t r = 0; r < rows; ++r) weight_row_to_f32(w, static_cast<uint32_t>(r0 + r), block.data() + r * cols);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_rows), static_cast<int>(rows),
-                  static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), block.data(), static_cast<int>(cols), 0.0f,
-                  out + r0, static_cast<int>(n_out));
+      pack_rows(block.data(), rows, cols, packed);
+      times_packed_rows(x, cols, n_rows, packed, rows, 1.0f, out + r0, n_out);
     }
   });
 }

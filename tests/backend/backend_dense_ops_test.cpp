@@ -207,14 +207,15 @@ TEST_P(BackendOpsTest, MatmulMatchesReferenceForEveryDtypeShapeAndRowCount) {
   };
   // Odd sizes (not multiples of 8/16), and one large enough for several conversion blocks.
   const Shape shapes[] = {{7, 13}, {33, 70}, {64, 129}, {300, 4100}};
-  // <= 4 rows: the few-rows (matvec) path of the CPU backend; more: its GEMM path.
-  const uint32_t row_counts[] = {1, 3, 4, 5, 17};
+  // <= 8 rows: the few-rows (matvec) path of the CPU backend; more: its GEMM path (9: a register tile
+  // of 8 and one more; 17: two and one, and on the large shape several blocks of converted rows).
+  const uint32_t row_counts[] = {1, 3, 4, 5, 9, 17};
   for (sl_dtype dtype : kWeightDtypes) {
     for (const auto& shape : shapes) {
       auto w = make_weight(dtype, shape.out, shape.in, 0.5f);
       auto bias = make_weight(dtype == SL_DTYPE_BF16 ? SL_DTYPE_F32 : dtype, 1, shape.out, 1.0f);
       for (uint32_t n_rows : row_counts) {
-        if (shape.in > 1000 && n_rows != 1 && n_rows != 5) continue;  // keep the big shape to one per path
+        if (shape.in > 1000 && n_rows != 1 && n_rows != 5 && n_rows != 17) continue;  // the big shape: a few per path
         for (bool with_bias : {false, true}) {
           SCOPED_TRACE(shape_trace("matmul", dtype, shape.out, shape.in) + " rows " + std::to_string(n_rows) +
                        (with_bias ? " bias" : ""));

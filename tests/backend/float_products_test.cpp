@@ -1,4 +1,4 @@
-// The CPU backend's prefill attention products (backends/cpu/prefill_attention_kernels.h) against
+// The CPU backend's prefill attention products (backends/cpu/float_products.h) against
 // double-precision sums, over the shapes that reach every tile edge: query rows past a whole register
 // tile, keys past a whole key tile, head sizes with and without a remainder of 16, and causal blocks
 // that start on, before and far from the diagonal.
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "prefill_attention_kernels.h"
+#include "float_products.h"
 
 namespace sluice::cpu {
 namespace {
@@ -32,19 +32,19 @@ const Shape kShapes[] = {
     {5, 270, 64, 270}, {24, 31, 128, 8},   {3, 600, 64, 598},  {11, 17, 20, 7},
 };
 
-TEST(PrefillAttentionKernels, ScoresAreEachRowsKeysTimesItsQuery) {
+TEST(FloatProducts, ScoresAreEachRowsKeysTimesItsQuery) {
   std::mt19937 rng(7);
   for (const Shape& s : kShapes) {
     SCOPED_TRACE("queries " + std::to_string(s.n_queries) + " keys " + std::to_string(s.n_keys) + " dim " + std::to_string(s.dim) +
                  " first row sees " + std::to_string(s.key_count));
     const std::size_t q_stride = s.dim * 3 + 5, s_stride = s.n_keys + 3;  // strides as a head inside a row
     const auto q = random_values(s.n_queries * q_stride, rng), k = random_values(s.n_keys * s.dim, rng);
-    PackedKeys packed;
-    pack_keys(k.data(), s.n_keys, s.dim, packed);
+    PackedRows packed;
+    pack_rows(k.data(), s.n_keys, s.dim, packed);
     const float sentinel = 12345.0f;
     std::vector<float> scores(s.n_queries * s_stride, sentinel);
     const float scale = 0.125f;
-    score_keys(q.data(), q_stride, s.n_queries, packed, s.key_count, scale, scores.data(), s_stride);
+    times_packed_rows(q.data(), q_stride, s.n_queries, packed, s.key_count, scale, scores.data(), s_stride);
     for (std::size_t i = 0; i < s.n_queries; ++i) {
       const std::size_t seen = std::min(s.n_keys, s.key_count + i);
       for (std::size_t j = 0; j < seen; ++j) {
@@ -59,7 +59,7 @@ TEST(PrefillAttentionKernels, ScoresAreEachRowsKeysTimesItsQuery) {
   }
 }
 
-TEST(PrefillAttentionKernels, ValuesAreEachRowsWeightsOverTheKeysItSees) {
+TEST(FloatProducts, ValuesAreEachRowsWeightsOverTheKeysItSees) {
   std::mt19937 rng(11);
   for (const Shape& s : kShapes) {
     SCOPED_TRACE("queries " + std::to_string(s.n_queries) + " keys " + std::to_string(s.n_keys) + " dim " + std::to_string(s.dim) +
@@ -72,7 +72,7 @@ TEST(PrefillAttentionKernels, ValuesAreEachRowsWeightsOverTheKeysItSees) {
     const auto v = random_values(s.n_keys * s.dim, rng);
     const float sentinel = -777.0f;
     std::vector<float> o(s.n_queries * o_stride, sentinel);
-    weigh_values(p.data(), p_stride, s.n_queries, v.data(), s.n_keys, s.dim, s.key_count, o.data(), o_stride);
+    times_rows(p.data(), p_stride, s.n_queries, v.data(), s.n_keys, s.dim, s.key_count, o.data(), o_stride);
     for (std::size_t i = 0; i < s.n_queries; ++i) {
       const std::size_t seen = std::min(s.n_keys, s.key_count + i);
       for (std::size_t d = 0; d < s.dim; ++d) {
@@ -86,12 +86,12 @@ TEST(PrefillAttentionKernels, ValuesAreEachRowsWeightsOverTheKeysItSees) {
 }
 
 // The packed layout itself: key j's value d at tile j / 16, row d, lane j % 16; padding keys zero.
-TEST(PrefillAttentionKernels, PackedKeysHoldEachKeyDownAColumnAndZeroPadding) {
+TEST(FloatProducts, PackedRowsHoldEachKeyDownAColumnAndZeroPadding) {
   std::mt19937 rng(3);
   const std::size_t n = 37, dim = 5;
   const auto k = random_values(n * dim, rng);
-  PackedKeys packed;
-  pack_keys(k.data(), n, dim, packed);
+  PackedRows packed;
+  pack_rows(k.data(), n, dim, packed);
   ASSERT_EQ(packed.values.size(), 48 * dim);
   for (std::size_t j = 0; j < 48; ++j)
     for (std::size_t d = 0; d < dim; ++d)
