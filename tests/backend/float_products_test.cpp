@@ -1,4 +1,4 @@
-// The CPU backend's prefill attention products (backends/cpu/float_products.h) against
+// The CPU backend's float products (backends/cpu/float_products.h: prefill attention's two and the float GEMM) against
 // double-precision sums, over the shapes that reach every tile edge: query rows past a whole register
 // tile, keys past a whole key tile, head sizes with and without a remainder of 16, and causal blocks
 // that start on, before and far from the diagonal.
