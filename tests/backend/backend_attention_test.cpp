@@ -250,6 +250,7 @@ const AttentionShape kShapes[] = {
     {6, 3, 16, 20, 0.0f, true},   // sinks, and a window that spans pages
 };
 
+// Interleaved sequences (runs of one token), their decode tokens, and one sequence's long runs.
 TEST_P(AttentionTest, PrefillAndDecodeOfSeveralSequencesMatchNaiveAttention) {
   for (const auto& codec : kCodecs) {
     for (const auto& shape : kShapes) {
@@ -279,29 +280,20 @@ TEST_P(AttentionTest, PrefillAndDecodeOfSeveralSequencesMatchNaiveAttention) {
       write(shape, cache, 1, seqs, decode);
       check_attention(shape, cache, 1, seqs, decode);
       if (HasFatalFailure()) return;
-    }
-  }
-}
 
-// One sequence's long runs, as a prefill sends them: the first 150 positions in one batch (past one block
-// of 128 queries on the CPU), then the next 49 after them (queries whose keys start before their run).
-TEST_P(AttentionTest, LongRunsOfOneSequenceMatchNaiveAttention) {
-  for (const auto& codec : kCodecs) {
-    for (const auto& shape : kShapes) {
-      SCOPED_TRACE(std::string(codec.name) + " " + describe(shape));
-      CodecPair codecs(codec.api(), shape.head_dim);
-      ASSERT_TRUE(codecs.ok());
-      KvCache cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim), ops());
-      ASSERT_EQ(cache.status(), SL_OK) << cache.message();
-      const auto seqs = make_sequences(shape, codecs, {200});
-      const uint32_t max_pages = 13;
+      // One sequence's long runs, as a prefill sends them, in a cache of their own: the first 150
+      // positions in one batch (past one block of 128 queries on the CPU), then the next 49 after them
+      // (queries whose keys start before their run).
+      KvCache long_cache(api(), be(), codecs.layout(shape.n_kv_heads, shape.head_dim), ops());
+      ASSERT_EQ(long_cache.status(), SL_OK) << long_cache.message();
+      const auto long_seq = make_sequences(shape, codecs, {200});
       Tokens first, second;
       for (int32_t pos = 0; pos < 150; ++pos) first.push_back({0, pos});
       for (int32_t pos = 150; pos < 199; ++pos) second.push_back({0, pos});
       for (const Tokens* run : {&first, &second}) {
-        begin(seqs, *run, max_pages);
-        write(shape, cache, 1, seqs, *run);
-        check_attention(shape, cache, 1, seqs, *run);
+        begin(long_seq, *run, 13);
+        write(shape, long_cache, 1, long_seq, *run);
+        check_attention(shape, long_cache, 1, long_seq, *run);
         if (HasFatalFailure()) return;
       }
     }
