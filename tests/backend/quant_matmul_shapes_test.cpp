@@ -70,6 +70,15 @@ TEST_P(QuantMatmulShapes, LongRowsAndManyTokensMatchTheDequantizedReference) {
   }
 }
 
+// An output of over 1 MiB (300 tokens × 1040 rows): the CPU's prefill GEMM writes it with non-temporal
+// stores, unit by unit, except the last unit of 16 rows (a partial one: copied as before).
+TEST_P(QuantMatmulShapes, LargeOutputsMatchTheDequantizedReference) {
+  for (int bits : {4, 8}) {
+    auto w = make_quantized(bits, 64, 1040, 256);
+    expect_matches(w, activations(300, 256), 300, "large output");
+  }
+}
+
 // Largest codes against activations at full scale and one sign: the int32 sums are at their largest,
 // for groups up to 512 (folded every 128 columns).
 TEST_P(QuantMatmulShapes, LargestCodesAndActivationsDoNotOverflow) {
