@@ -93,6 +93,22 @@ sl_status copy_columns(sl_backend*, const sl_buffer* x, uint32_t x_cols, sl_buff
 sl_status head_matmul(sl_backend*, const sl_buffer* x, uint32_t n_tokens, const sl_weight* w, const sl_head_matmul_params& p,
                       sl_buffer* out, sl_error*);
 
+// One product of a few activation rows (decode) for matvec_products: x (n_rows × w->cols) times w.
+struct FewRowsProduct {
+  const float* x;
+  uint32_t n_rows;
+  const sl_weight* w;
+  float* out;  // n_rows × w->rows
+};
+// Whether the product can run (the weight's form, as matmul checks it); an error names `op`.
+sl_status check_few_rows_product(const char* op, const FewRowsProduct& p, sl_error* err);
+// Whether n_rows activation rows take the few-rows kernels, which stream each weight row once (cpu_matmul.cpp).
+bool few_rows(uint32_t n_rows);
+// Few-rows products in one parallel region, each output what matmul gives, bit for bit: every weight's
+// rows split into the chunks its own matmul would use, all chunks handed out together (one fork and
+// join for all). May throw std::bad_alloc.
+void matvec_products(sl_backend* be, const FewRowsProduct* products, std::size_t count);
+
 // Fused forms the fusion pass chooses (cpu_matmul.cpp, cpu_ops.cpp).
 sl_status matmul_multi(sl_backend*, const sl_buffer*, uint32_t, uint32_t, const sl_weight* const*, const sl_weight* const*,
                        sl_buffer* const*, sl_error*);

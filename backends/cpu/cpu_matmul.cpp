@@ -189,48 +189,66 @@ void add_bias(const sl_weight* bias, uint32_t n_rows, uint32_t n_out, float* out
     for (uint32_t r = 0; r < n_out; ++r) out[static_cast<std::size_t>(t) * n_out + r] += b[r];
 }
 
-// The few-rows products of one input in one parallel region: every weight's rows split into the
-// chunks its own matvec would use (so each output is what matmul gives, bit for bit), all chunks
-// handed out together — one fork/join for q/k/v instead of three.
+// The few-rows products of one input in one parallel region (matvec_products): one fork/join for
+// q/k/v instead of three.
 void matvec_multi(sl_backend* be, const float* x, uint32_t n_rows, uint32_t count, const sl_weight* const* ws, float* const* outs) {
+  FewRowsProduct products[kMatmulMultiMax];
+  for (uint32_t i = 0; i < count; ++i) products[i] = {x, n_rows, ws[i], outs[i]};
+  matvec_products(be, products, count);
+}
+
+}  // namespace
+
+bool few_rows(uint32_t n_rows) { return n_rows <= kMatvecMaxRows; }
+
+sl_status check_few_rows_product(const char* op, const FewRowsProduct& p, sl_error* err) {
+  // Views of the caller's rows, as matmul's check sees its buffers (read-only here).
+  sl_buffer x{reinterpret_cast<std::byte*>(const_cast<float*>(p.x)), uint64_t(p.n_rows) * p.w->cols * 4, false};
+  sl_buffer out{reinterpret_cast<std::byte*>(p.out), uint64_t(p.n_rows) * p.w->rows * 4, false};
+  return check_product(op, &x, p.n_rows, p.w, nullptr, &out, err);
+}
+
+void matvec_products(sl_backend* be, const FewRowsProduct* products, std::size_t count) {
   struct Chunk {
-    uint32_t product;
+    std::size_t product;
     std::size_t begin, end;
   };
   // Reused from call to call; the workers reach them through these references (a thread_local named
   // inside the lambda would be each worker's own).
   thread_local std::vector<Chunk> chunk_list;
-  thread_local QuantMatvecInput inputs[kMatmulMultiMax];
+  thread_local std::vector<QuantMatvecInput> input_list;
   std::vector<Chunk>& chunks = chunk_list;
-  QuantView views[kMatmulMultiMax];
-  MatvecActivations prepared[kMatmulMultiMax];
+  if (input_list.size() < count) input_list.resize(count);
+  std::vector<QuantView> views(count);
+  std::vector<MatvecActivations> prepared(count);
   chunks.clear();
-  for (uint32_t i = 0; i < count; ++i) {
-    const sl_weight* w = ws[i];
-    if (affine(w)) {
-      views[i] = quant_view(be, w);
-      // q/k/v and gate/up usually share a form: prepare the activation once for them.
-      uint32_t same = i;
-      for (uint32_t j = 0; j < i && same == i; ++j)
-        if (affine(ws[j]) && QuantMatvecInput::same_preparation(views[j], views[i])) same = j;
-      prepared[i] = same < i ? prepared[same] : inputs[i].prepare(x, n_rows, views[i], be->int8_activations ? ActivationForm::kInt8 : ActivationForm::kInt16);
+  for (std::size_t i = 0; i < count; ++i) {
+    const FewRowsProduct& p = products[i];
+    if (affine(p.w)) {
+      views[i] = quant_view(be, p.w);
+      // q/k/v and gate/up usually share an input and a form: prepare the activation once for them.
+      std::size_t same = i;
+      for (std::size_t j = 0; j < i && same == i; ++j)
+        if (affine(products[j].w) && products[j].x == p.x && products[j].n_rows == p.n_rows &&
+            QuantMatvecInput::same_preparation(views[j], views[i]))
+          same = j;
+      prepared[i] = same < i ? prepared[same]
+                             : input_list[i].prepare(p.x, p.n_rows, views[i], be->int8_activations ? ActivationForm::kInt8 : ActivationForm::kInt16);
     }
-    const std::size_t n = w->rows, k = be->pool->chunk_count(n, kMatvecGrain);
+    const std::size_t n = p.w->rows, k = be->pool->chunk_count(n, kMatvecGrain);
     for (std::size_t c = 0; c < k; ++c) chunks.push_back({i, n * c / k, n * (c + 1) / k});
   }
   be->pool->parallel_for(chunks.size(), 1, [&](std::size_t b, std::size_t e, unsigned) {
     for (std::size_t c = b; c < e; ++c) {
       const Chunk& ch = chunks[c];
-      const sl_weight* w = ws[ch.product];
-      if (affine(w))
-        quant_matvec_rows(views[ch.product], prepared[ch.product], n_rows, ch.begin, ch.end, outs[ch.product], w->rows);
+      const FewRowsProduct& p = products[ch.product];
+      if (affine(p.w))
+        quant_matvec_rows(views[ch.product], prepared[ch.product], p.n_rows, ch.begin, ch.end, p.out, p.w->rows);
       else
-        matvec_rows(be, x, n_rows, w, outs[ch.product], ch.begin, ch.end);
+        matvec_rows(be, p.x, p.n_rows, p.w, p.out, ch.begin, ch.end);
     }
   });
 }
-
-}  // namespace
 
 sl_status matmul(sl_backend* be, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
                  sl_buffer* out, sl_error* err) {
