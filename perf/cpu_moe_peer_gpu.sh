@@ -8,7 +8,9 @@
 #            the disk); waits for the build
 #   measure N  round N (a call each, alternating within it): ours with experts resident, ours with
 #            experts streamed through io_uring under a quarter of their bytes (`uring@25%`), then
-#            llama-bench (pp512, tg128)
+#            llama-bench (pp512, tg128). A/B: a second build of the plugins bundled as bin512_variant
+#            adds its resident row (and its streamed one with STREAMED_VARIANT=1); SKIP_STREAMED=1
+#            leaves the streamed rows out.
 #   cgroup   llama-bench in a memory cgroup as small as our streamed row's resident set (mmap paging
 #            in what does not fit), if the machine lets us make one
 # Our side: `sluice bench` rows at --ctx 0 (decode at depth 0, as tg128) and --ctx 512 (prefill 512
@@ -25,6 +27,8 @@
 #     build-dev3/lib/sluice-expertstore-uring.so && strip .bundle_cpu/bin/*
 #   mkdir .bundle_cpu/bin512 && cp build-dev512/lib/sluice-backend-cpu.so .bundle_cpu/bin/sluice-expertstore-uring.so \
 #     .bundle_cpu/bin512/ && strip .bundle_cpu/bin512/*
+# (Where this machine's CPU flags equal the GPU machine's — machine.txt of an earlier sitting — the
+# native build/ runs there as it is: build/bin/sluice and build/lib's plugins in bin/ and bin512/.)
 #   mkdir -p .bundle_pack && tar -cJf .bundle_pack/bundle_cpu.tar.xz .bundle_cpu
 #   mkdir -p .peer && cp ../shared/peer/llama-cpp-turboquant.tar.gz .peer/
 # Device calls (carry [".bundle_pack", ".peer"]): bash perf/cpu_moe_peer_gpu.sh start, then at once
@@ -62,9 +66,9 @@ start)
   du -sh $M $G | tee -a "$OUT/progress.txt"
   log start done ;;
 measure)
-  ours() {  # label, expert store
+  ours() {  # label, expert store[, plugin folder]
     log "ours $1"
-    timeout 240 sluice bench --model $M --backends cpu --threads $THREADS --plugin-dir "$PLUGINS" --expert-stores "$2" \
+    timeout 240 sluice bench --model $M --backends cpu --threads $THREADS --plugin-dir "${3:-$PLUGINS}" --expert-stores "$2" \
       --ctx 0,512 --gen 128 --reps 2 --row-timeout 110 --json-out $R/$1.json > $R/$1.md 2> $R/$1.log
     cat $R/$1.md >> $R/rounds.md
   }
@@ -78,8 +82,17 @@ measure)
   # (Resident rows read the model's files through the page cache before timing: `sluice bench` since
   # this sitting; the sitting itself did it here with cat, round 3.)
   ours resident_$round resident
-  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null  # the streamed row reads with O_DIRECT: a cold start either way
-  ours uring25_$round "uring@25%"
+  # A second build of the plugins (A/B, bundled as bin512_variant): its resident row, and its streamed one
+  # with STREAMED_VARIANT=1.
+  [ -d "${PLUGINS}_variant" ] && ours residentvariant_$round resident "${PLUGINS}_variant"
+  if [ "${SKIP_STREAMED:-0}" != 1 ]; then
+    sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null  # the streamed row reads with O_DIRECT: a cold start either way
+    ours uring25_$round "uring@25%"
+    if [ -d "${PLUGINS}_variant" ] && [ "${STREAMED_VARIANT:-0}" = 1 ]; then
+      sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
+      ours uring25variant_$round "uring@25%" "${PLUGINS}_variant"
+    fi
+  fi
   peer peer_$round
   log "round $round done" ;;
 cgroup)
