@@ -100,8 +100,8 @@ struct FewRowsProduct {
   const sl_weight* w;
   float* out;  // n_rows × w->rows
 };
-// Whether the product can run (the weight's form, as matmul checks it); an error names `op`.
-sl_status check_few_rows_product(const char* op, const FewRowsProduct& p, sl_error* err);
+// Whether the CPU's products take the weight's form (as matmul checks it); an error names `op`.
+sl_status check_weight_form(const char* op, const sl_weight* w, sl_error* err);
 // Whether n_rows activation rows take the few-rows kernels, which stream each weight row once (cpu_matmul.cpp).
 bool few_rows(uint32_t n_rows);
 // Few-rows products in one parallel region, each output what matmul gives, bit for bit: every weight's

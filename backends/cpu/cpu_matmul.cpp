@@ -156,13 +156,7 @@ void gemm(sl_backend* be, const float* x, uint32_t n_rows, const sl_weight* w, f
 // Whether x · wᵀ (+ bias) into out can run: the weight's form, the buffers' sizes, the bias's length.
 sl_status check_product(const char* op, const sl_buffer* x, uint32_t n_rows, const sl_weight* w, const sl_weight* bias,
                         const sl_buffer* out, sl_error* err) {
-  if (w && mxfp4::is_mxfp4(*w)) {
-    if (const char* why = mxfp4_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": " + why);
-  } else if (w && w->bits) {
-    if (const char* why = quant_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": " + why);
-  } else if (!weight_dtype_supported(w)) {
-    return set_error(err, SL_ERR_UNSUPPORTED, std::string(op) + ": unknown weight dtype on the CPU backend");
-  }
+  if (sl_status s = check_weight_form(op, w, err); s != SL_OK) return s;
   if (!x || !out || static_cast<uint64_t>(n_rows) * w->cols * 4 > x->bytes || static_cast<uint64_t>(n_rows) * w->rows * 4 > out->bytes)
     return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": activation buffers too small for the shapes");
   if (bias && (!weight_dtype_supported(bias) || bias->cols != w->rows))
@@ -201,11 +195,15 @@ void matvec_multi(sl_backend* be, const float* x, uint32_t n_rows, uint32_t coun
 
 bool few_rows(uint32_t n_rows) { return n_rows <= kMatvecMaxRows; }
 
-sl_status check_few_rows_product(const char* op, const FewRowsProduct& p, sl_error* err) {
-  // Views of the caller's rows, as matmul's check sees its buffers (read-only here).
-  sl_buffer x{reinterpret_cast<std::byte*>(const_cast<float*>(p.x)), uint64_t(p.n_rows) * p.w->cols * 4, false};
-  sl_buffer out{reinterpret_cast<std::byte*>(p.out), uint64_t(p.n_rows) * p.w->rows * 4, false};
-  return check_product(op, &x, p.n_rows, p.w, nullptr, &out, err);
+sl_status check_weight_form(const char* op, const sl_weight* w, sl_error* err) {
+  if (w && mxfp4::is_mxfp4(*w)) {
+    if (const char* why = mxfp4_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": " + why);
+  } else if (w && w->bits) {
+    if (const char* why = quant_weight_problem(w); *why) return set_error(err, SL_ERR_INVALID_ARGUMENT, std::string(op) + ": " + why);
+  } else if (!weight_dtype_supported(w)) {
+    return set_error(err, SL_ERR_UNSUPPORTED, std::string(op) + ": unknown weight dtype on the CPU backend");
+  }
+  return SL_OK;
 }
 
 void matvec_products(sl_backend* be, const FewRowsProduct* products, std::size_t count) {
@@ -217,10 +215,14 @@ void matvec_products(sl_backend* be, const FewRowsProduct* products, std::size_t
   // inside the lambda would be each worker's own).
   thread_local std::vector<Chunk> chunk_list;
   thread_local std::vector<QuantMatvecInput> input_list;
+  thread_local std::vector<QuantView> view_list;
+  thread_local std::vector<MatvecActivations> prepared_list;
   std::vector<Chunk>& chunks = chunk_list;
   if (input_list.size() < count) input_list.resize(count);
-  std::vector<QuantView> views(count);
-  std::vector<MatvecActivations> prepared(count);
+  std::vector<QuantView>& views = view_list;
+  std::vector<MatvecActivations>& prepared = prepared_list;
+  views.assign(count, QuantView{});
+  prepared.assign(count, MatvecActivations{});
   chunks.clear();
   for (std::size_t i = 0; i < count; ++i) {
     const FewRowsProduct& p = products[i];

@@ -87,66 +87,55 @@ sl_status matmul_id(sl_backend* be, const sl_buffer* x, uint32_t x_rows, const s
     }
     by_expert[id[s]].push_back(static_cast<uint32_t>(s));
   }
-  std::vector<float> in, res;
-  // Decode: every expert's few rows in one parallel region. One region an expert cost a fork and a join
-  // each — three products × 8 experts a layer, each under 1 MB of weights split over every thread —
-  // and on 16 threads the waits, not the weights, were most of a token's time.
-  bool decode = true;
-  for (uint32_t e = 0; e < n_experts && decode; ++e) decode = by_expert[e].empty() || few_rows(static_cast<uint32_t>(by_expert[e].size()));
+  // Every routed slot's input gathered by expert (each expert's rows together), its products, and the
+  // results put back in slot order.
+  std::vector<sl_weight> slices;
+  std::vector<uint32_t> experts;
+  std::vector<std::size_t> first_row;  // each expert's first row in `in` and `res`
+  std::size_t total = 0;
+  bool decode = true;  // every expert few rows: their products in one parallel region
+  for (uint32_t e = 0; e < n_experts; ++e) {
+    if (by_expert[e].empty()) continue;
+    const auto slice = graph::expert_slice(*w, n_experts, e);
+    if (!slice) return set_error(err, SL_ERR_UNSUPPORTED, "matmul_id: a weight form without rows of a fixed size");
+    slices.push_back(*slice);
+    experts.push_back(e);
+    first_row.push_back(total);
+    total += by_expert[e].size();
+    decode = decode && few_rows(static_cast<uint32_t>(by_expert[e].size()));
+  }
+  std::vector<float> in(total * cols), res(total * R);
+  std::vector<FewRowsProduct> products;
+  for (std::size_t i = 0; i < experts.size(); ++i) {
+    const auto& ss = by_expert[experts[i]];
+    for (std::size_t j = 0; j < ss.size(); ++j) {
+      const uint64_t xi = x_rows == slots ? ss[j] : ss[j] / k;
+      std::memcpy(in.data() + (first_row[i] + j) * cols, f32(x) + xi * cols, cols * 4ull);
+    }
+    products.push_back({in.data() + first_row[i] * cols, static_cast<uint32_t>(ss.size()), &slices[i], res.data() + first_row[i] * R});
+  }
   if (decode) {
-    std::vector<sl_weight> slices;
-    std::vector<uint32_t> experts;
-    std::vector<std::size_t> first_row;  // each expert's first row in `in` and `res`
-    std::size_t total = 0;
-    for (uint32_t e = 0; e < n_experts; ++e) {
-      if (by_expert[e].empty()) continue;
-      const auto slice = graph::expert_slice(*w, n_experts, e);
-      if (!slice) return set_error(err, SL_ERR_UNSUPPORTED, "matmul_id: a weight form without rows of a fixed size");
-      slices.push_back(*slice);
-      experts.push_back(e);
-      first_row.push_back(total);
-      total += by_expert[e].size();
-    }
-    in.resize(total * cols);
-    res.resize(total * R);
-    std::vector<FewRowsProduct> products;
-    for (std::size_t i = 0; i < experts.size(); ++i) {
-      const auto& ss = by_expert[experts[i]];
-      for (std::size_t j = 0; j < ss.size(); ++j) {
-        const uint64_t xi = x_rows == slots ? ss[j] : ss[j] / k;
-        std::memcpy(in.data() + (first_row[i] + j) * cols, f32(x) + xi * cols, cols * 4ull);
-      }
-      products.push_back({in.data() + first_row[i] * cols, static_cast<uint32_t>(ss.size()), &slices[i], res.data() + first_row[i] * R});
-      if (auto s = check_few_rows_product("matmul_id", products.back(), err); s != SL_OK) return s;
-    }
+    // One region an expert cost a fork and a join each — three products × 8 experts a layer, each under
+    // 1 MB of weights split over every thread — and on 16 threads the waits, not the weights, were most
+    // of a token's time.
+    for (const FewRowsProduct& p : products)
+      if (auto s = check_weight_form("matmul_id", p.w, err); s != SL_OK) return s;
     try {
       matvec_products(be, products.data(), products.size());
     } catch (const std::bad_alloc&) {
       return set_error(err, SL_ERR_OUT_OF_MEMORY, "matmul_id: out of memory for scratch");
     }
-    for (std::size_t i = 0; i < experts.size(); ++i) {
-      const auto& ss = by_expert[experts[i]];
-      for (std::size_t j = 0; j < ss.size(); ++j)
-        std::memcpy(f32(out) + uint64_t(ss[j]) * R, res.data() + (first_row[i] + j) * R, R * 4ull);
+  } else {  // more rows: a GEMM an expert, bound by arithmetic
+    for (const FewRowsProduct& p : products) {
+      sl_buffer in_view{reinterpret_cast<std::byte*>(const_cast<float*>(p.x)), uint64_t(p.n_rows) * cols * 4, false};
+      sl_buffer res_view{reinterpret_cast<std::byte*>(p.out), uint64_t(p.n_rows) * R * 4, false};
+      if (auto s = matmul(be, &in_view, p.n_rows, p.w, nullptr, &res_view, err); s != SL_OK) return s;
     }
-    return SL_OK;
   }
-  for (uint32_t e = 0; e < n_experts; ++e) {
-    const auto& ss = by_expert[e];
-    if (ss.empty()) continue;
-    const auto slice = graph::expert_slice(*w, n_experts, e);
-    if (!slice) return set_error(err, SL_ERR_UNSUPPORTED, "matmul_id: a weight form without rows of a fixed size");
-    const uint32_t m = static_cast<uint32_t>(ss.size());
-    in.resize(std::size_t(m) * cols);
-    res.resize(std::size_t(m) * R);
-    for (uint32_t i = 0; i < m; ++i) {
-      const uint64_t xi = x_rows == slots ? ss[i] : ss[i] / k;
-      std::memcpy(in.data() + std::size_t(i) * cols, f32(x) + xi * cols, cols * 4ull);
-    }
-    sl_buffer in_view{reinterpret_cast<std::byte*>(in.data()), in.size() * 4, false};
-    sl_buffer res_view{reinterpret_cast<std::byte*>(res.data()), res.size() * 4, false};
-    if (auto s = matmul(be, &in_view, m, &*slice, nullptr, &res_view, err); s != SL_OK) return s;
-    for (uint32_t i = 0; i < m; ++i) std::memcpy(f32(out) + uint64_t(ss[i]) * R, res.data() + std::size_t(i) * R, R * 4ull);
+  for (std::size_t i = 0; i < experts.size(); ++i) {
+    const auto& ss = by_expert[experts[i]];
+    for (std::size_t j = 0; j < ss.size(); ++j)
+      std::memcpy(f32(out) + uint64_t(ss[j]) * R, res.data() + (first_row[i] + j) * R, R * 4ull);
   }
   return SL_OK;
 }
